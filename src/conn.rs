@@ -1,0 +1,403 @@
+//! `Conn`: the handle to one connection, usable from any task or thread.
+//!
+//! Sends are encoded straight into the connection's outbound [`WriteQueue`]
+//! under a mutex that only this connection's senders and its own task touch, so
+//! it is uncontended in the common case. The first send after a flush wakes the
+//! connection's task (a `std::task::Waker`, so any backend can provide one);
+//! further sends before that flush ride along without another wake. Inside a
+//! callback no wake is needed at all: the task writes everything the callbacks
+//! queued once they return, in one write.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use atomic_waker::AtomicWaker;
+use bytes::Bytes;
+
+use crate::pool::BufferPool;
+use crate::proto::close::MAX_CLOSE_REASON;
+use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, WriteQueue, utf8};
+
+/// Why a send or close was refused. Nothing was queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The connection is closing or closed.
+    Closed,
+    /// The outbound queue holds `max_outbound_bytes` or more; the handler's
+    /// `on_drain` is called once it has been written out.
+    QueueFull,
+    /// A text payload given as `Bytes` was not valid UTF-8.
+    InvalidUtf8,
+    /// A ping payload over 125 bytes or a close reason over 123 bytes.
+    PayloadTooLong,
+    /// A close code that may not be sent (see `CloseCode::is_sendable`).
+    InvalidCloseCode,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SendError::Closed => "connection is closing or closed",
+            SendError::QueueFull => "outbound queue is full",
+            SendError::InvalidUtf8 => "text payload is not valid UTF-8",
+            SendError::PayloadTooLong => "control payload too long",
+            SendError::InvalidCloseCode => "close code may not be sent",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// A handle to one connection: cheap to clone, `Send + Sync`.
+///
+/// Sending never blocks. Frames are queued in order and written by the
+/// connection's task; a send from another task or thread wakes it.
+///
+/// **When the queue is full.** The queue is bounded by `max_outbound_bytes`
+/// (`Config`, default 4 MiB): while that many bytes or more wait to be written, a
+/// send returns [`SendError::QueueFull`] and queues nothing, and the handler's
+/// `on_drain` is called once the queue has been written out. A send is accepted
+/// whenever the queue is below the bound, so it never exceeds the bound by more
+/// than one message. Separately, a connection stops reading from its peer while
+/// its own writes are blocked, so a peer that does not read cannot make the server
+/// buffer its echoes without bound.
+#[derive(Clone)]
+pub struct Conn {
+    shared: Arc<ConnShared>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("id", &self.shared.id)
+            .field("peer", &self.shared.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// A number unique among this server's connections.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.shared.peer
+    }
+
+    /// Sends a message of the same kind, copying its payload (for example, to
+    /// echo the message `on_message` received).
+    pub fn send(&self, message: Message<'_>) -> Result<(), SendError> {
+        let opcode = match message {
+            Message::Text(_) => OpCode::Text,
+            Message::Binary(_) => OpCode::Binary,
+        };
+        let payload = message.as_bytes();
+        self.enqueue(payload.len(), |q| q.push_frame(true, 0, opcode, payload))
+    }
+
+    /// Sends a text message, copying it.
+    pub fn send_text(&self, text: &str) -> Result<(), SendError> {
+        self.send(Message::Text(text))
+    }
+
+    /// Sends a binary message, copying it.
+    pub fn send_binary(&self, data: &[u8]) -> Result<(), SendError> {
+        self.send(Message::Binary(data))
+    }
+
+    /// Sends a message whose payload is shared, without copying it: the same
+    /// `Bytes` can be broadcast to many connections. Text is checked for UTF-8.
+    pub fn send_shared(&self, kind: MessageKind, payload: Bytes) -> Result<(), SendError> {
+        let opcode = match kind {
+            MessageKind::Text => {
+                utf8::validate(&payload).map_err(|_| SendError::InvalidUtf8)?;
+                OpCode::Text
+            }
+            MessageKind::Binary => OpCode::Binary,
+        };
+        self.enqueue(0, |q| q.push_frame_shared(true, 0, opcode, payload))
+    }
+
+    /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
+    /// the protocol; nothing is reported for it.
+    pub fn ping(&self, payload: &[u8]) -> Result<(), SendError> {
+        if payload.len() > MAX_CONTROL_PAYLOAD {
+            return Err(SendError::PayloadTooLong);
+        }
+        self.enqueue(payload.len(), |q| {
+            q.push_frame(true, 0, OpCode::Ping, payload)
+        })
+    }
+
+    /// Starts the close handshake: frames queued so far are sent, then a close
+    /// frame with `code` and `reason` (at most 123 bytes). Later sends fail with
+    /// [`SendError::Closed`]. The server waits (bounded by `close_timeout`) for the
+    /// peer's close, then ends TCP; `on_close` reports the outcome.
+    pub fn close(&self, code: CloseCode, reason: &str) -> Result<(), SendError> {
+        if !code.is_sendable() {
+            return Err(SendError::InvalidCloseCode);
+        }
+        if reason.len() > MAX_CLOSE_REASON {
+            return Err(SendError::PayloadTooLong);
+        }
+        {
+            let mut outbox = self.shared.lock();
+            if outbox.phase != Phase::Open {
+                return Err(SendError::Closed);
+            }
+            outbox.phase = Phase::Closing;
+            outbox.close_request = Some((code, reason.to_owned()));
+        }
+        self.shared.attention.store(true, Ordering::Release);
+        self.shared.waker.wake();
+        Ok(())
+    }
+
+    /// Bytes queued and not yet written to the socket.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// False once a close was sent or received, or the connection ended.
+    pub fn is_open(&self) -> bool {
+        self.shared.lock().phase == Phase::Open
+    }
+
+    /// Runs `write` on the queue if the connection is open and the queue below its
+    /// bound, then wakes the connection's task if it is not already due to flush.
+    fn enqueue(
+        &self,
+        payload_len: usize,
+        write: impl FnOnce(&mut WriteQueue),
+    ) -> Result<(), SendError> {
+        let shared = &*self.shared;
+        let wake = {
+            let mut outbox = shared.lock();
+            if outbox.phase != Phase::Open {
+                return Err(SendError::Closed);
+            }
+            if outbox.queue.len() >= shared.max_outbound_bytes {
+                outbox.wants_drain = true;
+                return Err(SendError::QueueFull);
+            }
+            if outbox.queue.needs_buffer() {
+                let buf = shared.pool.take(payload_len + MAX_HEADER_LEN);
+                if let Some(unused) = outbox.queue.provide_buffer(buf) {
+                    shared.pool.give(unused);
+                }
+            }
+            write(&mut outbox.queue);
+            !std::mem::replace(&mut outbox.flush_scheduled, true)
+        };
+        if wake {
+            shared.waker.wake();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn from_shared(shared: Arc<ConnShared>) -> Conn {
+        Conn { shared }
+    }
+
+    pub(crate) fn shared(&self) -> &ConnShared {
+        &self.shared
+    }
+}
+
+/// Where a connection is in its life, as far as senders are concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Sends are accepted.
+    Open,
+    /// A close was requested or sent: no more data frames.
+    Closing,
+    /// The connection is over.
+    Closed,
+}
+
+/// What `Conn` handles and the connection's task share.
+pub(crate) struct Outbox {
+    pub(crate) queue: WriteQueue,
+    pub(crate) phase: Phase,
+    /// A close asked for by `Conn::close`, for the task to hand to the session.
+    pub(crate) close_request: Option<(CloseCode, String)>,
+    /// The server gave up on this connection (forced shutdown): drop it now.
+    pub(crate) abort: bool,
+    /// The task will write the queue soon; senders need not wake it.
+    pub(crate) flush_scheduled: bool,
+    /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
+    pub(crate) wants_drain: bool,
+}
+
+pub(crate) struct ConnShared {
+    id: u64,
+    peer: SocketAddr,
+    max_outbound_bytes: usize,
+    pool: Arc<BufferPool>,
+    waker: AtomicWaker,
+    /// Set with a close request or abort, so the task can notice between two
+    /// callbacks without taking the lock.
+    attention: AtomicBool,
+    outbox: Mutex<Outbox>,
+}
+
+impl ConnShared {
+    pub(crate) fn new(
+        id: u64,
+        peer: SocketAddr,
+        max_outbound_bytes: usize,
+        pool: Arc<BufferPool>,
+    ) -> Arc<ConnShared> {
+        Arc::new(ConnShared {
+            id,
+            peer,
+            max_outbound_bytes,
+            pool,
+            waker: AtomicWaker::new(),
+            attention: AtomicBool::new(false),
+            outbox: Mutex::new(Outbox {
+                queue: WriteQueue::new(),
+                phase: Phase::Open,
+                close_request: None,
+                abort: false,
+                flush_scheduled: false,
+                wants_drain: false,
+            }),
+        })
+    }
+
+    /// Locks the outbox. A panic while it was held cannot leave it half-written
+    /// (the queue is only changed by whole frames), so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers the task to wake for sends, close requests and aborts.
+    pub(crate) fn register(&self, waker: &Waker) {
+        self.waker.register(waker);
+    }
+
+    /// Whether a close request or abort arrived; clears the flag.
+    pub(crate) fn take_attention(&self) -> bool {
+        self.attention.swap(false, Ordering::Acquire)
+    }
+
+    /// Whether the task has something to do that no socket event will tell it:
+    /// bytes queued by another task, a close request, or an abort.
+    pub(crate) fn has_pending_work(&self) -> bool {
+        if self.attention.load(Ordering::Acquire) {
+            return true;
+        }
+        let outbox = self.lock();
+        !outbox.queue.is_empty() || outbox.abort
+    }
+
+    /// Makes the task drop the connection at once.
+    pub(crate) fn abort(&self) {
+        self.lock().abort = true;
+        self.attention.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    pub(crate) fn pool(&self) -> &Arc<BufferPool> {
+        &self.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+
+    struct CountWakes(AtomicUsize);
+
+    impl Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn conn(max_outbound: usize) -> (Conn, Arc<CountWakes>) {
+        let shared = ConnShared::new(
+            7,
+            "127.0.0.1:1".parse().unwrap(),
+            max_outbound,
+            Arc::default(),
+        );
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        shared.register(&Waker::from(wakes.clone()));
+        (Conn::from_shared(shared), wakes)
+    }
+
+    #[test]
+    fn sends_queue_frames_in_order_and_wake_once_per_flush() {
+        let (conn, wakes) = conn(1 << 20);
+        conn.send_text("a").unwrap();
+        conn.send_binary(b"b").unwrap();
+        conn.send_shared(MessageKind::Binary, Bytes::from(vec![9u8; 2000]))
+            .unwrap();
+        conn.ping(b"p").unwrap();
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "one wake until the task flushes"
+        );
+        assert_eq!(conn.queued_bytes(), 3 + 3 + 4 + 2000 + 3);
+        let mut outbox = conn.shared().lock();
+        outbox.flush_scheduled = false;
+        drop(outbox);
+        conn.shared().register(&Waker::from(wakes.clone()));
+        conn.send_text("c").unwrap();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_sends_and_asks_for_drain() {
+        let (conn, _) = conn(10);
+        conn.send_binary(&[0u8; 50]).unwrap();
+        assert_eq!(conn.send_binary(b"x"), Err(SendError::QueueFull));
+        assert!(conn.shared().lock().wants_drain);
+        assert_eq!(conn.queued_bytes(), 52);
+    }
+
+    #[test]
+    fn close_validates_and_then_refuses_sends() {
+        let (conn, _) = conn(1 << 20);
+        assert_eq!(
+            conn.close(CloseCode(1005), ""),
+            Err(SendError::InvalidCloseCode)
+        );
+        assert_eq!(
+            conn.close(CloseCode::NORMAL, &"x".repeat(124)),
+            Err(SendError::PayloadTooLong)
+        );
+        assert!(conn.is_open());
+        conn.close(CloseCode::NORMAL, "bye").unwrap();
+        assert!(!conn.is_open());
+        assert!(conn.shared().take_attention());
+        assert_eq!(conn.send_text("late"), Err(SendError::Closed));
+        assert_eq!(conn.close(CloseCode::NORMAL, ""), Err(SendError::Closed));
+        let request = conn.shared().lock().close_request.take();
+        assert_eq!(request, Some((CloseCode::NORMAL, "bye".to_owned())));
+    }
+
+    #[test]
+    fn rejects_invalid_text_and_long_pings() {
+        let (conn, _) = conn(1 << 20);
+        assert_eq!(
+            conn.send_shared(MessageKind::Text, Bytes::from_static(b"\xff")),
+            Err(SendError::InvalidUtf8)
+        );
+        assert_eq!(conn.ping(&[0u8; 126]), Err(SendError::PayloadTooLong));
+        assert_eq!(conn.queued_bytes(), 0);
+    }
+}

@@ -1,0 +1,169 @@
+//! The callbacks a server calls for each connection.
+
+use std::borrow::Cow;
+
+use crate::conn::Conn;
+use crate::handshake::Request;
+use crate::proto::{CloseCode, Message};
+
+/// What a server does with its connections.
+///
+/// One handler serves every connection; per-connection data lives in
+/// [`Handler::State`], created by the upgrade hook and handed back to every
+/// callback of that connection as `&mut`, so it needs no lock. For one connection
+/// the callbacks run one at a time, in order: [`on_upgrade`](Handler::on_upgrade),
+/// [`on_open`](Handler::on_open), any number of [`on_message`](Handler::on_message)
+/// and [`on_drain`](Handler::on_drain), then [`on_close`](Handler::on_close)
+/// exactly once. Callbacks run on the connection's task: keep them short and
+/// spawn anything slow, passing it a clone of the [`Conn`].
+///
+/// A callback that panics fails only its own connection, with close code 1011
+/// (a panic in `on_upgrade` is answered with HTTP 500).
+///
+/// ```
+/// use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+///
+/// struct Echo;
+///
+/// impl Handler for Echo {
+///     type State = ();
+///
+///     fn on_upgrade(&self, _req: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+///         Ok(())
+///     }
+///
+///     fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
+///         let _ = conn.send(message);
+///     }
+/// }
+/// ```
+pub trait Handler: Send + Sync + 'static {
+    /// Per-connection state, owned by the connection.
+    type State: Send + 'static;
+
+    /// Decides on an upgrade request: return the new connection's state to
+    /// accept it (optionally choosing a subprotocol with
+    /// [`Accept::protocol`]), or a [`Reject`] to answer with an HTTP error.
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept)
+    -> Result<Self::State, Reject>;
+
+    /// The connection is open; `conn` may already send.
+    fn on_open(&self, conn: &Conn, state: &mut Self::State) {
+        let _ = (conn, state);
+    }
+
+    /// A complete message arrived. It borrows the read buffer; call
+    /// [`Message::into_owned`] to keep it beyond this call.
+    fn on_message(&self, conn: &Conn, state: &mut Self::State, message: Message<'_>);
+
+    /// The connection is over. `code` is the peer's close code
+    /// ([`CloseCode::NO_STATUS`] if its close frame had none), the code the
+    /// server sent when it failed the connection (1002, 1007, 1009, 1011), or
+    /// [`CloseCode::ABNORMAL`] (1006) when TCP ended without a close handshake.
+    fn on_close(&self, conn: &Conn, state: &mut Self::State, code: CloseCode, reason: &str) {
+        let _ = (conn, state, code, reason);
+    }
+
+    /// The outbound queue, which had refused a send with
+    /// [`SendError::QueueFull`](crate::SendError::QueueFull), has been written out
+    /// completely: sending may resume.
+    fn on_drain(&self, conn: &Conn, state: &mut Self::State) {
+        let _ = (conn, state);
+    }
+}
+
+/// The upgrade hook's additions to the `101 Switching Protocols` response.
+#[derive(Debug, Default)]
+pub struct Accept {
+    protocol: Option<Cow<'static, str>>,
+}
+
+impl Accept {
+    /// Chooses the subprotocol to answer with. It must be one the client offered
+    /// (see [`Request::protocols`]); otherwise the server refuses the upgrade
+    /// with 500 and logs the mistake, because a client must fail a handshake
+    /// that names a protocol it did not ask for.
+    pub fn protocol(&mut self, protocol: impl Into<Cow<'static, str>>) -> &mut Self {
+        self.protocol = Some(protocol.into());
+        self
+    }
+
+    /// The subprotocol chosen so far.
+    pub fn chosen_protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+}
+
+/// Refuses an upgrade with an HTTP status and a one-line reason (the response
+/// body).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reject {
+    status: u16,
+    reason: Cow<'static, str>,
+}
+
+impl Reject {
+    /// A refusal with `status`, which should be a 4xx or 5xx code; anything else
+    /// is sent as 500.
+    pub fn new(status: u16, reason: impl Into<Cow<'static, str>>) -> Self {
+        let status = if (400..=599).contains(&status) {
+            status
+        } else {
+            500
+        };
+        Reject {
+            status,
+            reason: reason.into(),
+        }
+    }
+
+    /// 400 Bad Request.
+    pub fn bad_request(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reject::new(400, reason)
+    }
+
+    /// 401 Unauthorized.
+    pub fn unauthorized(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reject::new(401, reason)
+    }
+
+    /// 403 Forbidden.
+    pub fn forbidden(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reject::new(403, reason)
+    }
+
+    /// 404 Not Found.
+    pub fn not_found(reason: impl Into<Cow<'static, str>>) -> Self {
+        Reject::new(404, reason)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reject_keeps_error_statuses_and_maps_others_to_500() {
+        assert_eq!(Reject::forbidden("no").status(), 403);
+        assert_eq!(Reject::new(503, "busy").status(), 503);
+        assert_eq!(Reject::new(200, "ok?").status(), 500);
+        assert_eq!(Reject::new(101, "no").status(), 500);
+        assert_eq!(Reject::not_found("where").reason(), "where");
+    }
+
+    #[test]
+    fn accept_records_the_protocol() {
+        let mut accept = Accept::default();
+        assert_eq!(accept.chosen_protocol(), None);
+        accept.protocol("chat");
+        assert_eq!(accept.chosen_protocol(), Some("chat"));
+    }
+}

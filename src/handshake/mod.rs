@@ -1,0 +1,74 @@
+//! The HTTP/1.1 upgrade handshake, sans-I/O: parse and check the request, then
+//! write the `101` or the HTTP error that refuses it.
+
+mod request;
+mod response;
+
+pub use request::{
+    HandshakeError, HeaderBuffer, MAX_HEADERS, Request, header_buffer, parse_request,
+};
+pub use response::{accept_key, status_text, write_accept, write_error};
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::handler::{Accept, Handler};
+use crate::proto::WriteQueue;
+
+/// What to do after looking at the bytes received so far on a new connection.
+pub(crate) enum Answer<S> {
+    /// The request head is not complete yet.
+    Incomplete,
+    /// The `101` is queued; the first `head_len` bytes were the request.
+    Accepted { state: S, head_len: usize },
+    /// An HTTP error response is queued; close after writing it.
+    Refused,
+}
+
+/// Parses the request in `buf`, asks the handler's upgrade hook, and queues the
+/// response. The part of the handshake both backends share.
+pub(crate) fn answer<H: Handler>(
+    buf: &[u8],
+    handler: &H,
+    max_head_len: usize,
+    out: &mut WriteQueue,
+) -> Answer<H::State> {
+    let mut headers = header_buffer();
+    let (request, head_len) = match parse_request(buf, &mut headers, max_head_len) {
+        Ok(None) => return Answer::Incomplete,
+        Ok(Some(parsed)) => parsed,
+        Err(e) => {
+            tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
+            write_error(out, e.status(), e.reason());
+            return Answer::Refused;
+        }
+    };
+    let mut accept = Accept::default();
+    let decision = catch_unwind(AssertUnwindSafe(|| {
+        handler.on_upgrade(&request, &mut accept)
+    }));
+    let refuse = |out: &mut WriteQueue, status: u16, reason: &str| {
+        write_error(out, status, reason);
+        Answer::Refused
+    };
+    match decision {
+        Err(_) => {
+            tracing::error!("on_upgrade panicked; answered 500");
+            refuse(out, 500, "internal server error")
+        }
+        Ok(Err(reject)) => refuse(out, reject.status(), reject.reason()),
+        Ok(Ok(state)) => {
+            let protocol = accept.chosen_protocol();
+            if let Some(chosen) = protocol {
+                if !request.protocols().any(|offered| offered == chosen) {
+                    tracing::error!(
+                        protocol = chosen,
+                        "on_upgrade chose a subprotocol the client did not offer; answered 500"
+                    );
+                    return refuse(out, 500, "internal server error");
+                }
+            }
+            write_accept(out, request.key(), protocol);
+            Answer::Accepted { state, head_len }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Parsing and checking the HTTP/1.1 upgrade request (RFC 6455 §4.2.1).
+//!
+//! Parsing borrows everything from the read buffer and keeps the header index in
+//! a caller-provided array on the stack, so a typical browser request is parsed
+//! without a single heap allocation.
+
+use base64::Engine;
+
+/// How many header fields the parser makes room for. More than this is answered
+/// with 431.
+pub const MAX_HEADERS: usize = 64;
+
+/// The stack array [`parse_request`] indexes header fields into.
+pub type HeaderBuffer<'a> = [httparse::Header<'a>; MAX_HEADERS];
+
+/// An empty [`HeaderBuffer`], to be kept on the stack.
+pub const fn header_buffer<'a>() -> HeaderBuffer<'a> {
+    [httparse::EMPTY_HEADER; MAX_HEADERS]
+}
+
+/// Why an upgrade request was refused, and with which HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// The request head is larger than the configured limit (431).
+    HeadTooLarge,
+    /// More than [`MAX_HEADERS`] header fields (431).
+    TooManyHeaders,
+    /// Not parseable as HTTP/1.x (400).
+    Malformed,
+    /// The connection ended, or timed out, before the head was complete (400 or 408).
+    Incomplete,
+    TimedOut,
+    /// Not a GET (405).
+    MethodNotAllowed,
+    /// Not HTTP/1.1 (400).
+    NotHttp11,
+    /// No Host header (400).
+    MissingHost,
+    /// No `Upgrade: websocket` (400).
+    NotWebSocketUpgrade,
+    /// No `upgrade` token in `Connection` (400).
+    MissingConnectionUpgrade,
+    /// `Sec-WebSocket-Version` missing or not 13 (426, with `Sec-WebSocket-Version: 13`).
+    UnsupportedVersion,
+    /// `Sec-WebSocket-Key` missing, repeated, or not 16 bytes of base64 (400).
+    InvalidKey,
+}
+
+impl HandshakeError {
+    /// The HTTP status the client gets.
+    pub fn status(self) -> u16 {
+        match self {
+            HandshakeError::HeadTooLarge | HandshakeError::TooManyHeaders => 431,
+            HandshakeError::MethodNotAllowed => 405,
+            HandshakeError::UnsupportedVersion => 426,
+            HandshakeError::TimedOut => 408,
+            _ => 400,
+        }
+    }
+
+    /// The one-line reason sent as the response body.
+    pub fn reason(self) -> &'static str {
+        match self {
+            HandshakeError::HeadTooLarge => "request head too large",
+            HandshakeError::TooManyHeaders => "too many header fields",
+            HandshakeError::Malformed => "malformed HTTP request",
+            HandshakeError::Incomplete => "incomplete HTTP request",
+            HandshakeError::TimedOut => "timed out waiting for the upgrade request",
+            HandshakeError::MethodNotAllowed => "a WebSocket upgrade must use GET",
+            HandshakeError::NotHttp11 => "a WebSocket upgrade requires HTTP/1.1",
+            HandshakeError::MissingHost => "missing Host header",
+            HandshakeError::NotWebSocketUpgrade => "missing or invalid Upgrade: websocket header",
+            HandshakeError::MissingConnectionUpgrade => {
+                "Connection header must contain the upgrade token"
+            }
+            HandshakeError::UnsupportedVersion => "unsupported Sec-WebSocket-Version, use 13",
+            HandshakeError::InvalidKey => "Sec-WebSocket-Key must be 16 bytes in base64",
+        }
+    }
+}
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status(), self.reason())
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+/// A checked upgrade request, borrowing the read buffer. This is what the
+/// handler's upgrade hook sees.
+#[derive(Debug)]
+pub struct Request<'a> {
+    method: &'a str,
+    target: &'a str,
+    headers: &'a [httparse::Header<'a>],
+    key: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// The request method (always `GET` once checked).
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The request target without its query, e.g. `/chat`.
+    pub fn path(&self) -> &'a str {
+        self.target
+            .split_once('?')
+            .map_or(self.target, |(path, _)| path)
+    }
+
+    /// The query string without the `?`, if there is one.
+    pub fn query(&self) -> Option<&'a str> {
+        self.target.split_once('?').map(|(_, query)| query)
+    }
+
+    /// The first value of header `name` (matched case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        header(self.headers, name)
+    }
+
+    /// The first value of header `name` as text, if it is valid UTF-8.
+    pub fn header_str(&self, name: &str) -> Option<&'a str> {
+        self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Every header field, in order, as `(name, value)`.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        self.headers.iter().map(|h| (h.name, h.value))
+    }
+
+    /// The subprotocols the client offers in `Sec-WebSocket-Protocol`, in its
+    /// order of preference.
+    pub fn protocols(&self) -> impl Iterator<Item = &'a str> + 'a {
+        tokens(self.headers, "sec-websocket-protocol").filter_map(|t| std::str::from_utf8(t).ok())
+    }
+
+    /// The `Sec-WebSocket-Key` (already checked to be 16 bytes in base64).
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+}
+
+/// Parses the request head at the start of `buf`.
+///
+/// Returns `Ok(None)` while the head is incomplete (read more and call again), or
+/// the checked request and the length of its head: bytes after it are the first
+/// frame bytes and must be kept.
+pub fn parse_request<'a>(
+    buf: &'a [u8],
+    headers: &'a mut HeaderBuffer<'a>,
+    max_head_len: usize,
+) -> Result<Option<(Request<'a>, usize)>, HandshakeError> {
+    let mut req = httparse::Request::new(headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() >= max_head_len {
+                Err(HandshakeError::HeadTooLarge)
+            } else {
+                Ok(None)
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HandshakeError::TooManyHeaders),
+        Err(_) => return Err(HandshakeError::Malformed),
+    };
+    if head_len > max_head_len {
+        return Err(HandshakeError::HeadTooLarge);
+    }
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Err(HandshakeError::Malformed);
+    };
+    let headers: &'a [httparse::Header<'a>] = req.headers;
+    if method != "GET" {
+        return Err(HandshakeError::MethodNotAllowed);
+    }
+    if version != 1 {
+        return Err(HandshakeError::NotHttp11);
+    }
+    let fields = UpgradeFields::collect(headers);
+    if !fields.upgrade_websocket {
+        return Err(HandshakeError::NotWebSocketUpgrade);
+    }
+    if !fields.connection_upgrade {
+        return Err(HandshakeError::MissingConnectionUpgrade);
+    }
+    if fields.version.map(trim) != Some(b"13") {
+        return Err(HandshakeError::UnsupportedVersion);
+    }
+    let key = match fields.keys {
+        (1, Some(key)) => Some(trim(key)).filter(|k| is_valid_key(k)),
+        _ => None,
+    }
+    .ok_or(HandshakeError::InvalidKey)?;
+    if !fields.host {
+        return Err(HandshakeError::MissingHost);
+    }
+    let request = Request {
+        method,
+        target,
+        headers,
+        key,
+    };
+    Ok(Some((request, head_len)))
+}
+
+/// The header fields the upgrade checks need, found in one pass: names are
+/// compared only when their length matches.
+#[derive(Default)]
+struct UpgradeFields<'a> {
+    host: bool,
+    upgrade_websocket: bool,
+    connection_upgrade: bool,
+    /// The first `Sec-WebSocket-Version`.
+    version: Option<&'a [u8]>,
+    /// How many `Sec-WebSocket-Key` fields, and the first one.
+    keys: (usize, Option<&'a [u8]>),
+}
+
+impl<'a> UpgradeFields<'a> {
+    fn collect(headers: &[httparse::Header<'a>]) -> Self {
+        let mut fields = UpgradeFields::default();
+        for h in headers {
+            let name = h.name.as_bytes();
+            let is = |expected: &str| name.eq_ignore_ascii_case(expected.as_bytes());
+            match name.len() {
+                4 if is("host") => fields.host = true,
+                7 if is("upgrade") => {
+                    fields.upgrade_websocket |= value_has_token(h.value, "websocket");
+                }
+                10 if is("connection") => {
+                    fields.connection_upgrade |= value_has_token(h.value, "upgrade");
+                }
+                17 if is("sec-websocket-key") => {
+                    fields.keys.0 += 1;
+                    fields.keys.1.get_or_insert(h.value);
+                }
+                21 if is("sec-websocket-version") => {
+                    fields.version.get_or_insert(h.value);
+                }
+                _ => {}
+            }
+        }
+        fields
+    }
+}
+
+/// Whether a comma-separated header value lists `token` (case-insensitively).
+fn value_has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// A key is valid if it is base64 for exactly 16 bytes (so 24 characters).
+fn is_valid_key(key: &[u8]) -> bool {
+    let mut decoded = [0u8; 18];
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD.decode_slice(key, &mut decoded) == Ok(16)
+}
+
+fn header<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
+/// The comma-separated tokens of every `name` header, trimmed, empty ones skipped.
+fn tokens<'a>(
+    headers: &'a [httparse::Header<'a>],
+    name: &'a str,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers
+        .iter()
+        .filter(move |h| h.name.eq_ignore_ascii_case(name))
+        .flat_map(|h| h.value.split(|&b| b == b','))
+        .map(trim)
+        .filter(|t| !t.is_empty())
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    bytes.trim_ascii()
+}
+
+#[cfg(test)]
+mod tests;

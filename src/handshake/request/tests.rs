@@ -1,0 +1,184 @@
+use super::*;
+
+/// What Chrome sends, give or take a cookie.
+pub(crate) const CHROME: &str = "GET /chat?room=42&x=1 HTTP/1.1\r\n\
+Host: 127.0.0.1:9001\r\n\
+Connection: Upgrade\r\n\
+Pragma: no-cache\r\n\
+Cache-Control: no-cache\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36\r\n\
+Upgrade: websocket\r\n\
+Origin: http://127.0.0.1:8080\r\n\
+Sec-WebSocket-Version: 13\r\n\
+Accept-Encoding: gzip, deflate, br, zstd\r\n\
+Accept-Language: en-US,en;q=0.9\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\
+Sec-WebSocket-Protocol: chat, superchat\r\n\
+\r\n";
+
+fn parse(raw: &str) -> Result<Option<usize>, HandshakeError> {
+    let mut headers = header_buffer();
+    parse_request(raw.as_bytes(), &mut headers, 8192).map(|r| r.map(|(_, n)| n))
+}
+
+/// The Chrome request with header `name` replaced by `line` (or removed if empty).
+fn with_header(name: &str, line: &str) -> String {
+    let mut out = String::new();
+    for l in CHROME.split_inclusive("\r\n") {
+        if l.to_ascii_lowercase()
+            .starts_with(&format!("{}:", name.to_ascii_lowercase()))
+        {
+            if !line.is_empty() {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+        } else {
+            out.push_str(l);
+        }
+    }
+    out
+}
+
+#[test]
+fn parses_a_browser_request() {
+    let mut raw = CHROME.as_bytes().to_vec();
+    raw.extend_from_slice(b"\x81\x85first frame bytes");
+    let mut headers = header_buffer();
+    let (req, n) = parse_request(&raw, &mut headers, 8192).unwrap().unwrap();
+    assert_eq!(n, CHROME.len(), "bytes after the head are not part of it");
+    assert_eq!(req.method(), "GET");
+    assert_eq!(req.path(), "/chat");
+    assert_eq!(req.query(), Some("room=42&x=1"));
+    assert_eq!(req.header("origin"), Some(&b"http://127.0.0.1:8080"[..]));
+    assert_eq!(req.header_str("HOST"), Some("127.0.0.1:9001"));
+    assert_eq!(req.key(), b"dGhlIHNhbXBsZSBub25jZQ==");
+    assert_eq!(req.protocols().collect::<Vec<_>>(), ["chat", "superchat"]);
+    assert_eq!(req.headers().count(), 13);
+}
+
+#[test]
+fn every_prefix_is_incomplete() {
+    for cut in 0..CHROME.len() {
+        assert_eq!(parse(&CHROME[..cut]), Ok(None), "cut at {cut}");
+    }
+}
+
+#[test]
+fn accepts_case_insensitive_and_listed_tokens() {
+    for (name, line) in [
+        ("upgrade", "UPGRADE: WebSocket"),
+        ("upgrade", "Upgrade: foo/2, websocket"),
+        ("connection", "connection: keep-alive, UpGrade"),
+        ("sec-websocket-version", "Sec-WebSocket-Version:  13 "),
+    ] {
+        assert!(parse(&with_header(name, line)).unwrap().is_some(), "{line}");
+    }
+    // Tokens may also come in separate header lines.
+    let split = with_header(
+        "connection",
+        "Connection: keep-alive\r\nConnection: upgrade",
+    );
+    assert!(parse(&split).unwrap().is_some());
+}
+
+#[test]
+fn rejects_bad_upgrades_with_the_right_status() {
+    let cases: Vec<(String, HandshakeError)> = vec![
+        (
+            CHROME.replacen("GET", "POST", 1),
+            HandshakeError::MethodNotAllowed,
+        ),
+        (
+            CHROME.replacen("HTTP/1.1", "HTTP/1.0", 1),
+            HandshakeError::NotHttp11,
+        ),
+        (
+            with_header("upgrade", ""),
+            HandshakeError::NotWebSocketUpgrade,
+        ),
+        (
+            with_header("upgrade", "Upgrade: h2c"),
+            HandshakeError::NotWebSocketUpgrade,
+        ),
+        (
+            with_header("connection", "Connection: keep-alive"),
+            HandshakeError::MissingConnectionUpgrade,
+        ),
+        (
+            with_header("connection", ""),
+            HandshakeError::MissingConnectionUpgrade,
+        ),
+        (
+            with_header("sec-websocket-version", "Sec-WebSocket-Version: 8"),
+            HandshakeError::UnsupportedVersion,
+        ),
+        (
+            with_header("sec-websocket-version", ""),
+            HandshakeError::UnsupportedVersion,
+        ),
+        (
+            with_header("sec-websocket-key", ""),
+            HandshakeError::InvalidKey,
+        ),
+        (
+            with_header("sec-websocket-key", "Sec-WebSocket-Key: c2hvcnQ="),
+            HandshakeError::InvalidKey,
+        ),
+        (
+            with_header(
+                "sec-websocket-key",
+                "Sec-WebSocket-Key: !!!!!!!!!!!!!!!!!!!!!!==",
+            ),
+            HandshakeError::InvalidKey,
+        ),
+        (
+            with_header(
+                "sec-websocket-key",
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+            ),
+            HandshakeError::InvalidKey,
+        ),
+        (with_header("host", ""), HandshakeError::MissingHost),
+        (
+            "NOT HTTP AT ALL\r\n\r\n".to_owned(),
+            HandshakeError::Malformed,
+        ),
+        (
+            "GET / HTTP/1.1\r\nBad Header\r\n\r\n".to_owned(),
+            HandshakeError::Malformed,
+        ),
+    ];
+    for (raw, expected) in cases {
+        assert_eq!(parse(&raw), Err(expected), "{raw:?}");
+    }
+    assert_eq!(HandshakeError::MethodNotAllowed.status(), 405);
+    assert_eq!(HandshakeError::UnsupportedVersion.status(), 426);
+    assert_eq!(HandshakeError::InvalidKey.status(), 400);
+}
+
+#[test]
+fn oversized_heads_get_431() {
+    let padding = format!("X-Padding: {}\r\n", "a".repeat(9000));
+    let big = CHROME.replacen("\r\n\r\n", &format!("\r\n{padding}\r\n"), 1);
+    assert_eq!(parse(&big), Err(HandshakeError::HeadTooLarge));
+    // Incomplete but already past the limit: no point waiting for the rest.
+    assert_eq!(parse(&big[..8200]), Err(HandshakeError::HeadTooLarge));
+    assert_eq!(HandshakeError::HeadTooLarge.status(), 431);
+
+    let many: String = (0..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+    let crowded = CHROME.replacen("\r\n\r\n", &format!("\r\n{many}\r\n"), 1);
+    assert_eq!(parse(&crowded), Err(HandshakeError::TooManyHeaders));
+    assert_eq!(HandshakeError::TooManyHeaders.status(), 431);
+}
+
+#[test]
+fn a_request_without_query_has_none() {
+    let raw = CHROME.replacen("/chat?room=42&x=1", "/", 1);
+    let mut headers = header_buffer();
+    let (req, _) = parse_request(raw.as_bytes(), &mut headers, 8192)
+        .unwrap()
+        .unwrap();
+    assert_eq!(req.path(), "/");
+    assert_eq!(req.query(), None);
+}

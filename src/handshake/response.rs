@@ -1,0 +1,167 @@
+//! Writing the handshake response: `101 Switching Protocols` or an HTTP error.
+//!
+//! Everything is formatted straight into the connection's write queue; the
+//! accept key is computed in a stack buffer. No heap allocation.
+
+use std::fmt::Write as _;
+
+use base64::Engine;
+use sha1::{Digest, Sha1};
+
+use crate::proto::WriteQueue;
+
+/// The GUID RFC 6455 §1.3 appends to the client's key.
+const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// The `Sec-WebSocket-Accept` value for a client key: base64(SHA-1(key + GUID)).
+pub fn accept_key(key: &[u8]) -> [u8; 28] {
+    let mut sha = Sha1::new();
+    sha.update(key);
+    sha.update(WEBSOCKET_GUID);
+    let digest = sha.finalize();
+    let mut out = [0u8; 28];
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(digest, &mut out)
+        .expect("20 bytes encode to exactly 28 base64 characters");
+    debug_assert_eq!(written, 28);
+    out
+}
+
+/// Queues the `101 Switching Protocols` response, with the chosen subprotocol if
+/// any.
+pub fn write_accept(out: &mut WriteQueue, key: &[u8], protocol: Option<&str>) {
+    out.push_raw(
+        b"HTTP/1.1 101 Switching Protocols\r\n\
+          Upgrade: websocket\r\n\
+          Connection: Upgrade\r\n\
+          Sec-WebSocket-Accept: ",
+    );
+    out.push_raw(&accept_key(key));
+    if let Some(protocol) = protocol {
+        out.push_raw(b"\r\nSec-WebSocket-Protocol: ");
+        out.push_raw(protocol.as_bytes());
+    }
+    out.push_raw(b"\r\n\r\n");
+}
+
+/// Queues an error response with a one-line plain-text body, then the server
+/// closes the connection. A 426 carries `Sec-WebSocket-Version: 13` and a 405
+/// carries `Allow: GET`, as RFC 6455 and RFC 9110 ask.
+pub fn write_error(out: &mut WriteQueue, status: u16, reason: &str) {
+    // One line, no control characters: the reason ends up in an HTTP body, but
+    // a handler-supplied text should not be able to break the response.
+    let clean = reason.split(['\r', '\n']).next().unwrap_or("");
+    let mut head = HeadWriter(out);
+    let _ = write!(
+        head,
+        "HTTP/1.1 {status} {}\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\n\
+         Connection: close\r\n",
+        status_text(status),
+        clean.len() + 1,
+    );
+    match status {
+        426 => out.push_raw(b"Sec-WebSocket-Version: 13\r\n"),
+        405 => out.push_raw(b"Allow: GET\r\n"),
+        _ => {}
+    }
+    out.push_raw(b"\r\n");
+    out.push_raw(clean.as_bytes());
+    out.push_raw(b"\n");
+}
+
+/// The reason phrase for the statuses a WebSocket server uses.
+pub fn status_text(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        426 => "Upgrade Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+/// `fmt::Write` into the write queue, for the numbers in the error response.
+struct HeadWriter<'q>(&'q mut WriteQueue);
+
+impl std::fmt::Write for HeadWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.push_raw(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::IoSlice;
+
+    fn text(q: &WriteQueue) -> String {
+        let mut slices = [IoSlice::new(&[]); 4];
+        let n = q.io_slices(&mut slices);
+        let bytes: Vec<u8> = slices[..n].iter().flat_map(|s| s.to_vec()).collect();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn accept_key_matches_the_rfc_example() {
+        // RFC 6455 §1.3.
+        assert_eq!(
+            &accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn writes_a_101_with_and_without_protocol() {
+        let mut q = WriteQueue::new();
+        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", None);
+        assert_eq!(
+            text(&q),
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        );
+        let mut q = WriteQueue::new();
+        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", Some("chat"));
+        assert!(
+            text(&q)
+                .ends_with("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: chat\r\n\r\n")
+        );
+    }
+
+    #[test]
+    fn error_responses_carry_status_reason_and_required_headers() {
+        let mut q = WriteQueue::new();
+        write_error(&mut q, 426, "unsupported Sec-WebSocket-Version, use 13");
+        let t = text(&q);
+        assert!(t.starts_with("HTTP/1.1 426 Upgrade Required\r\n"), "{t}");
+        assert!(t.contains("\r\nSec-WebSocket-Version: 13\r\n"));
+        assert!(t.contains("\r\nConnection: close\r\n"));
+        let body = "unsupported Sec-WebSocket-Version, use 13\n";
+        assert!(t.contains(&format!("Content-Length: {}\r\n", body.len())));
+        assert!(t.ends_with(&format!("\r\n\r\n{body}")));
+
+        let mut q = WriteQueue::new();
+        write_error(&mut q, 405, "use GET");
+        assert!(text(&q).contains("\r\nAllow: GET\r\n"));
+    }
+
+    #[test]
+    fn a_reason_cannot_inject_headers() {
+        let mut q = WriteQueue::new();
+        write_error(&mut q, 403, "no\r\nSet-Cookie: x=1");
+        let t = text(&q);
+        assert!(!t.contains("Set-Cookie"));
+        assert!(t.ends_with("\r\n\r\nno\n"));
+    }
+}

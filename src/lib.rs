@@ -1,0 +1,31 @@
+//! A lean, strict, fast WebSocket server (RFC 6455).
+//!
+//! The protocol lives in a sans-I/O core ([`proto`], [`handshake`]) that never
+//! touches a socket; backends ([`tokio`](crate::tokio)) move bytes between
+//! sockets and that core and call your [`Handler`]. See `ARCHITECTURE.md` for
+//! the path of a byte.
+
+mod conn;
+mod dispatch;
+mod handler;
+mod registry;
+mod server;
+
+pub mod config;
+pub mod handshake;
+pub mod pool;
+pub mod proto;
+pub mod tokio;
+
+pub use bytes::Bytes;
+pub use config::Config;
+pub use conn::{Conn, SendError};
+pub use handler::{Accept, Handler, Reject};
+pub use handshake::Request;
+pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};
+pub use server::ServerHandle;
+
+/// The README's examples are compiled as doc tests, so they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,84 @@
+//! Messages as the handler sees them.
+
+use bytes::Bytes;
+
+/// Whether a message is text or binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    Text,
+    Binary,
+}
+
+/// A complete message, borrowed from the connection's read buffer.
+///
+/// It lives only for the `on_message` call: the buffer is reused afterwards, which
+/// is why the borrow checker stops it from escaping. Call
+/// [`Message::into_owned`] to keep it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// A text message, already checked to be valid UTF-8.
+    Text(&'a str),
+    Binary(&'a [u8]),
+}
+
+impl<'a> Message<'a> {
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Text(_) => MessageKind::Text,
+            Message::Binary(_) => MessageKind::Binary,
+        }
+    }
+
+    pub fn is_text(&self) -> bool {
+        matches!(self, Message::Text(_))
+    }
+
+    /// The payload, whatever the kind.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        match self {
+            Message::Text(s) => s.as_bytes(),
+            Message::Binary(b) => b,
+        }
+    }
+
+    /// The text, or `None` for a binary message.
+    pub fn as_text(&self) -> Option<&'a str> {
+        match self {
+            Message::Text(s) => Some(s),
+            Message::Binary(_) => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the payload out of the read buffer, for use after the callback.
+    pub fn into_owned(self) -> OwnedMessage {
+        match self {
+            Message::Text(s) => OwnedMessage::Text(s.to_owned()),
+            Message::Binary(b) => OwnedMessage::Binary(Bytes::copy_from_slice(b)),
+        }
+    }
+}
+
+/// A message that owns its payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedMessage {
+    Text(String),
+    Binary(Bytes),
+}
+
+impl OwnedMessage {
+    /// Borrows it back as a [`Message`], e.g. to send it with `Conn::send`.
+    pub fn as_message(&self) -> Message<'_> {
+        match self {
+            OwnedMessage::Text(s) => Message::Text(s),
+            OwnedMessage::Binary(b) => Message::Binary(b),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The sans-I/O WebSocket protocol (RFC 6455), after the handshake.
+//!
+//! Nothing here touches a socket, a runtime or a clock: bytes go in as a
+//! `BytesMut`, events and bytes to send come out. Both backends drive the same
+//! [`Session`], and so do the fuzz targets and the benchmarks.
+//!
+//! | file | concern |
+//! |---|---|
+//! | `frame.rs` | frame header decode/encode and its validation |
+//! | `mask.rs` | in-place masking, SIMD with a scalar reference |
+//! | `utf8.rs` | incremental UTF-8 validation across fragments |
+//! | `close.rs` | close codes and close payloads |
+//! | `write_queue.rs` | outbound frames, corked, ready for `writev` |
+//! | `message.rs` | the message types handlers see |
+//! | `session.rs` | the state machine tying them together |
+
+pub mod close;
+pub mod frame;
+pub mod mask;
+pub mod message;
+pub mod session;
+pub mod utf8;
+pub mod write_queue;
+
+pub use close::CloseCode;
+pub use frame::OpCode;
+pub use message::{Message, MessageKind, OwnedMessage};
+pub use session::{Event, Limits, ProtocolError, Session};
+pub use write_queue::WriteQueue;

@@ -1,0 +1,550 @@
+//! The per-connection protocol state machine, from the end of the handshake on.
+//!
+//! [`Session::read`] takes the connection's read buffer and returns the next
+//! [`Event`], writing any automatic replies (pongs, the close reply, the close
+//! frame that fails the connection) into a [`WriteQueue`]. It never touches a
+//! socket or a clock, so the tokio and io_uring backends run the same code and
+//! the fuzzer can drive it without either.
+//!
+//! How bytes flow:
+//! - An unfragmented data frame stays in the read buffer until it is complete; it
+//!   is unmasked in place as its bytes arrive and handed to the caller as a
+//!   borrowed slice (zero copy). The bytes are dropped from the buffer lazily, at
+//!   the start of the next call, because the event borrows them.
+//! - Frames of a fragmented message are unmasked and appended to an assembly
+//!   buffer taken from the pool, then dropped from the read buffer at once, so a
+//!   large fragmented message never makes the read buffer grow.
+//! - Text is checked incrementally as bytes arrive, so invalid UTF-8 fails the
+//!   connection (1007) as soon as it is seen, even in the middle of a frame.
+//! - Limits are checked on each frame header, before any payload is buffered.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+
+use super::close::{self, CloseCode, MAX_CLOSE_REASON};
+use super::frame::{DecodeRules, FrameHeader, MAX_CONTROL_PAYLOAD, OpCode, decode_header};
+use super::mask::apply_mask;
+use super::message::Message;
+use super::utf8::{self, Utf8Validator};
+use super::write_queue::WriteQueue;
+use crate::pool::BufferPool;
+
+/// Size limits for one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest frame payload accepted, in bytes.
+    pub max_frame_size: usize,
+    /// The largest message accepted, in bytes, summed over its fragments.
+    pub max_message_size: usize,
+}
+
+impl Default for Limits {
+    /// 16 MiB for both.
+    fn default() -> Self {
+        Limits {
+            max_frame_size: 16 << 20,
+            max_message_size: 16 << 20,
+        }
+    }
+}
+
+/// Something that happened on the connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A complete message, borrowed from the read or assembly buffer.
+    Message(Message<'a>),
+    /// The peer pinged; the pong is already queued.
+    Ping(&'a [u8]),
+    /// The peer sent a pong (solicited or not).
+    Pong(&'a [u8]),
+    /// The peer's close frame arrived: the close handshake is complete (our reply,
+    /// if one was due, is queued). `code` is [`CloseCode::NO_STATUS`] when the
+    /// frame had no code. Nothing more is read after this.
+    Closed { code: CloseCode, reason: &'a str },
+}
+
+/// The peer broke the protocol or a limit. The close frame with `code` and
+/// `reason` has been queued; the connection is over once it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtocolError {
+    pub code: CloseCode,
+    pub reason: &'static str,
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.reason, self.code)
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Open,
+    /// We sent a close frame and wait for the peer's.
+    CloseSent,
+    /// The close handshake is complete, or the connection failed.
+    Closed,
+}
+
+/// The frame currently being received; its header has been decoded.
+#[derive(Debug)]
+struct Frame {
+    header: FrameHeader,
+    payload_len: usize,
+    /// Header bytes still at the front of the read buffer (0 once dropped).
+    header_len: usize,
+    /// Payload bytes already unmasked and checked.
+    done: usize,
+    /// How many of those are still in the read buffer, after the header.
+    kept: usize,
+}
+
+/// A fragmented message being assembled.
+#[derive(Clone, Copy, Debug)]
+struct Fragmented {
+    text: bool,
+    /// Payload bytes announced so far, over all its frame headers.
+    len: usize,
+}
+
+enum Step {
+    NeedMore,
+    /// A frame was handled with nothing to report; go on.
+    Skip,
+    Ready(Ready),
+}
+
+/// An event, described by positions so that no borrow is held while deciding.
+enum Ready {
+    Message {
+        text: bool,
+        source: Source,
+    },
+    Ping(Range<usize>),
+    Pong(Range<usize>),
+    Closed {
+        code: CloseCode,
+        reason: Range<usize>,
+    },
+}
+
+enum Source {
+    Input(Range<usize>),
+    Assembly,
+}
+
+/// The server side of one WebSocket connection.
+pub struct Session {
+    limits: Limits,
+    rules: DecodeRules,
+    state: State,
+    frame: Option<Frame>,
+    fragmented: Option<Fragmented>,
+    utf8: Utf8Validator,
+    /// Read-buffer bytes to drop at the next call (the last event borrowed them).
+    consume: usize,
+    /// Give `assembly` back to the pool at the next call.
+    release_assembly: bool,
+    assembly: BytesMut,
+    pool: Arc<BufferPool>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("state", &self.state)
+            .field("frame", &self.frame)
+            .field("fragmented", &self.fragmented)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A server session with the given limits; fragmented messages are assembled
+    /// in buffers from `pool`.
+    pub fn new(limits: Limits, pool: Arc<BufferPool>) -> Self {
+        Session {
+            limits,
+            rules: DecodeRules::SERVER,
+            state: State::Open,
+            frame: None,
+            fragmented: None,
+            utf8: Utf8Validator::new(),
+            consume: 0,
+            release_assembly: false,
+            assembly: BytesMut::new(),
+            pool,
+        }
+    }
+
+    /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
+    /// no complete event (it then holds only the start of a frame, or nothing).
+    ///
+    /// Bytes the previous event borrowed are dropped from `input` first. Replies
+    /// owed to the peer are appended to `out`. On error the connection has failed:
+    /// the close frame is in `out` and every later call returns `Ok(None)`.
+    pub fn read<'s>(
+        &'s mut self,
+        input: &'s mut BytesMut,
+        out: &mut WriteQueue,
+    ) -> Result<Option<Event<'s>>, ProtocolError> {
+        let ready = loop {
+            match self.step(input, out)? {
+                Step::NeedMore => {
+                    self.settle(input);
+                    return Ok(None);
+                }
+                Step::Skip => continue,
+                Step::Ready(ready) => break ready,
+            }
+        };
+        let event = match ready {
+            Ready::Ping(r) => Event::Ping(&input[r]),
+            Ready::Pong(r) => Event::Pong(&input[r]),
+            Ready::Closed { code, reason } => Event::Closed {
+                code,
+                // Checked when the close frame was parsed.
+                reason: utf8::validate(&input[reason]).unwrap_or_default(),
+            },
+            Ready::Message { text, source } => {
+                let bytes: &'s [u8] = match source {
+                    Source::Input(r) => &input[r],
+                    Source::Assembly => &self.assembly[..],
+                };
+                if !text {
+                    Event::Message(Message::Binary(bytes))
+                } else {
+                    match utf8::validate(bytes) {
+                        Ok(text) => Event::Message(Message::Text(text)),
+                        Err(_) => {
+                            // Only the fields the borrow of `assembly` leaves free.
+                            self.state = State::Closed;
+                            self.frame = None;
+                            self.fragmented = None;
+                            write_close(out, CloseCode::INVALID_PAYLOAD, INVALID_TEXT);
+                            return Err(ProtocolError {
+                                code: CloseCode::INVALID_PAYLOAD,
+                                reason: INVALID_TEXT,
+                            });
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Some(event))
+    }
+
+    /// Starts the close handshake: queues a close frame and stops delivering
+    /// messages. Returns `false` (and queues nothing) if a close was already sent
+    /// or the connection is over.
+    ///
+    /// A code that may not be sent (see [`CloseCode::is_sendable`]) is replaced by
+    /// 1000; a reason longer than 123 bytes is cut at a character boundary.
+    pub fn close(&mut self, code: CloseCode, reason: &str, out: &mut WriteQueue) -> bool {
+        if self.state != State::Open {
+            return false;
+        }
+        let code = if code.is_sendable() {
+            code
+        } else {
+            CloseCode::NORMAL
+        };
+        write_close(out, code, close::truncate_reason(reason));
+        self.state = State::CloseSent;
+        true
+    }
+
+    /// Fails the connection: queues a close frame with `code` (unless one was
+    /// already sent) and ends the session. Used by backends, e.g. with 1011 when a
+    /// handler panics.
+    pub fn fail(
+        &mut self,
+        code: CloseCode,
+        reason: &'static str,
+        out: &mut WriteQueue,
+    ) -> ProtocolError {
+        if self.state == State::Open {
+            write_close(out, code, close::truncate_reason(reason));
+        }
+        self.state = State::Closed;
+        self.frame = None;
+        self.fragmented = None;
+        self.release_assembly = true;
+        ProtocolError { code, reason }
+    }
+
+    /// Ends the session without sending anything, because the connection is
+    /// already gone (TCP closed, or the close handshake timed out).
+    pub fn abandon(&mut self) {
+        self.state = State::Closed;
+        self.frame = None;
+        self.fragmented = None;
+        self.release_assembly = true;
+    }
+
+    /// True until a close frame has been sent or received.
+    pub fn is_open(&self) -> bool {
+        self.state == State::Open
+    }
+
+    /// True once we sent a close frame and still wait for the peer's.
+    pub fn is_closing(&self) -> bool {
+        self.state == State::CloseSent
+    }
+
+    /// True once the close handshake is complete or the connection failed.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// How many more bytes the frame in progress needs, so a backend can size its
+    /// read buffer; 0 between frames.
+    pub fn bytes_wanted(&self) -> usize {
+        self.frame
+            .as_ref()
+            .map_or(0, |f| f.header_len + f.kept + (f.payload_len - f.done))
+    }
+
+    /// Drops what the previous event borrowed and releases a delivered assembly.
+    fn settle(&mut self, input: &mut BytesMut) {
+        if self.consume > 0 {
+            input.advance(self.consume);
+            self.consume = 0;
+        }
+        if self.release_assembly {
+            self.release_assembly = false;
+            let buf = std::mem::take(&mut self.assembly);
+            if buf.capacity() > 0 {
+                self.pool.give(buf);
+            }
+        }
+    }
+
+    fn step(&mut self, input: &mut BytesMut, out: &mut WriteQueue) -> Result<Step, ProtocolError> {
+        self.settle(input);
+        if self.state == State::Closed {
+            // Nothing after the close frame (or a failure) is read.
+            input.clear();
+            return Ok(Step::NeedMore);
+        }
+        if self.frame.is_none() {
+            match decode_header(input, self.rules) {
+                Ok(None) => return Ok(Step::NeedMore),
+                Ok(Some((header, header_len))) => self.start_frame(header, header_len, out)?,
+                Err(e) => return Err(self.fail(e.close_code(), e.reason(), out)),
+            }
+        }
+        let Some(frame) = self.frame.as_mut() else {
+            return Ok(Step::NeedMore);
+        };
+
+        let start = frame.header_len + frame.kept;
+        let avail = (input.len() - start).min(frame.payload_len - frame.done);
+        let opcode = frame.header.opcode;
+        let fin = frame.header.fin;
+
+        if opcode.is_control() {
+            if avail < frame.payload_len {
+                return Ok(Step::NeedMore);
+            }
+            let payload = frame.header_len..frame.header_len + frame.payload_len;
+            if let Some(key) = frame.header.mask {
+                apply_mask(&mut input[payload.clone()], key, 0);
+            }
+            self.consume = payload.end;
+            self.frame = None;
+            return self.control(opcode, payload, input, out);
+        }
+
+        if let Some(key) = frame.header.mask {
+            apply_mask(&mut input[start..start + avail], key, frame.done);
+        }
+
+        if let Some(fragmented) = self.fragmented {
+            // Part of a fragmented message: check, append, drop from the input.
+            let piece = &input[start..start + avail];
+            if fragmented.text && self.utf8.feed(piece).is_err() {
+                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+            }
+            self.assembly.extend_from_slice(piece);
+            input.advance(start + avail);
+            frame.header_len = 0;
+            frame.done += avail;
+            if frame.done < frame.payload_len {
+                return Ok(Step::NeedMore);
+            }
+            self.frame = None;
+            if !fin {
+                return Ok(Step::Skip);
+            }
+            self.fragmented = None;
+            if fragmented.text && self.utf8.finish().is_err() {
+                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+            }
+            self.release_assembly = true;
+            if self.state == State::CloseSent {
+                return Ok(Step::Skip);
+            }
+            return Ok(Step::Ready(Ready::Message {
+                text: fragmented.text,
+                source: Source::Assembly,
+            }));
+        }
+
+        // An unfragmented message: it stays in the input until complete.
+        let text = opcode == OpCode::Text;
+        if avail < frame.payload_len - frame.done {
+            if text && self.utf8.feed(&input[start..start + avail]).is_err() {
+                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+            }
+            frame.kept += avail;
+            frame.done += avail;
+            return Ok(Step::NeedMore);
+        }
+        let payload = frame.header_len..frame.header_len + frame.payload_len;
+        self.consume = payload.end;
+        self.frame = None;
+        if self.state == State::CloseSent {
+            return Ok(Step::Skip);
+        }
+        // A text frame that arrived whole is validated once, when `read` turns it
+        // into a `&str`.
+        Ok(Step::Ready(Ready::Message {
+            text,
+            source: Source::Input(payload),
+        }))
+    }
+
+    /// Checks a new frame header against the message sequence and the limits,
+    /// before any of its payload is buffered.
+    fn start_frame(
+        &mut self,
+        header: FrameHeader,
+        header_len: usize,
+        out: &mut WriteQueue,
+    ) -> Result<(), ProtocolError> {
+        // Control frames were limited to 125 bytes by the decoder.
+        let len = header.payload_len;
+        if !header.opcode.is_control() {
+            if len > self.limits.max_frame_size as u64 {
+                return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, FRAME_TOO_BIG, out));
+            }
+            let len = len as usize;
+            let max_message = self.limits.max_message_size;
+            match (header.opcode, self.fragmented.as_mut()) {
+                (OpCode::Continuation, None) => {
+                    return Err(self.fail(
+                        CloseCode::PROTOCOL_ERROR,
+                        "continuation frame without a message to continue",
+                        out,
+                    ));
+                }
+                (OpCode::Continuation, Some(fragmented)) => {
+                    if len > max_message - fragmented.len {
+                        return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
+                    }
+                    fragmented.len += len;
+                }
+                (_, Some(_)) => {
+                    return Err(self.fail(
+                        CloseCode::PROTOCOL_ERROR,
+                        "new data frame inside a fragmented message",
+                        out,
+                    ));
+                }
+                (opcode, None) => {
+                    if len > max_message {
+                        return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
+                    }
+                    self.utf8 = Utf8Validator::new();
+                    if !header.fin {
+                        self.fragmented = Some(Fragmented {
+                            text: opcode == OpCode::Text,
+                            len,
+                        });
+                        if self.assembly.capacity() == 0 {
+                            self.assembly = self.pool.take(len);
+                        }
+                    }
+                }
+            }
+        }
+        debug_assert!(!header.opcode.is_control() || len <= MAX_CONTROL_PAYLOAD as u64);
+        self.frame = Some(Frame {
+            header,
+            payload_len: len as usize,
+            header_len,
+            done: 0,
+            kept: 0,
+        });
+        Ok(())
+    }
+
+    /// Handles a complete control frame whose payload is `input[payload]`.
+    fn control(
+        &mut self,
+        opcode: OpCode,
+        payload: Range<usize>,
+        input: &[u8],
+        out: &mut WriteQueue,
+    ) -> Result<Step, ProtocolError> {
+        match opcode {
+            OpCode::Ping => {
+                if self.state == State::Open {
+                    out.push_frame(true, 0, OpCode::Pong, &input[payload.clone()]);
+                }
+                Ok(Step::Ready(Ready::Ping(payload)))
+            }
+            OpCode::Pong => Ok(Step::Ready(Ready::Pong(payload))),
+            _ => {
+                let (code, reason) = match close::parse_close_payload(&input[payload.clone()]) {
+                    Err(bad) => return Err(self.fail(bad.close_code(), bad.reason(), out)),
+                    Ok(Some((code, _))) => (code, payload.start + 2..payload.end),
+                    Ok(None) => (CloseCode::NO_STATUS, payload.end..payload.end),
+                };
+                if self.state == State::Open {
+                    // Echo the peer's code, as RFC 6455 §5.5.1 suggests; a close
+                    // without a code is answered with a normal closure.
+                    let reply = if code == CloseCode::NO_STATUS {
+                        CloseCode::NORMAL
+                    } else {
+                        code
+                    };
+                    write_close(out, reply, "");
+                }
+                self.state = State::Closed;
+                self.fragmented = None;
+                self.release_assembly = true;
+                Ok(Step::Ready(Ready::Closed { code, reason }))
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.assembly);
+        if buf.capacity() > 0 {
+            self.pool.give(buf);
+        }
+    }
+}
+
+const INVALID_TEXT: &str = "text is not valid UTF-8";
+const FRAME_TOO_BIG: &str = "frame exceeds the maximum frame size";
+const MESSAGE_TOO_BIG: &str = "message exceeds the maximum message size";
+
+fn write_close(out: &mut WriteQueue, code: CloseCode, reason: &str) {
+    let mut payload = [0u8; 2 + MAX_CLOSE_REASON];
+    let reason = close::truncate_reason(reason);
+    payload[..2].copy_from_slice(&code.0.to_be_bytes());
+    payload[2..2 + reason.len()].copy_from_slice(reason.as_bytes());
+    out.push_frame(true, 0, OpCode::Close, &payload[..2 + reason.len()]);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+use std::io::IoSlice;
+
+use rand::{Rng, RngExt, SeedableRng};
+
+use super::*;
+use crate::proto::frame::{DecodeRules, write_frame};
+
+const KEY: [u8; 4] = [0x12, 0x34, 0x56, 0x78];
+
+/// A masked client frame.
+fn frame(fin: bool, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_frame(&mut out, fin, 0, opcode, payload, Some(KEY));
+    out
+}
+
+fn close_frame(code: u16, reason: &[u8]) -> Vec<u8> {
+    let mut p = code.to_be_bytes().to_vec();
+    p.extend_from_slice(reason);
+    frame(true, OpCode::Close, &p)
+}
+
+/// An event with its payload copied, so it can be compared after the borrow ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Ev {
+    Text(String),
+    Binary(Vec<u8>),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Closed(u16, String),
+    Failed(u16),
+}
+
+struct Harness {
+    session: Session,
+    input: BytesMut,
+    out: WriteQueue,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness::with_limits(Limits::default())
+    }
+
+    fn with_limits(limits: Limits) -> Self {
+        Harness {
+            session: Session::new(limits, Arc::new(BufferPool::default())),
+            input: BytesMut::new(),
+            out: WriteQueue::new(),
+        }
+    }
+
+    /// Appends `bytes` to the read buffer and collects every event.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<Ev> {
+        self.input.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        loop {
+            match self.session.read(&mut self.input, &mut self.out) {
+                Ok(None) => break,
+                Ok(Some(event)) => events.push(match event {
+                    Event::Message(Message::Text(t)) => Ev::Text(t.to_owned()),
+                    Event::Message(Message::Binary(b)) => Ev::Binary(b.to_vec()),
+                    Event::Ping(p) => Ev::Ping(p.to_vec()),
+                    Event::Pong(p) => Ev::Pong(p.to_vec()),
+                    Event::Closed { code, reason } => Ev::Closed(code.0, reason.to_owned()),
+                }),
+                Err(e) => {
+                    events.push(Ev::Failed(e.code.0));
+                    break;
+                }
+            }
+        }
+        events
+    }
+
+    /// Everything the session queued for the peer, as (opcode, payload) frames.
+    fn sent(&mut self) -> Sent {
+        let mut bytes = Vec::new();
+        let mut slices = [IoSlice::new(&[]); 8];
+        let n = self.out.io_slices(&mut slices);
+        for s in &slices[..n] {
+            bytes.extend_from_slice(s);
+        }
+        self.out.advance(bytes.len());
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (h, hl) = decode_header(&bytes[at..], DecodeRules::CLIENT)
+                .unwrap()
+                .expect("a whole frame");
+            assert!(h.fin);
+            let start = at + hl;
+            let end = start + h.payload_len as usize;
+            frames.push((h.opcode, bytes[start..end].to_vec()));
+            at = end;
+        }
+        frames
+    }
+}
+
+fn close_payload(code: u16) -> Vec<u8> {
+    code.to_be_bytes().to_vec()
+}
+
+#[test]
+fn delivers_text_binary_and_empty_messages() {
+    let mut h = Harness::new();
+    let mut wire = frame(true, OpCode::Text, "héllo".as_bytes());
+    wire.extend(frame(true, OpCode::Binary, &[0, 1, 2, 255]));
+    wire.extend(frame(true, OpCode::Text, b""));
+    wire.extend(frame(true, OpCode::Binary, b""));
+    assert_eq!(
+        h.feed(&wire),
+        [
+            Ev::Text("héllo".into()),
+            Ev::Binary(vec![0, 1, 2, 255]),
+            Ev::Text(String::new()),
+            Ev::Binary(vec![]),
+        ]
+    );
+    assert!(h.input.is_empty(), "all input consumed");
+    assert!(h.sent().is_empty());
+}
+
+#[test]
+fn whole_frames_are_delivered_without_copying() {
+    let mut h = Harness::new();
+    h.input
+        .extend_from_slice(&frame(true, OpCode::Binary, &[7u8; 300]));
+    let base = h.input.as_ptr() as usize;
+    let len = h.input.len();
+    match h.session.read(&mut h.input, &mut h.out).unwrap() {
+        Some(Event::Message(Message::Binary(b))) => {
+            let at = b.as_ptr() as usize;
+            assert!(
+                at >= base && at + b.len() <= base + len,
+                "borrowed from the read buffer"
+            );
+            assert_eq!(b, &[7u8; 300][..]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // The bytes are dropped lazily, by the next call.
+    assert_eq!(h.input.len(), len);
+    assert!(h.session.read(&mut h.input, &mut h.out).unwrap().is_none());
+    assert!(h.input.is_empty());
+}
+
+#[test]
+fn reassembles_fragments_with_control_frames_interleaved() {
+    let mut h = Harness::new();
+    let mut wire = frame(false, OpCode::Text, b"frag");
+    wire.extend(frame(true, OpCode::Ping, b"p1"));
+    wire.extend(frame(false, OpCode::Continuation, b"men"));
+    wire.extend(frame(true, OpCode::Pong, b"unsolicited"));
+    wire.extend(frame(false, OpCode::Continuation, b""));
+    wire.extend(frame(true, OpCode::Continuation, b"ted"));
+    assert_eq!(
+        h.feed(&wire),
+        [
+            Ev::Ping(b"p1".to_vec()),
+            Ev::Pong(b"unsolicited".to_vec()),
+            Ev::Text("fragmented".into()),
+        ]
+    );
+    assert_eq!(h.sent(), [(OpCode::Pong, b"p1".to_vec())]);
+    assert!(h.input.is_empty());
+}
+
+#[test]
+fn answers_every_ping_with_the_same_payload() {
+    let mut h = Harness::new();
+    let mut wire = Vec::new();
+    for i in 0..10u8 {
+        wire.extend(frame(true, OpCode::Ping, &[i; 125][..usize::from(i) * 12]));
+    }
+    assert_eq!(h.feed(&wire).len(), 10);
+    let sent = h.sent();
+    assert_eq!(sent.len(), 10);
+    for (i, (op, payload)) in sent.iter().enumerate() {
+        assert_eq!(*op, OpCode::Pong);
+        assert_eq!(payload, &vec![i as u8; i * 12]);
+    }
+}
+
+#[test]
+fn continuation_without_a_message_is_a_protocol_error() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.feed(&frame(true, OpCode::Continuation, b"x")),
+        [Ev::Failed(1002)]
+    );
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, OpCode::Close);
+    assert_eq!(sent[0].1[..2], close_payload(1002)[..]);
+    assert!(h.session.is_closed());
+}
+
+#[test]
+fn a_new_message_inside_a_fragmented_one_is_a_protocol_error() {
+    let mut h = Harness::new();
+    let mut wire = frame(false, OpCode::Binary, b"a");
+    wire.extend(frame(true, OpCode::Text, b"b"));
+    assert_eq!(h.feed(&wire), [Ev::Failed(1002)]);
+}
+
+#[test]
+fn frame_errors_fail_with_1002_and_a_close_frame() {
+    let cases: Vec<Vec<u8>> = vec![
+        vec![0x83, 0x80, 1, 2, 3, 4],                // reserved opcode
+        vec![0xC1, 0x80, 1, 2, 3, 4],                // RSV1 without an extension
+        vec![0x81, 0x00],                            // unmasked
+        vec![0x89, 0xFE, 0x00, 0x7E, 1, 2, 3, 4],    // ping longer than 125
+        vec![0x09, 0x80, 1, 2, 3, 4],                // fragmented ping
+        vec![0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0], // 64-bit length, top bit set
+    ];
+    for wire in cases {
+        let mut h = Harness::new();
+        assert_eq!(h.feed(&wire), [Ev::Failed(1002)], "{wire:x?}");
+        let sent = h.sent();
+        assert_eq!(sent[0].0, OpCode::Close);
+        assert_eq!(sent[0].1[..2], close_payload(1002)[..]);
+    }
+}
+
+#[test]
+fn invalid_utf8_fails_with_1007() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.feed(&frame(true, OpCode::Text, b"ok\xFFok")),
+        [Ev::Failed(1007)]
+    );
+    assert_eq!(h.sent()[0].1[..2], close_payload(1007)[..]);
+}
+
+#[test]
+fn invalid_utf8_fails_fast_within_a_fragmented_message() {
+    let mut h = Harness::new();
+    // U+110000 as F4 90 80 80: out of range, detectable at its second byte.
+    assert!(h.feed(&frame(false, OpCode::Text, b"abc\xF4")).is_empty());
+    assert_eq!(
+        h.feed(&frame(false, OpCode::Continuation, b"\x90\x80\x80")),
+        [Ev::Failed(1007)]
+    );
+}
+
+#[test]
+fn invalid_utf8_fails_fast_within_a_frame_that_is_still_arriving() {
+    let mut h = Harness::new();
+    let mut payload = "κόσμε".as_bytes().to_vec();
+    payload.extend_from_slice(b"\xF4\x90\x80\x80");
+    payload.extend_from_slice(&[b'x'; 100]);
+    let wire = frame(true, OpCode::Text, &payload);
+    let bad_at = wire.len() - payload.len() + "κόσμε".len() + 2;
+    assert!(h.feed(&wire[..bad_at - 1]).is_empty(), "valid so far");
+    assert_eq!(
+        h.feed(&wire[bad_at - 1..bad_at]),
+        [Ev::Failed(1007)],
+        "fails before the rest"
+    );
+}
+
+#[test]
+fn a_message_split_inside_a_character_across_fragments_is_valid() {
+    let mut h = Harness::new();
+    let bytes = "a€b".as_bytes(); // € is three bytes
+    let mut wire = frame(false, OpCode::Text, &bytes[..2]);
+    wire.extend(frame(false, OpCode::Continuation, &bytes[2..3]));
+    wire.extend(frame(true, OpCode::Continuation, &bytes[3..]));
+    assert_eq!(h.feed(&wire), [Ev::Text("a€b".into())]);
+}
+
+#[test]
+fn a_message_ending_inside_a_character_fails() {
+    let mut h = Harness::new();
+    let bytes = "a€".as_bytes();
+    let mut wire = frame(false, OpCode::Text, &bytes[..2]);
+    wire.extend(frame(true, OpCode::Continuation, &bytes[2..3]));
+    assert_eq!(h.feed(&wire), [Ev::Failed(1007)]);
+}
+
+#[test]
+fn peer_close_is_answered_and_ends_reading() {
+    let mut h = Harness::new();
+    let mut wire = close_frame(3000, b"bye");
+    wire.extend(frame(true, OpCode::Text, b"ignored"));
+    wire.extend(frame(true, OpCode::Ping, b"ignored"));
+    assert_eq!(h.feed(&wire), [Ev::Closed(3000, "bye".into())]);
+    assert_eq!(h.sent(), [(OpCode::Close, close_payload(3000))]);
+    assert!(h.session.is_closed());
+    assert!(h.feed(&frame(true, OpCode::Text, b"more")).is_empty());
+    assert!(h.sent().is_empty());
+}
+
+#[test]
+fn empty_close_is_reported_as_1005_and_answered_with_1000() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.feed(&frame(true, OpCode::Close, b"")),
+        [Ev::Closed(1005, String::new())]
+    );
+    assert_eq!(h.sent(), [(OpCode::Close, close_payload(1000))]);
+}
+
+#[test]
+fn bad_close_frames_get_the_right_code() {
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (frame(true, OpCode::Close, &[0x03]), 1002),
+        (close_frame(999, b""), 1002),
+        (close_frame(1005, b""), 1002),
+        (close_frame(1006, b""), 1002),
+        (close_frame(1015, b""), 1002),
+        (close_frame(5000, b""), 1002),
+        (close_frame(1000, b"\xCE\xBA\xE1\xBD"), 1007),
+    ];
+    for (wire, code) in cases {
+        let mut h = Harness::new();
+        assert_eq!(h.feed(&wire), [Ev::Failed(code)], "{wire:x?}");
+        assert_eq!(h.sent()[0].1[..2], close_payload(code)[..]);
+    }
+    for code in [1000u16, 1001, 1002, 1003, 1007, 1011, 1014, 3000, 4999] {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.feed(&close_frame(code, b"")),
+            [Ev::Closed(code, String::new())]
+        );
+    }
+}
+
+#[test]
+fn oversized_frames_fail_with_1009_before_their_payload_arrives() {
+    let limits = Limits {
+        max_frame_size: 100,
+        max_message_size: 150,
+    };
+    let mut h = Harness::with_limits(limits);
+    let wire = frame(true, OpCode::Binary, &[0u8; 101]);
+    // Only the header is fed: the limit is enforced on it.
+    assert_eq!(h.feed(&wire[..8]), [Ev::Failed(1009)]);
+    assert_eq!(h.sent()[0].1[..2], close_payload(1009)[..]);
+
+    let mut h = Harness::with_limits(limits);
+    assert!(
+        h.feed(&frame(false, OpCode::Binary, &[0u8; 100]))
+            .is_empty()
+    );
+    let second = frame(true, OpCode::Continuation, &[0u8; 51]);
+    assert_eq!(h.feed(&second[..6]), [Ev::Failed(1009)], "header only");
+
+    let mut h = Harness::with_limits(limits);
+    let mut wire = frame(false, OpCode::Binary, &[1u8; 100]);
+    wire.extend(frame(true, OpCode::Continuation, &[2u8; 50]));
+    assert_eq!(h.feed(&wire).len(), 1, "exactly at the limit is fine");
+}
+
+#[test]
+fn handler_close_waits_for_the_peer_and_drops_data_meanwhile() {
+    let mut h = Harness::new();
+    assert!(h.session.close(CloseCode(4000), "done", &mut h.out));
+    assert!(!h.session.close(CloseCode::NORMAL, "again", &mut h.out));
+    let mut expected = 4000u16.to_be_bytes().to_vec();
+    expected.extend_from_slice(b"done");
+    assert_eq!(h.sent(), [(OpCode::Close, expected)]);
+    assert!(h.session.is_closing());
+
+    let mut wire = frame(true, OpCode::Text, b"late");
+    wire.extend(frame(true, OpCode::Ping, b"p"));
+    wire.extend(close_frame(1000, b""));
+    assert_eq!(
+        h.feed(&wire),
+        [Ev::Ping(b"p".to_vec()), Ev::Closed(1000, String::new())]
+    );
+    assert!(
+        h.sent().is_empty(),
+        "no pong and no second close after ours"
+    );
+    assert!(h.session.is_closed());
+}
+
+#[test]
+fn fail_sends_the_given_code_once() {
+    let mut h = Harness::new();
+    let e = h
+        .session
+        .fail(CloseCode::INTERNAL_ERROR, "handler panicked", &mut h.out);
+    assert_eq!(e.code, CloseCode::INTERNAL_ERROR);
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0].1[..2], &close_payload(1011)[..]);
+    assert_eq!(&sent[0].1[2..], b"handler panicked");
+    h.session
+        .fail(CloseCode::INTERNAL_ERROR, "again", &mut h.out);
+    assert!(h.sent().is_empty());
+}
+
+#[test]
+fn bytes_wanted_reports_the_rest_of_the_frame() {
+    let mut h = Harness::new();
+    let wire = frame(true, OpCode::Binary, &[5u8; 1000]);
+    assert!(h.feed(&wire[..100]).is_empty());
+    assert_eq!(h.session.bytes_wanted(), wire.len());
+    assert_eq!(h.feed(&wire[100..]).len(), 1);
+    assert_eq!(h.session.bytes_wanted(), 0);
+}
+
+/// Random conversations: messages (some fragmented, text or binary, with pings
+/// between fragments) then a close.
+/// Frames the server sends, as (opcode, payload).
+type Sent = Vec<(OpCode, Vec<u8>)>;
+
+fn random_wire(rng: &mut impl Rng) -> (Vec<u8>, Vec<Ev>, Sent) {
+    let mut wire = Vec::new();
+    let mut events = Vec::new();
+    let mut sent = Vec::new();
+    for _ in 0..rng.random_range(1..12) {
+        let text = rng.random_bool(0.5);
+        let len = if rng.random_bool(0.1) {
+            rng.random_range(0..70_000)
+        } else {
+            rng.random_range(0..300)
+        };
+        let payload: Vec<u8> = if text {
+            "aé€🎵"
+                .chars()
+                .cycle()
+                .take(len / 3)
+                .collect::<String>()
+                .into_bytes()
+        } else {
+            (0..len).map(|_| rng.random()).collect()
+        };
+        let opcode = if text { OpCode::Text } else { OpCode::Binary };
+        let pieces = rng.random_range(1..5usize).min(payload.len().max(1));
+        let mut cuts: Vec<usize> = (1..pieces)
+            .map(|_| rng.random_range(0..=payload.len()))
+            .collect();
+        cuts.sort_unstable();
+        cuts.push(payload.len());
+        let mut at = 0;
+        for (i, &cut) in cuts.iter().enumerate() {
+            let op = if i == 0 { opcode } else { OpCode::Continuation };
+            wire.extend(frame(i + 1 == cuts.len(), op, &payload[at..cut]));
+            at = cut;
+            if i + 1 < cuts.len() && rng.random_bool(0.3) {
+                let ping: Vec<u8> = (0..rng.random_range(0..=125))
+                    .map(|_| rng.random())
+                    .collect();
+                wire.extend(frame(true, OpCode::Ping, &ping));
+                events.push(Ev::Ping(ping.clone()));
+                sent.push((OpCode::Pong, ping));
+            }
+        }
+        events.push(if text {
+            Ev::Text(String::from_utf8(payload).unwrap())
+        } else {
+            Ev::Binary(payload)
+        });
+    }
+    wire.extend(close_frame(1000, b"end"));
+    events.push(Ev::Closed(1000, "end".into()));
+    sent.push((OpCode::Close, close_payload(1000)));
+    (wire, events, sent)
+}
+
+#[test]
+fn byte_by_byte_and_random_chunks_give_the_same_events() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    for round in 0..60 {
+        let (wire, events, sent) = random_wire(&mut rng);
+        let whole = {
+            let mut h = Harness::new();
+            let ev = h.feed(&wire);
+            (ev, h.sent())
+        };
+        assert_eq!(whole.0, events, "round {round}, all at once");
+        assert_eq!(whole.1, sent, "round {round}, all at once");
+
+        let mut h = Harness::new();
+        let mut ev = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let n = if round % 3 == 0 {
+                1
+            } else {
+                rng.random_range(1..=2000).min(wire.len() - at)
+            };
+            ev.extend(h.feed(&wire[at..at + n]));
+            at += n;
+        }
+        assert_eq!(ev, events, "round {round}, in chunks");
+        assert_eq!(h.sent(), sent, "round {round}, in chunks");
+    }
+}

@@ -1,0 +1,269 @@
+//! The outbound byte queue: frames waiting to be written, in order.
+//!
+//! Small frames are copied into one contiguous `tail` buffer, so that everything
+//! produced while handling one read (echoes, pongs, a close) is written by one
+//! `write`. Large payloads handed over as `Bytes` are not copied: the queue holds
+//! them as separate segments and the backend writes all segments with one
+//! `writev`. The queue knows nothing about sockets; the backend asks for
+//! [`WriteQueue::io_slices`] and reports progress with [`WriteQueue::advance`].
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::frame::{MAX_HEADER_LEN, OpCode, encode_header};
+
+/// Shared payloads up to this size are copied into the tail instead of being
+/// queued as their own segment: a copy of a few hundred bytes is cheaper than an
+/// extra iovec and a reference count.
+const COPY_BELOW: usize = 512;
+
+/// Frames waiting to be written.
+#[derive(Debug, Default)]
+pub struct WriteQueue {
+    /// Segments that come before `tail`, oldest first.
+    segments: VecDeque<Bytes>,
+    /// Small frames, coalesced. Always written after `segments`.
+    tail: BytesMut,
+    /// Bytes queued in `segments` and `tail` together.
+    len: usize,
+}
+
+impl WriteQueue {
+    pub fn new() -> Self {
+        WriteQueue {
+            segments: VecDeque::new(),
+            tail: BytesMut::new(),
+            len: 0,
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Queues a frame, copying `payload` (server frames are never masked).
+    pub fn push_frame(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) {
+        self.put_header(fin, rsv, opcode, payload.len());
+        self.tail.extend_from_slice(payload);
+        self.len += payload.len();
+    }
+
+    /// Queues a frame whose payload is shared: large payloads are not copied.
+    pub fn push_frame_shared(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: Bytes) {
+        if payload.len() < COPY_BELOW {
+            return self.push_frame(fin, rsv, opcode, &payload);
+        }
+        self.put_header(fin, rsv, opcode, payload.len());
+        self.len += payload.len();
+        let head = self.tail.split().freeze();
+        self.segments.push_back(head);
+        self.segments.push_back(payload);
+    }
+
+    /// Queues raw bytes, for the HTTP handshake response.
+    pub fn push_raw(&mut self, bytes: &[u8]) {
+        self.tail.extend_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// Moves everything queued in `other` to the end of this queue.
+    pub fn append(&mut self, other: &mut WriteQueue) {
+        if other.is_empty() {
+            return;
+        }
+        if other.segments.is_empty() {
+            self.tail.extend_from_slice(&other.tail);
+        } else {
+            if !self.tail.is_empty() {
+                self.segments.push_back(self.tail.split().freeze());
+            }
+            self.segments.append(&mut other.segments);
+            if !other.tail.is_empty() {
+                self.segments.push_back(other.tail.split().freeze());
+            }
+        }
+        self.len += other.len;
+        other.tail.clear();
+        other.len = 0;
+    }
+
+    /// Fills `dst` with the queued bytes in order and returns how many slices it
+    /// used. The slices stay valid until the queue is changed.
+    pub fn io_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        let parts = self
+            .segments
+            .iter()
+            .map(|b| &b[..])
+            .chain(std::iter::once(&self.tail[..]));
+        for part in parts.filter(|p| !p.is_empty()) {
+            if n == dst.len() {
+                break;
+            }
+            dst[n] = IoSlice::new(part);
+            n += 1;
+        }
+        n
+    }
+
+    /// Drops the first `n` queued bytes: they have been written.
+    ///
+    /// # Panics
+    /// If `n` is more than [`WriteQueue::len`].
+    pub fn advance(&mut self, mut n: usize) {
+        assert!(n <= self.len, "advanced past the end of the write queue");
+        self.len -= n;
+        while n > 0 {
+            match self.segments.front_mut() {
+                Some(front) if front.len() <= n => {
+                    n -= front.len();
+                    self.segments.pop_front();
+                }
+                Some(front) => {
+                    front.advance(n);
+                    return;
+                }
+                None => {
+                    self.tail.advance(n);
+                    return;
+                }
+            }
+        }
+        // Drop emptied segments so the next `io_slices` starts at real data.
+        while self.segments.front().is_some_and(|s| s.is_empty()) {
+            self.segments.pop_front();
+        }
+    }
+
+    /// Whether the queue has no buffer to copy frames into yet.
+    pub fn needs_buffer(&self) -> bool {
+        self.tail.capacity() == 0
+    }
+
+    /// Installs `buf` as the buffer frames are copied into, if the queue has none;
+    /// otherwise `buf` is handed back.
+    pub fn provide_buffer(&mut self, buf: BytesMut) -> Option<BytesMut> {
+        if self.tail.capacity() == 0 {
+            debug_assert!(buf.is_empty());
+            self.tail = buf;
+            None
+        } else {
+            Some(buf)
+        }
+    }
+
+    /// Takes the copy buffer out of an empty queue, so an idle connection holds
+    /// none; `None` if the queue still has bytes to write or holds no buffer.
+    pub fn take_buffer(&mut self) -> Option<BytesMut> {
+        if self.is_empty() && self.tail.capacity() > 0 {
+            self.segments.clear();
+            Some(std::mem::take(&mut self.tail))
+        } else {
+            None
+        }
+    }
+
+    fn put_header(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload_len: usize) {
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let n = encode_header(&mut header, fin, rsv, opcode, payload_len as u64, None);
+        self.tail.extend_from_slice(&header[..n]);
+        self.len += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(q: &mut WriteQueue, max_per_write: usize) -> Vec<u8> {
+        let mut written = Vec::new();
+        while !q.is_empty() {
+            let mut slices = [IoSlice::new(&[]); 4];
+            let n = q.io_slices(&mut slices);
+            let mut budget = max_per_write;
+            let mut took = 0;
+            for s in &slices[..n] {
+                let k = s.len().min(budget);
+                written.extend_from_slice(&s[..k]);
+                budget -= k;
+                took += k;
+            }
+            q.advance(took);
+        }
+        written
+    }
+
+    #[test]
+    fn keeps_frame_order_across_copied_and_shared_payloads() {
+        let big = Bytes::from(vec![0xAB; 4000]);
+        let mut q = WriteQueue::new();
+        q.push_frame(true, 0, OpCode::Text, b"one");
+        q.push_frame_shared(true, 0, OpCode::Binary, big.clone());
+        q.push_frame(true, 0, OpCode::Pong, b"p");
+        q.push_frame_shared(true, 0, OpCode::Binary, Bytes::from_static(b"tiny"));
+
+        let mut expected = vec![0x81, 3];
+        expected.extend_from_slice(b"one");
+        expected.extend_from_slice(&[0x82, 126, 0x0F, 0xA0]);
+        expected.extend_from_slice(&big);
+        expected.extend_from_slice(&[0x8A, 1, b'p', 0x82, 4]);
+        expected.extend_from_slice(b"tiny");
+        assert_eq!(q.len(), expected.len());
+
+        for max in [1usize, 3, 7, 1000, usize::MAX] {
+            let mut copy = WriteQueue::new();
+            copy.push_frame(true, 0, OpCode::Text, b"one");
+            copy.push_frame_shared(true, 0, OpCode::Binary, big.clone());
+            copy.push_frame(true, 0, OpCode::Pong, b"p");
+            copy.push_frame_shared(true, 0, OpCode::Binary, Bytes::from_static(b"tiny"));
+            assert_eq!(drain(&mut copy, max), expected, "{max} bytes per write");
+        }
+    }
+
+    #[test]
+    fn large_shared_payloads_are_not_copied() {
+        let big = Bytes::from(vec![1u8; 10_000]);
+        let mut q = WriteQueue::new();
+        q.push_frame_shared(true, 0, OpCode::Binary, big.clone());
+        let mut slices = [IoSlice::new(&[]); 4];
+        let n = q.io_slices(&mut slices);
+        assert_eq!(n, 2, "header and payload");
+        assert_eq!(slices[1].as_ptr(), big.as_ptr());
+    }
+
+    #[test]
+    fn append_moves_everything_in_order() {
+        let mut a = WriteQueue::new();
+        a.push_raw(b"a");
+        let mut b = WriteQueue::new();
+        b.push_raw(b"b");
+        b.push_frame_shared(true, 0, OpCode::Binary, Bytes::from(vec![2u8; 600]));
+        b.push_raw(b"c");
+        a.append(&mut b);
+        assert!(b.is_empty());
+        let out = drain(&mut a, usize::MAX);
+        assert_eq!(&out[..2], b"ab");
+        assert_eq!(out.len(), 2 + 4 + 600 + 1);
+        assert_eq!(out[out.len() - 1], b'c');
+    }
+
+    #[test]
+    fn the_copy_buffer_can_be_taken_out_and_given_back() {
+        let mut q = WriteQueue::new();
+        assert!(q.needs_buffer());
+        assert!(q.provide_buffer(BytesMut::with_capacity(64)).is_none());
+        q.push_raw(b"xy");
+        assert!(q.take_buffer().is_none(), "not while bytes are queued");
+        q.advance(2);
+        let buf = q.take_buffer().expect("empty queue gives its buffer back");
+        assert!(buf.capacity() > 0);
+        assert!(q.needs_buffer());
+    }
+}

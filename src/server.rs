@@ -1,0 +1,190 @@
+//! What a server keeps across its connections, whatever the backend: settings,
+//! the buffer pool, connection ids, the live-connection count and the registry a
+//! shutdown uses to reach every connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::conn::{Conn, ConnShared};
+use crate::pool::BufferPool;
+use crate::proto::CloseCode;
+use crate::registry::Registry;
+
+pub(crate) struct ServerCore {
+    pub(crate) config: Config,
+    pub(crate) pool: Arc<BufferPool>,
+    registry: Registry,
+    next_id: AtomicU64,
+    live: AtomicUsize,
+    idle: Notify,
+    shutting_down: AtomicBool,
+    /// Wakes the accept loop when a shutdown is requested.
+    shutdown_requested: Notify,
+}
+
+impl ServerCore {
+    pub(crate) fn new(config: Config) -> Arc<ServerCore> {
+        Arc::new(ServerCore {
+            config,
+            pool: Arc::new(BufferPool::default()),
+            registry: Registry::default(),
+            next_id: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
+            idle: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+            shutdown_requested: Notify::new(),
+        })
+    }
+
+    /// Counts a connection task until the guard is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> LiveGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(self.clone())
+    }
+
+    /// Creates the shared state of an upgraded connection and registers it, so a
+    /// shutdown reaches it. If a shutdown has already begun, the connection is
+    /// asked to close right away.
+    pub(crate) fn open_connection(
+        self: &Arc<Self>,
+        peer: std::net::SocketAddr,
+    ) -> (Conn, Registration) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let shared = ConnShared::new(id, peer, self.config.max_outbound_bytes, self.pool.clone());
+        self.registry.insert(id, shared.clone());
+        let registration = Registration {
+            core: self.clone(),
+            id,
+        };
+        let conn = Conn::from_shared(shared);
+        // Pairs with the fence in `begin_shutdown`: either that sweep sees this
+        // registration, or this load sees its flag.
+        fence(Ordering::SeqCst);
+        if self.shutting_down.load(Ordering::SeqCst) {
+            let _ = conn.close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
+        }
+        (conn, registration)
+    }
+
+    /// Sets the shutdown flag, wakes the accept loop, and asks every registered
+    /// connection to close with 1001. Returns false if a shutdown was already
+    /// under way.
+    pub(crate) fn begin_shutdown(&self) -> bool {
+        if self.shutting_down.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.shutdown_requested.notify_one();
+        self.registry.for_each(|shared| {
+            let _ = Conn::from_shared(shared.clone()).close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
+        });
+        true
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once a shutdown has been requested.
+    pub(crate) async fn shutdown_requested(&self) {
+        while !self.is_shutting_down() {
+            self.shutdown_requested.notified().await;
+        }
+    }
+
+    /// Drops every registered connection at once (after the shutdown timeout).
+    pub(crate) fn abort_all(&self) {
+        self.registry.for_each(|shared| shared.abort());
+    }
+
+    /// Resolves once no connection task is left.
+    pub(crate) async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.live.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Connection tasks alive, including those still in the handshake.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Upgraded connections currently registered.
+    pub(crate) fn registered(&self) -> usize {
+        self.registry.len()
+    }
+}
+
+const SHUTDOWN_REASON: &str = "server shutting down";
+
+/// Keeps a connection task counted as live.
+pub(crate) struct LiveGuard(Arc<ServerCore>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Keeps an upgraded connection in the registry.
+pub(crate) struct Registration {
+    core: Arc<ServerCore>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.core.registry.remove(self.id);
+    }
+}
+
+/// A handle to a running server, to stop it or look at it from elsewhere.
+#[derive(Clone)]
+pub struct ServerHandle {
+    core: Arc<ServerCore>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("connections", &self.connections())
+            .field("shutting_down", &self.core.is_shutting_down())
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    pub(crate) fn new(core: Arc<ServerCore>) -> Self {
+        ServerHandle { core }
+    }
+
+    /// Starts a graceful shutdown: the server stops accepting, sends close 1001
+    /// to every connection and waits for them (bounded by `shutdown_timeout`)
+    /// before `serve` returns. Calling it again does nothing.
+    pub fn shutdown(&self) {
+        if self.core.begin_shutdown() {
+            tracing::info!(connections = self.connections(), "shutting down");
+        }
+    }
+
+    /// Open WebSocket connections (upgraded and not yet closed).
+    pub fn connections(&self) -> usize {
+        self.core.registered()
+    }
+
+    /// Connection tasks alive, including ones still in the handshake or closing.
+    pub fn tasks(&self) -> usize {
+        self.core.live()
+    }
+}

@@ -1,0 +1,348 @@
+//! One connection on tokio: the socket side of the path from bytes to callbacks.
+//!
+//! The task waits for readiness, not data: only when the socket is readable does
+//! it take a buffer from the pool and read into it, and it gives the buffer back
+//! before it sleeps again unless a partial frame is left in it. Everything the
+//! callbacks and the protocol queue while handling one read goes out in one
+//! `writev`. While a write is blocked the task does not read, so a peer that does
+//! not read its replies stops being read from.
+
+use std::future::{Future, poll_fn};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{Sleep, sleep, timeout};
+
+use crate::conn::ConnShared;
+use crate::dispatch::{Attention, Dispatch};
+use crate::handler::Handler;
+use crate::handshake::{self, Answer, HandshakeError};
+use crate::pool::BufferPool;
+use crate::proto::{Session, WriteQueue};
+use crate::server::ServerCore;
+
+/// How many iovecs one `writev` takes at most.
+const MAX_IOVECS: usize = 64;
+
+/// Bytes read and thrown away while waiting for a peer to end TCP, at most.
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// Serves one accepted TCP connection, from the handshake to the last byte.
+pub(crate) async fn run<H: Handler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    core: Arc<ServerCore>,
+    handler: Arc<H>,
+) {
+    let _live = core.enter();
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+    }
+    let config = &core.config;
+    let mut socket = Socket {
+        stream,
+        read_buf: BytesMut::new(),
+        pool: core.pool.clone(),
+        read_size: config.read_buffer_size,
+    };
+
+    let mut response = WriteQueue::new();
+    let read_request = socket.read_upgrade(&*handler, config.max_handshake_size, &mut response);
+    let state = match timeout(config.handshake_timeout, read_request).await {
+        Ok(Ok(Some(state))) => state,
+        Ok(Ok(None)) => return socket.refuse(&mut response, config.close_timeout).await,
+        Ok(Err(_)) => return socket.release_buffer(),
+        Err(_elapsed) => {
+            let e = HandshakeError::TimedOut;
+            handshake::write_error(&mut response, e.status(), e.reason());
+            return socket.refuse(&mut response, config.close_timeout).await;
+        }
+    };
+
+    let (conn, _registration) = core.open_connection(peer);
+    let shared = conn.clone();
+    let shared = shared.shared();
+    // The 101 goes first; whatever `on_open` sends follows it in the same write.
+    std::mem::swap(&mut shared.lock().queue, &mut response);
+    let session = Session::new(config.limits, core.pool.clone());
+    let mut dispatch = Dispatch::open(handler, session, conn, state);
+    if !socket.read_buf.is_empty() {
+        // Frames that arrived together with the request.
+        dispatch.input(&mut socket.read_buf);
+    }
+    socket
+        .drive(&mut dispatch, shared, config.close_timeout)
+        .await;
+}
+
+/// The TCP stream and the read buffer, which is borrowed from the pool only
+/// while there is something in it.
+struct Socket {
+    stream: TcpStream,
+    read_buf: BytesMut,
+    pool: Arc<BufferPool>,
+    read_size: usize,
+}
+
+enum Wake {
+    Readable,
+    /// Something was queued by another task, or a close or abort was requested.
+    Attention,
+    /// Our close frame went unanswered for `close_timeout`.
+    CloseTimeout,
+}
+
+impl Socket {
+    /// Reads until the upgrade request is complete, then answers it. Returns the
+    /// handler's state if it was accepted (the `101` is in `out` and the request
+    /// is gone from the read buffer), or `None` if it was refused (the error
+    /// response is in `out`).
+    async fn read_upgrade<H: Handler>(
+        &mut self,
+        handler: &H,
+        max_head_len: usize,
+        out: &mut WriteQueue,
+    ) -> io::Result<Option<H::State>> {
+        loop {
+            if self.read_some(max_head_len + 1).await? == 0 {
+                if self.read_buf.is_empty() {
+                    // Connected and left (a port check): nothing to answer.
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                let e = HandshakeError::Incomplete;
+                handshake::write_error(out, e.status(), e.reason());
+                return Ok(None);
+            }
+            match handshake::answer(&self.read_buf, handler, max_head_len, out) {
+                Answer::Incomplete => continue,
+                Answer::Refused => return Ok(None),
+                Answer::Accepted { state, head_len } => {
+                    self.read_buf.advance(head_len);
+                    return Ok(Some(state));
+                }
+            }
+        }
+    }
+
+    /// The main loop of an upgraded connection.
+    async fn drive<H: Handler>(
+        &mut self,
+        dispatch: &mut Dispatch<H>,
+        shared: &ConnShared,
+        close_timeout: Duration,
+    ) {
+        let mut close_deadline: Option<Pin<Box<Sleep>>> = None;
+        loop {
+            if shared.take_attention() && dispatch.attend() == Attention::Abort {
+                return self.release_buffer();
+            }
+            if let Err(error) = self.flush(shared, close_deadline.as_mut()).await {
+                dispatch.abnormal(&format!("write failed: {error}"));
+                return self.release_buffer();
+            }
+            dispatch.flushed();
+            if dispatch.is_closed() {
+                return self.close_tcp(close_timeout).await;
+            }
+            if dispatch.is_closing() && close_deadline.is_none() {
+                close_deadline = Some(Box::pin(sleep(close_timeout)));
+            }
+            match self.wait(shared, close_deadline.as_mut()).await {
+                Wake::Attention => {}
+                Wake::CloseTimeout => {
+                    dispatch.abnormal("close handshake timed out");
+                    return self.release_buffer();
+                }
+                Wake::Readable => match self.try_read(dispatch.bytes_wanted()) {
+                    Ok(0) => {
+                        dispatch.abnormal("connection closed without a close frame");
+                        return self.release_buffer();
+                    }
+                    Ok(_) => dispatch.input(&mut self.read_buf),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(error) => {
+                        dispatch.abnormal(&format!("read failed: {error}"));
+                        return self.release_buffer();
+                    }
+                },
+            }
+        }
+    }
+
+    /// Waits until the socket is readable, another task needs this one, or the
+    /// close deadline passes. Before sleeping, an empty read buffer goes back to
+    /// the pool: an idle connection holds none.
+    fn wait<'a>(
+        &'a mut self,
+        shared: &'a ConnShared,
+        mut close_deadline: Option<&'a mut Pin<Box<Sleep>>>,
+    ) -> impl Future<Output = Wake> + 'a {
+        poll_fn(move |cx| {
+            shared.register(cx.waker());
+            if shared.has_pending_work() {
+                return Poll::Ready(Wake::Attention);
+            }
+            if let Some(deadline) = close_deadline.as_deref_mut() {
+                if deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Wake::CloseTimeout);
+                }
+            }
+            match self.stream.poll_read_ready(cx) {
+                Poll::Ready(_) => Poll::Ready(Wake::Readable),
+                Poll::Pending => {
+                    self.release_buffer();
+                    Poll::Pending
+                }
+            }
+        })
+    }
+
+    /// Writes the connection's queue until it is empty, waiting for the socket
+    /// to become writable as needed.
+    async fn flush(
+        &mut self,
+        shared: &ConnShared,
+        mut close_deadline: Option<&mut Pin<Box<Sleep>>>,
+    ) -> io::Result<()> {
+        loop {
+            let done = {
+                let mut outbox = shared.lock();
+                outbox.flush_scheduled = false;
+                let done = write_queue(&self.stream, &mut outbox.queue)?;
+                if done {
+                    if let Some(buf) = outbox.queue.take_buffer() {
+                        shared.pool().give(buf);
+                    }
+                }
+                done
+            };
+            if done {
+                return Ok(());
+            }
+            poll_fn(|cx| {
+                shared.register(cx.waker());
+                if shared.lock().abort {
+                    return Poll::Ready(Err(io::Error::other("aborted by server shutdown")));
+                }
+                if let Some(deadline) = close_deadline.as_deref_mut() {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+                    }
+                }
+                self.stream.poll_write_ready(cx)
+            })
+            .await?;
+        }
+    }
+
+    /// Reads once into the pooled buffer, sized for the frame in progress.
+    fn try_read(&mut self, bytes_wanted: usize) -> io::Result<usize> {
+        self.prepare_buffer(bytes_wanted);
+        self.stream.try_read_buf(&mut self.read_buf)
+    }
+
+    /// Waits for readability and reads once (for the handshake).
+    async fn read_some(&mut self, bytes_wanted: usize) -> io::Result<usize> {
+        loop {
+            self.stream.readable().await?;
+            match self.try_read(bytes_wanted) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                result => return result,
+            }
+        }
+    }
+
+    /// Makes sure the read buffer exists and has room: for the whole frame in
+    /// progress if one is (its size was checked against the limits), else for a
+    /// normal read.
+    fn prepare_buffer(&mut self, bytes_wanted: usize) {
+        if self.read_buf.capacity() == 0 {
+            self.read_buf = self.pool.take(self.read_size.max(bytes_wanted));
+        }
+        let len = self.read_buf.len();
+        if bytes_wanted > len {
+            self.read_buf.reserve(bytes_wanted - len);
+        }
+        if self.read_buf.capacity() - self.read_buf.len() < 1024 {
+            self.read_buf.reserve(self.read_size);
+        }
+    }
+
+    /// Gives the read buffer back to the pool if it holds no partial frame.
+    fn release_buffer(&mut self) {
+        if self.read_buf.is_empty() && self.read_buf.capacity() > 0 {
+            self.pool.give(std::mem::take(&mut self.read_buf));
+        }
+    }
+
+    /// Answers a refused handshake: writes the error response, then closes.
+    async fn refuse(&mut self, response: &mut WriteQueue, close_timeout: Duration) {
+        let write_all = async {
+            while !write_queue(&self.stream, response)? {
+                self.stream.writable().await?;
+            }
+            io::Result::Ok(())
+        };
+        if let Ok(Ok(())) = timeout(close_timeout, write_all).await {
+            self.close_tcp(close_timeout).await;
+        } else {
+            self.read_buf.clear();
+            self.release_buffer();
+        }
+    }
+
+    /// Ends TCP after the close handshake: the server closes first (RFC 6455
+    /// §7.1.1), by sending FIN, then reads and discards until the peer's FIN so
+    /// that unread bytes do not turn our close into a reset, up to
+    /// `close_timeout` and [`DRAIN_LIMIT`] bytes.
+    async fn close_tcp(&mut self, close_timeout: Duration) {
+        let _ = self.stream.shutdown().await;
+        self.read_buf.clear();
+        let drain = async {
+            let mut discarded = 0usize;
+            while discarded < DRAIN_LIMIT {
+                if self.stream.readable().await.is_err() {
+                    return;
+                }
+                match self.try_read(0) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        discarded += n;
+                        self.read_buf.clear();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        };
+        let _ = timeout(close_timeout, drain).await;
+        self.read_buf.clear();
+        self.release_buffer();
+    }
+}
+
+/// Writes as much of `queue` as the socket takes without blocking. Returns true
+/// once the queue is empty.
+fn write_queue(stream: &TcpStream, queue: &mut WriteQueue) -> io::Result<bool> {
+    while !queue.is_empty() {
+        let written = {
+            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+            let n = queue.io_slices(&mut slices);
+            stream.try_write_vectored(&slices[..n])
+        };
+        match written {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => queue.advance(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,172 @@
+//! The tokio backend: one task per connection on any tokio runtime.
+//!
+//! ```no_run
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::io::Result<()> {
+//!     let server = rapidws::tokio::Server::bind("127.0.0.1:9001", Echo, Config::default()).await?;
+//!     server.serve().await
+//! }
+//! ```
+
+mod connection;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
+
+use crate::config::Config;
+use crate::handler::Handler;
+use crate::server::{ServerCore, ServerHandle};
+
+/// Pending connections the kernel queues for `accept`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Back-off after an accept error such as EMFILE: doubles up to the maximum.
+const MIN_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A WebSocket server on tokio.
+pub struct Server<H: Handler> {
+    listener: TcpListener,
+    handler: Arc<H>,
+    core: Arc<ServerCore>,
+}
+
+impl<H: Handler> std::fmt::Debug for Server<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> Server<H> {
+    /// Binds a listening socket (SO_REUSEADDR, a backlog of 4096) on the first
+    /// address `addr` resolves to that works.
+    pub async fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
+        let mut last_error = None;
+        for addr in tokio::net::lookup_host(addr).await? {
+            match listen(addr) {
+                Ok(listener) => return Ok(Server::from_listener(listener, handler, config)),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
+        }))
+    }
+
+    /// Serves on a listener the caller has set up.
+    pub fn from_listener(listener: TcpListener, handler: H, config: Config) -> Self {
+        Server {
+            listener,
+            handler: Arc::new(handler),
+            core: ServerCore::new(config),
+        }
+    }
+
+    /// The address the server listens on (useful after binding port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle to shut the server down or count its connections.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.core.clone())
+    }
+
+    /// Accepts and serves connections until [`ServerHandle::shutdown`] is called,
+    /// then closes every connection with 1001 and waits for them, at most
+    /// `shutdown_timeout`, before dropping the rest and returning.
+    ///
+    /// Accept errors never end the loop: errors that concern one connection are
+    /// ignored, and resource errors (EMFILE, ENFILE, ENOBUFS, ENOMEM) are logged
+    /// and retried with a growing pause, so the server recovers once descriptors
+    /// are free again.
+    pub async fn serve(self) -> io::Result<()> {
+        let Server {
+            listener,
+            handler,
+            core,
+        } = self;
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = core.shutdown_requested() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    backoff = MIN_BACKOFF;
+                    tokio::spawn(connection::run(stream, peer, core.clone(), handler.clone()));
+                }
+                Err(error) if concerns_one_connection(&error) => {
+                    tracing::debug!(%error, "accept failed for one connection");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
+                    tokio::select! {
+                        () = core.shutdown_requested() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        drop(listener);
+        let shutdown_timeout = core.config.shutdown_timeout;
+        if tokio::time::timeout(shutdown_timeout, core.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                remaining = core.live(),
+                "connections still open after the shutdown timeout; dropping them"
+            );
+            core.abort_all();
+            let _ = tokio::time::timeout(Duration::from_secs(1), core.wait_idle()).await;
+        }
+        Ok(())
+    }
+}
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Accept errors about one incoming connection, which are no reason to pause.
+fn concerns_one_connection(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}

@@ -1,0 +1,344 @@
+//! Shared pieces of the integration tests: a recording handler, server startup
+//! per backend, and raw-socket helpers for what a polite client will not send.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rapidws::{Accept, CloseCode, Config, Conn, Handler, Message, Reject, Request, ServerHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::{self, protocol::CloseFrame};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The backends the tests run against.
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Tokio,
+}
+
+/// Generates one `#[tokio::test]` per backend for each listed test function
+/// (`async fn name(backend: Backend)`), so every test runs on every backend.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod tokio_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Tokio).await
+                }
+            )*
+        }
+    };
+}
+
+/// What the handler saw, in order, per connection id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    Open(u64),
+    Message(u64, String),
+    Drain(u64),
+    Close(u64, u16, String),
+}
+
+#[derive(Default)]
+pub struct Recorder {
+    pub seen: Mutex<Vec<Seen>>,
+}
+
+impl Recorder {
+    pub fn push(&self, seen: Seen) {
+        self.seen.lock().unwrap().push(seen);
+    }
+
+    pub fn closes(&self) -> Vec<(u16, String)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Close(_, code, reason) => Some((*code, reason.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits (up to 5 s) until `n` closes were recorded.
+    pub async fn wait_closes(&self, n: usize) -> Vec<(u16, String)> {
+        for _ in 0..500 {
+            let closes = self.closes();
+            if closes.len() >= n {
+                return closes;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("expected {n} closes, saw {:?}", self.seen.lock().unwrap());
+    }
+}
+
+/// Echoes messages, and obeys a few text commands:
+/// `close CODE REASON`, `panic`, `spawn N` (N messages sent from another task),
+/// `ping`, `flood N SIZE` (N binary messages of SIZE bytes, counting refusals).
+pub struct TestHandler {
+    pub recorder: Arc<Recorder>,
+}
+
+impl Handler for TestHandler {
+    type State = u32;
+
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<u32, Reject> {
+        match request.path() {
+            "/reject" => return Err(Reject::forbidden("not here")),
+            "/panic" => panic!("upgrade hook panicked on purpose"),
+            "/bad-protocol" => {
+                accept.protocol("not-offered");
+            }
+            _ => {
+                if request.protocols().any(|p| p == "chat") {
+                    accept.protocol("chat");
+                }
+            }
+        }
+        Ok(0)
+    }
+
+    fn on_open(&self, conn: &Conn, _: &mut u32) {
+        self.recorder.push(Seen::Open(conn.id()));
+    }
+
+    fn on_message(&self, conn: &Conn, count: &mut u32, message: Message<'_>) {
+        *count += 1;
+        let text = message.as_text().unwrap_or("");
+        let mut words = text.split(' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("close"), Some(code), reason) => {
+                self.recorder
+                    .push(Seen::Message(conn.id(), text.to_owned()));
+                let code: u16 = code.parse().unwrap();
+                conn.close(CloseCode(code), reason.unwrap_or("")).unwrap();
+            }
+            (Some("panic"), None, None) => panic!("on_message panicked on purpose"),
+            (Some("spawn"), Some(n), None) => {
+                let n: usize = n.parse().unwrap();
+                let conn = conn.clone();
+                tokio::spawn(async move {
+                    for i in 0..n {
+                        conn.send_text(&format!("from task {i}")).unwrap();
+                        if i % 7 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                });
+            }
+            (Some("ping"), None, None) => conn.ping(b"server ping").unwrap(),
+            (Some("count"), None, None) => conn.send_text(&count.to_string()).unwrap(),
+            (Some("flood"), Some(n), Some(size)) => {
+                let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
+                let payload = vec![0xAB; size];
+                let refused = (0..n)
+                    .filter(|_| conn.send_binary(&payload).is_err())
+                    .count();
+                self.recorder
+                    .push(Seen::Message(conn.id(), format!("refused {refused}")));
+            }
+            _ => {
+                conn.send(message).unwrap();
+            }
+        }
+    }
+
+    fn on_close(&self, conn: &Conn, _: &mut u32, code: CloseCode, reason: &str) {
+        self.recorder
+            .push(Seen::Close(conn.id(), code.0, reason.to_owned()));
+    }
+
+    fn on_drain(&self, conn: &Conn, _: &mut u32) {
+        self.recorder.push(Seen::Drain(conn.id()));
+    }
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub handle: ServerHandle,
+    pub recorder: Arc<Recorder>,
+    pub served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.addr, path)
+    }
+
+    pub async fn client(&self) -> Client {
+        tokio_tungstenite::connect_async(self.url("/"))
+            .await
+            .expect("handshake")
+            .0
+    }
+}
+
+pub async fn start(backend: Backend, config: Config) -> TestServer {
+    let recorder = Arc::new(Recorder::default());
+    let handler = TestHandler {
+        recorder: recorder.clone(),
+    };
+    match backend {
+        Backend::Tokio => {
+            let server = rapidws::tokio::Server::bind("127.0.0.1:0", handler, config)
+                .await
+                .expect("bind");
+            TestServer {
+                addr: server.local_addr().unwrap(),
+                handle: server.handle(),
+                recorder,
+                served: tokio::spawn(server.serve()),
+            }
+        }
+    }
+}
+
+/// Reads the next message that is not a ping or pong, with a timeout.
+pub async fn next(client: &mut Client) -> tungstenite::Message {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), client.next())
+            .await
+            .expect("a message within 10 s")
+            .expect("stream not ended")
+            .expect("no protocol error");
+        if !matches!(
+            message,
+            tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_)
+        ) {
+            return message;
+        }
+    }
+}
+
+/// Reads until the server's close frame and returns its code and reason.
+pub async fn expect_close(client: &mut Client) -> (u16, String) {
+    match next(client).await {
+        tungstenite::Message::Close(Some(CloseFrame { code, reason })) => {
+            (u16::from(code), reason.as_str().to_owned())
+        }
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+}
+
+pub async fn send_text(client: &mut Client, text: &str) {
+    client
+        .send(tungstenite::Message::text(text))
+        .await
+        .expect("send");
+}
+
+/// A typical upgrade request for `path`, with an optional extra header line.
+pub fn upgrade_request(path: &str, extra: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+}
+
+/// Sends `request` on a raw socket and returns everything the server sent
+/// before it closed the connection.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    read_to_close(&mut stream).await
+}
+
+pub async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response));
+    match read.await {
+        Ok(Ok(_)) => {}
+        // A reset after the response still leaves the response readable here.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Ok(Err(e)) => panic!("read failed: {e}"),
+        Err(_) => panic!(
+            "server did not close within 10 s; got {:?}",
+            String::from_utf8_lossy(&response)
+        ),
+    }
+    response
+}
+
+/// Opens a raw, upgraded connection (the 101 is read and checked).
+pub async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(upgrade_request("/", "").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    stream
+}
+
+/// A masked client frame.
+pub fn client_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [0xA1, 0xB2, 0xC3, 0xD4];
+    let mut out = vec![(u8::from(fin) << 7) | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&key);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    out
+}
+
+/// Parses the server frames in `bytes` (unmasked) as (opcode, payload).
+pub fn server_frames(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 2 <= bytes.len() {
+        let opcode = bytes[at] & 0x0F;
+        assert_eq!(bytes[at + 1] & 0x80, 0, "server frames are not masked");
+        let (len, header) = match bytes[at + 1] & 0x7F {
+            126 => (
+                u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize,
+                4,
+            ),
+            127 => {
+                let mut be = [0u8; 8];
+                be.copy_from_slice(&bytes[at + 2..at + 10]);
+                (u64::from_be_bytes(be) as usize, 10)
+            }
+            n => (n as usize, 2),
+        };
+        let start = at + header;
+        frames.push((opcode, bytes[start..start + len].to_vec()));
+        at = start + len;
+    }
+    frames
+}
+
+/// The close code of the last frame in `bytes`, which must be a close frame.
+pub fn close_code_of(bytes: &[u8]) -> u16 {
+    let frames = server_frames(bytes);
+    let (opcode, payload) = frames.last().expect("at least one frame");
+    assert_eq!(*opcode, 0x8, "last frame is a close frame");
+    u16::from_be_bytes([payload[0], payload[1]])
+}

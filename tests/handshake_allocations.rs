@@ -1,0 +1,110 @@
+//! Parsing a typical browser upgrade request and writing the 101 response
+//! allocates nothing beyond the connection's own buffers: the header index lives
+//! on the stack, every field borrows the read buffer, the accept key is computed
+//! in a stack array, and the response is written into the connection's (pooled)
+//! write buffer. Proven by counting allocations, not by timing.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use rapidws::handshake::{header_buffer, parse_request, write_accept};
+use rapidws::proto::WriteQueue;
+
+struct CountingAllocator;
+
+thread_local! {
+    /// Only allocations made on a thread that is counting are counted, so the
+    /// test harness's own threads do not disturb the figure.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// thread-local counters are const-initialised `Cell`s, which never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+fn count() {
+    let _ = COUNTING.try_with(|counting| {
+        if counting.get() {
+            ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+fn allocations_during(f: impl FnOnce()) -> usize {
+    ALLOCATIONS.with(|n| n.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCATIONS.with(|n| n.get())
+}
+
+const CHROME: &[u8] = b"GET /chat?room=42 HTTP/1.1\r\n\
+Host: example.com:9001\r\n\
+Connection: Upgrade\r\n\
+Pragma: no-cache\r\n\
+Cache-Control: no-cache\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36\r\n\
+Upgrade: websocket\r\n\
+Origin: https://example.com\r\n\
+Sec-WebSocket-Version: 13\r\n\
+Accept-Encoding: gzip, deflate, br, zstd\r\n\
+Accept-Language: en-US,en;q=0.9\r\n\
+Cookie: session=0123456789abcdef; theme=dark\r\n\
+Sec-WebSocket-Key: x3JJHMbDL1EzLkh9GBhXDw==\r\n\
+Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\
+Sec-WebSocket-Protocol: chat\r\n\
+\r\n";
+
+#[test]
+fn the_counter_sees_allocations() {
+    let n = allocations_during(|| {
+        std::hint::black_box(vec![1u8; 100]);
+    });
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn parsing_a_browser_request_and_answering_it_allocates_nothing() {
+    // The connection's own state, allocated before: its read and write buffers.
+    let read_buf = bytes::BytesMut::from(CHROME);
+    let mut out = WriteQueue::new();
+    assert!(
+        out.provide_buffer(bytes::BytesMut::with_capacity(4096))
+            .is_none()
+    );
+
+    let n = allocations_during(|| {
+        let mut headers = header_buffer();
+        let (request, head_len) = parse_request(&read_buf, &mut headers, 8192)
+            .expect("valid")
+            .expect("complete");
+        assert_eq!(head_len, CHROME.len());
+        assert_eq!(request.path(), "/chat");
+        assert_eq!(request.header("origin"), Some(&b"https://example.com"[..]));
+        let protocol = request.protocols().find(|p| *p == "chat");
+        write_accept(&mut out, request.key(), protocol);
+    });
+    assert_eq!(n, 0, "allocations while parsing and answering");
+    assert!(out.len() > 100);
+}

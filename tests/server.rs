@@ -1,0 +1,479 @@
+//! The server over real sockets, driven by an independent client
+//! (tokio-tungstenite) and, for what such a client will not send, by raw bytes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use rapidws::Config;
+use tokio::io::AsyncWriteExt;
+use tokio_tungstenite::tungstenite::{
+    self, Message as Ws,
+    protocol::{
+        CloseFrame,
+        frame::{
+            Frame,
+            coding::{Data, OpCode},
+        },
+    },
+};
+
+backend_tests!(
+    echoes_text_binary_and_empty_messages,
+    echoes_an_8_mib_message,
+    echoes_a_fragmented_message,
+    answers_pings_and_sends_its_own,
+    peer_close_codes_are_echoed_and_reported,
+    handler_close_sends_the_code_and_waits_for_the_peer,
+    rejects_bad_handshakes_with_the_right_status,
+    upgrade_hook_can_reject_and_pick_a_subprotocol,
+    frames_sent_with_the_request_are_not_lost,
+    invalid_utf8_gets_1007,
+    protocol_errors_get_1002,
+    oversized_messages_get_1009_before_the_payload,
+    handler_panic_closes_only_that_connection_with_1011,
+    sends_from_another_task_arrive_in_order,
+    many_connections_at_once,
+    a_full_outbound_queue_refuses_sends_then_drains,
+    abrupt_disconnect_is_reported_as_1006,
+    graceful_shutdown_sends_1001_to_everyone,
+);
+
+async fn echoes_text_binary_and_empty_messages(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    for message in [
+        Ws::text("hello"),
+        Ws::text("κόσμε 🎵"),
+        Ws::binary(vec![0u8, 1, 2, 255]),
+        Ws::text(""),
+        Ws::binary(Vec::new()),
+        Ws::binary(vec![7u8; 70_000]),
+    ] {
+        client.send(message.clone()).await.unwrap();
+        assert_eq!(next(&mut client).await, message);
+    }
+}
+
+async fn echoes_an_8_mib_message(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    let big: Vec<u8> = (0..8 << 20).map(|i: u32| (i % 251) as u8).collect();
+    client.send(Ws::binary(big.clone())).await.unwrap();
+    assert_eq!(next(&mut client).await, Ws::binary(big));
+    let text = "0123456789abcdef".repeat((8 << 20) / 16);
+    client.send(Ws::text(text.clone())).await.unwrap();
+    assert_eq!(next(&mut client).await, Ws::text(text));
+}
+
+async fn echoes_a_fragmented_message(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    let parts: [&[u8]; 4] = [b"frag", "m€".as_bytes(), b"", b"nted"];
+    for (i, part) in parts.iter().enumerate() {
+        let opcode = if i == 0 {
+            OpCode::Data(Data::Text)
+        } else {
+            OpCode::Data(Data::Continue)
+        };
+        let last = i == parts.len() - 1;
+        client
+            .send(Ws::Frame(Frame::message(part.to_vec(), opcode, last)))
+            .await
+            .unwrap();
+        if i == 1 {
+            // A ping between fragments is answered at once.
+            client.send(Ws::Ping(b"mid".to_vec().into())).await.unwrap();
+        }
+    }
+    assert_eq!(next(&mut client).await, Ws::text("fragm€nted"));
+}
+
+async fn answers_pings_and_sends_its_own(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    client
+        .send(Ws::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    let pong = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(pong, Ws::Pong(b"are you there".to_vec().into()));
+    // Unsolicited pongs are accepted silently.
+    client
+        .send(Ws::Pong(b"unasked".to_vec().into()))
+        .await
+        .unwrap();
+    send_text(&mut client, "ping").await;
+    let ping = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ping, Ws::Ping(b"server ping".to_vec().into()));
+    send_text(&mut client, "still echoing").await;
+    assert_eq!(next(&mut client).await, Ws::text("still echoing"));
+}
+
+async fn peer_close_codes_are_echoed_and_reported(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    for (code, reason) in [(1000u16, "done"), (1001, ""), (3000, "app"), (4999, "x")] {
+        let mut client = server.client().await;
+        client
+            .send(Ws::Close(Some(CloseFrame {
+                code: code.into(),
+                reason: reason.into(),
+            })))
+            .await
+            .unwrap();
+        let (echoed, _) = expect_close(&mut client).await;
+        assert_eq!(echoed, code);
+        // The server then ends TCP.
+        let end = tokio::time::timeout(Duration::from_secs(5), client.next())
+            .await
+            .unwrap();
+        assert!(end.is_none() || matches!(end, Some(Err(_))));
+    }
+    let closes = server.recorder.wait_closes(4).await;
+    assert_eq!(
+        closes,
+        [
+            (1000, "done".into()),
+            (1001, String::new()),
+            (3000, "app".into()),
+            (4999, "x".into())
+        ]
+    );
+}
+
+async fn handler_close_sends_the_code_and_waits_for_the_peer(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    send_text(&mut client, "before").await;
+    send_text(&mut client, "close 4001 going").await;
+    assert_eq!(next(&mut client).await, Ws::text("before"));
+    assert_eq!(expect_close(&mut client).await, (4001, "going".into()));
+    // tungstenite sends its reply when polled again; then the server ends TCP.
+    let end = tokio::time::timeout(Duration::from_secs(2), client.next())
+        .await
+        .unwrap();
+    assert!(end.is_none() || matches!(end, Some(Err(_))), "{end:?}");
+    // on_close reports the peer's reply (tungstenite echoes code and reason).
+    let closes = server.recorder.wait_closes(1).await;
+    assert_eq!(closes[0].0, 4001, "{closes:?}");
+}
+
+async fn rejects_bad_handshakes_with_the_right_status(backend: Backend) {
+    let server = start(backend, Config::default().max_handshake_size(1024)).await;
+    let status_of = |response: &[u8]| {
+        let text = String::from_utf8_lossy(response).into_owned();
+        let status = text.split(' ').nth(1).unwrap_or("").to_owned();
+        (status, text)
+    };
+    let valid = upgrade_request("/", "");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (valid.replacen("GET", "POST", 1), "405", "Allow: GET"),
+        (valid.replacen("HTTP/1.1", "HTTP/1.0", 1), "400", "HTTP/1.1"),
+        (
+            valid.replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8"),
+            "426",
+            "Sec-WebSocket-Version: 13",
+        ),
+        (
+            valid.replace("Upgrade: websocket\r\n", ""),
+            "400",
+            "Upgrade",
+        ),
+        (
+            valid.replace("Connection: Upgrade", "Connection: keep-alive"),
+            "400",
+            "Connection",
+        ),
+        (
+            valid.replace("dGhlIHNhbXBsZSBub25jZQ==", "short"),
+            "400",
+            "Sec-WebSocket-Key",
+        ),
+        (valid.replace("Host: localhost\r\n", ""), "400", "Host"),
+        (
+            valid.replacen(
+                "\r\n\r\n",
+                &format!("\r\nX-Big: {}\r\n\r\n", "a".repeat(2000)),
+                1,
+            ),
+            "431",
+            "too large",
+        ),
+        ("garbage\r\n\r\n".to_owned(), "400", "malformed"),
+    ];
+    for (request, status, mention) in cases {
+        let response = raw_exchange(server.addr, request.as_bytes()).await;
+        let (got, text) = status_of(&response);
+        assert_eq!(got, status, "{request:?} -> {text}");
+        assert!(text.contains(mention), "{text} should mention {mention}");
+        assert!(text.contains("Connection: close"));
+    }
+    // A request cut short by the client gets 400 too.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(&valid.as_bytes()[..40]).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let (got, _) = status_of(&read_to_close(&mut stream).await);
+    assert_eq!(got, "400");
+    // None of that reached the handler.
+    assert!(server.recorder.seen.lock().unwrap().is_empty());
+}
+
+async fn upgrade_hook_can_reject_and_pick_a_subprotocol(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let response = raw_exchange(server.addr, upgrade_request("/reject", "").as_bytes()).await;
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\nnot here\n"), "{text}");
+
+    let response = raw_exchange(server.addr, upgrade_request("/panic", "").as_bytes()).await;
+    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 500 "));
+    let response = raw_exchange(
+        server.addr,
+        upgrade_request("/bad-protocol", "Sec-WebSocket-Protocol: chat\r\n").as_bytes(),
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 500 "));
+
+    use tungstenite::client::IntoClientRequest;
+    let mut request = server.url("/").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "superchat, chat".parse().unwrap());
+    let (mut client, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(response.headers()["Sec-WebSocket-Protocol"], "chat");
+    send_text(&mut client, "with protocol").await;
+    assert_eq!(next(&mut client).await, Ws::text("with protocol"));
+}
+
+async fn frames_sent_with_the_request_are_not_lost(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut bytes = upgrade_request("/", "").into_bytes();
+    bytes.extend(client_frame(true, 0x1, b"early"));
+    bytes.extend(client_frame(true, 0x8, &1000u16.to_be_bytes()));
+    let response = raw_exchange(server.addr, &bytes).await;
+    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(response.starts_with(b"HTTP/1.1 101 "));
+    let frames = server_frames(&response[head_end..]);
+    assert_eq!(frames[0], (0x1, b"early".to_vec()));
+    assert_eq!(frames[1], (0x8, 1000u16.to_be_bytes().to_vec()));
+}
+
+async fn invalid_utf8_gets_1007(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    // In one frame, split across fragments, and in a close reason.
+    let cases: Vec<Vec<u8>> = vec![
+        client_frame(true, 0x1, b"bad \xF4\x90\x80\x80 text"),
+        [
+            client_frame(false, 0x1, b"ok\xE2"),
+            client_frame(true, 0x0, b"\x28\xA1"),
+        ]
+        .concat(),
+        client_frame(true, 0x8, b"\x03\xE8\xCE\xBA\xE1\xBD"),
+    ];
+    for frames in cases {
+        let mut stream = raw_upgraded(server.addr).await;
+        stream.write_all(&frames).await.unwrap();
+        assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1007);
+    }
+    let closes = server.recorder.wait_closes(3).await;
+    assert!(closes.iter().all(|(code, _)| *code == 1007), "{closes:?}");
+}
+
+async fn protocol_errors_get_1002(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let unmasked = vec![0x81, 0x02, b'h', b'i'];
+    let cases: Vec<Vec<u8>> = vec![
+        unmasked,
+        client_frame(true, 0x3, b""),         // reserved opcode
+        client_frame(true, 0x0, b"x"),        // continuation without start
+        client_frame(false, 0x9, b""),        // fragmented ping
+        client_frame(true, 0x9, &[0u8; 126]), // ping too long
+        client_frame(true, 0x8, &[0x03]),     // one-byte close
+        client_frame(true, 0x8, &1005u16.to_be_bytes()), // close code never sent
+        [
+            client_frame(false, 0x2, b"a"),
+            client_frame(true, 0x2, b"b"),
+        ]
+        .concat(),
+        {
+            let mut f = client_frame(true, 0x2, b"rsv");
+            f[0] |= 0x40; // RSV1 without an extension
+            f
+        },
+    ];
+    for frames in cases {
+        let mut stream = raw_upgraded(server.addr).await;
+        stream.write_all(&frames).await.unwrap();
+        assert_eq!(
+            close_code_of(&read_to_close(&mut stream).await),
+            1002,
+            "{frames:x?}"
+        );
+    }
+}
+
+async fn oversized_messages_get_1009_before_the_payload(backend: Backend) {
+    let config = Config::default()
+        .max_frame_size(1000)
+        .max_message_size(1500);
+    let server = start(backend, config).await;
+    // Only the header of a 1 GiB frame is sent: the answer cannot wait for it.
+    let mut stream = raw_upgraded(server.addr).await;
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend_from_slice(&(1u64 << 30).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    stream.write_all(&header).await.unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1009);
+    // Fragments that add up past the message limit.
+    let mut stream = raw_upgraded(server.addr).await;
+    let frames = [
+        client_frame(false, 0x2, &[0u8; 900]),
+        client_frame(true, 0x0, &[0u8; 700]),
+    ]
+    .concat();
+    stream.write_all(&frames).await.unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1009);
+    // With tungstenite, too.
+    let mut client = server.client().await;
+    client.send(Ws::binary(vec![0u8; 1001])).await.unwrap();
+    assert_eq!(expect_close(&mut client).await.0, 1009);
+}
+
+async fn handler_panic_closes_only_that_connection_with_1011(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut bystander = server.client().await;
+    let mut victim = server.client().await;
+    send_text(&mut victim, "panic").await;
+    assert_eq!(expect_close(&mut victim).await.0, 1011);
+    send_text(&mut bystander, "unaffected").await;
+    assert_eq!(next(&mut bystander).await, Ws::text("unaffected"));
+    let mut late = server.client().await;
+    send_text(&mut late, "new connections too").await;
+    assert_eq!(next(&mut late).await, Ws::text("new connections too"));
+    assert_eq!(server.recorder.wait_closes(1).await[0].0, 1011);
+}
+
+async fn sends_from_another_task_arrive_in_order(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    send_text(&mut client, "spawn 500").await;
+    for i in 0..500 {
+        assert_eq!(next(&mut client).await, Ws::text(format!("from task {i}")));
+    }
+}
+
+async fn many_connections_at_once(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut tasks = Vec::new();
+    for c in 0..1000 {
+        let url = server.url("/");
+        tasks.push(tokio::spawn(async move {
+            let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            for m in 0..5 {
+                let text = format!("client {c} message {m}");
+                client.send(Ws::text(text.clone())).await.unwrap();
+                assert_eq!(next(&mut client).await, Ws::text(text));
+            }
+            client
+        }));
+    }
+    let mut clients = Vec::new();
+    for task in tasks {
+        clients.push(task.await.unwrap());
+    }
+    assert_eq!(server.handle.connections(), 1000);
+    for mut client in clients {
+        client.close(None).await.unwrap();
+    }
+    server.recorder.wait_closes(1000).await;
+}
+
+async fn a_full_outbound_queue_refuses_sends_then_drains(backend: Backend) {
+    let server = start(backend, Config::default().max_outbound_bytes(64 * 1024)).await;
+    let mut client = server.client().await;
+    // 100 messages of 4 KiB from one callback: the queue fills before any write.
+    send_text(&mut client, "flood 100 4096").await;
+    let mut received = 0;
+    while received < 16 {
+        match next(&mut client).await {
+            Ws::Binary(b) => {
+                assert_eq!(b.len(), 4096);
+                received += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let seen = server.recorder.seen.lock().unwrap().clone();
+    // Frames of 4100 bytes: the 16th takes the queue past 64 KiB, so 84 are refused.
+    assert!(
+        seen.iter()
+            .any(|s| matches!(s, Seen::Message(_, t) if t == "refused 84")),
+        "{seen:?}"
+    );
+    for _ in 0..100 {
+        if server
+            .recorder
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| matches!(s, Seen::Drain(_)))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("on_drain was not called");
+}
+
+async fn abrupt_disconnect_is_reported_as_1006(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let stream = raw_upgraded(server.addr).await;
+    drop(stream);
+    assert_eq!(server.recorder.wait_closes(1).await[0].0, 1006);
+}
+
+async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
+    let server = start(
+        backend,
+        Config::default().shutdown_timeout(Duration::from_secs(5)),
+    )
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(server.client().await);
+    }
+    server.handle.shutdown();
+    for client in &mut clients {
+        assert_eq!(expect_close(client).await.0, 1001);
+    }
+    // The clients answer the close (tungstenite does so automatically on read).
+    for mut client in clients {
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.next()).await;
+    }
+    let served = tokio::time::timeout(Duration::from_secs(10), server.served).await;
+    served.expect("serve returns").unwrap().unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(server.addr).await.is_err(),
+        "no longer listening"
+    );
+    assert_eq!(server.handle.tasks(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn runs_on_a_current_thread_runtime() {
+    let server = start(Backend::Tokio, Config::default()).await;
+    let mut client = server.client().await;
+    send_text(&mut client, "single threaded").await;
+    assert_eq!(next(&mut client).await, Ws::text("single threaded"));
+}
