@@ -24,6 +24,8 @@ pub(crate) struct Dispatch<H: Handler> {
     state: H::State,
     /// `on_close` has been called.
     reported: bool,
+    /// The server forced this connection down; drop it without closing politely.
+    aborted: bool,
 }
 
 /// What the backend should do after [`Dispatch::attend`].
@@ -44,6 +46,7 @@ impl<H: Handler> Dispatch<H> {
             conn,
             state,
             reported: false,
+            aborted: false,
         };
         dispatch.conn.shared().lock().flush_scheduled = true;
         let Dispatch {
@@ -66,7 +69,13 @@ impl<H: Handler> Dispatch<H> {
         loop {
             let event = {
                 let mut outbox = self.conn.shared().lock();
-                self.session.read(input, &mut outbox.queue)
+                let event = self.session.read(input, &mut outbox.queue);
+                if matches!(event, Err(_) | Ok(Some(Event::Closed { .. }))) {
+                    // The close frame is in the queue: no data frame may follow
+                    // it, so senders are turned away before the lock is released.
+                    outbox.phase = Phase::Closed;
+                }
+                event
             };
             match event {
                 Ok(None) => return,
@@ -85,7 +94,6 @@ impl<H: Handler> Dispatch<H> {
                 }
                 Ok(Some(Event::Ping(_) | Event::Pong(_))) => {}
                 Ok(Some(Event::Closed { code, reason })) => {
-                    self.conn.shared().lock().phase = Phase::Closed;
                     report_close(
                         &mut self.reported,
                         &*self.handler,
@@ -111,6 +119,7 @@ impl<H: Handler> Dispatch<H> {
         let mut outbox = self.conn.shared().lock();
         if outbox.abort {
             drop(outbox);
+            self.aborted = true;
             self.finish(CloseCode::ABNORMAL, "connection aborted by server shutdown");
             return Attention::Abort;
         }
@@ -144,9 +153,14 @@ impl<H: Handler> Dispatch<H> {
         self.session.is_closed() || self.reported
     }
 
-    /// True while our close frame waits for the peer's.
-    pub(crate) fn is_closing(&self) -> bool {
-        self.session.is_closing()
+    /// True until a close frame was sent or received, or the connection ended.
+    pub(crate) fn is_open(&self) -> bool {
+        self.session.is_open() && !self.reported
+    }
+
+    /// True if the server forced this connection down: drop it at once.
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted
     }
 
     /// How many bytes the frame being received still needs, to size reads.

@@ -21,7 +21,7 @@ pub(crate) struct ServerCore {
     live: AtomicUsize,
     idle: Notify,
     shutting_down: AtomicBool,
-    /// Wakes the accept loop when a shutdown is requested.
+    /// Wakes the accept loop and handshakes in progress at shutdown.
     shutdown_requested: Notify,
 }
 
@@ -77,7 +77,7 @@ impl ServerCore {
             return false;
         }
         fence(Ordering::SeqCst);
-        self.shutdown_requested.notify_one();
+        self.shutdown_requested.notify_waiters();
         self.registry.for_each(|shared| {
             let _ = Conn::from_shared(shared.clone()).close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
         });
@@ -88,10 +88,19 @@ impl ServerCore {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// Resolves once a shutdown has been requested.
+    /// Resolves once a shutdown has been requested. Any number of tasks may wait
+    /// (the accept loop and every handshake in progress).
     pub(crate) async fn shutdown_requested(&self) {
-        while !self.is_shutting_down() {
-            self.shutdown_requested.notified().await;
+        loop {
+            let notified = self.shutdown_requested.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is checked, so a shutdown between the
+            // check and the await is not missed.
+            notified.as_mut().enable();
+            if self.is_shutting_down() {
+                return;
+            }
+            notified.await;
         }
     }
 

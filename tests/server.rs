@@ -38,6 +38,7 @@ backend_tests!(
     many_connections_at_once,
     a_full_outbound_queue_refuses_sends_then_drains,
     abrupt_disconnect_is_reported_as_1006,
+    closing_a_peer_that_does_not_read_is_bounded,
     graceful_shutdown_sends_1001_to_everyone,
 );
 
@@ -443,6 +444,23 @@ async fn abrupt_disconnect_is_reported_as_1006(backend: Backend) {
     assert_eq!(server.recorder.wait_closes(1).await[0].0, 1006);
 }
 
+async fn closing_a_peer_that_does_not_read_is_bounded(backend: Backend) {
+    let config = Config::default()
+        .max_outbound_bytes(64 << 20)
+        .close_timeout(Duration::from_millis(300));
+    let server = start(backend, config).await;
+    let mut stream = raw_upgraded(server.addr).await;
+    // 32 MiB of echoes and then a close, to a client that never reads: the
+    // writes block, and the close must still end the connection in time.
+    stream
+        .write_all(&client_frame(true, 0x1, b"flood-and-close 512 65536"))
+        .await
+        .unwrap();
+    let closes = server.recorder.wait_closes(1).await;
+    assert_eq!(closes[0].0, 1006, "{closes:?}");
+    drop(stream);
+}
+
 async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
     let server = start(
         backend,
@@ -453,7 +471,21 @@ async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
     for _ in 0..3 {
         clients.push(server.client().await);
     }
+    // One more is still in the middle of its handshake.
+    let mut halfway = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    halfway
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     server.handle.shutdown();
+    let response = read_to_close(&mut halfway).await;
+    assert!(
+        response.starts_with(b"HTTP/1.1 503 "),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+    drop(halfway);
     for client in &mut clients {
         assert_eq!(expect_close(client).await.0, 1001);
     }

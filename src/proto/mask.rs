@@ -74,9 +74,12 @@ fn apply_mask_words(buf: &mut [u8], key: [u8; 4]) {
 }
 
 /// The portable loop compiled with AVX2 enabled.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn apply_mask_avx2(buf: &mut [u8], key: [u8; 4]) {
+unsafe fn apply_mask_avx2(buf: &mut [u8], key: [u8; 4]) {
     apply_mask_words(buf, key);
 }
 

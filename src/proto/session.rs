@@ -184,7 +184,9 @@ impl Session {
     /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
     /// no complete event (it then holds only the start of a frame, or nothing).
     ///
-    /// Bytes the previous event borrowed are dropped from `input` first. Replies
+    /// Pass the same buffer every time, appending new bytes at its end: the
+    /// session remembers how far it got in it. Bytes the previous event borrowed
+    /// are dropped from `input` first. Replies
     /// owed to the peer are appended to `out`. On error the connection has failed:
     /// the close frame is in `out` and every later call returns `Ok(None)`.
     pub fn read<'s>(
@@ -301,18 +303,26 @@ impl Session {
         self.state == State::Closed
     }
 
-    /// How many more bytes the frame in progress needs, so a backend can size its
-    /// read buffer; 0 between frames.
+    /// How many bytes, counted from the start of the read buffer, the frame in
+    /// progress will occupy once complete: a hint for sizing the read buffer. It
+    /// is 0 between frames and for fragments of a fragmented message, which are
+    /// moved out of the read buffer as they arrive. The length comes from the
+    /// peer: grow towards it as data arrives rather than reserving it up front.
     pub fn bytes_wanted(&self) -> usize {
-        self.frame
-            .as_ref()
-            .map_or(0, |f| f.header_len + f.kept + (f.payload_len - f.done))
+        match &self.frame {
+            Some(f) if self.fragmented.is_none() || f.header.opcode.is_control() => {
+                f.header_len + f.kept + (f.payload_len - f.done)
+            }
+            _ => 0,
+        }
     }
 
     /// Drops what the previous event borrowed and releases a delivered assembly.
+    /// (The caller must pass the same buffer again; a shorter one is only cleared,
+    /// never a reason to panic.)
     fn settle(&mut self, input: &mut BytesMut) {
         if self.consume > 0 {
-            input.advance(self.consume);
+            input.advance(self.consume.min(input.len()));
             self.consume = 0;
         }
         if self.release_assembly {
@@ -467,7 +477,9 @@ impl Session {
                             len,
                         });
                         if self.assembly.capacity() == 0 {
-                            self.assembly = self.pool.take(len);
+                            // The announced length is the peer's word: start
+                            // small and grow with the bytes that really arrive.
+                            self.assembly = self.pool.take(len.min(ASSEMBLY_START));
                         }
                     }
                 }
@@ -533,6 +545,9 @@ impl Drop for Session {
         }
     }
 }
+
+/// The most an assembly buffer starts with, whatever the first fragment claims.
+const ASSEMBLY_START: usize = 64 * 1024;
 
 const INVALID_TEXT: &str = "text is not valid UTF-8";
 const FRAME_TOO_BIG: &str = "frame exceeds the maximum frame size";

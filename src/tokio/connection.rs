@@ -21,12 +21,12 @@ use tokio::net::TcpStream;
 use tokio::time::{Sleep, sleep, timeout};
 
 use crate::conn::ConnShared;
-use crate::dispatch::{Attention, Dispatch};
+use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::pool::BufferPool;
 use crate::proto::{Session, WriteQueue};
-use crate::server::ServerCore;
+use crate::server::{LiveGuard, ServerCore};
 
 /// How many iovecs one `writev` takes at most.
 const MAX_IOVECS: usize = 64;
@@ -34,14 +34,19 @@ const MAX_IOVECS: usize = 64;
 /// Bytes read and thrown away while waiting for a peer to end TCP, at most.
 const DRAIN_LIMIT: usize = 1 << 20;
 
+/// The most the read buffer grows ahead of the bytes that have arrived. A frame
+/// header may announce up to `max_frame_size`; memory follows what the peer
+/// actually sends, not what it claims.
+const MAX_READ_AHEAD: usize = 256 * 1024;
+
 /// Serves one accepted TCP connection, from the handshake to the last byte.
 pub(crate) async fn run<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
     core: Arc<ServerCore>,
     handler: Arc<H>,
+    _live: LiveGuard,
 ) {
-    let _live = core.enter();
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
     }
@@ -54,7 +59,7 @@ pub(crate) async fn run<H: Handler>(
     };
 
     let mut response = WriteQueue::new();
-    let read_request = socket.read_upgrade(&*handler, config.max_handshake_size, &mut response);
+    let read_request = socket.read_upgrade(&*handler, &core, &mut response);
     let state = match timeout(config.handshake_timeout, read_request).await {
         Ok(Ok(Some(state))) => state,
         Ok(Ok(None)) => return socket.refuse(&mut response, config.close_timeout).await,
@@ -107,17 +112,37 @@ impl Socket {
     async fn read_upgrade<H: Handler>(
         &mut self,
         handler: &H,
-        max_head_len: usize,
+        core: &ServerCore,
         out: &mut WriteQueue,
     ) -> io::Result<Option<H::State>> {
+        let max_head_len = core.config.max_handshake_size;
         loop {
-            if self.read_some(max_head_len + 1).await? == 0 {
+            let before = self.read_buf.len();
+            let read = tokio::select! {
+                read = self.read_some(max_head_len + 1) => read?,
+                () = core.shutdown_requested() => {
+                    handshake::write_error(out, 503, "server shutting down");
+                    return Ok(None);
+                }
+            };
+            if read == 0 {
                 if self.read_buf.is_empty() {
                     // Connected and left (a port check): nothing to answer.
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
                 let e = HandshakeError::Incomplete;
                 handshake::write_error(out, e.status(), e.reason());
+                return Ok(None);
+            }
+            // The head ends with a line; parsing again before a new line arrived
+            // would only redo the same work (think of a client that sends one
+            // byte at a time).
+            let new_line = self.read_buf[before..].contains(&b'\n');
+            if !new_line && self.read_buf.len() <= max_head_len {
+                continue;
+            }
+            if core.is_shutting_down() {
+                handshake::write_error(out, 503, "server shutting down");
                 return Ok(None);
             }
             match handshake::answer(&self.read_buf, handler, max_head_len, out) {
@@ -138,10 +163,18 @@ impl Socket {
         shared: &ConnShared,
         close_timeout: Duration,
     ) {
+        // Once a close frame is queued (ours, our reply, or a failure), every
+        // remaining step, writes included, is bounded by this deadline.
         let mut close_deadline: Option<Pin<Box<Sleep>>> = None;
         loop {
-            if shared.take_attention() && dispatch.attend() == Attention::Abort {
+            if shared.take_attention() {
+                dispatch.attend();
+            }
+            if dispatch.is_aborted() {
                 return self.release_buffer();
+            }
+            if !dispatch.is_open() && close_deadline.is_none() {
+                close_deadline = Some(Box::pin(sleep(close_timeout)));
             }
             if let Err(error) = self.flush(shared, close_deadline.as_mut()).await {
                 dispatch.abnormal(&format!("write failed: {error}"));
@@ -149,10 +182,7 @@ impl Socket {
             }
             dispatch.flushed();
             if dispatch.is_closed() {
-                return self.close_tcp(close_timeout).await;
-            }
-            if dispatch.is_closing() && close_deadline.is_none() {
-                close_deadline = Some(Box::pin(sleep(close_timeout)));
+                return self.close_tcp(shared, close_deadline).await;
             }
             match self.wait(shared, close_deadline.as_mut()).await {
                 Wake::Attention => {}
@@ -259,19 +289,19 @@ impl Socket {
         }
     }
 
-    /// Makes sure the read buffer exists and has room: for the whole frame in
-    /// progress if one is (its size was checked against the limits), else for a
-    /// normal read.
+    /// Makes sure the read buffer exists and has room for the next read: towards
+    /// the end of the frame in progress, but never more than [`MAX_READ_AHEAD`]
+    /// beyond the bytes already here.
     fn prepare_buffer(&mut self, bytes_wanted: usize) {
-        if self.read_buf.capacity() == 0 {
-            self.read_buf = self.pool.take(self.read_size.max(bytes_wanted));
-        }
         let len = self.read_buf.len();
-        if bytes_wanted > len {
-            self.read_buf.reserve(bytes_wanted - len);
+        if self.read_buf.capacity() == 0 {
+            self.read_buf = self
+                .pool
+                .take(read_ahead(len, bytes_wanted, self.read_size));
         }
-        if self.read_buf.capacity() - self.read_buf.len() < 1024 {
-            self.read_buf.reserve(self.read_size);
+        let spare = self.read_buf.capacity() - len;
+        if let Some(more) = grow_by(len, spare, bytes_wanted, self.read_size) {
+            self.read_buf.reserve(more);
         }
     }
 
@@ -291,7 +321,7 @@ impl Socket {
             io::Result::Ok(())
         };
         if let Ok(Ok(())) = timeout(close_timeout, write_all).await {
-            self.close_tcp(close_timeout).await;
+            self.close_refused(close_timeout).await;
         } else {
             self.read_buf.clear();
             self.release_buffer();
@@ -300,23 +330,51 @@ impl Socket {
 
     /// Ends TCP after the close handshake: the server closes first (RFC 6455
     /// §7.1.1), by sending FIN, then reads and discards until the peer's FIN so
-    /// that unread bytes do not turn our close into a reset, up to
-    /// `close_timeout` and [`DRAIN_LIMIT`] bytes.
-    async fn close_tcp(&mut self, close_timeout: Duration) {
+    /// that unread bytes do not turn our close into a reset, up to the close
+    /// deadline and [`DRAIN_LIMIT`] bytes, or until the server aborts it.
+    async fn close_tcp(&mut self, shared: &ConnShared, deadline: Option<Pin<Box<Sleep>>>) {
         let _ = self.stream.shutdown().await;
         self.read_buf.clear();
+        let mut deadline = deadline.unwrap_or_else(|| Box::pin(sleep(Duration::ZERO)));
+        let mut discarded = 0usize;
+        while discarded < DRAIN_LIMIT {
+            let readable = poll_fn(|cx| {
+                shared.register(cx.waker());
+                if shared.lock().abort || deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                self.stream.poll_read_ready(cx).map(|r| r.is_ok())
+            });
+            if !readable.await {
+                break;
+            }
+            match self.try_read(0) {
+                Ok(0) => break,
+                Ok(n) => {
+                    discarded += n;
+                    self.read_buf.clear();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
+            }
+        }
+        self.read_buf.clear();
+        self.release_buffer();
+    }
+
+    /// Ends TCP after a refused handshake, within `close_timeout`.
+    async fn close_refused(&mut self, close_timeout: Duration) {
+        let _ = self.stream.shutdown().await;
         let drain = async {
             let mut discarded = 0usize;
             while discarded < DRAIN_LIMIT {
                 if self.stream.readable().await.is_err() {
                     return;
                 }
+                self.read_buf.clear();
                 match self.try_read(0) {
                     Ok(0) => return,
-                    Ok(n) => {
-                        discarded += n;
-                        self.read_buf.clear();
-                    }
+                    Ok(n) => discarded += n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => return,
                 }
@@ -326,6 +384,25 @@ impl Socket {
         self.read_buf.clear();
         self.release_buffer();
     }
+}
+
+/// How much room to make for the next read: towards the end of the frame in
+/// progress (`bytes_wanted`, counted from the start of the buffer), at least a
+/// normal read, and never more than [`MAX_READ_AHEAD`] past what has arrived.
+fn read_ahead(len: usize, bytes_wanted: usize, read_size: usize) -> usize {
+    bytes_wanted
+        .saturating_sub(len)
+        .clamp(read_size, MAX_READ_AHEAD.max(read_size))
+}
+
+/// Whether the buffer should grow before the next read, and by how much: when
+/// almost full, or when a frame in progress has less than half a read-ahead of
+/// room left. Growth is geometric (`BytesMut::reserve`), so a large frame costs
+/// a few copies, while a header that merely claims a large frame costs nothing.
+fn grow_by(len: usize, spare: usize, bytes_wanted: usize, read_size: usize) -> Option<usize> {
+    let ahead = read_ahead(len, bytes_wanted, read_size);
+    let frame_needs_room = bytes_wanted > len && spare < ahead / 2;
+    (spare < 1024 || frame_needs_room).then_some(ahead)
 }
 
 /// Writes as much of `queue` as the socket takes without blocking. Returns true
@@ -345,4 +422,34 @@ fn write_queue(stream: &TcpStream, queue: &mut WriteQueue) -> io::Result<bool> {
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_frame_size_does_not_reserve_memory_up_front() {
+        // A header claiming 16 MiB: room for at most one read-ahead.
+        assert_eq!(read_ahead(14, 16 << 20, 16 * 1024), MAX_READ_AHEAD);
+        assert_eq!(
+            grow_by(14, 16 * 1024 - 14, 16 << 20, 16 * 1024),
+            Some(MAX_READ_AHEAD)
+        );
+        // Between frames: a normal read.
+        assert_eq!(read_ahead(0, 0, 16 * 1024), 16 * 1024);
+        assert_eq!(grow_by(0, 16 * 1024, 0, 16 * 1024), None);
+        // A small frame needs no more than it lacks, but a read is the minimum.
+        assert_eq!(read_ahead(100, 300, 16 * 1024), 16 * 1024);
+    }
+
+    #[test]
+    fn buffers_grow_when_nearly_full_or_a_frame_needs_room() {
+        assert_eq!(grow_by(15_500, 500, 0, 16 * 1024), Some(16 * 1024));
+        assert_eq!(
+            grow_by(1 << 20, 64 * 1024, 8 << 20, 16 * 1024),
+            Some(MAX_READ_AHEAD)
+        );
+        assert_eq!(grow_by(1 << 20, 200 * 1024, 8 << 20, 16 * 1024), None);
+    }
 }

@@ -116,7 +116,10 @@ impl<H: Handler> Server<H> {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff = MIN_BACKOFF;
-                    tokio::spawn(connection::run(stream, peer, core.clone(), handler.clone()));
+                    // Counted before it is spawned, so a shutdown waits for it.
+                    let live = core.enter();
+                    let task = connection::run(stream, peer, core.clone(), handler.clone(), live);
+                    tokio::spawn(task);
                 }
                 Err(error) if concerns_one_connection(&error) => {
                     tracing::debug!(%error, "accept failed for one connection");

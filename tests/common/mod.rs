@@ -137,6 +137,15 @@ impl Handler for TestHandler {
             }
             (Some("ping"), None, None) => conn.ping(b"server ping").unwrap(),
             (Some("count"), None, None) => conn.send_text(&count.to_string()).unwrap(),
+            (Some("flood-and-close"), Some(n), Some(size)) => {
+                let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
+                let payload = vec![0xCD; size];
+                for _ in 0..n {
+                    let _ = conn.send_binary(&payload);
+                }
+                conn.close(CloseCode::POLICY_VIOLATION, "slow consumer")
+                    .unwrap();
+            }
             (Some("flood"), Some(n), Some(size)) => {
                 let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
                 let payload = vec![0xAB; size];

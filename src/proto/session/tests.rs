@@ -492,3 +492,25 @@ fn byte_by_byte_and_random_chunks_give_the_same_events() {
         assert_eq!(h.sent(), sent, "round {round}, in chunks");
     }
 }
+
+#[test]
+fn a_cleared_buffer_after_an_event_is_not_a_reason_to_panic() {
+    let mut h = Harness::new();
+    h.input
+        .extend_from_slice(&frame(true, OpCode::Binary, &[1u8; 50]));
+    assert!(h.session.read(&mut h.input, &mut h.out).unwrap().is_some());
+    let mut other = BytesMut::new();
+    assert!(h.session.read(&mut other, &mut h.out).unwrap().is_none());
+}
+
+#[test]
+fn fragments_do_not_ask_for_read_buffer_room() {
+    let mut h = Harness::new();
+    let first = frame(false, OpCode::Binary, &[0u8; 5000]);
+    assert!(h.feed(&first[..100]).is_empty());
+    assert_eq!(
+        h.session.bytes_wanted(),
+        0,
+        "fragments stream into the assembly buffer"
+    );
+}

@@ -1,0 +1,93 @@
+//! The accept loop survives running out of file descriptors (EMFILE): it logs,
+//! pauses, and serves again once descriptors are free. This lowers the
+//! process's descriptor limit, so it lives in its own test binary.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use rapidws::Config;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// Collects the server's log lines.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn open_descriptors() -> u64 {
+    std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
+}
+
+fn set_soft_limit(soft: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        let old = limit.rlim_cur;
+        limit.rlim_cur = soft;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        old
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_emfile_at_accept() {
+    let log = Log::default();
+    let writer = log.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .init();
+
+    let server = start(Backend::Tokio, Config::default()).await;
+    let original = set_soft_limit(open_descriptors() + 40);
+
+    // Connect until this process has no descriptor left. Connections beyond
+    // what the server could accept wait in the listen backlog, so its accept
+    // calls fail with EMFILE.
+    let mut clients = Vec::new();
+    while clients.len() < 200 {
+        match tokio::net::TcpStream::connect(server.addr).await {
+            Ok(stream) => clients.push(stream),
+            Err(_) => break,
+        }
+    }
+    for _ in 0..100 {
+        if String::from_utf8_lossy(&log.0.lock().unwrap()).contains("accept failed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    assert!(
+        logged.contains("accept failed"),
+        "the server never hit EMFILE: {logged}"
+    );
+    assert!(logged.contains("Too many open files"), "{logged}");
+
+    // Free the descriptors; the server must recover by itself.
+    drop(clients);
+    set_soft_limit(original);
+    assert!(!server.served.is_finished(), "serve must not give up");
+    let mut client = tokio::time::timeout(Duration::from_secs(10), server.client())
+        .await
+        .expect("served again after descriptors were freed");
+    send_text(&mut client, "back").await;
+    assert_eq!(next(&mut client).await, Ws::text("back"));
+}
