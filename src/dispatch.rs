@@ -14,18 +14,70 @@ use bytes::BytesMut;
 
 use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
-use crate::proto::{CloseCode, Event, Session};
+use crate::proto::{CloseCode, Event, Message, Session};
 
-/// One upgraded connection's protocol state, handler state and handle.
+/// One upgraded connection: its protocol state and the application side.
+///
+/// The two are separate fields so that an event borrowing the session (a
+/// message, a close reason) can be handed to the application's callbacks.
 pub(crate) struct Dispatch<H: Handler> {
-    handler: Arc<H>,
     session: Session,
+    app: App<H>,
+    /// The server forced this connection down; drop it without closing politely.
+    aborted: bool,
+}
+
+/// The handler, this connection's handle and state, and the guarantees around
+/// calling them: panics are caught, and `on_close` runs exactly once.
+struct App<H: Handler> {
+    handler: Arc<H>,
     conn: Conn,
     state: H::State,
     /// `on_close` has been called.
-    reported: bool,
-    /// The server forced this connection down; drop it without closing politely.
-    aborted: bool,
+    closed: bool,
+}
+
+/// A callback panicked.
+struct Panicked(&'static str);
+
+impl<H: Handler> App<H> {
+    fn on_open(&mut self) -> Result<(), Panicked> {
+        let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
+        catch_unwind(AssertUnwindSafe(|| handler.on_open(conn, state)))
+            .map_err(|_| Panicked("on_open"))
+    }
+
+    fn on_message(&mut self, message: Message<'_>) -> Result<(), Panicked> {
+        let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
+        catch_unwind(AssertUnwindSafe(|| {
+            handler.on_message(conn, state, message)
+        }))
+        .map_err(|_| Panicked("on_message"))
+    }
+
+    fn on_drain(&mut self) -> Result<(), Panicked> {
+        if self.closed {
+            return Ok(());
+        }
+        let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
+        catch_unwind(AssertUnwindSafe(|| handler.on_drain(conn, state)))
+            .map_err(|_| Panicked("on_drain"))
+    }
+
+    /// Calls `on_close` unless it already ran; a panic in it is logged and ignored.
+    fn on_close(&mut self, code: CloseCode, reason: &str) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
+        if catch_unwind(AssertUnwindSafe(|| {
+            handler.on_close(conn, state, code, reason)
+        }))
+        .is_err()
+        {
+            tracing::error!(id = conn.id(), "on_close panicked");
+        }
+    }
 }
 
 /// What the backend should do after [`Dispatch::attend`].
@@ -40,35 +92,32 @@ impl<H: Handler> Dispatch<H> {
     /// Calls `on_open`. The `101` response should already be in the queue, so
     /// anything `on_open` sends follows it.
     pub(crate) fn open(handler: Arc<H>, session: Session, conn: Conn, state: H::State) -> Self {
+        conn.shared().lock().flush_scheduled = true;
         let mut dispatch = Dispatch {
-            handler,
             session,
-            conn,
-            state,
-            reported: false,
+            app: App {
+                handler,
+                conn,
+                state,
+                closed: false,
+            },
             aborted: false,
         };
-        dispatch.conn.shared().lock().flush_scheduled = true;
-        let Dispatch {
-            handler,
-            conn,
-            state,
-            ..
-        } = &mut dispatch;
-        if catch_unwind(AssertUnwindSafe(|| handler.on_open(conn, state))).is_err() {
-            dispatch.fail_after_panic("on_open");
-        } else {
-            dispatch.attend();
+        match dispatch.app.on_open() {
+            Err(panicked) => dispatch.fail_after_panic(panicked),
+            Ok(()) => {
+                dispatch.attend();
+            }
         }
         dispatch
     }
 
     /// Handles every complete frame in `input`, leaving only a partial frame.
     pub(crate) fn input(&mut self, input: &mut BytesMut) {
-        self.conn.shared().lock().flush_scheduled = true;
+        self.app.conn.shared().lock().flush_scheduled = true;
         loop {
             let event = {
-                let mut outbox = self.conn.shared().lock();
+                let mut outbox = self.app.conn.shared().lock();
                 let event = self.session.read(input, &mut outbox.queue);
                 if matches!(event, Err(_) | Ok(Some(Event::Closed { .. }))) {
                     // The close frame is in the queue: no data frame may follow
@@ -80,32 +129,22 @@ impl<H: Handler> Dispatch<H> {
             match event {
                 Ok(None) => return,
                 Ok(Some(Event::Message(message))) => {
-                    let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        handler.on_message(conn, state, message)
-                    }));
-                    if outcome.is_err() {
-                        self.fail_after_panic("on_message");
+                    if let Err(panicked) = self.app.on_message(message) {
+                        self.fail_after_panic(panicked);
                         return;
                     }
-                    if self.conn.shared().take_attention() && self.attend() == Attention::Abort {
+                    if self.app.conn.shared().take_attention() && self.attend() == Attention::Abort
+                    {
                         return;
                     }
                 }
                 Ok(Some(Event::Ping(_) | Event::Pong(_))) => {}
                 Ok(Some(Event::Closed { code, reason })) => {
-                    report_close(
-                        &mut self.reported,
-                        &*self.handler,
-                        &self.conn,
-                        &mut self.state,
-                        code,
-                        reason,
-                    );
+                    self.app.on_close(code, reason);
                     return;
                 }
                 Err(error) => {
-                    tracing::debug!(id = self.conn.id(), %error, "failing connection");
+                    tracing::debug!(id = self.app.conn.id(), %error, "failing connection");
                     self.finish(error.code, error.reason);
                     return;
                 }
@@ -116,7 +155,7 @@ impl<H: Handler> Dispatch<H> {
     /// Acts on a close request or abort signalled through the `Conn`. Call when
     /// the task was woken, or after `take_attention` returned true.
     pub(crate) fn attend(&mut self) -> Attention {
-        let mut outbox = self.conn.shared().lock();
+        let mut outbox = self.app.conn.shared().lock();
         if outbox.abort {
             drop(outbox);
             self.aborted = true;
@@ -132,11 +171,10 @@ impl<H: Handler> Dispatch<H> {
     /// Call once the queue has been written out completely: runs `on_drain` if a
     /// send had been refused as full.
     pub(crate) fn flushed(&mut self) {
-        let wanted = std::mem::take(&mut self.conn.shared().lock().wants_drain);
-        if wanted && !self.reported {
-            let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
-            if catch_unwind(AssertUnwindSafe(|| handler.on_drain(conn, state))).is_err() {
-                self.fail_after_panic("on_drain");
+        let wanted = std::mem::take(&mut self.app.conn.shared().lock().wants_drain);
+        if wanted {
+            if let Err(panicked) = self.app.on_drain() {
+                self.fail_after_panic(panicked);
             }
         }
     }
@@ -150,12 +188,12 @@ impl<H: Handler> Dispatch<H> {
     /// True once nothing more is to be read: the close handshake is complete, or
     /// the connection failed. Write the queue out, then end TCP.
     pub(crate) fn is_closed(&self) -> bool {
-        self.session.is_closed() || self.reported
+        self.session.is_closed() || self.app.closed
     }
 
     /// True until a close frame was sent or received, or the connection ended.
     pub(crate) fn is_open(&self) -> bool {
-        self.session.is_open() && !self.reported
+        self.session.is_open() && !self.app.closed
     }
 
     /// True if the server forced this connection down: drop it at once.
@@ -168,19 +206,20 @@ impl<H: Handler> Dispatch<H> {
         self.session.bytes_wanted()
     }
 
-    fn fail_after_panic(&mut self, callback: &'static str) {
+    fn fail_after_panic(&mut self, Panicked(callback): Panicked) {
         tracing::error!(
-            id = self.conn.id(),
+            id = self.app.conn.id(),
             callback,
             "handler panicked; closing with 1011"
         );
         {
-            let mut outbox = self.conn.shared().lock();
+            let mut outbox = self.app.conn.shared().lock();
             self.session.fail(
                 CloseCode::INTERNAL_ERROR,
                 "handler panicked",
                 &mut outbox.queue,
             );
+            outbox.phase = Phase::Closed;
         }
         self.finish(CloseCode::INTERNAL_ERROR, "handler panicked");
     }
@@ -191,15 +230,8 @@ impl<H: Handler> Dispatch<H> {
         if !self.session.is_closed() {
             self.session.abandon();
         }
-        self.conn.shared().lock().phase = Phase::Closed;
-        report_close(
-            &mut self.reported,
-            &*self.handler,
-            &self.conn,
-            &mut self.state,
-            code,
-            reason,
-        );
+        self.app.conn.shared().lock().phase = Phase::Closed;
+        self.app.on_close(code, reason);
     }
 }
 
@@ -208,44 +240,16 @@ impl<H: Handler> Drop for Dispatch<H> {
     /// sends fail, buffers go back to the pool, and `on_close` has run once.
     fn drop(&mut self) {
         {
-            let shared = self.conn.shared();
+            let shared = self.app.conn.shared();
             let mut outbox = shared.lock();
             outbox.phase = Phase::Closed;
             outbox.close_request = None;
-            let written_or_not = outbox.queue.len();
-            outbox.queue.advance(written_or_not);
+            let unwritten = outbox.queue.len();
+            outbox.queue.advance(unwritten);
             if let Some(buf) = outbox.queue.take_buffer() {
                 shared.pool().give(buf);
             }
         }
-        report_close(
-            &mut self.reported,
-            &*self.handler,
-            &self.conn,
-            &mut self.state,
-            CloseCode::ABNORMAL,
-            "connection dropped",
-        );
-    }
-}
-
-/// Calls `on_close` unless it already ran; a panic in it is logged and ignored.
-fn report_close<H: Handler>(
-    reported: &mut bool,
-    handler: &H,
-    conn: &Conn,
-    state: &mut H::State,
-    code: CloseCode,
-    reason: &str,
-) {
-    if std::mem::replace(reported, true) {
-        return;
-    }
-    if catch_unwind(AssertUnwindSafe(|| {
-        handler.on_close(conn, state, code, reason)
-    }))
-    .is_err()
-    {
-        tracing::error!(id = conn.id(), "on_close panicked");
+        self.app.on_close(CloseCode::ABNORMAL, "connection dropped");
     }
 }
