@@ -80,14 +80,6 @@ impl<H: Handler> App<H> {
     }
 }
 
-/// What the backend should do after [`Dispatch::attend`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Attention {
-    Continue,
-    /// The server forced this connection down: drop it without further ado.
-    Abort,
-}
-
 impl<H: Handler> Dispatch<H> {
     /// Calls `on_open`. The `101` response should already be in the queue, so
     /// anything `on_open` sends follows it.
@@ -105,9 +97,7 @@ impl<H: Handler> Dispatch<H> {
         };
         match dispatch.app.on_open() {
             Err(panicked) => dispatch.fail_after_panic(panicked),
-            Ok(()) => {
-                dispatch.attend();
-            }
+            Ok(()) => dispatch.attend(),
         }
         dispatch
     }
@@ -133,9 +123,11 @@ impl<H: Handler> Dispatch<H> {
                         self.fail_after_panic(panicked);
                         return;
                     }
-                    if self.app.conn.shared().take_attention() && self.attend() == Attention::Abort
-                    {
-                        return;
+                    if self.app.conn.shared().take_attention() {
+                        self.attend();
+                        if self.aborted {
+                            return;
+                        }
                     }
                 }
                 Ok(Some(Event::Ping(_) | Event::Pong(_))) => {}
@@ -153,19 +145,19 @@ impl<H: Handler> Dispatch<H> {
     }
 
     /// Acts on a close request or abort signalled through the `Conn`. Call when
-    /// the task was woken, or after `take_attention` returned true.
-    pub(crate) fn attend(&mut self) -> Attention {
+    /// the task was woken, or after `take_attention` returned true; after an
+    /// abort, [`Dispatch::is_aborted`] is true.
+    pub(crate) fn attend(&mut self) {
         let mut outbox = self.app.conn.shared().lock();
         if outbox.abort {
             drop(outbox);
             self.aborted = true;
             self.finish(CloseCode::ABNORMAL, "connection aborted by server shutdown");
-            return Attention::Abort;
+            return;
         }
         if let Some((code, reason)) = outbox.close_request.take() {
             self.session.close(code, &reason, &mut outbox.queue);
         }
-        Attention::Continue
     }
 
     /// Call once the queue has been written out completely: runs `on_drain` if a

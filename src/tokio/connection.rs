@@ -182,7 +182,8 @@ impl Socket {
             }
             dispatch.flushed();
             if dispatch.is_closed() {
-                return self.close_tcp(shared, close_deadline).await;
+                let deadline = close_deadline.unwrap_or_else(|| Box::pin(sleep(close_timeout)));
+                return self.close_tcp(Some(shared), deadline).await;
             }
             match self.wait(shared, close_deadline.as_mut()).await {
                 Wake::Attention => {}
@@ -321,26 +322,30 @@ impl Socket {
             io::Result::Ok(())
         };
         if let Ok(Ok(())) = timeout(close_timeout, write_all).await {
-            self.close_refused(close_timeout).await;
+            self.close_tcp(None, Box::pin(sleep(close_timeout))).await;
         } else {
             self.read_buf.clear();
             self.release_buffer();
         }
     }
 
-    /// Ends TCP after the close handshake: the server closes first (RFC 6455
-    /// §7.1.1), by sending FIN, then reads and discards until the peer's FIN so
-    /// that unread bytes do not turn our close into a reset, up to the close
-    /// deadline and [`DRAIN_LIMIT`] bytes, or until the server aborts it.
-    async fn close_tcp(&mut self, shared: &ConnShared, deadline: Option<Pin<Box<Sleep>>>) {
+    /// Ends TCP: the server closes first (RFC 6455 §7.1.1), by sending FIN, then
+    /// reads and discards until the peer's FIN so that unread bytes do not turn
+    /// our close (or error response) into a reset, up to `deadline` and
+    /// [`DRAIN_LIMIT`] bytes, or until the server aborts the connection.
+    async fn close_tcp(&mut self, abort: Option<&ConnShared>, mut deadline: Pin<Box<Sleep>>) {
         let _ = self.stream.shutdown().await;
-        self.read_buf.clear();
-        let mut deadline = deadline.unwrap_or_else(|| Box::pin(sleep(Duration::ZERO)));
         let mut discarded = 0usize;
         while discarded < DRAIN_LIMIT {
+            self.read_buf.clear();
             let readable = poll_fn(|cx| {
-                shared.register(cx.waker());
-                if shared.lock().abort || deadline.as_mut().poll(cx).is_ready() {
+                if let Some(shared) = abort {
+                    shared.register(cx.waker());
+                    if shared.lock().abort {
+                        return Poll::Ready(false);
+                    }
+                }
+                if deadline.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(false);
                 }
                 self.stream.poll_read_ready(cx).map(|r| r.is_ok())
@@ -350,37 +355,11 @@ impl Socket {
             }
             match self.try_read(0) {
                 Ok(0) => break,
-                Ok(n) => {
-                    discarded += n;
-                    self.read_buf.clear();
-                }
+                Ok(n) => discarded += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => break,
             }
         }
-        self.read_buf.clear();
-        self.release_buffer();
-    }
-
-    /// Ends TCP after a refused handshake, within `close_timeout`.
-    async fn close_refused(&mut self, close_timeout: Duration) {
-        let _ = self.stream.shutdown().await;
-        let drain = async {
-            let mut discarded = 0usize;
-            while discarded < DRAIN_LIMIT {
-                if self.stream.readable().await.is_err() {
-                    return;
-                }
-                self.read_buf.clear();
-                match self.try_read(0) {
-                    Ok(0) => return,
-                    Ok(n) => discarded += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => return,
-                }
-            }
-        };
-        let _ = timeout(close_timeout, drain).await;
         self.read_buf.clear();
         self.release_buffer();
     }
