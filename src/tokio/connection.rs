@@ -10,23 +10,23 @@
 use std::future::{Future, poll_fn};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Sleep, sleep, timeout};
 
-use crate::conn::ConnShared;
+use crate::conn::{Conn, ConnShared};
 use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::pool::BufferPool;
 use crate::proto::{Session, WriteQueue};
-use crate::server::{LiveGuard, ServerCore};
+use crate::server::{LiveGuard, Registration, ServerCore};
 
 /// How many iovecs one `writev` takes at most.
 const MAX_IOVECS: usize = 64;
@@ -40,16 +40,95 @@ const DRAIN_LIMIT: usize = 1 << 20;
 const MAX_READ_AHEAD: usize = 256 * 1024;
 
 /// Serves one accepted TCP connection, from the handshake to the last byte.
+///
+/// The two phases are separate futures so that an idle connection's task is
+/// only as large as the upgraded phase needs: the handshake (its timer, its
+/// read future, the response) is boxed and freed once it is done.
 pub(crate) async fn run<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
     core: Arc<ServerCore>,
     handler: Arc<H>,
-    _live: LiveGuard,
+    live: LiveGuard,
 ) {
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
     }
+    // In a block, so the handshake's leftovers are out of scope (and out of
+    // this future's layout) while the connection runs.
+    let mut upgraded = {
+        let upgrade = Box::pin(handshake(stream, &core, &*handler)).await;
+        let Some((socket, state, response)) = upgrade else {
+            return;
+        };
+        Upgraded::open(socket, state, response, peer, &core, handler, live)
+    };
+    drop(core);
+    upgraded.drive().await;
+}
+
+/// Everything an upgraded connection holds while it lives: kept in one place
+/// so the task's future stores it once (an `async fn` taking these as
+/// arguments would store them twice).
+struct Upgraded<H: Handler> {
+    socket: Socket,
+    dispatch: Dispatch<H>,
+    conn: Conn,
+    close_timeout: Duration,
+    _registration: Registration,
+    _live: LiveGuard,
+}
+
+impl<H: Handler> Upgraded<H> {
+    fn open(
+        mut socket: Socket,
+        state: H::State,
+        mut response: WriteQueue,
+        peer: SocketAddr,
+        core: &Arc<ServerCore>,
+        handler: Arc<H>,
+        live: LiveGuard,
+    ) -> Self {
+        let (conn, registration) = core.open_connection(peer);
+        // The 101 goes first; whatever `on_open` sends follows it in the same write.
+        std::mem::swap(&mut conn.shared().lock().queue, &mut response);
+        let session = Session::new(core.config.limits, core.pool.clone());
+        let mut dispatch = Dispatch::open(handler, session, conn.clone(), state);
+        if !socket.read_buf.is_empty() {
+            // Frames that arrived together with the request.
+            dispatch.input(&mut socket.read_buf);
+        }
+        let close_timeout = core.config.close_timeout;
+        Upgraded {
+            socket,
+            dispatch,
+            conn,
+            close_timeout,
+            _registration: registration,
+            _live: live,
+        }
+    }
+
+    async fn drive(&mut self) {
+        let Upgraded {
+            socket,
+            dispatch,
+            conn,
+            close_timeout,
+            ..
+        } = self;
+        socket.drive(dispatch, conn.shared(), *close_timeout).await;
+    }
+}
+
+/// Reads and answers the upgrade request within the handshake timeout. On
+/// success returns the socket (with any bytes that followed the request), the
+/// handler's state and the queued `101`; otherwise answers and closes.
+async fn handshake<H: Handler>(
+    stream: TcpStream,
+    core: &ServerCore,
+    handler: &H,
+) -> Option<(Socket, H::State, WriteQueue)> {
     let config = &core.config;
     let mut socket = Socket {
         stream,
@@ -57,34 +136,22 @@ pub(crate) async fn run<H: Handler>(
         pool: core.pool.clone(),
         read_size: config.read_buffer_size,
     };
-
     let mut response = WriteQueue::new();
-    let read_request = socket.read_upgrade(&*handler, &core, &mut response);
-    let state = match timeout(config.handshake_timeout, read_request).await {
-        Ok(Ok(Some(state))) => state,
-        Ok(Ok(None)) => return socket.refuse(&mut response, config.close_timeout).await,
-        Ok(Err(_)) => return socket.release_buffer(),
+    let read_request = socket.read_upgrade(handler, core, &mut response);
+    match timeout(config.handshake_timeout, read_request).await {
+        Ok(Ok(Some(state))) => return Some((socket, state, response)),
+        Ok(Ok(None)) => {}
+        Ok(Err(_)) => {
+            socket.release_buffer();
+            return None;
+        }
         Err(_elapsed) => {
             let e = HandshakeError::TimedOut;
             handshake::write_error(&mut response, e.status(), e.reason());
-            return socket.refuse(&mut response, config.close_timeout).await;
         }
-    };
-
-    let (conn, _registration) = core.open_connection(peer);
-    let shared = conn.clone();
-    let shared = shared.shared();
-    // The 101 goes first; whatever `on_open` sends follows it in the same write.
-    std::mem::swap(&mut shared.lock().queue, &mut response);
-    let session = Session::new(config.limits, core.pool.clone());
-    let mut dispatch = Dispatch::open(handler, session, conn, state);
-    if !socket.read_buf.is_empty() {
-        // Frames that arrived together with the request.
-        dispatch.input(&mut socket.read_buf);
     }
-    socket
-        .drive(&mut dispatch, shared, config.close_timeout)
-        .await;
+    socket.refuse(&mut response, config.close_timeout).await;
+    None
 }
 
 /// The TCP stream and the read buffer, which is borrowed from the pool only
@@ -273,10 +340,22 @@ impl Socket {
         }
     }
 
-    /// Reads once into the pooled buffer, sized for the frame in progress.
+    /// Reads once into the pooled buffer, sized for the frame in progress;
+    /// `WouldBlock` if nothing is there.
+    ///
+    /// This goes through tokio's `AsyncRead` rather than `try_read_buf`: after a
+    /// short read it clears the socket's readiness (the kernel queue is empty),
+    /// so the next wait sleeps at once instead of paying a read that can only
+    /// return EAGAIN. At one message per wake-up that was one syscall in three.
+    /// A `Pending` poll registers the no-op waker, which is harmless: `wait`
+    /// always registers the task's own waker before sleeping.
     fn try_read(&mut self, bytes_wanted: usize) -> io::Result<usize> {
         self.prepare_buffer(bytes_wanted);
-        self.stream.try_read_buf(&mut self.read_buf)
+        let mut cx = Context::from_waker(Waker::noop());
+        match pin!(self.stream.read_buf(&mut self.read_buf)).poll(&mut cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
     }
 
     /// Waits for readability and reads once (for the handshake).
@@ -430,5 +509,38 @@ mod tests {
             Some(MAX_READ_AHEAD)
         );
         assert_eq!(grow_by(1 << 20, 200 * 1024, 8 << 20, 16 * 1024), None);
+    }
+
+    /// Every idle connection is one task holding this future, so its size is
+    /// a large share of the memory per connection (BENCHMARKS.md, scenario 4).
+    /// The handshake phase is boxed and must not size it.
+    #[tokio::test]
+    async fn the_connection_future_is_sized_by_the_upgraded_phase() {
+        struct Quiet;
+        impl Handler for Quiet {
+            type State = ();
+            fn on_upgrade(
+                &self,
+                _: &crate::Request<'_>,
+                _: &mut crate::Accept,
+            ) -> Result<(), crate::Reject> {
+                Ok(())
+            }
+            fn on_message(&self, _: &Conn, _: &mut (), _: crate::Message<'_>) {}
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let core = ServerCore::new(crate::Config::default());
+        let live = core.enter();
+        let task = run(stream, peer, core.clone(), Arc::new(Quiet), live);
+        let upgraded = size_of::<Upgraded<Quiet>>();
+        assert!(
+            size_of_val(&task) <= upgraded + 400,
+            "connection future is {} bytes, upgraded state {upgraded}",
+            size_of_val(&task)
+        );
     }
 }

@@ -1,0 +1,89 @@
+// Package harness holds what every baseline server shares: the command-line
+// contract the Rust load generator relies on and the per-connection push loop.
+package harness
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config is the parsed command line.
+type Config struct {
+	Addr      string        // -addr
+	PushSize  int           // -push-size, bytes; 0 disables push mode
+	PushEvery time.Duration // -push-every-us
+
+	payload []byte // shared push payload; libraries only read it
+}
+
+// Parse parses the common flags: -addr, -push-size, -push-every-us.
+func Parse() *Config {
+	c := &Config{}
+	var everyUS int
+	flag.StringVar(&c.Addr, "addr", "127.0.0.1:9001", "listen address host:port")
+	flag.IntVar(&c.PushSize, "push-size", 0, "push mode: bytes per server-initiated binary message (0 = off)")
+	flag.IntVar(&everyUS, "push-every-us", 500, "push mode: interval between pushes, in microseconds")
+	flag.Parse()
+	if c.PushSize < 0 || everyUS <= 0 {
+		fmt.Fprintln(os.Stderr, "-push-size must be >= 0 and -push-every-us > 0")
+		os.Exit(2)
+	}
+	c.PushEvery = time.Duration(everyUS) * time.Microsecond
+	if c.PushSize > 0 {
+		c.payload = make([]byte, c.PushSize)
+		for i := range c.payload {
+			c.payload[i] = byte(i)
+		}
+	}
+	return c
+}
+
+// Pushing reports whether push mode is on.
+func (c *Config) Pushing() bool { return c.PushSize > 0 }
+
+// PushLoop sends the push payload through write once per PushEvery until stop
+// is closed or a write fails. It returns at once when push mode is off, so
+// callers may run it unconditionally with `go`. write must be safe to call
+// concurrently with the connection's echo path, and must not keep or modify
+// the slice (it is shared by all connections).
+//
+// A time.Ticker wakes the loop, but the number of messages sent follows the
+// clock: each wake-up sends every push that has fallen due since the last one.
+// Go's timers cannot wake more often than about once a millisecond on this
+// kind of Linux VM (a 500 µs ticker fires ~1000 times a second), so a bare
+// ticker would halve the requested rate. Catching up is what tokio's
+// interval does by default (MissedTickBehavior::Burst), which the Rust
+// servers of the harness use, so both sides push at the same average rate.
+func (c *Config) PushLoop(stop <-chan struct{}, write func([]byte) error) {
+	if !c.Pushing() {
+		return
+	}
+	next := time.Now().Add(c.PushEvery)
+	t := time.NewTicker(c.PushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			for now := time.Now(); !now.Before(next); next = next.Add(c.PushEvery) {
+				if write(c.payload) != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Started prints the single startup line to stderr.
+func (c *Config) Started(name string) {
+	fmt.Fprintf(os.Stderr, "%s: listening on %s (push-size=%d push-every=%s)\n", name, c.Addr, c.PushSize, c.PushEvery)
+}
+
+// Fatal reports a startup error and exits.
+func Fatal(name string, err error) {
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	os.Exit(1)
+}

@@ -1,0 +1,191 @@
+//! The benchmark runner: starts every server in turn (pinned to CPU 0), drives
+//! it with `rapidws-load` (pinned to CPU 1), and writes BENCHMARKS.md, the
+//! chart and the raw per-round results. Use `benches/harness/run.sh`, which
+//! builds everything first.
+
+mod chart;
+mod client;
+mod report;
+mod scenarios;
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::Parser;
+use scenarios::{Measurement, SCENARIOS, Settings};
+
+#[derive(Parser, Debug)]
+#[command(about = "Runs the load harness scenarios and writes BENCHMARKS.md")]
+struct Args {
+    /// Rounds; every server runs every scenario once per round.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Only these servers (comma-separated names), default all.
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<String>,
+    /// Only these scenarios (comma-separated numbers 1-6), default all.
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Vec<u8>,
+    /// Warm-up seconds before each measured window.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Do not run anything: rebuild the report from the saved results.
+    #[arg(long)]
+    report_only: bool,
+    /// The repository root (default: found from this crate's location).
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// The command line to print in the report.
+    #[arg(long, default_value = "benches/harness/run.sh")]
+    command: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    rapidws_load::raise_fd_limit();
+    let repo = args
+        .repo
+        .clone()
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."));
+    let harness = repo.join("benches/harness");
+    let results_path = harness.join("results/results.json");
+    let measurements = if args.report_only {
+        match load_results(&results_path) {
+            Ok(measurements) => measurements,
+            Err(error) => {
+                eprintln!("error: cannot read {}: {error}", results_path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        run(&args, &repo, &results_path)
+    };
+    let summaries = report::summarize(&measurements);
+    let machine = machine();
+    let settings = format!(
+        "Each measured window is {} s after {} s of warm-up.",
+        args.duration, args.warmup
+    );
+    let context = report::Context {
+        machine: &machine,
+        command: &args.command,
+        rounds: measurements.iter().map(|m| m.round + 1).max().unwrap_or(0),
+        settings: &settings,
+        notes: std::fs::read_to_string(harness.join("notes.md")).ok(),
+        chart_path: "benches/harness/results/chart.svg",
+    };
+    let written = std::fs::write(
+        repo.join("BENCHMARKS.md"),
+        report::markdown(&summaries, &context),
+    )
+    .and_then(|()| std::fs::write(harness.join("results/chart.svg"), report::chart(&summaries)));
+    if let Err(error) = written {
+        eprintln!("error: cannot write the report: {error}");
+        return ExitCode::FAILURE;
+    }
+    eprintln!("wrote BENCHMARKS.md and benches/harness/results/chart.svg");
+    ExitCode::SUCCESS
+}
+
+fn run(args: &Args, repo: &Path, results_path: &Path) -> Vec<Measurement> {
+    let bin = repo.join("benches/harness/target/release");
+    let servers: Vec<_> = servers::all(repo, &bin, &repo.join("benches/harness/target/go"))
+        .into_iter()
+        .filter(|s| args.servers.is_empty() || args.servers.iter().any(|n| n == s.name))
+        .collect();
+    let settings = Settings {
+        load: client::Load {
+            bin: bin.join("rapidws-load"),
+        },
+        warmup: args.warmup,
+        duration: args.duration,
+    };
+    let mut measurements = Vec::new();
+    for round in 0..args.rounds {
+        for scenario in SCENARIOS
+            .iter()
+            .filter(|s| args.scenarios.is_empty() || args.scenarios.contains(&s.number))
+        {
+            // Rotate the order each round so no server always runs first.
+            let count = servers.len();
+            for i in 0..count {
+                let server = &servers[(i + round) % count];
+                if !scenario.applies_to(server) {
+                    continue;
+                }
+                for measurement in scenario.run(server, round, &settings) {
+                    let headline = measurement
+                        .metrics
+                        .get("per_sec")
+                        .or(measurement.metrics.get("bytes_per_conn_to_10k"));
+                    eprintln!(
+                        "round {} scenario {} {:>18} {:<16} {}",
+                        round + 1,
+                        scenario.number,
+                        server.name,
+                        measurement.variant,
+                        match (&measurement.error, headline) {
+                            (Some(error), _) => format!("FAILED: {error}"),
+                            (None, Some(value)) => report::num(*value),
+                            (None, None) => "ok".into(),
+                        }
+                    );
+                    measurements.push(measurement);
+                }
+                save_results(results_path, &measurements);
+            }
+        }
+    }
+    measurements
+}
+
+fn save_results(path: &Path, measurements: &[Measurement]) {
+    let values: Vec<_> = measurements.iter().map(Measurement::to_json).collect();
+    let text = serde_json::to_string_pretty(&values).expect("serializable");
+    if let Err(error) = std::fs::write(path, text) {
+        eprintln!(
+            "warning: cannot save results to {}: {error}",
+            path.display()
+        );
+    }
+}
+
+fn load_results(path: &Path) -> std::io::Result<Vec<Measurement>> {
+    let text = std::fs::read_to_string(path)?;
+    let values: Vec<serde_json::Value> =
+        serde_json::from_str(&text).map_err(std::io::Error::other)?;
+    Ok(values.iter().filter_map(Measurement::from_json).collect())
+}
+
+/// What the report says about the machine, read from the machine itself.
+fn machine() -> String {
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "?".into())
+    };
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "Machine: {} CPUs ({cpu}), Linux {}, {}; {}; measured {}.",
+        output("nproc", &[]),
+        output("uname", &["-r"]),
+        output("rustc", &["-V"]),
+        output("go", &["version"]),
+        output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+    )
+}

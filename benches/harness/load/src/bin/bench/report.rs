@@ -1,0 +1,442 @@
+//! Medians over rounds, the tables of BENCHMARKS.md, the target checks and the chart.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::chart::{self, Panel};
+use crate::scenarios::{Measurement, SCENARIOS, STREAM_VARIANTS};
+
+const US: &str = "rapidws-tokio";
+
+/// Medians and spread of one (scenario, variant, server) over its rounds.
+#[derive(Default, Debug)]
+pub struct Summary {
+    pub rounds: usize,
+    pub failures: Vec<String>,
+    values: BTreeMap<String, Vec<f64>>,
+}
+
+impl Summary {
+    pub fn median(&self, metric: &str) -> f64 {
+        let Some(values) = self.values.get(metric) else {
+            return f64::NAN;
+        };
+        let mut values: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if values.is_empty() {
+            return f64::NAN;
+        }
+        values.sort_by(f64::total_cmp);
+        let mid = values.len() / 2;
+        if values.len() % 2 == 1 {
+            values[mid]
+        } else {
+            (values[mid - 1] + values[mid]) / 2.0
+        }
+    }
+
+    fn range(&self, metric: &str) -> String {
+        let values = self
+            .values
+            .get(metric)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if values.is_empty() {
+            "-".into()
+        } else {
+            format!("{}–{}", num(min), num(max))
+        }
+    }
+}
+
+pub type Summaries = BTreeMap<(u8, String, String), Summary>;
+
+pub fn summarize(measurements: &[Measurement]) -> Summaries {
+    let mut summaries = Summaries::new();
+    for m in measurements {
+        let summary = summaries
+            .entry((m.scenario, m.variant.clone(), m.server.clone()))
+            .or_default();
+        summary.rounds += 1;
+        match &m.error {
+            Some(error) => summary
+                .failures
+                .push(format!("round {}: {error}", m.round + 1)),
+            None => {
+                for (metric, value) in &m.metrics {
+                    summary
+                        .values
+                        .entry(metric.clone())
+                        .or_default()
+                        .push(*value);
+                }
+            }
+        }
+    }
+    summaries
+}
+
+/// Human-readable number: thousands separated, few decimals.
+pub fn num(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".into();
+    }
+    if value.abs() >= 1000.0 {
+        let text = format!("{:.0}", value);
+        let (sign, digits) = text
+            .strip_prefix('-')
+            .map_or(("", text.as_str()), |d| ("-", d));
+        let mut grouped = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(c);
+        }
+        format!("{sign}{grouped}")
+    } else if value.abs() >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn rows<'a>(summaries: &'a Summaries, scenario: u8, variant: &str) -> Vec<(&'a str, &'a Summary)> {
+    summaries
+        .iter()
+        .filter(|((s, v, _), _)| *s == scenario && v == variant)
+        .map(|((_, _, server), summary)| (server.as_str(), summary))
+        .collect()
+}
+
+fn sorted<'a>(
+    mut rows: Vec<(&'a str, &'a Summary)>,
+    metric: &str,
+    lower_is_better: bool,
+) -> Vec<(&'a str, &'a Summary)> {
+    rows.sort_by(|a, b| {
+        let (x, y) = (a.1.median(metric), b.1.median(metric));
+        let x = if x.is_finite() {
+            x
+        } else if lower_is_better {
+            f64::INFINITY
+        } else {
+            f64::NEG_INFINITY
+        };
+        let y = if y.is_finite() {
+            y
+        } else if lower_is_better {
+            f64::INFINITY
+        } else {
+            f64::NEG_INFINITY
+        };
+        if lower_is_better {
+            x.total_cmp(&y)
+        } else {
+            y.total_cmp(&x)
+        }
+    });
+    rows
+}
+
+fn failures(out: &mut String, rows: &[(&str, &Summary)]) {
+    for (server, summary) in rows {
+        for failure in &summary.failures {
+            let _ = writeln!(out, "- {server} failed in {failure}");
+        }
+    }
+}
+
+fn echo_table(out: &mut String, summaries: &Summaries, scenario: u8) {
+    let rows = sorted(rows(summaries, scenario, ""), "per_sec", false);
+    let ours = summaries
+        .get(&(scenario, String::new(), US.into()))
+        .map(|s| s.median("per_sec"));
+    let _ = writeln!(
+        out,
+        "| server | msgs/s | range | rapidws ÷ this | p50 µs | p99 µs | p99.9 µs | server CPU % | server CPU µs/msg | peak RSS MiB |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (server, s) in &rows {
+        let ratio = ours.map_or(f64::NAN, |o| o / s.median("per_sec"));
+        let _ = writeln!(
+            out,
+            "| {server} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            num(s.median("per_sec")),
+            s.range("per_sec"),
+            format_ratio(ratio),
+            num(s.median("p50_us")),
+            num(s.median("p99_us")),
+            num(s.median("p999_us")),
+            num(s.median("server_cpu_pct")),
+            num(s.median("cpu_us_per_msg")),
+            num(s.median("peak_rss_mib")),
+        );
+    }
+    failures(out, &rows);
+}
+
+fn format_ratio(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{ratio:.2}x")
+    } else {
+        "-".into()
+    }
+}
+
+fn idle_table(out: &mut String, summaries: &Summaries) {
+    let rows = sorted(rows(summaries, 4, ""), "bytes_per_conn_to_10k", true);
+    let _ = writeln!(
+        out,
+        "| server | bytes/conn, 1k→10k (slope) | range | bytes/conn, 0→1k | RSS idle MiB | RSS 1k MiB | RSS 10k MiB | alive after ping |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (server, s) in &rows {
+        let _ = writeln!(
+            out,
+            "| {server} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            num(s.median("bytes_per_conn_to_10k")),
+            s.range("bytes_per_conn_to_10k"),
+            num(s.median("bytes_per_conn_to_1k")),
+            num(s.median("rss_0_mib")),
+            num(s.median("rss_1k_mib")),
+            num(s.median("rss_10k_mib")),
+            num(s.median("alive")),
+            num(s.median("connected")),
+        );
+    }
+    failures(out, &rows);
+}
+
+fn handshake_table(out: &mut String, summaries: &Summaries) {
+    let rows = sorted(rows(summaries, 5, ""), "per_sec", false);
+    let _ = writeln!(
+        out,
+        "| server | upgrades/s | range | p50 µs | p99 µs | server CPU % | errors |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    for (server, s) in &rows {
+        let _ = writeln!(
+            out,
+            "| {server} | {} | {} | {} | {} | {} | {} |",
+            num(s.median("per_sec")),
+            s.range("per_sec"),
+            num(s.median("p50_us")),
+            num(s.median("p99_us")),
+            num(s.median("server_cpu_pct")),
+            num(s.median("errors")),
+        );
+    }
+    failures(out, &rows);
+}
+
+fn stream_table(out: &mut String, summaries: &Summaries) {
+    let _ = writeln!(
+        out,
+        "| server | push | RTT avg µs | RTT p50 µs | RTT p99 µs | p99 range | p99 ÷ own no-push p99 | pushes/s | push MB/s | server CPU % |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let base = sorted(rows(summaries, 6, STREAM_VARIANTS[1].0), "p99_us", true);
+    for (server, _) in &base {
+        let quiet = summaries
+            .get(&(6, STREAM_VARIANTS[0].0.into(), server.to_string()))
+            .map(|s| s.median("p99_us"));
+        for (variant, _) in STREAM_VARIANTS {
+            let Some(s) = summaries.get(&(6, variant.into(), server.to_string())) else {
+                continue;
+            };
+            let ratio = quiet.map_or(f64::NAN, |q| s.median("p99_us") / q);
+            let _ = writeln!(
+                out,
+                "| {server} | {variant} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                num(s.median("avg_us")),
+                num(s.median("p50_us")),
+                num(s.median("p99_us")),
+                s.range("p99_us"),
+                format_ratio(ratio),
+                num(s.median("pushes_per_sec")),
+                num(s.median("push_mb_per_sec")),
+                num(s.median("server_cpu_pct")),
+            );
+            for failure in &s.failures {
+                let _ = writeln!(out, "\n- {server} ({variant}) failed in {failure}\n");
+            }
+        }
+    }
+}
+
+/// The issue-3 targets, checked against the medians.
+fn targets(out: &mut String, summaries: &Summaries) {
+    let get = |scenario: u8, variant: &str, server: &str, metric: &str| {
+        summaries
+            .get(&(scenario, variant.into(), server.into()))
+            .map_or(f64::NAN, |s| s.median(metric))
+    };
+    let peers = |scenario: u8, variant: &str| -> Vec<String> {
+        summaries
+            .keys()
+            .filter(|(s, v, server)| {
+                *s == scenario && v == variant && server != US && server != "raw-tcp-echo"
+            })
+            .map(|(_, _, server)| server.clone())
+            .collect()
+    };
+    let best = |scenario: u8, metric: &str, lower: bool| -> (String, f64) {
+        peers(scenario, "")
+            .into_iter()
+            .map(|p| {
+                let v = get(scenario, "", &p, metric);
+                (p, v)
+            })
+            .filter(|(_, v)| v.is_finite())
+            .fold((String::from("-"), f64::NAN), |acc, (p, v)| {
+                let better = acc.1.is_nan() || if lower { v < acc.1 } else { v > acc.1 };
+                if better { (p, v) } else { acc }
+            })
+    };
+    let verdict = |ok: bool| if ok { "**met**" } else { "**not met**" };
+    let _ = writeln!(out, "| target | measured (medians) | |");
+    let _ = writeln!(out, "|---|---|---|");
+    let ours = get(1, "", US, "per_sec");
+    let (peer, peer_rate) = best(1, "per_sec", false);
+    let raw = get(1, "", "raw-tcp-echo", "per_sec");
+    let _ = writeln!(
+        out,
+        "| 1: depth-8 echo ≥ 2x the best peer | {} vs {peer} {} = {:.2}x | {} |",
+        num(ours),
+        num(peer_rate),
+        ours / peer_rate,
+        verdict(ours / peer_rate >= 2.0)
+    );
+    let _ = writeln!(
+        out,
+        "| 1: depth-8 echo ≥ 0.6x raw TCP echo | {} vs {} = {:.2}x | {} |",
+        num(ours),
+        num(raw),
+        ours / raw,
+        verdict(ours / raw >= 0.6)
+    );
+    let ours = get(2, "", US, "cpu_us_per_msg");
+    let (peer, peer_cpu) = best(2, "cpu_us_per_msg", true);
+    let _ = writeln!(
+        out,
+        "| 2: server CPU per message ≤ 0.5x the best peer | {:.2} µs vs {peer} {:.2} µs = {:.2}x | {} |",
+        ours,
+        peer_cpu,
+        ours / peer_cpu,
+        verdict(ours / peer_cpu <= 0.5)
+    );
+    let ours = get(4, "", US, "bytes_per_conn_to_10k");
+    let _ = writeln!(
+        out,
+        "| 4: ≤ 1 KiB per idle connection (slope 1k→10k) | {} bytes | {} |",
+        num(ours),
+        verdict(ours <= 1024.0)
+    );
+    let ours = get(5, "", US, "per_sec");
+    let (peer, peer_rate) = best(5, "per_sec", false);
+    let _ = writeln!(
+        out,
+        "| 5: upgrades/s ahead of every peer | {} vs {peer} {} = {:.2}x | {} |",
+        num(ours),
+        num(peer_rate),
+        ours / peer_rate,
+        verdict(ours > peer_rate)
+    );
+    let quiet = get(6, STREAM_VARIANTS[0].0, US, "p99_us");
+    let pushed = get(6, STREAM_VARIANTS[1].0, US, "p99_us");
+    let _ = writeln!(
+        out,
+        "| 6: p99 with 10 KiB pushes ≤ 2x p99 without | {} µs vs {} µs = {:.2}x | {} |",
+        num(pushed),
+        num(quiet),
+        pushed / quiet,
+        verdict(pushed / quiet <= 2.0)
+    );
+}
+
+pub struct Context<'a> {
+    pub machine: &'a str,
+    pub command: &'a str,
+    pub rounds: usize,
+    pub settings: &'a str,
+    pub notes: Option<String>,
+    pub chart_path: &'a str,
+}
+
+pub fn markdown(summaries: &Summaries, context: &Context) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmarks\n");
+    let _ = writeln!(
+        out,
+        "Generated by the load harness in `benches/harness/` (see its README). Do not edit by hand: run the command below; notes come from `benches/harness/notes.md`.\n"
+    );
+    let _ = writeln!(out, "```text\n{}\n```\n", context.command);
+    let _ = writeln!(out, "{}\n", context.machine);
+    let _ = writeln!(
+        out,
+        "Method: each server is pinned to CPU 0 (`taskset -c 0`), the load generator to CPU 1. Servers are started fresh for every measurement and alternated within each round ({} rounds, order rotated per round). Figures are medians over the rounds; \"range\" is min–max. Server CPU and RSS come from `/proc/<pid>/stat` and `/proc/<pid>/status`. {}\n",
+        context.rounds, context.settings
+    );
+    let _ = writeln!(out, "![benchmark chart]({})\n", context.chart_path);
+    let _ = writeln!(out, "## Targets (issue 3)\n");
+    targets(&mut out, summaries);
+    for scenario in &SCENARIOS {
+        let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
+        match scenario.number {
+            1..=3 => echo_table(&mut out, summaries, scenario.number),
+            4 => idle_table(&mut out, summaries),
+            5 => handshake_table(&mut out, summaries),
+            _ => stream_table(&mut out, summaries),
+        }
+    }
+    if let Some(notes) = &context.notes {
+        let _ = writeln!(out, "\n## Notes\n\n{}", notes.trim());
+    }
+    out
+}
+
+pub fn chart(summaries: &Summaries) -> String {
+    let panel =
+        |scenario: u8, variant: &str, metric: &str, title: &str, lower_is_better: bool| Panel {
+            title: title.into(),
+            lower_is_better,
+            bars: rows(summaries, scenario, variant)
+                .into_iter()
+                .map(|(server, s)| (server.to_string(), s.median(metric)))
+                .collect(),
+        };
+    chart::svg(&[
+        panel(
+            1,
+            "",
+            "per_sec",
+            "1. echo 100 x 1 KiB, depth 8: msgs/s",
+            false,
+        ),
+        panel(
+            2,
+            "",
+            "cpu_us_per_msg",
+            "2. echo depth 1: server CPU µs/msg",
+            true,
+        ),
+        panel(3, "", "per_sec", "3. echo 500 x 16 KiB: msgs/s", false),
+        panel(
+            4,
+            "",
+            "bytes_per_conn_to_10k",
+            "4. idle: bytes per connection",
+            true,
+        ),
+        panel(5, "", "per_sec", "5. upgrades/s", false),
+        panel(
+            6,
+            STREAM_VARIANTS[1].0,
+            "p99_us",
+            "6. request p99 µs under 10 KiB pushes",
+            true,
+        ),
+    ])
+}

@@ -1,0 +1,332 @@
+//! The six scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::client::{Load, LoadProcess};
+use crate::servers::{Role, Running, Server};
+
+/// One figure set from one server in one round.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    pub scenario: u8,
+    pub variant: String,
+    pub server: String,
+    pub round: usize,
+    pub metrics: BTreeMap<String, f64>,
+    pub error: Option<String>,
+}
+
+impl Measurement {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "scenario": self.scenario, "variant": self.variant, "server": self.server,
+            "round": self.round, "metrics": self.metrics, "error": self.error,
+        })
+    }
+
+    pub fn from_json(value: &Value) -> Option<Measurement> {
+        Some(Measurement {
+            scenario: value["scenario"].as_u64()? as u8,
+            variant: value["variant"].as_str()?.to_string(),
+            server: value["server"].as_str()?.to_string(),
+            round: value["round"].as_u64()? as usize,
+            metrics: value["metrics"]
+                .as_object()?
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect(),
+            error: value["error"].as_str().map(str::to_string),
+        })
+    }
+}
+
+/// Settings shared by every scenario of a run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub load: Load,
+    pub warmup: f64,
+    pub duration: f64,
+}
+
+impl Settings {
+    fn window(&self) -> Vec<String> {
+        vec![
+            "--warmup".into(),
+            self.warmup.to_string(),
+            "--duration".into(),
+            self.duration.to_string(),
+        ]
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup + self.duration + 60.0)
+    }
+}
+
+pub struct Scenario {
+    pub number: u8,
+    pub title: &'static str,
+    /// Whether the raw TCP echo server takes part.
+    pub raw_too: bool,
+    pub needs_push: bool,
+}
+
+pub const SCENARIOS: [Scenario; 6] = [
+    Scenario {
+        number: 1,
+        title: "Echo, 100 connections x 1 KiB binary, depth 8",
+        raw_too: true,
+        needs_push: false,
+    },
+    Scenario {
+        number: 2,
+        title: "Echo, 100 connections x 1 KiB binary, depth 1",
+        raw_too: true,
+        needs_push: false,
+    },
+    Scenario {
+        number: 3,
+        title: "Echo, 500 connections x 16 KiB binary, depth 1",
+        raw_too: true,
+        needs_push: false,
+    },
+    Scenario {
+        number: 4,
+        title: "Idle memory, 1k and 10k upgraded connections",
+        raw_too: false,
+        needs_push: false,
+    },
+    Scenario {
+        number: 5,
+        title: "Upgrades per second (connect, upgrade, close)",
+        raw_too: false,
+        needs_push: false,
+    },
+    Scenario {
+        number: 6,
+        title: "Stream: request RTT while the server pushes",
+        raw_too: false,
+        needs_push: true,
+    },
+];
+
+impl Scenario {
+    pub fn applies_to(&self, server: &Server) -> bool {
+        (self.raw_too || !server.raw) && (!self.needs_push || server.supports_stream())
+    }
+
+    /// Runs this scenario once against `server`.
+    pub fn run(&self, server: &Server, round: usize, settings: &Settings) -> Vec<Measurement> {
+        let measure = |variant: &str, result: io::Result<BTreeMap<String, f64>>| {
+            let (metrics, error) = match result {
+                Ok(metrics) => (metrics, None),
+                Err(error) => (BTreeMap::new(), Some(error.to_string())),
+            };
+            Measurement {
+                scenario: self.number,
+                variant: variant.to_string(),
+                server: server.name.to_string(),
+                round,
+                metrics,
+                error,
+            }
+        };
+        match self.number {
+            1 => vec![measure("", echo(server, settings, 100, 1024, 8))],
+            2 => vec![measure("", echo(server, settings, 100, 1024, 1))],
+            3 => vec![measure("", echo(server, settings, 500, 16 * 1024, 1))],
+            4 => vec![measure("", idle(server, settings, &[1000, 10_000]))],
+            5 => vec![measure("", handshake(server, settings))],
+            _ => STREAM_VARIANTS
+                .iter()
+                .map(|&(variant, push)| measure(variant, stream(server, settings, push)))
+                .collect(),
+        }
+    }
+}
+
+/// Push size per variant of scenario 6 (0: no push), every 500 us.
+pub const STREAM_VARIANTS: [(&str, usize); 3] = [
+    ("no push", 0),
+    ("10 KiB / 500 us", 10 * 1024),
+    ("1 MiB / 500 us", 1024 * 1024),
+];
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn latency_metrics(result: &Value, metrics: &mut BTreeMap<String, f64>) {
+    for key in ["per_sec", "avg_us", "p50_us", "p99_us", "p999_us", "errors"] {
+        metrics.insert(key.into(), result[key].as_f64().unwrap_or(f64::NAN));
+    }
+}
+
+fn check_errors(result: &Value) -> io::Result<()> {
+    match result["first_error"].as_str() {
+        Some(error) if result["completed"].as_u64() == Some(0) => {
+            Err(io::Error::other(error.to_string()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn echo(
+    server: &Server,
+    settings: &Settings,
+    conns: usize,
+    size: usize,
+    depth: usize,
+) -> io::Result<BTreeMap<String, f64>> {
+    let running = Running::start(server, Role::Echo)?;
+    let mut args = strings(&["--conns", &conns.to_string(), "--size", &size.to_string()]);
+    args.extend(strings(&["--depth", &depth.to_string(), "--sources", "4"]));
+    args.extend(settings.window());
+    let timed = settings
+        .load
+        .spawn(&running, server.raw, "echo", &args)?
+        .timed(&running, settings.timeout())?;
+    check_errors(&timed.result)?;
+    let mut metrics = BTreeMap::new();
+    latency_metrics(&timed.result, &mut metrics);
+    let completed = timed.result["completed"].as_f64().unwrap_or(0.0);
+    metrics.insert(
+        "server_cpu_pct".into(),
+        100.0 * timed.server_cpu_secs / timed.wall_secs,
+    );
+    metrics.insert(
+        "cpu_us_per_msg".into(),
+        timed.server_cpu_secs * 1e6 / completed.max(1.0),
+    );
+    metrics.insert(
+        "peak_rss_mib".into(),
+        running.memory().1 as f64 / (1024.0 * 1024.0),
+    );
+    Ok(metrics)
+}
+
+/// Opens the connections in steps (e.g. 1000, then up to 10000), each step in
+/// processes of at most `PER_PROCESS` connections, reading the server's RSS
+/// after each step; then proves every connection alive with a ping.
+fn idle(
+    server: &Server,
+    settings: &Settings,
+    steps: &[usize],
+) -> io::Result<BTreeMap<String, f64>> {
+    const PER_PROCESS: usize = 15_000;
+    let settle = Duration::from_secs(2);
+    let running = Running::start(server, Role::Echo)?;
+    std::thread::sleep(settle);
+    let mut metrics = BTreeMap::new();
+    let (mut previous_rss, mut previous_conns) = (running.memory().0, 0usize);
+    metrics.insert("rss_0_mib".into(), previous_rss as f64 / 1048576.0);
+    let mut holders: Vec<LoadProcess> = Vec::new();
+    let mut connected = 0usize;
+    for &step in steps {
+        let mut remaining = step.saturating_sub(previous_conns);
+        while remaining > 0 {
+            let conns = remaining.min(PER_PROCESS);
+            remaining -= conns;
+            let offset = (holders.len() * 8).to_string();
+            let args = strings(&[
+                "--conns",
+                &conns.to_string(),
+                "--sources",
+                "8",
+                "--source-offset",
+                &offset,
+            ]);
+            let mut holder = settings.load.spawn(&running, server.raw, "idle", &args)?;
+            let done = holder.expect("connected", settings.timeout())?;
+            connected += done["connected"].as_u64().unwrap_or(0) as usize;
+            if let Some(error) = done["first_error"].as_str() {
+                return Err(io::Error::other(format!("idle connect: {error}")));
+            }
+            holders.push(holder);
+        }
+        std::thread::sleep(settle);
+        let rss = running.memory().0;
+        let label = if step % 1000 == 0 {
+            format!("{}k", step / 1000)
+        } else {
+            step.to_string()
+        };
+        metrics.insert(format!("rss_{label}_mib"), rss as f64 / 1048576.0);
+        let added = (step - previous_conns) as f64;
+        metrics.insert(
+            format!("bytes_per_conn_to_{label}"),
+            (rss as f64 - previous_rss as f64) / added,
+        );
+        (previous_rss, previous_conns) = (rss, step);
+    }
+    let mut alive = 0;
+    for holder in &mut holders {
+        holder.command("ping")?;
+    }
+    for holder in &mut holders {
+        alive += holder.expect("alive", settings.timeout())?["alive"]
+            .as_u64()
+            .unwrap_or(0);
+    }
+    metrics.insert("connected".into(), connected as f64);
+    metrics.insert("alive".into(), alive as f64);
+    for holder in &mut holders {
+        let _ = holder.command("exit");
+    }
+    Ok(metrics)
+}
+
+fn handshake(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {
+    let running = Running::start(server, Role::Echo)?;
+    let mut args = strings(&["--concurrency", "32", "--sources", "16"]);
+    args.extend(settings.window());
+    let timed = settings
+        .load
+        .spawn(&running, server.raw, "handshake", &args)?
+        .timed(&running, settings.timeout())?;
+    check_errors(&timed.result)?;
+    let mut metrics = BTreeMap::new();
+    latency_metrics(&timed.result, &mut metrics);
+    metrics.insert(
+        "server_cpu_pct".into(),
+        100.0 * timed.server_cpu_secs / timed.wall_secs,
+    );
+    Ok(metrics)
+}
+
+fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTreeMap<String, f64>> {
+    let role = if push == 0 {
+        Role::Echo
+    } else {
+        Role::Push {
+            size: push,
+            every_us: 500,
+        }
+    };
+    let running = Running::start(server, role)?;
+    let mut args = strings(&["--conns", "1", "--interval-us", "1000", "--size", "16"]);
+    args.extend(settings.window());
+    let timed = settings
+        .load
+        .spawn(&running, server.raw, "stream", &args)?
+        .timed(&running, settings.timeout())?;
+    check_errors(&timed.result)?;
+    let mut metrics = BTreeMap::new();
+    latency_metrics(&timed.result, &mut metrics);
+    for key in ["pushes_per_sec", "push_mb_per_sec"] {
+        metrics.insert(key.into(), timed.result[key].as_f64().unwrap_or(f64::NAN));
+    }
+    metrics.insert(
+        "server_cpu_pct".into(),
+        100.0 * timed.server_cpu_secs / timed.wall_secs,
+    );
+    metrics.insert(
+        "peak_rss_mib".into(),
+        running.memory().1 as f64 / (1024.0 * 1024.0),
+    );
+    Ok(metrics)
+}

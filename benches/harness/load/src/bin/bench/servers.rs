@@ -1,0 +1,182 @@
+//! The servers under test, and starting, sampling and stopping one of them.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One server of the comparison.
+#[derive(Clone, Debug)]
+pub struct Server {
+    pub name: &'static str,
+    /// Echo binary; takes `--addr`.
+    echo: PathBuf,
+    /// Push binary for the stream scenario; takes `--addr --push-size --push-every-us`.
+    push: Option<PathBuf>,
+    /// Raw TCP: no upgrade; the load generator gets `--raw`.
+    pub raw: bool,
+}
+
+impl Server {
+    pub fn supports_stream(&self) -> bool {
+        self.push.is_some()
+    }
+}
+
+/// Every server the harness knows, given where the binaries were built.
+pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
+    let examples = repo.join("target/release/examples");
+    let mut servers = vec![
+        Server {
+            name: "rapidws-tokio",
+            echo: examples.join("echo"),
+            push: Some(examples.join("stream")),
+            raw: false,
+        },
+        Server {
+            name: "raw-tcp-echo",
+            echo: harness_bin.join("raw-tcp-echo"),
+            push: None,
+            raw: true,
+        },
+    ];
+    for (name, bin) in [
+        ("fastwebsockets", harness_bin.join("fastwebsockets")),
+        ("tokio-websockets", harness_bin.join("tokio-websockets")),
+        ("tokio-tungstenite", harness_bin.join("tungstenite")),
+        ("gws", go_bin.join("gws")),
+        ("quickws", go_bin.join("quickws")),
+        ("nbio", go_bin.join("nbio")),
+        ("gorilla", go_bin.join("gorilla")),
+        ("gobwas", go_bin.join("gobwas")),
+    ] {
+        servers.push(Server {
+            name,
+            echo: bin.clone(),
+            push: Some(bin),
+            raw: false,
+        });
+    }
+    servers
+}
+
+/// How the server should run: plain echo, or echo plus pushes.
+#[derive(Clone, Copy, Debug)]
+pub enum Role {
+    Echo,
+    Push { size: usize, every_us: u64 },
+}
+
+/// A started server process, pinned to CPU 0.
+pub struct Running {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Running {
+    pub fn start(server: &Server, role: Role) -> io::Result<Running> {
+        let addr = free_addr()?;
+        let mut command = Command::new("taskset");
+        command.arg("-c").arg("0");
+        match role {
+            Role::Echo => {
+                command
+                    .arg(&server.echo)
+                    .arg("--addr")
+                    .arg(addr.to_string());
+                // The baselines share one binary for echo and push; pushing is off at 0.
+                if server.push.as_ref() == Some(&server.echo) {
+                    command.args(["--push-size", "0"]);
+                }
+            }
+            Role::Push { size, every_us } => {
+                let push = server
+                    .push
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other("no push mode"))?;
+                command.arg(push).arg("--addr").arg(addr.to_string());
+                command.arg("--push-size").arg(size.to_string());
+                command.arg("--push-every-us").arg(every_us.to_string());
+            }
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        command.env("RUST_LOG", "warn");
+        let child = command
+            .spawn()
+            .map_err(|e| io::Error::other(format!("{}: {e}", server.name)))?;
+        let mut running = Running { child, addr };
+        running.wait_ready()?;
+        Ok(running)
+    }
+
+    fn wait_ready(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "server exited at start: {status}"
+                )));
+            }
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_ok() {
+                // Let the server settle after the probe connection.
+                std::thread::sleep(Duration::from_millis(300));
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(io::Error::other("server did not listen within 10 s"))
+    }
+
+    /// User plus system CPU seconds of all threads so far.
+    pub fn cpu_secs(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+        (ticks(11) + ticks(12)) as f64 / clock_ticks_per_sec()
+    }
+
+    /// `VmRSS` and `VmHWM` (peak) in bytes.
+    pub fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kb| kb * 1024)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// A loopback address with a port free right now.
+fn free_addr() -> io::Result<SocketAddr> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr()
+}

@@ -1,0 +1,129 @@
+//! `echo`: closed-loop echo. Each connection keeps `depth` messages in flight;
+//! every reply read is answered with a new message in one write per read.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::io;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use clap::Args;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::stats::{SharedStats, Stats};
+use crate::wire::{self, FrameReader, Seen};
+use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
+
+#[derive(Args, Debug, Clone)]
+pub struct EchoArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub window: Window,
+    /// Connections.
+    #[arg(long, default_value_t = 100)]
+    pub conns: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Messages in flight per connection.
+    #[arg(long, default_value_t = 8)]
+    pub depth: usize,
+    /// Send text (ASCII) instead of binary.
+    #[arg(long)]
+    pub text: bool,
+}
+
+pub async fn run(args: EchoArgs) -> io::Result<()> {
+    let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
+    let stats = Stats::shared();
+    let target = args.target.target();
+    let sources = args.target.sources();
+    let mut connections = Vec::with_capacity(args.conns);
+    for i in 0..args.conns {
+        connections.push(wire::open(&target, sources.nth(i)).await?);
+    }
+    let opcode = if args.text { wire::TEXT } else { wire::BINARY };
+    let payload: Vec<u8> = (0..args.size).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut tasks = Vec::new();
+    for (i, (stream, buf)) in connections.into_iter().enumerate() {
+        let mask = (i as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+        let frame = wire::masked_frame(opcode, &payload, mask);
+        let expect = Seen {
+            opcode,
+            len: args.size as u64,
+        };
+        let (phase, stats) = (phase.clone(), stats.clone());
+        let depth = args.depth;
+        tasks.push(tokio::task::spawn_local(async move {
+            let result = echo_loop(stream, buf, frame, expect, depth, &phase, &stats).await;
+            note_failure(result, &phase, &stats);
+        }));
+    }
+    let secs = args.window.run(&phase).await;
+    let mut result = stats.borrow().summary(secs);
+    result["mode"] = json!("echo");
+    result["conns"] = json!(args.conns);
+    result["size"] = json!(args.size);
+    result["depth"] = json!(args.depth);
+    emit(&result);
+    for task in tasks {
+        task.abort();
+    }
+    Ok(())
+}
+
+async fn echo_loop(
+    mut stream: tokio::net::TcpStream,
+    mut buf: BytesMut,
+    frame: Vec<u8>,
+    expect: Seen,
+    depth: usize,
+    phase: &SharedPhase,
+    stats: &SharedStats,
+) -> io::Result<()> {
+    let mut sent: VecDeque<Instant> = VecDeque::with_capacity(depth);
+    let mut out = Vec::with_capacity(frame.len() * depth);
+    let mut reader = FrameReader::default();
+    let mut replies = depth;
+    buf.reserve(64 * 1024);
+    loop {
+        if phase.get() == Phase::Stop {
+            return Ok(());
+        }
+        out.clear();
+        let now = Instant::now();
+        for _ in 0..replies {
+            out.extend_from_slice(&frame);
+            sent.push_back(now);
+        }
+        stream.write_all(&out).await?;
+        replies = 0;
+        while replies == 0 {
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(io::Error::other("server closed the connection"));
+            }
+            let now = Instant::now();
+            let measuring = phase.get() == Phase::Measure;
+            while let Some(seen) = reader.next(&mut buf).map_err(io::Error::other)? {
+                if seen != expect {
+                    return Err(io::Error::other(format!(
+                        "expected {expect:?}, got {seen:?}"
+                    )));
+                }
+                let sent_at = sent
+                    .pop_front()
+                    .ok_or_else(|| io::Error::other("unsolicited"))?;
+                if measuring {
+                    stats.borrow_mut().record(now - sent_at);
+                }
+                replies += 1;
+            }
+            if buf.capacity() - buf.len() < 16 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `idle`: opens N upgraded connections and holds them. Each line on stdin is a
+//! command: `ping` sends a ping on every connection and reports how many
+//! answered with a pong; `exit` (or end of input) closes them all.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use clap::Args;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::TargetArgs;
+use crate::emit;
+use crate::wire::{self, FrameReader};
+
+#[derive(Args, Debug, Clone)]
+pub struct IdleArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Connections to open (one process may hold fewer than its file limit).
+    #[arg(long, default_value_t = 1000)]
+    pub conns: usize,
+    /// Connection attempts in flight at once.
+    #[arg(long, default_value_t = 128)]
+    pub concurrency: usize,
+    /// Seconds to wait for all pongs.
+    #[arg(long, default_value_t = 20.0)]
+    pub ping_timeout: f64,
+}
+
+type Held = Vec<(TcpStream, BytesMut)>;
+
+pub async fn run(args: IdleArgs) -> io::Result<()> {
+    let started = Instant::now();
+    let (held, errors) = open_all(&args).await;
+    emit(&json!({
+        "event": "connected",
+        "connected": held.borrow().len(),
+        "errors": errors.0,
+        "first_error": errors.1,
+        "secs": started.elapsed().as_secs_f64(),
+    }));
+    let mut held = held.take();
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        match line.trim() {
+            "ping" => {
+                let started = Instant::now();
+                let deadline = started + Duration::from_secs_f64(args.ping_timeout);
+                let alive = ping_all(&mut held, deadline).await;
+                emit(&json!({
+                    "event": "alive",
+                    "alive": alive,
+                    "held": held.len(),
+                    "secs": started.elapsed().as_secs_f64(),
+                }));
+            }
+            "exit" => break,
+            other => eprintln!("idle: unknown command {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>)) {
+    let held = Rc::new(RefCell::new(Vec::with_capacity(args.conns)));
+    let next = Rc::new(Cell::new(0usize));
+    let errors = Rc::new(RefCell::new((0usize, None::<String>)));
+    let target = args.target.target();
+    let sources = args.target.sources();
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency.max(1) {
+        let (held, next, errors, target) =
+            (held.clone(), next.clone(), errors.clone(), target.clone());
+        let conns = args.conns;
+        workers.push(tokio::task::spawn_local(async move {
+            loop {
+                let i = next.get();
+                if i >= conns {
+                    return;
+                }
+                next.set(i + 1);
+                match wire::open(&target, sources.nth(i)).await {
+                    Ok(connection) => held.borrow_mut().push(connection),
+                    Err(error) => {
+                        let mut errors = errors.borrow_mut();
+                        errors.0 += 1;
+                        errors.1.get_or_insert_with(|| error.to_string());
+                    }
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    let errors = errors.take();
+    (held, errors)
+}
+
+/// Pings every connection, then waits (until `deadline`) for each one's pong.
+async fn ping_all(held: &mut Held, deadline: Instant) -> usize {
+    let ping = wire::masked_frame(wire::PING, b"alive?", [7, 7, 7, 7]);
+    let mut written = vec![false; held.len()];
+    for ((stream, _), written) in held.iter_mut().zip(&mut written) {
+        *written = stream.write_all(&ping).await.is_ok();
+    }
+    let mut alive = 0;
+    for ((stream, buf), written) in held.iter_mut().zip(written) {
+        if written && wait_pong(stream, buf, deadline).await {
+            alive += 1;
+        }
+    }
+    alive
+}
+
+async fn wait_pong(stream: &mut TcpStream, buf: &mut BytesMut, deadline: Instant) -> bool {
+    let mut reader = FrameReader::default();
+    loop {
+        while let Ok(Some(seen)) = reader.next(buf) {
+            // The raw TCP echo server reflects our ping instead of answering it.
+            if seen.opcode == wire::PONG || seen.opcode == wire::PING {
+                return true;
+            }
+        }
+        let read = tokio::time::timeout_at(deadline.into(), stream.read_buf(buf)).await;
+        if !matches!(read, Ok(Ok(n)) if n > 0) {
+            return false;
+        }
+    }
+}

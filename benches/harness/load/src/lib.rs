@@ -1,0 +1,152 @@
+//! The load generator's modes and the pieces they share. See `bin/rapidws-load.rs`.
+
+pub mod echo;
+pub mod handshake;
+pub mod idle;
+pub mod stats;
+pub mod stream;
+pub mod wire;
+
+use std::cell::Cell;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use clap::{Args, Parser};
+
+#[derive(Parser, Debug)]
+#[command(name = "rapidws-load", about = "WebSocket load generator")]
+pub enum Mode {
+    /// N connections echoing messages, D in flight each (closed loop).
+    Echo(echo::EchoArgs),
+    /// Open N upgraded connections and hold them; `ping` on stdin proves them alive.
+    Idle(idle::IdleArgs),
+    /// Upgrades per second: connect, upgrade, close, repeat.
+    Handshake(handshake::HandshakeArgs),
+    /// Small requests every interval while the server pushes large messages.
+    Stream(stream::StreamArgs),
+}
+
+impl Mode {
+    pub async fn run(self) -> std::io::Result<()> {
+        match self {
+            Mode::Echo(args) => echo::run(args).await,
+            Mode::Idle(args) => idle::run(args).await,
+            Mode::Handshake(args) => handshake::run(args).await,
+            Mode::Stream(args) => stream::run(args).await,
+        }
+    }
+}
+
+/// Where to connect, shared by every mode.
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    pub addr: SocketAddr,
+    /// Request path.
+    #[arg(long, default_value = "/")]
+    pub path: String,
+    /// No HTTP upgrade: the peer is a raw TCP echo server.
+    #[arg(long)]
+    pub raw: bool,
+    /// Offer permessage-deflate (the server may decline it).
+    #[arg(long)]
+    pub deflate: bool,
+    /// Connect from this many source addresses 127.0.0.(offset+1)...
+    #[arg(long, default_value_t = 1)]
+    pub sources: u8,
+    /// ... starting after this offset.
+    #[arg(long, default_value_t = 0)]
+    pub source_offset: u8,
+}
+
+impl TargetArgs {
+    pub fn target(&self) -> wire::Target {
+        let extra_headers = if self.deflate {
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n".into()
+        } else {
+            String::new()
+        };
+        wire::Target {
+            addr: self.addr,
+            path: self.path.clone(),
+            raw: self.raw,
+            extra_headers,
+        }
+    }
+
+    pub fn sources(&self) -> wire::Sources {
+        wire::Sources {
+            count: self.sources,
+            offset: self.source_offset,
+        }
+    }
+}
+
+/// The timed part of a run: warm-up, then the measured window.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Window {
+    /// Seconds before measuring starts.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+}
+
+/// What the connections should do now; read by every task on each turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Warmup,
+    Measure,
+    Stop,
+}
+
+pub type SharedPhase = Rc<Cell<Phase>>;
+
+impl Window {
+    /// Runs warm-up then the window, announcing the window's start on stdout.
+    /// Returns the measured seconds.
+    pub async fn run(&self, phase: &SharedPhase) -> f64 {
+        tokio::time::sleep(Duration::from_secs_f64(self.warmup)).await;
+        phase.set(Phase::Measure);
+        emit(&serde_json::json!({ "event": "measure" }));
+        let start = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_secs_f64(self.duration)).await;
+        phase.set(Phase::Stop);
+        start.elapsed().as_secs_f64()
+    }
+}
+
+/// Records a connection task's failure, unless it ended because the run stopped.
+pub fn note_failure(result: std::io::Result<()>, phase: &SharedPhase, stats: &stats::SharedStats) {
+    if let Err(error) = result
+        && phase.get() != Phase::Stop
+    {
+        stats.borrow_mut().error(error);
+    }
+}
+
+/// Writes one JSON line to stdout and flushes, so a runner sees it at once.
+pub fn emit(value: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+/// Raises the soft open-file limit to the hard one (20000 on this machine).
+pub fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

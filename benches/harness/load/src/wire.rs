@@ -1,0 +1,300 @@
+//! The few bits of the WebSocket wire format a load generator needs: an upgrade
+//! request, masked client frames, and a reader that finds message boundaries in
+//! server frames while discarding payload bytes (so a 1 MiB push costs no copy).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+pub const TEXT: u8 = 0x1;
+pub const BINARY: u8 = 0x2;
+pub const CLOSE: u8 = 0x8;
+pub const PING: u8 = 0x9;
+pub const PONG: u8 = 0xA;
+
+/// Where to connect and how to open the connection.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub path: String,
+    /// Skip the HTTP upgrade: the peer is the raw TCP echo server.
+    pub raw: bool,
+    /// Extra request header lines, each ending in `\r\n`.
+    pub extra_headers: String,
+}
+
+/// Source addresses 127.0.0.(offset+1) ..= 127.0.0.(offset+count), used in turn
+/// so one client is not limited to one address's ephemeral ports.
+#[derive(Clone, Copy, Debug)]
+pub struct Sources {
+    pub count: u8,
+    pub offset: u8,
+}
+
+impl Sources {
+    pub fn nth(&self, i: usize) -> Option<IpAddr> {
+        if self.count == 0 {
+            return None;
+        }
+        let last = self.offset as usize + 1 + i % self.count as usize;
+        Some(IpAddr::from([127, 0, 0, last.min(254) as u8]))
+    }
+}
+
+/// Connects (from `source` if given), sets TCP_NODELAY and upgrades. Returns the
+/// stream and any bytes that arrived after the 101 response.
+pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStream, BytesMut)> {
+    let socket = TcpSocket::new_v4()?;
+    if let Some(ip) = source {
+        bind_address_no_port(&socket)?;
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    let mut stream = socket.connect(target.addr).await?;
+    stream.set_nodelay(true)?;
+    let mut buf = BytesMut::with_capacity(4096);
+    if target.raw {
+        return Ok((stream, buf));
+    }
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{}\r\n",
+        target.path, target.addr, target.extra_headers
+    );
+    stream.write_all(request.as_bytes()).await?;
+    loop {
+        if let Some(end) = find_head_end(&buf) {
+            if !buf.starts_with(b"HTTP/1.1 101") {
+                let line = buf[..end].split(|&b| b == b'\r').next().unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "upgrade refused: {}",
+                    String::from_utf8_lossy(line)
+                )));
+            }
+            buf.advance(end);
+            return Ok((stream, buf));
+        }
+        if buf.len() > 16 * 1024 {
+            return Err(io::Error::other("response head too long"));
+        }
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// Lets the kernel pick the source port at connect time (IP_BIND_ADDRESS_NO_PORT),
+/// so ports are shared across destinations instead of reserved at bind.
+fn bind_address_no_port(socket: &TcpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor and a pointer to a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// A complete client frame (FIN set) with a fixed mask, ready to be written as
+/// many times as needed.
+pub fn masked_frame(opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(payload.len() + 14);
+    frame.push(0x80 | opcode);
+    match payload.len() {
+        len @ 0..=125 => frame.push(0x80 | len as u8),
+        len @ 126..=0xffff => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        len => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// One whole message seen by [`FrameReader`]: its opcode and total length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub opcode: u8,
+    pub len: u64,
+}
+
+/// Finds message boundaries in a byte stream of frames, dropping payload bytes
+/// as they arrive. Handles masked frames too (the raw TCP echo reflects ours).
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    /// Payload bytes still to skip in the current frame.
+    remaining: u64,
+    in_frame: bool,
+    fin: bool,
+    opcode: u8,
+    /// Opcode and length so far of a fragmented data message.
+    message: Option<(u8, u64)>,
+}
+
+impl FrameReader {
+    /// The next complete message in `buf`, consuming what it has read.
+    /// `Err` on a frame header no WebSocket server may send.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Seen>, &'static str> {
+        loop {
+            if !self.in_frame {
+                let Some((fin, opcode, header, len)) = parse_header(buf)? else {
+                    return Ok(None);
+                };
+                buf.advance(header);
+                self.in_frame = true;
+                self.fin = fin;
+                self.opcode = opcode;
+                self.remaining = len;
+                if opcode < 0x8 {
+                    let (first, so_far) = self.message.take().unwrap_or((opcode, 0));
+                    self.message = Some((first, so_far + len));
+                }
+            }
+            let take = self.remaining.min(buf.len() as u64) as usize;
+            buf.advance(take);
+            self.remaining -= take as u64;
+            if self.remaining > 0 {
+                return Ok(None);
+            }
+            self.in_frame = false;
+            if self.opcode >= 0x8 {
+                return Ok(Some(Seen {
+                    opcode: self.opcode,
+                    len: 0,
+                }));
+            }
+            if self.fin {
+                let (opcode, len) = self.message.take().unwrap_or_default();
+                return Ok(Some(Seen { opcode, len }));
+            }
+        }
+    }
+}
+
+/// `(fin, opcode, header length, payload length)` or `None` if incomplete.
+fn parse_header(buf: &[u8]) -> Result<Option<(bool, u8, usize, u64)>, &'static str> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    let (fin, opcode) = (buf[0] & 0x80 != 0, buf[0] & 0x0f);
+    let masked = buf[1] & 0x80 != 0;
+    let (mut header, len) = match buf[1] & 0x7f {
+        126 if buf.len() < 4 => return Ok(None),
+        126 => (4, u16::from_be_bytes([buf[2], buf[3]]) as u64),
+        127 if buf.len() < 10 => return Ok(None),
+        127 => (10, u64::from_be_bytes(buf[2..10].try_into().unwrap())),
+        len => (2, len as u64),
+    };
+    if masked {
+        header += 4;
+    }
+    if buf.len() < header {
+        return Ok(None);
+    }
+    if matches!(opcode, 0x3..=0x7 | 0xB..=0xF) {
+        return Err("reserved opcode from server");
+    }
+    Ok(Some((fin, opcode, header, len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut frame = masked_frame(opcode, payload, [0; 4]);
+        frame[0] = (fin as u8) << 7 | opcode;
+        // Drop the mask bit and the four zero mask bytes.
+        frame[1] &= 0x7f;
+        let header = frame.len() - payload.len();
+        frame.drain(header - 4..header);
+        frame
+    }
+
+    #[test]
+    fn finds_messages_across_any_split() {
+        let mut stream = server_frame(true, TEXT, b"hello");
+        stream.extend(server_frame(false, BINARY, &[1; 300]));
+        stream.extend(server_frame(true, PING, b"p"));
+        stream.extend(server_frame(true, 0, &[2; 70000]));
+        let expected = vec![
+            Seen {
+                opcode: TEXT,
+                len: 5,
+            },
+            Seen {
+                opcode: PING,
+                len: 0,
+            },
+            Seen {
+                opcode: BINARY,
+                len: 70300,
+            },
+        ];
+        for chunk in [1, 3, 7, 1000, stream.len()] {
+            let (mut reader, mut buf, mut seen) = (FrameReader::default(), BytesMut::new(), vec![]);
+            for piece in stream.chunks(chunk) {
+                buf.extend_from_slice(piece);
+                while let Some(message) = reader.next(&mut buf).unwrap() {
+                    seen.push(message);
+                }
+            }
+            assert_eq!(seen, expected, "chunk size {chunk}");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn reads_masked_frames_reflected_by_raw_echo() {
+        let mut buf = BytesMut::from(&masked_frame(BINARY, &[9; 1024], [1, 2, 3, 4])[..]);
+        let seen = FrameReader::default().next(&mut buf).unwrap();
+        assert_eq!(
+            seen,
+            Some(Seen {
+                opcode: BINARY,
+                len: 1024
+            })
+        );
+    }
+
+    #[test]
+    fn masks_payload() {
+        let frame = masked_frame(TEXT, b"abcd", [1, 2, 3, 4]);
+        assert_eq!(
+            frame,
+            [
+                0x81,
+                0x84,
+                1,
+                2,
+                3,
+                4,
+                b'a' ^ 1,
+                b'b' ^ 2,
+                b'c' ^ 3,
+                b'd' ^ 4
+            ]
+        );
+    }
+}

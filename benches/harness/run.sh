@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds rapidws's examples, the Rust baselines and load generator, and the Go
+# baselines (from crates.io and the Go module proxy), then runs every scenario
+# and writes BENCHMARKS.md. Arguments go to the runner; see `--help`, e.g.
+#   benches/harness/run.sh --rounds 1 --duration 2 --servers rapidws-tokio,fastwebsockets
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+cargo build --release --examples --manifest-path "$repo/Cargo.toml"
+cargo build --release --manifest-path "$here/Cargo.toml"
+mkdir -p "$here/target/go"
+(cd "$here/go" && go build -trimpath -o "$here/target/go/" ./cmd/...)
+
+exec "$here/target/release/bench" --repo "$repo" "$@"
