@@ -2,13 +2,24 @@
 //!
 //! The point is memory, not allocation speed: a connection that is waiting for
 //! data gives its read buffer back, so ten thousand idle connections hold no read
-//! buffers at all, only the few that are busy at a given moment do. Each class is
-//! a bounded lock-free queue, so returning a buffer never blocks and the pool never
+//! buffers at all, only the few that are busy at a given moment do. The pool never
 //! holds more than `max_retained` buffers of a class; buffers beyond that, or far
-//! larger than the largest class, are freed.
+//! larger than the largest class, are freed. Taking and giving never block.
+//!
+//! Each class keeps its few most recently returned buffers in a small LIFO stack
+//! (behind a `try_lock`: if another thread holds it, the buffer goes the other
+//! way) in front of a bounded lock-free FIFO queue. LIFO matters for speed: a
+//! buffer given back a moment ago is still in the CPU cache, while a FIFO hands
+//! out the coldest one. Echoing 16 KiB messages over 500 connections, copying
+//! into cold pool buffers took a quarter of the server's CPU time.
+
+use std::sync::Mutex;
 
 use bytes::BytesMut;
 use crossbeam_queue::ArrayQueue;
+
+/// How many buffers per class the LIFO stack holds.
+const HOT: usize = 8;
 
 /// Default size classes: (buffer size, how many free buffers the pool keeps).
 pub const DEFAULT_CLASSES: &[(usize, usize)] = &[
@@ -25,7 +36,49 @@ pub struct BufferPool {
 
 struct Class {
     size: usize,
-    free: ArrayQueue<BytesMut>,
+    /// The most recently returned buffers, reused first (cache-warm).
+    hot: Mutex<Vec<BytesMut>>,
+    hot_max: usize,
+    /// The rest, if the class retains more than `HOT`.
+    cold: Option<ArrayQueue<BytesMut>>,
+}
+
+impl Class {
+    fn new(size: usize, retained: usize) -> Class {
+        let hot_max = retained.min(HOT);
+        Class {
+            size,
+            hot: Mutex::new(Vec::with_capacity(hot_max)),
+            hot_max,
+            cold: (retained > hot_max).then(|| ArrayQueue::new(retained - hot_max)),
+        }
+    }
+
+    fn pop(&self) -> Option<BytesMut> {
+        if let Ok(mut hot) = self.hot.try_lock() {
+            if let Some(buf) = hot.pop() {
+                return Some(buf);
+            }
+        }
+        self.cold.as_ref()?.pop()
+    }
+
+    /// Keeps `buf` if there is room; otherwise it is dropped (freed).
+    fn push(&self, buf: BytesMut) {
+        if let Ok(mut hot) = self.hot.try_lock() {
+            if hot.len() < self.hot_max {
+                return hot.push(buf);
+            }
+        }
+        if let Some(cold) = &self.cold {
+            let _ = cold.push(buf);
+        }
+    }
+
+    fn len(&self) -> usize {
+        let hot = self.hot.lock().map_or(0, |hot| hot.len());
+        hot + self.cold.as_ref().map_or(0, ArrayQueue::len)
+    }
 }
 
 impl Default for BufferPool {
@@ -38,7 +91,7 @@ impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut list = f.debug_list();
         for class in self.classes.iter() {
-            list.entry(&(class.size, class.free.len()));
+            list.entry(&(class.size, class.len()));
         }
         list.finish()
     }
@@ -61,10 +114,7 @@ impl BufferPool {
                     size > 0 && retained > 0,
                     "pool class sizes and counts must be > 0"
                 );
-                Class {
-                    size,
-                    free: ArrayQueue::new(retained),
-                }
+                Class::new(size, retained)
             })
             .collect();
         classes.sort_by_key(|c| c.size);
@@ -78,7 +128,6 @@ impl BufferPool {
     pub fn take(&self, min_capacity: usize) -> BytesMut {
         match self.classes.iter().find(|c| c.size >= min_capacity) {
             Some(class) => class
-                .free
                 .pop()
                 .unwrap_or_else(|| BytesMut::with_capacity(class.size)),
             None => BytesMut::with_capacity(min_capacity),
@@ -96,7 +145,7 @@ impl BufferPool {
             if buf.try_reclaim(class.size) {
                 if buf.capacity() <= 2 * largest {
                     // A full class frees the buffer: that is the bound on the pool.
-                    let _ = class.free.push(buf);
+                    class.push(buf);
                 }
                 return;
             }
@@ -105,7 +154,7 @@ impl BufferPool {
 
     /// How many free buffers the pool holds, over all classes.
     pub fn free_buffers(&self) -> usize {
-        self.classes.iter().map(|c| c.free.len()).sum()
+        self.classes.iter().map(Class::len).sum()
     }
 }
 
@@ -148,6 +197,20 @@ mod tests {
             pool.give(BytesMut::with_capacity(64));
         }
         assert_eq!(pool.free_buffers(), 2);
+    }
+
+    #[test]
+    fn the_most_recently_returned_buffer_comes_back_first() {
+        let pool = BufferPool::with_classes(&[(1024, 32)]);
+        let bufs: Vec<BytesMut> = (0..20).map(|_| pool.take(1024)).collect();
+        let ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr()).collect();
+        for buf in bufs {
+            pool.give(buf);
+        }
+        assert_eq!(pool.free_buffers(), 20);
+        // The first HOT returned are stacked; later ones went to the queue.
+        assert_eq!(pool.take(1).as_ptr(), ptrs[HOT - 1]);
+        assert_eq!(pool.take(1).as_ptr(), ptrs[HOT - 2]);
     }
 
     #[test]

@@ -19,6 +19,10 @@ use super::frame::{MAX_HEADER_LEN, OpCode, encode_header};
 /// extra iovec and a reference count.
 const COPY_BELOW: usize = 512;
 
+/// Copies at least this long are checked for "4K aliasing" (see
+/// [`WriteQueue::push_frame`]); shorter ones do not use the string-copy path.
+const ALIASING_CHECK_FROM: usize = 2048;
+
 /// Frames waiting to be written.
 #[derive(Debug, Default)]
 pub struct WriteQueue {
@@ -49,8 +53,29 @@ impl WriteQueue {
     }
 
     /// Queues a frame, copying `payload` (server frames are never masked).
+    ///
+    /// A large copy whose destination would sit 1 to 63 bytes after its source
+    /// within a 4 KiB page is moved to a destination with the source's alignment.
+    /// The CPU's fast string copy (`rep movsb`, which `memcpy` uses for large
+    /// sizes) slows down about twentyfold in that case: its stores alias the
+    /// loads it is about to do. An echo hits it whenever the client's header is a
+    /// few bytes longer than ours (it carries the mask key); profiled on AMD EPYC,
+    /// that copy took a quarter of the server's CPU time at 16 KiB messages.
     pub fn push_frame(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) {
         self.put_header(fin, rsv, opcode, payload.len());
+        if payload.len() >= ALIASING_CHECK_FROM {
+            self.tail.reserve(payload.len() + 64);
+            let destination = self.tail.as_ptr() as usize + self.tail.len();
+            let ahead = destination.wrapping_sub(payload.as_ptr() as usize) % 4096;
+            if (1..64).contains(&ahead) {
+                // Queue what is there, then start the payload `64 - ahead` bytes
+                // further on: the padding is skipped, never sent.
+                self.segments.push_back(self.tail.split().freeze());
+                let pad = 64 - ahead;
+                self.tail.extend_from_slice(&[0; 64][..pad]);
+                self.tail.advance(pad);
+            }
+        }
         self.tail.extend_from_slice(payload);
         self.len += payload.len();
     }
@@ -181,6 +206,34 @@ impl WriteQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_copies_never_land_just_ahead_of_their_source() {
+        // Sources at every offset within 64 bytes, into tails at every offset:
+        // the bytes written are the same, the copy never starts 1-63 bytes ahead.
+        let source = vec![0xabu8; 5000 + 64];
+        for src_offset in 0..64 {
+            for prefix in [0usize, 1, 3, 60] {
+                let mut q = WriteQueue::new();
+                q.provide_buffer(BytesMut::with_capacity(16 * 1024));
+                q.push_raw(&vec![b'x'; prefix]);
+                let payload = &source[src_offset..src_offset + 5000];
+                q.push_frame(true, 0, OpCode::Binary, payload);
+                let copy = q.tail.as_ptr() as usize + q.tail.len() - payload.len();
+                let ahead = copy.wrapping_sub(payload.as_ptr() as usize) % 4096;
+                assert!(
+                    !(1..64).contains(&ahead),
+                    "src {src_offset} prefix {prefix}"
+                );
+                let mut expected = vec![b'x'; prefix];
+                let mut header = [0u8; MAX_HEADER_LEN];
+                let n = encode_header(&mut header, true, 0, OpCode::Binary, 5000, None);
+                expected.extend_from_slice(&header[..n]);
+                expected.extend_from_slice(payload);
+                assert_eq!(drain(&mut q, 1000), expected);
+            }
+        }
+    }
 
     fn drain(q: &mut WriteQueue, max_per_write: usize) -> Vec<u8> {
         let mut written = Vec::new();
