@@ -179,6 +179,11 @@ impl<H: Handler> Dispatch<H> {
 
     /// True once nothing more is to be read: the close handshake is complete, or
     /// the connection failed. Write the queue out, then end TCP.
+    /// The connection's handle (the backend uses its outbox).
+    pub(crate) fn conn(&self) -> &Conn {
+        &self.app.conn
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.session.is_closed() || self.app.closed
     }

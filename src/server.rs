@@ -152,6 +152,13 @@ pub(crate) struct Registration {
     id: u64,
 }
 
+impl Registration {
+    /// The configuration of the server this connection belongs to.
+    pub(crate) fn config(&self) -> &crate::Config {
+        &self.core.config
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         self.core.registry.remove(self.id);

@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Sleep, sleep, timeout};
 
-use crate::conn::{Conn, ConnShared};
+use crate::conn::ConnShared;
 use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
@@ -41,30 +41,28 @@ const MAX_READ_AHEAD: usize = 256 * 1024;
 
 /// Serves one accepted TCP connection, from the handshake to the last byte.
 ///
-/// The two phases are separate futures so that an idle connection's task is
-/// only as large as the upgraded phase needs: the handshake (its timer, its
-/// read future, the response) is boxed and freed once it is done.
-pub(crate) async fn run<H: Handler>(
+/// An idle connection is this future inside a tokio task, so its size is most
+/// of what a connection costs. It is built so that only the upgraded phase
+/// counts: everything is moved into the boxed handshake future at once (the
+/// returned future captures only that box, not these arguments, which an
+/// `async fn` would keep for its whole life), and the handshake's timer, read
+/// future and response are freed when it is done.
+pub(crate) fn run<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
     core: Arc<ServerCore>,
     handler: Arc<H>,
     live: LiveGuard,
-) {
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-    }
-    // In a block, so the handshake's leftovers are out of scope (and out of
-    // this future's layout) while the connection runs.
-    let mut upgraded = {
-        let upgrade = Box::pin(handshake(stream, &core, &*handler)).await;
-        let Some((socket, state, response)) = upgrade else {
+) -> impl Future<Output = ()> + Send + 'static {
+    let handshake = Box::pin(handshake(stream, peer, core, handler, live));
+    async move {
+        // `let else`, not `if let`: the `Option` returned by the handshake must
+        // not stay alive (and in this future's layout) beside its contents.
+        let Some(mut upgraded) = handshake.await else {
             return;
         };
-        Upgraded::open(socket, state, response, peer, &core, handler, live)
-    };
-    drop(core);
-    upgraded.drive().await;
+        upgraded.drive().await;
+    }
 }
 
 /// Everything an upgraded connection holds while it lives: kept in one place
@@ -73,9 +71,7 @@ pub(crate) async fn run<H: Handler>(
 struct Upgraded<H: Handler> {
     socket: Socket,
     dispatch: Dispatch<H>,
-    conn: Conn,
-    close_timeout: Duration,
-    _registration: Registration,
+    registration: Registration,
     _live: LiveGuard,
 }
 
@@ -93,18 +89,15 @@ impl<H: Handler> Upgraded<H> {
         // The 101 goes first; whatever `on_open` sends follows it in the same write.
         std::mem::swap(&mut conn.shared().lock().queue, &mut response);
         let session = Session::new(core.config.limits, core.pool.clone());
-        let mut dispatch = Dispatch::open(handler, session, conn.clone(), state);
+        let mut dispatch = Dispatch::open(handler, session, conn, state);
         if !socket.read_buf.is_empty() {
             // Frames that arrived together with the request.
             dispatch.input(&mut socket.read_buf);
         }
-        let close_timeout = core.config.close_timeout;
         Upgraded {
             socket,
             dispatch,
-            conn,
-            close_timeout,
-            _registration: registration,
+            registration,
             _live: live,
         }
     }
@@ -113,22 +106,28 @@ impl<H: Handler> Upgraded<H> {
         let Upgraded {
             socket,
             dispatch,
-            conn,
-            close_timeout,
+            registration,
             ..
         } = self;
-        socket.drive(dispatch, conn.shared(), *close_timeout).await;
+        let close_timeout = registration.config().close_timeout;
+        let conn = dispatch.conn().clone();
+        socket.drive(dispatch, conn.shared(), close_timeout).await;
     }
 }
 
-/// Reads and answers the upgrade request within the handshake timeout. On
-/// success returns the socket (with any bytes that followed the request), the
-/// handler's state and the queued `101`; otherwise answers and closes.
+/// Reads and answers the upgrade request within the handshake timeout; on
+/// success opens the connection (its `101` queued first). Otherwise answers
+/// with the HTTP error, if any, and closes.
 async fn handshake<H: Handler>(
     stream: TcpStream,
-    core: &ServerCore,
-    handler: &H,
-) -> Option<(Socket, H::State, WriteQueue)> {
+    peer: SocketAddr,
+    core: Arc<ServerCore>,
+    handler: Arc<H>,
+    live: LiveGuard,
+) -> Option<Upgraded<H>> {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+    }
     let config = &core.config;
     let mut socket = Socket {
         stream,
@@ -137,9 +136,12 @@ async fn handshake<H: Handler>(
         read_size: config.read_buffer_size,
     };
     let mut response = WriteQueue::new();
-    let read_request = socket.read_upgrade(handler, core, &mut response);
+    let read_request = socket.read_upgrade(&*handler, &core, &mut response);
     match timeout(config.handshake_timeout, read_request).await {
-        Ok(Ok(Some(state))) => return Some((socket, state, response)),
+        Ok(Ok(Some(state))) => {
+            let upgraded = Upgraded::open(socket, state, response, peer, &core, handler, live);
+            return Some(upgraded);
+        }
         Ok(Ok(None)) => {}
         Ok(Err(_)) => {
             socket.release_buffer();
@@ -250,7 +252,8 @@ impl Socket {
             dispatch.flushed();
             if dispatch.is_closed() {
                 let deadline = close_deadline.unwrap_or_else(|| Box::pin(sleep(close_timeout)));
-                return self.close_tcp(Some(shared), deadline).await;
+                // Boxed: only a closing connection needs this future's state.
+                return Box::pin(self.close_tcp(Some(shared), deadline)).await;
             }
             match self.wait(shared, close_deadline.as_mut()).await {
                 Wake::Attention => {}
@@ -526,7 +529,7 @@ mod tests {
             ) -> Result<(), crate::Reject> {
                 Ok(())
             }
-            fn on_message(&self, _: &Conn, _: &mut (), _: crate::Message<'_>) {}
+            fn on_message(&self, _: &crate::Conn, _: &mut (), _: crate::Message<'_>) {}
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let _client = TcpStream::connect(listener.local_addr().unwrap())
@@ -538,7 +541,7 @@ mod tests {
         let task = run(stream, peer, core.clone(), Arc::new(Quiet), live);
         let upgraded = size_of::<Upgraded<Quiet>>();
         assert!(
-            size_of_val(&task) <= upgraded + 400,
+            size_of_val(&task) <= upgraded + 256,
             "connection future is {} bytes, upgraded state {upgraded}",
             size_of_val(&task)
         );
