@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The command line of every harness server (the Go ones take the same flags).
@@ -68,5 +69,32 @@ pub async fn next_push(ticker: &mut Option<tokio::time::Interval>) {
             ticker.tick().await;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// The echo (and push) loop for libraries whose socket is a `Stream` of
+/// messages and a `Sink` for them: echoes every data message, sends `push()`
+/// on every push tick, and ends on the first error or the end of the stream.
+pub async fn echo_and_push<S, M, E>(
+    mut ws: S,
+    args: Args,
+    is_data: impl Fn(&M) -> bool,
+    push: impl Fn() -> M,
+) where
+    S: Stream<Item = Result<M, E>> + Sink<M> + Unpin,
+{
+    let mut ticker = push_ticker(&args);
+    loop {
+        let outgoing = tokio::select! {
+            message = ws.next() => match message {
+                Some(Ok(message)) if is_data(&message) => message,
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return,
+            },
+            _ = next_push(&mut ticker) => push(),
+        };
+        if ws.send(outgoing).await.is_err() {
+            return;
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::client::{Load, LoadProcess};
+use crate::client::{Load, LoadProcess, Timed};
 use crate::servers::{Role, Running, Server};
 
 /// One figure set from one server in one round.
@@ -160,10 +160,36 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-fn latency_metrics(result: &Value, metrics: &mut BTreeMap<String, f64>) {
+/// A timed run of one load-generator mode against a fresh server: the result's
+/// rate, latencies and errors, the server's CPU share, and the result and server
+/// for mode-specific figures.
+fn timed_run(
+    server: &Server,
+    settings: &Settings,
+    role: Role,
+    mode: &str,
+    mut args: Vec<String>,
+) -> io::Result<(BTreeMap<String, f64>, Timed, Running)> {
+    let running = Running::start(server, role)?;
+    args.extend(settings.window());
+    let timed = settings
+        .load
+        .spawn(&running, server.raw, mode, &args)?
+        .timed(&running, settings.timeout())?;
+    check_errors(&timed.result)?;
+    let mut metrics = BTreeMap::new();
     for key in ["per_sec", "avg_us", "p50_us", "p99_us", "p999_us", "errors"] {
-        metrics.insert(key.into(), result[key].as_f64().unwrap_or(f64::NAN));
+        metrics.insert(key.into(), timed.result[key].as_f64().unwrap_or(f64::NAN));
     }
+    metrics.insert(
+        "server_cpu_pct".into(),
+        100.0 * timed.server_cpu_secs / timed.wall_secs,
+    );
+    Ok((metrics, timed, running))
+}
+
+fn peak_rss_mib(running: &Running) -> f64 {
+    running.memory().1 as f64 / (1024.0 * 1024.0)
 }
 
 fn check_errors(result: &Value) -> io::Result<()> {
@@ -182,30 +208,15 @@ fn echo(
     size: usize,
     depth: usize,
 ) -> io::Result<BTreeMap<String, f64>> {
-    let running = Running::start(server, Role::Echo)?;
     let mut args = strings(&["--conns", &conns.to_string(), "--size", &size.to_string()]);
     args.extend(strings(&["--depth", &depth.to_string(), "--sources", "4"]));
-    args.extend(settings.window());
-    let timed = settings
-        .load
-        .spawn(&running, server.raw, "echo", &args)?
-        .timed(&running, settings.timeout())?;
-    check_errors(&timed.result)?;
-    let mut metrics = BTreeMap::new();
-    latency_metrics(&timed.result, &mut metrics);
+    let (mut metrics, timed, running) = timed_run(server, settings, Role::Echo, "echo", args)?;
     let completed = timed.result["completed"].as_f64().unwrap_or(0.0);
-    metrics.insert(
-        "server_cpu_pct".into(),
-        100.0 * timed.server_cpu_secs / timed.wall_secs,
-    );
     metrics.insert(
         "cpu_us_per_msg".into(),
         timed.server_cpu_secs * 1e6 / completed.max(1.0),
     );
-    metrics.insert(
-        "peak_rss_mib".into(),
-        running.memory().1 as f64 / (1024.0 * 1024.0),
-    );
+    metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
     Ok(metrics)
 }
 
@@ -281,21 +292,8 @@ fn idle(
 }
 
 fn handshake(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {
-    let running = Running::start(server, Role::Echo)?;
-    let mut args = strings(&["--concurrency", "32", "--sources", "16"]);
-    args.extend(settings.window());
-    let timed = settings
-        .load
-        .spawn(&running, server.raw, "handshake", &args)?
-        .timed(&running, settings.timeout())?;
-    check_errors(&timed.result)?;
-    let mut metrics = BTreeMap::new();
-    latency_metrics(&timed.result, &mut metrics);
-    metrics.insert(
-        "server_cpu_pct".into(),
-        100.0 * timed.server_cpu_secs / timed.wall_secs,
-    );
-    Ok(metrics)
+    let args = strings(&["--concurrency", "32", "--sources", "16"]);
+    Ok(timed_run(server, settings, Role::Echo, "handshake", args)?.0)
 }
 
 fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTreeMap<String, f64>> {
@@ -307,26 +305,11 @@ fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTree
             every_us: 500,
         }
     };
-    let running = Running::start(server, role)?;
-    let mut args = strings(&["--conns", "1", "--interval-us", "1000", "--size", "16"]);
-    args.extend(settings.window());
-    let timed = settings
-        .load
-        .spawn(&running, server.raw, "stream", &args)?
-        .timed(&running, settings.timeout())?;
-    check_errors(&timed.result)?;
-    let mut metrics = BTreeMap::new();
-    latency_metrics(&timed.result, &mut metrics);
+    let args = strings(&["--conns", "1", "--interval-us", "1000", "--size", "16"]);
+    let (mut metrics, timed, running) = timed_run(server, settings, role, "stream", args)?;
     for key in ["pushes_per_sec", "push_mb_per_sec"] {
         metrics.insert(key.into(), timed.result[key].as_f64().unwrap_or(f64::NAN));
     }
-    metrics.insert(
-        "server_cpu_pct".into(),
-        100.0 * timed.server_cpu_secs / timed.wall_secs,
-    );
-    metrics.insert(
-        "peak_rss_mib".into(),
-        running.memory().1 as f64 / (1024.0 * 1024.0),
-    );
+    metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
     Ok(metrics)
 }
