@@ -177,15 +177,20 @@ impl<H: Handler> Dispatch<H> {
         self.finish(CloseCode::ABNORMAL, reason);
     }
 
-    /// True once nothing more is to be read: the close handshake is complete, or
-    /// the connection failed. Write the queue out, then end TCP.
     /// The connection's handle (the backend uses its outbox).
     pub(crate) fn conn(&self) -> &Conn {
         &self.app.conn
     }
 
+    /// True once nothing more is to be read: the close handshake is complete, or
+    /// the connection failed. Write the queue out, then end TCP.
     pub(crate) fn is_closed(&self) -> bool {
         self.session.is_closed() || self.app.closed
+    }
+
+    /// True once the peer's close frame has arrived (see `Session::peer_closed`).
+    pub(crate) fn peer_closed(&self) -> bool {
+        self.session.peer_closed()
     }
 
     /// True until a close frame was sent or received, or the connection ended.

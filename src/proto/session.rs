@@ -149,6 +149,8 @@ pub struct Session {
     consume: usize,
     /// Give `assembly` back to the pool at the next call.
     release_assembly: bool,
+    /// The peer's close frame arrived (whoever sent the first one).
+    peer_closed: bool,
     assembly: BytesMut,
     pool: Arc<BufferPool>,
 }
@@ -176,6 +178,7 @@ impl Session {
             utf8: Utf8Validator::new(),
             consume: 0,
             release_assembly: false,
+            peer_closed: false,
             assembly: BytesMut::new(),
             pool,
         }
@@ -301,6 +304,12 @@ impl Session {
     /// True once the close handshake is complete or the connection failed.
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed
+    }
+
+    /// True once the peer's close frame has arrived: with ours written too, the
+    /// close handshake is complete and nothing more may come from the peer.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
     }
 
     /// How many bytes, counted from the start of the read buffer, the frame in
@@ -529,6 +538,7 @@ impl Session {
                     write_close(out, reply, "");
                 }
                 self.state = State::Closed;
+                self.peer_closed = true;
                 self.fragmented = None;
                 self.release_assembly = true;
                 Ok(Step::Ready(Ready::Closed { code, reason }))

@@ -251,6 +251,14 @@ impl Socket {
             }
             dispatch.flushed();
             if dispatch.is_closed() {
+                if dispatch.peer_closed() {
+                    // Both close frames are through and ours is written: the
+                    // peer may send nothing more, so the socket is closed at
+                    // once (the server closes TCP first, RFC 6455 §7.1.1).
+                    // Waiting for its FIN would cost a shutdown, a read and a
+                    // wake-up per connection.
+                    return self.release_buffer();
+                }
                 let deadline = close_deadline.unwrap_or_else(|| Box::pin(sleep(close_timeout)));
                 // Boxed: only a closing connection needs this future's state.
                 return Box::pin(self.close_tcp(Some(shared), deadline)).await;

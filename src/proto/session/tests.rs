@@ -218,6 +218,10 @@ fn frame_errors_fail_with_1002_and_a_close_frame() {
     for wire in cases {
         let mut h = Harness::new();
         assert_eq!(h.feed(&wire), [Ev::Failed(1002)], "{wire:x?}");
+        assert!(
+            !h.session.peer_closed(),
+            "a failure is not a close handshake"
+        );
         let sent = h.sent();
         assert_eq!(sent[0].0, OpCode::Close);
         assert_eq!(sent[0].1[..2], close_payload(1002)[..]);
@@ -289,6 +293,7 @@ fn peer_close_is_answered_and_ends_reading() {
     assert_eq!(h.feed(&wire), [Ev::Closed(3000, "bye".into())]);
     assert_eq!(h.sent(), [(OpCode::Close, close_payload(3000))]);
     assert!(h.session.is_closed());
+    assert!(h.session.peer_closed());
     assert!(h.feed(&frame(true, OpCode::Text, b"more")).is_empty());
     assert!(h.sent().is_empty());
 }
@@ -363,6 +368,7 @@ fn handler_close_waits_for_the_peer_and_drops_data_meanwhile() {
     expected.extend_from_slice(b"done");
     assert_eq!(h.sent(), [(OpCode::Close, expected)]);
     assert!(h.session.is_closing());
+    assert!(!h.session.peer_closed());
 
     let mut wire = frame(true, OpCode::Text, b"late");
     wire.extend(frame(true, OpCode::Ping, b"p"));
@@ -376,6 +382,7 @@ fn handler_close_waits_for_the_peer_and_drops_data_meanwhile() {
         "no pong and no second close after ours"
     );
     assert!(h.session.is_closed());
+    assert!(h.session.peer_closed());
 }
 
 #[test]
