@@ -53,9 +53,9 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."));
     let harness = repo.join("benches/harness");
     let results_path = harness.join("results/results.json");
-    let measurements = if args.report_only {
+    let saved = if args.report_only {
         match load_results(&results_path) {
-            Ok(measurements) => measurements,
+            Ok(saved) => saved,
             Err(error) => {
                 eprintln!("error: cannot read {}: {error}", results_path.display());
                 return ExitCode::FAILURE;
@@ -64,11 +64,12 @@ fn main() -> ExitCode {
     } else {
         run(&args, &repo, &results_path)
     };
-    let summaries = report::summarize(&measurements);
+    let measurements = &saved.measurements;
+    let summaries = report::summarize(measurements);
     let machine = machine();
     let settings = format!(
         "Each measured window is {} s after {} s of warm-up.",
-        args.duration, args.warmup
+        saved.duration, saved.warmup
     );
     let context = report::Context {
         machine: &machine,
@@ -91,7 +92,7 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn run(args: &Args, repo: &Path, results_path: &Path) -> Vec<Measurement> {
+fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
     let bin = repo.join("benches/harness/target/release");
     let servers: Vec<_> = servers::all(repo, &bin, &repo.join("benches/harness/target/go"))
         .into_iter()
@@ -104,7 +105,11 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Vec<Measurement> {
         warmup: args.warmup,
         duration: args.duration,
     };
-    let mut measurements = Vec::new();
+    let mut saved = Saved {
+        warmup: args.warmup,
+        duration: args.duration,
+        measurements: Vec::new(),
+    };
     for round in 0..args.rounds {
         for scenario in SCENARIOS
             .iter()
@@ -134,18 +139,34 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Vec<Measurement> {
                             (None, None) => "ok".into(),
                         }
                     );
-                    measurements.push(measurement);
+                    saved.measurements.push(measurement);
                 }
-                save_results(results_path, &measurements);
+                save_results(results_path, &saved);
             }
         }
     }
-    measurements
+    saved
 }
 
-fn save_results(path: &Path, measurements: &[Measurement]) {
-    let values: Vec<_> = measurements.iter().map(Measurement::to_json).collect();
-    let text = serde_json::to_string_pretty(&values).expect("serializable");
+/// The saved results: the window every run used, and every measurement.
+struct Saved {
+    warmup: f64,
+    duration: f64,
+    measurements: Vec<Measurement>,
+}
+
+fn save_results(path: &Path, saved: &Saved) {
+    let values: Vec<_> = saved
+        .measurements
+        .iter()
+        .map(Measurement::to_json)
+        .collect();
+    let document = serde_json::json!({
+        "warmup": saved.warmup,
+        "duration": saved.duration,
+        "measurements": values,
+    });
+    let text = serde_json::to_string_pretty(&document).expect("serializable");
     if let Err(error) = std::fs::write(path, text) {
         eprintln!(
             "warning: cannot save results to {}: {error}",
@@ -154,11 +175,20 @@ fn save_results(path: &Path, measurements: &[Measurement]) {
     }
 }
 
-fn load_results(path: &Path) -> std::io::Result<Vec<Measurement>> {
+fn load_results(path: &Path) -> std::io::Result<Saved> {
     let text = std::fs::read_to_string(path)?;
-    let values: Vec<serde_json::Value> =
-        serde_json::from_str(&text).map_err(std::io::Error::other)?;
-    Ok(values.iter().filter_map(Measurement::from_json).collect())
+    let document: serde_json::Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
+    let measurements = document["measurements"].as_array().ok_or_else(|| {
+        std::io::Error::other("no \"measurements\" list (written by an older runner?)")
+    })?;
+    Ok(Saved {
+        warmup: document["warmup"].as_f64().unwrap_or(f64::NAN),
+        duration: document["duration"].as_f64().unwrap_or(f64::NAN),
+        measurements: measurements
+            .iter()
+            .filter_map(Measurement::from_json)
+            .collect(),
+    })
 }
 
 /// What the report says about the machine, read from the machine itself.
@@ -181,7 +211,7 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "?".into());
     format!(
-        "Machine: {} CPUs ({cpu}), Linux {}, {}; {}; measured {}.",
+        "Machine: {} CPUs ({cpu}), Linux {}, {}; {}; report written {}.",
         output("nproc", &[]),
         output("uname", &["-r"]),
         output("rustc", &["-V"]),
