@@ -47,7 +47,6 @@ pub async fn run(args: EchoArgs) -> io::Result<()> {
     }
     let opcode = if args.text { wire::TEXT } else { wire::BINARY };
     let payload: Vec<u8> = (0..args.size).map(|i| b'a' + (i % 26) as u8).collect();
-    let mut tasks = Vec::new();
     for (i, (stream, buf)) in connections.into_iter().enumerate() {
         let mask = (i as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
         let frame = wire::masked_frame(opcode, &payload, mask);
@@ -57,10 +56,10 @@ pub async fn run(args: EchoArgs) -> io::Result<()> {
         };
         let (phase, stats) = (phase.clone(), stats.clone());
         let depth = args.depth;
-        tasks.push(tokio::task::spawn_local(async move {
+        tokio::task::spawn_local(async move {
             let result = echo_loop(stream, buf, frame, expect, depth, &phase, &stats).await;
             note_failure(result, &phase, &stats);
-        }));
+        });
     }
     let secs = args.window.run(&phase).await;
     let mut result = stats.borrow().summary(secs);
@@ -68,10 +67,8 @@ pub async fn run(args: EchoArgs) -> io::Result<()> {
     result["conns"] = json!(args.conns);
     result["size"] = json!(args.size);
     result["depth"] = json!(args.depth);
+    // The connection tasks end with the process, right after this returns.
     emit(&result);
-    for task in tasks {
-        task.abort();
-    }
     Ok(())
 }
 

@@ -34,7 +34,6 @@ pub async fn run(args: HandshakeArgs) -> io::Result<()> {
     let sources = args.target.sources();
     let next = Rc::new(Cell::new(0usize));
     let close = wire::masked_frame(wire::CLOSE, &1000u16.to_be_bytes(), [3, 1, 4, 1]);
-    let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
         let (phase, stats, target, next, close) = (
             phase.clone(),
@@ -43,7 +42,7 @@ pub async fn run(args: HandshakeArgs) -> io::Result<()> {
             next.clone(),
             close.clone(),
         );
-        tasks.push(tokio::task::spawn_local(async move {
+        tokio::task::spawn_local(async move {
             while phase.get() != Phase::Stop {
                 let i = next.get();
                 next.set(i + 1);
@@ -61,16 +60,14 @@ pub async fn run(args: HandshakeArgs) -> io::Result<()> {
                     }
                 }
             }
-        }));
+        });
     }
     let secs = args.window.run(&phase).await;
     let mut result = stats.borrow().summary(secs);
     result["mode"] = json!("handshake");
     result["concurrency"] = json!(args.concurrency);
+    // The connection tasks end with the process, right after this returns.
     emit(&result);
-    for task in tasks {
-        task.abort();
-    }
     Ok(())
 }
 

@@ -51,9 +51,6 @@ pub struct TargetArgs {
     /// No HTTP upgrade: the peer is a raw TCP echo server.
     #[arg(long)]
     pub raw: bool,
-    /// Offer permessage-deflate (the server may decline it).
-    #[arg(long)]
-    pub deflate: bool,
     /// Connect from this many source addresses 127.0.0.(offset+1)...
     #[arg(long, default_value_t = 1)]
     pub sources: u8,
@@ -64,16 +61,10 @@ pub struct TargetArgs {
 
 impl TargetArgs {
     pub fn target(&self) -> wire::Target {
-        let extra_headers = if self.deflate {
-            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n".into()
-        } else {
-            String::new()
-        };
         wire::Target {
             addr: self.addr,
             path: self.path.clone(),
             raw: self.raw,
-            extra_headers,
         }
     }
 

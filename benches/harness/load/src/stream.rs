@@ -48,7 +48,6 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     let pushes = Rc::new(Pushes::default());
     let target = args.target.target();
     let sources = args.target.sources();
-    let mut tasks = Vec::new();
     for i in 0..args.conns {
         let (stream, buf) = wire::open(&target, sources.nth(i)).await?;
         let (read, write) = stream.into_split();
@@ -56,15 +55,15 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
         let request = wire::masked_frame(wire::TEXT, &vec![b'r'; args.size], [9, 8, 7, 6]);
         let every = Duration::from_micros(args.interval_us.max(1));
         let (p, s, q) = (phase.clone(), stats.clone(), sent.clone());
-        tasks.push(tokio::task::spawn_local(async move {
+        tokio::task::spawn_local(async move {
             let result = send_requests(write, request, every, &q).await;
             note_failure(result, &p, &s);
-        }));
+        });
         let (p, s, pushes) = (phase.clone(), stats.clone(), pushes.clone());
-        tasks.push(tokio::task::spawn_local(async move {
+        tokio::task::spawn_local(async move {
             let result = read_replies(read, buf, &sent, &p, &s, &pushes).await;
             note_failure(result, &p, &s);
-        }));
+        });
     }
     let secs = args.window.run(&phase).await;
     let mut result = stats.borrow().summary(secs);
@@ -72,10 +71,8 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     result["conns"] = json!(args.conns);
     result["pushes_per_sec"] = json!(pushes.messages.get() as f64 / secs);
     result["push_mb_per_sec"] = json!(pushes.bytes.get() as f64 / secs / 1e6);
+    // The connection tasks end with the process, right after this returns.
     emit(&result);
-    for task in tasks {
-        task.abort();
-    }
     Ok(())
 }
 

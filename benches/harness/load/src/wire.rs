@@ -22,8 +22,6 @@ pub struct Target {
     pub path: String,
     /// Skip the HTTP upgrade: the peer is the raw TCP echo server.
     pub raw: bool,
-    /// Extra request header lines, each ending in `\r\n`.
-    pub extra_headers: String,
 }
 
 /// Source addresses 127.0.0.(offset+1) ..= 127.0.0.(offset+count), used in turn
@@ -60,8 +58,8 @@ pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStr
     }
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{}\r\n",
-        target.path, target.addr, target.extra_headers
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        target.path, target.addr
     );
     stream.write_all(request.as_bytes()).await?;
     loop {

@@ -115,26 +115,23 @@ fn sorted<'a>(
     metric: &str,
     lower_is_better: bool,
 ) -> Vec<(&'a str, &'a Summary)> {
+    // Servers without a figure go last.
+    let missing = if lower_is_better {
+        f64::INFINITY
+    } else {
+        f64::NEG_INFINITY
+    };
+    let key = |summary: &Summary| {
+        Some(summary.median(metric))
+            .filter(|v| v.is_finite())
+            .unwrap_or(missing)
+    };
     rows.sort_by(|a, b| {
-        let (x, y) = (a.1.median(metric), b.1.median(metric));
-        let x = if x.is_finite() {
-            x
-        } else if lower_is_better {
-            f64::INFINITY
-        } else {
-            f64::NEG_INFINITY
-        };
-        let y = if y.is_finite() {
-            y
-        } else if lower_is_better {
-            f64::INFINITY
-        } else {
-            f64::NEG_INFINITY
-        };
+        let order = key(a.1).total_cmp(&key(b.1));
         if lower_is_better {
-            x.total_cmp(&y)
+            order
         } else {
-            y.total_cmp(&x)
+            order.reverse()
         }
     });
     rows
@@ -273,17 +270,17 @@ fn targets(out: &mut String, summaries: &Summaries) {
             .get(&(scenario, variant.into(), server.into()))
             .map_or(f64::NAN, |s| s.median(metric))
     };
-    let peers = |scenario: u8, variant: &str| -> Vec<String> {
+    let peers = |scenario: u8| -> Vec<String> {
         summaries
             .keys()
             .filter(|(s, v, server)| {
-                *s == scenario && v == variant && server != US && server != "raw-tcp-echo"
+                *s == scenario && v.is_empty() && server != US && server != "raw-tcp-echo"
             })
             .map(|(_, _, server)| server.clone())
             .collect()
     };
     let best = |scenario: u8, metric: &str, lower: bool| -> (String, f64) {
-        peers(scenario, "")
+        peers(scenario)
             .into_iter()
             .map(|p| {
                 let v = get(scenario, "", &p, metric);
