@@ -1,12 +1,12 @@
 //! `Conn`: the handle to one connection, usable from any task or thread.
 //!
 //! Sends are encoded straight into the connection's outbound [`WriteQueue`]
-//! under a mutex that only this connection's senders and its own task touch, so
-//! it is uncontended in the common case. The first send after a flush wakes the
-//! connection's task (a `std::task::Waker`, so any backend can provide one);
-//! further sends before that flush ride along without another wake. Inside a
-//! callback no wake is needed at all: the task writes everything the callbacks
-//! queued once they return, in one write.
+//! under a mutex that only this connection's senders and the backend serving it
+//! touch, so it is uncontended in the common case. The first send after a flush
+//! wakes the connection (through a `std::task::Waker`, so any backend can
+//! provide one); further sends before that flush ride along without another
+//! wake. Inside a callback no wake is needed at all: the backend writes
+//! everything the callbacks queued once they return, in one write.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,8 +53,8 @@ impl std::error::Error for SendError {}
 
 /// A handle to one connection: cheap to clone, `Send + Sync`.
 ///
-/// Sending never blocks. Frames are queued in order and written by the
-/// connection's task; a send from another task or thread wakes it.
+/// Sending never blocks. Frames are queued in order and written by the backend
+/// serving the connection; a send from another task or thread wakes it.
 ///
 /// **When the queue is full.** The queue is bounded by `max_outbound_bytes`
 /// (`Config`, default 4 MiB): while that many bytes or more wait to be written, a

@@ -14,7 +14,8 @@ use crate::proto::{CloseCode, Message};
 /// the callbacks run one at a time, in order: [`on_upgrade`](Handler::on_upgrade),
 /// [`on_open`](Handler::on_open), any number of [`on_message`](Handler::on_message)
 /// and [`on_drain`](Handler::on_drain), then [`on_close`](Handler::on_close)
-/// exactly once. Callbacks run on the connection's task: keep them short and
+/// exactly once. Callbacks run on the task that serves the connection, and on
+/// tokio that task serves a whole group of connections: keep them short and
 /// spawn anything slow, passing it a clone of the [`Conn`].
 ///
 /// A callback that panics fails only its own connection, with close code 1011

@@ -39,7 +39,7 @@ impl ServerCore {
         })
     }
 
-    /// Counts a connection task until the guard is dropped.
+    /// Counts a connection (from its accept) until the guard is dropped.
     pub(crate) fn enter(self: &Arc<Self>) -> LiveGuard {
         self.live.fetch_add(1, Ordering::SeqCst);
         LiveGuard(self.clone())
@@ -109,7 +109,7 @@ impl ServerCore {
         self.registry.for_each(|shared| shared.abort());
     }
 
-    /// Resolves once no connection task is left.
+    /// Resolves once no connection is left.
     pub(crate) async fn wait_idle(&self) {
         loop {
             let notified = self.idle.notified();
@@ -122,7 +122,7 @@ impl ServerCore {
         }
     }
 
-    /// Connection tasks alive, including those still in the handshake.
+    /// Connections alive, including those still in the handshake or closing.
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
     }
@@ -135,7 +135,7 @@ impl ServerCore {
 
 const SHUTDOWN_REASON: &str = "server shutting down";
 
-/// Keeps a connection task counted as live.
+/// Keeps a connection counted as live.
 pub(crate) struct LiveGuard(Arc<ServerCore>);
 
 impl Drop for LiveGuard {
@@ -150,13 +150,6 @@ impl Drop for LiveGuard {
 pub(crate) struct Registration {
     core: Arc<ServerCore>,
     id: u64,
-}
-
-impl Registration {
-    /// The configuration of the server this connection belongs to.
-    pub(crate) fn config(&self) -> &crate::Config {
-        &self.core.config
-    }
 }
 
 impl Drop for Registration {
@@ -199,8 +192,9 @@ impl ServerHandle {
         self.core.registered()
     }
 
-    /// Connection tasks alive, including ones still in the handshake or closing.
-    pub fn tasks(&self) -> usize {
+    /// Accepted connections not yet finished: upgraded ones, and also those
+    /// still in the handshake or ending TCP.
+    pub fn alive(&self) -> usize {
         self.core.live()
     }
 }

@@ -36,6 +36,7 @@ backend_tests!(
     handler_panic_closes_only_that_connection_with_1011,
     sends_from_another_task_arrive_in_order,
     many_connections_at_once,
+    a_callback_reaches_every_idle_connection,
     a_full_outbound_queue_refuses_sends_then_drains,
     abrupt_disconnect_is_reported_as_1006,
     closing_a_peer_that_does_not_read_is_bounded,
@@ -399,6 +400,24 @@ async fn many_connections_at_once(backend: Backend) {
     server.recorder.wait_closes(1000).await;
 }
 
+/// Sends from one connection's callback wake idle connections, whichever
+/// task or group serves them.
+async fn a_callback_reaches_every_idle_connection(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        clients.push(server.client().await);
+    }
+    send_text(&mut clients[17], "broadcast hello").await;
+    for client in &mut clients {
+        assert_eq!(next(client).await, Ws::text("hello"));
+    }
+    for (i, client) in clients.iter_mut().enumerate() {
+        send_text(client, &format!("still here {i}")).await;
+        assert_eq!(next(client).await, Ws::text(format!("still here {i}")));
+    }
+}
+
 async fn a_full_outbound_queue_refuses_sends_then_drains(backend: Backend) {
     let server = start(backend, Config::default().max_outbound_bytes(64 * 1024)).await;
     let mut client = server.client().await;
@@ -499,7 +518,7 @@ async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
         tokio::net::TcpStream::connect(server.addr).await.is_err(),
         "no longer listening"
     );
-    assert_eq!(server.handle.tasks(), 0);
+    assert_eq!(server.handle.alive(), 0);
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -1,24 +1,28 @@
-//! One connection on tokio: the socket side of the path from bytes to callbacks.
+//! One connection on tokio: a state machine the connection's group drives
+//! whenever its socket is ready or something woke it.
 //!
-//! The task waits for readiness, not data: only when the socket is readable does
-//! it take a buffer from the pool and read into it, and it gives the buffer back
-//! before it sleeps again unless a partial frame is left in it. Everything the
-//! callbacks and the protocol queue while handling one read goes out in one
-//! `writev`. While a write is blocked the task does not read, so a peer that does
-//! not read its replies stops being read from.
+//! Reads happen only when the socket is readable: then a buffer is taken from
+//! the pool, and it goes back before the connection sleeps unless a partial
+//! frame is left in it. Everything the callbacks and the protocol queue while
+//! handling the reads of one turn goes out in one `writev`. While a write is
+//! blocked the connection does not read, so a peer that does not read its
+//! replies stops being read from.
+//!
+//! Nothing here waits: `advance` does what can be done without blocking and
+//! returns. Readiness comes from the group's epoll (`on_event`); sends, close
+//! requests, aborts and the connection's timers wake it through the waker in
+//! the `Context` it is given.
 
-use std::future::{Future, poll_fn};
-use std::io::{self, IoSlice};
-use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::future::Future;
+use std::io::{self, IoSlice, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::task::Context;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::{Sleep, sleep, timeout};
+use tokio::time::{Instant, Sleep, sleep};
 
 use crate::conn::ConnShared;
 use crate::dispatch::Dispatch;
@@ -27,6 +31,8 @@ use crate::handshake::{self, Answer, HandshakeError};
 use crate::pool::BufferPool;
 use crate::proto::{Session, WriteQueue};
 use crate::server::{LiveGuard, Registration, ServerCore};
+
+use super::sys::recv_into_spare;
 
 /// How many iovecs one `writev` takes at most.
 const MAX_IOVECS: usize = 64;
@@ -39,169 +45,208 @@ const DRAIN_LIMIT: usize = 1 << 20;
 /// actually sends, not what it claims.
 const MAX_READ_AHEAD: usize = 256 * 1024;
 
-/// Serves one accepted TCP connection, from the handshake to the last byte.
-///
-/// An idle connection is this future inside a tokio task, so its size is most
-/// of what a connection costs. It is built so that only the upgraded phase
-/// counts: everything is moved into the boxed handshake future at once (the
-/// returned future captures only that box, not these arguments, which an
-/// `async fn` would keep for its whole life), and the handshake's timer, read
-/// future and response are freed when it is done.
-pub(crate) fn run<H: Handler>(
-    stream: TcpStream,
-    peer: SocketAddr,
-    core: Arc<ServerCore>,
-    handler: Arc<H>,
-    live: LiveGuard,
-) -> impl Future<Output = ()> + Send + 'static {
-    let handshake = Box::pin(handshake(stream, peer, core, handler, live));
-    async move {
-        // `let else`, not `if let`: the `Option` returned by the handshake must
-        // not stay alive (and in this future's layout) beside its contents.
-        let Some(mut upgraded) = handshake.await else {
-            return;
-        };
-        upgraded.drive().await;
-    }
+/// Reads one connection may do in one turn before the others get theirs.
+const READS_PER_TURN: usize = 16;
+
+/// What a group shares with all its connections.
+pub(crate) struct Env<H> {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) handler: Arc<H>,
 }
 
-/// Everything an upgraded connection holds while it lives: kept in one place
-/// so the task's future stores it once (an `async fn` taking these as
-/// arguments would store them twice).
-struct Upgraded<H: Handler> {
+/// Whether the group keeps the connection after a turn.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Waiting for readiness, a wake-up or a timer.
+    Pending,
+    /// Over: drop it (which closes the socket and ends the registration).
+    Done,
+}
+
+/// An accepted TCP connection, from the handshake to the last byte.
+pub(crate) struct Connection<H: Handler> {
+    // Declared first, so the socket is closed before the live guard in `stage`
+    // is dropped: once `serve` sees no live connection, none is open.
     socket: Socket,
+    stage: Stage<H>,
+}
+
+// `Open` is the stage a connection spends its life in, and the whole
+// `Connection` is boxed by its group already: boxing `Open` too would add an
+// allocation and a pointer to every connection.
+#[allow(clippy::large_enum_variant)]
+enum Stage<H: Handler> {
+    /// Reading the request, or answering it with an HTTP error (boxed: it is
+    /// short-lived, and an upgraded connection should not carry its size).
+    Handshake(Box<Handshake>),
+    Open(Open<H>),
+    /// Between two stages; never seen by `advance`.
+    Gone,
+}
+
+struct Handshake {
+    peer: SocketAddr,
+    /// The handshake timeout; once refused, the close timeout.
+    deadline: Pin<Box<Sleep>>,
+    /// The `101` (moved into the connection's queue) or the error response.
+    response: WriteQueue,
+    refused: bool,
+    /// Set once the error response is out and FIN sent: bytes discarded since.
+    discarded: Option<usize>,
+    live: LiveGuard,
+}
+
+/// An upgraded connection.
+struct Open<H: Handler> {
     dispatch: Dispatch<H>,
-    registration: Registration,
+    /// Once a close frame is queued (ours, our reply, or a failure), every
+    /// remaining step, writes included, is bounded by this deadline.
+    close_deadline: Option<Pin<Box<Sleep>>>,
+    /// Set once our FIN is sent: bytes discarded while waiting for the peer's.
+    discarded: Option<usize>,
+    _registration: Registration,
     _live: LiveGuard,
 }
 
-impl<H: Handler> Upgraded<H> {
-    fn open(
-        mut socket: Socket,
-        state: H::State,
-        mut response: WriteQueue,
+impl<H: Handler> Connection<H> {
+    pub(crate) fn accept(
+        stream: mio::net::TcpStream,
         peer: SocketAddr,
-        core: &Arc<ServerCore>,
-        handler: Arc<H>,
         live: LiveGuard,
+        env: &Env<H>,
     ) -> Self {
-        let (conn, registration) = core.open_connection(peer);
-        // The 101 goes first; whatever `on_open` sends follows it in the same write.
-        std::mem::swap(&mut conn.shared().lock().queue, &mut response);
-        let session = Session::new(core.config.limits, core.pool.clone());
-        let mut dispatch = Dispatch::open(handler, session, conn, state);
-        if !socket.read_buf.is_empty() {
-            // Frames that arrived together with the request.
-            dispatch.input(&mut socket.read_buf);
-        }
-        Upgraded {
-            socket,
-            dispatch,
-            registration,
-            _live: live,
+        let handshake = Handshake {
+            peer,
+            deadline: Box::pin(sleep(env.core.config.handshake_timeout)),
+            response: WriteQueue::new(),
+            refused: false,
+            discarded: None,
+            live,
+        };
+        Connection {
+            socket: Socket {
+                stream,
+                read_buf: BytesMut::new(),
+                readable: false,
+                writable: false,
+                read_closed: false,
+            },
+            stage: Stage::Handshake(Box::new(handshake)),
         }
     }
 
-    async fn drive(&mut self) {
-        let Upgraded {
-            socket,
-            dispatch,
-            registration,
-            ..
-        } = self;
-        let close_timeout = registration.config().close_timeout;
-        let conn = dispatch.conn().clone();
-        socket.drive(dispatch, conn.shared(), close_timeout).await;
+    /// Records what the group's epoll reported for this socket. Errors and
+    /// hang-ups count as both, so the next read or write reports them.
+    pub(crate) fn on_event(&mut self, event: &mio::event::Event) {
+        let failed = event.is_error();
+        let read_closed = failed || event.is_read_closed();
+        self.socket.read_closed |= read_closed;
+        self.socket.readable |= read_closed || event.is_readable();
+        self.socket.writable |= failed || event.is_write_closed() || event.is_writable();
+    }
+
+    /// Does everything that can be done now. `cx` carries the connection's own
+    /// waker, for its timers and its `Conn`.
+    pub(crate) fn advance(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Progress {
+        let progress = loop {
+            match &mut self.stage {
+                Stage::Handshake(handshake) if handshake.refused => {
+                    break self.socket.refuse(handshake, cx, env);
+                }
+                Stage::Handshake(handshake) => match self.socket.read_upgrade(handshake, cx, env) {
+                    Upgrade::Pending => break Progress::Pending,
+                    Upgrade::Gone => break Progress::Done,
+                    Upgrade::Refused => {
+                        handshake.refused = true;
+                        let close_by = Instant::now() + env.core.config.close_timeout;
+                        handshake.deadline.as_mut().reset(close_by);
+                    }
+                    Upgrade::Accepted(state) => {
+                        let Stage::Handshake(handshake) =
+                            std::mem::replace(&mut self.stage, Stage::Gone)
+                        else {
+                            unreachable!("matched above");
+                        };
+                        self.stage = Stage::Open(self.socket.open(*handshake, state, env));
+                    }
+                },
+                Stage::Open(open) => break self.socket.drive(open, cx, env),
+                Stage::Gone => break Progress::Done,
+            }
+        };
+        if progress == Progress::Done {
+            self.socket.read_buf.clear();
+            self.socket.release_buffer(&env.core.pool);
+        }
+        progress
     }
 }
 
-/// Reads and answers the upgrade request within the handshake timeout; on
-/// success opens the connection (its `101` queued first). Otherwise answers
-/// with the HTTP error, if any, and closes.
-async fn handshake<H: Handler>(
-    stream: TcpStream,
-    peer: SocketAddr,
-    core: Arc<ServerCore>,
-    handler: Arc<H>,
-    live: LiveGuard,
-) -> Option<Upgraded<H>> {
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-    }
-    let config = &core.config;
-    let mut socket = Socket {
-        stream,
-        read_buf: BytesMut::new(),
-        pool: core.pool.clone(),
-        read_size: config.read_buffer_size,
-    };
-    let mut response = WriteQueue::new();
-    let read_request = socket.read_upgrade(&*handler, &core, &mut response);
-    match timeout(config.handshake_timeout, read_request).await {
-        Ok(Ok(Some(state))) => {
-            let upgraded = Upgraded::open(socket, state, response, peer, &core, handler, live);
-            return Some(upgraded);
-        }
-        Ok(Ok(None)) => {}
-        Ok(Err(_)) => {
-            socket.release_buffer();
-            return None;
-        }
-        Err(_elapsed) => {
-            let e = HandshakeError::TimedOut;
-            handshake::write_error(&mut response, e.status(), e.reason());
-        }
-    }
-    socket.refuse(&mut response, config.close_timeout).await;
-    None
+/// What reading the upgrade request came to.
+enum Upgrade<S> {
+    Pending,
+    /// The `101` is queued and the request is gone from the read buffer.
+    Accepted(S),
+    /// An error response is queued.
+    Refused,
+    /// The peer left, or the socket failed: nothing to answer.
+    Gone,
 }
 
-/// The TCP stream and the read buffer, which is borrowed from the pool only
-/// while there is something in it.
+/// The TCP stream, what epoll last said about it, and the read buffer, which
+/// is borrowed from the pool only while there is something in it.
 struct Socket {
-    stream: TcpStream,
+    stream: mio::net::TcpStream,
     read_buf: BytesMut,
-    pool: Arc<BufferPool>,
-    read_size: usize,
-}
-
-enum Wake {
-    Readable,
-    /// Something was queued by another task, or a close or abort was requested.
-    Attention,
-    /// Our close frame went unanswered for `close_timeout`.
-    CloseTimeout,
+    /// Reads may find data: set by an epoll event, cleared by a read that
+    /// found the kernel's queue empty (edge-triggered, so a later arrival
+    /// brings a new event).
+    readable: bool,
+    /// Writes may make progress: set by an event, cleared by `WouldBlock`.
+    writable: bool,
+    /// The peer's FIN (or an error) was reported: there is no later event, so
+    /// the socket stays readable until a read returns the end (or the error).
+    read_closed: bool,
 }
 
 impl Socket {
-    /// Reads until the upgrade request is complete, then answers it. Returns the
-    /// handler's state if it was accepted (the `101` is in `out` and the request
-    /// is gone from the read buffer), or `None` if it was refused (the error
-    /// response is in `out`).
-    async fn read_upgrade<H: Handler>(
+    /// Reads until the upgrade request is complete, then answers it into
+    /// `handshake.response`.
+    fn read_upgrade<H: Handler>(
         &mut self,
-        handler: &H,
-        core: &ServerCore,
-        out: &mut WriteQueue,
-    ) -> io::Result<Option<H::State>> {
+        handshake: &mut Handshake,
+        cx: &mut Context<'_>,
+        env: &Env<H>,
+    ) -> Upgrade<H::State> {
+        let core = &env.core;
         let max_head_len = core.config.max_handshake_size;
+        let refuse = |out: &mut WriteQueue, e: HandshakeError| {
+            handshake::write_error(out, e.status(), e.reason());
+            Upgrade::Refused
+        };
+        if handshake.deadline.as_mut().poll(cx).is_ready() {
+            return refuse(&mut handshake.response, HandshakeError::TimedOut);
+        }
         loop {
+            if core.is_shutting_down() {
+                handshake::write_error(&mut handshake.response, 503, "server shutting down");
+                return Upgrade::Refused;
+            }
+            if !self.readable {
+                self.release_buffer(&core.pool);
+                return Upgrade::Pending;
+            }
             let before = self.read_buf.len();
-            let read = tokio::select! {
-                read = self.read_some(max_head_len + 1) => read?,
-                () = core.shutdown_requested() => {
-                    handshake::write_error(out, 503, "server shutting down");
-                    return Ok(None);
-                }
-            };
-            if read == 0 {
-                if self.read_buf.is_empty() {
+            let read_size = core.config.read_buffer_size;
+            match self.read(max_head_len + 1, &core.pool, read_size) {
+                Ok(0) if before == 0 => {
                     // Connected and left (a port check): nothing to answer.
-                    return Err(io::ErrorKind::UnexpectedEof.into());
+                    return Upgrade::Gone;
                 }
-                let e = HandshakeError::Incomplete;
-                handshake::write_error(out, e.status(), e.reason());
-                return Ok(None);
+                Ok(0) => return refuse(&mut handshake.response, HandshakeError::Incomplete),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Upgrade::Gone,
             }
             // The head ends with a line; parsing again before a new line arrived
             // would only redo the same work (think of a client that sends one
@@ -211,43 +256,121 @@ impl Socket {
                 continue;
             }
             if core.is_shutting_down() {
-                handshake::write_error(out, 503, "server shutting down");
-                return Ok(None);
+                continue;
             }
-            match handshake::answer(&self.read_buf, handler, max_head_len, out) {
+            let out = &mut handshake.response;
+            match handshake::answer(&self.read_buf, &*env.handler, max_head_len, out) {
                 Answer::Incomplete => continue,
-                Answer::Refused => return Ok(None),
+                Answer::Refused => return Upgrade::Refused,
                 Answer::Accepted { state, head_len } => {
                     self.read_buf.advance(head_len);
-                    return Ok(Some(state));
+                    return Upgrade::Accepted(state);
                 }
             }
         }
     }
 
-    /// The main loop of an upgraded connection.
-    async fn drive<H: Handler>(
+    /// Opens the upgraded connection: registers it, queues the `101` first (so
+    /// whatever `on_open` sends follows it in the same write), calls `on_open`,
+    /// and handles frames that arrived together with the request.
+    fn open<H: Handler>(&mut self, handshake: Handshake, state: H::State, env: &Env<H>) -> Open<H> {
+        let Handshake {
+            peer,
+            mut response,
+            live,
+            ..
+        } = handshake;
+        let core = &env.core;
+        let (conn, registration) = core.open_connection(peer);
+        std::mem::swap(&mut conn.shared().lock().queue, &mut response);
+        let session = Session::new(core.config.limits, core.pool.clone());
+        let mut dispatch = Dispatch::open(env.handler.clone(), session, conn, state);
+        if !self.read_buf.is_empty() {
+            dispatch.input(&mut self.read_buf);
+        }
+        Open {
+            dispatch,
+            close_deadline: None,
+            discarded: None,
+            _registration: registration,
+            _live: live,
+        }
+    }
+
+    /// Writes the error response of a refused handshake (within the close
+    /// timeout), then ends TCP.
+    fn refuse<H: Handler>(
         &mut self,
-        dispatch: &mut Dispatch<H>,
-        shared: &ConnShared,
-        close_timeout: Duration,
-    ) {
-        // Once a close frame is queued (ours, our reply, or a failure), every
-        // remaining step, writes included, is bounded by this deadline.
-        let mut close_deadline: Option<Pin<Box<Sleep>>> = None;
+        handshake: &mut Handshake,
+        cx: &mut Context<'_>,
+        env: &Env<H>,
+    ) -> Progress {
+        let config = &env.core.config;
+        if handshake.discarded.is_none() {
+            match self.write(&mut handshake.response) {
+                Ok(true) => {
+                    self.end_tcp();
+                    handshake.discarded = Some(0);
+                    let close_by = Instant::now() + config.close_timeout;
+                    handshake.deadline.as_mut().reset(close_by);
+                }
+                Ok(false) if handshake.deadline.as_mut().poll(cx).is_pending() => {
+                    return Progress::Pending;
+                }
+                Ok(false) | Err(_) => return Progress::Done,
+            }
+        }
+        let discarded = handshake.discarded.as_mut().expect("set above");
+        self.drain(discarded, &mut handshake.deadline, cx, env)
+    }
+
+    /// One turn of an upgraded connection: act on what other tasks asked for,
+    /// write the queue, then read and handle frames until the socket is empty,
+    /// the turn's reads are used up, or a write blocks.
+    fn drive<H: Handler>(
+        &mut self,
+        open: &mut Open<H>,
+        cx: &mut Context<'_>,
+        env: &Env<H>,
+    ) -> Progress {
+        let config = &env.core.config;
+        let pool = &env.core.pool;
+        let dispatch = &mut open.dispatch;
+        let conn = dispatch.conn().clone();
+        let shared = conn.shared();
+        shared.register(cx.waker());
+        let mut reads = 0;
         loop {
             if shared.take_attention() {
                 dispatch.attend();
             }
             if dispatch.is_aborted() {
-                return self.release_buffer();
+                return Progress::Done;
             }
-            if !dispatch.is_open() && close_deadline.is_none() {
-                close_deadline = Some(Box::pin(sleep(close_timeout)));
+            if let Some(discarded) = &mut open.discarded {
+                let deadline = open.close_deadline.as_mut().expect("set before FIN");
+                return self.drain(discarded, deadline, cx, env);
             }
-            if let Err(error) = self.flush(shared, close_deadline.as_mut()).await {
-                dispatch.abnormal(&format!("write failed: {error}"));
-                return self.release_buffer();
+            if !dispatch.is_open() && open.close_deadline.is_none() {
+                open.close_deadline = Some(Box::pin(sleep(config.close_timeout)));
+            }
+            let expired = |deadline: &mut Option<Pin<Box<Sleep>>>, cx: &mut Context<'_>| {
+                deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+            };
+            match self.flush(shared) {
+                Ok(true) => {}
+                Ok(false) if expired(&mut open.close_deadline, cx) => {
+                    dispatch.abnormal("write failed: close timeout passed");
+                    return Progress::Done;
+                }
+                // A writable event, an abort or the deadline comes next.
+                Ok(false) => return Progress::Pending,
+                Err(error) => {
+                    dispatch.abnormal(&format!("write failed: {error}"));
+                    return Progress::Done;
+                }
             }
             dispatch.flushed();
             if dispatch.is_closed() {
@@ -257,125 +380,118 @@ impl Socket {
                     // once (the server closes TCP first, RFC 6455 §7.1.1).
                     // Waiting for its FIN would cost a shutdown, a read and a
                     // wake-up per connection.
-                    return self.release_buffer();
+                    return Progress::Done;
                 }
-                let deadline = close_deadline.unwrap_or_else(|| Box::pin(sleep(close_timeout)));
-                // Boxed: only a closing connection needs this future's state.
-                return Box::pin(self.close_tcp(Some(shared), deadline)).await;
+                self.end_tcp();
+                open.discarded = Some(0);
+                open.close_deadline
+                    .get_or_insert_with(|| Box::pin(sleep(config.close_timeout)));
+                continue;
             }
-            match self.wait(shared, close_deadline.as_mut()).await {
-                Wake::Attention => {}
-                Wake::CloseTimeout => {
-                    dispatch.abnormal("close handshake timed out");
-                    return self.release_buffer();
+            if expired(&mut open.close_deadline, cx) {
+                dispatch.abnormal("close handshake timed out");
+                return Progress::Done;
+            }
+            if !self.readable {
+                if shared.has_pending_work() {
+                    continue;
                 }
-                Wake::Readable => match self.try_read(dispatch.bytes_wanted()) {
-                    Ok(0) => {
-                        dispatch.abnormal("connection closed without a close frame");
-                        return self.release_buffer();
-                    }
-                    Ok(_) => dispatch.input(&mut self.read_buf),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(error) => {
-                        dispatch.abnormal(&format!("read failed: {error}"));
-                        return self.release_buffer();
-                    }
-                },
+                self.release_buffer(pool);
+                return Progress::Pending;
+            }
+            if reads == READS_PER_TURN {
+                // More may be waiting; let the group's other connections go first.
+                cx.waker().wake_by_ref();
+                return Progress::Pending;
+            }
+            reads += 1;
+            match self.read(dispatch.bytes_wanted(), pool, config.read_buffer_size) {
+                Ok(0) => {
+                    dispatch.abnormal("connection closed without a close frame");
+                    return Progress::Done;
+                }
+                Ok(_) => dispatch.input(&mut self.read_buf),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => {
+                    dispatch.abnormal(&format!("read failed: {error}"));
+                    return Progress::Done;
+                }
             }
         }
     }
 
-    /// Waits until the socket is readable, another task needs this one, or the
-    /// close deadline passes. Before sleeping, an empty read buffer goes back to
-    /// the pool: an idle connection holds none.
-    fn wait<'a>(
-        &'a mut self,
-        shared: &'a ConnShared,
-        mut close_deadline: Option<&'a mut Pin<Box<Sleep>>>,
-    ) -> impl Future<Output = Wake> + 'a {
-        poll_fn(move |cx| {
-            shared.register(cx.waker());
-            if shared.has_pending_work() {
-                return Poll::Ready(Wake::Attention);
+    /// Writes the connection's queue; true once it is empty. The buffer of an
+    /// emptied queue goes back to the pool.
+    fn flush(&mut self, shared: &ConnShared) -> io::Result<bool> {
+        let mut outbox = shared.lock();
+        if outbox.queue.is_empty() {
+            outbox.flush_scheduled = false;
+            return Ok(true);
+        }
+        if !self.writable {
+            // Senders need not wake us: the writable event will.
+            return Ok(false);
+        }
+        outbox.flush_scheduled = false;
+        let done = self.write(&mut outbox.queue)?;
+        if done {
+            if let Some(buf) = outbox.queue.take_buffer() {
+                shared.pool().give(buf);
             }
-            if let Some(deadline) = close_deadline.as_deref_mut() {
-                if deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Wake::CloseTimeout);
-                }
-            }
-            match self.stream.poll_read_ready(cx) {
-                Poll::Ready(_) => Poll::Ready(Wake::Readable),
-                Poll::Pending => {
-                    self.release_buffer();
-                    Poll::Pending
-                }
-            }
-        })
+        }
+        Ok(done)
     }
 
-    /// Writes the connection's queue until it is empty, waiting for the socket
-    /// to become writable as needed.
-    async fn flush(
-        &mut self,
-        shared: &ConnShared,
-        mut close_deadline: Option<&mut Pin<Box<Sleep>>>,
-    ) -> io::Result<()> {
-        loop {
-            let done = {
-                let mut outbox = shared.lock();
-                outbox.flush_scheduled = false;
-                let done = write_queue(&self.stream, &mut outbox.queue)?;
-                if done {
-                    if let Some(buf) = outbox.queue.take_buffer() {
-                        shared.pool().give(buf);
-                    }
-                }
-                done
+    /// Writes as much of `queue` as the socket takes without blocking. Returns
+    /// true once the queue is empty.
+    fn write(&mut self, queue: &mut WriteQueue) -> io::Result<bool> {
+        while !queue.is_empty() {
+            let written = {
+                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                let n = queue.io_slices(&mut slices);
+                self.stream.write_vectored(&slices[..n])
             };
-            if done {
-                return Ok(());
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => queue.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.writable = false;
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            poll_fn(|cx| {
-                shared.register(cx.waker());
-                if shared.lock().abort {
-                    return Poll::Ready(Err(io::Error::other("aborted by server shutdown")));
-                }
-                if let Some(deadline) = close_deadline.as_deref_mut() {
-                    if deadline.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
-                    }
-                }
-                self.stream.poll_write_ready(cx)
-            })
-            .await?;
         }
+        Ok(true)
     }
 
-    /// Reads once into the pooled buffer, sized for the frame in progress;
-    /// `WouldBlock` if nothing is there.
-    ///
-    /// This goes through tokio's `AsyncRead` rather than `try_read_buf`: after a
-    /// short read it clears the socket's readiness (the kernel queue is empty),
-    /// so the next wait sleeps at once instead of paying a read that can only
-    /// return EAGAIN. At one message per wake-up that was one syscall in three.
-    /// A `Pending` poll registers the no-op waker, which is harmless: `wait`
-    /// always registers the task's own waker before sleeping.
-    fn try_read(&mut self, bytes_wanted: usize) -> io::Result<usize> {
-        self.prepare_buffer(bytes_wanted);
-        let mut cx = Context::from_waker(Waker::noop());
-        match pin!(self.stream.read_buf(&mut self.read_buf)).poll(&mut cx) {
-            Poll::Ready(result) => result,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    /// Waits for readability and reads once (for the handshake).
-    async fn read_some(&mut self, bytes_wanted: usize) -> io::Result<usize> {
+    /// Reads once into the pooled buffer, sized for the frame in progress.
+    /// A read that leaves room in the buffer emptied the kernel's queue, so the
+    /// socket counts as not readable until the next event: at one message per
+    /// wake-up that saves a read that could only return EAGAIN.
+    fn read(
+        &mut self,
+        bytes_wanted: usize,
+        pool: &BufferPool,
+        read_size: usize,
+    ) -> io::Result<usize> {
+        self.prepare_buffer(bytes_wanted, pool, read_size);
+        let room = self.read_buf.capacity() - self.read_buf.len();
         loop {
-            self.stream.readable().await?;
-            match self.try_read(bytes_wanted) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                result => return result,
+            match recv_into_spare(self.stream.as_raw_fd(), &mut self.read_buf) {
+                Ok(n) => {
+                    if n < room && !self.read_closed {
+                        self.readable = false;
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        self.readable = false;
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -383,75 +499,56 @@ impl Socket {
     /// Makes sure the read buffer exists and has room for the next read: towards
     /// the end of the frame in progress, but never more than [`MAX_READ_AHEAD`]
     /// beyond the bytes already here.
-    fn prepare_buffer(&mut self, bytes_wanted: usize) {
+    fn prepare_buffer(&mut self, bytes_wanted: usize, pool: &BufferPool, read_size: usize) {
         let len = self.read_buf.len();
         if self.read_buf.capacity() == 0 {
-            self.read_buf = self
-                .pool
-                .take(read_ahead(len, bytes_wanted, self.read_size));
+            self.read_buf = pool.take(read_ahead(len, bytes_wanted, read_size));
         }
         let spare = self.read_buf.capacity() - len;
-        if let Some(more) = grow_by(len, spare, bytes_wanted, self.read_size) {
+        if let Some(more) = grow_by(len, spare, bytes_wanted, read_size) {
             self.read_buf.reserve(more);
         }
     }
 
     /// Gives the read buffer back to the pool if it holds no partial frame.
-    fn release_buffer(&mut self) {
+    fn release_buffer(&mut self, pool: &BufferPool) {
         if self.read_buf.is_empty() && self.read_buf.capacity() > 0 {
-            self.pool.give(std::mem::take(&mut self.read_buf));
+            pool.give(std::mem::take(&mut self.read_buf));
         }
     }
 
-    /// Answers a refused handshake: writes the error response, then closes.
-    async fn refuse(&mut self, response: &mut WriteQueue, close_timeout: Duration) {
-        let write_all = async {
-            while !write_queue(&self.stream, response)? {
-                self.stream.writable().await?;
-            }
-            io::Result::Ok(())
-        };
-        if let Ok(Ok(())) = timeout(close_timeout, write_all).await {
-            self.close_tcp(None, Box::pin(sleep(close_timeout))).await;
-        } else {
-            self.read_buf.clear();
-            self.release_buffer();
-        }
+    /// The server closes TCP first (RFC 6455 §7.1.1): sends FIN.
+    fn end_tcp(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
     }
 
-    /// Ends TCP: the server closes first (RFC 6455 §7.1.1), by sending FIN, then
-    /// reads and discards until the peer's FIN so that unread bytes do not turn
-    /// our close (or error response) into a reset, up to `deadline` and
-    /// [`DRAIN_LIMIT`] bytes, or until the server aborts the connection.
-    async fn close_tcp(&mut self, abort: Option<&ConnShared>, mut deadline: Pin<Box<Sleep>>) {
-        let _ = self.stream.shutdown().await;
-        let mut discarded = 0usize;
-        while discarded < DRAIN_LIMIT {
-            self.read_buf.clear();
-            let readable = poll_fn(|cx| {
-                if let Some(shared) = abort {
-                    shared.register(cx.waker());
-                    if shared.lock().abort {
-                        return Poll::Ready(false);
-                    }
-                }
-                if deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(false);
-                }
-                self.stream.poll_read_ready(cx).map(|r| r.is_ok())
-            });
-            if !readable.await {
-                break;
+    /// After our FIN: reads and discards until the peer's FIN, so that unread
+    /// bytes do not turn our close (or error response) into a reset, up to the
+    /// deadline and [`DRAIN_LIMIT`] bytes.
+    fn drain<H>(
+        &mut self,
+        discarded: &mut usize,
+        deadline: &mut Pin<Box<Sleep>>,
+        cx: &mut Context<'_>,
+        env: &Env<H>,
+    ) -> Progress {
+        let pool = &env.core.pool;
+        loop {
+            if *discarded >= DRAIN_LIMIT || deadline.as_mut().poll(cx).is_ready() {
+                return Progress::Done;
             }
-            match self.try_read(0) {
-                Ok(0) => break,
-                Ok(n) => discarded += n,
+            if !self.readable {
+                self.release_buffer(pool);
+                return Progress::Pending;
+            }
+            self.read_buf.clear();
+            match self.read(0, pool, env.core.config.read_buffer_size) {
+                Ok(0) => return Progress::Done,
+                Ok(n) => *discarded += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => break,
+                Err(_) => return Progress::Done,
             }
         }
-        self.read_buf.clear();
-        self.release_buffer();
     }
 }
 
@@ -472,25 +569,6 @@ fn grow_by(len: usize, spare: usize, bytes_wanted: usize, read_size: usize) -> O
     let ahead = read_ahead(len, bytes_wanted, read_size);
     let frame_needs_room = bytes_wanted > len && spare < ahead / 2;
     (spare < 1024 || frame_needs_room).then_some(ahead)
-}
-
-/// Writes as much of `queue` as the socket takes without blocking. Returns true
-/// once the queue is empty.
-fn write_queue(stream: &TcpStream, queue: &mut WriteQueue) -> io::Result<bool> {
-    while !queue.is_empty() {
-        let written = {
-            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
-            let n = queue.io_slices(&mut slices);
-            stream.try_write_vectored(&slices[..n])
-        };
-        match written {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => queue.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
 }
 
 #[cfg(test)]
@@ -522,11 +600,11 @@ mod tests {
         assert_eq!(grow_by(1 << 20, 200 * 1024, 8 << 20, 16 * 1024), None);
     }
 
-    /// Every idle connection is one task holding this future, so its size is
-    /// a large share of the memory per connection (BENCHMARKS.md, scenario 4).
-    /// The handshake phase is boxed and must not size it.
-    #[tokio::test]
-    async fn the_connection_future_is_sized_by_the_upgraded_phase() {
+    /// Each idle connection is one of these (boxed, in its group's slab); its
+    /// size is a large share of what a connection costs (BENCHMARKS.md,
+    /// scenario 4). The handshake stage is boxed and must not size it.
+    #[test]
+    fn an_upgraded_connection_is_sized_by_its_open_state() {
         struct Quiet;
         impl Handler for Quiet {
             type State = ();
@@ -539,19 +617,11 @@ mod tests {
             }
             fn on_message(&self, _: &crate::Conn, _: &mut (), _: crate::Message<'_>) {}
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let _client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (stream, peer) = listener.accept().await.unwrap();
-        let core = ServerCore::new(crate::Config::default());
-        let live = core.enter();
-        let task = run(stream, peer, core.clone(), Arc::new(Quiet), live);
-        let upgraded = size_of::<Upgraded<Quiet>>();
+        let open = size_of::<Open<Quiet>>();
+        let connection = size_of::<Connection<Quiet>>();
         assert!(
-            size_of_val(&task) <= upgraded + 256,
-            "connection future is {} bytes, upgraded state {upgraded}",
-            size_of_val(&task)
+            connection <= open + size_of::<Socket>() + 8,
+            "connection is {connection} bytes, its open state {open}"
         );
     }
 }

@@ -1,4 +1,11 @@
-//! The tokio backend: one task per connection on any tokio runtime.
+//! The tokio backend: connections served in groups, one tokio task per group,
+//! on any tokio runtime.
+//!
+//! The accept loop hands each new connection to the least loaded group (there
+//! are as many as the runtime has worker threads). A group watches its sockets
+//! with an epoll instance of its own, which tokio watches as one descriptor, so
+//! an idle connection costs no task and no tokio I/O registration: see
+//! `group.rs` for why, and `connection.rs` for one connection's life.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
@@ -23,6 +30,8 @@
 //! ```
 
 mod connection;
+mod group;
+mod sys;
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +43,7 @@ use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 use crate::config::Config;
 use crate::handler::Handler;
 use crate::server::{ServerCore, ServerHandle};
+use group::{GroupShared, Incoming};
 
 /// Pending connections the kernel queues for `accept`.
 const LISTEN_BACKLOG: u32 = 4096;
@@ -41,6 +51,9 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// Back-off after an accept error such as EMFILE: doubles up to the maximum.
 const MIN_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Connections accepted in a row before the accept loop lets other tasks run.
+const ACCEPTS_PER_TURN: usize = 64;
 
 /// A WebSocket server on tokio.
 pub struct Server<H: Handler> {
@@ -106,35 +119,61 @@ impl<H: Handler> Server<H> {
             handler,
             core,
         } = self;
+        // Accepted sockets go to a group's epoll, never to tokio's, so the
+        // listener is polled as a plain descriptor.
+        let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        let groups = Groups(
+            (0..workers.max(1))
+                .map(|_| group::spawn(core.clone(), handler.clone()))
+                .collect::<io::Result<Vec<_>>>()?,
+        );
         let mut backoff = MIN_BACKOFF;
-        loop {
-            let accepted = tokio::select! {
+        'serving: loop {
+            let mut ready = tokio::select! {
                 biased;
                 () = core.shutdown_requested() => break,
-                accepted = listener.accept() => accepted,
+                ready = listener.readable() => ready?,
             };
-            match accepted {
-                Ok((stream, peer)) => {
-                    backoff = MIN_BACKOFF;
-                    // Counted before it is spawned, so a shutdown waits for it.
-                    let live = core.enter();
-                    let task = connection::run(stream, peer, core.clone(), handler.clone(), live);
-                    tokio::spawn(task);
-                }
-                Err(error) if concerns_one_connection(&error) => {
-                    tracing::debug!(%error, "accept failed for one connection");
-                }
-                Err(error) => {
-                    tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
-                    tokio::select! {
-                        () = core.shutdown_requested() => break,
-                        () = tokio::time::sleep(backoff) => {}
+            let mut accepted = 0;
+            while accepted < ACCEPTS_PER_TURN {
+                accepted += 1;
+                match ready.get_inner().accept() {
+                    Ok((stream, peer)) => {
+                        backoff = MIN_BACKOFF;
+                        if let Err(error) = stream.set_nodelay(true) {
+                            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+                        }
+                        // Counted before it is handed over, so a shutdown waits for it.
+                        let live = core.enter();
+                        groups
+                            .least_loaded()
+                            .hand_over(Incoming { stream, peer, live });
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        ready.clear_ready();
+                        continue 'serving;
+                    }
+                    Err(error) if concerns_one_connection(&error) => {
+                        tracing::debug!(%error, "accept failed for one connection");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
+                        drop(ready);
+                        tokio::select! {
+                            () = core.shutdown_requested() => break 'serving,
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue 'serving;
+                    }
                 }
             }
+            // More may be waiting; let the groups take these first.
+            tokio::task::yield_now().await;
         }
         drop(listener);
+        drop(groups);
         let shutdown_timeout = core.config.shutdown_timeout;
         if tokio::time::timeout(shutdown_timeout, core.wait_idle())
             .await
@@ -148,6 +187,28 @@ impl<H: Handler> Server<H> {
             let _ = tokio::time::timeout(Duration::from_secs(1), core.wait_idle()).await;
         }
         Ok(())
+    }
+}
+
+/// The server's connection groups. However `serve` ends (even by being
+/// dropped), the groups are told that no more connections will come, so each
+/// task ends with its last connection.
+struct Groups(Vec<Arc<GroupShared>>);
+
+impl Groups {
+    fn least_loaded(&self) -> &GroupShared {
+        self.0
+            .iter()
+            .min_by_key(|group| group.load())
+            .expect("at least one group")
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for group in &self.0 {
+            group.stop_accepting();
+        }
     }
 }
 

@@ -49,6 +49,8 @@ pub enum Seen {
 #[derive(Default)]
 pub struct Recorder {
     pub seen: Mutex<Vec<Seen>>,
+    /// Every connection opened, for `broadcast`.
+    pub conns: Mutex<Vec<Conn>>,
 }
 
 impl Recorder {
@@ -83,7 +85,8 @@ impl Recorder {
 
 /// Echoes messages, and obeys a few text commands:
 /// `close CODE REASON`, `panic`, `spawn N` (N messages sent from another task),
-/// `ping`, `flood N SIZE` (N binary messages of SIZE bytes, counting refusals).
+/// `ping`, `flood N SIZE` (N binary messages of SIZE bytes, counting refusals),
+/// `broadcast WORD` (WORD sent to every open connection).
 pub struct TestHandler {
     pub recorder: Arc<Recorder>,
 }
@@ -109,6 +112,7 @@ impl Handler for TestHandler {
 
     fn on_open(&self, conn: &Conn, _: &mut u32) {
         self.recorder.push(Seen::Open(conn.id()));
+        self.recorder.conns.lock().unwrap().push(conn.clone());
     }
 
     fn on_message(&self, conn: &Conn, count: &mut u32, message: Message<'_>) {
@@ -134,6 +138,11 @@ impl Handler for TestHandler {
                         }
                     }
                 });
+            }
+            (Some("broadcast"), Some(word), None) => {
+                for other in self.recorder.conns.lock().unwrap().iter() {
+                    let _ = other.send_text(word);
+                }
             }
             (Some("ping"), None, None) => conn.ping(b"server ping").unwrap(),
             (Some("count"), None, None) => conn.send_text(&count.to_string()).unwrap(),

@@ -1,0 +1,306 @@
+//! A group of connections served by one tokio task.
+//!
+//! Why not one task per connection: an idle connection would then cost a tokio
+//! task (640 B with our future) plus tokio's per-socket `ScheduledIo` (256 B,
+//! 128-byte aligned), about 1 KiB before any WebSocket state (BENCHMARKS.md,
+//! scenario 4). A group owns an epoll instance (`mio::Poll`) that tokio
+//! watches as a single file descriptor; the group's sockets are registered
+//! there, not with tokio. When tokio reports that epoll readable, the task asks
+//! it which sockets are ready and advances those connections' state machines
+//! (`connection.rs`). A connection costs its boxed state and a small waker.
+//!
+//! Each connection has its own waker ([`SlotWaker`]): it puts the connection's
+//! slot on the group's woken list and wakes the task. `Conn` sends from other
+//! tasks, close requests, aborts and the connection's timers all use it.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use atomic_waker::AtomicWaker;
+use mio::{Events, Interest, Token};
+use tokio::io::unix::AsyncFd;
+
+use super::connection::{Connection, Env, Progress};
+use crate::handler::Handler;
+use crate::server::{LiveGuard, ServerCore};
+
+/// Socket events taken from the group's epoll at a time.
+const EVENTS_PER_POLL: usize = 256;
+
+/// Rounds (new connections, wake-ups, socket events) one poll of the group's
+/// task may run before it yields to the runtime's other tasks.
+const ROUNDS_PER_POLL: usize = 8;
+
+/// The part of a group other tasks see: the accept loop hands connections over
+/// here, and wakers put slots on the woken list.
+pub(crate) struct GroupShared {
+    waker: AtomicWaker,
+    woken: Mutex<Vec<u32>>,
+    incoming: Mutex<Vec<Incoming>>,
+    /// Cleared when the server stops accepting: the task ends once it is empty.
+    accepting: AtomicBool,
+    /// Connections handed over and not yet finished, to balance the groups.
+    connections: AtomicUsize,
+}
+
+/// An accepted connection on its way to a group.
+pub(crate) struct Incoming {
+    pub(crate) stream: mio::net::TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) live: LiveGuard,
+}
+
+impl GroupShared {
+    /// Gives the group a new connection.
+    pub(crate) fn hand_over(&self, incoming: Incoming) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        lock(&self.incoming).push(incoming);
+        self.waker.wake();
+    }
+
+    /// Connections the group serves or is about to.
+    pub(crate) fn load(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// No more connections will come: the group's task ends with its last one.
+    pub(crate) fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::SeqCst);
+        self.waker.wake();
+    }
+}
+
+/// Locks a list; a panic elsewhere cannot leave a `Vec` half-pushed, so
+/// poisoning is ignored.
+fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
+    list.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Wakes one connection of a group.
+struct SlotWaker {
+    group: Arc<GroupShared>,
+    slot: u32,
+    /// On the woken list already: more wakes add nothing. Once the connection
+    /// is gone, a stale waker stays queued and never lists the slot again.
+    queued: AtomicBool,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            lock(&self.group.woken).push(self.slot);
+            self.group.waker.wake();
+        }
+    }
+}
+
+struct Slot<H: Handler> {
+    connection: Connection<H>,
+    waker: Arc<SlotWaker>,
+}
+
+/// Starts a group's task on the current runtime.
+pub(crate) fn spawn<H: Handler>(
+    core: Arc<ServerCore>,
+    handler: Arc<H>,
+) -> io::Result<Arc<GroupShared>> {
+    let epoll = super::sys::watch_epoll(mio::Poll::new()?)?;
+    let shared = Arc::new(GroupShared {
+        waker: AtomicWaker::new(),
+        woken: Mutex::new(Vec::new()),
+        incoming: Mutex::new(Vec::new()),
+        accepting: AtomicBool::new(true),
+        connections: AtomicUsize::new(0),
+    });
+    let shutdown_core = core.clone();
+    let group = Group {
+        shared: shared.clone(),
+        epoll,
+        events: Events::with_capacity(EVENTS_PER_POLL),
+        ready: Vec::new(),
+        woken: Vec::new(),
+        incoming: Vec::new(),
+        slots: Vec::new(),
+        free: Vec::new(),
+        live: 0,
+        env: Env { core, handler },
+        shutdown: Box::pin(async move { shutdown_core.shutdown_requested().await }),
+        shutdown_seen: false,
+    };
+    // The group paces itself (`ROUNDS_PER_POLL`, `READS_PER_TURN`); tokio's
+    // per-task budget would make its timers and epoll look pending after a
+    // few hundred connections' worth of polls in one turn.
+    tokio::spawn(tokio::task::unconstrained(group));
+    Ok(shared)
+}
+
+struct Group<H: Handler> {
+    shared: Arc<GroupShared>,
+    epoll: AsyncFd<mio::Poll>,
+    events: Events,
+    /// Reusable lists, so a turn allocates nothing.
+    ready: Vec<mio::event::Event>,
+    woken: Vec<u32>,
+    incoming: Vec<Incoming>,
+    /// Boxed so that growing the list moves pointers, and its spare capacity
+    /// costs 8 bytes a slot rather than a connection's size.
+    slots: Vec<Option<Box<Slot<H>>>>,
+    free: Vec<u32>,
+    live: usize,
+    env: Env<H>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    shutdown_seen: bool,
+}
+
+impl<H: Handler> Future for Group<H> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let group = self.get_mut();
+        group.shared.waker.register(cx.waker());
+        if !group.shutdown_seen && group.shutdown.as_mut().poll(cx).is_ready() {
+            // Handshakes in progress answer 503 when they see the flag.
+            group.shutdown_seen = true;
+            for slot in 0..group.slots.len() {
+                group.advance(slot as u32);
+            }
+        }
+        for _ in 0..ROUNDS_PER_POLL {
+            let busy = group.take_incoming() | group.run_woken() | group.run_ready(cx);
+            if !busy {
+                let finished = !group.shared.accepting.load(Ordering::SeqCst) && group.live == 0;
+                if finished && lock(&group.shared.incoming).is_empty() {
+                    return Poll::Ready(());
+                }
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl<H: Handler> Group<H> {
+    /// Registers connections the accept loop handed over and starts them.
+    fn take_incoming(&mut self) -> bool {
+        std::mem::swap(&mut *lock(&self.shared.incoming), &mut self.incoming);
+        if self.incoming.is_empty() {
+            return false;
+        }
+        let mut incoming = std::mem::take(&mut self.incoming);
+        for Incoming {
+            mut stream,
+            peer,
+            live,
+        } in incoming.drain(..)
+        {
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            });
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            let registry = self.epoll.get_ref().registry();
+            if let Err(error) = registry.register(&mut stream, Token(slot as usize), interest) {
+                tracing::warn!(%peer, %error, "could not watch a new connection; dropped");
+                self.free.push(slot);
+                self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            let waker = Arc::new(SlotWaker {
+                group: self.shared.clone(),
+                slot,
+                queued: AtomicBool::new(false),
+            });
+            let connection = Connection::accept(stream, peer, live, &self.env);
+            self.slots[slot as usize] = Some(Box::new(Slot { connection, waker }));
+            self.live += 1;
+            // Starts the handshake timer.
+            self.advance(slot);
+        }
+        self.incoming = incoming;
+        true
+    }
+
+    /// Advances the connections whose wakers were called.
+    fn run_woken(&mut self) -> bool {
+        std::mem::swap(&mut *lock(&self.shared.woken), &mut self.woken);
+        if self.woken.is_empty() {
+            return false;
+        }
+        let mut woken = std::mem::take(&mut self.woken);
+        for slot in woken.drain(..) {
+            if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+                // Cleared before the turn, so a wake during it lists it again.
+                entry.waker.queued.store(false, Ordering::Release);
+            }
+            self.advance(slot);
+        }
+        self.woken = woken;
+        true
+    }
+
+    /// Takes the ready sockets from the group's epoll and advances them.
+    fn run_ready(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut guard = match self.epoll.poll_read_ready_mut(cx) {
+            Poll::Pending => return false,
+            Poll::Ready(Ok(guard)) => guard,
+            Poll::Ready(Err(error)) => {
+                tracing::error!(%error, "waiting on a connection group's epoll failed");
+                return false;
+            }
+        };
+        match guard
+            .get_inner_mut()
+            .poll(&mut self.events, Some(Duration::ZERO))
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(error) => {
+                tracing::error!(%error, "polling a connection group's epoll failed");
+                return false;
+            }
+        }
+        self.ready.extend(self.events.iter().cloned());
+        if self.ready.len() < EVENTS_PER_POLL {
+            // Everything was taken; tokio keeps the readiness if an event
+            // arrived since.
+            guard.clear_ready();
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        for event in ready.drain(..) {
+            let slot = event.token().0 as u32;
+            if let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+                entry.connection.on_event(&event);
+                self.advance(slot);
+            }
+        }
+        self.ready = ready;
+        // Ready, so no waker was registered: the next round polls again.
+        true
+    }
+
+    /// Gives one connection its turn, and drops it if it is over.
+    fn advance(&mut self, slot: u32) {
+        let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let waker = Waker::from(entry.waker.clone());
+        let mut cx = Context::from_waker(&waker);
+        if entry.connection.advance(&mut cx, &self.env) == Progress::Done {
+            self.slots[slot as usize] = None;
+            self.free.push(slot);
+            self.live -= 1;
+            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
