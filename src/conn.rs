@@ -169,7 +169,7 @@ impl Conn {
     }
 
     /// Runs `write` on the queue if the connection is open and the queue below its
-    /// bound, then wakes the connection's task if it is not already due to flush.
+    /// bound, then wakes the connection if it is not already due to flush.
     fn enqueue(
         &self,
         payload_len: usize,
@@ -220,15 +220,15 @@ pub(crate) enum Phase {
     Closed,
 }
 
-/// What `Conn` handles and the connection's task share.
+/// What `Conn` handles and the backend serving the connection share.
 pub(crate) struct Outbox {
     pub(crate) queue: WriteQueue,
     pub(crate) phase: Phase,
-    /// A close asked for by `Conn::close`, for the task to hand to the session.
+    /// A close asked for by `Conn::close`, for the backend to hand to the session.
     pub(crate) close_request: Option<(CloseCode, String)>,
     /// The server gave up on this connection (forced shutdown): drop it now.
     pub(crate) abort: bool,
-    /// The task will write the queue soon; senders need not wake it.
+    /// The backend will write the queue soon; senders need not wake it.
     pub(crate) flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
     pub(crate) wants_drain: bool,
@@ -240,7 +240,7 @@ pub(crate) struct ConnShared {
     max_outbound_bytes: usize,
     pool: Arc<BufferPool>,
     waker: AtomicWaker,
-    /// Set with a close request or abort, so the task can notice between two
+    /// Set with a close request or abort, so the backend can notice between two
     /// callbacks without taking the lock.
     attention: AtomicBool,
     outbox: Mutex<Outbox>,
@@ -279,7 +279,7 @@ impl ConnShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers the task to wake for sends, close requests and aborts.
+    /// Registers the waker to call for sends, close requests and aborts.
     pub(crate) fn register(&self, waker: &Waker) {
         self.waker.register(waker);
     }
@@ -289,7 +289,7 @@ impl ConnShared {
         self.attention.swap(false, Ordering::Acquire)
     }
 
-    /// Whether the task has something to do that no socket event will tell it:
+    /// Whether the connection has work that no socket event will announce:
     /// bytes queued by another task, a close request, or an abort.
     pub(crate) fn has_pending_work(&self) -> bool {
         if self.attention.load(Ordering::Acquire) {
@@ -299,7 +299,7 @@ impl ConnShared {
         !outbox.queue.is_empty() || outbox.abort
     }
 
-    /// Makes the task drop the connection at once.
+    /// Makes the backend drop the connection at once.
     pub(crate) fn abort(&self) {
         self.lock().abort = true;
         self.attention.store(true, Ordering::Release);
@@ -349,7 +349,7 @@ mod tests {
         assert_eq!(
             wakes.0.load(Ordering::SeqCst),
             1,
-            "one wake until the task flushes"
+            "one wake until the queue is flushed"
         );
         assert_eq!(conn.queued_bytes(), 3 + 3 + 4 + 2000 + 3);
         let mut outbox = conn.shared().lock();

@@ -21,7 +21,8 @@ pub(crate) struct ServerCore {
     live: AtomicUsize,
     idle: Notify,
     shutting_down: AtomicBool,
-    /// Wakes the accept loop and handshakes in progress at shutdown.
+    /// Wakes the accept loop and the connection groups (for the handshakes in
+    /// progress) at shutdown.
     shutdown_requested: Notify,
 }
 
@@ -89,7 +90,7 @@ impl ServerCore {
     }
 
     /// Resolves once a shutdown has been requested. Any number of tasks may wait
-    /// (the accept loop and every handshake in progress).
+    /// (the accept loop and every connection group).
     pub(crate) async fn shutdown_requested(&self) {
         loop {
             let notified = self.shutdown_requested.notified();

@@ -41,6 +41,8 @@ backend_tests!(
     abrupt_disconnect_is_reported_as_1006,
     closing_a_peer_that_does_not_read_is_bounded,
     graceful_shutdown_sends_1001_to_everyone,
+    a_panic_dropping_state_costs_only_that_connection,
+    refusals_work_with_an_unlimited_close_timeout,
 );
 
 async fn echoes_text_binary_and_empty_messages(backend: Backend) {
@@ -527,4 +529,40 @@ async fn runs_on_a_current_thread_runtime() {
     let mut client = server.client().await;
     send_text(&mut client, "single threaded").await;
     assert_eq!(next(&mut client).await, Ws::text("single threaded"));
+}
+
+/// The handler's `State` is dropped outside any callback; a panic there must
+/// not take down the connections served beside it.
+async fn a_panic_dropping_state_costs_only_that_connection(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut bystander = server.client().await;
+    for _ in 0..4 {
+        let url = server.url("/panic-on-drop");
+        let (mut doomed, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        send_text(&mut doomed, "before").await;
+        assert_eq!(next(&mut doomed).await, Ws::text("before"));
+        doomed.close(None).await.unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(5), doomed.next()).await;
+    }
+    send_text(&mut bystander, "still served").await;
+    assert_eq!(next(&mut bystander).await, Ws::text("still served"));
+    for i in 0..4 {
+        let connect = tokio::time::timeout(Duration::from_secs(10), server.client());
+        let mut client = connect.await.expect("new connections are answered");
+        send_text(&mut client, &format!("new {i}")).await;
+        assert_eq!(next(&mut client).await, Ws::text(format!("new {i}")));
+    }
+}
+
+/// `Duration::MAX` means "never time out"; a refused handshake must still be
+/// answered (its close deadline is computed from it).
+async fn refusals_work_with_an_unlimited_close_timeout(backend: Backend) {
+    let config = Config::default().close_timeout(Duration::MAX);
+    let server = start(backend, config).await;
+    let response = raw_exchange(server.addr, b"garbage\r\n\r\n").await;
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+    let mut client = server.client().await;
+    send_text(&mut client, "served").await;
+    assert_eq!(next(&mut client).await, Ws::text("served"));
 }

@@ -4,7 +4,7 @@
 //! Reads happen only when the socket is readable: then a buffer is taken from
 //! the pool, and it goes back before the connection sleeps unless a partial
 //! frame is left in it. Everything the callbacks and the protocol queue while
-//! handling the reads of one turn goes out in one `writev`. While a write is
+//! handling one read goes out in one `writev`. While a write is
 //! blocked the connection does not read, so a peer that does not read its
 //! replies stops being read from.
 //!
@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Context;
@@ -158,7 +158,7 @@ impl<H: Handler> Connection<H> {
                     Upgrade::Gone => break Progress::Done,
                     Upgrade::Refused => {
                         handshake.refused = true;
-                        let close_by = Instant::now() + env.core.config.close_timeout;
+                        let close_by = deadline_after(env.core.config.close_timeout);
                         handshake.deadline.as_mut().reset(close_by);
                     }
                     Upgrade::Accepted(state) => {
@@ -224,15 +224,17 @@ impl Socket {
             handshake::write_error(out, e.status(), e.reason());
             Upgrade::Refused
         };
-        if handshake.deadline.as_mut().poll(cx).is_ready() {
-            return refuse(&mut handshake.response, HandshakeError::TimedOut);
-        }
         loop {
             if core.is_shutting_down() {
                 handshake::write_error(&mut handshake.response, 503, "server shutting down");
                 return Upgrade::Refused;
             }
             if !self.readable {
+                // Checked only when nothing more can be read: a request that
+                // has arrived is answered, even at the deadline.
+                if handshake.deadline.as_mut().poll(cx).is_ready() {
+                    return refuse(&mut handshake.response, HandshakeError::TimedOut);
+                }
                 self.release_buffer(&core.pool);
                 return Upgrade::Pending;
             }
@@ -311,7 +313,7 @@ impl Socket {
                 Ok(true) => {
                     self.end_tcp();
                     handshake.discarded = Some(0);
-                    let close_by = Instant::now() + config.close_timeout;
+                    let close_by = deadline_after(config.close_timeout);
                     handshake.deadline.as_mut().reset(close_by);
                 }
                 Ok(false) if handshake.deadline.as_mut().poll(cx).is_pending() => {
@@ -478,7 +480,7 @@ impl Socket {
         self.prepare_buffer(bytes_wanted, pool, read_size);
         let room = self.read_buf.capacity() - self.read_buf.len();
         loop {
-            match recv_into_spare(self.stream.as_raw_fd(), &mut self.read_buf) {
+            match recv_into_spare(self.stream.as_fd(), &mut self.read_buf) {
                 Ok(n) => {
                     if n < room && !self.read_closed {
                         self.readable = false;
@@ -550,6 +552,14 @@ impl Socket {
             }
         }
     }
+}
+
+/// `timeout` from now; a timeout too long to represent (`Duration::MAX` for
+/// "never") becomes about 30 years, as `tokio::time::sleep` does.
+fn deadline_after(timeout: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + std::time::Duration::from_secs(30 * 365 * 86_400))
 }
 
 /// How much room to make for the next read: towards the end of the frame in

@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -86,8 +87,10 @@ fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
 struct SlotWaker {
     group: Arc<GroupShared>,
     slot: u32,
-    /// On the woken list already: more wakes add nothing. Once the connection
-    /// is gone, a stale waker stays queued and never lists the slot again.
+    /// On the woken list already: more wakes add nothing. A waker that outlives
+    /// its connection (a `Conn` kept by the application holds it) lists the
+    /// slot at most once more, which gives whoever has the slot by then a
+    /// turn with nothing to do.
     queued: AtomicBool,
 }
 
@@ -290,14 +293,28 @@ impl<H: Handler> Group<H> {
     }
 
     /// Gives one connection its turn, and drops it if it is over.
+    ///
+    /// Callbacks' panics are caught by `Dispatch` and fail only their
+    /// connection. Anything else that panics in a turn, or in dropping a
+    /// connection (the handler's `State` may have a `Drop`), is caught here and
+    /// costs only that connection, not the group's others.
     fn advance(&mut self, slot: u32) {
         let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
         let waker = Waker::from(entry.waker.clone());
         let mut cx = Context::from_waker(&waker);
-        if entry.connection.advance(&mut cx, &self.env) == Progress::Done {
-            self.slots[slot as usize] = None;
+        let env = &self.env;
+        let turn = catch_unwind(AssertUnwindSafe(|| entry.connection.advance(&mut cx, env)));
+        let done = turn.unwrap_or_else(|_| {
+            tracing::error!("a connection's turn panicked; dropping the connection");
+            Progress::Done
+        });
+        if done == Progress::Done {
+            let finished = self.slots[slot as usize].take();
+            if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
+                tracing::error!("dropping a finished connection panicked");
+            }
             self.free.push(slot);
             self.live -= 1;
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);

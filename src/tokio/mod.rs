@@ -123,11 +123,11 @@ impl<H: Handler> Server<H> {
         // listener is polled as a plain descriptor.
         let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        let groups = Groups(
-            (0..workers.max(1))
-                .map(|_| group::spawn(core.clone(), handler.clone()))
-                .collect::<io::Result<Vec<_>>>()?,
-        );
+        let mut groups = Groups(Vec::new());
+        for _ in 0..workers.max(1) {
+            // On failure, the groups already started are told to end.
+            groups.0.push(group::spawn(core.clone(), handler.clone())?);
+        }
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {

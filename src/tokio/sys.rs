@@ -6,7 +6,7 @@
 //! objects watched here own their descriptor for their whole life.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use bytes::BytesMut;
 use tokio::io::Interest;
@@ -34,11 +34,11 @@ pub(crate) fn watch_epoll(poll: mio::Poll) -> io::Result<AsyncFd<mio::Poll>> {
 ///
 /// Reading into memory that is not yet initialised saves clearing a 16 KiB
 /// buffer before every read (tokio's own `read_buf` does the same).
-pub(crate) fn recv_into_spare(fd: RawFd, buf: &mut BytesMut) -> io::Result<usize> {
+pub(crate) fn recv_into_spare(fd: BorrowedFd<'_>, buf: &mut BytesMut) -> io::Result<usize> {
     let spare = buf.spare_capacity_mut();
     // SAFETY: `spare` is valid for writes of `spare.len()` bytes for the whole
     // call, and `recv` writes at most that many (it never reads them).
-    let received = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+    let received = unsafe { libc::recv(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), 0) };
     let Ok(received) = usize::try_from(received) else {
         return Err(io::Error::last_os_error());
     };
@@ -52,7 +52,7 @@ pub(crate) fn recv_into_spare(fd: RawFd, buf: &mut BytesMut) -> io::Result<usize
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
 
     use super::*;
@@ -66,22 +66,22 @@ mod tests {
         let room = buf.capacity() - buf.len();
         let sent: Vec<u8> = (0..100u8).collect();
         peer.write_all(&sent).unwrap();
-        let n = recv_into_spare(ours.as_raw_fd(), &mut buf).unwrap();
+        let n = recv_into_spare(ours.as_fd(), &mut buf).unwrap();
         assert_eq!(n, room, "fills the spare capacity, no more");
         assert_eq!(&buf[..2], b"ab");
         assert_eq!(&buf[2..], &sent[..room]);
         // The rest is still in the socket.
         let mut rest = BytesMut::with_capacity(200);
-        let n = recv_into_spare(ours.as_raw_fd(), &mut rest).unwrap();
+        let n = recv_into_spare(ours.as_fd(), &mut rest).unwrap();
         assert_eq!(&rest[..], &sent[room..]);
         assert_eq!(n, sent.len() - room);
         // Nothing left: WouldBlock, and the buffer is unchanged.
-        let err = recv_into_spare(ours.as_raw_fd(), &mut rest).unwrap_err();
+        let err = recv_into_spare(ours.as_fd(), &mut rest).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         assert_eq!(rest.len(), sent.len() - room);
         // The peer gone: end of stream.
         drop(peer);
-        assert_eq!(recv_into_spare(ours.as_raw_fd(), &mut rest).unwrap(), 0);
+        assert_eq!(recv_into_spare(ours.as_fd(), &mut rest).unwrap(), 0);
     }
 
     /// Nested epoll: tokio sees the group's epoll readable once a socket

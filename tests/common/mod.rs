@@ -83,6 +83,22 @@ impl Recorder {
     }
 }
 
+/// The test handler's per-connection state: messages seen, and (for the path
+/// `/panic-on-drop`) a `Drop` that panics, as a buggy application's might.
+#[derive(Default)]
+pub struct State {
+    pub count: u32,
+    panic_on_drop: bool,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if self.panic_on_drop && !std::thread::panicking() {
+            panic!("connection state panicked on drop, on purpose");
+        }
+    }
+}
+
 /// Echoes messages, and obeys a few text commands:
 /// `close CODE REASON`, `panic`, `spawn N` (N messages sent from another task),
 /// `ping`, `flood N SIZE` (N binary messages of SIZE bytes, counting refusals),
@@ -92,12 +108,18 @@ pub struct TestHandler {
 }
 
 impl Handler for TestHandler {
-    type State = u32;
+    type State = State;
 
-    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<u32, Reject> {
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<State, Reject> {
         match request.path() {
             "/reject" => return Err(Reject::forbidden("not here")),
             "/panic" => panic!("upgrade hook panicked on purpose"),
+            "/panic-on-drop" => {
+                return Ok(State {
+                    count: 0,
+                    panic_on_drop: true,
+                });
+            }
             "/bad-protocol" => {
                 accept.protocol("not-offered");
             }
@@ -107,16 +129,17 @@ impl Handler for TestHandler {
                 }
             }
         }
-        Ok(0)
+        Ok(State::default())
     }
 
-    fn on_open(&self, conn: &Conn, _: &mut u32) {
+    fn on_open(&self, conn: &Conn, _: &mut State) {
         self.recorder.push(Seen::Open(conn.id()));
         self.recorder.conns.lock().unwrap().push(conn.clone());
     }
 
-    fn on_message(&self, conn: &Conn, count: &mut u32, message: Message<'_>) {
-        *count += 1;
+    fn on_message(&self, conn: &Conn, state: &mut State, message: Message<'_>) {
+        state.count += 1;
+        let count = state.count;
         let text = message.as_text().unwrap_or("");
         let mut words = text.split(' ');
         match (words.next(), words.next(), words.next()) {
@@ -170,12 +193,12 @@ impl Handler for TestHandler {
         }
     }
 
-    fn on_close(&self, conn: &Conn, _: &mut u32, code: CloseCode, reason: &str) {
+    fn on_close(&self, conn: &Conn, _: &mut State, code: CloseCode, reason: &str) {
         self.recorder
             .push(Seen::Close(conn.id(), code.0, reason.to_owned()));
     }
 
-    fn on_drain(&self, conn: &Conn, _: &mut u32) {
+    fn on_drain(&self, conn: &Conn, _: &mut State) {
         self.recorder.push(Seen::Drain(conn.id()));
     }
 }

@@ -1,5 +1,6 @@
 //! The load generator's modes and the pieces they share. See `bin/rapidws-load.rs`.
 
+pub mod deflate;
 pub mod echo;
 pub mod handshake;
 pub mod idle;
@@ -26,6 +27,8 @@ pub enum Mode {
     Handshake(handshake::HandshakeArgs),
     /// Small requests every interval while the server pushes large messages.
     Stream(stream::StreamArgs),
+    /// Echo with permessage-deflate negotiated (fails if the server declines).
+    Deflate(deflate::DeflateArgs),
 }
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             Mode::Idle(args) => idle::run(args).await,
             Mode::Handshake(args) => handshake::run(args).await,
             Mode::Stream(args) => stream::run(args).await,
+            Mode::Deflate(args) => deflate::run(args).await,
         }
     }
 }

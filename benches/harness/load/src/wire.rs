@@ -45,6 +45,17 @@ impl Sources {
 /// Connects (from `source` if given), sets TCP_NODELAY and upgrades. Returns the
 /// stream and any bytes that arrived after the 101 response.
 pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStream, BytesMut)> {
+    let (stream, buf, _) = open_with(target, source, "").await?;
+    Ok((stream, buf))
+}
+
+/// [`open`], offering `extensions` (if not empty) in `Sec-WebSocket-Extensions`;
+/// also returns the response head.
+pub async fn open_with(
+    target: &Target,
+    source: Option<IpAddr>,
+    extensions: &str,
+) -> io::Result<(TcpStream, BytesMut, String)> {
     let socket = TcpSocket::new_v4()?;
     if let Some(ip) = source {
         bind_address_no_port(&socket)?;
@@ -54,11 +65,16 @@ pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStr
     stream.set_nodelay(true)?;
     let mut buf = BytesMut::with_capacity(4096);
     if target.raw {
-        return Ok((stream, buf));
+        return Ok((stream, buf, String::new()));
     }
+    let offer = if extensions.is_empty() {
+        String::new()
+    } else {
+        format!("Sec-WebSocket-Extensions: {extensions}\r\n")
+    };
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n",
         target.path, target.addr
     );
     stream.write_all(request.as_bytes()).await?;
@@ -71,8 +87,9 @@ pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStr
                     String::from_utf8_lossy(line)
                 )));
             }
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
             buf.advance(end);
-            return Ok((stream, buf));
+            return Ok((stream, buf, head));
         }
         if buf.len() > 16 * 1024 {
             return Err(io::Error::other("response head too long"));
