@@ -8,17 +8,15 @@
 //! fails the run: an uncompressed echo would measure something else.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
-use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use clap::Args;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::echo::closed_loop;
 use crate::stats::{SharedStats, Stats};
 use crate::wire;
 use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
@@ -88,54 +86,26 @@ pub async fn run(args: DeflateArgs) -> io::Result<()> {
 const RSV1: u8 = 0x40;
 
 async fn echo_loop(
-    mut stream: tokio::net::TcpStream,
-    mut buf: BytesMut,
+    stream: tokio::net::TcpStream,
+    buf: BytesMut,
     frame: Vec<u8>,
     payload: &[u8],
     depth: usize,
     phase: &SharedPhase,
     stats: &SharedStats,
 ) -> io::Result<()> {
-    let mut sent: VecDeque<Instant> = VecDeque::with_capacity(depth);
-    let mut out = Vec::with_capacity(frame.len() * depth);
     let mut reader = MessageReader::default();
-    let mut replies = depth;
-    buf.reserve(64 * 1024);
-    loop {
-        if phase.get() == Phase::Stop {
-            return Ok(());
-        }
-        out.clear();
-        let now = Instant::now();
-        for _ in 0..replies {
-            out.extend_from_slice(&frame);
-            sent.push_back(now);
-        }
-        stream.write_all(&out).await?;
-        replies = 0;
-        while replies == 0 {
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Err(io::Error::other("server closed the connection"));
+    let replies = |buf: &mut BytesMut| {
+        let mut count = 0;
+        while let Some(message) = reader.next(buf)? {
+            if message != payload {
+                return Err(io::Error::other("reply differs from the message sent"));
             }
-            let now = Instant::now();
-            let measuring = phase.get() == Phase::Measure;
-            while let Some(message) = reader.next(&mut buf)? {
-                if message != payload {
-                    return Err(io::Error::other("reply differs from the message sent"));
-                }
-                let sent_at = sent
-                    .pop_front()
-                    .ok_or_else(|| io::Error::other("unsolicited"))?;
-                if measuring {
-                    stats.borrow_mut().record(now - sent_at);
-                }
-                replies += 1;
-            }
-            if buf.capacity() - buf.len() < 16 * 1024 {
-                buf.reserve(64 * 1024);
-            }
+            count += 1;
         }
-    }
+        Ok(count)
+    };
+    closed_loop(stream, buf, frame, depth, phase, stats, replies).await
 }
 
 /// Text that compresses like real JSON messages do (about 3:1), not like a
@@ -315,16 +285,7 @@ fn frame_header(buf: &[u8]) -> io::Result<Option<(u8, usize, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A server frame (unmasked).
-    fn frame(first: u8, payload: &[u8]) -> Vec<u8> {
-        let mut frame = wire::masked_frame(first & 0x0f, payload, [0; 4]);
-        frame[0] = first;
-        frame[1] &= 0x7f;
-        let header = frame.len() - payload.len();
-        frame.drain(header - 4..header);
-        frame
-    }
+    use crate::wire::server_frame as frame;
 
     #[test]
     fn json_like_text_compresses_about_as_json_does() {

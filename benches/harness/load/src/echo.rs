@@ -73,18 +73,45 @@ pub async fn run(args: EchoArgs) -> io::Result<()> {
 }
 
 async fn echo_loop(
-    mut stream: tokio::net::TcpStream,
-    mut buf: BytesMut,
+    stream: tokio::net::TcpStream,
+    buf: BytesMut,
     frame: Vec<u8>,
     expect: Seen,
     depth: usize,
     phase: &SharedPhase,
     stats: &SharedStats,
 ) -> io::Result<()> {
+    let mut reader = FrameReader::default();
+    let replies = |buf: &mut BytesMut| {
+        let mut count = 0;
+        while let Some(seen) = reader.next(buf).map_err(io::Error::other)? {
+            if seen != expect {
+                return Err(io::Error::other(format!(
+                    "expected {expect:?}, got {seen:?}"
+                )));
+            }
+            count += 1;
+        }
+        Ok(count)
+    };
+    closed_loop(stream, buf, frame, depth, phase, stats, replies).await
+}
+
+/// Keeps `depth` copies of `frame` in flight: every read's replies (counted by
+/// `replies`, which consumes them from the buffer and checks them) are answered
+/// with as many new frames, in one write. Records each reply's round trip.
+pub(crate) async fn closed_loop(
+    mut stream: tokio::net::TcpStream,
+    mut buf: BytesMut,
+    frame: Vec<u8>,
+    depth: usize,
+    phase: &SharedPhase,
+    stats: &SharedStats,
+    mut replies: impl FnMut(&mut BytesMut) -> io::Result<usize>,
+) -> io::Result<()> {
     let mut sent: VecDeque<Instant> = VecDeque::with_capacity(depth);
     let mut out = Vec::with_capacity(frame.len() * depth);
-    let mut reader = FrameReader::default();
-    let mut replies = depth;
+    let mut due = depth;
     buf.reserve(64 * 1024);
     loop {
         if phase.get() == Phase::Stop {
@@ -92,31 +119,26 @@ async fn echo_loop(
         }
         out.clear();
         let now = Instant::now();
-        for _ in 0..replies {
+        for _ in 0..due {
             out.extend_from_slice(&frame);
             sent.push_back(now);
         }
         stream.write_all(&out).await?;
-        replies = 0;
-        while replies == 0 {
+        due = 0;
+        while due == 0 {
             if stream.read_buf(&mut buf).await? == 0 {
                 return Err(io::Error::other("server closed the connection"));
             }
             let now = Instant::now();
             let measuring = phase.get() == Phase::Measure;
-            while let Some(seen) = reader.next(&mut buf).map_err(io::Error::other)? {
-                if seen != expect {
-                    return Err(io::Error::other(format!(
-                        "expected {expect:?}, got {seen:?}"
-                    )));
-                }
+            for _ in 0..replies(&mut buf)? {
                 let sent_at = sent
                     .pop_front()
                     .ok_or_else(|| io::Error::other("unsolicited"))?;
                 if measuring {
                     stats.borrow_mut().record(now - sent_at);
                 }
-                replies += 1;
+                due += 1;
             }
             if buf.capacity() - buf.len() < 16 * 1024 {
                 buf.reserve(64 * 1024);

@@ -233,26 +233,28 @@ fn parse_header(buf: &[u8]) -> Result<Option<(bool, u8, usize, u64)>, &'static s
     Ok(Some((fin, opcode, header, len)))
 }
 
+/// A server frame (unmasked) whose first byte is `first` (FIN, RSV, opcode).
+#[cfg(test)]
+pub(crate) fn server_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = masked_frame(first & 0x0f, payload, [0; 4]);
+    frame[0] = first;
+    // Drop the mask bit and the four zero mask bytes.
+    frame[1] &= 0x7f;
+    let header = frame.len() - payload.len();
+    frame.drain(header - 4..header);
+    frame
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn server_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-        let mut frame = masked_frame(opcode, payload, [0; 4]);
-        frame[0] = (fin as u8) << 7 | opcode;
-        // Drop the mask bit and the four zero mask bytes.
-        frame[1] &= 0x7f;
-        let header = frame.len() - payload.len();
-        frame.drain(header - 4..header);
-        frame
-    }
-
     #[test]
     fn finds_messages_across_any_split() {
-        let mut stream = server_frame(true, TEXT, b"hello");
-        stream.extend(server_frame(false, BINARY, &[1; 300]));
-        stream.extend(server_frame(true, PING, b"p"));
-        stream.extend(server_frame(true, 0, &[2; 70000]));
+        let mut stream = server_frame(0x80 | TEXT, b"hello");
+        stream.extend(server_frame(BINARY, &[1; 300]));
+        stream.extend(server_frame(0x80 | PING, b"p"));
+        stream.extend(server_frame(0x80, &[2; 70000]));
         let expected = vec![
             Seen {
                 opcode: TEXT,
