@@ -7,7 +7,6 @@
 //! each one is compared with what was sent. A server that declines the offer
 //! fails the run: an uncompressed echo would measure something else.
 
-use std::cell::Cell;
 use std::io;
 use std::rc::Rc;
 
@@ -16,10 +15,8 @@ use clap::Args;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use serde_json::json;
 
-use crate::echo::closed_loop;
-use crate::stats::{SharedStats, Stats};
-use crate::wire;
-use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
+use crate::echo::{LoopArgs, run_loops};
+use crate::{emit, wire};
 
 /// What the client offers.
 pub const OFFER: &str = "permessage-deflate; client_no_context_takeover";
@@ -30,82 +27,48 @@ const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 #[derive(Args, Debug, Clone)]
 pub struct DeflateArgs {
     #[command(flatten)]
-    pub target: TargetArgs,
-    #[command(flatten)]
-    pub window: Window,
-    /// Connections.
-    #[arg(long, default_value_t = 100)]
-    pub conns: usize,
-    /// Uncompressed payload bytes per message (JSON-like text).
-    #[arg(long, default_value_t = 1024)]
-    pub size: usize,
-    /// Messages in flight per connection.
-    #[arg(long, default_value_t = 8)]
-    pub depth: usize,
+    pub shape: LoopArgs,
 }
 
+const RSV1: u8 = 0x40;
+
 pub async fn run(args: DeflateArgs) -> io::Result<()> {
-    let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
-    let stats = Stats::shared();
-    let target = args.target.target();
-    let sources = args.target.sources();
-    let payload = json_like(args.size);
+    let shape = &args.shape;
+    let target = shape.target.target();
+    let sources = shape.target.sources();
+    let payload = Rc::new(json_like(shape.size));
     let compressed = compress(&payload);
     let mut negotiated = String::new();
-    let mut connections = Vec::with_capacity(args.conns);
-    for i in 0..args.conns {
+    let mut connections = Vec::with_capacity(shape.conns);
+    for i in 0..shape.conns {
         let (stream, buf, head) = wire::open_with(&target, sources.nth(i), OFFER).await?;
         negotiated = accepted_extension(&head)
             .ok_or_else(|| io::Error::other("the server did not accept permessage-deflate"))?;
         connections.push((stream, buf));
     }
-    let payload = Rc::new(payload);
-    for (i, (stream, buf)) in connections.into_iter().enumerate() {
-        let mask = (i as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+    let frame = |mask| {
         let mut frame = wire::masked_frame(wire::TEXT, &compressed, mask);
         frame[0] |= RSV1;
-        let (phase, stats, payload) = (phase.clone(), stats.clone(), payload.clone());
-        let depth = args.depth;
-        tokio::task::spawn_local(async move {
-            let result = echo_loop(stream, buf, frame, &payload, depth, &phase, &stats).await;
-            note_failure(result, &phase, &stats);
-        });
-    }
-    let secs = args.window.run(&phase).await;
-    let mut result = stats.borrow().summary(secs);
-    result["mode"] = json!("deflate");
-    result["conns"] = json!(args.conns);
-    result["size"] = json!(args.size);
+        frame
+    };
+    let replies = || {
+        let (mut reader, payload) = (MessageReader::default(), payload.clone());
+        move |buf: &mut BytesMut| {
+            let mut count = 0;
+            while let Some(message) = reader.next(buf)? {
+                if message != payload.as_slice() {
+                    return Err(io::Error::other("reply differs from the message sent"));
+                }
+                count += 1;
+            }
+            Ok(count)
+        }
+    };
+    let mut result = run_loops("deflate", shape, connections, frame, replies).await;
     result["compressed_size"] = json!(compressed.len());
-    result["depth"] = json!(args.depth);
     result["extension"] = json!(negotiated);
     emit(&result);
     Ok(())
-}
-
-const RSV1: u8 = 0x40;
-
-async fn echo_loop(
-    stream: tokio::net::TcpStream,
-    buf: BytesMut,
-    frame: Vec<u8>,
-    payload: &[u8],
-    depth: usize,
-    phase: &SharedPhase,
-    stats: &SharedStats,
-) -> io::Result<()> {
-    let mut reader = MessageReader::default();
-    let replies = |buf: &mut BytesMut| {
-        let mut count = 0;
-        while let Some(message) = reader.next(buf)? {
-            if message != payload {
-                return Err(io::Error::other("reply differs from the message sent"));
-            }
-            count += 1;
-        }
-        Ok(count)
-    };
-    closed_loop(stream, buf, frame, depth, phase, stats, replies).await
 }
 
 /// Text that compresses like real JSON messages do (about 3:1), not like a

@@ -11,6 +11,7 @@ use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::stats::{SharedStats, Stats};
 use crate::wire::{self, FrameReader, Seen};
@@ -19,89 +20,106 @@ use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
 #[derive(Args, Debug, Clone)]
 pub struct EchoArgs {
     #[command(flatten)]
+    pub shape: LoopArgs,
+    /// Send text (ASCII) instead of binary.
+    #[arg(long)]
+    pub text: bool,
+}
+
+/// What a closed-loop run (`echo`, `deflate`) is made of.
+#[derive(Args, Debug, Clone)]
+pub struct LoopArgs {
+    #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
     pub window: Window,
     /// Connections.
     #[arg(long, default_value_t = 100)]
     pub conns: usize,
-    /// Payload bytes per message.
+    /// Payload bytes per message (for `deflate`: before compression).
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
     /// Messages in flight per connection.
     #[arg(long, default_value_t = 8)]
     pub depth: usize,
-    /// Send text (ASCII) instead of binary.
-    #[arg(long)]
-    pub text: bool,
 }
 
 pub async fn run(args: EchoArgs) -> io::Result<()> {
-    let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
-    let stats = Stats::shared();
-    let target = args.target.target();
-    let sources = args.target.sources();
-    let mut connections = Vec::with_capacity(args.conns);
-    for i in 0..args.conns {
+    let shape = &args.shape;
+    let target = shape.target.target();
+    let sources = shape.target.sources();
+    let mut connections = Vec::with_capacity(shape.conns);
+    for i in 0..shape.conns {
         connections.push(wire::open(&target, sources.nth(i)).await?);
     }
     let opcode = if args.text { wire::TEXT } else { wire::BINARY };
-    let payload: Vec<u8> = (0..args.size).map(|i| b'a' + (i % 26) as u8).collect();
-    for (i, (stream, buf)) in connections.into_iter().enumerate() {
-        let mask = (i as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
-        let frame = wire::masked_frame(opcode, &payload, mask);
-        let expect = Seen {
-            opcode,
-            len: args.size as u64,
-        };
-        let (phase, stats) = (phase.clone(), stats.clone());
-        let depth = args.depth;
-        tokio::task::spawn_local(async move {
-            let result = echo_loop(stream, buf, frame, expect, depth, &phase, &stats).await;
-            note_failure(result, &phase, &stats);
-        });
-    }
-    let secs = args.window.run(&phase).await;
-    let mut result = stats.borrow().summary(secs);
-    result["mode"] = json!("echo");
-    result["conns"] = json!(args.conns);
-    result["size"] = json!(args.size);
-    result["depth"] = json!(args.depth);
+    let payload: Vec<u8> = (0..shape.size).map(|i| b'a' + (i % 26) as u8).collect();
+    let expect = Seen {
+        opcode,
+        len: shape.size as u64,
+    };
+    let frame = |mask| wire::masked_frame(opcode, &payload, mask);
+    let replies = || {
+        let mut reader = FrameReader::default();
+        move |buf: &mut BytesMut| {
+            let mut count = 0;
+            while let Some(seen) = reader.next(buf).map_err(io::Error::other)? {
+                if seen != expect {
+                    return Err(io::Error::other(format!(
+                        "expected {expect:?}, got {seen:?}"
+                    )));
+                }
+                count += 1;
+            }
+            Ok(count)
+        }
+    };
+    let result = run_loops("echo", shape, connections, frame, replies).await;
     // The connection tasks end with the process, right after this returns.
     emit(&result);
     Ok(())
 }
 
-async fn echo_loop(
-    stream: tokio::net::TcpStream,
-    buf: BytesMut,
-    frame: Vec<u8>,
-    expect: Seen,
-    depth: usize,
-    phase: &SharedPhase,
-    stats: &SharedStats,
-) -> io::Result<()> {
-    let mut reader = FrameReader::default();
-    let replies = |buf: &mut BytesMut| {
-        let mut count = 0;
-        while let Some(seen) = reader.next(buf).map_err(io::Error::other)? {
-            if seen != expect {
-                return Err(io::Error::other(format!(
-                    "expected {expect:?}, got {seen:?}"
-                )));
-            }
-            count += 1;
-        }
-        Ok(count)
-    };
-    closed_loop(stream, buf, frame, depth, phase, stats, replies).await
+/// Runs [`closed_loop`] on every connection, each sending `frame(mask)` and
+/// counting its replies with a counter from `replies`, through the warm-up
+/// and the measured window. Returns the summary, tagged with `mode` and the
+/// run's shape.
+pub(crate) async fn run_loops<R>(
+    mode: &str,
+    shape: &LoopArgs,
+    connections: Vec<(TcpStream, BytesMut)>,
+    frame: impl Fn([u8; 4]) -> Vec<u8>,
+    replies: impl Fn() -> R,
+) -> serde_json::Value
+where
+    R: FnMut(&mut BytesMut) -> io::Result<usize> + 'static,
+{
+    let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
+    let stats = Stats::shared();
+    for (i, (stream, buf)) in connections.into_iter().enumerate() {
+        let mask = (i as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+        let (frame, replies) = (frame(mask), replies());
+        let (phase, stats) = (phase.clone(), stats.clone());
+        let depth = shape.depth;
+        tokio::task::spawn_local(async move {
+            let result = closed_loop(stream, buf, frame, depth, &phase, &stats, replies).await;
+            note_failure(result, &phase, &stats);
+        });
+    }
+    let secs = shape.window.run(&phase).await;
+    let mut result = stats.borrow().summary(secs);
+    result["mode"] = json!(mode);
+    result["conns"] = json!(shape.conns);
+    result["size"] = json!(shape.size);
+    result["depth"] = json!(shape.depth);
+    result
 }
 
 /// Keeps `depth` copies of `frame` in flight: every read's replies (counted by
 /// `replies`, which consumes them from the buffer and checks them) are answered
 /// with as many new frames, in one write. Records each reply's round trip.
-pub(crate) async fn closed_loop(
-    mut stream: tokio::net::TcpStream,
+async fn closed_loop(
+    mut stream: TcpStream,
     mut buf: BytesMut,
     frame: Vec<u8>,
     depth: usize,
