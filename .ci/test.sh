@@ -25,4 +25,4 @@ cargo test --manifest-path benches/harness/Cargo.toml
 (cd benches/harness/go && go vet ./...)
 
 step "Autobahn TestSuite (strict)"
-autobahn/run.sh tokio
+autobahn/run.sh tokio uring

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the Autobahn TestSuite cases against the echo example and checks the
-# results strictly. Usage: autobahn/run.sh [BACKEND...]   (default: tokio)
+# results strictly. Usage: autobahn/run.sh [BACKEND...]   (default: tokio uring)
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
@@ -12,7 +12,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-backends=("${@:-tokio}")
+if [[ $# -eq 0 ]]; then backends=(tokio uring); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"

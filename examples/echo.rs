@@ -20,16 +20,17 @@ struct Args {
     /// Which backend serves the connections.
     #[arg(long, value_enum, default_value_t = Backend::Tokio)]
     backend: Backend,
-    /// Worker threads for the tokio runtime (default: one per CPU).
+    /// Worker threads for the tokio runtime, or reactor threads for io_uring
+    /// (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Backend {
-    /// One task per connection on a multi-threaded tokio runtime.
+    /// Connection groups on a multi-threaded tokio runtime.
     Tokio,
-    /// The io_uring reactor (not available yet).
+    /// One io_uring reactor per thread (Linux 6.0 or later).
     Uring,
 }
 
@@ -58,14 +59,53 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match args.backend {
         Backend::Tokio => run_tokio(&args),
-        Backend::Uring => {
-            eprintln!(
-                "error: the io_uring backend is not available in this version of rapidws yet; \
-                 use --backend tokio"
-            );
-            ExitCode::from(2)
+        Backend::Uring => run_uring(&args),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn run_uring(args: &Args) -> ExitCode {
+    let mut server = match rapidws::uring::Server::bind(args.addr, Echo, Config::default()) {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("error: cannot listen on {}: {error}", args.addr);
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(threads) = args.threads {
+        server = server.threads(threads);
+    }
+    let handle = server.handle();
+    // Ctrl-C: a small runtime only to wait for the signal.
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|runtime| {
+            std::thread::spawn(move || {
+                runtime.block_on(async {
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        handle.shutdown();
+                    }
+                })
+            })
+        });
+    if let Err(error) = signals {
+        eprintln!("warning: Ctrl-C will not shut down gracefully: {error}");
+    }
+    tracing::info!(addr = %args.addr, backend = "uring", "echo server listening");
+    match server.serve() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
         }
     }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn run_uring(_: &Args) -> ExitCode {
+    eprintln!("error: the io_uring backend needs Linux; use --backend tokio");
+    ExitCode::from(2)
 }
 
 fn run_tokio(args: &Args) -> ExitCode {

@@ -160,7 +160,7 @@ impl Conn {
 
     /// Bytes queued and not yet written to the socket.
     pub fn queued_bytes(&self) -> usize {
-        self.shared.lock().queue.len()
+        self.shared.lock().queued()
     }
 
     /// False once a close was sent or received, or the connection ended.
@@ -181,7 +181,7 @@ impl Conn {
             if outbox.phase != Phase::Open {
                 return Err(SendError::Closed);
             }
-            if outbox.queue.len() >= shared.max_outbound_bytes {
+            if outbox.queued() >= shared.max_outbound_bytes {
                 outbox.wants_drain = true;
                 return Err(SendError::QueueFull);
             }
@@ -209,6 +209,13 @@ impl Conn {
     }
 }
 
+impl Outbox {
+    /// Bytes queued or being written: what the bound applies to.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len() + self.sending
+    }
+}
+
 /// Where a connection is in its life, as far as senders are concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -223,6 +230,9 @@ pub(crate) enum Phase {
 /// What `Conn` handles and the backend serving the connection share.
 pub(crate) struct Outbox {
     pub(crate) queue: WriteQueue,
+    /// Bytes the backend took out of `queue` and is still writing (io_uring
+    /// writes from a queue of its own, which senders cannot touch).
+    pub(crate) sending: usize,
     pub(crate) phase: Phase,
     /// A close asked for by `Conn::close`, for the backend to hand to the session.
     pub(crate) close_request: Option<(CloseCode, String)>,
@@ -262,6 +272,7 @@ impl ConnShared {
             attention: AtomicBool::new(false),
             outbox: Mutex::new(Outbox {
                 queue: WriteQueue::new(),
+                sending: 0,
                 phase: Phase::Open,
                 close_request: None,
                 abort: false,

@@ -14,7 +14,8 @@ use bytes::BytesMut;
 
 use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
-use crate::proto::{CloseCode, Event, Message, Session};
+use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
+use crate::server::{Registration, ServerCore};
 
 /// One upgraded connection: its protocol state and the application side.
 ///
@@ -81,6 +82,24 @@ impl<H: Handler> App<H> {
 }
 
 impl<H: Handler> Dispatch<H> {
+    /// Opens a connection whose handshake was accepted: registers it with the
+    /// server, moves the `101` from `response` to the head of its queue (so
+    /// whatever `on_open` sends follows it in the same write), and calls
+    /// `on_open`. Frames that came with the request go to [`Dispatch::input`] next.
+    pub(crate) fn upgrade(
+        core: &Arc<ServerCore>,
+        handler: &Arc<H>,
+        peer: std::net::SocketAddr,
+        response: &mut WriteQueue,
+        state: H::State,
+    ) -> (Self, Registration) {
+        let (conn, registration) = core.open_connection(peer);
+        std::mem::swap(&mut conn.shared().lock().queue, response);
+        let session = Session::new(core.config.limits, core.pool.clone());
+        let dispatch = Dispatch::open(handler.clone(), session, conn, state);
+        (dispatch, registration)
+    }
+
     /// Calls `on_open`. The `101` response should already be in the queue, so
     /// anything `on_open` sends follows it.
     pub(crate) fn open(handler: Arc<H>, session: Session, conn: Conn, state: H::State) -> Self {
@@ -248,6 +267,7 @@ impl<H: Handler> Drop for Dispatch<H> {
             outbox.close_request = None;
             let unwritten = outbox.queue.len();
             outbox.queue.advance(unwritten);
+            outbox.sending = 0;
             if let Some(buf) = outbox.queue.take_buffer() {
                 shared.pool().give(buf);
             }

@@ -8,6 +8,7 @@
 mod conn;
 mod dispatch;
 mod handler;
+mod read_buf;
 mod registry;
 mod server;
 
@@ -16,6 +17,8 @@ pub mod handshake;
 pub mod pool;
 pub mod proto;
 pub mod tokio;
+#[cfg(target_os = "linux")]
+pub mod uring;
 
 pub use bytes::Bytes;
 pub use config::Config;

@@ -2,8 +2,10 @@
 //! the buffer pool, connection ids, the live-connection count and the registry a
 //! shutdown uses to reach every connection.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -24,6 +26,8 @@ pub(crate) struct ServerCore {
     /// Wakes the accept loop and the connection groups (for the handshakes in
     /// progress) at shutdown.
     shutdown_requested: Notify,
+    /// The same for whoever waits without a tokio runtime (io_uring reactors).
+    shutdown_wakers: Mutex<Vec<Waker>>,
 }
 
 impl ServerCore {
@@ -37,6 +41,7 @@ impl ServerCore {
             idle: Notify::new(),
             shutting_down: AtomicBool::new(false),
             shutdown_requested: Notify::new(),
+            shutdown_wakers: Mutex::new(Vec::new()),
         })
     }
 
@@ -79,6 +84,13 @@ impl ServerCore {
         }
         fence(Ordering::SeqCst);
         self.shutdown_requested.notify_waiters();
+        let wakers = std::mem::take(
+            &mut *self
+                .shutdown_wakers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        wakers.into_iter().for_each(Waker::wake);
         self.registry.for_each(|shared| {
             let _ = Conn::from_shared(shared.clone()).close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
         });
@@ -102,6 +114,20 @@ impl ServerCore {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// Calls `waker` once a shutdown is requested (at once if it already was).
+    pub(crate) fn on_shutdown(&self, waker: Waker) {
+        self.shutdown_wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(waker.clone());
+        // Pairs with the fence in `begin_shutdown`: either its sweep takes this
+        // waker, or this load sees its flag.
+        fence(Ordering::SeqCst);
+        if self.is_shutting_down() {
+            waker.wake();
         }
     }
 
@@ -135,6 +161,14 @@ impl ServerCore {
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";
+
+/// `timeout` from now; a timeout too long to represent (`Duration::MAX` for
+/// "never") becomes about 30 years, as `tokio::time::sleep` does.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
+}
 
 /// Keeps a connection counted as live.
 pub(crate) struct LiveGuard(Arc<ServerCore>);
@@ -198,4 +232,24 @@ impl ServerHandle {
     pub fn alive(&self) -> usize {
         self.core.live()
     }
+}
+
+/// Pending connections the kernel queues for `accept`.
+pub(crate) const LISTEN_BACKLOG: u32 = 4096;
+
+/// Back-off after an accept error such as EMFILE: doubles up to the maximum.
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(5);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Accept errors about one incoming connection, which are no reason to pause.
+pub(crate) fn concerns_one_connection(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionAborted
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionRefused
+            | ErrorKind::Interrupted
+            | ErrorKind::WouldBlock
+    )
 }

@@ -483,7 +483,7 @@ async fn closing_a_peer_that_does_not_read_is_bounded(backend: Backend) {
 }
 
 async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
-    let server = start(
+    let mut server = start(
         backend,
         Config::default().shutdown_timeout(Duration::from_secs(5)),
     )
@@ -514,7 +514,7 @@ async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
     for mut client in clients {
         let _ = tokio::time::timeout(Duration::from_secs(2), client.next()).await;
     }
-    let served = tokio::time::timeout(Duration::from_secs(10), server.served).await;
+    let served = tokio::time::timeout(Duration::from_secs(10), &mut server.served).await;
     served.expect("serve returns").unwrap().unwrap();
     assert!(
         tokio::net::TcpStream::connect(server.addr).await.is_err(),

@@ -26,12 +26,24 @@ pub(crate) enum Answer<S> {
 
 /// Parses the request in `buf`, asks the handler's upgrade hook, and queues the
 /// response. The part of the handshake both backends share.
+///
+/// `arrived_from` is where the bytes that arrived since the last call start.
+/// The head ends with a line, so until a new line arrives (or the head passes
+/// its limit) parsing again would only redo the same work: think of a client
+/// that sends one byte at a time.
 pub(crate) fn answer<H: Handler>(
     buf: &[u8],
+    arrived_from: usize,
     handler: &H,
     max_head_len: usize,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
+    let new_line = buf
+        .get(arrived_from..)
+        .is_some_and(|new| new.contains(&b'\n'));
+    if !new_line && buf.len() <= max_head_len {
+        return Answer::Incomplete;
+    }
     let mut headers = header_buffer();
     let (request, head_len) = match parse_request(buf, &mut headers, max_head_len) {
         Ok(None) => return Answer::Incomplete,

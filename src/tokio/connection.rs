@@ -29,21 +29,14 @@ use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::pool::BufferPool;
-use crate::proto::{Session, WriteQueue};
-use crate::server::{LiveGuard, Registration, ServerCore};
+use crate::proto::WriteQueue;
+use crate::read_buf::{self, DRAIN_LIMIT};
+use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
 
 use super::sys::recv_into_spare;
 
 /// How many iovecs one `writev` takes at most.
 const MAX_IOVECS: usize = 64;
-
-/// Bytes read and thrown away while waiting for a peer to end TCP, at most.
-const DRAIN_LIMIT: usize = 1 << 20;
-
-/// The most the read buffer grows ahead of the bytes that have arrived. A frame
-/// header may announce up to `max_frame_size`; memory follows what the peer
-/// actually sends, not what it claims.
-const MAX_READ_AHEAD: usize = 256 * 1024;
 
 /// Reads one connection may do in one turn before the others get theirs.
 const READS_PER_TURN: usize = 16;
@@ -158,7 +151,8 @@ impl<H: Handler> Connection<H> {
                     Upgrade::Gone => break Progress::Done,
                     Upgrade::Refused => {
                         handshake.refused = true;
-                        let close_by = deadline_after(env.core.config.close_timeout);
+                        let close_by =
+                            Instant::from_std(deadline_after(env.core.config.close_timeout));
                         handshake.deadline.as_mut().reset(close_by);
                     }
                     Upgrade::Accepted(state) => {
@@ -250,18 +244,11 @@ impl Socket {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(_) => return Upgrade::Gone,
             }
-            // The head ends with a line; parsing again before a new line arrived
-            // would only redo the same work (think of a client that sends one
-            // byte at a time).
-            let new_line = self.read_buf[before..].contains(&b'\n');
-            if !new_line && self.read_buf.len() <= max_head_len {
-                continue;
-            }
             if core.is_shutting_down() {
                 continue;
             }
             let out = &mut handshake.response;
-            match handshake::answer(&self.read_buf, &*env.handler, max_head_len, out) {
+            match handshake::answer(&self.read_buf, before, &*env.handler, max_head_len, out) {
                 Answer::Incomplete => continue,
                 Answer::Refused => return Upgrade::Refused,
                 Answer::Accepted { state, head_len } => {
@@ -282,11 +269,8 @@ impl Socket {
             live,
             ..
         } = handshake;
-        let core = &env.core;
-        let (conn, registration) = core.open_connection(peer);
-        std::mem::swap(&mut conn.shared().lock().queue, &mut response);
-        let session = Session::new(core.config.limits, core.pool.clone());
-        let mut dispatch = Dispatch::open(env.handler.clone(), session, conn, state);
+        let (mut dispatch, registration) =
+            Dispatch::upgrade(&env.core, &env.handler, peer, &mut response, state);
         if !self.read_buf.is_empty() {
             dispatch.input(&mut self.read_buf);
         }
@@ -313,7 +297,7 @@ impl Socket {
                 Ok(true) => {
                     self.end_tcp();
                     handshake.discarded = Some(0);
-                    let close_by = deadline_after(config.close_timeout);
+                    let close_by = Instant::from_std(deadline_after(config.close_timeout));
                     handshake.deadline.as_mut().reset(close_by);
                 }
                 Ok(false) if handshake.deadline.as_mut().poll(cx).is_pending() => {
@@ -498,25 +482,12 @@ impl Socket {
         }
     }
 
-    /// Makes sure the read buffer exists and has room for the next read: towards
-    /// the end of the frame in progress, but never more than [`MAX_READ_AHEAD`]
-    /// beyond the bytes already here.
     fn prepare_buffer(&mut self, bytes_wanted: usize, pool: &BufferPool, read_size: usize) {
-        let len = self.read_buf.len();
-        if self.read_buf.capacity() == 0 {
-            self.read_buf = pool.take(read_ahead(len, bytes_wanted, read_size));
-        }
-        let spare = self.read_buf.capacity() - len;
-        if let Some(more) = grow_by(len, spare, bytes_wanted, read_size) {
-            self.read_buf.reserve(more);
-        }
+        read_buf::prepare(&mut self.read_buf, bytes_wanted, pool, read_size);
     }
 
-    /// Gives the read buffer back to the pool if it holds no partial frame.
     fn release_buffer(&mut self, pool: &BufferPool) {
-        if self.read_buf.is_empty() && self.read_buf.capacity() > 0 {
-            pool.give(std::mem::take(&mut self.read_buf));
-        }
+        read_buf::release(&mut self.read_buf, pool);
     }
 
     /// The server closes TCP first (RFC 6455 §7.1.1): sends FIN.
@@ -554,61 +525,9 @@ impl Socket {
     }
 }
 
-/// `timeout` from now; a timeout too long to represent (`Duration::MAX` for
-/// "never") becomes about 30 years, as `tokio::time::sleep` does.
-fn deadline_after(timeout: std::time::Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout)
-        .unwrap_or_else(|| now + std::time::Duration::from_secs(30 * 365 * 86_400))
-}
-
-/// How much room to make for the next read: towards the end of the frame in
-/// progress (`bytes_wanted`, counted from the start of the buffer), at least a
-/// normal read, and never more than [`MAX_READ_AHEAD`] past what has arrived.
-fn read_ahead(len: usize, bytes_wanted: usize, read_size: usize) -> usize {
-    bytes_wanted
-        .saturating_sub(len)
-        .clamp(read_size, MAX_READ_AHEAD.max(read_size))
-}
-
-/// Whether the buffer should grow before the next read, and by how much: when
-/// almost full, or when a frame in progress has less than half a read-ahead of
-/// room left. Growth is geometric (`BytesMut::reserve`), so a large frame costs
-/// a few copies, while a header that merely claims a large frame costs nothing.
-fn grow_by(len: usize, spare: usize, bytes_wanted: usize, read_size: usize) -> Option<usize> {
-    let ahead = read_ahead(len, bytes_wanted, read_size);
-    let frame_needs_room = bytes_wanted > len && spare < ahead / 2;
-    (spare < 1024 || frame_needs_room).then_some(ahead)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_claimed_frame_size_does_not_reserve_memory_up_front() {
-        // A header claiming 16 MiB: room for at most one read-ahead.
-        assert_eq!(read_ahead(14, 16 << 20, 16 * 1024), MAX_READ_AHEAD);
-        assert_eq!(
-            grow_by(14, 16 * 1024 - 14, 16 << 20, 16 * 1024),
-            Some(MAX_READ_AHEAD)
-        );
-        // Between frames: a normal read.
-        assert_eq!(read_ahead(0, 0, 16 * 1024), 16 * 1024);
-        assert_eq!(grow_by(0, 16 * 1024, 0, 16 * 1024), None);
-        // A small frame needs no more than it lacks, but a read is the minimum.
-        assert_eq!(read_ahead(100, 300, 16 * 1024), 16 * 1024);
-    }
-
-    #[test]
-    fn buffers_grow_when_nearly_full_or_a_frame_needs_room() {
-        assert_eq!(grow_by(15_500, 500, 0, 16 * 1024), Some(16 * 1024));
-        assert_eq!(
-            grow_by(1 << 20, 64 * 1024, 8 << 20, 16 * 1024),
-            Some(MAX_READ_AHEAD)
-        );
-        assert_eq!(grow_by(1 << 20, 200 * 1024, 8 << 20, 16 * 1024), None);
-    }
 
     /// Each idle connection is one of these (boxed, in its group's slab); its
     /// size is a large share of what a connection costs (BENCHMARKS.md,

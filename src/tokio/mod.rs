@@ -42,15 +42,10 @@ use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::config::Config;
 use crate::handler::Handler;
-use crate::server::{ServerCore, ServerHandle};
+use crate::server::{
+    LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, ServerCore, ServerHandle, concerns_one_connection,
+};
 use group::{GroupShared, Incoming};
-
-/// Pending connections the kernel queues for `accept`.
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// Back-off after an accept error such as EMFILE: doubles up to the maximum.
-const MIN_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Connections accepted in a row before the accept loop lets other tasks run.
 const ACCEPTS_PER_TURN: usize = 64;
@@ -221,16 +216,4 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
-}
-
-/// Accept errors about one incoming connection, which are no reason to pause.
-fn concerns_one_connection(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::WouldBlock
-    )
 }

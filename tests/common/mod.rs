@@ -19,10 +19,14 @@ pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Tokio,
+    #[cfg(target_os = "linux")]
+    Uring,
 }
 
 /// Generates one `#[tokio::test]` per backend for each listed test function
 /// (`async fn name(backend: Backend)`), so every test runs on every backend.
+/// (The io_uring server runs on threads of its own; the test's runtime only
+/// drives the clients.)
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -31,6 +35,15 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Tokio).await
+                }
+            )*
+        }
+        #[cfg(target_os = "linux")]
+        mod uring_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Uring).await
                 }
             )*
         }
@@ -105,6 +118,9 @@ impl Drop for State {
 /// `broadcast WORD` (WORD sent to every open connection).
 pub struct TestHandler {
     pub recorder: Arc<Recorder>,
+    /// Where `spawn` starts its task: callbacks on the io_uring backend run
+    /// outside any runtime.
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Handler for TestHandler {
@@ -153,7 +169,7 @@ impl Handler for TestHandler {
             (Some("spawn"), Some(n), None) => {
                 let n: usize = n.parse().unwrap();
                 let conn = conn.clone();
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     for i in 0..n {
                         conn.send_text(&format!("from task {i}")).unwrap();
                         if i % 7 == 0 {
@@ -227,6 +243,7 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
     let recorder = Arc::new(Recorder::default());
     let handler = TestHandler {
         recorder: recorder.clone(),
+        runtime: tokio::runtime::Handle::current(),
     };
     match backend {
         Backend::Tokio => {
@@ -240,6 +257,34 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
                 served: tokio::spawn(server.serve()),
             }
         }
+        #[cfg(target_os = "linux")]
+        Backend::Uring => {
+            let server = rapidws::uring::Server::bind("127.0.0.1:0", handler, config)
+                .expect("bind")
+                .threads(2);
+            let (done, served) = tokio::sync::oneshot::channel();
+            let addr = server.local_addr().unwrap();
+            let handle = server.handle();
+            std::thread::spawn(move || done.send(server.serve()));
+            TestServer {
+                addr,
+                handle,
+                recorder,
+                served: tokio::spawn(async move {
+                    served
+                        .await
+                        .unwrap_or_else(|_| Err(std::io::Error::other("serve thread died")))
+                }),
+            }
+        }
+    }
+}
+
+impl Drop for TestServer {
+    /// Ends the server with the test (the io_uring server's threads would
+    /// outlive the test's runtime otherwise).
+    fn drop(&mut self) {
+        self.handle.shutdown();
     }
 }
 

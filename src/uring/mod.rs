@@ -1,0 +1,259 @@
+//! The io_uring backend (Linux 6.0 or later): one reactor thread per core,
+//! each with its own ring, its own listening socket (SO_REUSEPORT: the kernel
+//! spreads connections over them) and the connections it accepted.
+//!
+//! Connections receive with one multishot receive each into a ring of
+//! provided buffers the reactor owns, so a connection waiting for data holds
+//! no buffer at all; everything a batch of completions produced for a
+//! connection leaves in one send; each loop turn is one system call. See
+//! `reactor.rs` for the loop, `connection.rs` for one connection's life, and
+//! `ring.rs` for the memory shared with the kernel.
+//!
+//! The handler is the same as on tokio. Its callbacks run on the reactor
+//! threads, outside any tokio runtime: to start async work from a callback,
+//! keep a `tokio::runtime::Handle` in the handler and spawn on it. `Conn`
+//! works from any thread.
+//!
+//! ```no_run
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! fn main() -> std::io::Result<()> {
+//!     let server = rapidws::uring::Server::bind("127.0.0.1:9001", Echo, Config::default())?;
+//!     // Blocks until `ServerHandle::shutdown`; fails at once, with a clear
+//!     // message, where io_uring is not available.
+//!     server.serve()
+//! }
+//! ```
+
+mod connection;
+mod reactor;
+mod ring;
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::{Arc, mpsc};
+use std::task::{Wake, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::Config;
+use crate::handler::Handler;
+use crate::server::{LISTEN_BACKLOG, ServerCore, ServerHandle, deadline_after};
+use connection::Env;
+use reactor::{Reactor, Setup, Shared};
+
+/// Submission queue entries per ring (the completion queue has eight times
+/// as many).
+const RING_ENTRIES: u32 = 1024;
+
+/// Provided buffers per ring, by default (each `Config::read_buffer_size`).
+const DEFAULT_BUFFERS: u16 = 512;
+
+/// A WebSocket server on io_uring.
+pub struct Server<H: Handler> {
+    listener: TcpListener,
+    handler: Arc<H>,
+    core: Arc<ServerCore>,
+    threads: usize,
+    buffers: u16,
+}
+
+impl<H: Handler> std::fmt::Debug for Server<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .field("threads", &self.threads)
+            .field("buffers", &self.buffers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> Server<H> {
+    /// Binds a listening socket (SO_REUSEADDR and SO_REUSEPORT, a backlog of
+    /// 4096) on the first address `addr` resolves to that works. Needs no
+    /// runtime; io_uring itself is first used by [`Server::serve`].
+    pub fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
+        let mut last_error = None;
+        for addr in addr.to_socket_addrs()? {
+            match listen(addr) {
+                Ok(listener) => {
+                    return Ok(Server {
+                        listener,
+                        handler: Arc::new(handler),
+                        core: ServerCore::new(config),
+                        threads: thread::available_parallelism().map_or(1, usize::from),
+                        buffers: DEFAULT_BUFFERS,
+                    });
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
+        }))
+    }
+
+    /// How many reactor threads serve connections (default: one per CPU).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// How many provided buffers each ring receives into (default 512, a power
+    /// of two up to 32768), each `Config::read_buffer_size` bytes. Fewer cost
+    /// less memory; when a ring runs out, receives wait for buffers to come
+    /// back, which costs throughput but loses nothing.
+    pub fn provided_buffers(mut self, count: u16) -> Self {
+        self.buffers = count;
+        self
+    }
+
+    /// The address the server listens on (useful after binding port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle to shut the server down or count its connections.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.core.clone())
+    }
+
+    /// Serves connections on this thread's behalf until
+    /// [`ServerHandle::shutdown`] is called, then closes every connection with
+    /// 1001 and waits for them, at most `shutdown_timeout`, before dropping the
+    /// rest and returning. Blocks the calling thread (from async code, call it
+    /// on a blocking thread, e.g. `tokio::task::spawn_blocking`).
+    ///
+    /// Fails at once, before serving anything, if a ring cannot be set up: the
+    /// error (kind `Unsupported`) says that io_uring is not available and why.
+    pub fn serve(self) -> io::Result<()> {
+        let Server {
+            listener,
+            handler,
+            core,
+            threads,
+            buffers,
+        } = self;
+        let addr = listener.local_addr()?;
+        let mut listeners = vec![listener];
+        for _ in 1..threads {
+            listeners.push(listen(addr)?);
+        }
+        let setup = Arc::new(Setup {
+            ring_entries: RING_ENTRIES,
+            buffers,
+        });
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut reactors = Reactors(Vec::new());
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let shared = Shared::new()?;
+            let env = Env {
+                core: core.clone(),
+                handler: handler.clone(),
+            };
+            let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
+            let thread = thread::Builder::new()
+                .name(format!("rapidws-uring-{index}"))
+                .spawn(
+                    move || match Reactor::new(listener, reactor_shared, env, &setup) {
+                        Ok(reactor) => {
+                            let _ = ready.send(Ok(()));
+                            reactor.run();
+                        }
+                        Err(error) => {
+                            let _ = ready.send(Err(error));
+                        }
+                    },
+                )?;
+            reactors.0.push((shared, Some(thread)));
+        }
+        drop(ready_tx);
+        for _ in 0..reactors.0.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(io::Error::other("a reactor thread died while starting")),
+            }
+        }
+        wait_for_shutdown(&core);
+        let shutdown_timeout = core.config.shutdown_timeout;
+        if !wait_until_idle(&core, deadline_after(shutdown_timeout)) {
+            tracing::warn!(
+                remaining = core.live(),
+                "connections still open after the shutdown timeout; dropping them"
+            );
+            core.abort_all();
+            wait_until_idle(&core, Instant::now() + Duration::from_secs(1));
+        }
+        Ok(())
+    }
+}
+
+/// The reactor threads. However `serve` ends, they are stopped and joined.
+struct Reactors(Vec<(Arc<Shared>, Option<thread::JoinHandle<()>>)>);
+
+impl Drop for Reactors {
+    fn drop(&mut self) {
+        for (shared, _) in &self.0 {
+            shared.stop();
+        }
+        for (_, thread) in &mut self.0 {
+            if let Some(thread) = thread.take() {
+                if thread.join().is_err() {
+                    tracing::error!("a reactor thread panicked");
+                }
+            }
+        }
+    }
+}
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG as i32)?;
+    Ok(socket.into())
+}
+
+/// Unparks a thread.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+fn wait_for_shutdown(core: &ServerCore) {
+    core.on_shutdown(Waker::from(Arc::new(Unpark(thread::current()))));
+    while !core.is_shutting_down() {
+        thread::park();
+    }
+}
+
+/// Waits until no connection is left, or `deadline`; true if none is left.
+fn wait_until_idle(core: &ServerCore, deadline: Instant) -> bool {
+    while core.live() > 0 {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        thread::sleep((deadline - now).min(Duration::from_millis(5)));
+    }
+    true
+}

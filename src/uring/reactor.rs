@@ -1,0 +1,507 @@
+//! One reactor thread: a ring, a listener, and the connections it accepted.
+//!
+//! Each loop turn submits everything queued and waits in the same system
+//! call, takes every completion that came, and only then advances the
+//! connections that had one (or were woken, or hit a deadline). So all the
+//! frames one batch of completions produces for a connection leave in one
+//! send, and a turn costs one `io_uring_enter`.
+//!
+//! Other threads reach a connection through its waker (`Conn` sends, close
+//! requests, aborts): the slot goes on the reactor's woken list, and if the
+//! reactor is waiting in the kernel, a write to its eventfd completes the read
+//! it keeps armed there.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
+
+use super::connection::{Connection, Env, Io, Progress};
+use super::ring::{self, Completion, Op, Outgoing, Ring};
+use crate::handler::Handler;
+use crate::server::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
+
+/// The woken-list entry that concerns the reactor itself (shutdown, stop).
+const REACTOR: u32 = u32::MAX;
+
+/// What other threads see of a reactor.
+pub(crate) struct Shared {
+    woken: Mutex<Vec<u32>>,
+    /// The reactor is running, not waiting in the kernel: wakers need not
+    /// write the eventfd, the reactor looks at the woken list before it waits.
+    awake: AtomicBool,
+    eventfd: File,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn new() -> io::Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
+            woken: Mutex::new(Vec::new()),
+            awake: AtomicBool::new(true),
+            eventfd: File::from(ring::eventfd()?),
+            stop: AtomicBool::new(false),
+        }))
+    }
+
+    fn wake(&self, slot: u32) {
+        lock(&self.woken).push(slot);
+        if !self.awake.swap(true, Ordering::SeqCst) {
+            // Eight bytes to an eventfd do not block (the counter cannot
+            // overflow at one write per wait) nor fail.
+            let _ = (&self.eventfd).write(&1u64.to_ne_bytes());
+        }
+    }
+
+    /// Makes the reactor end its loop and drop what it still holds.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake(REACTOR);
+    }
+}
+
+fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
+    list.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Wakes one connection of a reactor (see the tokio backend's group for the
+/// same idea). A waker that outlives its connection lists the slot at most
+/// once more, which gives whoever has the slot by then a turn with nothing to
+/// do.
+pub(crate) struct SlotWaker {
+    shared: Arc<Shared>,
+    slot: u32,
+    queued: AtomicBool,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.shared.wake(self.slot);
+        }
+    }
+}
+
+struct Slot<H: Handler> {
+    connection: Connection<H>,
+    waker: Arc<SlotWaker>,
+    /// Tells this connection's timer entries from its slot's earlier owners'.
+    generation: u32,
+    /// On the list of connections to advance this turn.
+    dirty: bool,
+}
+
+/// What connections use of the reactor, apart from the connection list.
+struct Parts {
+    ring: Ring,
+    #[allow(
+        clippy::vec_box,
+        reason = "the ring takes them boxed: the kernel keeps pointers into them"
+    )]
+    spare: Vec<Box<Outgoing>>,
+    new_timers: Vec<(Instant, u32)>,
+}
+
+pub(crate) struct Reactor<H: Handler> {
+    // Declared before `parts`: connections (and their sockets) go first, then
+    // the ring cancels what is still in flight and waits for it.
+    slots: Vec<Option<Box<Slot<H>>>>,
+    free: Vec<u32>,
+    parts: Parts,
+    listener: Option<TcpListener>,
+    /// The multishot accept is armed.
+    accepting: bool,
+    /// After an accept error such as EMFILE: when to try again.
+    accept_paused_until: Option<Instant>,
+    backoff: Duration,
+    shared: Arc<Shared>,
+    env: Env<H>,
+    completions: Vec<Completion>,
+    dirty: Vec<u32>,
+    woken: Vec<u32>,
+    /// Deadlines: (when, slot, generation), soonest first. Entries are not
+    /// removed when a deadline changes; a connection checks its own.
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    next_generation: u32,
+    shutdown_seen: bool,
+}
+
+/// The reactor's settings.
+pub(crate) struct Setup {
+    pub(crate) ring_entries: u32,
+    pub(crate) buffers: u16,
+}
+
+impl<H: Handler> Reactor<H> {
+    /// Sets up the ring; fails if io_uring is not available.
+    pub(crate) fn new(
+        listener: TcpListener,
+        shared: Arc<Shared>,
+        env: Env<H>,
+        setup: &Setup,
+    ) -> io::Result<Self> {
+        let buffer_size = env.core.config.read_buffer_size;
+        let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
+        Ok(Reactor {
+            slots: Vec::new(),
+            free: Vec::new(),
+            parts: Parts {
+                ring,
+                spare: Vec::new(),
+                new_timers: Vec::new(),
+            },
+            listener: Some(listener),
+            accepting: false,
+            accept_paused_until: None,
+            backoff: MIN_BACKOFF,
+            shared,
+            env,
+            completions: Vec::new(),
+            dirty: Vec::new(),
+            woken: Vec::new(),
+            timers: BinaryHeap::new(),
+            next_generation: 0,
+            shutdown_seen: false,
+        })
+    }
+
+    /// Runs until stopped.
+    pub(crate) fn run(mut self) {
+        self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
+        let reactor_waker = Arc::new(SlotWaker {
+            shared: self.shared.clone(),
+            slot: REACTOR,
+            queued: AtomicBool::new(false),
+        });
+        self.env.core.on_shutdown(Waker::from(reactor_waker));
+        self.arm_accept();
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let wait = self.may_wait();
+            let deadline = self.next_deadline();
+            if let Err(error) = self.parts.ring.submit(wait, deadline) {
+                tracing::error!(%error, "io_uring submit failed; this reactor's connections are dropped");
+                break;
+            }
+            self.shared.awake.store(true, Ordering::SeqCst);
+            let mut completions = std::mem::take(&mut self.completions);
+            self.parts.ring.complete(&mut completions);
+            for completion in completions.drain(..) {
+                self.on_completion(completion);
+            }
+            self.completions = completions;
+            self.take_woken();
+            self.expire_timers();
+            self.notice_shutdown();
+            self.run_dirty();
+            self.arm_accept();
+        }
+    }
+
+    /// Whether the next submit may wait: nothing is left to do this turn.
+    /// Clears `awake` first, so a wake from now on writes the eventfd.
+    fn may_wait(&self) -> bool {
+        self.shared.awake.store(false, Ordering::SeqCst);
+        if lock(&self.shared.woken).is_empty() && self.dirty.is_empty() {
+            return true;
+        }
+        self.shared.awake.store(true, Ordering::SeqCst);
+        false
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+        match (timer, self.accept_paused_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_completion(&mut self, completion: Completion) {
+        match completion {
+            Completion::Accepted { result, more } => self.on_accepted(result, more),
+            Completion::Received { slot, result, more } => {
+                self.with_connection(slot, |connection, env, io| {
+                    connection.on_received(result, more, env, io);
+                });
+            }
+            Completion::Sent {
+                slot,
+                result,
+                outgoing,
+            } => {
+                let mut outgoing = Some(outgoing);
+                self.with_connection(slot, |connection, env, io| {
+                    if let Some(outgoing) = outgoing.take() {
+                        connection.on_sent(result, outgoing, env, io);
+                    }
+                });
+                if let Some(mut orphan) = outgoing {
+                    let unsent = orphan.queue.len();
+                    orphan.queue.advance(unsent);
+                    self.parts.spare.push(orphan);
+                }
+            }
+            Completion::Woken => {
+                self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
+            }
+        }
+    }
+
+    /// Runs `f` on the connection in `slot` (panics caught: they end only that
+    /// connection) and puts it on this turn's list.
+    fn with_connection(
+        &mut self,
+        slot: u32,
+        f: impl FnOnce(&mut Connection<H>, &Env<H>, &mut Io<'_>),
+    ) {
+        let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Slot {
+            connection, waker, ..
+        } = &mut **entry;
+        let Parts {
+            ring,
+            spare,
+            new_timers,
+        } = &mut self.parts;
+        let mut io = Io {
+            ring,
+            slot,
+            spare,
+            timers: new_timers,
+            waker,
+        };
+        let env = &self.env;
+        if catch_unwind(AssertUnwindSafe(|| f(connection, env, &mut io))).is_err() {
+            tracing::error!("handling a completion panicked; ending the connection");
+            if catch_unwind(AssertUnwindSafe(|| connection.end(env, &mut io))).is_err() {
+                self.leak(slot);
+                return;
+            }
+        }
+        self.mark_dirty(slot);
+    }
+
+    fn mark_dirty(&mut self, slot: u32) {
+        if let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            if !std::mem::replace(&mut entry.dirty, true) {
+                self.dirty.push(slot);
+            }
+        }
+    }
+
+    /// Advances every connection something happened to this turn.
+    fn run_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for slot in dirty.drain(..) {
+            let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            entry.dirty = false;
+            let generation = entry.generation;
+            let Slot {
+                connection, waker, ..
+            } = &mut **entry;
+            let Parts {
+                ring,
+                spare,
+                new_timers,
+            } = &mut self.parts;
+            let mut io = Io {
+                ring,
+                slot,
+                spare,
+                timers: new_timers,
+                waker,
+            };
+            let env = &self.env;
+            let progress = catch_unwind(AssertUnwindSafe(|| connection.advance(env, &mut io)))
+                .unwrap_or_else(|_| {
+                    tracing::error!("a connection's turn panicked; ending the connection");
+                    match catch_unwind(AssertUnwindSafe(|| connection.end(env, &mut io))) {
+                        Ok(()) if connection.is_finished() => Progress::Done,
+                        Ok(()) => Progress::Pending,
+                        Err(_) => Progress::Pending,
+                    }
+                });
+            self.timers.extend(
+                self.parts
+                    .new_timers
+                    .drain(..)
+                    .map(|(at, slot)| Reverse((at, slot, generation))),
+            );
+            if progress == Progress::Done {
+                self.free_slot(slot);
+            }
+        }
+        // An entry stays until its deadline even if the connection is gone;
+        // give memory back after a wave of handshakes.
+        if self.timers.capacity() > 1024 && self.timers.len() < self.timers.capacity() / 4 {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
+        self.dirty = dirty;
+    }
+
+    /// Drops a finished connection (closing its socket) and frees its slot.
+    fn free_slot(&mut self, slot: u32) {
+        let finished = self.slots[slot as usize].take();
+        if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
+            tracing::error!("dropping a finished connection panicked");
+        }
+        self.free.push(slot);
+    }
+
+    /// A connection whose state cannot be trusted any more, with operations
+    /// possibly in flight: its slot is never reused, so no late completion
+    /// reaches another connection.
+    fn leak(&mut self, slot: u32) {
+        if let Some(entry) = self.slots[slot as usize].take() {
+            std::mem::forget(entry);
+        }
+        tracing::error!(slot, "a connection was leaked after repeated panics");
+    }
+
+    fn take_woken(&mut self) {
+        std::mem::swap(&mut *lock(&self.shared.woken), &mut self.woken);
+        let mut woken = std::mem::take(&mut self.woken);
+        for slot in woken.drain(..) {
+            if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+                // Cleared before the turn, so a wake during it lists it again.
+                entry.waker.queued.store(false, Ordering::Release);
+                self.mark_dirty(slot);
+            }
+        }
+        self.woken = woken;
+    }
+
+    fn expire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((at, slot, generation))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let current = self.slots.get(slot as usize).and_then(Option::as_ref);
+            if current.is_some_and(|entry| entry.generation == generation) {
+                self.mark_dirty(slot);
+            }
+        }
+    }
+
+    /// On shutdown: stops accepting, and gives every connection a turn (the
+    /// handshakes in progress answer 503).
+    fn notice_shutdown(&mut self) {
+        if self.shutdown_seen || !self.env.core.is_shutting_down() {
+            return;
+        }
+        self.shutdown_seen = true;
+        if self.accepting {
+            self.parts.ring.cancel(Op::Accept);
+        }
+        self.listener = None;
+        for slot in 0..self.slots.len() as u32 {
+            self.mark_dirty(slot);
+        }
+    }
+
+    fn arm_accept(&mut self) {
+        if self.accepting || self.shutdown_seen {
+            return;
+        }
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        if let Some(until) = self.accept_paused_until {
+            if Instant::now() < until {
+                return;
+            }
+            self.accept_paused_until = None;
+        }
+        self.parts.ring.accept(listener.as_raw_fd());
+        self.accepting = true;
+    }
+
+    fn on_accepted(&mut self, result: io::Result<std::os::fd::OwnedFd>, more: bool) {
+        if !more {
+            self.accepting = false;
+        }
+        match result {
+            Ok(fd) => {
+                self.backoff = MIN_BACKOFF;
+                self.start(std::net::TcpStream::from(fd));
+            }
+            Err(error) if error.raw_os_error() == Some(libc::ECANCELED) => {}
+            Err(error) if concerns_one_connection(&error) => {
+                tracing::debug!(%error, "accept failed for one connection");
+            }
+            Err(error) => {
+                let backoff = self.backoff;
+                tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
+                self.accept_paused_until = Some(Instant::now() + backoff);
+                self.backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+
+    /// Starts serving an accepted connection.
+    fn start(&mut self, stream: std::net::TcpStream) {
+        let peer = match stream.peer_addr() {
+            Ok(peer) => peer,
+            Err(error) => {
+                tracing::debug!(%error, "accepted connection already gone");
+                return;
+            }
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+        }
+        let live = self.env.core.enter();
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            (self.slots.len() - 1) as u32
+        });
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let waker = Arc::new(SlotWaker {
+            shared: self.shared.clone(),
+            slot,
+            queued: AtomicBool::new(false),
+        });
+        let Parts {
+            ring,
+            spare,
+            new_timers,
+        } = &mut self.parts;
+        let mut io = Io {
+            ring,
+            slot,
+            spare,
+            timers: new_timers,
+            waker: &waker,
+        };
+        let connection = Connection::accept(stream, peer, live, &self.env, &mut io);
+        self.timers.extend(
+            new_timers
+                .drain(..)
+                .map(|(at, slot)| Reverse((at, slot, generation))),
+        );
+        self.slots[slot as usize] = Some(Box::new(Slot {
+            connection,
+            waker,
+            generation,
+            dirty: false,
+        }));
+    }
+}
