@@ -45,6 +45,8 @@ fn set_soft_limit(soft: u64) -> u64 {
     }
 }
 
+/// One test for both backends, one after the other: the descriptor limit and
+/// the log collector are the process's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_emfile_at_accept() {
     let log = Log::default();
@@ -54,8 +56,14 @@ async fn survives_emfile_at_accept() {
         .with_max_level(tracing::Level::WARN)
         .with_ansi(false)
         .init();
+    survives_emfile_on(Backend::Tokio, &log).await;
+    #[cfg(target_os = "linux")]
+    survives_emfile_on(Backend::Uring, &log).await;
+}
 
-    let server = start(Backend::Tokio, Config::default()).await;
+async fn survives_emfile_on(backend: Backend, log: &Log) {
+    log.0.lock().unwrap().clear();
+    let server = start(backend, Config::default()).await;
     let original = set_soft_limit(open_descriptors() + 40);
 
     // Connect until this process has no descriptor left. Connections beyond
@@ -77,7 +85,7 @@ async fn survives_emfile_at_accept() {
     let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
     assert!(
         logged.contains("accept failed"),
-        "the server never hit EMFILE: {logged}"
+        "the {backend:?} server never hit EMFILE: {logged}"
     );
     assert!(logged.contains("Too many open files"), "{logged}");
 

@@ -43,6 +43,8 @@ backend_tests!(
     graceful_shutdown_sends_1001_to_everyone,
     a_panic_dropping_state_costs_only_that_connection,
     refusals_work_with_an_unlimited_close_timeout,
+    random_traffic_from_clients_that_come_and_go,
+    echoes_a_16_mib_message,
 );
 
 async fn echoes_text_binary_and_empty_messages(backend: Backend) {
@@ -565,4 +567,101 @@ async fn refusals_work_with_an_unlimited_close_timeout(backend: Backend) {
     let mut client = server.client().await;
     send_text(&mut client, "served").await;
     assert_eq!(next(&mut client).await, Ws::text("served"));
+}
+
+/// Many clients at once, each opening a few connections in turn, sending
+/// messages of random sizes (empty to 1 MiB, several in flight) and checking
+/// every echo byte for byte, then leaving politely or abruptly (sometimes with
+/// a large message still in flight). A buffer handed back or reused too early
+/// shows up as a corrupted echo, here or on another connection.
+async fn random_traffic_from_clients_that_come_and_go(backend: Backend) {
+    use rand::{RngExt, SeedableRng};
+
+    let server = start(backend, Config::default()).await;
+    let url = server.url("/");
+    let mut clients = tokio::task::JoinSet::new();
+    for seed in 0..48u64 {
+        let url = url.clone();
+        clients.spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for _ in 0..3 {
+                let (mut client, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+                let mut sent = std::collections::VecDeque::new();
+                for _ in 0..rng.random_range(1..12) {
+                    let size = match rng.random_range(0..10) {
+                        0..5 => rng.random_range(0..200),
+                        5..9 => rng.random_range(200..40_000),
+                        _ => rng.random_range(40_000..(1 << 20)),
+                    };
+                    let mut payload = vec![0u8; size];
+                    rng.fill(&mut payload[..]);
+                    let message = Ws::binary(payload);
+                    client.send(message.clone()).await.unwrap();
+                    sent.push_back(message);
+                    // Up to four in flight before reading.
+                    while sent.len() > rng.random_range(0..4) {
+                        let echo = next(&mut client).await;
+                        assert!(
+                            echo == sent.pop_front().unwrap(),
+                            "echo corrupted (seed {seed})"
+                        );
+                    }
+                }
+                while let Some(expected) = sent.pop_front() {
+                    assert!(
+                        next(&mut client).await == expected,
+                        "echo corrupted (seed {seed})"
+                    );
+                }
+                match rng.random_range(0..3) {
+                    0 => {
+                        client.close(None).await.unwrap();
+                        while let Some(Ok(_)) = client.next().await {}
+                    }
+                    1 => drop(client),
+                    _ => {
+                        let last = Ws::binary(vec![seed as u8; 300_000]);
+                        client.send(last).await.unwrap();
+                        drop(client);
+                    }
+                }
+            }
+        });
+    }
+    while let Some(done) = clients.join_next().await {
+        done.expect("a client failed");
+    }
+    // Every connection ends, and the server serves on.
+    for _ in 0..500 {
+        if server.handle.connections() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.handle.connections(), 0);
+    let mut client = server.client().await;
+    send_text(&mut client, "still here").await;
+    assert_eq!(next(&mut client).await, Ws::text("still here"));
+}
+
+/// The largest message the default limit allows, in one frame and in many
+/// fragments.
+async fn echoes_a_16_mib_message(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    let payload: Vec<u8> = (0..16usize << 20).map(|i| (i * 31 % 251) as u8).collect();
+    client.send(Ws::binary(payload.clone())).await.unwrap();
+    assert!(next(&mut client).await == Ws::binary(payload.clone()));
+    let pieces: Vec<&[u8]> = payload.chunks(1 << 20).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        let (first, last) = (i == 0, i == pieces.len() - 1);
+        let opcode = if first {
+            OpCode::Data(Data::Binary)
+        } else {
+            OpCode::Data(Data::Continue)
+        };
+        let frame = Frame::message(piece.to_vec(), opcode, last);
+        client.send(Ws::Frame(frame)).await.unwrap();
+    }
+    assert!(next(&mut client).await == Ws::binary(payload));
 }

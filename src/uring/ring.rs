@@ -483,16 +483,15 @@ fn recycle_buffer(buffers: &mut ProvidedBuffers, id: u16) {
     buffers.provide(id);
 }
 
-impl Drop for Ring {
-    /// Cancels whatever is still in flight and waits for it to complete, so
-    /// the kernel no longer writes to memory about to be freed. If that takes
-    /// too long, the memory is leaked rather than freed under the kernel.
-    fn drop(&mut self) {
+impl Ring {
+    /// Cancels every operation in flight and waits (at most `limit`) for
+    /// their completions, which are dropped. Returns how many are still out.
+    fn cancel_all(&mut self, limit: Duration) -> usize {
         if self.in_flight > 0 {
             let entry = opcode::AsyncCancel2::new(CancelBuilder::any()).build();
             // SAFETY: names no memory.
             unsafe { self.push(entry.user_data(Op::Cancel.user_data())) };
-            let give_up = Instant::now() + DRAIN_ON_DROP;
+            let give_up = Instant::now() + limit;
             let mut completions = Vec::new();
             while self.in_flight > 0 && Instant::now() < give_up {
                 let wait_until = (Instant::now() + Duration::from_millis(100)).min(give_up);
@@ -503,7 +502,16 @@ impl Drop for Ring {
                 completions.clear();
             }
         }
-        if self.in_flight > 0 {
+        self.in_flight
+    }
+}
+
+impl Drop for Ring {
+    /// Cancels whatever is still in flight and waits for it to complete, so
+    /// the kernel no longer writes to memory about to be freed. If that takes
+    /// too long, the memory is leaked rather than freed under the kernel.
+    fn drop(&mut self) {
+        if self.cancel_all(DRAIN_ON_DROP) > 0 {
             tracing::error!(
                 in_flight = self.in_flight,
                 "io_uring operations did not finish; leaking their memory"
@@ -540,4 +548,225 @@ fn unavailable(step: &str, error: io::Error) -> io::Error {
              kernel.io_uring_disabled sysctl); use the tokio backend instead"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    use bytes::{Buf, Bytes};
+
+    use super::*;
+    use crate::proto::OpCode;
+
+    /// Waits for completions until `until` accepts one.
+    fn wait_for(ring: &mut Ring, mut until: impl FnMut(&Completion) -> bool) -> Completion {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        loop {
+            assert!(Instant::now() < give_up, "no such completion within 10 s");
+            ring.submit(true, Some(Instant::now() + Duration::from_millis(200)))
+                .unwrap();
+            ring.complete(&mut seen);
+            if let Some(at) = seen.iter().position(&mut until) {
+                return seen.swap_remove(at);
+            }
+            seen.clear();
+        }
+    }
+
+    fn data(completion: &Completion) -> Option<(u16, usize)> {
+        match completion {
+            Completion::Received {
+                result: Ok(Received::Data { buffer, len }),
+                ..
+            } => Some((*buffer, *len)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn receives_into_provided_buffers_and_recycles_them() {
+        let mut ring = Ring::new(8, 2, 512).unwrap();
+        let (mut peer, ours) = UnixStream::pair().unwrap();
+        ring.receive(3, ours.as_raw_fd());
+        for round in 0..6u8 {
+            // More rounds than buffers: only recycling keeps the receive going.
+            let message = [round; 100];
+            peer.write_all(&message).unwrap();
+            let completion = wait_for(&mut ring, |c| data(c).is_some());
+            let Completion::Received { slot, more, .. } = &completion else {
+                unreachable!()
+            };
+            assert_eq!((*slot, *more), (3, true));
+            let (buffer, len) = data(&completion).unwrap();
+            let received = ring.received(buffer, len);
+            assert_eq!(&received[..], &message[..]);
+            // Handled in place: unmasking writes to it, the session advances it.
+            received[0] ^= 0xff;
+            received.advance(10);
+            ring.recycle(buffer);
+        }
+        drop(peer);
+        let end = wait_for(&mut ring, |c| matches!(c, Completion::Received { .. }));
+        assert!(matches!(
+            end,
+            Completion::Received {
+                result: Ok(Received::End),
+                more: false,
+                ..
+            }
+        ));
+        assert_eq!(ring.cancel_all(Duration::from_secs(5)), 0);
+    }
+
+    #[test]
+    fn a_receive_without_buffers_ends_with_enobufs_and_works_once_rearmed() {
+        let mut ring = Ring::new(8, 1, 512).unwrap();
+        let (mut peer, ours) = UnixStream::pair().unwrap();
+        ring.receive(0, ours.as_raw_fd());
+        peer.write_all(b"first").unwrap();
+        let first = wait_for(&mut ring, |c| data(c).is_some());
+        let (buffer, len) = data(&first).unwrap();
+        // The only buffer is still ours: the next bytes find none.
+        peer.write_all(b"second").unwrap();
+        let starved = wait_for(&mut ring, |c| matches!(c, Completion::Received { .. }));
+        match starved {
+            Completion::Received {
+                result: Err(error),
+                more: false,
+                ..
+            } => assert_eq!(error.raw_os_error(), Some(libc::ENOBUFS)),
+            _ => panic!("expected ENOBUFS ending the receive"),
+        }
+        assert_eq!(&ring.received(buffer, len)[..], b"first");
+        ring.recycle(buffer);
+        ring.receive(0, ours.as_raw_fd());
+        let second = wait_for(&mut ring, |c| data(c).is_some());
+        let (buffer, len) = data(&second).unwrap();
+        assert_eq!(&ring.received(buffer, len)[..], b"second");
+        ring.recycle(buffer);
+    }
+
+    #[test]
+    fn a_buffer_split_off_while_handled_is_replaced_not_reused() {
+        let mut ring = Ring::new(8, 1, 512).unwrap();
+        let (mut peer, ours) = UnixStream::pair().unwrap();
+        ring.receive(0, ours.as_raw_fd());
+        peer.write_all(b"keep me").unwrap();
+        let (buffer, len) = data(&wait_for(&mut ring, |c| data(c).is_some())).unwrap();
+        let kept: Bytes = ring.received(buffer, len).split().freeze();
+        ring.recycle(buffer);
+        peer.write_all(b"overwrite?").unwrap();
+        let (buffer, len) = data(&wait_for(&mut ring, |c| data(c).is_some())).unwrap();
+        assert_eq!(&ring.received(buffer, len)[..], b"overwrite?");
+        assert_eq!(
+            &kept[..],
+            b"keep me",
+            "the kernel wrote into a shared buffer"
+        );
+        ring.recycle(buffer);
+    }
+
+    #[test]
+    fn sends_a_queue_in_one_operation() {
+        let mut ring = Ring::new(8, 1, 512).unwrap();
+        let (mut peer, ours) = UnixStream::pair().unwrap();
+        // One slice, then several (a shared payload is a segment of its own).
+        let mut outgoing = Outgoing::new();
+        outgoing
+            .queue
+            .push_frame(true, 0, OpCode::Text, b"one slice");
+        let mut expected = Vec::new();
+        for round in 0..2 {
+            let total = outgoing.queue.len();
+            let mut copy = vec![0u8; total];
+            {
+                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                let n = outgoing.queue.io_slices(&mut slices);
+                let mut at = 0;
+                for slice in &slices[..n] {
+                    copy[at..at + slice.len()].copy_from_slice(slice);
+                    at += slice.len();
+                }
+            }
+            expected.extend_from_slice(&copy);
+            ring.send(5, ours.as_raw_fd(), outgoing);
+            let sent = wait_for(&mut ring, |c| matches!(c, Completion::Sent { .. }));
+            let Completion::Sent {
+                slot,
+                result,
+                outgoing: back,
+            } = sent
+            else {
+                unreachable!()
+            };
+            assert_eq!((slot, result.unwrap()), (5, total), "round {round}");
+            outgoing = back;
+            outgoing.queue.advance(total);
+            outgoing.queue.push_frame(true, 0, OpCode::Text, b"head");
+            outgoing
+                .queue
+                .push_frame_shared(true, 0, OpCode::Binary, Bytes::from(vec![7u8; 4096]));
+            outgoing.queue.push_frame(true, 0, OpCode::Text, b"tail");
+        }
+        let mut received = vec![0u8; expected.len()];
+        peer.read_exact(&mut received).unwrap();
+        assert_eq!(received, expected);
+    }
+
+    #[test]
+    fn an_eventfd_write_completes_the_wake_read() {
+        let mut ring = Ring::new(8, 1, 512).unwrap();
+        let eventfd = std::fs::File::from(eventfd().unwrap());
+        ring.watch_wakes(eventfd.as_raw_fd());
+        let writer = eventfd.try_clone().unwrap();
+        let waker = std::thread::spawn(move || (&writer).write_all(&1u64.to_ne_bytes()));
+        wait_for(&mut ring, |c| matches!(c, Completion::Woken));
+        waker.join().unwrap().unwrap();
+        assert_eq!(*ring.wake_counter, 1);
+    }
+
+    #[test]
+    fn dropping_a_ring_cancels_and_waits_for_what_is_in_flight() {
+        let mut ring = Ring::new(8, 2, 512).unwrap();
+        let (_peer, ours) = UnixStream::pair().unwrap();
+        let eventfd = eventfd().unwrap();
+        ring.receive(1, ours.as_raw_fd());
+        ring.watch_wakes(eventfd.as_raw_fd());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        ring.accept(listener.as_raw_fd());
+        ring.submit(false, None).unwrap();
+        assert_eq!(ring.in_flight, 3);
+        assert_eq!(ring.cancel_all(Duration::from_secs(5)), 0);
+    }
+
+    #[test]
+    fn accepts_connections_until_cancelled() {
+        let mut ring = Ring::new(8, 1, 512).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        ring.accept(listener.as_raw_fd());
+        let addr = listener.local_addr().unwrap();
+        for _ in 0..3 {
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            let accepted = wait_for(&mut ring, |c| matches!(c, Completion::Accepted { .. }));
+            let Completion::Accepted { result, more } = accepted else {
+                unreachable!()
+            };
+            assert!(more, "multishot accept stays armed");
+            let stream = std::net::TcpStream::from(result.unwrap());
+            assert_eq!(stream.peer_addr().unwrap(), client.local_addr().unwrap());
+        }
+        ring.cancel(Op::Accept);
+        let ended = wait_for(&mut ring, |c| matches!(c, Completion::Accepted { .. }));
+        assert!(matches!(
+            ended,
+            Completion::Accepted {
+                result: Err(_),
+                more: false
+            }
+        ));
+    }
 }

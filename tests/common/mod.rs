@@ -258,25 +258,36 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
             }
         }
         #[cfg(target_os = "linux")]
-        Backend::Uring => {
-            let server = rapidws::uring::Server::bind("127.0.0.1:0", handler, config)
-                .expect("bind")
-                .threads(2);
-            let (done, served) = tokio::sync::oneshot::channel();
-            let addr = server.local_addr().unwrap();
-            let handle = server.handle();
-            std::thread::spawn(move || done.send(server.serve()));
-            TestServer {
-                addr,
-                handle,
-                recorder,
-                served: tokio::spawn(async move {
-                    served
-                        .await
-                        .unwrap_or_else(|_| Err(std::io::Error::other("serve thread died")))
-                }),
-            }
-        }
+        Backend::Uring => start_uring(config, |server| server.threads(2)).await,
+    }
+}
+
+/// Starts an io_uring server, set up by `tweak`, on threads of its own.
+#[cfg(target_os = "linux")]
+pub async fn start_uring(
+    config: Config,
+    tweak: impl FnOnce(rapidws::uring::Server<TestHandler>) -> rapidws::uring::Server<TestHandler>,
+) -> TestServer {
+    let recorder = Arc::new(Recorder::default());
+    let handler = TestHandler {
+        recorder: recorder.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let server = rapidws::uring::Server::bind("127.0.0.1:0", handler, config).expect("bind");
+    let server = tweak(server);
+    let (done, served) = tokio::sync::oneshot::channel();
+    let addr = server.local_addr().unwrap();
+    let handle = server.handle();
+    std::thread::spawn(move || done.send(server.serve()));
+    TestServer {
+        addr,
+        handle,
+        recorder,
+        served: tokio::spawn(async move {
+            served
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("serve thread died")))
+        }),
     }
 }
 
