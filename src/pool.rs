@@ -123,14 +123,24 @@ impl BufferPool {
     }
 
     /// An empty buffer with room for at least `min_capacity` bytes: a pooled one
-    /// of the smallest fitting class if there is one, else a new one.
+    /// of the smallest fitting class if there is one, else of a larger class,
+    /// else a new one of the smallest fitting class.
+    ///
+    /// Why larger classes too: a buffer often grows while in use (a write queue
+    /// collecting a batch of echoes) and comes back in a larger class than it
+    /// was taken from. Taking only from the smallest class would then allocate
+    /// a new buffer every time, and grow it again, while the grown ones pile up
+    /// (and are freed) a class higher: measured as a tenth of the io_uring
+    /// server's CPU time in page faults.
     pub fn take(&self, min_capacity: usize) -> BytesMut {
-        match self.classes.iter().find(|c| c.size >= min_capacity) {
-            Some(class) => class
-                .pop()
-                .unwrap_or_else(|| BytesMut::with_capacity(class.size)),
-            None => BytesMut::with_capacity(min_capacity),
-        }
+        let mut fitting = self.classes.iter().filter(|c| c.size >= min_capacity);
+        let Some(smallest) = fitting.next() else {
+            return BytesMut::with_capacity(min_capacity);
+        };
+        smallest
+            .pop()
+            .or_else(|| fitting.find_map(Class::pop))
+            .unwrap_or_else(|| BytesMut::with_capacity(smallest.size))
     }
 
     /// Returns a buffer to the pool. Its contents are discarded. Buffers smaller
@@ -210,6 +220,22 @@ mod tests {
         // The first HOT returned are stacked; later ones went to the queue.
         assert_eq!(pool.take(1).as_ptr(), ptrs[HOT - 1]);
         assert_eq!(pool.take(1).as_ptr(), ptrs[HOT - 2]);
+    }
+
+    #[test]
+    fn a_larger_free_buffer_serves_when_the_fitting_class_is_empty() {
+        let pool = BufferPool::with_classes(&[(1024, 4), (8192, 4)]);
+        let mut grown = pool.take(100);
+        assert_eq!(grown.capacity(), 1024);
+        grown.extend_from_slice(&[1; 9000]);
+        let grown_at = grown.as_ptr();
+        pool.give(grown);
+        // The 1 KiB class is empty; the grown buffer is reused, not a new one.
+        let again = pool.take(100);
+        assert_eq!(again.as_ptr(), grown_at);
+        assert!(again.capacity() >= 8192);
+        // Nothing free anywhere: a new buffer of the smallest fitting class.
+        assert_eq!(pool.take(100).capacity(), 1024);
     }
 
     #[test]

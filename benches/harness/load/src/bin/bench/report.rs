@@ -7,6 +7,8 @@ use crate::chart::{self, Panel};
 use crate::scenarios::{Measurement, SCENARIOS, STREAM_VARIANTS};
 
 const US: &str = "rapidws-tokio";
+/// The io_uring backend, compared with `US` (issue 4).
+const URING: &str = "rapidws-uring";
 
 /// Medians and spread of one (scenario, variant, server) over its rounds.
 #[derive(Default, Debug)]
@@ -274,7 +276,10 @@ fn targets(out: &mut String, summaries: &Summaries) {
         summaries
             .keys()
             .filter(|(s, v, server)| {
-                *s == scenario && v.is_empty() && server != US && server != "raw-tcp-echo"
+                *s == scenario
+                    && v.is_empty()
+                    && !server.starts_with("rapidws")
+                    && server != "raw-tcp-echo"
             })
             .map(|(_, _, server)| server.clone())
             .collect()
@@ -353,6 +358,35 @@ fn targets(out: &mut String, summaries: &Summaries) {
     );
 }
 
+/// The issue-4 targets: the io_uring backend against the tokio backend.
+fn uring_targets(out: &mut String, summaries: &Summaries) {
+    let get = |scenario: u8, server: &str, metric: &str| {
+        summaries
+            .get(&(scenario, String::new(), server.into()))
+            .map_or(f64::NAN, |s| s.median(metric))
+    };
+    let verdict = |ok: bool| if ok { "**met**" } else { "**not met**" };
+    let _ = writeln!(out, "| target | measured (medians) | |");
+    let _ = writeln!(out, "|---|---|---|");
+    let (uring, tokio) = (get(1, URING, "per_sec"), get(1, US, "per_sec"));
+    let _ = writeln!(
+        out,
+        "| 1: depth-8 echo ≥ 1.2x the tokio backend | {} vs {} = {:.2}x | {} |",
+        num(uring),
+        num(tokio),
+        uring / tokio,
+        verdict(uring / tokio >= 1.2)
+    );
+    let idle = get(4, URING, "bytes_per_conn_to_10k");
+    let _ = writeln!(
+        out,
+        "| 4: ≤ 0.5 KiB per idle connection (slope 1k→10k) | {} bytes (tokio backend: {}) | {} |",
+        num(idle),
+        num(get(4, US, "bytes_per_conn_to_10k")),
+        verdict(idle <= 512.0)
+    );
+}
+
 pub struct Context<'a> {
     pub machine: &'a str,
     pub command: &'a str,
@@ -379,6 +413,8 @@ pub fn markdown(summaries: &Summaries, context: &Context) -> String {
     let _ = writeln!(out, "![benchmark chart]({})\n", context.chart_path);
     let _ = writeln!(out, "## Targets (issue 3)\n");
     targets(&mut out, summaries);
+    let _ = writeln!(out, "\n## Targets (issue 4: the io_uring backend)\n");
+    uring_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
         match scenario.number {
