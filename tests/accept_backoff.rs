@@ -64,19 +64,23 @@ async fn survives_emfile_at_accept() {
 async fn survives_emfile_on(backend: Backend, log: &Log) {
     log.0.lock().unwrap().clear();
     let server = start(backend, Config::default()).await;
-    let original = set_soft_limit(open_descriptors() + 40);
+    let original = set_soft_limit(open_descriptors() + 20);
 
-    // Connect until this process has no descriptor left. Connections beyond
-    // what the server could accept wait in the listen backlog, so its accept
-    // calls fail with EMFILE.
-    let mut clients = Vec::new();
-    while clients.len() < 200 {
-        match tokio::net::TcpStream::connect(server.addr).await {
-            Ok(stream) => clients.push(stream),
-            Err(_) => break,
-        }
-    }
-    for _ in 0..100 {
+    // Another process connects 100 times, so the server (and not the client,
+    // which shares this process's descriptors) runs out: its accepts fail with
+    // EMFILE while connections wait in the listen backlog.
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import socket, time\n\
+             held = [socket.create_connection(('{}', {})) for _ in range(100)]\n\
+             time.sleep(30)",
+            server.addr.ip(),
+            server.addr.port()
+        ))
+        .spawn()
+        .expect("python3 runs");
+    for _ in 0..250 {
         if String::from_utf8_lossy(&log.0.lock().unwrap()).contains("accept failed") {
             break;
         }
@@ -90,7 +94,8 @@ async fn survives_emfile_on(backend: Backend, log: &Log) {
     assert!(logged.contains("Too many open files"), "{logged}");
 
     // Free the descriptors; the server must recover by itself.
-    drop(clients);
+    let _ = holder.kill();
+    let _ = holder.wait();
     set_soft_limit(original);
     assert!(!server.served.is_finished(), "serve must not give up");
     let mut client = tokio::time::timeout(Duration::from_secs(10), server.client())

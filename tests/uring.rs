@@ -63,7 +63,7 @@ fn without_io_uring_the_echo_example_says_so() {
     // SAFETY: the closure runs in the child between fork and exec, and only
     // makes two `prctl` calls (async-signal-safe) with memory prepared before
     // the fork.
-    unsafe { command.pre_exec(|| deny_io_uring_setup()) };
+    unsafe { command.pre_exec(deny_io_uring_setup) };
     let output = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
@@ -146,4 +146,20 @@ fn deny_io_uring_setup() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// SO_REUSEPORT (one listener per reactor) must not let a second server
+/// quietly share a port that is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_is_refused() {
+    let server = start_uring(Config::default(), |server| server.threads(2)).await;
+    let handler = TestHandler {
+        recorder: Default::default(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let second = rapidws::uring::Server::bind(server.addr, handler, Config::default());
+    assert_eq!(
+        second.expect_err("bound a taken port").kind(),
+        std::io::ErrorKind::AddrInUse
+    );
 }

@@ -56,6 +56,8 @@ pub(crate) enum Progress {
     Pending,
     /// Over, and the kernel has finished with its socket: free the slot.
     Done,
+    /// Its state cannot be trusted (ending it panicked): never reuse the slot.
+    Leak,
 }
 
 /// An accepted TCP connection, from the handshake to the last completion.
@@ -72,9 +74,13 @@ pub(crate) struct Connection<H: Handler> {
     sending: bool,
     /// The peer ended its side of the stream, or reading failed.
     read_closed: bool,
-    /// Too much waits to be written: received bytes are kept, not handled,
-    /// and the receive is not armed again until the queue has drained.
+    /// A send is blocked, or too much waits to be written: received bytes
+    /// are kept, not handled, and the receive is not armed again until the
+    /// queue has drained.
     paused: bool,
+    /// `paused` was set where the ring was out of reach: cancel the receive at
+    /// the next turn.
+    cancel_receive: bool,
     /// How reading or writing failed, if one did.
     failure: Option<String>,
     /// The handshake timeout, or once closing, the close timeout.
@@ -125,6 +131,7 @@ impl<H: Handler> Connection<H> {
             sending: false,
             read_closed: false,
             paused: false,
+            cancel_receive: false,
             failure: None,
             deadline: None,
             stage: Stage::Handshake(Box::new(Handshake {
@@ -152,11 +159,11 @@ impl<H: Handler> Connection<H> {
             self.receiving = false;
         }
         match result {
+            // The reactor gives the buffer back afterwards, whatever happens here.
             Ok(Received::Data { buffer, len }) => {
                 let waker = io.waker;
                 let chunk = io.ring.received(buffer, len);
                 self.take(chunk, env, waker);
-                io.ring.recycle(buffer);
             }
             Ok(Received::End) => self.read_closed = true,
             // Out of provided buffers, or cancelled by us: armed again by the
@@ -318,6 +325,14 @@ impl<H: Handler> Connection<H> {
                 if open.dispatch.is_closed() {
                     return;
                 }
+                if self.sending && !self.paused {
+                    // The reactor hands out send completions before receives,
+                    // so a send still out did not go through at once: the
+                    // peer is not reading. Like a blocked write on tokio, that
+                    // stops the reading (see `pause`).
+                    self.paused = true;
+                    self.cancel_receive = true;
+                }
                 if self.paused || !self.read_buf.is_empty() {
                     let wanted = open.dispatch.bytes_wanted();
                     read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
@@ -366,9 +381,11 @@ impl<H: Handler> Connection<H> {
                 let (mut dispatch, registration) =
                     Dispatch::upgrade(core, &env.handler, peer, response, state);
                 // Sends from other threads, close requests and aborts wake
-                // the reactor for this slot.
-                let waker = Waker::from(waker.clone());
-                dispatch.conn().shared().register(&waker);
+                // the reactor for this slot (registered again every turn).
+                dispatch
+                    .conn()
+                    .shared()
+                    .register(&Waker::from(waker.clone()));
                 if !self.read_buf.is_empty() {
                     dispatch.input(&mut self.read_buf);
                 }
@@ -451,6 +468,11 @@ impl<H: Handler> Connection<H> {
             let dispatch = &mut open.dispatch;
             let conn = dispatch.conn().clone();
             let shared = conn.shared();
+            // Registered every turn: a wake consumes the registration.
+            shared.register(&Waker::from(io.waker.clone()));
+            if std::mem::take(&mut self.cancel_receive) && self.receiving {
+                io.ring.cancel(Op::Recv(io.slot));
+            }
             if shared.take_attention() {
                 dispatch.attend();
             }
@@ -496,6 +518,7 @@ impl<H: Handler> Connection<H> {
                         }
                         let _ = self.stream.shutdown(Shutdown::Write);
                         open.discarded = Some(0);
+                        self.paused = false;
                         self.read_buf.clear();
                         read_buf::release(&mut self.read_buf, &env.core.pool);
                         if self.deadline.is_none() {

@@ -86,10 +86,15 @@ impl<H: Handler> Server<H> {
     /// Binds a listening socket (SO_REUSEADDR and SO_REUSEPORT, a backlog of
     /// 4096) on the first address `addr` resolves to that works. Needs no
     /// runtime; io_uring itself is first used by [`Server::serve`].
+    ///
+    /// SO_REUSEPORT lets each reactor thread listen on the same port; so that
+    /// it does not also let a second server quietly share a port that is
+    /// taken, the port is first bound without it: a port in use fails with
+    /// `AddrInUse`, as on tokio.
     pub fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
         let mut last_error = None;
         for addr in addr.to_socket_addrs()? {
-            match listen(addr) {
+            match check_free(addr).and_then(listen) {
                 Ok(listener) => {
                     return Ok(Server {
                         listener,
@@ -199,6 +204,17 @@ impl<H: Handler> Server<H> {
             core.abort_all();
             wait_until_idle(&core, Instant::now() + Duration::from_secs(1));
         }
+        // A reactor that failed started the shutdown; its error is `serve`'s.
+        for (shared, _) in &reactors.0 {
+            if let Some(error) = shared
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                return Err(error);
+            }
+        }
         Ok(())
     }
 }
@@ -219,6 +235,18 @@ impl Drop for Reactors {
             }
         }
     }
+}
+
+/// Binds `addr` without SO_REUSEPORT (failing if it is taken), and returns
+/// the address bound (with the port chosen, for port 0).
+fn check_free(addr: SocketAddr) -> io::Result<SocketAddr> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("bound to a non-IP address"))
 }
 
 fn listen(addr: SocketAddr) -> io::Result<TcpListener> {

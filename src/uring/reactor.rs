@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     awake: AtomicBool,
     eventfd: File,
     stop: AtomicBool,
+    /// Why the reactor ended early, for `serve` to return.
+    pub(crate) failure: Mutex<Option<io::Error>>,
 }
 
 impl Shared {
@@ -48,6 +50,7 @@ impl Shared {
             awake: AtomicBool::new(true),
             eventfd: File::from(ring::eventfd()?),
             stop: AtomicBool::new(false),
+            failure: Mutex::new(None),
         }))
     }
 
@@ -190,15 +193,30 @@ impl<H: Handler> Reactor<H> {
             let wait = self.may_wait();
             let deadline = self.next_deadline();
             if let Err(error) = self.parts.ring.submit(wait, deadline) {
-                tracing::error!(%error, "io_uring submit failed; this reactor's connections are dropped");
+                if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) {
+                    // Short of kernel memory: try again shortly.
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                tracing::error!(%error, "io_uring submit failed; shutting the server down");
+                *self
+                    .shared
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(error);
+                self.env.core.begin_shutdown();
                 break;
             }
             self.shared.awake.store(true, Ordering::SeqCst);
             let mut completions = std::mem::take(&mut self.completions);
             self.parts.ring.complete(&mut completions);
-            for completion in completions.drain(..) {
-                self.on_completion(completion);
-            }
+            // Sends first: a connection that receives while its send is still
+            // out then knows that the send did not go through at once.
+            let (received, others): (Vec<_>, Vec<_>) = completions
+                .drain(..)
+                .partition(|c| matches!(c, Completion::Received { .. }));
+            others.into_iter().for_each(|c| self.on_completion(c));
+            received.into_iter().for_each(|c| self.on_completion(c));
             self.completions = completions;
             self.take_woken();
             self.expire_timers();
@@ -231,9 +249,19 @@ impl<H: Handler> Reactor<H> {
         match completion {
             Completion::Accepted { result, more } => self.on_accepted(result, more),
             Completion::Received { slot, result, more } => {
+                let buffer = match &result {
+                    Ok(ring::Received::Data { buffer, .. }) => Some(*buffer),
+                    _ => None,
+                };
                 self.with_connection(slot, |connection, env, io| {
                     connection.on_received(result, more, env, io);
                 });
+                // Back to the kernel as soon as the bytes are handled (a
+                // partial frame was copied out), even if handling panicked or
+                // the connection is gone.
+                if let Some(buffer) = buffer {
+                    self.parts.ring.recycle(buffer);
+                }
             }
             Completion::Sent {
                 slot,
@@ -333,7 +361,7 @@ impl<H: Handler> Reactor<H> {
                     match catch_unwind(AssertUnwindSafe(|| connection.end(env, &mut io))) {
                         Ok(()) if connection.is_finished() => Progress::Done,
                         Ok(()) => Progress::Pending,
-                        Err(_) => Progress::Pending,
+                        Err(_) => Progress::Leak,
                     }
                 });
             self.timers.extend(
@@ -342,8 +370,10 @@ impl<H: Handler> Reactor<H> {
                     .drain(..)
                     .map(|(at, slot)| Reverse((at, slot, generation))),
             );
-            if progress == Progress::Done {
-                self.free_slot(slot);
+            match progress {
+                Progress::Done => self.free_slot(slot),
+                Progress::Leak => self.leak(slot),
+                Progress::Pending => {}
             }
         }
         // An entry stays until its deadline even if the connection is gone;
@@ -370,6 +400,10 @@ impl<H: Handler> Reactor<H> {
         if let Some(entry) = self.slots[slot as usize].take() {
             std::mem::forget(entry);
         }
+        // Its completions find no connection: their buffers and queues go
+        // back all the same, and these end its operations.
+        self.parts.ring.cancel(Op::Recv(slot));
+        self.parts.ring.cancel(Op::Send(slot));
         tracing::error!(slot, "a connection was leaked after repeated panics");
     }
 
@@ -407,6 +441,7 @@ impl<H: Handler> Reactor<H> {
             return;
         }
         self.shutdown_seen = true;
+        self.accept_paused_until = None;
         if self.accepting {
             self.parts.ring.cancel(Op::Accept);
         }
@@ -503,5 +538,9 @@ impl<H: Handler> Reactor<H> {
             generation,
             dirty: false,
         }));
+        if self.shutdown_seen {
+            // Accepted just before the listener closed: answer 503 now.
+            self.mark_dirty(slot);
+        }
     }
 }

@@ -141,6 +141,9 @@ struct ProvidedBuffers {
     size: usize,
     /// The buffers, by id. While the kernel owns one, nothing here touches it.
     buffers: Vec<BytesMut>,
+    /// Which buffers a completion has handed back to us (and not yet recycled):
+    /// only those may be read or recycled.
+    delivered: Vec<bool>,
 }
 
 impl ProvidedBuffers {
@@ -152,7 +155,7 @@ impl ProvidedBuffers {
             ));
         }
         let layout = Layout::array::<BufRingEntry>(usize::from(count))
-            .and_then(|layout| layout.align_to(4096))
+            .and_then(|layout| layout.align_to(page_size()))
             .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
         // SAFETY: `layout` has a non-zero size (count >= 1).
         let entries = NonNull::new(unsafe { alloc_zeroed(layout) }.cast::<BufRingEntry>())
@@ -164,6 +167,7 @@ impl ProvidedBuffers {
             tail: 0,
             size,
             buffers: (0..count).map(|_| BytesMut::with_capacity(size)).collect(),
+            delivered: vec![false; usize::from(count)],
         };
         for id in 0..count {
             ring.provide(id);
@@ -171,7 +175,19 @@ impl ProvidedBuffers {
         Ok(ring)
     }
 
-    /// Puts buffer `id` at the tail of the ring, for the kernel to fill.
+    /// Records that a completion handed buffer `id` back to us.
+    fn deliver(&mut self, id: u16) -> u16 {
+        let delivered = &mut self.delivered[usize::from(id)];
+        assert!(
+            !*delivered,
+            "the kernel handed back a buffer it did not have"
+        );
+        *delivered = true;
+        id
+    }
+
+    /// Puts buffer `id` at the tail of the ring, for the kernel to fill. Only
+    /// buffers the kernel does not hold (new, or delivered and recycled).
     fn provide(&mut self, id: u16) {
         let buf = &mut self.buffers[usize::from(id)];
         debug_assert!(buf.is_empty() && buf.capacity() >= self.size);
@@ -215,6 +231,9 @@ pub(crate) struct Ring {
     wake_counter: Box<u64>,
     /// Operations whose last completion has not arrived.
     in_flight: usize,
+    /// Completions taken early, to make room when the submission queue was
+    /// full; handed out by the next `complete`.
+    early: Vec<Completion>,
 }
 
 impl Ring {
@@ -227,7 +246,11 @@ impl Ring {
         builder
             .setup_cqsize(entries * 8)
             .setup_single_issuer()
-            .setup_defer_taskrun();
+            .setup_defer_taskrun()
+            // Deferred task work (receives, accepts, waiting sends) runs only
+            // when an enter asks for completions; this flag tells a
+            // non-waiting submit that some is pending, so it asks.
+            .setup_taskrun_flag();
         // Fewer flags on kernels without these (before 6.1).
         let ring = builder
             .build(entries)
@@ -251,6 +274,7 @@ impl Ring {
             sends: Vec::new(),
             wake_counter: Box::new(0),
             in_flight: 0,
+            early: Vec::new(),
         })
     }
 
@@ -267,11 +291,17 @@ impl Ring {
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 break;
             }
-            // Full: hand what is queued to the kernel and try again.
+            // Full: hand what is queued to the kernel and try again. If the
+            // kernel is busy because completions pile up, take them now (the
+            // reactor gets them with the next batch).
             if let Err(error) = self.ring.submit() {
                 if error.raw_os_error() != Some(libc::EBUSY) {
                     tracing::warn!(%error, "io_uring submit failed");
+                    std::thread::sleep(Duration::from_millis(1));
                 }
+                let mut early = std::mem::take(&mut self.early);
+                self.complete(&mut early);
+                self.early = early;
             }
         }
         self.in_flight += 1;
@@ -378,6 +408,7 @@ impl Ring {
 
     /// Moves every completion waiting in the queue to `out`, decoded.
     pub(crate) fn complete(&mut self, out: &mut Vec<Completion>) {
+        out.append(&mut self.early);
         let Ring {
             ring,
             buffers,
@@ -407,13 +438,14 @@ impl Ring {
                     slot,
                     result: match (result, cqueue::buffer_select(cqe.flags())) {
                         (1.., Some(buffer)) => Ok(Received::Data {
-                            buffer,
+                            buffer: buffers.deliver(buffer),
                             len: result as usize,
                         }),
                         (0, buffer) => {
                             // An end of stream holds no data; a buffer it
                             // took anyway goes straight back.
                             if let Some(buffer) = buffer {
+                                let buffer = buffers.deliver(buffer);
                                 recycle_buffer(buffers, buffer);
                             }
                             Ok(Received::End)
@@ -449,10 +481,14 @@ impl Ring {
     /// (unmasking writes to them). Give the buffer back with [`Ring::recycle`].
     pub(crate) fn received(&mut self, id: u16, len: usize) -> &mut BytesMut {
         let size = self.buffers.size;
+        assert!(
+            self.buffers.delivered[usize::from(id)],
+            "only a buffer a completion handed back may be read"
+        );
         let buf = &mut self.buffers.buffers[usize::from(id)];
         assert!(
             len <= size && buf.is_empty(),
-            "a receive's buffer must be a free provided buffer"
+            "a receive's buffer must be read once"
         );
         // SAFETY: the kernel wrote `len` bytes at the start of this buffer (its
         // ring entry gave it this buffer's address and `size` bytes of room,
@@ -472,6 +508,11 @@ impl Ring {
 /// or shared while handled is replaced, so the kernel only ever writes to
 /// memory nothing else holds.
 fn recycle_buffer(buffers: &mut ProvidedBuffers, id: u16) {
+    let delivered = &mut buffers.delivered[usize::from(id)];
+    assert!(
+        std::mem::replace(delivered, false),
+        "only a buffer a completion handed back may be recycled, once"
+    );
     let size = buffers.size;
     let buf = &mut buffers.buffers[usize::from(id)];
     buf.clear();
@@ -525,6 +566,13 @@ impl Drop for Ring {
         }
         let _ = self.ring.submitter().unregister_buf_ring(BUFFER_GROUP);
     }
+}
+
+/// The memory page size, which the provided ring's entries are aligned to.
+fn page_size() -> usize {
+    // SAFETY: `sysconf` takes no pointers.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096).max(4096)
 }
 
 /// A new eventfd (close-on-exec), for other threads to wake a reactor with.
