@@ -36,6 +36,11 @@ struct Args {
     /// Do not run anything: rebuild the report from the saved results.
     #[arg(long)]
     report_only: bool,
+    /// Keep the saved results of the servers and scenarios not run now, and
+    /// replace only those run (e.g. after a change to one server). The report
+    /// then mixes runs from different times: its notes should say so.
+    #[arg(long)]
+    merge: bool,
     /// The repository root (default: found from this crate's location).
     #[arg(long)]
     repo: Option<PathBuf>,
@@ -110,6 +115,18 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
         duration: args.duration,
         measurements: Vec::new(),
     };
+    if args.merge {
+        let selected = |m: &Measurement| {
+            (args.servers.is_empty() || args.servers.contains(&m.server))
+                && (args.scenarios.is_empty() || args.scenarios.contains(&m.scenario))
+        };
+        match load_results(results_path) {
+            Ok(previous) => saved
+                .measurements
+                .extend(previous.measurements.into_iter().filter(|m| !selected(m))),
+            Err(error) => eprintln!("note: nothing to merge with ({error})"),
+        }
+    }
     for round in 0..args.rounds {
         for scenario in SCENARIOS
             .iter()
