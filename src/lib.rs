@@ -11,6 +11,7 @@ mod handler;
 mod read_buf;
 mod registry;
 mod server;
+mod slot_waker;
 
 pub mod config;
 pub mod handshake;

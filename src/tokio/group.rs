@@ -19,8 +19,8 @@ use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
@@ -30,6 +30,7 @@ use tokio::io::unix::AsyncFd;
 use super::connection::{Connection, Env, Progress};
 use crate::handler::Handler;
 use crate::server::{LiveGuard, ServerCore};
+use crate::slot_waker::{SlotWaker, WokenList, lock};
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -77,39 +78,16 @@ impl GroupShared {
     }
 }
 
-/// Locks a list; a panic elsewhere cannot leave a `Vec` half-pushed, so
-/// poisoning is ignored.
-fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
-    list.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Wakes one connection of a group.
-struct SlotWaker {
-    group: Arc<GroupShared>,
-    slot: u32,
-    /// On the woken list already: more wakes add nothing. A waker that outlives
-    /// its connection (a `Conn` kept by the application holds it) lists the
-    /// slot at most once more, which gives whoever has the slot by then a
-    /// turn with nothing to do.
-    queued: AtomicBool,
-}
-
-impl Wake for SlotWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            lock(&self.group.woken).push(self.slot);
-            self.group.waker.wake();
-        }
+impl WokenList for GroupShared {
+    fn push_woken(&self, slot: u32) {
+        lock(&self.woken).push(slot);
+        self.waker.wake();
     }
 }
 
 struct Slot<H: Handler> {
     connection: Connection<H>,
-    waker: Arc<SlotWaker>,
+    waker: Arc<SlotWaker<GroupShared>>,
 }
 
 /// Starts a group's task on the current runtime.
@@ -219,11 +197,7 @@ impl<H: Handler> Group<H> {
                 self.shared.connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            let waker = Arc::new(SlotWaker {
-                group: self.shared.clone(),
-                slot,
-                queued: AtomicBool::new(false),
-            });
+            let waker = SlotWaker::new(self.shared.clone(), slot);
             let connection = Connection::accept(stream, peer, live, &self.env);
             self.slots[slot as usize] = Some(Box::new(Slot { connection, waker }));
             self.live += 1;
@@ -244,7 +218,7 @@ impl<H: Handler> Group<H> {
         for slot in woken.drain(..) {
             if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
                 // Cleared before the turn, so a wake during it lists it again.
-                entry.waker.queued.store(false, Ordering::Release);
+                entry.waker.taken();
             }
             self.advance(slot);
         }

@@ -198,10 +198,10 @@ impl<H: Handler> Connection<H> {
                     open.dispatch.conn().shared().lock().sending -= n;
                 }
             }
+            // What is left unsent is dropped below.
             Err(error) => {
                 self.failure
                     .get_or_insert_with(|| format!("write failed: {error}"));
-                self.forget_unsent(&mut outgoing);
             }
         }
         if !outgoing.queue.is_empty()

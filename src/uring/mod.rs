@@ -237,23 +237,26 @@ impl Drop for Reactors {
     }
 }
 
+/// A TCP socket bound to `addr` with SO_REUSEADDR, and SO_REUSEPORT if asked.
+fn tcp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(reuse_port)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
 /// Binds `addr` without SO_REUSEPORT (failing if it is taken), and returns
 /// the address bound (with the port chosen, for port 0).
 fn check_free(addr: SocketAddr) -> io::Result<SocketAddr> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&addr.into())?;
-    socket
+    tcp_socket(addr, false)?
         .local_addr()?
         .as_socket()
         .ok_or_else(|| io::Error::other("bound to a non-IP address"))
 }
 
 fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.bind(&addr.into())?;
+    let socket = tcp_socket(addr, true)?;
     socket.listen(LISTEN_BACKLOG as i32)?;
     Ok(socket.into())
 }

@@ -19,14 +19,15 @@ use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Wake, Waker};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Env, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use crate::handler::Handler;
 use crate::server::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
+use crate::slot_waker::{WokenList, lock};
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
@@ -54,7 +55,15 @@ impl Shared {
         }))
     }
 
-    fn wake(&self, slot: u32) {
+    /// Makes the reactor end its loop and drop what it still holds.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.push_woken(REACTOR);
+    }
+}
+
+impl WokenList for Shared {
+    fn push_woken(&self, slot: u32) {
         lock(&self.woken).push(slot);
         if !self.awake.swap(true, Ordering::SeqCst) {
             // Eight bytes to an eventfd do not block (the counter cannot
@@ -62,39 +71,11 @@ impl Shared {
             let _ = (&self.eventfd).write(&1u64.to_ne_bytes());
         }
     }
-
-    /// Makes the reactor end its loop and drop what it still holds.
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake(REACTOR);
-    }
 }
 
-fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
-    list.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Wakes one connection of a reactor (see the tokio backend's group for the
-/// same idea). A waker that outlives its connection lists the slot at most
-/// once more, which gives whoever has the slot by then a turn with nothing to
-/// do.
-pub(crate) struct SlotWaker {
-    shared: Arc<Shared>,
-    slot: u32,
-    queued: AtomicBool,
-}
-
-impl Wake for SlotWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            self.shared.wake(self.slot);
-        }
-    }
-}
+/// Wakes one connection of this reactor (or, for the slot [`REACTOR`], the
+/// reactor itself).
+pub(crate) type SlotWaker = crate::slot_waker::SlotWaker<Shared>;
 
 struct Slot<H: Handler> {
     connection: Connection<H>,
@@ -116,6 +97,19 @@ struct Parts {
     new_timers: Vec<(Instant, u32)>,
 }
 
+impl Parts {
+    /// What the connection in `slot` acts through.
+    fn io<'a>(&'a mut self, slot: u32, waker: &'a Arc<SlotWaker>) -> Io<'a> {
+        Io {
+            ring: &mut self.ring,
+            slot,
+            spare: &mut self.spare,
+            timers: &mut self.new_timers,
+            waker,
+        }
+    }
+}
+
 pub(crate) struct Reactor<H: Handler> {
     // Declared before `parts`: connections (and their sockets) go first, then
     // the ring cancels what is still in flight and waits for it.
@@ -131,6 +125,8 @@ pub(crate) struct Reactor<H: Handler> {
     shared: Arc<Shared>,
     env: Env<H>,
     completions: Vec<Completion>,
+    /// This turn's receive completions, handled after the others.
+    received: Vec<Completion>,
     dirty: Vec<u32>,
     woken: Vec<u32>,
     /// Deadlines: (when, slot, generation), soonest first. Entries are not
@@ -171,6 +167,7 @@ impl<H: Handler> Reactor<H> {
             shared,
             env,
             completions: Vec::new(),
+            received: Vec::new(),
             dirty: Vec::new(),
             woken: Vec::new(),
             timers: BinaryHeap::new(),
@@ -182,11 +179,7 @@ impl<H: Handler> Reactor<H> {
     /// Runs until stopped.
     pub(crate) fn run(mut self) {
         self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
-        let reactor_waker = Arc::new(SlotWaker {
-            shared: self.shared.clone(),
-            slot: REACTOR,
-            queued: AtomicBool::new(false),
-        });
+        let reactor_waker = SlotWaker::new(self.shared.clone(), REACTOR);
         self.env.core.on_shutdown(Waker::from(reactor_waker));
         self.arm_accept();
         while !self.shared.stop.load(Ordering::SeqCst) {
@@ -209,15 +202,20 @@ impl<H: Handler> Reactor<H> {
             }
             self.shared.awake.store(true, Ordering::SeqCst);
             let mut completions = std::mem::take(&mut self.completions);
+            let mut received = std::mem::take(&mut self.received);
             self.parts.ring.complete(&mut completions);
             // Sends first: a connection that receives while its send is still
             // out then knows that the send did not go through at once.
-            let (received, others): (Vec<_>, Vec<_>) = completions
-                .drain(..)
-                .partition(|c| matches!(c, Completion::Received { .. }));
-            others.into_iter().for_each(|c| self.on_completion(c));
-            received.into_iter().for_each(|c| self.on_completion(c));
-            self.completions = completions;
+            for completion in completions.drain(..) {
+                match completion {
+                    Completion::Received { .. } => received.push(completion),
+                    other => self.on_completion(other),
+                }
+            }
+            for completion in received.drain(..) {
+                self.on_completion(completion);
+            }
+            (self.completions, self.received) = (completions, received);
             self.take_woken();
             self.expire_timers();
             self.notice_shutdown();
@@ -299,18 +297,7 @@ impl<H: Handler> Reactor<H> {
         let Slot {
             connection, waker, ..
         } = &mut **entry;
-        let Parts {
-            ring,
-            spare,
-            new_timers,
-        } = &mut self.parts;
-        let mut io = Io {
-            ring,
-            slot,
-            spare,
-            timers: new_timers,
-            waker,
-        };
+        let mut io = self.parts.io(slot, waker);
         let env = &self.env;
         if catch_unwind(AssertUnwindSafe(|| f(connection, env, &mut io))).is_err() {
             tracing::error!("handling a completion panicked; ending the connection");
@@ -342,18 +329,7 @@ impl<H: Handler> Reactor<H> {
             let Slot {
                 connection, waker, ..
             } = &mut **entry;
-            let Parts {
-                ring,
-                spare,
-                new_timers,
-            } = &mut self.parts;
-            let mut io = Io {
-                ring,
-                slot,
-                spare,
-                timers: new_timers,
-                waker,
-            };
+            let mut io = self.parts.io(slot, waker);
             let env = &self.env;
             let progress = catch_unwind(AssertUnwindSafe(|| connection.advance(env, &mut io)))
                 .unwrap_or_else(|_| {
@@ -364,12 +340,7 @@ impl<H: Handler> Reactor<H> {
                         Err(_) => Progress::Leak,
                     }
                 });
-            self.timers.extend(
-                self.parts
-                    .new_timers
-                    .drain(..)
-                    .map(|(at, slot)| Reverse((at, slot, generation))),
-            );
+            self.file_timers(generation);
             match progress {
                 Progress::Done => self.free_slot(slot),
                 Progress::Leak => self.leak(slot),
@@ -382,6 +353,14 @@ impl<H: Handler> Reactor<H> {
             self.timers.shrink_to(self.timers.len() * 2);
         }
         self.dirty = dirty;
+    }
+
+    /// Moves the deadlines a connection just set into the heap, marked with its
+    /// generation.
+    fn file_timers(&mut self, generation: u32) {
+        let new = self.parts.new_timers.drain(..);
+        self.timers
+            .extend(new.map(|(at, slot)| Reverse((at, slot, generation))));
     }
 
     /// Drops a finished connection (closing its socket) and frees its slot.
@@ -413,7 +392,7 @@ impl<H: Handler> Reactor<H> {
         for slot in woken.drain(..) {
             if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
                 // Cleared before the turn, so a wake during it lists it again.
-                entry.waker.queued.store(false, Ordering::Release);
+                entry.waker.taken();
                 self.mark_dirty(slot);
             }
         }
@@ -509,29 +488,10 @@ impl<H: Handler> Reactor<H> {
         });
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
-        let waker = Arc::new(SlotWaker {
-            shared: self.shared.clone(),
-            slot,
-            queued: AtomicBool::new(false),
-        });
-        let Parts {
-            ring,
-            spare,
-            new_timers,
-        } = &mut self.parts;
-        let mut io = Io {
-            ring,
-            slot,
-            spare,
-            timers: new_timers,
-            waker: &waker,
-        };
+        let waker = SlotWaker::new(self.shared.clone(), slot);
+        let mut io = self.parts.io(slot, &waker);
         let connection = Connection::accept(stream, peer, live, &self.env, &mut io);
-        self.timers.extend(
-            new_timers
-                .drain(..)
-                .map(|(at, slot)| Reverse((at, slot, generation))),
-        );
+        self.file_timers(generation);
         self.slots[slot as usize] = Some(Box::new(Slot {
             connection,
             waker,

@@ -625,6 +625,11 @@ mod tests {
         }
     }
 
+    /// Waits for the next receive that brought data: its buffer and length.
+    fn next_data(ring: &mut Ring) -> (u16, usize) {
+        data(&wait_for(ring, |c| data(c).is_some())).unwrap()
+    }
+
     fn data(completion: &Completion) -> Option<(u16, usize)> {
         match completion {
             Completion::Received {
@@ -676,8 +681,7 @@ mod tests {
         let (mut peer, ours) = UnixStream::pair().unwrap();
         ring.receive(0, ours.as_raw_fd());
         peer.write_all(b"first").unwrap();
-        let first = wait_for(&mut ring, |c| data(c).is_some());
-        let (buffer, len) = data(&first).unwrap();
+        let (buffer, len) = next_data(&mut ring);
         // The only buffer is still ours: the next bytes find none.
         peer.write_all(b"second").unwrap();
         let starved = wait_for(&mut ring, |c| matches!(c, Completion::Received { .. }));
@@ -692,8 +696,7 @@ mod tests {
         assert_eq!(&ring.received(buffer, len)[..], b"first");
         ring.recycle(buffer);
         ring.receive(0, ours.as_raw_fd());
-        let second = wait_for(&mut ring, |c| data(c).is_some());
-        let (buffer, len) = data(&second).unwrap();
+        let (buffer, len) = next_data(&mut ring);
         assert_eq!(&ring.received(buffer, len)[..], b"second");
         ring.recycle(buffer);
     }
@@ -704,11 +707,11 @@ mod tests {
         let (mut peer, ours) = UnixStream::pair().unwrap();
         ring.receive(0, ours.as_raw_fd());
         peer.write_all(b"keep me").unwrap();
-        let (buffer, len) = data(&wait_for(&mut ring, |c| data(c).is_some())).unwrap();
+        let (buffer, len) = next_data(&mut ring);
         let kept: Bytes = ring.received(buffer, len).split().freeze();
         ring.recycle(buffer);
         peer.write_all(b"overwrite?").unwrap();
-        let (buffer, len) = data(&wait_for(&mut ring, |c| data(c).is_some())).unwrap();
+        let (buffer, len) = next_data(&mut ring);
         assert_eq!(&ring.received(buffer, len)[..], b"overwrite?");
         assert_eq!(
             &kept[..],
