@@ -3,23 +3,21 @@
 //! Sends are encoded straight into the connection's outbound [`WriteQueue`]
 //! under a mutex that only this connection's senders and the backend serving it
 //! touch, so it is uncontended in the common case. The first send after a flush
-//! wakes the connection (through a `std::task::Waker`, so any backend can
-//! provide one); further sends before that flush ride along without another
-//! wake. Inside a callback no wake is needed at all: the backend writes
+//! wakes the connection (through the [`ConnWake`] its backend gave it when it
+//! opened); further sends before that flush ride along without another wake. Inside a callback no wake is needed at all: the backend writes
 //! everything the callbacks queued once they return, in one write.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Waker;
 
-use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 
 use crate::pool::BufferPool;
 use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN};
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, WriteQueue, utf8};
+use crate::slot_waker::ConnWake;
 
 /// Why a send or close was refused. Nothing was queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,10 +149,10 @@ impl Conn {
                 return Err(SendError::Closed);
             }
             outbox.phase = Phase::Closing;
-            outbox.close_request = Some((code, reason.to_owned()));
+            outbox.close_request = Some(Box::new((code, reason.to_owned())));
         }
         self.shared.attention.store(true, Ordering::Release);
-        self.shared.waker.wake();
+        self.shared.wake.wake();
         Ok(())
     }
 
@@ -195,7 +193,7 @@ impl Conn {
             !std::mem::replace(&mut outbox.flush_scheduled, true)
         };
         if wake {
-            shared.waker.wake();
+            shared.wake.wake();
         }
         Ok(())
     }
@@ -234,8 +232,9 @@ pub(crate) struct Outbox {
     /// writes from a queue of its own, which senders cannot touch).
     pub(crate) sending: usize,
     pub(crate) phase: Phase,
-    /// A close asked for by `Conn::close`, for the backend to hand to the session.
-    pub(crate) close_request: Option<(CloseCode, String)>,
+    /// A close asked for by `Conn::close`, for the backend to hand to the
+    /// session (boxed: rare, and every idle connection would carry its size).
+    pub(crate) close_request: Option<Box<(CloseCode, String)>>,
     /// The server gave up on this connection (forced shutdown): drop it now.
     pub(crate) abort: bool,
     /// The backend will write the queue soon; senders need not wake it.
@@ -249,7 +248,7 @@ pub(crate) struct ConnShared {
     peer: SocketAddr,
     max_outbound_bytes: usize,
     pool: Arc<BufferPool>,
-    waker: AtomicWaker,
+    wake: ConnWake,
     /// Set with a close request or abort, so the backend can notice between two
     /// callbacks without taking the lock.
     attention: AtomicBool,
@@ -262,13 +261,14 @@ impl ConnShared {
         peer: SocketAddr,
         max_outbound_bytes: usize,
         pool: Arc<BufferPool>,
+        wake: ConnWake,
     ) -> Arc<ConnShared> {
         Arc::new(ConnShared {
             id,
             peer,
             max_outbound_bytes,
             pool,
-            waker: AtomicWaker::new(),
+            wake,
             attention: AtomicBool::new(false),
             outbox: Mutex::new(Outbox {
                 queue: WriteQueue::new(),
@@ -290,9 +290,9 @@ impl ConnShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers the waker to call for sends, close requests and aborts.
-    pub(crate) fn register(&self, waker: &Waker) {
-        self.waker.register(waker);
+    /// How sends, close requests and aborts wake the backend.
+    pub(crate) fn wake(&self) -> &ConnWake {
+        &self.wake
     }
 
     /// Whether a close request or abort arrived; clears the flag.
@@ -314,7 +314,7 @@ impl ConnShared {
     pub(crate) fn abort(&self) {
         self.lock().abort = true;
         self.attention.store(true, Ordering::Release);
-        self.waker.wake();
+        self.wake.wake();
     }
 
     pub(crate) fn pool(&self) -> &Arc<BufferPool> {
@@ -325,7 +325,7 @@ impl ConnShared {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use std::task::{Wake, Waker};
 
     use super::*;
 
@@ -338,14 +338,14 @@ mod tests {
     }
 
     fn conn(max_outbound: usize) -> (Conn, Arc<CountWakes>) {
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
         let shared = ConnShared::new(
             7,
             "127.0.0.1:1".parse().unwrap(),
             max_outbound,
             Arc::default(),
+            ConnWake::Waker(Waker::from(wakes.clone())),
         );
-        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
-        shared.register(&Waker::from(wakes.clone()));
         (Conn::from_shared(shared), wakes)
     }
 
@@ -366,7 +366,6 @@ mod tests {
         let mut outbox = conn.shared().lock();
         outbox.flush_scheduled = false;
         drop(outbox);
-        conn.shared().register(&Waker::from(wakes.clone()));
         conn.send_text("c").unwrap();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
     }
@@ -398,7 +397,10 @@ mod tests {
         assert_eq!(conn.send_text("late"), Err(SendError::Closed));
         assert_eq!(conn.close(CloseCode::NORMAL, ""), Err(SendError::Closed));
         let request = conn.shared().lock().close_request.take();
-        assert_eq!(request, Some((CloseCode::NORMAL, "bye".to_owned())));
+        assert_eq!(
+            request.as_deref(),
+            Some(&(CloseCode::NORMAL, "bye".to_owned()))
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
 use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
+use crate::slot_waker::ConnWake;
 
 /// One upgraded connection: its protocol state and the application side.
 ///
@@ -82,8 +83,8 @@ impl<H: Handler> App<H> {
 }
 
 impl<H: Handler> Dispatch<H> {
-    /// Opens a connection whose handshake was accepted: registers it with the
-    /// server, moves the `101` from `response` to the head of its queue (so
+    /// Opens a connection whose handshake was accepted: counts it as open,
+    /// gives it `wake` to reach the backend by, moves the `101` from `response` to the head of its queue (so
     /// whatever `on_open` sends follows it in the same write), and calls
     /// `on_open`. Frames that came with the request go to [`Dispatch::input`] next.
     pub(crate) fn upgrade(
@@ -92,8 +93,9 @@ impl<H: Handler> Dispatch<H> {
         peer: std::net::SocketAddr,
         response: &mut WriteQueue,
         state: H::State,
+        wake: ConnWake,
     ) -> (Self, Registration) {
-        let (conn, registration) = core.open_connection(peer);
+        let (conn, registration) = core.open_connection(peer, wake);
         std::mem::swap(&mut conn.shared().lock().queue, response);
         let session = Session::new(core.config.limits, core.pool.clone());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
@@ -174,7 +176,8 @@ impl<H: Handler> Dispatch<H> {
             self.finish(CloseCode::ABNORMAL, "connection aborted by server shutdown");
             return;
         }
-        if let Some((code, reason)) = outbox.close_request.take() {
+        if let Some(request) = outbox.close_request.take() {
+            let (code, reason) = *request;
             self.session.close(code, &reason, &mut outbox.queue);
         }
     }

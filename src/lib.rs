@@ -9,7 +9,6 @@ mod conn;
 mod dispatch;
 mod handler;
 mod read_buf;
-mod registry;
 mod server;
 mod slot_waker;
 

@@ -1,6 +1,11 @@
 //! What a server keeps across its connections, whatever the backend: settings,
-//! the buffer pool, connection ids, the live-connection count and the registry a
-//! shutdown uses to reach every connection.
+//! the buffer pool, connection ids, the connection counts, and the shutdown
+//! and abort flags with the wakers of the server loops that act on them.
+//!
+//! There is no list of connections here: each server loop (a tokio group, an
+//! io_uring reactor) owns its connections, and when woken for a shutdown or an
+//! abort it reaches them itself. An idle connection costs no entry in a shared
+//! table, and connecting takes no shared lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
@@ -13,21 +18,24 @@ use crate::config::Config;
 use crate::conn::{Conn, ConnShared};
 use crate::pool::BufferPool;
 use crate::proto::CloseCode;
-use crate::registry::Registry;
+use crate::slot_waker::ConnWake;
 
 pub(crate) struct ServerCore {
     pub(crate) config: Config,
     pub(crate) pool: Arc<BufferPool>,
-    registry: Registry,
     next_id: AtomicU64,
     live: AtomicUsize,
+    /// Upgraded connections not yet ended.
+    open: AtomicUsize,
     idle: Notify,
     shutting_down: AtomicBool,
-    /// Wakes the accept loop and the connection groups (for the handshakes in
-    /// progress) at shutdown.
+    /// Set when the shutdown timeout has passed: loops drop their connections.
+    aborting: AtomicBool,
+    /// Wakes the tokio accept loop at shutdown.
     shutdown_requested: Notify,
-    /// The same for whoever waits without a tokio runtime (io_uring reactors).
-    shutdown_wakers: Mutex<Vec<Waker>>,
+    /// The server loops (and `serve` on io_uring), woken when a shutdown
+    /// begins and again when it turns to an abort.
+    loop_wakers: Mutex<Vec<Waker>>,
 }
 
 impl ServerCore {
@@ -35,13 +43,14 @@ impl ServerCore {
         Arc::new(ServerCore {
             config,
             pool: Arc::new(BufferPool::default()),
-            registry: Registry::default(),
             next_id: AtomicU64::new(1),
             live: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
             idle: Notify::new(),
             shutting_down: AtomicBool::new(false),
+            aborting: AtomicBool::new(false),
             shutdown_requested: Notify::new(),
-            shutdown_wakers: Mutex::new(Vec::new()),
+            loop_wakers: Mutex::new(Vec::new()),
         })
     }
 
@@ -51,49 +60,41 @@ impl ServerCore {
         LiveGuard(self.clone())
     }
 
-    /// Creates the shared state of an upgraded connection and registers it, so a
-    /// shutdown reaches it. If a shutdown has already begun, the connection is
-    /// asked to close right away.
+    /// Creates the shared state of an upgraded connection, which reaches its
+    /// server loop through `wake`, and counts it as open. If a shutdown has
+    /// already begun, the connection is asked to close right away.
+    ///
+    /// Call from the loop that serves the connection: that loop closes its
+    /// open connections when it sees the shutdown flag, so a connection opened
+    /// before it looked is closed by it, and one opened after sees the flag
+    /// here.
     pub(crate) fn open_connection(
         self: &Arc<Self>,
         peer: std::net::SocketAddr,
+        wake: ConnWake,
     ) -> (Conn, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let shared = ConnShared::new(id, peer, self.config.max_outbound_bytes, self.pool.clone());
-        self.registry.insert(id, shared.clone());
-        let registration = Registration {
-            core: self.clone(),
-            id,
-        };
+        let max_outbound = self.config.max_outbound_bytes;
+        let shared = ConnShared::new(id, peer, max_outbound, self.pool.clone(), wake);
+        self.open.fetch_add(1, Ordering::Relaxed);
+        let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);
-        // Pairs with the fence in `begin_shutdown`: either that sweep sees this
-        // registration, or this load sees its flag.
-        fence(Ordering::SeqCst);
-        if self.shutting_down.load(Ordering::SeqCst) {
-            let _ = conn.close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
+        if self.is_shutting_down() {
+            close_for_shutdown(&conn);
         }
         (conn, registration)
     }
 
-    /// Sets the shutdown flag, wakes the accept loop, and asks every registered
-    /// connection to close with 1001. Returns false if a shutdown was already
-    /// under way.
+    /// Sets the shutdown flag and wakes the accept loop and every server loop,
+    /// which close their connections with 1001. Returns false if a shutdown
+    /// was already under way.
     pub(crate) fn begin_shutdown(&self) -> bool {
         if self.shutting_down.swap(true, Ordering::SeqCst) {
             return false;
         }
         fence(Ordering::SeqCst);
         self.shutdown_requested.notify_waiters();
-        let wakers = std::mem::take(
-            &mut *self
-                .shutdown_wakers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        wakers.into_iter().for_each(Waker::wake);
-        self.registry.for_each(|shared| {
-            let _ = Conn::from_shared(shared.clone()).close(CloseCode::GOING_AWAY, SHUTDOWN_REASON);
-        });
+        self.wake_loops();
         true
     }
 
@@ -101,8 +102,7 @@ impl ServerCore {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// Resolves once a shutdown has been requested. Any number of tasks may wait
-    /// (the accept loop and every connection group).
+    /// Resolves once a shutdown has been requested. Any number of tasks may wait.
     pub(crate) async fn shutdown_requested(&self) {
         loop {
             let notified = self.shutdown_requested.notified();
@@ -117,23 +117,37 @@ impl ServerCore {
         }
     }
 
-    /// Calls `waker` once a shutdown is requested (at once if it already was).
-    pub(crate) fn on_shutdown(&self, waker: Waker) {
-        self.shutdown_wakers
+    /// Calls `waker` when a shutdown begins (at once if it already has) and
+    /// again if it turns to an abort. A server loop registers itself here
+    /// when it starts.
+    pub(crate) fn watch(&self, waker: Waker) {
+        self.loop_wakers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(waker.clone());
-        // Pairs with the fence in `begin_shutdown`: either its sweep takes this
-        // waker, or this load sees its flag.
+        // Pairs with the fence in `begin_shutdown`: either its wake reaches
+        // this waker, or this load sees its flag.
         fence(Ordering::SeqCst);
         if self.is_shutting_down() {
             waker.wake();
         }
     }
 
-    /// Drops every registered connection at once (after the shutdown timeout).
+    /// Makes every server loop drop its connections at once (after the
+    /// shutdown timeout).
     pub(crate) fn abort_all(&self) {
-        self.registry.for_each(|shared| shared.abort());
+        self.aborting.store(true, Ordering::SeqCst);
+        self.wake_loops();
+    }
+
+    /// True once [`ServerCore::abort_all`] was called.
+    pub(crate) fn is_aborting(&self) -> bool {
+        self.aborting.load(Ordering::SeqCst)
+    }
+
+    fn wake_loops(&self) {
+        let wakers = self.loop_wakers.lock().unwrap_or_else(|p| p.into_inner());
+        wakers.iter().for_each(Waker::wake_by_ref);
     }
 
     /// Resolves once no connection is left.
@@ -154,13 +168,17 @@ impl ServerCore {
         self.live.load(Ordering::SeqCst)
     }
 
-    /// Upgraded connections currently registered.
-    pub(crate) fn registered(&self) -> usize {
-        self.registry.len()
+    /// Upgraded connections not yet ended.
+    pub(crate) fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 }
 
-const SHUTDOWN_REASON: &str = "server shutting down";
+/// Asks an open connection to close because the server is shutting down.
+pub(crate) fn close_for_shutdown(conn: &Conn) {
+    // Refused only if it is closing already, which is as good.
+    let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
+}
 
 /// `timeout` from now; a timeout too long to represent (`Duration::MAX` for
 /// "never") becomes about 30 years, as `tokio::time::sleep` does.
@@ -181,15 +199,12 @@ impl Drop for LiveGuard {
     }
 }
 
-/// Keeps an upgraded connection in the registry.
-pub(crate) struct Registration {
-    core: Arc<ServerCore>,
-    id: u64,
-}
+/// Counts an upgraded connection as open until dropped.
+pub(crate) struct Registration(Arc<ServerCore>);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.core.registry.remove(self.id);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -224,7 +239,7 @@ impl ServerHandle {
 
     /// Open WebSocket connections (upgraded and not yet closed).
     pub fn connections(&self) -> usize {
-        self.core.registered()
+        self.core.open()
     }
 
     /// Accepted connections not yet finished: upgraded ones, and also those

@@ -1,15 +1,18 @@
-//! The waker each connection gets from the backend serving it (a tokio group
-//! or an io_uring reactor): waking it puts the connection's slot on its
-//! server loop's woken list, once, and wakes that loop.
+//! How a connection's server loop (a tokio group or an io_uring reactor) is
+//! told that the connection has something to do: its slot goes on the loop's
+//! woken list, once until the loop takes it, and the loop wakes.
 //!
-//! `Conn` sends from elsewhere, close requests, aborts and (on tokio) the
-//! connection's timers all use it. A waker that outlives its connection (a
-//! `Conn` kept by the application holds it) lists the slot at most once more,
-//! which gives whoever has the slot by then a turn with nothing to do.
+//! [`SlotWake`] is that state. An io_uring connection keeps it inline in its
+//! shared state (`Conn` sends, close requests and aborts call it directly), so
+//! it costs no allocation of its own; a tokio group wraps it in an `Arc` as the
+//! `Waker` its connections' sockets and timers use ([`SlotWake::waker`]). A
+//! wake that comes after its connection ended (a `Conn` kept by the
+//! application) lists the slot at most once more, which gives whoever has the
+//! slot by then a turn with nothing to do.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Wake;
+use std::task::{Wake, Waker};
 
 /// A server loop that keeps a list of woken slots.
 pub(crate) trait WokenList: Send + Sync + 'static {
@@ -17,21 +20,33 @@ pub(crate) trait WokenList: Send + Sync + 'static {
     fn push_woken(&self, slot: u32);
 }
 
-/// Wakes one connection of a server loop.
-pub(crate) struct SlotWaker<L> {
-    list: Arc<L>,
+/// Wakes one slot of a server loop.
+pub(crate) struct SlotWake {
+    list: Arc<dyn WokenList>,
     slot: u32,
     /// On the woken list already: more wakes add nothing.
     queued: AtomicBool,
 }
 
-impl<L: WokenList> SlotWaker<L> {
-    pub(crate) fn new(list: Arc<L>, slot: u32) -> Arc<Self> {
-        Arc::new(SlotWaker {
+impl SlotWake {
+    pub(crate) fn new(list: Arc<dyn WokenList>, slot: u32) -> Self {
+        SlotWake {
             list,
             slot,
             queued: AtomicBool::new(false),
-        })
+        }
+    }
+
+    /// A `Waker` that wakes `slot` of `list`.
+    pub(crate) fn waker(list: Arc<dyn WokenList>, slot: u32) -> Arc<Self> {
+        Arc::new(SlotWake::new(list, slot))
+    }
+
+    /// Lists the slot unless it is listed already.
+    pub(crate) fn wake(&self) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.list.push_woken(self.slot);
+        }
     }
 
     /// The loop took the slot off its list: the next wake lists it again.
@@ -41,14 +56,36 @@ impl<L: WokenList> SlotWaker<L> {
     }
 }
 
-impl<L: WokenList> Wake for SlotWaker<L> {
+impl Wake for SlotWake {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+        SlotWake::wake(&self);
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            self.list.push_woken(self.slot);
+        SlotWake::wake(self);
+    }
+}
+
+/// How a connection's shared state wakes its server loop.
+pub(crate) enum ConnWake {
+    /// A waker (tokio: the group's waker for the connection's slot).
+    Waker(Waker),
+    /// The slot's wake state itself (io_uring: no separate allocation).
+    Slot(SlotWake),
+}
+
+impl ConnWake {
+    pub(crate) fn wake(&self) {
+        match self {
+            ConnWake::Waker(waker) => waker.wake_by_ref(),
+            ConnWake::Slot(slot) => slot.wake(),
+        }
+    }
+
+    /// See [`SlotWake::taken`]; a `Waker` keeps its own state.
+    pub(crate) fn taken(&self) {
+        if let ConnWake::Slot(slot) = self {
+            slot.taken();
         }
     }
 }
@@ -61,8 +98,6 @@ pub(crate) fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
 
 #[cfg(test)]
 mod tests {
-    use std::task::Waker;
-
     use super::*;
 
     #[derive(Default)]
@@ -77,13 +112,25 @@ mod tests {
     #[test]
     fn a_slot_is_listed_once_until_taken() {
         let list = Arc::new(List::default());
-        let slot_waker = SlotWaker::new(list.clone(), 7);
-        let waker = Waker::from(slot_waker.clone());
+        let slot_wake = SlotWake::waker(list.clone(), 7);
+        let waker = Waker::from(slot_wake.clone());
         waker.wake_by_ref();
         waker.wake_by_ref();
         assert_eq!(*lock(&list.0), [7]);
-        slot_waker.taken();
+        slot_wake.taken();
         waker.wake();
         assert_eq!(*lock(&list.0), [7, 7]);
+    }
+
+    #[test]
+    fn an_inline_slot_wake_is_listed_once_until_taken() {
+        let list = Arc::new(List::default());
+        let wake = ConnWake::Slot(SlotWake::new(list.clone(), 3));
+        wake.wake();
+        wake.wake();
+        assert_eq!(*lock(&list.0), [3]);
+        wake.taken();
+        wake.wake();
+        assert_eq!(*lock(&list.0), [3, 3]);
     }
 }

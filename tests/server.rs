@@ -41,6 +41,7 @@ backend_tests!(
     abrupt_disconnect_is_reported_as_1006,
     closing_a_peer_that_does_not_read_is_bounded,
     graceful_shutdown_sends_1001_to_everyone,
+    shutdown_drops_peers_that_do_not_answer_after_its_timeout,
     a_panic_dropping_state_costs_only_that_connection,
     refusals_work_with_an_unlimited_close_timeout,
     random_traffic_from_clients_that_come_and_go,
@@ -523,6 +524,39 @@ async fn graceful_shutdown_sends_1001_to_everyone(backend: Backend) {
         "no longer listening"
     );
     assert_eq!(server.handle.alive(), 0);
+}
+
+/// A peer that never answers the 1001 is dropped once the shutdown timeout
+/// has passed (the close timeout is longer, so only the abort can end it).
+async fn shutdown_drops_peers_that_do_not_answer_after_its_timeout(backend: Backend) {
+    let config = Config::default()
+        .shutdown_timeout(Duration::from_millis(300))
+        .close_timeout(Duration::from_secs(60));
+    let mut server = start(backend, config).await;
+    // Raw sockets that upgrade and then never read or answer anything.
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(raw_upgraded(server.addr).await);
+    }
+    assert_eq!(server.handle.connections(), 3);
+    let started = std::time::Instant::now();
+    server.handle.shutdown();
+    let served = tokio::time::timeout(Duration::from_secs(10), &mut server.served).await;
+    served.expect("serve returns").unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "returned after {took:?}"
+    );
+    assert_eq!(server.handle.alive(), 0);
+    assert_eq!(server.handle.connections(), 0);
+    let closes = server.recorder.closes();
+    assert_eq!(closes.len(), 3, "{closes:?}");
+    for (code, reason) in closes {
+        assert_eq!(code, 1006);
+        assert!(reason.contains("aborted"), "{reason}");
+    }
+    drop(silent);
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -26,8 +26,14 @@ const ALIASING_CHECK_FROM: usize = 2048;
 /// Frames waiting to be written.
 #[derive(Debug, Default)]
 pub struct WriteQueue {
-    /// Segments that come before `tail`, oldest first.
-    segments: VecDeque<Bytes>,
+    /// Segments that come before `tail`, oldest first. Boxed and made only
+    /// when needed: most queues never hold one, and every idle connection
+    /// has a queue.
+    #[allow(
+        clippy::box_collection,
+        reason = "an absent box is 8 bytes, an empty VecDeque 32, in every connection"
+    )]
+    segments: Option<Box<VecDeque<Bytes>>>,
     /// Small frames, coalesced. Always written after `segments`.
     tail: BytesMut,
     /// Bytes queued in `segments` and `tail` together.
@@ -37,7 +43,7 @@ pub struct WriteQueue {
 impl WriteQueue {
     pub fn new() -> Self {
         WriteQueue {
-            segments: VecDeque::new(),
+            segments: None,
             tail: BytesMut::new(),
             len: 0,
         }
@@ -70,7 +76,8 @@ impl WriteQueue {
             if (1..64).contains(&ahead) {
                 // Queue what is there, then start the payload `64 - ahead` bytes
                 // further on: the padding is skipped, never sent.
-                self.segments.push_back(self.tail.split().freeze());
+                let head = self.tail.split().freeze();
+                self.segments().push_back(head);
                 let pad = 64 - ahead;
                 self.tail.extend_from_slice(&[0; 64][..pad]);
                 self.tail.advance(pad);
@@ -88,8 +95,9 @@ impl WriteQueue {
         self.put_header(fin, rsv, opcode, payload.len());
         self.len += payload.len();
         let head = self.tail.split().freeze();
-        self.segments.push_back(head);
-        self.segments.push_back(payload);
+        let segments = self.segments();
+        segments.push_back(head);
+        segments.push_back(payload);
     }
 
     /// Queues raw bytes, for the HTTP handshake response.
@@ -103,15 +111,18 @@ impl WriteQueue {
         if other.is_empty() {
             return;
         }
-        if other.segments.is_empty() {
-            self.tail.extend_from_slice(&other.tail);
-        } else {
-            if !self.tail.is_empty() {
-                self.segments.push_back(self.tail.split().freeze());
-            }
-            self.segments.append(&mut other.segments);
-            if !other.tail.is_empty() {
-                self.segments.push_back(other.tail.split().freeze());
+        match other.segments.take() {
+            None => self.tail.extend_from_slice(&other.tail),
+            Some(mut theirs) => {
+                let head = self.tail.split().freeze();
+                let segments = self.segments();
+                if !head.is_empty() {
+                    segments.push_back(head);
+                }
+                segments.append(&mut theirs);
+                if !other.tail.is_empty() {
+                    segments.push_back(other.tail.split().freeze());
+                }
             }
         }
         self.len += other.len;
@@ -126,6 +137,7 @@ impl WriteQueue {
         let parts = self
             .segments
             .iter()
+            .flat_map(|segments| segments.iter())
             .map(|b| &b[..])
             .chain(std::iter::once(&self.tail[..]));
         for part in parts.filter(|p| !p.is_empty()) {
@@ -145,26 +157,27 @@ impl WriteQueue {
     pub fn advance(&mut self, mut n: usize) {
         assert!(n <= self.len, "advanced past the end of the write queue");
         self.len -= n;
-        while n > 0 {
-            match self.segments.front_mut() {
-                Some(front) if front.len() <= n => {
-                    n -= front.len();
-                    self.segments.pop_front();
-                }
-                Some(front) => {
+        if let Some(segments) = &mut self.segments {
+            while n > 0 {
+                let Some(front) = segments.front_mut() else {
+                    break;
+                };
+                if front.len() > n {
                     front.advance(n);
                     return;
                 }
-                None => {
-                    self.tail.advance(n);
-                    return;
-                }
+                n -= front.len();
+                segments.pop_front();
+            }
+            // Drop emptied segments so the next `io_slices` starts at real data.
+            while segments.front().is_some_and(|s| s.is_empty()) {
+                segments.pop_front();
+            }
+            if segments.is_empty() {
+                self.segments = None;
             }
         }
-        // Drop emptied segments so the next `io_slices` starts at real data.
-        while self.segments.front().is_some_and(|s| s.is_empty()) {
-            self.segments.pop_front();
-        }
+        self.tail.advance(n);
     }
 
     /// Whether the queue has no buffer to copy frames into yet.
@@ -188,11 +201,15 @@ impl WriteQueue {
     /// none; `None` if the queue still has bytes to write or holds no buffer.
     pub fn take_buffer(&mut self) -> Option<BytesMut> {
         if self.is_empty() && self.tail.capacity() > 0 {
-            self.segments.clear();
+            self.segments = None;
             Some(std::mem::take(&mut self.tail))
         } else {
             None
         }
+    }
+
+    fn segments(&mut self) -> &mut VecDeque<Bytes> {
+        self.segments.get_or_insert_with(Box::default)
     }
 
     fn put_header(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload_len: usize) {

@@ -24,7 +24,7 @@ use std::task::Context;
 use bytes::{Buf, BytesMut};
 use tokio::time::{Instant, Sleep, sleep};
 
-use crate::conn::ConnShared;
+use crate::conn::{Conn, ConnShared};
 use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
@@ -32,6 +32,7 @@ use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
+use crate::slot_waker::ConnWake;
 
 use super::sys::recv_into_spare;
 
@@ -161,7 +162,8 @@ impl<H: Handler> Connection<H> {
                         else {
                             unreachable!("matched above");
                         };
-                        self.stage = Stage::Open(self.socket.open(*handshake, state, env));
+                        let wake = ConnWake::Waker(cx.waker().clone());
+                        self.stage = Stage::Open(self.socket.open(*handshake, state, wake, env));
                     }
                 },
                 Stage::Open(open) => break self.socket.drive(open, cx, env),
@@ -173,6 +175,14 @@ impl<H: Handler> Connection<H> {
             self.socket.release_buffer(&env.core.pool);
         }
         progress
+    }
+
+    /// The connection's handle, once upgraded.
+    pub(crate) fn conn(&self) -> Option<&Conn> {
+        match &self.stage {
+            Stage::Open(open) => Some(open.dispatch.conn()),
+            _ => None,
+        }
     }
 }
 
@@ -259,10 +269,17 @@ impl Socket {
         }
     }
 
-    /// Opens the upgraded connection: registers it, queues the `101` first (so
+    /// Opens the upgraded connection: counts it, queues the `101` first (so
     /// whatever `on_open` sends follows it in the same write), calls `on_open`,
-    /// and handles frames that arrived together with the request.
-    fn open<H: Handler>(&mut self, handshake: Handshake, state: H::State, env: &Env<H>) -> Open<H> {
+    /// and handles frames that arrived together with the request. Its `Conn`
+    /// wakes the group through `wake`.
+    fn open<H: Handler>(
+        &mut self,
+        handshake: Handshake,
+        state: H::State,
+        wake: ConnWake,
+        env: &Env<H>,
+    ) -> Open<H> {
         let Handshake {
             peer,
             mut response,
@@ -270,7 +287,7 @@ impl Socket {
             ..
         } = handshake;
         let (mut dispatch, registration) =
-            Dispatch::upgrade(&env.core, &env.handler, peer, &mut response, state);
+            Dispatch::upgrade(&env.core, &env.handler, peer, &mut response, state, wake);
         if !self.read_buf.is_empty() {
             dispatch.input(&mut self.read_buf);
         }
@@ -324,7 +341,6 @@ impl Socket {
         let dispatch = &mut open.dispatch;
         let conn = dispatch.conn().clone();
         let shared = conn.shared();
-        shared.register(cx.waker());
         let mut reads = 0;
         loop {
             if shared.take_attention() {

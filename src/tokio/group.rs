@@ -9,18 +9,20 @@
 //! it which sockets are ready and advances those connections' state machines
 //! (`connection.rs`). A connection costs its boxed state and a small waker.
 //!
-//! Each connection has its own waker ([`SlotWaker`]): it puts the connection's
+//! Each connection has its own waker ([`SlotWake`]): it puts the connection's
 //! slot on the group's woken list and wakes the task. `Conn` sends from other
 //! tasks, close requests, aborts and the connection's timers all use it.
+//!
+//! At shutdown the group asks its open connections to close; if the shutdown
+//! times out, it aborts them (`ServerCore::watch` wakes it for both).
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
@@ -28,9 +30,10 @@ use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
 
 use super::connection::{Connection, Env, Progress};
+use crate::conn::Conn;
 use crate::handler::Handler;
-use crate::server::{LiveGuard, ServerCore};
-use crate::slot_waker::{SlotWaker, WokenList, lock};
+use crate::server::{LiveGuard, ServerCore, close_for_shutdown};
+use crate::slot_waker::{SlotWake, WokenList, lock};
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -85,9 +88,16 @@ impl WokenList for GroupShared {
     }
 }
 
+/// Wakes the group's task (for a shutdown or an abort).
+impl Wake for GroupShared {
+    fn wake(self: Arc<Self>) {
+        self.waker.wake();
+    }
+}
+
 struct Slot<H: Handler> {
     connection: Connection<H>,
-    waker: Arc<SlotWaker<GroupShared>>,
+    waker: Arc<SlotWake>,
 }
 
 /// Starts a group's task on the current runtime.
@@ -103,7 +113,7 @@ pub(crate) fn spawn<H: Handler>(
         accepting: AtomicBool::new(true),
         connections: AtomicUsize::new(0),
     });
-    let shutdown_core = core.clone();
+    core.watch(Waker::from(shared.clone()));
     let group = Group {
         shared: shared.clone(),
         epoll,
@@ -115,8 +125,8 @@ pub(crate) fn spawn<H: Handler>(
         free: Vec::new(),
         live: 0,
         env: Env { core, handler },
-        shutdown: Box::pin(async move { shutdown_core.shutdown_requested().await }),
         shutdown_seen: false,
+        abort_seen: false,
     };
     // The group paces itself (`ROUNDS_PER_POLL`, `READS_PER_TURN`); tokio's
     // per-task budget would make its timers and epoll look pending after a
@@ -139,8 +149,8 @@ struct Group<H: Handler> {
     free: Vec<u32>,
     live: usize,
     env: Env<H>,
-    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
     shutdown_seen: bool,
+    abort_seen: bool,
 }
 
 impl<H: Handler> Future for Group<H> {
@@ -149,12 +159,15 @@ impl<H: Handler> Future for Group<H> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let group = self.get_mut();
         group.shared.waker.register(cx.waker());
-        if !group.shutdown_seen && group.shutdown.as_mut().poll(cx).is_ready() {
-            // Handshakes in progress answer 503 when they see the flag.
+        let core = &group.env.core;
+        if !group.shutdown_seen && core.is_shutting_down() {
+            // Open connections close with 1001; handshakes in progress answer
+            // 503 when they see the flag.
             group.shutdown_seen = true;
-            for slot in 0..group.slots.len() {
-                group.advance(slot as u32);
-            }
+            group.for_each_connection(close_for_shutdown);
+        } else if !group.abort_seen && core.is_aborting() {
+            group.abort_seen = true;
+            group.for_each_connection(|conn| conn.shared().abort());
         }
         for _ in 0..ROUNDS_PER_POLL {
             let busy = group.take_incoming() | group.run_woken() | group.run_ready(cx);
@@ -197,7 +210,7 @@ impl<H: Handler> Group<H> {
                 self.shared.connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            let waker = SlotWaker::new(self.shared.clone(), slot);
+            let waker = SlotWake::waker(self.shared.clone(), slot);
             let connection = Connection::accept(stream, peer, live, &self.env);
             self.slots[slot as usize] = Some(Box::new(Slot { connection, waker }));
             self.live += 1;
@@ -206,6 +219,19 @@ impl<H: Handler> Group<H> {
         }
         self.incoming = incoming;
         true
+    }
+
+    /// Calls `f` on every open connection's handle, then gives every
+    /// connection a turn.
+    fn for_each_connection(&mut self, f: impl Fn(&Conn)) {
+        for entry in self.slots.iter().flatten() {
+            if let Some(conn) = entry.connection.conn() {
+                f(conn);
+            }
+        }
+        for slot in 0..self.slots.len() {
+            self.advance(slot as u32);
+        }
     }
 
     /// Advances the connections whose wakers were called.

@@ -14,24 +14,27 @@ use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::task::Waker;
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 
-use super::reactor::SlotWaker;
+use super::reactor::Shared;
 use super::ring::{Op, Outgoing, Received, Ring};
+use crate::conn::Conn;
 use crate::dispatch::Dispatch;
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::proto::WriteQueue;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
+use crate::slot_waker::{ConnWake, SlotWake};
 
 /// What a reactor shares with all its connections.
 pub(crate) struct Env<H> {
     pub(crate) core: Arc<ServerCore>,
     pub(crate) handler: Arc<H>,
+    /// The reactor's woken list, for the connections' `Conn`s.
+    pub(crate) woken: Arc<Shared>,
 }
 
 /// The reactor's means a connection acts through.
@@ -44,10 +47,6 @@ pub(crate) struct Io<'a> {
         reason = "the ring takes them boxed: the kernel keeps pointers into them"
     )]
     pub(crate) spare: &'a mut Vec<Box<Outgoing>>,
-    /// Deadlines to watch: (when, slot).
-    pub(crate) timers: &'a mut Vec<(Instant, u32)>,
-    /// The connection's waker, for its `Conn`.
-    pub(crate) waker: &'a Arc<SlotWaker>,
 }
 
 /// Whether the reactor keeps the connection after a turn.
@@ -81,12 +80,22 @@ pub(crate) struct Connection<H: Handler> {
     /// `paused` was set where the ring was out of reach: cancel the receive at
     /// the next turn.
     cancel_receive: bool,
-    /// How reading or writing failed, if one did.
-    failure: Option<String>,
-    /// The handshake timeout, or once closing, the close timeout.
-    deadline: Option<Instant>,
+    /// Set once the connection fails or starts to close.
+    ending: Option<Box<Ending>>,
     stage: Stage<H>,
     _live: LiveGuard,
+}
+
+/// What only a failing or closing connection needs: boxed, so that an open
+/// connection does not carry its size (most connections are open and idle).
+#[derive(Default)]
+struct Ending {
+    /// How reading or writing failed, if one did.
+    failure: Option<String>,
+    /// The close timeout.
+    deadline: Option<Instant>,
+    /// Set once our FIN is sent: bytes discarded while waiting for the peer's.
+    discarded: Option<usize>,
 }
 
 enum Stage<H: Handler> {
@@ -100,6 +109,8 @@ enum Stage<H: Handler> {
 
 struct Handshake {
     peer: SocketAddr,
+    /// The handshake timeout; once refused, the close timeout.
+    deadline: Instant,
     /// The `101` (moved into the connection's queue) or the error response.
     response: WriteQueue,
     refused: bool,
@@ -109,8 +120,6 @@ struct Handshake {
 
 struct Open<H: Handler> {
     dispatch: Dispatch<H>,
-    /// Set once our FIN is sent: bytes discarded while waiting for the peer's.
-    discarded: Option<usize>,
     _registration: Registration,
 }
 
@@ -132,17 +141,16 @@ impl<H: Handler> Connection<H> {
             read_closed: false,
             paused: false,
             cancel_receive: false,
-            failure: None,
-            deadline: None,
+            ending: None,
             stage: Stage::Handshake(Box::new(Handshake {
                 peer,
+                deadline: deadline_after(env.core.config.handshake_timeout),
                 response: WriteQueue::new(),
                 refused: false,
                 discarded: None,
             })),
             _live: live,
         };
-        connection.set_deadline(env.core.config.handshake_timeout, io);
         connection.receive(io);
         connection
     }
@@ -161,9 +169,8 @@ impl<H: Handler> Connection<H> {
         match result {
             // The reactor gives the buffer back afterwards, whatever happens here.
             Ok(Received::Data { buffer, len }) => {
-                let waker = io.waker;
                 let chunk = io.ring.received(buffer, len);
-                self.take(chunk, env, waker);
+                self.take(chunk, env, io.slot);
             }
             Ok(Received::End) => self.read_closed = true,
             // Out of provided buffers, or cancelled by us: armed again by the
@@ -171,8 +178,7 @@ impl<H: Handler> Connection<H> {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {}
             Err(error) => {
                 self.read_closed = true;
-                self.failure
-                    .get_or_insert_with(|| format!("read failed: {error}"));
+                self.fail(|| format!("read failed: {error}"));
             }
         }
     }
@@ -199,13 +205,10 @@ impl<H: Handler> Connection<H> {
                 }
             }
             // What is left unsent is dropped below.
-            Err(error) => {
-                self.failure
-                    .get_or_insert_with(|| format!("write failed: {error}"));
-            }
+            Err(error) => self.fail(|| format!("write failed: {error}")),
         }
         if !outgoing.queue.is_empty()
-            && self.failure.is_none()
+            && !failed(&self.ending)
             && !matches!(self.stage, Stage::Ended)
         {
             // A partial send: the rest goes before anything queued since.
@@ -271,14 +274,43 @@ impl<H: Handler> Connection<H> {
         io.ring.receive(io.slot, self.stream.as_raw_fd());
     }
 
-    fn set_deadline(&mut self, timeout: std::time::Duration, io: &mut Io<'_>) {
+    /// The handshake timeout, or once closing, the close timeout. The
+    /// reactor watches it: it gives the connection a turn when it passes.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match &self.stage {
+            Stage::Handshake(handshake) => Some(handshake.deadline),
+            Stage::Open(_) => self.ending.as_ref().and_then(|ending| ending.deadline),
+            Stage::Ended => None,
+        }
+    }
+
+    fn set_deadline(&mut self, timeout: std::time::Duration) {
         let at = deadline_after(timeout);
-        self.deadline = Some(at);
-        io.timers.push((at, io.slot));
+        match &mut self.stage {
+            Stage::Handshake(handshake) => handshake.deadline = at,
+            _ => self.ending().deadline = Some(at),
+        }
     }
 
     fn expired(&self) -> bool {
-        self.deadline.is_some_and(|at| Instant::now() >= at)
+        self.deadline().is_some_and(|at| Instant::now() >= at)
+    }
+
+    fn ending(&mut self) -> &mut Ending {
+        self.ending.get_or_insert_with(Box::default)
+    }
+
+    /// Notes how reading or writing failed (the first failure counts).
+    fn fail(&mut self, failure: impl FnOnce() -> String) {
+        self.ending().failure.get_or_insert_with(failure);
+    }
+
+    /// Once upgraded, the connection's handle.
+    pub(crate) fn conn(&self) -> Option<&Conn> {
+        match &self.stage {
+            Stage::Open(open) => Some(open.dispatch.conn()),
+            _ => None,
+        }
     }
 
     /// Sends `queue`'s contents: moves them into a send queue of the ring's.
@@ -300,7 +332,7 @@ impl<H: Handler> Connection<H> {
     }
 
     /// Handles bytes that just arrived, where they landed.
-    fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>, waker: &Arc<SlotWaker>) {
+    fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>, slot: u32) {
         let read_size = env.core.config.read_buffer_size;
         let pool = &env.core.pool;
         match &mut self.stage {
@@ -315,10 +347,10 @@ impl<H: Handler> Connection<H> {
                 let before = self.read_buf.len();
                 read_buf::prepare(&mut self.read_buf, 0, pool, read_size);
                 self.read_buf.extend_from_slice(chunk);
-                self.answer(before, env, waker);
+                self.answer(before, env, slot);
             }
             Stage::Open(open) => {
-                if let Some(discarded) = &mut open.discarded {
+                if let Some(discarded) = self.ending.as_mut().and_then(|e| e.discarded.as_mut()) {
                     *discarded += chunk.len();
                     return;
                 }
@@ -356,7 +388,7 @@ impl<H: Handler> Connection<H> {
     }
 
     /// Answers the request head once it is complete.
-    fn answer(&mut self, arrived_from: usize, env: &Env<H>, waker: &Arc<SlotWaker>) {
+    fn answer(&mut self, arrived_from: usize, env: &Env<H>, slot: u32) {
         let Stage::Handshake(handshake) = &mut self.stage else {
             return;
         };
@@ -378,22 +410,17 @@ impl<H: Handler> Connection<H> {
             Answer::Accepted { state, head_len } => {
                 self.read_buf.advance(head_len);
                 let peer = handshake.peer;
+                // Sends from other threads, close requests and aborts list
+                // this slot on the reactor's woken list.
+                let wake = ConnWake::Slot(SlotWake::new(env.woken.clone(), slot));
                 let (mut dispatch, registration) =
-                    Dispatch::upgrade(core, &env.handler, peer, response, state);
-                // Sends from other threads, close requests and aborts wake
-                // the reactor for this slot (registered again every turn).
-                dispatch
-                    .conn()
-                    .shared()
-                    .register(&Waker::from(waker.clone()));
+                    Dispatch::upgrade(core, &env.handler, peer, response, state, wake);
                 if !self.read_buf.is_empty() {
                     dispatch.input(&mut self.read_buf);
                 }
                 keep_partial_frame(&dispatch, &mut self.read_buf, env);
-                self.deadline = None;
                 self.stage = Stage::Open(Open {
                     dispatch,
-                    discarded: None,
                     _registration: registration,
                 });
             }
@@ -410,7 +437,7 @@ impl<H: Handler> Connection<H> {
         if !handshake.refused {
             let refusal = if env.core.is_shutting_down() {
                 Some((503, "server shutting down"))
-            } else if self.failure.is_some() || (self.read_closed && self.read_buf.is_empty()) {
+            } else if failed(&self.ending) || (self.read_closed && self.read_buf.is_empty()) {
                 // Connected and left (a port check), or broke: nothing to answer.
                 return true;
             } else if self.read_closed {
@@ -430,7 +457,7 @@ impl<H: Handler> Connection<H> {
                 None => return false,
             }
         }
-        if self.failure.is_some() {
+        if failed(&self.ending) {
             return true;
         }
         if handshake.discarded.is_none() {
@@ -440,7 +467,7 @@ impl<H: Handler> Connection<H> {
             if !handshake.response.is_empty() {
                 let mut response = std::mem::take(&mut handshake.response);
                 // Refused: the rest is bounded by the close timeout.
-                self.set_deadline(config.close_timeout, io);
+                self.set_deadline(config.close_timeout);
                 self.send(&mut response, io);
                 return false;
             }
@@ -451,7 +478,7 @@ impl<H: Handler> Connection<H> {
             if let Stage::Handshake(handshake) = &mut self.stage {
                 handshake.discarded = Some(0);
             }
-            self.set_deadline(config.close_timeout, io);
+            self.set_deadline(config.close_timeout);
             return false;
         }
         let discarded = handshake.discarded.unwrap_or(0);
@@ -468,8 +495,6 @@ impl<H: Handler> Connection<H> {
             let dispatch = &mut open.dispatch;
             let conn = dispatch.conn().clone();
             let shared = conn.shared();
-            // Registered every turn: a wake consumes the registration.
-            shared.register(&Waker::from(io.waker.clone()));
             if std::mem::take(&mut self.cancel_receive) && self.receiving {
                 io.ring.cancel(Op::Recv(io.slot));
             }
@@ -479,15 +504,16 @@ impl<H: Handler> Connection<H> {
             if dispatch.is_aborted() {
                 return true;
             }
-            if let Some(discarded) = open.discarded {
+            let ending = self.ending.as_deref();
+            if let Some(discarded) = ending.and_then(|ending| ending.discarded) {
                 return self.read_closed || discarded >= DRAIN_LIMIT || self.expired();
             }
-            if let Some(failure) = &self.failure {
+            if let Some(failure) = ending.and_then(|ending| ending.failure.as_deref()) {
                 dispatch.abnormal(failure);
                 return true;
             }
-            if !dispatch.is_open() && self.deadline.is_none() {
-                self.set_deadline(config.close_timeout, io);
+            if !dispatch.is_open() && ending.is_none_or(|ending| ending.deadline.is_none()) {
+                self.set_deadline(config.close_timeout);
                 continue;
             }
             if !self.sending {
@@ -517,12 +543,13 @@ impl<H: Handler> Connection<H> {
                             return true;
                         }
                         let _ = self.stream.shutdown(Shutdown::Write);
-                        open.discarded = Some(0);
                         self.paused = false;
                         self.read_buf.clear();
                         read_buf::release(&mut self.read_buf, &env.core.pool);
-                        if self.deadline.is_none() {
-                            self.set_deadline(config.close_timeout, io);
+                        let ending = self.ending();
+                        ending.discarded = Some(0);
+                        if ending.deadline.is_none() {
+                            self.set_deadline(config.close_timeout);
                         }
                         continue;
                     }
@@ -568,6 +595,14 @@ impl<H: Handler> Connection<H> {
             io.ring.cancel(Op::Recv(io.slot));
         }
     }
+}
+
+/// Whether reading or writing failed (a field's view, for where the stage is
+/// borrowed).
+fn failed(ending: &Option<Box<Ending>>) -> bool {
+    ending
+        .as_ref()
+        .is_some_and(|ending| ending.failure.is_some())
 }
 
 /// After input: an emptied read buffer goes back to the pool; a closed

@@ -169,6 +169,7 @@ impl<H: Handler> Server<H> {
             let env = Env {
                 core: core.clone(),
                 handler: handler.clone(),
+                woken: shared.clone(),
             };
             let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
             let thread = thread::Builder::new()
@@ -271,7 +272,7 @@ impl Wake for Unpark {
 }
 
 fn wait_for_shutdown(core: &ServerCore) {
-    core.on_shutdown(Waker::from(Arc::new(Unpark(thread::current()))));
+    core.watch(Waker::from(Arc::new(Unpark(thread::current()))));
     while !core.is_shutting_down() {
         thread::park();
     }

@@ -11,8 +11,7 @@
 //! reactor is waiting in the kernel, a write to its eventfd completes the read
 //! it keeps armed there.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::TcpListener;
@@ -26,8 +25,8 @@ use std::time::{Duration, Instant};
 use super::connection::{Connection, Env, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use crate::handler::Handler;
-use crate::server::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
-use crate::slot_waker::{WokenList, lock};
+use crate::server::{MAX_BACKOFF, MIN_BACKOFF, close_for_shutdown, concerns_one_connection};
+use crate::slot_waker::{SlotWake, WokenList, lock};
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
@@ -73,19 +72,6 @@ impl WokenList for Shared {
     }
 }
 
-/// Wakes one connection of this reactor (or, for the slot [`REACTOR`], the
-/// reactor itself).
-pub(crate) type SlotWaker = crate::slot_waker::SlotWaker<Shared>;
-
-struct Slot<H: Handler> {
-    connection: Connection<H>,
-    waker: Arc<SlotWaker>,
-    /// Tells this connection's timer entries from its slot's earlier owners'.
-    generation: u32,
-    /// On the list of connections to advance this turn.
-    dirty: bool,
-}
-
 /// What connections use of the reactor, apart from the connection list.
 struct Parts {
     ring: Ring,
@@ -94,26 +80,26 @@ struct Parts {
         reason = "the ring takes them boxed: the kernel keeps pointers into them"
     )]
     spare: Vec<Box<Outgoing>>,
-    new_timers: Vec<(Instant, u32)>,
 }
 
 impl Parts {
     /// What the connection in `slot` acts through.
-    fn io<'a>(&'a mut self, slot: u32, waker: &'a Arc<SlotWaker>) -> Io<'a> {
+    fn io(&mut self, slot: u32) -> Io<'_> {
         Io {
             ring: &mut self.ring,
             slot,
             spare: &mut self.spare,
-            timers: &mut self.new_timers,
-            waker,
         }
     }
 }
 
 pub(crate) struct Reactor<H: Handler> {
     // Declared before `parts`: connections (and their sockets) go first, then
-    // the ring cancels what is still in flight and waits for it.
-    slots: Vec<Option<Box<Slot<H>>>>,
+    // the ring cancels what is still in flight and waits for it. Boxed, so
+    // that a free slot costs 8 bytes, not a connection's size.
+    slots: Vec<Option<Box<Connection<H>>>>,
+    /// By slot: on the list of connections to advance this turn.
+    marked: Vec<bool>,
     free: Vec<u32>,
     parts: Parts,
     listener: Option<TcpListener>,
@@ -129,11 +115,12 @@ pub(crate) struct Reactor<H: Handler> {
     received: Vec<Completion>,
     dirty: Vec<u32>,
     woken: Vec<u32>,
-    /// Deadlines: (when, slot, generation), soonest first. Entries are not
-    /// removed when a deadline changes; a connection checks its own.
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
-    next_generation: u32,
+    /// The connections' deadlines, soonest first: an entry is added or
+    /// removed whenever a connection's deadline changes, so an open idle
+    /// connection (which has none) costs nothing here.
+    timers: BTreeSet<(Instant, u32)>,
     shutdown_seen: bool,
+    abort_seen: bool,
 }
 
 /// The reactor's settings.
@@ -154,11 +141,11 @@ impl<H: Handler> Reactor<H> {
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
         Ok(Reactor {
             slots: Vec::new(),
+            marked: Vec::new(),
             free: Vec::new(),
             parts: Parts {
                 ring,
                 spare: Vec::new(),
-                new_timers: Vec::new(),
             },
             listener: Some(listener),
             accepting: false,
@@ -170,17 +157,17 @@ impl<H: Handler> Reactor<H> {
             received: Vec::new(),
             dirty: Vec::new(),
             woken: Vec::new(),
-            timers: BinaryHeap::new(),
-            next_generation: 0,
+            timers: BTreeSet::new(),
             shutdown_seen: false,
+            abort_seen: false,
         })
     }
 
     /// Runs until stopped.
     pub(crate) fn run(mut self) {
         self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
-        let reactor_waker = SlotWaker::new(self.shared.clone(), REACTOR);
-        self.env.core.on_shutdown(Waker::from(reactor_waker));
+        let reactor_waker = SlotWake::waker(self.shared.clone(), REACTOR);
+        self.env.core.watch(Waker::from(reactor_waker));
         self.arm_accept();
         while !self.shared.stop.load(Ordering::SeqCst) {
             let wait = self.may_wait();
@@ -219,6 +206,7 @@ impl<H: Handler> Reactor<H> {
             self.take_woken();
             self.expire_timers();
             self.notice_shutdown();
+            self.notice_abort();
             self.run_dirty();
             self.arm_accept();
         }
@@ -236,7 +224,7 @@ impl<H: Handler> Reactor<H> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+        let timer = self.timers.first().map(|&(at, _)| at);
         match (timer, self.accept_paused_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -291,13 +279,11 @@ impl<H: Handler> Reactor<H> {
         slot: u32,
         f: impl FnOnce(&mut Connection<H>, &Env<H>, &mut Io<'_>),
     ) {
-        let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(connection) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
-        let Slot {
-            connection, waker, ..
-        } = &mut **entry;
-        let mut io = self.parts.io(slot, waker);
+        let before = connection.deadline();
+        let mut io = self.parts.io(slot);
         let env = &self.env;
         if catch_unwind(AssertUnwindSafe(|| f(connection, env, &mut io))).is_err() {
             tracing::error!("handling a completion panicked; ending the connection");
@@ -306,14 +292,28 @@ impl<H: Handler> Reactor<H> {
                 return;
             }
         }
+        let after = connection.deadline();
+        self.refile_timer(slot, before, after);
         self.mark_dirty(slot);
     }
 
     fn mark_dirty(&mut self, slot: u32) {
-        if let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
-            if !std::mem::replace(&mut entry.dirty, true) {
-                self.dirty.push(slot);
-            }
+        let live = self.slots.get(slot as usize).is_some_and(Option::is_some);
+        if live && !std::mem::replace(&mut self.marked[slot as usize], true) {
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Keeps `timers` in step with a connection's deadline.
+    fn refile_timer(&mut self, slot: u32, before: Option<Instant>, after: Option<Instant>) {
+        if before == after {
+            return;
+        }
+        if let Some(at) = before {
+            self.timers.remove(&(at, slot));
+        }
+        if let Some(at) = after {
+            self.timers.insert((at, slot));
         }
     }
 
@@ -321,15 +321,13 @@ impl<H: Handler> Reactor<H> {
     fn run_dirty(&mut self) {
         let mut dirty = std::mem::take(&mut self.dirty);
         for slot in dirty.drain(..) {
-            let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            self.marked[slot as usize] = false;
+            let Some(connection) = self.slots.get_mut(slot as usize).and_then(Option::as_mut)
+            else {
                 continue;
             };
-            entry.dirty = false;
-            let generation = entry.generation;
-            let Slot {
-                connection, waker, ..
-            } = &mut **entry;
-            let mut io = self.parts.io(slot, waker);
+            let before = connection.deadline();
+            let mut io = self.parts.io(slot);
             let env = &self.env;
             let progress = catch_unwind(AssertUnwindSafe(|| connection.advance(env, &mut io)))
                 .unwrap_or_else(|_| {
@@ -340,32 +338,24 @@ impl<H: Handler> Reactor<H> {
                         Err(_) => Progress::Leak,
                     }
                 });
-            self.file_timers(generation);
+            let after = connection.deadline();
+            self.refile_timer(slot, before, after);
             match progress {
                 Progress::Done => self.free_slot(slot),
                 Progress::Leak => self.leak(slot),
                 Progress::Pending => {}
             }
         }
-        // An entry stays until its deadline even if the connection is gone;
-        // give memory back after a wave of handshakes.
-        if self.timers.capacity() > 1024 && self.timers.len() < self.timers.capacity() / 4 {
-            self.timers.shrink_to(self.timers.len() * 2);
-        }
         self.dirty = dirty;
-    }
-
-    /// Moves the deadlines a connection just set into the heap, marked with its
-    /// generation.
-    fn file_timers(&mut self, generation: u32) {
-        let new = self.parts.new_timers.drain(..);
-        self.timers
-            .extend(new.map(|(at, slot)| Reverse((at, slot, generation))));
     }
 
     /// Drops a finished connection (closing its socket) and frees its slot.
     fn free_slot(&mut self, slot: u32) {
         let finished = self.slots[slot as usize].take();
+        let deadline = finished
+            .as_ref()
+            .and_then(|connection| connection.deadline());
+        self.refile_timer(slot, deadline, None);
         if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
             tracing::error!("dropping a finished connection panicked");
         }
@@ -376,8 +366,10 @@ impl<H: Handler> Reactor<H> {
     /// possibly in flight: its slot is never reused, so no late completion
     /// reaches another connection.
     fn leak(&mut self, slot: u32) {
-        if let Some(entry) = self.slots[slot as usize].take() {
-            std::mem::forget(entry);
+        if let Some(connection) = self.slots[slot as usize].take() {
+            let deadline = catch_unwind(AssertUnwindSafe(|| connection.deadline()));
+            self.refile_timer(slot, deadline.ok().flatten(), None);
+            std::mem::forget(connection);
         }
         // Its completions find no connection: their buffers and queues go
         // back all the same, and these end its operations.
@@ -390,9 +382,11 @@ impl<H: Handler> Reactor<H> {
         std::mem::swap(&mut *lock(&self.shared.woken), &mut self.woken);
         let mut woken = std::mem::take(&mut self.woken);
         for slot in woken.drain(..) {
-            if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
-                // Cleared before the turn, so a wake during it lists it again.
-                entry.waker.taken();
+            if let Some(connection) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+                if let Some(conn) = connection.conn() {
+                    // Cleared before the turn, so a wake during it lists it again.
+                    conn.shared().wake().taken();
+                }
                 self.mark_dirty(slot);
             }
         }
@@ -401,20 +395,20 @@ impl<H: Handler> Reactor<H> {
 
     fn expire_timers(&mut self) {
         let now = Instant::now();
-        while let Some(Reverse((at, slot, generation))) = self.timers.peek().copied() {
+        while let Some(&(at, slot)) = self.timers.first() {
             if at > now {
                 break;
             }
-            self.timers.pop();
-            let current = self.slots.get(slot as usize).and_then(Option::as_ref);
-            if current.is_some_and(|entry| entry.generation == generation) {
-                self.mark_dirty(slot);
-            }
+            // The connection sees its deadline passed and acts; if it sets a
+            // new one, its turn files it.
+            self.timers.pop_first();
+            self.mark_dirty(slot);
         }
     }
 
-    /// On shutdown: stops accepting, and gives every connection a turn (the
-    /// handshakes in progress answer 503).
+    /// On shutdown: stops accepting, asks every open connection to close with
+    /// 1001, and gives every connection a turn (the handshakes in progress
+    /// answer 503).
     fn notice_shutdown(&mut self) {
         if self.shutdown_seen || !self.env.core.is_shutting_down() {
             return;
@@ -425,6 +419,26 @@ impl<H: Handler> Reactor<H> {
             self.parts.ring.cancel(Op::Accept);
         }
         self.listener = None;
+        self.for_each_connection(close_for_shutdown);
+    }
+
+    /// After the shutdown timeout: drops every open connection.
+    fn notice_abort(&mut self) {
+        if self.abort_seen || !self.env.core.is_aborting() {
+            return;
+        }
+        self.abort_seen = true;
+        self.for_each_connection(|conn| conn.shared().abort());
+    }
+
+    /// Calls `f` on every open connection's handle, and gives every
+    /// connection a turn.
+    fn for_each_connection(&mut self, f: impl Fn(&crate::Conn)) {
+        for connection in self.slots.iter().flatten() {
+            if let Some(conn) = connection.conn() {
+                f(conn);
+            }
+        }
         for slot in 0..self.slots.len() as u32 {
             self.mark_dirty(slot);
         }
@@ -484,20 +498,13 @@ impl<H: Handler> Reactor<H> {
         let live = self.env.core.enter();
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
+            self.marked.push(false);
             (self.slots.len() - 1) as u32
         });
-        let generation = self.next_generation;
-        self.next_generation = self.next_generation.wrapping_add(1);
-        let waker = SlotWaker::new(self.shared.clone(), slot);
-        let mut io = self.parts.io(slot, &waker);
+        let mut io = self.parts.io(slot);
         let connection = Connection::accept(stream, peer, live, &self.env, &mut io);
-        self.file_timers(generation);
-        self.slots[slot as usize] = Some(Box::new(Slot {
-            connection,
-            waker,
-            generation,
-            dirty: false,
-        }));
+        self.refile_timer(slot, None, connection.deadline());
+        self.slots[slot as usize] = Some(Box::new(connection));
         if self.shutdown_seen {
             // Accepted just before the listener closed: answer 503 now.
             self.mark_dirty(slot);
