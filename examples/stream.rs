@@ -8,27 +8,29 @@
 //! ```text
 //! cargo run --release --example stream -- --push-size 10240 --push-every-us 500
 //! ```
+//! `--backend uring` serves with the io_uring backend (Linux); the pushes then
+//! come from a tokio runtime thread beside the reactors, through each
+//! connection's `Conn`.
 //! One payload is allocated at start and shared by every push (`Conn::send_shared`
 //! queues a reference, not a copy). When a connection's outbound queue is full the
 //! push is skipped for that tick: a feed that cannot keep up gets fresher data
 //! later rather than an ever-growing backlog. tokio's timer has 1 ms resolution,
 //! so intervals under 1 ms are delivered as bursts that keep the average rate.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::{
-    Accept, Bytes, Config, Conn, Handler, Message, MessageKind, Reject, Request, SendError,
-};
+use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request, SendError};
+use tokio::runtime;
+
+mod support;
 
 #[derive(Parser, Debug)]
 #[command(about = "rapidws push (stream) server")]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:9001")]
-    addr: SocketAddr,
+    #[command(flatten)]
+    serve: support::ServeArgs,
     /// Size of each pushed binary message in bytes; 0 turns pushing off.
     #[arg(long, default_value_t = 10240)]
     push_size: usize,
@@ -40,6 +42,8 @@ struct Args {
 struct Feed {
     payload: Bytes,
     every: Duration,
+    /// Where each connection's push task runs.
+    runtime: runtime::Handle,
 }
 
 impl Handler for Feed {
@@ -54,7 +58,7 @@ impl Handler for Feed {
             return;
         }
         let (conn, payload, every) = (conn.clone(), self.payload.clone(), self.every);
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             let mut ticks = tokio::time::interval(every);
             loop {
                 ticks.tick().await;
@@ -73,40 +77,11 @@ impl Handler for Feed {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the tokio runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let feed = Feed {
-        payload: Bytes::from(vec![0x5a; args.push_size]),
-        every: Duration::from_micros(args.push_every_us.max(1)),
-    };
-    runtime.block_on(async {
-        let server = match rapidws::tokio::Server::bind(args.addr, feed, Config::default()).await {
-            Ok(server) => server,
-            Err(error) => {
-                eprintln!("error: cannot listen on {}: {error}", args.addr);
-                return ExitCode::FAILURE;
-            }
-        };
-        let handle = server.handle();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                handle.shutdown();
-            }
-        });
-        match server.serve().await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("error: {error}");
-                ExitCode::FAILURE
-            }
-        }
+    let payload = Bytes::from(vec![0x5a; args.push_size]);
+    let every = Duration::from_micros(args.push_every_us.max(1));
+    support::serve("stream", &args.serve, |runtime| Feed {
+        payload,
+        every,
+        runtime,
     })
 }

@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     };
     let written = std::fs::write(
         repo.join("BENCHMARKS.md"),
-        report::markdown(&summaries, &context),
+        report::markdown(&summaries, measurements, &context),
     )
     .and_then(|()| std::fs::write(harness.join("results/chart.svg"), report::chart(&summaries)));
     if let Err(error) = written {

@@ -12,8 +12,8 @@ pub struct Server {
     pub name: &'static str,
     /// Echo binary; takes `--addr`.
     echo: PathBuf,
-    /// Arguments the echo binary needs besides `--addr`.
-    echo_args: &'static [&'static str],
+    /// Arguments the echo and push binaries need besides their own.
+    args: &'static [&'static str],
     /// Push binary for the stream scenario; takes `--addr --push-size --push-every-us`.
     push: Option<PathBuf>,
     /// Raw TCP: no upgrade; the load generator gets `--raw`.
@@ -33,21 +33,21 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         Server {
             name: "rapidws-tokio",
             echo: examples.join("echo"),
-            echo_args: &[],
+            args: &[],
             push: Some(examples.join("stream")),
             raw: false,
         },
         Server {
             name: "rapidws-uring",
             echo: examples.join("echo"),
-            echo_args: &["--backend", "uring"],
-            push: None,
+            args: &["--backend", "uring"],
+            push: Some(examples.join("stream")),
             raw: false,
         },
         Server {
             name: "raw-tcp-echo",
             echo: harness_bin.join("raw-tcp-echo"),
-            echo_args: &[],
+            args: &[],
             push: None,
             raw: true,
         },
@@ -65,7 +65,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         servers.push(Server {
             name,
             echo: bin.clone(),
-            echo_args: &[],
+            args: &[],
             push: Some(bin),
             raw: false,
         });
@@ -95,7 +95,7 @@ impl Running {
             Role::Echo => {
                 command
                     .arg(&server.echo)
-                    .args(server.echo_args)
+                    .args(server.args)
                     .arg("--addr")
                     .arg(addr.to_string());
                 // The baselines share one binary for echo and push; pushing is off at 0.
@@ -108,7 +108,8 @@ impl Running {
                     .push
                     .as_ref()
                     .ok_or_else(|| io::Error::other("no push mode"))?;
-                command.arg(push).arg("--addr").arg(addr.to_string());
+                command.arg(push).args(server.args);
+                command.arg("--addr").arg(addr.to_string());
                 command.arg("--push-size").arg(size.to_string());
                 command.arg("--push-every-us").arg(every_us.to_string());
             }

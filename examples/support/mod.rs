@@ -1,0 +1,117 @@
+//! What the examples share: the `--addr`, `--backend` and `--threads` options,
+//! and running a handler on the chosen backend until Ctrl-C, which shuts the
+//! server down gracefully.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use rapidws::{Config, Handler};
+
+/// Where and how to serve.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    pub addr: SocketAddr,
+    /// Which backend serves the connections.
+    #[arg(long, value_enum, default_value_t = Backend::Tokio)]
+    pub backend: Backend,
+    /// Worker threads for the tokio runtime, or reactor threads for io_uring
+    /// (default: one per CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Backend {
+    /// Connection groups on a multi-threaded tokio runtime.
+    Tokio,
+    /// One io_uring reactor per thread (Linux 6.0 or later).
+    Uring,
+}
+
+/// Serves the handler `make` returns until Ctrl-C. `make` gets a tokio
+/// runtime handle for the handler's own tasks: on the tokio backend, the
+/// server's runtime; on io_uring, where callbacks run on the reactor threads
+/// outside any runtime, a one-thread runtime beside them.
+pub fn serve<H: Handler>(
+    name: &str,
+    args: &ServeArgs,
+    make: impl FnOnce(tokio::runtime::Handle) -> H,
+) -> ExitCode {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    match (args.backend, args.threads) {
+        (Backend::Tokio, Some(threads)) => {
+            runtime.worker_threads(threads);
+        }
+        (Backend::Tokio, None) => {}
+        (Backend::Uring, _) => {
+            runtime.worker_threads(1);
+        }
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let handler = make(runtime.handle().clone());
+    let served = match args.backend {
+        Backend::Tokio => runtime.block_on(serve_tokio(name, args, handler)),
+        Backend::Uring => serve_uring(name, args, handler, &runtime),
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Result<(), String> {
+    let server = rapidws::tokio::Server::bind(args.addr, handler, Config::default())
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    shut_down_on_ctrl_c(&tokio::runtime::Handle::current(), server.handle());
+    tracing::info!(addr = %args.addr, backend = "tokio", "{name} server listening");
+    server.serve().await.map_err(|error| error.to_string())
+}
+
+#[cfg(target_os = "linux")]
+fn serve_uring<H: Handler>(
+    name: &str,
+    args: &ServeArgs,
+    handler: H,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(), String> {
+    let mut server = rapidws::uring::Server::bind(args.addr, handler, Config::default())
+        .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    if let Some(threads) = args.threads {
+        server = server.threads(threads);
+    }
+    shut_down_on_ctrl_c(runtime.handle(), server.handle());
+    tracing::info!(addr = %args.addr, backend = "uring", "{name} server listening");
+    // Blocks this thread; the reactors run on threads of their own.
+    server.serve().map_err(|error| error.to_string())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn serve_uring<H: Handler>(
+    _: &str,
+    _: &ServeArgs,
+    _: H,
+    _: &tokio::runtime::Runtime,
+) -> Result<(), String> {
+    Err("the io_uring backend needs Linux; use --backend tokio".into())
+}
+
+fn shut_down_on_ctrl_c(runtime: &tokio::runtime::Handle, handle: rapidws::ServerHandle) {
+    runtime.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            handle.shutdown();
+        }
+    });
+}
