@@ -1,7 +1,7 @@
 //! A lean, strict, fast WebSocket server (RFC 6455).
 //!
 //! The protocol lives in a sans-I/O core ([`proto`], [`handshake`]) that never
-//! touches a socket; backends ([`tokio`](crate::tokio)) move bytes between
+//! touches a socket; backends ([`tokio`], [`uring`] on Linux) move bytes between
 //! sockets and that core and call your [`Handler`]. See `ARCHITECTURE.md` for
 //! the path of a byte.
 

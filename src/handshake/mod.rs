@@ -1,9 +1,11 @@
 //! The HTTP/1.1 upgrade handshake, sans-I/O: parse and check the request, then
 //! write the `101` or the HTTP error that refuses it.
 
+mod extensions;
 mod request;
 mod response;
 
+pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use request::{
     HandshakeError, HeaderBuffer, MAX_HEADERS, Request, header_buffer, parse_request,
 };
