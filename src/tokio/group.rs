@@ -159,13 +159,15 @@ impl<H: Handler> Future for Group<H> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let group = self.get_mut();
         group.shared.waker.register(cx.waker());
-        let core = &group.env.core;
-        if !group.shutdown_seen && core.is_shutting_down() {
+        if !group.shutdown_seen && group.env.core.is_shutting_down() {
             // Open connections close with 1001; handshakes in progress answer
             // 503 when they see the flag.
             group.shutdown_seen = true;
             group.for_each_connection(close_for_shutdown);
-        } else if !group.abort_seen && core.is_aborting() {
+        }
+        // Not `else`: a group first polled after both flags were set would
+        // otherwise use up the abort's wake on the shutdown and never abort.
+        if !group.abort_seen && group.env.core.is_aborting() {
             group.abort_seen = true;
             group.for_each_connection(|conn| conn.shared().abort());
         }
