@@ -26,6 +26,9 @@ impl Write for Log {
     }
 }
 
+/// Descriptors a server opens to start, at most (two threads here).
+const SERVER_STARTUP: u64 = 12;
+
 fn open_descriptors() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
 }
@@ -63,16 +66,25 @@ async fn survives_emfile_at_accept() {
 
 async fn survives_emfile_on(backend: Backend, log: &Log) {
     log.0.lock().unwrap().clear();
+    // Lowered before the server starts: io_uring's accept takes the limit
+    // when it is armed, on the reactor thread some time after `start`
+    // returns, and keeps it while armed. `SERVER_STARTUP` leaves room for what
+    // starting opens (listeners, rings, eventfds, epolls), so about 20
+    // descriptors stay free for connections.
+    let original = set_soft_limit(open_descriptors() + 20 + SERVER_STARTUP);
     let server = start(backend, Config::default()).await;
-    let original = set_soft_limit(open_descriptors() + 20);
 
     // Another process connects 100 times, so the server (and not the client,
     // which shares this process's descriptors) runs out: its accepts fail with
-    // EMFILE while connections wait in the listen backlog.
+    // EMFILE while connections wait in the listen backlog. It inherits the
+    // lowered limit, so it raises its own first (or it could run out before
+    // the server does).
     let mut holder = std::process::Command::new("python3")
         .arg("-c")
         .arg(format!(
-            "import socket, time\n\
+            "import resource, socket, time\n\
+             _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
              held = [socket.create_connection(('{}', {})) for _ in range(100)]\n\
              time.sleep(30)",
             server.addr.ip(),

@@ -145,6 +145,10 @@ impl<H: Handler> Server<H> {
     ///
     /// Fails at once, before serving anything, if a ring cannot be set up: the
     /// error (kind `Unsupported`) says that io_uring is not available and why.
+    ///
+    /// Raise the descriptor limit (`RLIMIT_NOFILE`) before calling this: the
+    /// kernel reads it when a reactor arms its accept and keeps that value
+    /// until the accept is armed again (after an accept error such as EMFILE).
     pub fn serve(self) -> io::Result<()> {
         let Server {
             listener,
