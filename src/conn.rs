@@ -4,8 +4,9 @@
 //! under a mutex that only this connection's senders and the backend serving it
 //! touch, so it is uncontended in the common case. The first send after a flush
 //! wakes the connection (through the [`ConnWake`] its backend gave it when it
-//! opened); further sends before that flush ride along without another wake. Inside a callback no wake is needed at all: the backend writes
-//! everything the callbacks queued once they return, in one write.
+//! opened); further sends before that flush ride along without another wake.
+//! Inside a callback no wake is needed at all: the backend writes everything
+//! the callbacks queued once they return, in one write.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

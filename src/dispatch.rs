@@ -84,9 +84,10 @@ impl<H: Handler> App<H> {
 
 impl<H: Handler> Dispatch<H> {
     /// Opens a connection whose handshake was accepted: counts it as open,
-    /// gives it `wake` to reach the backend by, moves the `101` from `response` to the head of its queue (so
-    /// whatever `on_open` sends follows it in the same write), and calls
-    /// `on_open`. Frames that came with the request go to [`Dispatch::input`] next.
+    /// gives it `wake` to reach the backend by, moves the `101` from
+    /// `response` to the head of its queue (so whatever `on_open` sends
+    /// follows it in the same write), and calls `on_open`. Frames that came
+    /// with the request go to [`Dispatch::input`] next.
     pub(crate) fn upgrade(
         core: &Arc<ServerCore>,
         handler: &Arc<H>,

@@ -351,11 +351,7 @@ impl<H: Handler> Reactor<H> {
 
     /// Drops a finished connection (closing its socket) and frees its slot.
     fn free_slot(&mut self, slot: u32) {
-        let finished = self.slots[slot as usize].take();
-        let deadline = finished
-            .as_ref()
-            .and_then(|connection| connection.deadline());
-        self.refile_timer(slot, deadline, None);
+        let finished = self.take_connection(slot);
         if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
             tracing::error!("dropping a finished connection panicked");
         }
@@ -366,9 +362,7 @@ impl<H: Handler> Reactor<H> {
     /// possibly in flight: its slot is never reused, so no late completion
     /// reaches another connection.
     fn leak(&mut self, slot: u32) {
-        if let Some(connection) = self.slots[slot as usize].take() {
-            let deadline = catch_unwind(AssertUnwindSafe(|| connection.deadline()));
-            self.refile_timer(slot, deadline.ok().flatten(), None);
+        if let Some(connection) = self.take_connection(slot) {
             std::mem::forget(connection);
         }
         // Its completions find no connection: their buffers and queues go
@@ -376,6 +370,14 @@ impl<H: Handler> Reactor<H> {
         self.parts.ring.cancel(Op::Recv(slot));
         self.parts.ring.cancel(Op::Send(slot));
         tracing::error!(slot, "a connection was leaked after repeated panics");
+    }
+
+    /// Takes the connection out of its slot, and its deadline out of the
+    /// timers.
+    fn take_connection(&mut self, slot: u32) -> Option<Box<Connection<H>>> {
+        let connection = self.slots[slot as usize].take()?;
+        self.refile_timer(slot, connection.deadline(), None);
+        Some(connection)
     }
 
     fn take_woken(&mut self) {
