@@ -116,7 +116,7 @@ fn handshake(c: &mut Criterion) {
             let (request, _) = parse_request(black_box(CHROME), &mut headers, 8192)
                 .unwrap()
                 .unwrap();
-            write_accept(&mut out, request.key(), None);
+            write_accept(&mut out, request.key(), None, None);
             let n = out.len();
             out.advance(n);
         })

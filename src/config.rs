@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::proto::Limits;
+use crate::proto::deflate::DeflateConfig;
 
 /// Settings shared by every connection of a server.
 ///
@@ -23,6 +24,7 @@ pub struct Config {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_outbound_bytes: usize,
     pub(crate) read_buffer_size: usize,
+    pub(crate) deflate: Option<DeflateConfig>,
 }
 
 impl Default for Config {
@@ -35,6 +37,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(10),
             max_outbound_bytes: 4 << 20,
             read_buffer_size: 16 * 1024,
+            deflate: None,
         }
     }
 }
@@ -96,7 +99,21 @@ impl Config {
         self
     }
 
+    /// Offers permessage-deflate (RFC 7692) with these settings to clients
+    /// that ask for it; `None` turns it off, which is the default. The message
+    /// size limit applies to the inflated size. See [`DeflateConfig`] for what
+    /// each setting costs.
+    pub fn permessage_deflate(mut self, deflate: impl Into<Option<DeflateConfig>>) -> Self {
+        self.deflate = deflate.into();
+        self
+    }
+
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The permessage-deflate settings, if it is on.
+    pub fn deflate(&self) -> Option<&DeflateConfig> {
+        self.deflate.as_ref()
     }
 }

@@ -16,7 +16,8 @@ use bytes::Bytes;
 
 use crate::pool::BufferPool;
 use crate::proto::close::MAX_CLOSE_REASON;
-use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN};
+use crate::proto::deflate::Compressor;
+use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, WriteQueue, utf8};
 use crate::slot_waker::ConnWake;
 
@@ -89,14 +90,19 @@ impl Conn {
     }
 
     /// Sends a message of the same kind, copying its payload (for example, to
-    /// echo the message `on_message` received).
+    /// echo the message `on_message` received). With permessage-deflate
+    /// negotiated, it is compressed unless shorter than the configured minimum.
     pub fn send(&self, message: Message<'_>) -> Result<(), SendError> {
         let opcode = match message {
             Message::Text(_) => OpCode::Text,
             Message::Binary(_) => OpCode::Binary,
         };
         let payload = message.as_bytes();
-        self.enqueue(payload.len(), |q| q.push_frame(true, 0, opcode, payload))
+        self.enqueue(payload.len(), |outbox| {
+            if !outbox.push_compressed(opcode, payload) {
+                outbox.queue.push_frame(true, 0, opcode, payload);
+            }
+        })
     }
 
     /// Sends a text message, copying it.
@@ -111,6 +117,9 @@ impl Conn {
 
     /// Sends a message whose payload is shared, without copying it: the same
     /// `Bytes` can be broadcast to many connections. Text is checked for UTF-8.
+    /// With permessage-deflate negotiated, a payload worth compressing is
+    /// compressed for this connection instead (each connection's compressor
+    /// has its own state), so nothing is shared then.
     pub fn send_shared(&self, kind: MessageKind, payload: Bytes) -> Result<(), SendError> {
         let opcode = match kind {
             MessageKind::Text => {
@@ -119,7 +128,11 @@ impl Conn {
             }
             MessageKind::Binary => OpCode::Binary,
         };
-        self.enqueue(0, |q| q.push_frame_shared(true, 0, opcode, payload))
+        self.enqueue(0, |outbox| {
+            if !outbox.push_compressed(opcode, &payload) {
+                outbox.queue.push_frame_shared(true, 0, opcode, payload);
+            }
+        })
     }
 
     /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
@@ -128,8 +141,8 @@ impl Conn {
         if payload.len() > MAX_CONTROL_PAYLOAD {
             return Err(SendError::PayloadTooLong);
         }
-        self.enqueue(payload.len(), |q| {
-            q.push_frame(true, 0, OpCode::Ping, payload)
+        self.enqueue(payload.len(), |outbox| {
+            outbox.queue.push_frame(true, 0, OpCode::Ping, payload)
         })
     }
 
@@ -172,7 +185,7 @@ impl Conn {
     fn enqueue(
         &self,
         payload_len: usize,
-        write: impl FnOnce(&mut WriteQueue),
+        write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
         let shared = &*self.shared;
         let wake = {
@@ -190,7 +203,7 @@ impl Conn {
                     shared.pool.give(unused);
                 }
             }
-            write(&mut outbox.queue);
+            write(&mut outbox);
             !std::mem::replace(&mut outbox.flush_scheduled, true)
         };
         if wake {
@@ -212,6 +225,24 @@ impl Outbox {
     /// Bytes queued or being written: what the bound applies to.
     pub(crate) fn queued(&self) -> usize {
         self.queue.len() + self.sending
+    }
+
+    /// Queues `payload` as one compressed message if permessage-deflate was
+    /// negotiated and the message is worth compressing; false if it was not
+    /// queued (send it plain).
+    fn push_compressed(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
+        let Some(compressor) = self.deflate.as_deref_mut() else {
+            return false;
+        };
+        if !compressor.wants(payload.len()) {
+            return false;
+        }
+        // Text usually shrinks to well under half: a guess for the header.
+        let expected = payload.len() / 3;
+        self.queue
+            .push_frame_with(true, RSV1, opcode, expected, |buf| {
+                compressor.compress(payload, buf)
+            })
     }
 }
 
@@ -242,6 +273,10 @@ pub(crate) struct Outbox {
     pub(crate) flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
     pub(crate) wants_drain: bool,
+    /// The permessage-deflate compressor, when it was negotiated. It lives
+    /// here because messages are compressed as they are queued, by whichever
+    /// thread sends them (boxed: most connections have none).
+    pub(crate) deflate: Option<Box<Compressor>>,
 }
 
 pub(crate) struct ConnShared {
@@ -279,6 +314,7 @@ impl ConnShared {
                 abort: false,
                 flush_scheduled: false,
                 wants_drain: false,
+                deflate: None,
             }),
         })
     }

@@ -14,6 +14,7 @@ use bytes::BytesMut;
 
 use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
+use crate::proto::deflate::{Compressor, DeflateParams};
 use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
 use crate::slot_waker::ConnWake;
@@ -41,6 +42,15 @@ struct App<H: Handler> {
 
 /// A callback panicked.
 struct Panicked(&'static str);
+
+/// What a backend knows about a connection whose upgrade was accepted.
+pub(crate) struct Accepted<'r, S> {
+    pub(crate) peer: std::net::SocketAddr,
+    /// The queued `101`, moved to the connection's own queue.
+    pub(crate) response: &'r mut WriteQueue,
+    pub(crate) state: S,
+    pub(crate) deflate: Option<DeflateParams>,
+}
 
 impl<H: Handler> App<H> {
     fn on_open(&mut self) -> Result<(), Panicked> {
@@ -86,19 +96,31 @@ impl<H: Handler> Dispatch<H> {
     /// Opens a connection whose handshake was accepted: counts it as open,
     /// gives it `wake` to reach the backend by, moves the `101` from
     /// `response` to the head of its queue (so whatever `on_open` sends
-    /// follows it in the same write), and calls `on_open`. Frames that came
-    /// with the request go to [`Dispatch::input`] next.
+    /// follows it in the same write), sets up permessage-deflate if it was
+    /// agreed, and calls `on_open`. Frames that came with the request go to
+    /// [`Dispatch::input`] next.
     pub(crate) fn upgrade(
         core: &Arc<ServerCore>,
         handler: &Arc<H>,
-        peer: std::net::SocketAddr,
-        response: &mut WriteQueue,
-        state: H::State,
+        accepted: Accepted<'_, H::State>,
         wake: ConnWake,
     ) -> (Self, Registration) {
+        let Accepted {
+            peer,
+            response,
+            state,
+            deflate,
+        } = accepted;
         let (conn, registration) = core.open_connection(peer, wake);
-        std::mem::swap(&mut conn.shared().lock().queue, response);
-        let session = Session::new(core.config.limits, core.pool.clone());
+        {
+            let mut outbox = conn.shared().lock();
+            std::mem::swap(&mut outbox.queue, response);
+            if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
+                outbox.deflate = Some(Box::new(Compressor::new(params, config)));
+            }
+        }
+        let session =
+            Session::with_deflate(core.config.limits, core.pool.clone(), deflate.as_ref());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }
@@ -269,6 +291,8 @@ impl<H: Handler> Drop for Dispatch<H> {
             let mut outbox = shared.lock();
             outbox.phase = Phase::Closed;
             outbox.close_request = None;
+            // Its zlib stream, if it holds one, goes back to this thread's pool.
+            outbox.deflate = None;
             let unwritten = outbox.queue.len();
             outbox.queue.advance(unwritten);
             outbox.sending = 0;

@@ -77,6 +77,7 @@ pub trait Handler: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct Accept {
     protocol: Option<Cow<'static, str>>,
+    no_deflate: bool,
 }
 
 impl Accept {
@@ -92,6 +93,21 @@ impl Accept {
     /// The subprotocol chosen so far.
     pub fn chosen_protocol(&self) -> Option<&str> {
         self.protocol.as_deref()
+    }
+
+    /// Whether this connection may use permessage-deflate, when the server
+    /// enables it (`Config::permessage_deflate`) and the client offers it.
+    /// Default true; pass false, for example, for clients that send data
+    /// that does not compress.
+    pub fn permessage_deflate(&mut self, allow: bool) -> &mut Self {
+        self.no_deflate = !allow;
+        self
+    }
+
+    /// Whether permessage-deflate may be negotiated (see
+    /// [`Accept::permessage_deflate`]).
+    pub fn allows_permessage_deflate(&self) -> bool {
+        !self.no_deflate
     }
 }
 

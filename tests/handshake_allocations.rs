@@ -9,6 +9,7 @@ use std::cell::Cell;
 
 use rapidws::handshake::{header_buffer, parse_request, write_accept};
 use rapidws::proto::WriteQueue;
+use rapidws::proto::deflate::{DeflateConfig, negotiate};
 
 struct CountingAllocator;
 
@@ -103,8 +104,14 @@ fn parsing_a_browser_request_and_answering_it_allocates_nothing() {
         assert_eq!(request.path(), "/chat");
         assert_eq!(request.header("origin"), Some(&b"https://example.com"[..]));
         let protocol = request.protocols().find(|p| *p == "chat");
-        write_accept(&mut out, request.key(), protocol);
+        let offers = request
+            .headers()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
+            .map(|(_, value)| value);
+        let deflate = negotiate(offers, &DeflateConfig::default());
+        assert!(deflate.is_some(), "permessage-deflate agreed");
+        write_accept(&mut out, request.key(), protocol, deflate.as_ref());
     });
-    assert_eq!(n, 0, "allocations while parsing and answering");
+    assert_eq!(n, 0, "allocations while parsing, negotiating and answering");
     assert!(out.len() > 100);
 }

@@ -21,6 +21,35 @@ pub struct ServeArgs {
     /// (default: one per CPU).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Offer permessage-deflate (RFC 7692) to clients that ask for it, with
+    /// the library's defaults (no context takeover on either side).
+    #[arg(long)]
+    pub deflate: bool,
+    /// With --deflate: keep the server's compression context between
+    /// messages (better ratios, a zlib stream held per connection).
+    #[arg(long, requires = "deflate")]
+    pub deflate_context_takeover: bool,
+    /// With --deflate: send messages shorter than this uncompressed
+    /// (default: the library's, 64 bytes).
+    #[arg(long, requires = "deflate", value_name = "BYTES")]
+    pub deflate_min_size: Option<usize>,
+}
+
+impl ServeArgs {
+    /// The server configuration these options ask for.
+    pub fn config(&self) -> Config {
+        let config = Config::default();
+        if !self.deflate {
+            return config;
+        }
+        let deflate = rapidws::proto::deflate::DeflateConfig::default()
+            .server_context_takeover(self.deflate_context_takeover);
+        let deflate = match self.deflate_min_size {
+            Some(bytes) => deflate.compress_min_size(bytes),
+            None => deflate,
+        };
+        config.permessage_deflate(deflate)
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -72,7 +101,7 @@ pub fn serve<H: Handler>(
 }
 
 async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Result<(), String> {
-    let server = rapidws::tokio::Server::bind(args.addr, handler, Config::default())
+    let server = rapidws::tokio::Server::bind(args.addr, handler, args.config())
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
     shut_down_on_ctrl_c(&tokio::runtime::Handle::current(), server.handle());
@@ -87,7 +116,7 @@ fn serve_uring<H: Handler>(
     handler: H,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<(), String> {
-    let mut server = rapidws::uring::Server::bind(args.addr, handler, Config::default())
+    let mut server = rapidws::uring::Server::bind(args.addr, handler, args.config())
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
     if let Some(threads) = args.threads {
         server = server.threads(threads);

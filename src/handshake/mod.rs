@@ -15,19 +15,26 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::handler::{Accept, Handler};
 use crate::proto::WriteQueue;
+use crate::proto::deflate::{DeflateConfig, DeflateParams, negotiate};
 
 /// What to do after looking at the bytes received so far on a new connection.
 pub(crate) enum Answer<S> {
     /// The request head is not complete yet.
     Incomplete,
     /// The `101` is queued; the first `head_len` bytes were the request.
-    Accepted { state: S, head_len: usize },
+    /// `deflate` holds the permessage-deflate parameters, if agreed.
+    Accepted {
+        state: S,
+        head_len: usize,
+        deflate: Option<DeflateParams>,
+    },
     /// An HTTP error response is queued; close after writing it.
     Refused,
 }
 
-/// Parses the request in `buf`, asks the handler's upgrade hook, and queues the
-/// response. The part of the handshake both backends share.
+/// Parses the request in `buf`, asks the handler's upgrade hook, negotiates
+/// permessage-deflate if `deflate` enables it, and queues the response. The
+/// part of the handshake both backends share.
 ///
 /// `arrived_from` is where the bytes that arrived since the last call start.
 /// The head ends with a line, so until a new line arrives (or the head passes
@@ -38,6 +45,7 @@ pub(crate) fn answer<H: Handler>(
     arrived_from: usize,
     handler: &H,
     max_head_len: usize,
+    deflate: Option<&DeflateConfig>,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
     let new_line = buf
@@ -81,8 +89,21 @@ pub(crate) fn answer<H: Handler>(
                     return refuse(out, 500, "internal server error");
                 }
             }
-            write_accept(out, request.key(), protocol);
-            Answer::Accepted { state, head_len }
+            let deflate = deflate
+                .filter(|_| accept.allows_permessage_deflate())
+                .and_then(|config| {
+                    let offers = request
+                        .headers()
+                        .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
+                        .map(|(_, value)| value);
+                    negotiate(offers, config)
+                });
+            write_accept(out, request.key(), protocol, deflate.as_ref());
+            Answer::Accepted {
+                state,
+                head_len,
+                deflate,
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use base64::Engine;
 use sha1::{Digest, Sha1};
 
 use crate::proto::WriteQueue;
+use crate::proto::deflate::DeflateParams;
 
 /// The GUID RFC 6455 §1.3 appends to the client's key.
 const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -27,9 +28,14 @@ pub fn accept_key(key: &[u8]) -> [u8; 28] {
     out
 }
 
-/// Queues the `101 Switching Protocols` response, with the chosen subprotocol if
-/// any.
-pub fn write_accept(out: &mut WriteQueue, key: &[u8], protocol: Option<&str>) {
+/// Queues the `101 Switching Protocols` response, with the chosen subprotocol
+/// and the agreed permessage-deflate parameters, if any.
+pub fn write_accept(
+    out: &mut WriteQueue,
+    key: &[u8],
+    protocol: Option<&str>,
+    deflate: Option<&DeflateParams>,
+) {
     out.push_raw(
         b"HTTP/1.1 101 Switching Protocols\r\n\
           Upgrade: websocket\r\n\
@@ -41,7 +47,11 @@ pub fn write_accept(out: &mut WriteQueue, key: &[u8], protocol: Option<&str>) {
         out.push_raw(b"\r\nSec-WebSocket-Protocol: ");
         out.push_raw(protocol.as_bytes());
     }
-    out.push_raw(b"\r\n\r\n");
+    out.push_raw(b"\r\n");
+    if let Some(deflate) = deflate {
+        deflate.write_header(|piece| out.push_raw(piece));
+    }
+    out.push_raw(b"\r\n");
 }
 
 /// Queues an error response with a one-line plain-text body, then the server
@@ -125,14 +135,14 @@ mod tests {
     #[test]
     fn writes_a_101_with_and_without_protocol() {
         let mut q = WriteQueue::new();
-        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", None);
+        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", None, None);
         assert_eq!(
             text(&q),
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
         );
         let mut q = WriteQueue::new();
-        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", Some("chat"));
+        write_accept(&mut q, b"dGhlIHNhbXBsZSBub25jZQ==", Some("chat"), None);
         assert!(
             text(&q)
                 .ends_with("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: chat\r\n\r\n")

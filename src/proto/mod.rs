@@ -13,8 +13,10 @@
 //! | `write_queue.rs` | outbound frames, corked, ready for `writev` |
 //! | `message.rs` | the message types handlers see |
 //! | `session.rs` | the state machine tying them together |
+//! | `deflate/` | permessage-deflate: negotiation, bounded inflate, compression |
 
 pub mod close;
+pub mod deflate;
 pub mod frame;
 pub mod mask;
 pub mod message;

@@ -17,6 +17,10 @@
 //! - Text is checked incrementally as bytes arrive, so invalid UTF-8 fails the
 //!   connection (1007) as soon as it is seen, even in the middle of a frame.
 //! - Limits are checked on each frame header, before any payload is buffered.
+//! - A compressed message (permessage-deflate, RSV1 on its first frame) takes
+//!   the fragmented path even when it is one frame: its payload is inflated
+//!   into the assembly buffer as it arrives, bounded by the message size limit,
+//!   and its text is checked as it is inflated.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,7 +28,8 @@ use std::sync::Arc;
 use bytes::{Buf, BytesMut};
 
 use super::close::{self, CloseCode, MAX_CLOSE_REASON};
-use super::frame::{DecodeRules, FrameHeader, MAX_CONTROL_PAYLOAD, OpCode, decode_header};
+use super::deflate::{DeflateParams, InflateFailure, Inflater};
+use super::frame::{DecodeRules, FrameHeader, MAX_CONTROL_PAYLOAD, OpCode, RSV1, decode_header};
 use super::mask::apply_mask;
 use super::message::Message;
 use super::utf8::{self, Utf8Validator};
@@ -103,12 +108,16 @@ struct Frame {
     kept: usize,
 }
 
-/// A fragmented message being assembled.
+/// A message being assembled in the assembly buffer: fragmented, compressed,
+/// or both.
 #[derive(Clone, Copy, Debug)]
 struct Fragmented {
     text: bool,
-    /// Payload bytes announced so far, over all its frame headers.
+    /// Payload bytes announced so far, over all its frame headers (compressed
+    /// bytes, for a compressed message).
     len: usize,
+    /// RSV1 was set on its first frame: the payload is inflated as it arrives.
+    compressed: bool,
 }
 
 enum Step {
@@ -153,6 +162,9 @@ pub struct Session {
     peer_closed: bool,
     assembly: BytesMut,
     pool: Arc<BufferPool>,
+    /// Present when permessage-deflate was negotiated (boxed: most sessions
+    /// have none, and an idle one should stay small).
+    inflater: Option<Box<Inflater>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -181,7 +193,24 @@ impl Session {
             peer_closed: false,
             assembly: BytesMut::new(),
             pool,
+            inflater: None,
         }
+    }
+
+    /// A server session that accepts messages compressed with the
+    /// permessage-deflate parameters `deflate` (RSV1 marks them); without
+    /// parameters, the same as [`Session::new`].
+    pub fn with_deflate(
+        limits: Limits,
+        pool: Arc<BufferPool>,
+        deflate: Option<&DeflateParams>,
+    ) -> Self {
+        let mut session = Session::new(limits, pool);
+        if let Some(params) = deflate {
+            session.rules.allowed_rsv |= RSV1;
+            session.inflater = Some(Box::new(Inflater::new(!params.client_no_context_takeover)));
+        }
+        session
     }
 
     /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
@@ -275,20 +304,26 @@ impl Session {
         if self.state == State::Open {
             write_close(out, code, close::truncate_reason(reason));
         }
-        self.state = State::Closed;
-        self.frame = None;
-        self.fragmented = None;
-        self.release_assembly = true;
+        self.end_reading();
         ProtocolError { code, reason }
     }
 
     /// Ends the session without sending anything, because the connection is
     /// already gone (TCP closed, or the close handshake timed out).
     pub fn abandon(&mut self) {
+        self.end_reading();
+    }
+
+    /// Nothing more will be read: drops the message in progress and the
+    /// buffers and inflate state it held.
+    fn end_reading(&mut self) {
         self.state = State::Closed;
         self.frame = None;
         self.fragmented = None;
         self.release_assembly = true;
+        if let Some(inflater) = &mut self.inflater {
+            inflater.release();
+        }
     }
 
     /// True until a close frame has been sent or received.
@@ -384,12 +419,26 @@ impl Session {
         }
 
         if let Some(fragmented) = self.fragmented {
-            // Part of a fragmented message: check, append, drop from the input.
+            // Part of an assembled message: check, append (inflated, if it is
+            // compressed), drop from the input.
             let piece = &input[start..start + avail];
-            if fragmented.text && self.utf8.feed(piece).is_err() {
+            let before = self.assembly.len();
+            if fragmented.compressed {
+                let limit = self.limits.max_message_size;
+                let inflated = match self.inflater.as_mut() {
+                    Some(inflater) => inflater.feed(piece, &mut self.assembly, limit),
+                    // RSV1 passes the decoder only when deflate was negotiated.
+                    None => Err(InflateFailure::Invalid),
+                };
+                if let Err(failure) = inflated {
+                    return Err(self.fail_inflate(failure, out));
+                }
+            } else {
+                self.assembly.extend_from_slice(piece);
+            }
+            if fragmented.text && self.utf8.feed(&self.assembly[before..]).is_err() {
                 return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
-            self.assembly.extend_from_slice(piece);
             input.advance(start + avail);
             frame.header_len = 0;
             frame.done += avail;
@@ -401,6 +450,20 @@ impl Session {
                 return Ok(Step::Skip);
             }
             self.fragmented = None;
+            if fragmented.compressed {
+                let before = self.assembly.len();
+                let limit = self.limits.max_message_size;
+                let inflated = match self.inflater.as_mut() {
+                    Some(inflater) => inflater.finish(&mut self.assembly, limit),
+                    None => Err(InflateFailure::Invalid),
+                };
+                if let Err(failure) = inflated {
+                    return Err(self.fail_inflate(failure, out));
+                }
+                if fragmented.text && self.utf8.feed(&self.assembly[before..]).is_err() {
+                    return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+                }
+            }
             if fragmented.text && self.utf8.finish().is_err() {
                 return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
@@ -446,8 +509,17 @@ impl Session {
         header_len: usize,
         out: &mut WriteQueue,
     ) -> Result<(), ProtocolError> {
-        // Control frames were limited to 125 bytes by the decoder.
+        // Control frames were limited to 125 bytes by the decoder, and RSV1
+        // to connections that negotiated permessage-deflate.
         let len = header.payload_len;
+        let compressed = header.rsv & RSV1 != 0;
+        if compressed && (header.opcode.is_control() || header.opcode == OpCode::Continuation) {
+            return Err(self.fail(
+                CloseCode::PROTOCOL_ERROR,
+                "RSV1 set on a control or continuation frame",
+                out,
+            ));
+        }
         if !header.opcode.is_control() {
             if len > self.limits.max_frame_size as u64 {
                 return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, FRAME_TOO_BIG, out));
@@ -463,6 +535,7 @@ impl Session {
                     ));
                 }
                 (OpCode::Continuation, Some(fragmented)) => {
+                    let max_message = wire_limit(max_message, fragmented.compressed);
                     if len > max_message - fragmented.len {
                         return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
                     }
@@ -476,14 +549,15 @@ impl Session {
                     ));
                 }
                 (opcode, None) => {
-                    if len > max_message {
+                    if len > wire_limit(max_message, compressed) {
                         return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
                     }
                     self.utf8 = Utf8Validator::new();
-                    if !header.fin {
+                    if !header.fin || compressed {
                         self.fragmented = Some(Fragmented {
                             text: opcode == OpCode::Text,
                             len,
+                            compressed,
                         });
                         if self.assembly.capacity() == 0 {
                             // The announced length is the peer's word: start
@@ -537,13 +611,32 @@ impl Session {
                     };
                     write_close(out, reply, "");
                 }
-                self.state = State::Closed;
+                self.end_reading();
                 self.peer_closed = true;
-                self.fragmented = None;
-                self.release_assembly = true;
                 Ok(Step::Ready(Ready::Closed { code, reason }))
             }
         }
+    }
+}
+
+impl Session {
+    fn fail_inflate(&mut self, failure: InflateFailure, out: &mut WriteQueue) -> ProtocolError {
+        match failure {
+            InflateFailure::TooBig => self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out),
+            InflateFailure::Invalid => self.fail(CloseCode::INVALID_PAYLOAD, INVALID_DEFLATE, out),
+        }
+    }
+}
+
+/// The most payload bytes a message may put on the wire. A compressed message
+/// is limited by its inflated size as it is inflated; on the wire it may be a
+/// little larger than that (deflate adds 5 bytes per stored block of up to
+/// 64 KiB when data does not compress), so its frames get that much slack.
+fn wire_limit(max_message: usize, compressed: bool) -> usize {
+    if compressed {
+        max_message.saturating_add(max_message / 1024 + 64)
+    } else {
+        max_message
     }
 }
 
@@ -562,6 +655,9 @@ const ASSEMBLY_START: usize = 64 * 1024;
 const INVALID_TEXT: &str = "text is not valid UTF-8";
 const FRAME_TOO_BIG: &str = "frame exceeds the maximum frame size";
 const MESSAGE_TOO_BIG: &str = "message exceeds the maximum message size";
+/// Invalid compressed data fails with 1007, as data "not consistent with the
+/// type of the message" (RFC 6455 §7.4.1), the code most servers use for it.
+const INVALID_DEFLATE: &str = "invalid compressed data";
 
 fn write_close(out: &mut WriteQueue, code: CloseCode, reason: &str) {
     let mut payload = [0u8; 2 + MAX_CLOSE_REASON];

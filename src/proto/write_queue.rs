@@ -100,6 +100,43 @@ impl WriteQueue {
         segments.push_back(payload);
     }
 
+    /// Queues a frame whose payload `write` appends to the buffer it is given,
+    /// for payloads produced in place (compressed messages). `expected_len`
+    /// guesses the payload's length, to place it behind a header of the right
+    /// size; a wrong guess costs one move of the payload. If `write` returns
+    /// false, it must have appended nothing, and nothing is queued.
+    pub fn push_frame_with(
+        &mut self,
+        fin: bool,
+        rsv: u8,
+        opcode: OpCode,
+        expected_len: usize,
+        write: impl FnOnce(&mut BytesMut) -> bool,
+    ) -> bool {
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let guess = encode_header(&mut header, fin, rsv, opcode, expected_len as u64, None);
+        let start = self.tail.len();
+        self.tail.reserve(guess + expected_len);
+        self.tail.extend_from_slice(&header[..guess]);
+        if !write(&mut self.tail) {
+            self.tail.truncate(start);
+            return false;
+        }
+        let payload_end = self.tail.len();
+        let payload_len = payload_end - start - guess;
+        let n = encode_header(&mut header, fin, rsv, opcode, payload_len as u64, None);
+        if n != guess {
+            if n > guess {
+                self.tail.resize(payload_end + n - guess, 0);
+            }
+            self.tail.copy_within(start + guess..payload_end, start + n);
+            self.tail.truncate(start + n + payload_len);
+        }
+        self.tail[start..start + n].copy_from_slice(&header[..n]);
+        self.len += n + payload_len;
+        true
+    }
+
     /// Queues raw bytes, for the HTTP handshake response.
     pub fn push_raw(&mut self, bytes: &[u8]) {
         self.tail.extend_from_slice(bytes);
@@ -307,6 +344,54 @@ mod tests {
         assert_eq!(n, 2, "header and payload");
         assert_eq!(slices[1].as_ptr(), big.as_ptr());
     }
+
+    #[test]
+    fn frames_written_in_place_get_the_header_their_length_needs() {
+        // Guesses below, at and above each header-size boundary, and payloads
+        // that end up shorter or longer than guessed.
+        for (guess, actual) in [
+            (10, 10),
+            (10, 125),
+            (10, 126),
+            (200, 100),
+            (200, 70_000),
+            (70_000, 200),
+            (70_000, 65_536),
+            (0, 0),
+        ] {
+            let mut q = WriteQueue::new();
+            q.push_raw(b"before");
+            let payload: Vec<u8> = (0..actual).map(|i| i as u8).collect();
+            assert!(
+                q.push_frame_with(true, RSV1_BITS, OpCode::Text, guess, |buf| {
+                    buf.extend_from_slice(&payload);
+                    true
+                })
+            );
+            q.push_raw(b"after");
+            let mut expected = b"before".to_vec();
+            let mut header = [0u8; MAX_HEADER_LEN];
+            let n = encode_header(
+                &mut header,
+                true,
+                RSV1_BITS,
+                OpCode::Text,
+                actual as u64,
+                None,
+            );
+            expected.extend_from_slice(&header[..n]);
+            expected.extend_from_slice(&payload);
+            expected.extend_from_slice(b"after");
+            assert_eq!(q.len(), expected.len(), "{guess} then {actual}");
+            assert_eq!(drain(&mut q, usize::MAX), expected, "{guess} then {actual}");
+        }
+        let mut q = WriteQueue::new();
+        q.push_raw(b"x");
+        assert!(!q.push_frame_with(true, 0, OpCode::Binary, 50, |_| false));
+        assert_eq!(drain(&mut q, usize::MAX), b"x");
+    }
+
+    const RSV1_BITS: u8 = 0b100;
 
     #[test]
     fn append_moves_everything_in_order() {

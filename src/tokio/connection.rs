@@ -25,11 +25,12 @@ use bytes::{Buf, BytesMut};
 use tokio::time::{Instant, Sleep, sleep};
 
 use crate::conn::{Conn, ConnShared};
-use crate::dispatch::Dispatch;
+use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
+use crate::proto::deflate::DeflateParams;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
 use crate::slot_waker::ConnWake;
@@ -156,14 +157,15 @@ impl<H: Handler> Connection<H> {
                             Instant::from_std(deadline_after(env.core.config.close_timeout));
                         handshake.deadline.as_mut().reset(close_by);
                     }
-                    Upgrade::Accepted(state) => {
+                    Upgrade::Accepted(state, deflate) => {
                         let Stage::Handshake(handshake) =
                             std::mem::replace(&mut self.stage, Stage::Gone)
                         else {
                             unreachable!("matched above");
                         };
                         let wake = ConnWake::Waker(cx.waker().clone());
-                        self.stage = Stage::Open(self.socket.open(*handshake, state, wake, env));
+                        let opened = self.socket.open(*handshake, state, deflate, wake, env);
+                        self.stage = Stage::Open(opened);
                     }
                 },
                 Stage::Open(open) => break self.socket.drive(open, cx, env),
@@ -189,8 +191,9 @@ impl<H: Handler> Connection<H> {
 /// What reading the upgrade request came to.
 enum Upgrade<S> {
     Pending,
-    /// The `101` is queued and the request is gone from the read buffer.
-    Accepted(S),
+    /// The `101` is queued and the request is gone from the read buffer;
+    /// with the permessage-deflate parameters, if agreed.
+    Accepted(S, Option<DeflateParams>),
     /// An error response is queued.
     Refused,
     /// The peer left, or the socket failed: nothing to answer.
@@ -258,12 +261,18 @@ impl Socket {
                 continue;
             }
             let out = &mut handshake.response;
-            match handshake::answer(&self.read_buf, before, &*env.handler, max_head_len, out) {
+            let buf = &self.read_buf;
+            let deflate = core.config.deflate();
+            match handshake::answer(buf, before, &*env.handler, max_head_len, deflate, out) {
                 Answer::Incomplete => continue,
                 Answer::Refused => return Upgrade::Refused,
-                Answer::Accepted { state, head_len } => {
+                Answer::Accepted {
+                    state,
+                    head_len,
+                    deflate,
+                } => {
                     self.read_buf.advance(head_len);
-                    return Upgrade::Accepted(state);
+                    return Upgrade::Accepted(state, deflate);
                 }
             }
         }
@@ -277,6 +286,7 @@ impl Socket {
         &mut self,
         handshake: Handshake,
         state: H::State,
+        deflate: Option<DeflateParams>,
         wake: ConnWake,
         env: &Env<H>,
     ) -> Open<H> {
@@ -286,8 +296,14 @@ impl Socket {
             live,
             ..
         } = handshake;
+        let accepted = Accepted {
+            peer,
+            response: &mut response,
+            state,
+            deflate,
+        };
         let (mut dispatch, registration) =
-            Dispatch::upgrade(&env.core, &env.handler, peer, &mut response, state, wake);
+            Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
         if !self.read_buf.is_empty() {
             dispatch.input(&mut self.read_buf);
         }

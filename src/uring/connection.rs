@@ -21,7 +21,7 @@ use bytes::{Buf, BytesMut};
 use super::reactor::Shared;
 use super::ring::{Op, Outgoing, Received, Ring};
 use crate::conn::Conn;
-use crate::dispatch::Dispatch;
+use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
 use crate::proto::WriteQueue;
@@ -403,18 +403,29 @@ impl<H: Handler> Connection<H> {
             arrived_from,
             &*env.handler,
             max_head_len,
+            core.config.deflate(),
             response,
         ) {
             Answer::Incomplete => {}
             Answer::Refused => handshake.refused = true,
-            Answer::Accepted { state, head_len } => {
+            Answer::Accepted {
+                state,
+                head_len,
+                deflate,
+            } => {
                 self.read_buf.advance(head_len);
                 let peer = handshake.peer;
                 // Sends from other threads, close requests and aborts list
                 // this slot on the reactor's woken list.
                 let wake = ConnWake::Slot(SlotWake::new(env.woken.clone(), slot));
+                let accepted = Accepted {
+                    peer,
+                    response,
+                    state,
+                    deflate,
+                };
                 let (mut dispatch, registration) =
-                    Dispatch::upgrade(core, &env.handler, peer, response, state, wake);
+                    Dispatch::upgrade(core, &env.handler, accepted, wake);
                 if !self.read_buf.is_empty() {
                     dispatch.input(&mut self.read_buf);
                 }

@@ -521,3 +521,238 @@ fn fragments_do_not_ask_for_read_buffer_room() {
         "fragments stream into the assembly buffer"
     );
 }
+
+/// Compressed messages (permessage-deflate negotiated).
+mod deflate {
+    use super::*;
+    use crate::proto::deflate::{Compressor, DeflateConfig, DeflateParams, negotiate};
+    use crate::proto::frame::RSV1;
+
+    fn params(client_keeps_context: bool) -> DeflateParams {
+        let config = DeflateConfig::default().client_context_takeover(client_keeps_context);
+        negotiate([&b"permessage-deflate"[..]], &config).unwrap()
+    }
+
+    fn harness(limits: Limits, client_keeps_context: bool) -> Harness {
+        let pool = Arc::new(BufferPool::default());
+        Harness {
+            session: Session::with_deflate(limits, pool, Some(&params(client_keeps_context))),
+            input: BytesMut::new(),
+            out: WriteQueue::new(),
+        }
+    }
+
+    /// What a client sends: the message compressed, its tail cut off.
+    fn compress(compressor: &mut Compressor, message: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        assert!(compressor.compress(message, &mut out));
+        out.to_vec()
+    }
+
+    fn client(keeps_context: bool) -> Compressor {
+        // The client compresses as a server would with the same settings.
+        let config = DeflateConfig::default().server_context_takeover(keeps_context);
+        let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
+        Compressor::new(&params, &config)
+    }
+
+    fn masked(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_frame(&mut out, fin, rsv, opcode, payload, Some(KEY));
+        out
+    }
+
+    #[test]
+    fn compressed_messages_are_inflated_whole_or_fragmented_with_context() {
+        let mut h = harness(Limits::default(), true);
+        let mut peer = client(true);
+        let text = "permessage-deflate, permessage-deflate, permessage-deflate".repeat(5);
+        let wire = compress(&mut peer, text.as_bytes());
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Text, &wire)),
+            [Ev::Text(text.clone())]
+        );
+        // The same message again refers back to the first: context kept.
+        let wire = compress(&mut peer, text.as_bytes());
+        assert!(wire.len() < 10);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Text, &wire)),
+            [Ev::Text(text)]
+        );
+
+        // Fragmented, with a ping between fragments, fed byte by byte.
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let wire = compress(&mut peer, &data);
+        let (a, b) = wire.split_at(wire.len() / 3);
+        let mut bytes = masked(false, RSV1, OpCode::Binary, a);
+        bytes.extend(frame(true, OpCode::Ping, b"p"));
+        bytes.extend(masked(true, 0, OpCode::Continuation, b));
+        let mut events = Vec::new();
+        for byte in bytes {
+            events.extend(h.feed(&[byte]));
+        }
+        assert_eq!(events, [Ev::Ping(b"p".to_vec()), Ev::Binary(data)]);
+        // Plain messages still pass.
+        assert_eq!(
+            h.feed(&frame(true, OpCode::Text, b"plain")),
+            [Ev::Text("plain".into())]
+        );
+    }
+
+    #[test]
+    fn rsv1_is_refused_where_it_does_not_belong() {
+        let mut peer = client(false);
+        let wire = compress(&mut peer, b"hello hello hello");
+        // Not negotiated.
+        let mut h = Harness::new();
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Text, &wire)),
+            [Ev::Failed(1002)]
+        );
+        // On a control frame, and on a continuation.
+        let mut h = harness(Limits::default(), false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Ping, b"")),
+            [Ev::Failed(1002)]
+        );
+        let mut h = harness(Limits::default(), false);
+        let mut bytes = masked(false, RSV1, OpCode::Text, &wire);
+        bytes.extend(masked(true, RSV1, OpCode::Continuation, b""));
+        assert_eq!(h.feed(&bytes), [Ev::Failed(1002)]);
+        // RSV2 and RSV3 stay reserved.
+        let mut h = harness(Limits::default(), false);
+        assert_eq!(
+            h.feed(&masked(true, 0b010, OpCode::Text, b"x")),
+            [Ev::Failed(1002)]
+        );
+    }
+
+    #[test]
+    fn invalid_compressed_data_fails_with_1007() {
+        let mut h = harness(Limits::default(), false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Binary, &[0xff, 0xff])),
+            [Ev::Failed(1007)]
+        );
+        let sent = h.sent();
+        assert_eq!(sent[0].0, OpCode::Close);
+        assert_eq!(sent[0].1[..2], close_payload(1007)[..]);
+    }
+
+    #[test]
+    fn inflated_size_is_bounded_by_the_message_limit() {
+        let limits = Limits {
+            max_frame_size: 1 << 20,
+            max_message_size: 10_000,
+        };
+        let mut peer = client(false);
+        let wire = compress(&mut peer, &[b'a'; 10_001]);
+        assert!(wire.len() < 10_001 / 10, "a small frame: {}", wire.len());
+        let mut h = harness(limits, false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Binary, &wire)),
+            [Ev::Failed(1009)]
+        );
+        let wire = compress(&mut peer, &[b'a'; 10_000]);
+        let mut h = harness(limits, false);
+        assert_eq!(h.feed(&masked(true, RSV1, OpCode::Binary, &wire)).len(), 1);
+        // A bomb: a megabyte of zeros in about a kilobyte, with a 1 MiB frame
+        // limit but the 10 KB message limit; stops at the limit.
+        let wire = compress(&mut peer, &vec![0u8; 1 << 20]);
+        let mut h = harness(limits, false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Binary, &wire)),
+            [Ev::Failed(1009)]
+        );
+    }
+
+    #[test]
+    fn compressed_text_is_checked_as_it_is_inflated() {
+        let mut peer = client(false);
+        let mut bad = "valid start ".repeat(100).into_bytes();
+        bad.extend_from_slice(&[0xc3, 0x28]);
+        bad.extend_from_slice(&"valid end".repeat(1000).into_bytes());
+        let wire = compress(&mut peer, &bad);
+        // Only the first part of the frame arrives: the bad byte is already seen.
+        let mut h = harness(Limits::default(), false);
+        let bytes = masked(true, RSV1, OpCode::Text, &wire);
+        assert_eq!(h.feed(&bytes[..bytes.len() - 5]), [Ev::Failed(1007)]);
+        // Ending inside a character.
+        let wire = compress(
+            &mut peer,
+            "ends in "
+                .repeat(20)
+                .as_bytes()
+                .iter()
+                .chain(&[0xe2, 0x82])
+                .copied()
+                .collect::<Vec<_>>()
+                .as_slice(),
+        );
+        let mut h = harness(Limits::default(), false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Text, &wire)),
+            [Ev::Failed(1007)]
+        );
+    }
+
+    #[test]
+    fn an_empty_compressed_message_is_one_zero_byte() {
+        let mut h = harness(Limits::default(), false);
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Text, &[0x00])),
+            [Ev::Text(String::new())]
+        );
+        assert_eq!(
+            h.feed(&masked(true, RSV1, OpCode::Binary, &[])),
+            [Ev::Binary(Vec::new())]
+        );
+    }
+
+    #[test]
+    fn random_chunks_of_compressed_traffic_give_the_same_events() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for keep in [false, true] {
+            let mut peer = client(keep);
+            let mut wire = Vec::new();
+            let mut expected = Vec::new();
+            for i in 0..40 {
+                let len = rng.random_range(0..3000);
+                let text: String = (0..len)
+                    .map(|j| char::from(b'a' + ((i * j) % 7) as u8))
+                    .collect();
+                let packed = compress(&mut peer, text.as_bytes());
+                let cut = rng.random_range(0..=packed.len());
+                if cut == packed.len() {
+                    wire.extend(masked(true, RSV1, OpCode::Text, &packed));
+                } else {
+                    wire.extend(masked(false, RSV1, OpCode::Text, &packed[..cut]));
+                    wire.extend(masked(true, 0, OpCode::Continuation, &packed[cut..]));
+                }
+                expected.push(Ev::Text(text));
+            }
+            let mut h = harness(Limits::default(), keep);
+            let mut events = Vec::new();
+            let mut at = 0;
+            while at < wire.len() {
+                let n = rng.random_range(1..700).min(wire.len() - at);
+                events.extend(h.feed(&wire[at..at + n]));
+                at += n;
+            }
+            assert_eq!(events, expected, "context kept: {keep}");
+        }
+    }
+
+    #[test]
+    fn an_idle_session_holds_no_inflate_state_without_client_context() {
+        let mut h = harness(Limits::default(), false);
+        let mut peer = client(false);
+        let wire = compress(&mut peer, &[7u8; 500]);
+        assert_eq!(h.feed(&masked(true, RSV1, OpCode::Binary, &wire)).len(), 1);
+        h.feed(&[]);
+        assert!(!h.session.inflater.as_ref().unwrap().holds_stream());
+        let mut h = harness(Limits::default(), true);
+        assert_eq!(h.feed(&masked(true, RSV1, OpCode::Binary, &wire)).len(), 1);
+        assert!(h.session.inflater.as_ref().unwrap().holds_stream());
+    }
+}

@@ -1,0 +1,168 @@
+//! Compressing outgoing messages (RFC 7692 §7.2.1).
+//!
+//! A message is compressed whole, with a sync flush, and the `00 00 ff ff`
+//! that flush ends with is cut off: the peer appends it again. The output goes
+//! straight into the write queue's buffer, behind its frame header.
+
+use bytes::BytesMut;
+use zlib_rs::Deflate;
+
+use super::inflate::TAIL;
+use super::zlib::{self, DeflateKey};
+use super::{DeflateConfig, DeflateParams};
+
+/// The sending side of permessage-deflate for one connection.
+pub(crate) struct Compressor {
+    key: DeflateKey,
+    keep_context: bool,
+    min_size: usize,
+    /// Held between messages only when the server keeps its context.
+    stream: Option<Deflate>,
+}
+
+impl Compressor {
+    pub(crate) fn new(params: &DeflateParams, config: &DeflateConfig) -> Self {
+        Compressor {
+            key: DeflateKey {
+                window_bits: params.server_max_window_bits,
+                level: config.level,
+                mem_level: config.mem_level,
+            },
+            keep_context: !params.server_no_context_takeover,
+            min_size: config.compress_min_size,
+            stream: None,
+        }
+    }
+
+    /// Whether a message of `len` bytes is worth compressing.
+    pub(crate) fn wants(&self, len: usize) -> bool {
+        len >= self.min_size
+    }
+
+    /// Appends `payload`, compressed as one message and without its tail, to
+    /// `out`. On `false` (zlib refused, which a sound stream never does)
+    /// nothing was appended: send the message uncompressed.
+    pub(crate) fn compress(&mut self, payload: &[u8], out: &mut BytesMut) -> bool {
+        let key = self.key;
+        let stream = self.stream.get_or_insert_with(|| zlib::take_deflater(key));
+        let start = out.len();
+        // Room for the usual case in one go; more is added if needed.
+        out.reserve(payload.len() / 2 + 64);
+        let mut input = payload;
+        loop {
+            let Ok((used, wrote, room)) = zlib::deflate_into(stream, input, out) else {
+                // Unknown state: start the next message with a new stream,
+                // which never refers back, so the peer's window stays valid.
+                self.stream = None;
+                out.truncate(start);
+                return false;
+            };
+            input = &input[used..];
+            // Until zlib leaves output room unused, it may hold more.
+            if input.is_empty() && wrote < room {
+                break;
+            }
+            out.reserve((out.len() - start).max(input.len() / 2).max(64));
+        }
+        if out[start..].ends_with(&TAIL) {
+            out.truncate(out.len() - TAIL.len());
+        }
+        if !self.keep_context {
+            if let Some(stream) = self.stream.take() {
+                zlib::give_deflater(key, stream);
+            }
+        }
+        true
+    }
+
+    /// Whether the compressor holds a zlib stream now (for tests of idle memory).
+    #[cfg(test)]
+    pub(crate) fn holds_stream(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
+impl Drop for Compressor {
+    fn drop(&mut self) {
+        if let Some(mut stream) = self.stream.take() {
+            // Give it back only at a message boundary, where it always is.
+            stream.reset();
+            zlib::give_deflater(self.key, stream);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::deflate::Inflater;
+
+    fn params(server_no_context_takeover: bool, bits: u8) -> DeflateParams {
+        let config = DeflateConfig::default()
+            .server_context_takeover(!server_no_context_takeover)
+            .server_max_window_bits(bits);
+        super::super::negotiate([&b"permessage-deflate"[..]], &config).unwrap()
+    }
+
+    fn round_trip(compressor: &mut Compressor, inflater: &mut Inflater, message: &[u8]) -> usize {
+        let mut packed = BytesMut::new();
+        assert!(compressor.compress(message, &mut packed));
+        assert!(!packed.ends_with(&TAIL) || packed.len() < 4, "tail cut off");
+        let mut plain = BytesMut::new();
+        inflater.feed(&packed, &mut plain, usize::MAX).unwrap();
+        inflater.finish(&mut plain, usize::MAX).unwrap();
+        assert_eq!(&plain[..], message);
+        packed.len()
+    }
+
+    #[test]
+    fn context_takeover_shrinks_repeated_messages() {
+        let config = DeflateConfig::default();
+        let message = b"{\"symbol\":\"BTC-USD\",\"bid\":64001.5,\"ask\":64002.0}".repeat(3);
+        let mut keep = Compressor::new(&params(false, 15), &config);
+        let mut fresh = Compressor::new(&params(true, 15), &config);
+        let mut inflate_keep = Inflater::new(true);
+        let mut inflate_fresh = Inflater::new(false);
+        let first = round_trip(&mut keep, &mut inflate_keep, &message);
+        let second = round_trip(&mut keep, &mut inflate_keep, &message);
+        assert!(second < first / 2, "{second} vs {first}");
+        assert!(keep.holds_stream());
+        for _ in 0..2 {
+            assert_eq!(round_trip(&mut fresh, &mut inflate_fresh, &message), first);
+            assert!(!fresh.holds_stream(), "nothing held between messages");
+        }
+    }
+
+    #[test]
+    fn empty_large_and_incompressible_messages_round_trip_at_every_window() {
+        let config = DeflateConfig::default();
+        let mut noise = vec![0u8; 200_000];
+        let mut x: u32 = 1;
+        for byte in &mut noise {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *byte = x as u8;
+        }
+        let text = b"Habe nun, ach! Philosophie, Juristerei und Medizin ".repeat(3000);
+        for bits in 9..=15 {
+            for no_context in [true, false] {
+                let mut compressor = Compressor::new(&params(no_context, bits), &config);
+                let mut inflater = Inflater::new(!no_context);
+                let empty = round_trip(&mut compressor, &mut inflater, b"");
+                assert_eq!(empty, 1, "RFC 7692 §7.2.3.6: an empty message is one 0x00");
+                round_trip(&mut compressor, &mut inflater, &noise);
+                let packed = round_trip(&mut compressor, &mut inflater, &text);
+                assert!(packed < text.len() / 4, "window {bits}: {packed}");
+            }
+        }
+    }
+
+    #[test]
+    fn small_messages_are_not_worth_compressing() {
+        let config = DeflateConfig::default().compress_min_size(100);
+        let compressor = Compressor::new(&params(true, 15), &config);
+        assert!(!compressor.wants(99));
+        assert!(compressor.wants(100));
+    }
+}

@@ -1,0 +1,120 @@
+//! permessage-deflate (RFC 7692): negotiation, and the compressor and
+//! decompressor a connection uses once it was agreed.
+//!
+//! | file | concern |
+//! |---|---|
+//! | `negotiate.rs` | choosing an offer from `Sec-WebSocket-Extensions`, writing the answer |
+//! | `inflate.rs` | inflating a message as its frames arrive, bounded in size and work |
+//! | `compress.rs` | compressing an outgoing message into the write queue |
+//! | `zlib.rs` | zlib-rs streams written straight into a `BytesMut`, and the per-thread pool |
+//!
+//! The codec is zlib-rs, the pure-Rust zlib that `flate2`'s `zlib-rs` feature
+//! wraps, used directly because `flate2` does not expose the memory level.
+//!
+//! **Memory.** A side that keeps its context holds a zlib stream for the life of
+//! the connection: about 43 KiB to inflate and, at window 15 and memory level
+//! 8, about 370 KiB to deflate. A side without context takeover holds none
+//! between messages: it borrows a stream from a small per-thread pool for one
+//! message and resets it. That is why both sides default to no context
+//! takeover: an idle connection costs the same with or without compression.
+
+mod compress;
+mod inflate;
+mod negotiate;
+mod zlib;
+
+pub(crate) use compress::Compressor;
+pub(crate) use inflate::{InflateFailure, Inflater};
+pub use negotiate::{DeflateParams, negotiate};
+
+/// How the server negotiates and uses permessage-deflate. Turn it on with
+/// `Config::permessage_deflate`; it is off by default.
+///
+/// The defaults suit many idle connections and browsers: no context takeover
+/// on either side (nothing held between messages), window 15, level 1 (fast),
+/// memory level 8, and messages under 64 bytes sent uncompressed.
+///
+/// ```
+/// use rapidws::proto::deflate::DeflateConfig;
+/// let deflate = DeflateConfig::default()
+///     .server_context_takeover(true)
+///     .level(6)
+///     .compress_min_size(256);
+/// let config = rapidws::Config::default().permessage_deflate(deflate);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeflateConfig {
+    pub(crate) server_max_window_bits: u8,
+    pub(crate) server_context_takeover: bool,
+    pub(crate) client_context_takeover: bool,
+    pub(crate) level: u8,
+    pub(crate) mem_level: u8,
+    pub(crate) compress_min_size: usize,
+}
+
+impl Default for DeflateConfig {
+    fn default() -> Self {
+        DeflateConfig {
+            server_max_window_bits: 15,
+            server_context_takeover: false,
+            client_context_takeover: false,
+            level: 1,
+            mem_level: 8,
+            compress_min_size: 64,
+        }
+    }
+}
+
+impl DeflateConfig {
+    /// The largest LZ77 window the server compresses with, as a power of two
+    /// (9 to 15; default 15). A client asking for less gets what it asks for,
+    /// except 8: zlib cannot write a raw deflate stream with a 256-byte
+    /// window, so an offer with `server_max_window_bits=8` is declined and the
+    /// client's next offer, if any, is tried. Values outside 9..=15 are
+    /// clamped into it.
+    pub fn server_max_window_bits(mut self, bits: u8) -> Self {
+        self.server_max_window_bits = bits.clamp(9, 15);
+        self
+    }
+
+    /// Whether the server keeps its compression context from one message to
+    /// the next (default false). Keeping it compresses small, similar messages
+    /// much better, at the cost of a zlib stream (about 370 KiB at window 15,
+    /// memory level 8) held by every connection that has sent a compressed
+    /// message. When false, the response says `server_no_context_takeover`;
+    /// it also says so whenever the client asks for it.
+    pub fn server_context_takeover(mut self, keep: bool) -> Self {
+        self.server_context_takeover = keep;
+        self
+    }
+
+    /// Whether the client may keep its compression context (default false).
+    /// When false, the response says `client_no_context_takeover`, and the
+    /// server holds no inflate state between messages; when true, each
+    /// connection that received a compressed message holds about 43 KiB.
+    pub fn client_context_takeover(mut self, keep: bool) -> Self {
+        self.client_context_takeover = keep;
+        self
+    }
+
+    /// The zlib compression level, 0 (store) to 9 (smallest); default 1, the
+    /// fastest that still compresses. Larger values are clamped to 9.
+    pub fn level(mut self, level: u8) -> Self {
+        self.level = level.min(9);
+        self
+    }
+
+    /// The zlib memory level, 1 to 9 (default 8): lower uses less memory per
+    /// compressor and compresses a little worse. Clamped into 1..=9.
+    pub fn mem_level(mut self, mem_level: u8) -> Self {
+        self.mem_level = mem_level.clamp(1, 9);
+        self
+    }
+
+    /// Messages shorter than this many bytes are sent uncompressed (default
+    /// 64): deflate rarely shrinks them, and it costs time.
+    pub fn compress_min_size(mut self, bytes: usize) -> Self {
+        self.compress_min_size = bytes;
+        self
+    }
+}
