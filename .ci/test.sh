@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test gate, as run by CI and by hand on a fresh machine:
-#   formatting, clippy (warnings are errors), unit + integration + doc tests,
+#   formatting, clippy (warnings are errors), unit + integration + doc tests
+#   (the permessage-deflate interop tests set up their Python client themselves),
 #   the load harness's own checks, and the Autobahn TestSuite cases against the
 #   echo example, checked strictly.
 # Everything it needs beyond Rust and Python 3 it installs itself.

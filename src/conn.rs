@@ -441,6 +441,62 @@ mod tests {
     }
 
     #[test]
+    fn with_deflate_sends_are_compressed_and_small_ones_and_pings_are_not() {
+        use crate::proto::deflate::{DeflateConfig, Inflater, negotiate};
+        use crate::proto::frame::{DecodeRules, decode_header};
+
+        let (conn, _) = conn(1 << 20);
+        let config = DeflateConfig::default();
+        let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
+        conn.shared().lock().deflate = Some(Box::new(Compressor::new(&params, &config)));
+        let text = "compress me, compress me, compress me, compress me ".repeat(20);
+        conn.send_text(&text).unwrap();
+        conn.send_shared(MessageKind::Binary, Bytes::from(vec![3u8; 5000]))
+            .unwrap();
+        conn.send_text("tiny").unwrap();
+        conn.ping(b"p").unwrap();
+
+        let mut outbox = conn.shared().lock();
+        let mut wire = Vec::new();
+        let mut slices = [std::io::IoSlice::new(&[]); 8];
+        let n = outbox.queue.io_slices(&mut slices);
+        for slice in &slices[..n] {
+            wire.extend_from_slice(slice);
+        }
+        outbox.queue.advance(wire.len());
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let rules = DecodeRules {
+                allowed_rsv: RSV1,
+                ..DecodeRules::CLIENT
+            };
+            let (header, len) = decode_header(&wire[at..], rules).unwrap().unwrap();
+            let payload = &wire[at + len..at + len + header.payload_len as usize];
+            frames.push((header.opcode, header.rsv, payload.to_vec()));
+            at += len + payload.len();
+        }
+        let inflate = |packed: &[u8]| {
+            let mut inflater = Inflater::new(false);
+            let mut out = bytes::BytesMut::new();
+            inflater.feed(packed, &mut out, 1 << 20).unwrap();
+            inflater.finish(&mut out, 1 << 20).unwrap();
+            out.to_vec()
+        };
+        assert_eq!((frames[0].0, frames[0].1), (OpCode::Text, RSV1));
+        assert!(frames[0].2.len() < text.len() / 4);
+        assert_eq!(inflate(&frames[0].2), text.as_bytes());
+        assert_eq!((frames[1].0, frames[1].1), (OpCode::Binary, RSV1));
+        assert_eq!(inflate(&frames[1].2), vec![3u8; 5000]);
+        assert_eq!(
+            frames[2],
+            (OpCode::Text, 0, b"tiny".to_vec()),
+            "under 64 bytes"
+        );
+        assert_eq!(frames[3], (OpCode::Ping, 0, b"p".to_vec()));
+    }
+
+    #[test]
     fn rejects_invalid_text_and_long_pings() {
         let (conn, _) = conn(1 << 20);
         assert_eq!(

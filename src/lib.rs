@@ -1,4 +1,5 @@
-//! A lean, strict, fast WebSocket server (RFC 6455).
+//! A lean, strict, fast WebSocket server (RFC 6455, with permessage-deflate,
+//! RFC 7692).
 //!
 //! The protocol lives in a sans-I/O core ([`proto`], [`handshake`]) that never
 //! touches a socket; backends ([`tokio`], [`uring`] on Linux) move bytes between
@@ -25,6 +26,7 @@ pub use config::Config;
 pub use conn::{Conn, SendError};
 pub use handler::{Accept, Handler, Reject};
 pub use handshake::Request;
+pub use proto::deflate::DeflateConfig;
 pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};
 pub use server::ServerHandle;
 

@@ -46,6 +46,7 @@ backend_tests!(
     refusals_work_with_an_unlimited_close_timeout,
     random_traffic_from_clients_that_come_and_go,
     echoes_a_16_mib_message,
+    hostile_compressed_input_is_closed_and_others_are_served,
 );
 
 async fn echoes_text_binary_and_empty_messages(backend: Backend) {
@@ -698,4 +699,85 @@ async fn echoes_a_16_mib_message(backend: Backend) {
         client.send(Ws::Frame(frame)).await.unwrap();
     }
     assert!(next(&mut client).await == Ws::binary(payload));
+}
+
+/// `data` as a client sends it with permessage-deflate: raw deflate, sync
+/// flush, the `00 00 ff ff` tail cut off.
+fn deflate_raw(data: &[u8]) -> Vec<u8> {
+    let mut stream = zlib_rs::Deflate::new(6, false, 15);
+    let mut out = vec![0u8; data.len() / 2 + 1024];
+    stream
+        .compress(data, &mut out, zlib_rs::DeflateFlush::SyncFlush)
+        .unwrap();
+    assert_eq!(stream.total_in() as usize, data.len());
+    out.truncate(stream.total_out() as usize);
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+    out.truncate(out.len() - 4);
+    out
+}
+
+async fn hostile_compressed_input_is_closed_and_others_are_served(backend: Backend) {
+    let config = Config::default()
+        .max_message_size(64 * 1024)
+        .permessage_deflate(rapidws::DeflateConfig::default());
+    let server = start(backend, config).await;
+    let mut bystander = server.client().await;
+    let offer = "Sec-WebSocket-Extensions: permessage-deflate\r\n";
+    const RSV1: u8 = 0x40;
+
+    // A compressed message is inflated and echoed compressed.
+    let (mut stream, head) = raw_upgraded_with(server.addr, offer).await;
+    assert!(
+        head.contains("\r\nSec-WebSocket-Extensions: permessage-deflate"),
+        "{head}"
+    );
+    let text = "squeeze ".repeat(100);
+    stream
+        .write_all(&client_frame(
+            true,
+            RSV1 | 0x1,
+            &deflate_raw(text.as_bytes()),
+        ))
+        .await
+        .unwrap();
+    let mut first = [0u8; 2];
+    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut first)
+        .await
+        .unwrap();
+    assert_eq!(first[0], 0x80 | RSV1 | 0x1, "FIN, RSV1, text");
+
+    // A megabyte of zeros in about a kilobyte: stopped at the 64 KiB limit.
+    let bomb = deflate_raw(&vec![0u8; 1 << 20]);
+    assert!(bomb.len() < 4096, "{}", bomb.len());
+    let (mut stream, _) = raw_upgraded_with(server.addr, offer).await;
+    stream
+        .write_all(&client_frame(true, RSV1 | 0x2, &bomb))
+        .await
+        .unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1009);
+
+    // Not deflate data.
+    let (mut stream, _) = raw_upgraded_with(server.addr, offer).await;
+    stream
+        .write_all(&client_frame(true, RSV1 | 0x2, &[0xff, 0xff, 0xff]))
+        .await
+        .unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1007);
+
+    // RSV1 on a ping, and RSV1 where deflate was not negotiated.
+    let (mut stream, _) = raw_upgraded_with(server.addr, offer).await;
+    stream
+        .write_all(&client_frame(true, RSV1 | 0x9, b""))
+        .await
+        .unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1002);
+    let mut stream = raw_upgraded(server.addr).await;
+    stream
+        .write_all(&client_frame(true, RSV1 | 0x1, &deflate_raw(b"hello")))
+        .await
+        .unwrap();
+    assert_eq!(close_code_of(&read_to_close(&mut stream).await), 1002);
+
+    send_text(&mut bystander, "still here").await;
+    assert_eq!(next(&mut bystander).await, Ws::text("still here"));
 }

@@ -139,6 +139,9 @@ impl Handler for TestHandler {
             "/bad-protocol" => {
                 accept.protocol("not-offered");
             }
+            "/no-deflate" => {
+                accept.permessage_deflate(false);
+            }
             _ => {
                 if request.protocols().any(|p| p == "chat") {
                     accept.protocol("chat");
@@ -367,9 +370,15 @@ pub async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
 
 /// Opens a raw, upgraded connection (the 101 is read and checked).
 pub async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
+    raw_upgraded_with(addr, "").await.0
+}
+
+/// Opens a raw, upgraded connection whose request carries the header lines
+/// `extra`; returns it with the `101` response head.
+pub async fn raw_upgraded_with(addr: SocketAddr, extra: &str) -> (TcpStream, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(upgrade_request("/", "").as_bytes())
+        .write_all(upgrade_request("/", extra).as_bytes())
         .await
         .unwrap();
     let mut head = Vec::new();
@@ -378,12 +387,9 @@ pub async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
         stream.read_exact(&mut byte).await.unwrap();
         head.push(byte[0]);
     }
-    assert!(
-        head.starts_with(b"HTTP/1.1 101 "),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    stream
+    let head = String::from_utf8(head).expect("an ASCII head");
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    (stream, head)
 }
 
 /// A masked client frame.

@@ -17,7 +17,7 @@ pub(crate) struct Compressor {
     keep_context: bool,
     min_size: usize,
     /// Held between messages only when the server keeps its context.
-    stream: Option<Deflate>,
+    stream: Option<Box<Deflate>>,
 }
 
 impl Compressor {

@@ -36,7 +36,7 @@ pub(crate) enum InflateFailure {
 /// The receiving side of permessage-deflate for one connection.
 pub(crate) struct Inflater {
     /// Held between messages only when the client keeps its context.
-    stream: Option<Inflate>,
+    stream: Option<Box<Inflate>>,
     keep_context: bool,
     /// This message's stream ended with a final block: nothing may follow it,
     /// and the stream starts afresh with the next message.

@@ -118,3 +118,16 @@ impl DeflateConfig {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_connection_carries_little_for_deflate() {
+        // Boxed by `Session` and `Outbox`; the zlib streams are boxed inside
+        // and absent between messages without context takeover.
+        assert!(size_of::<Inflater>() <= 16, "{}", size_of::<Inflater>());
+        assert!(size_of::<Compressor>() <= 24, "{}", size_of::<Compressor>());
+    }
+}

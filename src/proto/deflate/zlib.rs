@@ -78,28 +78,34 @@ pub(super) fn deflate_into(
     Ok((used, wrote, room))
 }
 
+/// Boxed streams, so they move in and out of connections without copying.
 #[derive(Default)]
+#[allow(
+    clippy::vec_box,
+    reason = "connections hold streams boxed; the pool keeps those boxes"
+)]
 struct Spare {
-    inflaters: Vec<Inflate>,
-    deflaters: Vec<(DeflateKey, Deflate)>,
+    inflaters: Vec<Box<Inflate>>,
+    deflaters: Vec<(DeflateKey, Box<Deflate>)>,
 }
 
 thread_local! {
     static SPARE: RefCell<Spare> = RefCell::new(Spare::default());
 }
 
-/// A raw-deflate inflater, from this thread's pool if it has one.
-pub(super) fn take_inflater() -> Inflate {
+/// A raw-deflate inflater, from this thread's pool if it has one. Streams are
+/// boxed so that a connection not using one carries only a `None`.
+pub(super) fn take_inflater() -> Box<Inflate> {
     let reused = SPARE
         .try_with(|spare| spare.try_borrow_mut().ok()?.inflaters.pop())
         .ok()
         .flatten();
-    reused.unwrap_or_else(|| Inflate::new(false, INFLATE_WINDOW_BITS))
+    reused.unwrap_or_else(|| Box::new(Inflate::new(false, INFLATE_WINDOW_BITS)))
 }
 
 /// Resets an inflater and keeps it for this thread's next message, unless
 /// the pool is full.
-pub(super) fn give_inflater(mut stream: Inflate) {
+pub(super) fn give_inflater(mut stream: Box<Inflate>) {
     stream.reset(false);
     let _ = SPARE.try_with(|spare| {
         if let Ok(mut spare) = spare.try_borrow_mut() {
@@ -112,7 +118,7 @@ pub(super) fn give_inflater(mut stream: Inflate) {
 
 /// A raw-deflate compressor made with `key`, from this thread's pool if it
 /// has one.
-pub(super) fn take_deflater(key: DeflateKey) -> Deflate {
+pub(super) fn take_deflater(key: DeflateKey) -> Box<Deflate> {
     let reused = SPARE
         .try_with(|spare| {
             let mut spare = spare.try_borrow_mut().ok()?;
@@ -122,20 +128,20 @@ pub(super) fn take_deflater(key: DeflateKey) -> Deflate {
         .ok()
         .flatten();
     reused.unwrap_or_else(|| {
-        Deflate::new_with_config(DeflateConfig {
+        Box::new(Deflate::new_with_config(DeflateConfig {
             level: i32::from(key.level),
             method: Method::Deflated,
             // Negative: a raw deflate stream, without zlib's header.
             window_bits: -i32::from(key.window_bits),
             mem_level: i32::from(key.mem_level),
             strategy: Strategy::Default,
-        })
+        }))
     })
 }
 
 /// Resets a compressor and keeps it for this thread's next message, unless
 /// the pool already holds enough of its kind.
-pub(super) fn give_deflater(key: DeflateKey, mut stream: Deflate) {
+pub(super) fn give_deflater(key: DeflateKey, mut stream: Box<Deflate>) {
     stream.reset();
     let _ = SPARE.try_with(|spare| {
         if let Ok(mut spare) = spare.try_borrow_mut() {

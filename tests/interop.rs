@@ -1,0 +1,188 @@
+//! permessage-deflate against an independent implementation: the Python
+//! `websockets` client (installed into tests/interop/.venv by
+//! tests/interop/setup.sh on first use), on both backends.
+//!
+//! The client (tests/interop/deflate_client.py) sends text and binary
+//! messages from empty to 1 MiB, checks every echo, and reports what was
+//! negotiated and how each echo arrived (RSV1, bytes on the wire).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::*;
+use rapidws::Config;
+use rapidws::proto::deflate::DeflateConfig;
+use serde_json::Value;
+
+backend_tests!(
+    the_default_offer_compresses_both_ways_without_context,
+    context_takeover_when_the_server_keeps_it,
+    small_windows_as_the_client_asks,
+    window_8_is_declined_and_the_next_offer_taken,
+    no_compression_unless_configured_and_allowed,
+);
+
+/// The interop client's python, set up once per test binary.
+fn python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/setup.sh");
+        let out = Command::new("bash").arg(setup).output().expect("bash runs");
+        assert!(
+            out.status.success(),
+            "tests/interop/setup.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// Runs the client against `url` with `offers` (see the script) and returns
+/// its report; fails the test if an echo differed.
+async fn run_client(url: String, offers: &[&str]) -> Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/deflate_client.py"
+    );
+    let mut command = Command::new(python());
+    command.arg(script).arg(url);
+    for offer in offers {
+        command.arg("--offer").arg(offer);
+    }
+    let out = tokio::task::spawn_blocking(move || command.output().expect("python runs"))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "interop client failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON line")
+}
+
+fn deflate_on(deflate: DeflateConfig) -> Config {
+    Config::default().permessage_deflate(deflate)
+}
+
+/// (compressed, bytes on the wire) for each echo, in the order sent:
+/// quote, the same quote, 6000 binary bytes, "", 1800 bytes of Greek text,
+/// 2048 bytes that compress badly, 1 MiB of "x", "short".
+fn frames(report: &Value) -> Vec<(bool, u64)> {
+    report["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["rsv1"].as_bool().unwrap(),
+                f["wire_len"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn the_default_offer_compresses_both_ways_without_context(backend: Backend) {
+    let server = start(backend, deflate_on(DeflateConfig::default())).await;
+    // websockets' default offer: `permessage-deflate; client_max_window_bits`.
+    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    assert_eq!(
+        report["response"],
+        "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
+    );
+    let frames = frames(&report);
+    assert_eq!(frames.len(), 8);
+    // Everything of 64 bytes or more arrives compressed; "" and "short" not.
+    let compressed: Vec<bool> = frames.iter().map(|f| f.0).collect();
+    assert_eq!(
+        compressed,
+        [true, true, true, false, true, true, true, false]
+    );
+    assert_eq!(
+        frames[0], frames[1],
+        "no context: the same message, the same bytes"
+    );
+    assert!(
+        frames[6].1 < (1 << 20) / 50,
+        "1 MiB of x: {} bytes",
+        frames[6].1
+    );
+}
+
+async fn context_takeover_when_the_server_keeps_it(backend: Backend) {
+    let keep = DeflateConfig::default()
+        .server_context_takeover(true)
+        .client_context_takeover(true);
+    let server = start(backend, deflate_on(keep)).await;
+    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    assert_eq!(report["response"], "permessage-deflate");
+    assert_eq!(report["negotiated"]["client_no_context_takeover"], false);
+    let frames = frames(&report);
+    assert!(
+        frames[1].1 * 4 < frames[0].1,
+        "the repeated message refers back: {frames:?}"
+    );
+    // The client may still forbid the server's context.
+    let report = run_client(server.url("/"), &["server_no_context_takeover"]).await;
+    assert_eq!(
+        report["response"],
+        "permessage-deflate; server_no_context_takeover"
+    );
+    let frames = self::frames(&report);
+    assert_eq!(frames[0], frames[1]);
+}
+
+async fn small_windows_as_the_client_asks(backend: Backend) {
+    let server = start(backend, deflate_on(DeflateConfig::default())).await;
+    let report = run_client(
+        server.url("/"),
+        &["server_max_window_bits=9,client_max_window_bits=9"],
+    )
+    .await;
+    assert_eq!(
+        report["response"],
+        "permessage-deflate; server_no_context_takeover; client_no_context_takeover; \
+         server_max_window_bits=9"
+    );
+    assert_eq!(report["negotiated"]["server_max_window_bits"], 9);
+    assert!(frames(&report)[6].0, "compressed with a 512-byte window");
+
+    // A server configured for a smaller window than offered uses its own.
+    let server = start(
+        backend,
+        deflate_on(DeflateConfig::default().server_max_window_bits(11)),
+    )
+    .await;
+    let report = run_client(server.url("/"), &["server_max_window_bits=13"]).await;
+    assert_eq!(report["negotiated"]["server_max_window_bits"], 11);
+}
+
+async fn window_8_is_declined_and_the_next_offer_taken(backend: Backend) {
+    let server = start(backend, deflate_on(DeflateConfig::default())).await;
+    let report = run_client(
+        server.url("/"),
+        &["server_max_window_bits=8", "server_max_window_bits=10"],
+    )
+    .await;
+    assert_eq!(report["negotiated"]["server_max_window_bits"], 10);
+    // Offered alone, it leaves the connection uncompressed, and working.
+    let report = run_client(server.url("/"), &["server_max_window_bits=8"]).await;
+    assert_eq!(report["response"], Value::Null);
+    assert_eq!(report["frames"].as_array().unwrap().len(), 0);
+}
+
+async fn no_compression_unless_configured_and_allowed(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    assert_eq!(report["response"], Value::Null, "off by default");
+    let server = start(backend, deflate_on(DeflateConfig::default())).await;
+    let report = run_client(server.url("/no-deflate"), &["client_max_window_bits"]).await;
+    assert_eq!(
+        report["response"],
+        Value::Null,
+        "refused by the upgrade hook"
+    );
+}

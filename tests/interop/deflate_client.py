@@ -1,0 +1,112 @@
+"""permessage-deflate client for the interop tests (Python `websockets`).
+
+Connects with the offers given on the command line, sends a fixed set of
+messages, checks every echo, and prints one JSON line: what was negotiated, and
+for each echo whether it arrived compressed and how many bytes it took on the
+wire. Exits non-zero if an echo differs.
+
+    python deflate_client.py URL [--offer SPEC]...
+
+An offer SPEC is a comma-separated list of: server_no_context_takeover,
+client_no_context_takeover, server_max_window_bits=N, client_max_window_bits
+or client_max_window_bits=N. `--offer none` offers nothing.
+"""
+
+import argparse
+import json
+import sys
+
+from websockets.extensions.base import Extension
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+from websockets.sync.client import connect
+
+
+def factory(spec):
+    kwargs = {}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        if name.endswith("no_context_takeover"):
+            kwargs[name] = True
+        elif name == "client_max_window_bits":
+            kwargs[name] = int(value) if value else True
+        elif name == "server_max_window_bits":
+            kwargs[name] = int(value)
+        else:
+            sys.exit(f"unknown offer parameter {name}")
+    return ClientPerMessageDeflateFactory(**kwargs)
+
+
+class Recording(Extension):
+    """Wraps the negotiated extension to see each received frame as it came."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.frames = []
+
+    def decode(self, frame, *, max_size=None):
+        self.frames.append({"rsv1": frame.rsv1, "wire_len": len(frame.data)})
+        return self.inner.decode(frame, max_size=max_size)
+
+    def encode(self, frame):
+        return self.inner.encode(frame)
+
+
+def messages():
+    quote = "Habe nun, ach! Philosophie, Juristerei und Medizin, und leider auch Theologie! "
+    return [
+        quote,
+        quote,  # the same again: tiny when the server keeps its context
+        b"\x00\x01\x02" * 2000,
+        "",
+        "κόσμε " * 300,
+        bytes(range(256)) * 8,  # does not compress well
+        "x" * (1 << 20),
+        "short",
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--offer", action="append", default=[])
+    args = parser.parse_args()
+    offers = [] if args.offer == ["none"] else [factory(o) for o in args.offer or [""]]
+    with connect(
+        args.url,
+        extensions=offers,
+        compression=None,
+        max_size=None,
+        open_timeout=10,
+    ) as ws:
+        response = ws.response.headers.get("Sec-WebSocket-Extensions")
+        negotiated = {}
+        recording = None
+        if ws.protocol.extensions:
+            deflate = ws.protocol.extensions[0]
+            negotiated = {
+                "server_no_context_takeover": deflate.remote_no_context_takeover,
+                "client_no_context_takeover": deflate.local_no_context_takeover,
+                "server_max_window_bits": deflate.remote_max_window_bits,
+                "client_max_window_bits": deflate.local_max_window_bits,
+            }
+            recording = Recording(deflate)
+            ws.protocol.extensions = [recording]
+        for message in messages():
+            ws.send(message)
+            echo = ws.recv(timeout=10)
+            if echo != message:
+                sys.exit(f"echo differs: sent {len(message)}, got {len(echo)}")
+        print(
+            json.dumps(
+                {
+                    "response": response,
+                    "negotiated": negotiated,
+                    "frames": recording.frames if recording else [],
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

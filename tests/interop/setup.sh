@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates tests/interop/.venv with the Python `websockets` client the interop
+# tests drive (once), and prints the path of its python.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$here/.venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import websockets" 2>/dev/null; then
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check websockets==17.4 >&2
+fi
+echo "$venv/bin/python"
