@@ -12,7 +12,7 @@ use super::zlib::{self, DeflateKey};
 use super::{DeflateConfig, DeflateParams};
 
 /// The sending side of permessage-deflate for one connection.
-pub(crate) struct Compressor {
+pub struct Compressor {
     key: DeflateKey,
     keep_context: bool,
     min_size: usize,
@@ -21,7 +21,7 @@ pub(crate) struct Compressor {
 }
 
 impl Compressor {
-    pub(crate) fn new(params: &DeflateParams, config: &DeflateConfig) -> Self {
+    pub fn new(params: &DeflateParams, config: &DeflateConfig) -> Self {
         Compressor {
             key: DeflateKey {
                 window_bits: params.server_max_window_bits,
@@ -35,14 +35,14 @@ impl Compressor {
     }
 
     /// Whether a message of `len` bytes is worth compressing.
-    pub(crate) fn wants(&self, len: usize) -> bool {
+    pub fn wants(&self, len: usize) -> bool {
         len >= self.min_size
     }
 
     /// Appends `payload`, compressed as one message and without its tail, to
     /// `out`. On `false` (zlib refused, which a sound stream never does)
     /// nothing was appended: send the message uncompressed.
-    pub(crate) fn compress(&mut self, payload: &[u8], out: &mut BytesMut) -> bool {
+    pub fn compress(&mut self, payload: &[u8], out: &mut BytesMut) -> bool {
         let key = self.key;
         let stream = self.stream.get_or_insert_with(|| zlib::take_deflater(key));
         let start = out.len();
@@ -77,7 +77,7 @@ impl Compressor {
 
     /// Whether the compressor holds a zlib stream now (for tests of idle memory).
     #[cfg(test)]
-    pub(crate) fn holds_stream(&self) -> bool {
+    pub fn holds_stream(&self) -> bool {
         self.stream.is_some()
     }
 }

@@ -19,14 +19,14 @@ use zlib_rs::{Inflate, Status};
 use super::zlib;
 
 /// RFC 7692 §7.2.2: what the sender removed from the end of every message.
-pub(crate) const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+pub const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// The least room zlib gets for output, so that each call does real work.
 const MIN_ROOM: usize = 4096;
 
 /// Why inflating a message stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum InflateFailure {
+pub enum InflateFailure {
     /// The inflated message would exceed the size limit.
     TooBig,
     /// The payload is not a valid deflate stream.
@@ -34,19 +34,20 @@ pub(crate) enum InflateFailure {
 }
 
 /// The receiving side of permessage-deflate for one connection.
-pub(crate) struct Inflater {
+pub struct Inflater {
     /// Held between messages only when the client keeps its context.
     stream: Option<Box<Inflate>>,
     keep_context: bool,
-    /// This message's stream ended with a final block: nothing may follow it,
-    /// and the stream starts afresh with the next message.
+    /// This message's stream ended with a final block (BFINAL): what follows
+    /// in the message is ignored, and the stream starts afresh with the next
+    /// message.
     ended: bool,
 }
 
 impl Inflater {
     /// `keep_context`: the client may refer back to earlier messages, so the
     /// window must be kept from one message to the next.
-    pub(crate) fn new(keep_context: bool) -> Self {
+    pub fn new(keep_context: bool) -> Self {
         Inflater {
             stream: None,
             keep_context,
@@ -56,7 +57,7 @@ impl Inflater {
 
     /// Inflates the next piece of a message's payload, appending to `out`,
     /// which may hold at most `limit` bytes.
-    pub(crate) fn feed(
+    pub fn feed(
         &mut self,
         mut input: &[u8],
         out: &mut BytesMut,
@@ -65,12 +66,11 @@ impl Inflater {
         let stream = self.stream.get_or_insert_with(zlib::take_inflater);
         loop {
             if self.ended {
-                // Bytes after the final block belong to no message.
-                return if input.is_empty() {
-                    Ok(())
-                } else {
-                    Err(InflateFailure::Invalid)
-                };
+                // RFC 7692 §7.2.3.5: a sender that ends with a final block
+                // still appends the empty stored block and cuts its last four
+                // bytes, leaving a 0x00 after the stream's end. Like zlib,
+                // ignore whatever follows the end.
+                return Ok(());
             }
             if out.len() > limit {
                 return Err(InflateFailure::TooBig);
@@ -110,11 +110,7 @@ impl Inflater {
     /// The message's last piece was fed: inflates the tail, then readies the
     /// inflater for the next message (keeping the window only if the client
     /// keeps its context and did not end its stream).
-    pub(crate) fn finish(
-        &mut self,
-        out: &mut BytesMut,
-        limit: usize,
-    ) -> Result<(), InflateFailure> {
+    pub fn finish(&mut self, out: &mut BytesMut, limit: usize) -> Result<(), InflateFailure> {
         if !self.ended {
             self.feed(&TAIL, out, limit)?;
         }
@@ -130,7 +126,7 @@ impl Inflater {
 
     /// Drops whatever state the message in progress left: the connection
     /// failed or ended. The stream goes back to this thread's pool.
-    pub(crate) fn release(&mut self) {
+    pub fn release(&mut self) {
         self.ended = false;
         if let Some(stream) = self.stream.take() {
             zlib::give_inflater(stream);
@@ -139,7 +135,7 @@ impl Inflater {
 
     /// Whether the inflater holds a zlib stream now (for tests of idle memory).
     #[cfg(test)]
-    pub(crate) fn holds_stream(&self) -> bool {
+    pub fn holds_stream(&self) -> bool {
         self.stream.is_some()
     }
 }
@@ -270,21 +266,23 @@ mod tests {
     }
 
     #[test]
-    fn data_after_a_final_block_is_invalid_and_a_final_block_resets_the_context() {
-        // A final empty fixed block (`03 00`), then a stray byte.
-        let mut inflater = Inflater::new(true);
-        assert_eq!(inflate(&mut inflater, &[&[0x03, 0x00]], 1000).unwrap(), b"");
-        let message = b"after a final block".to_vec();
-        let packed = compress(&[&message], 15);
-        assert_eq!(
-            inflate(&mut inflater, &[&packed[0]], 1000).unwrap(),
-            message
-        );
-        let mut inflater = Inflater::new(true);
-        assert_eq!(
-            inflate(&mut inflater, &[&[0x03, 0x00, 0x01]], 1000),
-            Err(InflateFailure::Invalid)
-        );
+    fn a_final_block_ends_the_message_and_resets_the_context() {
+        // RFC 7692 §7.2.3.5's example: "Hello" in a final fixed block, then
+        // the 0x00 left of the empty stored block the sender appended.
+        let hello = [0xf3, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00, 0x00];
+        for keep in [true, false] {
+            let mut inflater = Inflater::new(keep);
+            for _ in 0..2 {
+                assert_eq!(inflate(&mut inflater, &[&hello], 1000).unwrap(), b"Hello");
+            }
+            // Then a message from a fresh stream.
+            let message = b"after a final block".to_vec();
+            let packed = compress(&[&message], 15);
+            assert_eq!(
+                inflate(&mut inflater, &[&packed[0]], 1000).unwrap(),
+                message
+            );
+        }
     }
 
     #[test]

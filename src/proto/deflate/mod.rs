@@ -23,8 +23,8 @@ mod inflate;
 mod negotiate;
 mod zlib;
 
-pub(crate) use compress::Compressor;
-pub(crate) use inflate::{InflateFailure, Inflater};
+pub use compress::Compressor;
+pub use inflate::{InflateFailure, Inflater};
 pub use negotiate::{DeflateParams, negotiate};
 
 /// How the server negotiates and uses permessage-deflate. Turn it on with
