@@ -116,7 +116,7 @@ impl<H: Handler> Dispatch<H> {
             let mut outbox = conn.shared().lock();
             std::mem::swap(&mut outbox.queue, response);
             if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
-                outbox.deflate = Some(Box::new(Compressor::new(params, config)));
+                outbox.deflate = Some(Compressor::new(params, config));
             }
         }
         let session =

@@ -11,6 +11,12 @@ use sha1::{Digest, Sha1};
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
 
+/// The `101` up to the accept key.
+const RESPONSE_START: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\n\
+    Upgrade: websocket\r\n\
+    Connection: Upgrade\r\n\
+    Sec-WebSocket-Accept: ";
+
 /// The GUID RFC 6455 §1.3 appends to the client's key.
 const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -36,12 +42,16 @@ pub fn write_accept(
     protocol: Option<&str>,
     deflate: Option<&DeflateParams>,
 ) {
-    out.push_raw(
-        b"HTTP/1.1 101 Switching Protocols\r\n\
-          Upgrade: websocket\r\n\
-          Connection: Upgrade\r\n\
-          Sec-WebSocket-Accept: ",
-    );
+    // One allocation for the whole response, if the queue has no room yet:
+    // growing it piece by piece left holes in the heap that showed in the
+    // memory of idle connections.
+    let mut extension_len = 0;
+    if let Some(deflate) = deflate {
+        deflate.write_header(|piece| extension_len += piece.len());
+    }
+    let protocol_len = protocol.map_or(0, |p| "\r\nSec-WebSocket-Protocol: ".len() + p.len());
+    out.reserve(RESPONSE_START.len() + 28 + protocol_len + 2 + extension_len + 2);
+    out.push_raw(RESPONSE_START);
     out.push_raw(&accept_key(key));
     if let Some(protocol) = protocol {
         out.push_raw(b"\r\nSec-WebSocket-Protocol: ");

@@ -15,7 +15,8 @@ use super::{DeflateConfig, DeflateParams};
 pub struct Compressor {
     key: DeflateKey,
     keep_context: bool,
-    min_size: usize,
+    /// `compress_min_size`, capped at 4 GiB so the compressor stays 16 bytes.
+    min_size: u32,
     /// Held between messages only when the server keeps its context.
     stream: Option<Box<Deflate>>,
 }
@@ -29,14 +30,14 @@ impl Compressor {
                 mem_level: config.mem_level,
             },
             keep_context: !params.server_no_context_takeover,
-            min_size: config.compress_min_size,
+            min_size: u32::try_from(config.compress_min_size).unwrap_or(u32::MAX),
             stream: None,
         }
     }
 
     /// Whether a message of `len` bytes is worth compressing.
     pub fn wants(&self, len: usize) -> bool {
-        len >= self.min_size
+        u32::try_from(len).map_or(true, |len| len >= self.min_size)
     }
 
     /// Appends `payload`, compressed as one message and without its tail, to
