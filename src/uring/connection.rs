@@ -404,6 +404,7 @@ impl<H: Handler> Connection<H> {
             &*env.handler,
             max_head_len,
             core.config.deflate(),
+            &core.pool,
             response,
         ) {
             Answer::Incomplete => {}

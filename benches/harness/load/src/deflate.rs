@@ -21,6 +21,9 @@ use crate::{emit, wire};
 /// What the client offers.
 pub const OFFER: &str = "permessage-deflate; client_no_context_takeover";
 
+/// The error of a connection whose server declined [`OFFER`].
+pub const DECLINED: &str = "the server did not accept permessage-deflate";
+
 /// The tail every compressed message ends with before the sender strips it.
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
@@ -42,8 +45,7 @@ pub async fn run(args: DeflateArgs) -> io::Result<()> {
     let mut connections = Vec::with_capacity(shape.conns);
     for i in 0..shape.conns {
         let (stream, buf, head) = wire::open_with(&target, sources.nth(i), OFFER).await?;
-        negotiated = accepted_extension(&head)
-            .ok_or_else(|| io::Error::other("the server did not accept permessage-deflate"))?;
+        negotiated = accepted_extension(&head).ok_or_else(|| io::Error::other(DECLINED))?;
         connections.push((stream, buf));
     }
     let frame = |mask| {

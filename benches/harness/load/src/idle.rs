@@ -1,9 +1,14 @@
 //! `idle`: opens N upgraded connections and holds them. Each line on stdin is a
 //! command: `ping` sends a ping on every connection and reports how many
 //! answered with a pong; `exit` (or end of input) closes them all.
+//!
+//! With `--deflate` every upgrade offers permessage-deflate, so the memory an
+//! idle connection costs is measured with compression negotiated; a server
+//! that declines fails each connection with the same message as `deflate`.
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::TargetArgs;
+use crate::deflate;
 use crate::emit;
 use crate::wire::{self, FrameReader};
 
@@ -30,6 +36,10 @@ pub struct IdleArgs {
     /// Seconds to wait for all pongs.
     #[arg(long, default_value_t = 20.0)]
     pub ping_timeout: f64,
+    /// Offer `permessage-deflate; client_no_context_takeover` and count a
+    /// connection whose server does not accept it as failed.
+    #[arg(long, conflicts_with = "raw")]
+    pub deflate: bool,
 }
 
 type Held = Vec<(TcpStream, BytesMut)>;
@@ -76,7 +86,7 @@ async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>
     for _ in 0..args.concurrency.max(1) {
         let (held, next, errors, target) =
             (held.clone(), next.clone(), errors.clone(), target.clone());
-        let conns = args.conns;
+        let (conns, with_deflate) = (args.conns, args.deflate);
         workers.push(tokio::task::spawn_local(async move {
             loop {
                 let i = next.get();
@@ -84,7 +94,7 @@ async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>
                     return;
                 }
                 next.set(i + 1);
-                match wire::open(&target, sources.nth(i)).await {
+                match open(&target, sources.nth(i), with_deflate).await {
                     Ok(connection) => held.borrow_mut().push(connection),
                     Err(error) => {
                         let mut errors = errors.borrow_mut();
@@ -100,6 +110,24 @@ async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>
     }
     let errors = errors.take();
     (held, errors)
+}
+
+/// Opens one connection, offering permessage-deflate if `with_deflate`.
+/// Nothing is compressed afterwards (pings are control frames), but the
+/// server has set up whatever per-connection state its compression needs.
+async fn open(
+    target: &wire::Target,
+    source: Option<IpAddr>,
+    with_deflate: bool,
+) -> io::Result<(TcpStream, BytesMut)> {
+    if !with_deflate {
+        return wire::open(target, source).await;
+    }
+    let (stream, buf, head) = wire::open_with(target, source, deflate::OFFER).await?;
+    match deflate::accepted_extension(&head) {
+        Some(_) => Ok((stream, buf)),
+        None => Err(io::Error::other(deflate::DECLINED)),
+    }
 }
 
 /// Pings every connection, then waits (until `deadline`) for each one's pong.

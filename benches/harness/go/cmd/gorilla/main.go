@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"compress/flate"
 	"net"
 	"net/http"
 	"sync"
@@ -17,8 +18,12 @@ func main() {
 	cfg := harness.Parse()
 	// Library defaults: no compression, no read limit (0 = unlimited), default
 	// ping handler answers with a pong, default close handler echoes the close.
-	// Only the origin check is opened up so any client may connect.
-	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	// Only the origin check is opened up so any client may connect, and with
+	// -deflate, permessage-deflate is negotiated (see compress).
+	up := websocket.Upgrader{
+		CheckOrigin:       func(*http.Request) bool { return true },
+		EnableCompression: cfg.Deflate,
+	}
 
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		conn, err := up.Upgrade(w, r, nil) // writes the HTTP error itself
@@ -26,6 +31,9 @@ func main() {
 			return
 		}
 		defer conn.Close()
+		if cfg.Deflate {
+			compress(conn)
+		}
 
 		// gorilla allows one concurrent writer (WriteControl excepted), so the
 		// echo path and the push goroutine share mu. closed stops pushes once
@@ -74,4 +82,15 @@ func main() {
 	}
 	cfg.Started("gorilla")
 	harness.Fatal("gorilla", http.Serve(ln, http.HandlerFunc(handler)))
+}
+
+// compress sets write compression on a connection upgraded with
+// EnableCompression; both calls are no-ops if the client did not offer
+// permessage-deflate. gorilla only does no context takeover on either side
+// (window 15, a pooled compressor per message) and has no threshold: every
+// data message is compressed. Write compression and level 1 are gorilla's
+// defaults as well, set here so the settings do not depend on them.
+func compress(conn *websocket.Conn) {
+	conn.EnableWriteCompression(true)
+	_ = conn.SetCompressionLevel(flate.BestSpeed) // a valid level: never fails
 }

@@ -12,6 +12,31 @@ import (
 	"rapidws-bench/go/internal/harness"
 )
 
+// options are the upgrade options: ping replies and the callbacks, plus
+// permessage-deflate with -deflate. WithServerDecompressAndCompress turns on
+// both directions (decompression alone only inflates what the client sends).
+// The rest is quickws's (antlabs/wsutil's) fixed behaviour, which matches
+// rapidws's echo --deflate except for the threshold:
+//   - no context takeover on either side (the default without
+//     WithServerContextTakeover), so no compressor is held per connection;
+//   - level 1 (wsutil's DefaultCompressionLevel, not configurable);
+//   - window 15 unless the client asks for less;
+//   - no threshold option: every data message is compressed, however short.
+//
+// quickws accepts an offer only if it carries a parameter (a bare
+// "permessage-deflate" is ignored); the load generator's offer has
+// client_no_context_takeover.
+func options(cfg *harness.Config, open quickws.OnOpenFunc, msg quickws.OnMessageFunc, closed quickws.OnCloseFunc) []quickws.ServerOption {
+	opts := []quickws.ServerOption{
+		quickws.WithServerReplyPing(),
+		quickws.WithServerCallbackFunc(open, msg, closed),
+	}
+	if cfg.Deflate {
+		opts = append(opts, quickws.WithServerDecompressAndCompress())
+	}
+	return opts
+}
+
 func main() {
 	cfg := harness.Parse()
 
@@ -41,9 +66,7 @@ func main() {
 		r.Header.Del("Sec-WebSocket-Protocol")
 		// quickws does not answer pings unless asked: WithServerReplyPing.
 		// Defaults otherwise: no compression, no read limit, no UTF-8 check.
-		c, err := quickws.Upgrade(w, r,
-			quickws.WithServerReplyPing(),
-			quickws.WithServerCallbackFunc(onOpen, onMessage, onClose))
+		c, err := quickws.Upgrade(w, r, options(cfg, onOpen, onMessage, onClose)...)
 		if err != nil {
 			return
 		}

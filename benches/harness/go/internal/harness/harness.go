@@ -14,17 +14,23 @@ type Config struct {
 	Addr      string        // -addr
 	PushSize  int           // -push-size, bytes; 0 disables push mode
 	PushEvery time.Duration // -push-every-us
+	// Deflate (-deflate) makes the server accept permessage-deflate (RFC
+	// 7692) offers. Off by default, so every scenario but the deflate one
+	// measures the servers as they are out of the box; each server's main.go
+	// says which compression settings it uses.
+	Deflate bool
 
 	payload []byte // shared push payload; libraries only read it
 }
 
-// Parse parses the common flags: -addr, -push-size, -push-every-us.
+// Parse parses the common flags: -addr, -push-size, -push-every-us, -deflate.
 func Parse() *Config {
 	c := &Config{}
 	var everyUS int
 	flag.StringVar(&c.Addr, "addr", "127.0.0.1:9001", "listen address host:port")
 	flag.IntVar(&c.PushSize, "push-size", 0, "push mode: bytes per server-initiated binary message (0 = off)")
 	flag.IntVar(&everyUS, "push-every-us", 500, "push mode: interval between pushes, in microseconds")
+	flag.BoolVar(&c.Deflate, "deflate", false, "accept permessage-deflate offers (no context takeover, level 1)")
 	flag.Parse()
 	if c.PushSize < 0 || everyUS <= 0 {
 		fmt.Fprintln(os.Stderr, "-push-size must be >= 0 and -push-every-us > 0")
@@ -79,7 +85,7 @@ func (c *Config) PushLoop(stop <-chan struct{}, write func([]byte) error) {
 
 // Started prints the single startup line to stderr.
 func (c *Config) Started(name string) {
-	fmt.Fprintf(os.Stderr, "%s: listening on %s (push-size=%d push-every=%s)\n", name, c.Addr, c.PushSize, c.PushEvery)
+	fmt.Fprintf(os.Stderr, "%s: listening on %s (push-size=%d push-every=%s deflate=%t)\n", name, c.Addr, c.PushSize, c.PushEvery, c.Deflate)
 }
 
 // Fatal reports a startup error and exits.

@@ -24,7 +24,7 @@ struct Args {
     /// Only these servers (comma-separated names), default all.
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
-    /// Only these scenarios (comma-separated numbers 1-6), default all.
+    /// Only these scenarios (comma-separated numbers 1-7), default all.
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<u8>,
     /// Warm-up seconds before each measured window.
@@ -140,10 +140,7 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
                     continue;
                 }
                 for measurement in scenario.run(server, round, &settings) {
-                    let headline = measurement
-                        .metrics
-                        .get("per_sec")
-                        .or(measurement.metrics.get("bytes_per_conn_to_10k"));
+                    let headline = measurement.headline();
                     eprintln!(
                         "round {} scenario {} {:>18} {:<16} {}",
                         round + 1,
@@ -152,7 +149,7 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
                         measurement.variant,
                         match (&measurement.error, headline) {
                             (Some(error), _) => format!("FAILED: {error}"),
-                            (None, Some(value)) => report::num(*value),
+                            (None, Some(value)) => report::num(value),
                             (None, None) => "ok".into(),
                         }
                     );

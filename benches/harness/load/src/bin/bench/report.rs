@@ -4,11 +4,16 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::chart::{self, Panel};
-use crate::scenarios::{Measurement, SCENARIOS, STREAM_VARIANTS};
+use crate::scenarios::{
+    DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS, Measurement, SCENARIOS, STREAM_VARIANTS,
+    count_label, slope_metric,
+};
 
 const US: &str = "rapidws-tokio";
 /// The io_uring backend, compared with `US` (issue 4).
 const URING: &str = "rapidws-uring";
+/// The peers of issue 5, run with their compression on in scenario 7.
+const DEFLATE_PEERS: [&str; 3] = ["gws", "quickws", "gorilla"];
 
 /// Medians and spread of one (scenario, variant, server) over its rounds.
 #[derive(Default, Debug)]
@@ -303,6 +308,68 @@ fn stream_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
+/// Scenario 7: the deflate echo and, beside it, the same server's idle memory
+/// with deflate negotiated; one row per server, fastest echo first.
+fn deflate_table(out: &mut String, summaries: &Summaries) {
+    let (first, last) = (DEFLATE_IDLE_STEPS[0], DEFLATE_IDLE_STEPS[1]);
+    let slope = slope_metric(last);
+    let mut servers = sorted(rows(summaries, 7, DEFLATE_ECHO), "per_sec", false);
+    for (server, idle) in rows(summaries, 7, DEFLATE_IDLE) {
+        if !servers.iter().any(|(s, _)| *s == server) {
+            servers.push((server, idle));
+        }
+    }
+    let ours = summaries
+        .get(&(7, DEFLATE_ECHO.into(), US.into()))
+        .map(|s| s.median("per_sec"));
+    let _ = writeln!(
+        out,
+        "| server | msgs/s | range | rapidws ÷ this | p50 µs | p99 µs | server CPU % | server CPU µs/msg | peak RSS MiB | bytes/idle conn, {}→{} (slope) | range | alive after ping |",
+        count_label(first),
+        count_label(last)
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let empty = Summary::default();
+    for (server, _) in &servers {
+        let get = |variant: &str| {
+            summaries
+                .get(&(7, variant.into(), server.to_string()))
+                .unwrap_or(&empty)
+        };
+        let (echo, idle) = (get(DEFLATE_ECHO), get(DEFLATE_IDLE));
+        let ratio = ours.map_or(f64::NAN, |o| o / echo.median("per_sec"));
+        let _ = writeln!(
+            out,
+            "| {server} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            num(echo.median("per_sec")),
+            echo.range("per_sec"),
+            format_ratio(ratio),
+            num(echo.median("p50_us")),
+            num(echo.median("p99_us")),
+            num(echo.median("server_cpu_pct")),
+            num(echo.median("cpu_us_per_msg")),
+            num(echo.median("peak_rss_mib")),
+            num(idle.median(&slope)),
+            idle.range(&slope),
+            num(idle.median("alive")),
+            num(idle.median("connected")),
+        );
+    }
+    for (server, _) in &servers {
+        for variant in [DEFLATE_ECHO, DEFLATE_IDLE] {
+            let Some(s) = summaries.get(&(7, variant.into(), server.to_string())) else {
+                continue;
+            };
+            for failure in &s.failures {
+                let _ = writeln!(out, "- {server} ({variant}) failed in {failure}");
+            }
+        }
+    }
+}
+
 /// The issue-3 targets, checked against the medians.
 fn targets(out: &mut String, summaries: &Summaries) {
     let get = |scenario: u8, variant: &str, server: &str, metric: &str| {
@@ -440,6 +507,59 @@ fn uring_targets(out: &mut String, summaries: &Summaries, measurements: &[Measur
     );
 }
 
+/// The issue-5 target: each rapidws backend's deflate echo against the best
+/// of gws, quickws and gorilla with their compression on, on the medians over
+/// rounds; and, with no target, the memory of an idle connection with
+/// deflate negotiated.
+fn deflate_targets(out: &mut String, summaries: &Summaries) {
+    let get = |variant: &str, server: &str, metric: &str| {
+        summaries
+            .get(&(7, variant.into(), server.into()))
+            .map_or(f64::NAN, |s| s.median(metric))
+    };
+    let (peer, peer_rate) = DEFLATE_PEERS
+        .iter()
+        .map(|&p| (p, get(DEFLATE_ECHO, p, "per_sec")))
+        .filter(|(_, v)| v.is_finite())
+        .fold(("-", f64::NAN), |best, (p, v)| {
+            if best.1.is_nan() || v > best.1 {
+                (p, v)
+            } else {
+                best
+            }
+        });
+    let verdict = |ok: bool| if ok { "**met**" } else { "**not met**" };
+    let _ = writeln!(out, "| target | measured (medians) | |");
+    let _ = writeln!(out, "|---|---|---|");
+    for backend in [US, URING] {
+        let ours = get(DEFLATE_ECHO, backend, "per_sec");
+        let _ = writeln!(
+            out,
+            "| 7: deflate echo ≥ 1.5x the best of gws, quickws, gorilla ({backend}) | {} vs {peer} {} = {:.2}x | {} |",
+            num(ours),
+            num(peer_rate),
+            ours / peer_rate,
+            verdict(ours / peer_rate >= 1.5)
+        );
+    }
+    let slope = slope_metric(DEFLATE_IDLE_STEPS[1]);
+    let each = |servers: &[&str]| {
+        let figures: Vec<String> = servers
+            .iter()
+            .map(|&s| format!("{s} {}", num(get(DEFLATE_IDLE, s, &slope))))
+            .collect();
+        figures.join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "| 7: bytes per idle connection with deflate, slope {}→{} (no target) | {}; {} | |",
+        count_label(DEFLATE_IDLE_STEPS[0]),
+        count_label(DEFLATE_IDLE_STEPS[1]),
+        each(&[US, URING]),
+        each(&DEFLATE_PEERS)
+    );
+}
+
 pub struct Context<'a> {
     pub machine: &'a str,
     pub command: &'a str,
@@ -468,13 +588,16 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     targets(&mut out, summaries);
     let _ = writeln!(out, "\n## Targets (issue 4: the io_uring backend)\n");
     uring_targets(&mut out, summaries, measurements);
+    let _ = writeln!(out, "\n## Targets (issue 5: permessage-deflate)\n");
+    deflate_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
         match scenario.number {
             1..=3 => echo_table(&mut out, summaries, scenario.number),
             4 => idle_table(&mut out, summaries),
             5 => handshake_table(&mut out, summaries),
-            _ => stream_table(&mut out, summaries),
+            6 => stream_table(&mut out, summaries),
+            _ => deflate_table(&mut out, summaries),
         }
     }
     if let Some(notes) = &context.notes {
@@ -524,6 +647,20 @@ pub fn chart(summaries: &Summaries) -> String {
             "6. request p99 µs under 10 KiB pushes",
             true,
         ),
+        panel(
+            7,
+            DEFLATE_ECHO,
+            "per_sec",
+            "7. deflate echo 100 x 1 KiB: msgs/s",
+            false,
+        ),
+        panel(
+            7,
+            DEFLATE_IDLE,
+            &slope_metric(DEFLATE_IDLE_STEPS[1]),
+            "7. deflate idle: bytes per connection",
+            true,
+        ),
     ])
 }
 
@@ -562,5 +699,53 @@ mod tests {
         assert!((ratios[2] - 150.0 / 140.0).abs() < 1e-12);
         assert!((median(ratios) - 150.0 / 140.0).abs() < 1e-12);
         assert!(median(Vec::new()).is_nan());
+    }
+
+    fn deflate(server: &str, round: usize, variant: &str, metric: &str, value: f64) -> Measurement {
+        Measurement {
+            scenario: 7,
+            variant: variant.into(),
+            server: server.into(),
+            round,
+            metrics: BTreeMap::from([(metric.to_owned(), value)]),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn deflate_target_compares_each_backend_with_the_best_peer_median() {
+        let mut measurements = Vec::new();
+        for (server, rates) in [
+            (US, [300.0, 310.0, 290.0]),
+            (URING, [200.0, 900.0, 100.0]),
+            ("gws", [150.0, 100.0, 200.0]),
+            ("quickws", [120.0, 180.0, 110.0]),
+            ("gorilla", [90.0, 95.0, 99.0]),
+            // Not a peer of issue 5: never the one compared with.
+            ("nbio", [999.0, 999.0, 999.0]),
+        ] {
+            for (round, rate) in rates.into_iter().enumerate() {
+                measurements.push(deflate(server, round, DEFLATE_ECHO, "per_sec", rate));
+            }
+        }
+        measurements.push(deflate(US, 0, DEFLATE_IDLE, "bytes_per_conn_to_5k", 700.0));
+        let mut out = String::new();
+        deflate_targets(&mut out, &summarize(&measurements));
+        assert!(
+            out.contains("(rapidws-tokio) | 300.0 vs gws 150.0 = 2.00x | **met** |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("(rapidws-uring) | 200.0 vs gws 150.0 = 1.33x | **not met** |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("rapidws-tokio 700.0, rapidws-uring -; gws -"),
+            "{out}"
+        );
+        let mut table = String::new();
+        deflate_table(&mut table, &summarize(&measurements));
+        assert!(table.contains("bytes/idle conn, 1k→5k (slope)"), "{table}");
+        assert!(table.contains("| rapidws-tokio | 300.0 |"), "{table}");
     }
 }

@@ -1,4 +1,4 @@
-//! The six scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+//! The seven scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -42,6 +42,21 @@ impl Measurement {
             error: value["error"].as_str().map(str::to_string),
         })
     }
+
+    /// The figure the runner prints as it goes: the rate, or for idle memory
+    /// the slope up to the last connection count.
+    pub fn headline(&self) -> Option<f64> {
+        let steps = if self.scenario == 7 {
+            DEFLATE_IDLE_STEPS
+        } else {
+            IDLE_STEPS
+        };
+        let slope = slope_metric(steps[steps.len() - 1]);
+        self.metrics
+            .get("per_sec")
+            .or(self.metrics.get(&slope))
+            .copied()
+    }
 }
 
 /// Settings shared by every scenario of a run.
@@ -73,50 +88,67 @@ pub struct Scenario {
     /// Whether the raw TCP echo server takes part.
     pub raw_too: bool,
     pub needs_push: bool,
+    /// Whether the server must accept permessage-deflate (it runs with it on).
+    pub needs_deflate: bool,
 }
 
-pub const SCENARIOS: [Scenario; 6] = [
+pub const SCENARIOS: [Scenario; 7] = [
     Scenario {
         number: 1,
         title: "Echo, 100 connections x 1 KiB binary, depth 8",
         raw_too: true,
         needs_push: false,
+        needs_deflate: false,
     },
     Scenario {
         number: 2,
         title: "Echo, 100 connections x 1 KiB binary, depth 1",
         raw_too: true,
         needs_push: false,
+        needs_deflate: false,
     },
     Scenario {
         number: 3,
         title: "Echo, 500 connections x 16 KiB binary, depth 1",
         raw_too: true,
         needs_push: false,
+        needs_deflate: false,
     },
     Scenario {
         number: 4,
         title: "Idle memory, 1k and 10k upgraded connections",
         raw_too: false,
         needs_push: false,
+        needs_deflate: false,
     },
     Scenario {
         number: 5,
         title: "Upgrades per second (connect, upgrade, close)",
         raw_too: false,
         needs_push: false,
+        needs_deflate: false,
     },
     Scenario {
         number: 6,
         title: "Stream: request RTT while the server pushes",
         raw_too: false,
         needs_push: true,
+        needs_deflate: false,
+    },
+    Scenario {
+        number: 7,
+        title: "Deflate: echo 100 connections x 1 KiB text, depth 8, and idle memory",
+        raw_too: false,
+        needs_push: false,
+        needs_deflate: true,
     },
 ];
 
 impl Scenario {
     pub fn applies_to(&self, server: &Server) -> bool {
-        (self.raw_too || !server.raw) && (!self.needs_push || server.supports_stream())
+        (self.raw_too || !server.raw)
+            && (!self.needs_push || server.supports_stream())
+            && (!self.needs_deflate || server.supports_deflate())
     }
 
     /// Runs this scenario once against `server`.
@@ -139,13 +171,52 @@ impl Scenario {
             1 => vec![measure("", echo(server, settings, 100, 1024, 8))],
             2 => vec![measure("", echo(server, settings, 100, 1024, 1))],
             3 => vec![measure("", echo(server, settings, 500, 16 * 1024, 1))],
-            4 => vec![measure("", idle(server, settings, &[1000, 10_000]))],
+            4 => vec![measure("", idle(server, settings, &IDLE_STEPS, false))],
             5 => vec![measure("", handshake(server, settings))],
-            _ => STREAM_VARIANTS
+            6 => STREAM_VARIANTS
                 .iter()
                 .map(|&(variant, push)| measure(variant, stream(server, settings, push)))
                 .collect(),
+            _ => {
+                // `applies_to` lets through only servers with deflate settings.
+                let Some(server) = server.with_deflate() else {
+                    return Vec::new();
+                };
+                // Scenario 1's shape, with 1 KiB of compressible text.
+                let rate = closed_loop(&server, settings, "deflate", 100, 1024, 8);
+                let memory = idle(&server, settings, &DEFLATE_IDLE_STEPS, true);
+                vec![measure(DEFLATE_ECHO, rate), measure(DEFLATE_IDLE, memory)]
+            }
         }
+    }
+}
+
+/// Connection counts of scenario 4: RSS is read at each, and the slope
+/// between them is the memory of one idle connection.
+pub const IDLE_STEPS: [usize; 2] = [1000, 10_000];
+
+/// Scenario 7's two measurements, each a variant of its own so that one can
+/// fail without losing the other.
+pub const DEFLATE_ECHO: &str = "echo";
+pub const DEFLATE_IDLE: &str = "idle";
+
+/// Connection counts of scenario 7's idle memory: fewer than scenario 4's to
+/// keep the scenario short; the slope between 1k and 5k still leaves the
+/// fixed costs out.
+pub const DEFLATE_IDLE_STEPS: [usize; 2] = [1000, 5000];
+
+/// The name of the metric holding the bytes per connection between the
+/// previous connection count and `step`.
+pub fn slope_metric(step: usize) -> String {
+    format!("bytes_per_conn_to_{}", count_label(step))
+}
+
+/// `1000` as `1k`, `10000` as `10k`; other counts as they are.
+pub fn count_label(count: usize) -> String {
+    if count.is_multiple_of(1000) {
+        format!("{}k", count / 1000)
+    } else {
+        count.to_string()
     }
 }
 
@@ -208,25 +279,45 @@ fn echo(
     size: usize,
     depth: usize,
 ) -> io::Result<BTreeMap<String, f64>> {
+    closed_loop(server, settings, "echo", conns, size, depth)
+}
+
+/// A closed-loop run: `mode` is `echo`, or `deflate` for the echo with
+/// permessage-deflate (which also reports the compressed size the client
+/// sends).
+fn closed_loop(
+    server: &Server,
+    settings: &Settings,
+    mode: &str,
+    conns: usize,
+    size: usize,
+    depth: usize,
+) -> io::Result<BTreeMap<String, f64>> {
     let mut args = strings(&["--conns", &conns.to_string(), "--size", &size.to_string()]);
     args.extend(strings(&["--depth", &depth.to_string(), "--sources", "4"]));
-    let (mut metrics, timed, running) = timed_run(server, settings, Role::Echo, "echo", args)?;
+    let (mut metrics, timed, running) = timed_run(server, settings, Role::Echo, mode, args)?;
     let completed = timed.result["completed"].as_f64().unwrap_or(0.0);
     metrics.insert(
         "cpu_us_per_msg".into(),
         timed.server_cpu_secs * 1e6 / completed.max(1.0),
     );
     metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
+    if let Some(size) = timed.result["compressed_size"].as_f64() {
+        metrics.insert("compressed_size".into(), size);
+    }
     Ok(metrics)
 }
 
 /// Opens the connections in steps (e.g. 1000, then up to 10000), each step in
 /// processes of at most `PER_PROCESS` connections, reading the server's RSS
-/// after each step; then proves every connection alive with a ping.
+/// after each step; then proves every connection alive with a ping. With
+/// `offer_deflate` every connection negotiates permessage-deflate (or the
+/// run fails).
 fn idle(
     server: &Server,
     settings: &Settings,
     steps: &[usize],
+    offer_deflate: bool,
 ) -> io::Result<BTreeMap<String, f64>> {
     const PER_PROCESS: usize = 15_000;
     let settle = Duration::from_secs(2);
@@ -243,7 +334,7 @@ fn idle(
             let conns = remaining.min(PER_PROCESS);
             remaining -= conns;
             let offset = (holders.len() * 8).to_string();
-            let args = strings(&[
+            let mut args = strings(&[
                 "--conns",
                 &conns.to_string(),
                 "--sources",
@@ -251,6 +342,9 @@ fn idle(
                 "--source-offset",
                 &offset,
             ]);
+            if offer_deflate {
+                args.push("--deflate".into());
+            }
             let mut holder = settings.load.spawn(&running, server.raw, "idle", &args)?;
             let done = holder.expect("connected", settings.timeout())?;
             connected += done["connected"].as_u64().unwrap_or(0) as usize;
@@ -261,15 +355,11 @@ fn idle(
         }
         std::thread::sleep(settle);
         let rss = running.memory().0;
-        let label = if step % 1000 == 0 {
-            format!("{}k", step / 1000)
-        } else {
-            step.to_string()
-        };
+        let label = count_label(step);
         metrics.insert(format!("rss_{label}_mib"), rss as f64 / 1048576.0);
         let added = (step - previous_conns) as f64;
         metrics.insert(
-            format!("bytes_per_conn_to_{label}"),
+            slope_metric(step),
             (rss as f64 - previous_rss as f64) / added,
         );
         (previous_rss, previous_conns) = (rss, step);
@@ -312,4 +402,35 @@ fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTree
     }
     metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
     Ok(metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(scenario: u8, metrics: &[(&str, f64)]) -> Measurement {
+        Measurement {
+            scenario,
+            variant: String::new(),
+            server: "s".into(),
+            round: 0,
+            metrics: metrics.iter().map(|&(k, v)| (k.to_owned(), v)).collect(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn idle_headline_is_the_slope_to_the_scenarios_last_count() {
+        assert_eq!(slope_metric(5000), "bytes_per_conn_to_5k");
+        assert_eq!(slope_metric(1500), "bytes_per_conn_to_1500");
+        let idle = [("bytes_per_conn_to_1k", 9.0), ("bytes_per_conn_to_5k", 5.0)];
+        assert_eq!(measured(7, &idle).headline(), Some(5.0));
+        let idle = [
+            ("bytes_per_conn_to_1k", 9.0),
+            ("bytes_per_conn_to_10k", 4.0),
+        ];
+        assert_eq!(measured(4, &idle).headline(), Some(4.0));
+        assert_eq!(measured(7, &[("per_sec", 3.0)]).headline(), Some(3.0));
+        assert_eq!(measured(5, &[]).headline(), None);
+    }
 }
