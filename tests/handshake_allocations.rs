@@ -104,11 +104,7 @@ fn parsing_a_browser_request_and_answering_it_allocates_nothing() {
         assert_eq!(request.path(), "/chat");
         assert_eq!(request.header("origin"), Some(&b"https://example.com"[..]));
         let protocol = request.protocols().find(|p| *p == "chat");
-        let offers = request
-            .headers()
-            .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
-            .map(|(_, value)| value);
-        let deflate = negotiate(offers, &DeflateConfig::default());
+        let deflate = negotiate(request.extension_offers(), &DeflateConfig::default());
         assert!(deflate.is_some(), "permessage-deflate agreed");
         write_accept(&mut out, request.key(), protocol, deflate.as_ref());
     });

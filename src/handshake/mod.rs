@@ -110,13 +110,7 @@ pub(crate) fn answer<H: Handler>(
             }
             let deflate = deflate
                 .filter(|_| accept.allows_permessage_deflate())
-                .and_then(|config| {
-                    let offers = request
-                        .headers()
-                        .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
-                        .map(|(_, value)| value);
-                    negotiate(offers, config)
-                });
+                .and_then(|config| negotiate(request.extension_offers(), config));
             write_accept(out, request.key(), protocol, deflate.as_ref());
             Answer::Accepted {
                 state,

@@ -136,6 +136,12 @@ impl<'a> Request<'a> {
         tokens(self.headers, "sec-websocket-protocol").filter_map(|t| std::str::from_utf8(t).ok())
     }
 
+    /// The values of every `Sec-WebSocket-Extensions` header, in order: the
+    /// client's extension offers, to be read with `parse_extensions`.
+    pub fn extension_offers(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        values(self.headers, "sec-websocket-extensions")
+    }
+
     /// The `Sec-WebSocket-Key` (already checked to be 16 bytes in base64).
     pub fn key(&self) -> &'a [u8] {
         self.key
@@ -267,15 +273,24 @@ fn header<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> 
         .map(|h| h.value)
 }
 
-/// The comma-separated tokens of every `name` header, trimmed, empty ones skipped.
-fn tokens<'a>(
+/// The value of every `name` header, in order.
+fn values<'a>(
     headers: &'a [httparse::Header<'a>],
     name: &'a str,
 ) -> impl Iterator<Item = &'a [u8]> + 'a {
     headers
         .iter()
         .filter(move |h| h.name.eq_ignore_ascii_case(name))
-        .flat_map(|h| h.value.split(|&b| b == b','))
+        .map(|h| h.value)
+}
+
+/// The comma-separated tokens of every `name` header, trimmed, empty ones skipped.
+fn tokens<'a>(
+    headers: &'a [httparse::Header<'a>],
+    name: &'a str,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    values(headers, name)
+        .flat_map(|value| value.split(|&b| b == b','))
         .map(trim)
         .filter(|t| !t.is_empty())
 }

@@ -58,6 +58,20 @@ fn parses_a_browser_request() {
 }
 
 #[test]
+fn extension_offers_are_every_extensions_header_whole_and_in_order() {
+    let raw = with_header(
+        "sec-websocket-extensions",
+        "Sec-WebSocket-Extensions: a; p=\"x,y\", b\r\nsec-websocket-extensions: permessage-deflate",
+    );
+    let mut headers = header_buffer();
+    let (req, _) = parse_request(raw.as_bytes(), &mut headers, 8192)
+        .unwrap()
+        .unwrap();
+    let offers: Vec<&[u8]> = req.extension_offers().collect();
+    assert_eq!(offers, [&b"a; p=\"x,y\", b"[..], b"permessage-deflate"]);
+}
+
+#[test]
 fn every_prefix_is_incomplete() {
     for cut in 0..CHROME.len() {
         assert_eq!(parse(&CHROME[..cut]), Ok(None), "cut at {cut}");
