@@ -42,15 +42,6 @@ pub fn write_accept(
     protocol: Option<&str>,
     deflate: Option<&DeflateParams>,
 ) {
-    // One allocation for the whole response, if the queue has no room yet:
-    // growing it piece by piece left holes in the heap that showed in the
-    // memory of idle connections.
-    let mut extension_len = 0;
-    if let Some(deflate) = deflate {
-        deflate.write_header(|piece| extension_len += piece.len());
-    }
-    let protocol_len = protocol.map_or(0, |p| "\r\nSec-WebSocket-Protocol: ".len() + p.len());
-    out.reserve(RESPONSE_START.len() + 28 + protocol_len + 2 + extension_len + 2);
     out.push_raw(RESPONSE_START);
     out.push_raw(&accept_key(key));
     if let Some(protocol) = protocol {

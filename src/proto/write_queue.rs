@@ -137,13 +137,6 @@ impl WriteQueue {
         true
     }
 
-    /// Makes room for `additional` more bytes in the copy buffer, so that a
-    /// response written piece by piece is one allocation (a queue that has a
-    /// buffer from the pool usually has room already).
-    pub fn reserve(&mut self, additional: usize) {
-        self.tail.reserve(additional);
-    }
-
     /// Queues raw bytes, for the HTTP handshake response.
     pub fn push_raw(&mut self, bytes: &[u8]) {
         self.tail.extend_from_slice(bytes);

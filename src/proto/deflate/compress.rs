@@ -85,9 +85,9 @@ impl Compressor {
 
 impl Drop for Compressor {
     fn drop(&mut self) {
-        if let Some(mut stream) = self.stream.take() {
-            // Give it back only at a message boundary, where it always is.
-            stream.reset();
+        // Between messages, where a compressor always is, its stream can
+        // go back to the pool (which resets it).
+        if let Some(stream) = self.stream.take() {
             zlib::give_deflater(self.key, stream);
         }
     }
