@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test gate, as run by CI and by hand on a fresh machine:
-#   formatting, clippy (warnings are errors), unit + integration + doc tests
-#   (the permessage-deflate interop tests set up their Python client themselves),
-#   the load harness's own checks, and the Autobahn TestSuite cases against the
-#   echo example, checked strictly.
-# Everything it needs beyond Rust and Python 3 it installs itself.
+#   formatting, clippy (warnings are errors), unit + property + integration +
+#   doc tests (the permessage-deflate interop tests set up their Python client
+#   themselves; the hostile-peer tests are integration tests), the load
+#   harness's own checks, the Autobahn TestSuite cases against the echo
+#   example, checked strictly, a smoke run of every fuzz target, and Miri over
+#   the sans-I/O unit tests.
+# Everything it needs beyond Rust (stable and nightly) and Python 3 it
+# installs itself (cargo-fuzz, the Miri component, kosoku).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,6 +15,7 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
 
 step "cargo clippy --all-targets --all-features -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
@@ -27,3 +31,16 @@ cargo test --manifest-path benches/harness/Cargo.toml
 
 step "Autobahn TestSuite (strict)"
 autobahn/run.sh tokio uring
+
+step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
+fuzz/run.sh "$FUZZ_SMOKE_SECONDS"
+
+# Every module with `unsafe` or lock-free code, and the session; the whole
+# sans-I/O set (add proto::write_queue and handshake::) takes about 11 minutes
+# under Miri here, too long for CI: see ARCHITECTURE.md, "Testing".
+step "Miri over the sans-I/O unit tests (a subset; the full command is in ARCHITECTURE.md)"
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    rustup component add --toolchain nightly miri rust-src
+fi
+cargo +nightly miri test --lib -- proto::mask proto::deflate proto::session proto::frame \
+    proto::utf8 proto::close pool:: keepalive:: read_buf:: handshake::extensions

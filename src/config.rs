@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::proto::Limits;
 use crate::proto::deflate::DeflateConfig;
+use crate::proto::{CloseCode, Limits};
 
 /// Settings shared by every connection of a server.
 ///
@@ -23,8 +23,37 @@ pub struct Config {
     pub(crate) close_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_outbound_bytes: usize,
+    pub(crate) slow_consumer: SlowConsumer,
     pub(crate) read_buffer_size: usize,
     pub(crate) deflate: Option<DeflateConfig>,
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) ping_interval: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+}
+
+/// What happens when a connection's outbound queue reaches
+/// [`Config::max_outbound_bytes`]: its peer reads more slowly than the
+/// server sends.
+///
+/// Under both policies the server's memory stays bounded: a send that finds
+/// the queue full is refused with [`SendError::QueueFull`](crate::SendError)
+/// and queues nothing, and a connection does not read from its peer while its
+/// own writes are blocked, so a peer that sends requests but never reads the
+/// answers is slowed down by TCP itself rather than buffered for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlowConsumer {
+    /// Wait for the peer (the default): sends are refused until the queue has
+    /// been written out, then the handler's `on_drain` is called. Right when
+    /// the handler can skip or coalesce messages (market data, presence).
+    #[default]
+    Pause,
+    /// Give up on the peer: the send is refused and the connection is closed
+    /// with this code, usually [`CloseCode::POLICY_VIOLATION`] (1008) or
+    /// [`CloseCode::TRY_AGAIN_LATER`] (1013). The close frame goes out after
+    /// what is already queued; a peer that still does not read is dropped
+    /// after the close timeout. Right when every message matters and a
+    /// client that falls behind should reconnect and resynchronize.
+    Close(CloseCode),
 }
 
 impl Default for Config {
@@ -36,8 +65,12 @@ impl Default for Config {
             close_timeout: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(10),
             max_outbound_bytes: 4 << 20,
+            slow_consumer: SlowConsumer::Pause,
             read_buffer_size: 16 * 1024,
             deflate: None,
+            max_connections: None,
+            ping_interval: None,
+            idle_timeout: None,
         }
     }
 }
@@ -86,9 +119,62 @@ impl Config {
 
     /// The soft bound on bytes queued for one connection (default 4 MiB). A send
     /// is refused with `SendError::QueueFull` once this many bytes wait, so the
-    /// queue never exceeds the bound by more than one message. See `Conn`.
+    /// queue never exceeds the bound by more than one message. What else
+    /// happens then is [`Config::slow_consumer`]'s policy. See `Conn`.
     pub fn max_outbound_bytes(mut self, bytes: usize) -> Self {
         self.max_outbound_bytes = bytes;
+        self
+    }
+
+    /// What to do with a connection whose outbound queue is full (default
+    /// [`SlowConsumer::Pause`]).
+    ///
+    /// # Panics
+    /// If the policy closes with a code that may not be sent (see
+    /// [`CloseCode::is_sendable`]).
+    pub fn slow_consumer(mut self, policy: SlowConsumer) -> Self {
+        if let SlowConsumer::Close(code) = policy {
+            assert!(
+                code.is_sendable(),
+                "{code} may not be sent in a close frame"
+            );
+        }
+        self.slow_consumer = policy;
+        self
+    }
+
+    /// The most WebSocket connections served at once (default: no limit
+    /// but the process's file descriptors). An upgrade request above it is
+    /// answered `503 Service Unavailable` before the upgrade hook sees it.
+    /// Connections still in the handshake do not count: the handshake
+    /// timeout bounds them. The count is checked as each request arrives, so
+    /// upgrades completing at the same instant on different threads may pass
+    /// the limit by one each.
+    pub fn max_connections(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.max_connections = limit.into();
+        self
+    }
+
+    /// Pings a connection whose peer has sent nothing for this long, and
+    /// again at the same interval while it stays quiet (default: off). Any
+    /// bytes from the peer, its pong included, count as activity. Useful to
+    /// keep NAT and proxy mappings alive, and with [`Config::idle_timeout`]
+    /// to find peers that are gone without a word.
+    pub fn ping_interval(mut self, interval: impl Into<Option<Duration>>) -> Self {
+        self.ping_interval = interval.into().filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Closes a connection (1001, "idle timeout") whose peer has sent
+    /// nothing for this long (default: off). With [`Config::ping_interval`]
+    /// set shorter, a live peer answers the pings and is never idle, so only
+    /// dead or stuck peers are closed. If the peer does not answer the close
+    /// either, it is dropped after the close timeout.
+    ///
+    /// Both timers are checked by a sweep every quarter of the shorter one
+    /// (at least every 10 ms), so they fire up to a quarter late.
+    pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.idle_timeout = timeout.into().filter(|d| !d.is_zero());
         self
     }
 

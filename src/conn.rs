@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use crate::config::SlowConsumer;
 use crate::pool::BufferPool;
 use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::deflate::Compressor;
@@ -58,12 +59,14 @@ impl std::error::Error for SendError {}
 ///
 /// **When the queue is full.** The queue is bounded by `max_outbound_bytes`
 /// (`Config`, default 4 MiB): while that many bytes or more wait to be written, a
-/// send returns [`SendError::QueueFull`] and queues nothing, and the handler's
-/// `on_drain` is called once the queue has been written out. A send is accepted
+/// send returns [`SendError::QueueFull`] and queues nothing. A send is accepted
 /// whenever the queue is below the bound, so it never exceeds the bound by more
-/// than one message. Separately, a connection stops reading from its peer while
-/// its own writes are blocked, so a peer that does not read cannot make the server
-/// buffer its echoes without bound.
+/// than one message. Then the [`SlowConsumer`] policy applies: by default the
+/// handler's `on_drain` is called once the queue has been written out; with
+/// `SlowConsumer::Close` the connection is closed instead. Separately, a
+/// connection stops reading from its peer while its own writes are blocked, so
+/// a peer that does not read cannot make the server buffer its echoes without
+/// bound.
 #[derive(Clone)]
 pub struct Conn {
     shared: Arc<ConnShared>,
@@ -162,8 +165,7 @@ impl Conn {
             if outbox.phase != Phase::Open {
                 return Err(SendError::Closed);
             }
-            outbox.phase = Phase::Closing;
-            outbox.close_request = Some(Box::new((code, reason.to_owned())));
+            outbox.request_close(code, reason);
         }
         self.shared.attention.store(true, Ordering::Release);
         self.shared.wake.wake();
@@ -194,7 +196,15 @@ impl Conn {
                 return Err(SendError::Closed);
             }
             if outbox.queued() >= shared.max_outbound_bytes {
-                outbox.wants_drain = true;
+                match shared.on_full {
+                    SlowConsumer::Pause => outbox.wants_drain = true,
+                    SlowConsumer::Close(code) => {
+                        outbox.request_close(code, "outbound queue full: peer reads too slowly");
+                        drop(outbox);
+                        shared.attention.store(true, Ordering::Release);
+                        shared.wake.wake();
+                    }
+                }
                 return Err(SendError::QueueFull);
             }
             if outbox.queue.needs_buffer() {
@@ -222,6 +232,12 @@ impl Conn {
 }
 
 impl Outbox {
+    /// Stops sends and asks the backend to start the close handshake.
+    fn request_close(&mut self, code: CloseCode, reason: &str) {
+        self.phase = Phase::Closing;
+        self.close_request = Some(Box::new((code, reason.to_owned())));
+    }
+
     /// Bytes queued or being written: what the bound applies to.
     pub(crate) fn queued(&self) -> usize {
         self.queue.len() + self.sending
@@ -283,6 +299,8 @@ pub(crate) struct ConnShared {
     id: u64,
     peer: SocketAddr,
     max_outbound_bytes: usize,
+    /// What a full queue leads to.
+    on_full: SlowConsumer,
     pool: Arc<BufferPool>,
     wake: ConnWake,
     /// Set with a close request or abort, so the backend can notice between two
@@ -296,6 +314,7 @@ impl ConnShared {
         id: u64,
         peer: SocketAddr,
         max_outbound_bytes: usize,
+        on_full: SlowConsumer,
         pool: Arc<BufferPool>,
         wake: ConnWake,
     ) -> Arc<ConnShared> {
@@ -303,6 +322,7 @@ impl ConnShared {
             id,
             peer,
             max_outbound_bytes,
+            on_full,
             pool,
             wake,
             attention: AtomicBool::new(false),
@@ -375,11 +395,16 @@ mod tests {
     }
 
     fn conn(max_outbound: usize) -> (Conn, Arc<CountWakes>) {
+        conn_with(max_outbound, SlowConsumer::Pause)
+    }
+
+    fn conn_with(max_outbound: usize, on_full: SlowConsumer) -> (Conn, Arc<CountWakes>) {
         let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
         let shared = ConnShared::new(
             7,
             "127.0.0.1:1".parse().unwrap(),
             max_outbound,
+            on_full,
             Arc::default(),
             ConnWake::Waker(Waker::from(wakes.clone())),
         );
@@ -414,6 +439,26 @@ mod tests {
         assert_eq!(conn.send_binary(b"x"), Err(SendError::QueueFull));
         assert!(conn.shared().lock().wants_drain);
         assert_eq!(conn.queued_bytes(), 52);
+    }
+
+    #[test]
+    fn a_full_queue_closes_the_connection_under_the_close_policy() {
+        let (conn, wakes) = conn_with(10, SlowConsumer::Close(CloseCode::TRY_AGAIN_LATER));
+        conn.send_binary(&[0u8; 50]).unwrap();
+        let before = wakes.0.load(Ordering::SeqCst);
+        assert_eq!(conn.send_binary(b"x"), Err(SendError::QueueFull));
+        assert!(
+            wakes.0.load(Ordering::SeqCst) > before,
+            "the backend is woken"
+        );
+        assert!(conn.shared().take_attention());
+        let outbox = conn.shared().lock();
+        assert!(!outbox.wants_drain);
+        assert_eq!(outbox.phase, Phase::Closing);
+        let (code, _) = &**outbox.close_request.as_ref().unwrap();
+        assert_eq!(*code, CloseCode::TRY_AGAIN_LATER);
+        drop(outbox);
+        assert_eq!(conn.send_binary(b"x"), Err(SendError::Closed));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use bytes::BytesMut;
 
 use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
+use crate::keepalive::Sweep;
 use crate::proto::deflate::{Compressor, DeflateParams};
 use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
@@ -28,6 +29,8 @@ pub(crate) struct Dispatch<H: Handler> {
     app: App<H>,
     /// The server forced this connection down; drop it without closing politely.
     aborted: bool,
+    /// Keepalive sweeps since the peer last sent anything (see `keepalive`).
+    quiet: u32,
 }
 
 /// The handler, this connection's handle and state, and the guarantees around
@@ -138,6 +141,7 @@ impl<H: Handler> Dispatch<H> {
                 closed: false,
             },
             aborted: false,
+            quiet: 0,
         };
         match dispatch.app.on_open() {
             Err(panicked) => dispatch.fail_after_panic(panicked),
@@ -147,7 +151,10 @@ impl<H: Handler> Dispatch<H> {
     }
 
     /// Handles every complete frame in `input`, leaving only a partial frame.
+    /// Call whenever bytes arrive: that is what keeps the connection from
+    /// counting as idle.
     pub(crate) fn input(&mut self, input: &mut BytesMut) {
+        self.quiet = 0;
         self.app.conn.shared().lock().flush_scheduled = true;
         loop {
             let event = {
@@ -202,6 +209,14 @@ impl<H: Handler> Dispatch<H> {
         if let Some(request) = outbox.close_request.take() {
             let (code, reason) = *request;
             self.session.close(code, &reason, &mut outbox.queue);
+        }
+    }
+
+    /// One keepalive sweep over this connection: pings it or closes it if its
+    /// peer has been quiet long enough (see `keepalive`).
+    pub(crate) fn sweep(&mut self, sweep: &Sweep) {
+        if self.is_open() {
+            sweep.visit(&mut self.quiet, &self.app.conn);
         }
     }
 

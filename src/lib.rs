@@ -9,6 +9,7 @@
 mod conn;
 mod dispatch;
 mod handler;
+mod keepalive;
 mod read_buf;
 mod server;
 mod slot_waker;
@@ -22,13 +23,21 @@ pub mod tokio;
 pub mod uring;
 
 pub use bytes::Bytes;
-pub use config::Config;
+pub use config::{Config, SlowConsumer};
 pub use conn::{Conn, SendError};
 pub use handler::{Accept, Handler, Reject};
 pub use handshake::Request;
 pub use proto::deflate::DeflateConfig;
 pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};
 pub use server::ServerHandle;
+
+/// How many rounds a randomized test runs: all of them natively, a fiftieth
+/// under Miri, which interprets every instruction and is thousands of times
+/// slower (see ARCHITECTURE.md, "Testing").
+#[cfg(test)]
+pub(crate) const fn rounds(native: usize) -> usize {
+    if cfg!(miri) { native / 50 + 1 } else { native }
+}
 
 /// The README's examples are compiled as doc tests, so they cannot rot.
 #[doc = include_str!("../README.md")]

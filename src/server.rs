@@ -75,7 +75,8 @@ impl ServerCore {
     ) -> (Conn, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let max_outbound = self.config.max_outbound_bytes;
-        let shared = ConnShared::new(id, peer, max_outbound, self.pool.clone(), wake);
+        let on_full = self.config.slow_consumer;
+        let shared = ConnShared::new(id, peer, max_outbound, on_full, self.pool.clone(), wake);
         self.open.fetch_add(1, Ordering::Relaxed);
         let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);
@@ -171,6 +172,13 @@ impl ServerCore {
     /// Upgraded connections not yet ended.
     pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
+    }
+
+    /// Whether `max_connections` leaves room for one more upgrade.
+    pub(crate) fn has_room(&self) -> bool {
+        self.config
+            .max_connections
+            .is_none_or(|max| self.open() < max)
     }
 }
 

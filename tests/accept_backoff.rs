@@ -29,25 +29,6 @@ impl Write for Log {
 /// Descriptors a server opens to start, at most (two threads here).
 const SERVER_STARTUP: u64 = 12;
 
-fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
-}
-
-fn set_soft_limit(soft: u64) -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        let old = limit.rlim_cur;
-        limit.rlim_cur = soft;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
-        old
-    }
-}
-
 /// One test for both backends, one after the other: the descriptor limit and
 /// the log collector are the process's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +52,7 @@ async fn survives_emfile_on(backend: Backend, log: &Log) {
     // returns, and keeps it while armed. `SERVER_STARTUP` leaves room for what
     // starting opens (listeners, rings, eventfds, epolls), so about 20
     // descriptors stay free for connections.
-    let original = set_soft_limit(open_descriptors() + 20 + SERVER_STARTUP);
+    let original = set_soft_limit(Some(open_descriptors() + 20 + SERVER_STARTUP));
     let server = start(backend, Config::default()).await;
 
     // Another process connects 100 times, so the server (and not the client,
@@ -108,7 +89,7 @@ async fn survives_emfile_on(backend: Backend, log: &Log) {
     // Free the descriptors; the server must recover by itself.
     let _ = holder.kill();
     let _ = holder.wait();
-    set_soft_limit(original);
+    set_soft_limit(Some(original));
     assert!(!server.served.is_finished(), "serve must not give up");
     let mut client = tokio::time::timeout(Duration::from_secs(10), server.client())
         .await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
-use rapidws::Config;
+use rapidws::{CloseCode, Config, SlowConsumer};
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::{
     self, Message as Ws,
@@ -47,6 +47,10 @@ backend_tests!(
     random_traffic_from_clients_that_come_and_go,
     echoes_a_16_mib_message,
     hostile_compressed_input_is_closed_and_others_are_served,
+    slowloris_handshakes_get_408_at_the_timeout,
+    quiet_peers_are_pinged_and_dead_ones_closed,
+    a_connection_limit_answers_503_above_it,
+    the_close_policy_closes_a_slow_consumer_with_its_code,
 );
 
 async fn echoes_text_binary_and_empty_messages(backend: Backend) {
@@ -780,4 +784,147 @@ async fn hostile_compressed_input_is_closed_and_others_are_served(backend: Backe
 
     send_text(&mut bystander, "still here").await;
     assert_eq!(next(&mut bystander).await, Ws::text("still here"));
+}
+
+async fn slowloris_handshakes_get_408_at_the_timeout(backend: Backend) {
+    let timeout = Duration::from_millis(800);
+    let server = start(backend, Config::default().handshake_timeout(timeout)).await;
+    // Three clients dribble a valid request, one byte every 50 ms: it would
+    // take them about 8 s to finish.
+    let request = upgrade_request("/", "");
+    let mut dribblers = Vec::new();
+    for _ in 0..3 {
+        let addr = server.addr;
+        let request = request.clone().into_bytes();
+        dribblers.push(tokio::spawn(async move {
+            // Before the connect: the server's clock starts after it.
+            let started = std::time::Instant::now();
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut read, mut write) = stream.into_split();
+            let dribble = async move {
+                for byte in request {
+                    if write.write_all(&[byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            let mut response = Vec::new();
+            tokio::select! {
+                _ = dribble => panic!("the whole request went through"),
+                _ = tokio::io::AsyncReadExt::read_to_end(&mut read, &mut response) => {}
+            }
+            (
+                started.elapsed(),
+                String::from_utf8_lossy(&response).into_owned(),
+            )
+        }));
+    }
+    // Meanwhile, others are served.
+    let mut client = server.client().await;
+    send_text(&mut client, "served").await;
+    assert_eq!(next(&mut client).await, Ws::text("served"));
+    for dribbler in dribblers {
+        let (took, response) = dribbler.await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
+        assert!(
+            took >= timeout && took < timeout * 4,
+            "cut off after {took:?}"
+        );
+    }
+    send_text(&mut client, "still served").await;
+    assert_eq!(next(&mut client).await, Ws::text("still served"));
+}
+
+async fn quiet_peers_are_pinged_and_dead_ones_closed(backend: Backend) {
+    let idle = Duration::from_millis(1200);
+    let config = Config::default()
+        .ping_interval(Duration::from_millis(300))
+        .idle_timeout(idle)
+        .close_timeout(Duration::from_millis(300));
+    let server = start(backend, config).await;
+    // A live client sends nothing, but its library answers every ping: it
+    // outlives the idle timeout several times over.
+    let mut live = server.client().await;
+    // A dead one: upgraded, then never reads or answers anything.
+    let mut dead = raw_upgraded(server.addr).await;
+    let started = std::time::Instant::now();
+    let mut pings = 0;
+    while started.elapsed() < idle * 3 {
+        match tokio::time::timeout(Duration::from_millis(100), live.next()).await {
+            Ok(Some(Ok(Ws::Ping(payload)))) => {
+                assert!(payload.is_empty());
+                pings += 1;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => {}
+        }
+    }
+    assert!(pings >= 6, "{pings} pings in {:?}", idle * 3);
+    send_text(&mut live, "still here").await;
+    assert_eq!(next(&mut live).await, Ws::text("still here"));
+    // The dead one got pings, then a close frame, and then TCP ended (its
+    // close was never answered).
+    let frames = server_frames(&read_to_close(&mut dead).await);
+    let (last, pings_before) = frames.split_last().unwrap();
+    assert_eq!(last.0, 0x8);
+    assert_eq!(u16::from_be_bytes([last.1[0], last.1[1]]), 1001);
+    assert_eq!(&last.1[2..], b"idle timeout");
+    assert!(!pings_before.is_empty() && pings_before.iter().all(|f| f.0 == 0x9));
+    let closes = server.recorder.wait_closes(1).await;
+    assert_eq!(closes[0].0, 1006, "{closes:?}");
+}
+
+async fn a_connection_limit_answers_503_above_it(backend: Backend) {
+    let server = start(backend, Config::default().max_connections(3)).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(server.client().await);
+    }
+    // Half-open sockets and handshakes in progress do not count.
+    let idle = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let response = raw_exchange(server.addr, upgrade_request("/", "").as_bytes()).await;
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+    assert!(text.contains("connection limit"), "{text}");
+    // The connections inside are served meanwhile.
+    send_text(&mut clients[0], "inside").await;
+    assert_eq!(next(&mut clients[0]).await, Ws::text("inside"));
+    // A place freed is a place taken.
+    let mut leaving = clients.pop().unwrap();
+    leaving.close(None).await.unwrap();
+    while leaving.next().await.is_some() {}
+    server.recorder.wait_closes(1).await;
+    let mut newcomer = server.client().await;
+    send_text(&mut newcomer, "in").await;
+    assert_eq!(next(&mut newcomer).await, Ws::text("in"));
+    drop(idle);
+}
+
+async fn the_close_policy_closes_a_slow_consumer_with_its_code(backend: Backend) {
+    let config = Config::default()
+        .max_outbound_bytes(256 * 1024)
+        .slow_consumer(SlowConsumer::Close(CloseCode::TRY_AGAIN_LATER));
+    let server = start(backend, config).await;
+    let mut bystander = server.client().await;
+    let mut client = server.client().await;
+    // 100 messages of 64 KiB from one callback: the fifth finds the queue full.
+    send_text(&mut client, "flood 100 65536").await;
+    let mut received = 0;
+    let code = loop {
+        match next(&mut client).await {
+            Ws::Binary(b) => {
+                assert_eq!(b.len(), 65536);
+                received += 1;
+            }
+            Ws::Close(Some(frame)) => break u16::from(frame.code),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!((received, code), (4, 1013));
+    // tungstenite sends its reply as the stream is driven to its end.
+    while client.next().await.is_some() {}
+    assert_eq!(server.recorder.wait_closes(1).await[0].0, 1013);
+    send_text(&mut bystander, "unaffected").await;
+    assert_eq!(next(&mut bystander).await, Ws::text("unaffected"));
 }

@@ -14,9 +14,9 @@ pub use response::{accept_key, status_text, write_accept, write_error};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::handler::{Accept, Handler};
-use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
-use crate::proto::deflate::{DeflateConfig, DeflateParams, negotiate};
+use crate::proto::deflate::{DeflateParams, negotiate};
+use crate::server::ServerCore;
 
 /// Room for a response: a `101` with a subprotocol and permessage-deflate
 /// parameters, or an error with its reason, fits.
@@ -37,8 +37,9 @@ pub(crate) enum Answer<S> {
     Refused,
 }
 
-/// Parses the request in `buf`, asks the handler's upgrade hook, negotiates
-/// permessage-deflate if `deflate` enables it, and queues the response. The
+/// Parses the request in `buf`, refuses it with 503 if the server is at its
+/// connection limit, asks the handler's upgrade hook, negotiates
+/// permessage-deflate if the config enables it, and queues the response. The
 /// part of the handshake both backends share.
 ///
 /// `arrived_from` is where the bytes that arrived since the last call start.
@@ -49,11 +50,11 @@ pub(crate) fn answer<H: Handler>(
     buf: &[u8],
     arrived_from: usize,
     handler: &H,
-    max_head_len: usize,
-    deflate: Option<&DeflateConfig>,
-    pool: &BufferPool,
+    core: &ServerCore,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
+    let max_head_len = core.config.max_handshake_size;
+    let pool = &core.pool;
     let new_line = buf
         .get(arrived_from..)
         .is_some_and(|new| new.contains(&b'\n'));
@@ -83,6 +84,11 @@ pub(crate) fn answer<H: Handler>(
             return Answer::Refused;
         }
     };
+    if !core.has_room() {
+        tracing::debug!("refused upgrade: connection limit reached");
+        write_error(out, 503, "connection limit reached, try again later");
+        return Answer::Refused;
+    }
     let mut accept = Accept::default();
     let decision = catch_unwind(AssertUnwindSafe(|| {
         handler.on_upgrade(&request, &mut accept)
@@ -108,7 +114,9 @@ pub(crate) fn answer<H: Handler>(
                     return refuse(out, 500, "internal server error");
                 }
             }
-            let deflate = deflate
+            let deflate = core
+                .config
+                .deflate()
                 .filter(|_| accept.allows_permessage_deflate())
                 .and_then(|config| negotiate(request.extension_offers(), config));
             write_accept(out, request.key(), protocol, deflate.as_ref());

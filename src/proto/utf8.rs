@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn matches_std_on_random_bytes_in_random_pieces() {
         let mut rng = rand::rng();
-        for _ in 0..5000 {
+        for _ in 0..crate::rounds(5000) {
             let len = rng.random_range(0..24);
             // Mostly valid text, sometimes with random bytes spliced in.
             let mut bytes = SAMPLES[rng.random_range(0..SAMPLES.len())]

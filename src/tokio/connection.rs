@@ -28,6 +28,7 @@ use crate::conn::{Conn, ConnShared};
 use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
+use crate::keepalive::Sweep;
 use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
@@ -179,6 +180,13 @@ impl<H: Handler> Connection<H> {
         progress
     }
 
+    /// One keepalive sweep, if the connection is open (see `keepalive`).
+    pub(crate) fn sweep(&mut self, sweep: &Sweep) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.sweep(sweep);
+        }
+    }
+
     /// The connection's handle, once upgraded.
     pub(crate) fn conn(&self) -> Option<&Conn> {
         match &self.stage {
@@ -261,11 +269,7 @@ impl Socket {
                 continue;
             }
             let out = &mut handshake.response;
-            let buf = &self.read_buf;
-            let deflate = core.config.deflate();
-            let handler = &*env.handler;
-            let pool = &core.pool;
-            match handshake::answer(buf, before, handler, max_head_len, deflate, pool, out) {
+            match handshake::answer(&self.read_buf, before, &*env.handler, core, out) {
                 Answer::Incomplete => continue,
                 Answer::Refused => return Upgrade::Refused,
                 Answer::Accepted {

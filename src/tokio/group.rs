@@ -28,10 +28,12 @@ use std::time::Duration;
 use atomic_waker::AtomicWaker;
 use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
+use tokio::time::{Instant, Sleep, sleep};
 
 use super::connection::{Connection, Env, Progress};
 use crate::conn::Conn;
 use crate::handler::Handler;
+use crate::keepalive::Sweep;
 use crate::server::{LiveGuard, ServerCore, close_for_shutdown};
 use crate::slot_waker::{SlotWake, WokenList, lock};
 
@@ -124,6 +126,7 @@ pub(crate) fn spawn<H: Handler>(
         slots: Vec::new(),
         free: Vec::new(),
         live: 0,
+        sweep: Sweep::new(&core.config).map(|s| (s, Box::pin(sleep(s.period)))),
         env: Env { core, handler },
         shutdown_seen: false,
         abort_seen: false,
@@ -149,6 +152,9 @@ struct Group<H: Handler> {
     free: Vec<u32>,
     live: usize,
     env: Env<H>,
+    /// Keepalive pings and idle timeouts, when configured: the sweep and
+    /// the timer for the next one.
+    sweep: Option<(Sweep, Pin<Box<Sleep>>)>,
     shutdown_seen: bool,
     abort_seen: bool,
 }
@@ -171,6 +177,7 @@ impl<H: Handler> Future for Group<H> {
             group.abort_seen = true;
             group.for_each_connection(|conn| conn.shared().abort());
         }
+        group.sweep_if_due(cx);
         for _ in 0..ROUNDS_PER_POLL {
             let busy = group.take_incoming() | group.run_woken() | group.run_ready(cx);
             if !busy {
@@ -221,6 +228,24 @@ impl<H: Handler> Group<H> {
         }
         self.incoming = incoming;
         true
+    }
+
+    /// Runs a keepalive sweep over the open connections when its timer is
+    /// up. Pings and closes go through their `Conn`s, whose wakers list them
+    /// for a turn.
+    fn sweep_if_due(&mut self, cx: &mut Context<'_>) {
+        let Some((sweep, timer)) = &mut self.sweep else {
+            return;
+        };
+        if timer.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        timer.as_mut().reset(Instant::now() + sweep.period);
+        // Registers the task's waker for the next sweep.
+        let _ = timer.as_mut().poll(cx);
+        for entry in self.slots.iter_mut().flatten() {
+            entry.connection.sweep(sweep);
+        }
     }
 
     /// Calls `f` on every open connection's handle, then gives every

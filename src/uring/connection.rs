@@ -24,6 +24,7 @@ use crate::conn::Conn;
 use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
 use crate::handshake::{self, Answer, HandshakeError};
+use crate::keepalive::Sweep;
 use crate::proto::WriteQueue;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
@@ -305,6 +306,13 @@ impl<H: Handler> Connection<H> {
         self.ending().failure.get_or_insert_with(failure);
     }
 
+    /// One keepalive sweep, if the connection is open (see `keepalive`).
+    pub(crate) fn sweep(&mut self, sweep: &Sweep) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.sweep(sweep);
+        }
+    }
+
     /// Once upgraded, the connection's handle.
     pub(crate) fn conn(&self) -> Option<&Conn> {
         match &self.stage {
@@ -396,17 +404,8 @@ impl<H: Handler> Connection<H> {
         if core.is_shutting_down() {
             return;
         }
-        let max_head_len = core.config.max_handshake_size;
         let response = &mut handshake.response;
-        match handshake::answer(
-            &self.read_buf,
-            arrived_from,
-            &*env.handler,
-            max_head_len,
-            core.config.deflate(),
-            &core.pool,
-            response,
-        ) {
+        match handshake::answer(&self.read_buf, arrived_from, &*env.handler, core, response) {
             Answer::Incomplete => {}
             Answer::Refused => handshake.refused = true,
             Answer::Accepted {

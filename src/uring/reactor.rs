@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use super::connection::{Connection, Env, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use crate::handler::Handler;
+use crate::keepalive::Sweep;
 use crate::server::{MAX_BACKOFF, MIN_BACKOFF, close_for_shutdown, concerns_one_connection};
 use crate::slot_waker::{SlotWake, WokenList, lock};
 
@@ -119,6 +120,9 @@ pub(crate) struct Reactor<H: Handler> {
     /// removed whenever a connection's deadline changes, so an open idle
     /// connection (which has none) costs nothing here.
     timers: BTreeSet<(Instant, u32)>,
+    /// Keepalive pings and idle timeouts, when configured: the sweep and
+    /// when the next one is due.
+    sweep: Option<(Sweep, Instant)>,
     shutdown_seen: bool,
     abort_seen: bool,
 }
@@ -139,6 +143,7 @@ impl<H: Handler> Reactor<H> {
     ) -> io::Result<Self> {
         let buffer_size = env.core.config.read_buffer_size;
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
+        let sweep = Sweep::new(&env.core.config).map(|s| (s, Instant::now() + s.period));
         Ok(Reactor {
             slots: Vec::new(),
             marked: Vec::new(),
@@ -158,6 +163,7 @@ impl<H: Handler> Reactor<H> {
             dirty: Vec::new(),
             woken: Vec::new(),
             timers: BTreeSet::new(),
+            sweep,
             shutdown_seen: false,
             abort_seen: false,
         })
@@ -205,6 +211,7 @@ impl<H: Handler> Reactor<H> {
             (self.completions, self.received) = (completions, received);
             self.take_woken();
             self.expire_timers();
+            self.sweep_if_due();
             self.notice_shutdown();
             self.notice_abort();
             self.run_dirty();
@@ -225,9 +232,27 @@ impl<H: Handler> Reactor<H> {
 
     fn next_deadline(&self) -> Option<Instant> {
         let timer = self.timers.first().map(|&(at, _)| at);
-        match (timer, self.accept_paused_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let sweep = self.sweep.map(|(_, at)| at);
+        [timer, self.accept_paused_until, sweep]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs a keepalive sweep over the open connections when one is due.
+    /// Pings and closes go through their `Conn`s, which list them on the
+    /// woken list for a turn.
+    fn sweep_if_due(&mut self) {
+        let Some((sweep, due)) = &mut self.sweep else {
+            return;
+        };
+        let now = Instant::now();
+        if *due > now {
+            return;
+        }
+        *due = now + sweep.period;
+        for connection in self.slots.iter_mut().flatten() {
+            connection.sweep(sweep);
         }
     }
 

@@ -207,7 +207,10 @@ impl Handler for TestHandler {
                     .push(Seen::Message(conn.id(), format!("refused {refused}")));
             }
             _ => {
-                conn.send(message).unwrap();
+                if let Err(error) = conn.send(message) {
+                    self.recorder
+                        .push(Seen::Message(conn.id(), format!("echo failed: {error}")));
+                }
             }
         }
     }
@@ -444,4 +447,37 @@ pub fn close_code_of(bytes: &[u8]) -> u16 {
     let (opcode, payload) = frames.last().expect("at least one frame");
     assert_eq!(*opcode, 0x8, "last frame is a close frame");
     u16::from_be_bytes([payload[0], payload[1]])
+}
+
+/// File descriptors this process has open.
+pub fn open_descriptors() -> u64 {
+    std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
+}
+
+/// Sets this process's soft limit on open files (`None`: up to the hard
+/// limit); returns the old soft limit.
+pub fn set_soft_limit(soft: Option<u64>) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        let old = limit.rlim_cur;
+        limit.rlim_cur = soft.unwrap_or(limit.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        old
+    }
+}
+
+/// This process's resident set size, in bytes.
+pub fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
 }

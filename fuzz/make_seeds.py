@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Regenerates the committed seed corpora in fuzz/seeds/<target>/.
+
+Seeds come from two places:
+- the wire: the Autobahn TestSuite cases (kosoku, from autobahn/.venv, which
+  autobahn/run.sh creates) are run against the echo example through a
+  recording proxy, and what each client sent is cut into the inputs each
+  target takes (request heads, extension header values, frame streams with
+  and without permessage-deflate, compressed payloads, frame headers);
+- a few hand-written inputs from the unit tests (RFC 6455 and RFC 7692
+  examples) that hold whatever the wire lacks.
+
+Usage: fuzz/make_seeds.py   (from anywhere; takes a minute or two)
+"""
+
+import hashlib
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+SEEDS = HERE / "seeds"
+KOSOKU = ROOT / "autobahn" / ".venv" / "bin" / "kosoku"
+ECHO = ROOT / "target" / "release" / "examples" / "echo"
+
+# Seeds are cut short: the fuzzer mutates their start far more than their end,
+# and the repository should stay small.
+MAX_SEED = 4096
+MAX_PER_TARGET = 600
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port):
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"nothing listens on {port}")
+
+
+class Recorder:
+    """A TCP proxy that keeps what each client sent, and whether the server's
+    101 agreed to permessage-deflate."""
+
+    def __init__(self, listen_port, server_port):
+        self.server_port = server_port
+        self.sessions = []
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", listen_port))
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            threading.Thread(target=self.serve, args=(client,), daemon=True).start()
+
+    def serve(self, client):
+        server = socket.create_connection(("127.0.0.1", self.server_port))
+        record = {"sent": bytearray(), "answer": bytearray()}
+        with self.lock:
+            self.sessions.append(record)
+
+        def pump(src, dst, into):
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    if len(into) < 1 << 20:
+                        into.extend(data)
+                    dst.sendall(data)
+            except OSError:
+                pass
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        back = threading.Thread(target=pump, args=(server, client, record["answer"]), daemon=True)
+        back.start()
+        pump(client, server, record["sent"])
+        back.join(5)
+
+
+def frames(stream):
+    """(header bytes, fin, rsv1, opcode, unmasked payload) for each whole
+    masked frame at the start of `stream`."""
+    at = 0
+    while at + 2 <= len(stream):
+        b0, b1 = stream[at], stream[at + 1]
+        length = b1 & 0x7F
+        pos = at + 2
+        if length == 126:
+            length = int.from_bytes(stream[pos:pos + 2], "big")
+            pos += 2
+        elif length == 127:
+            length = int.from_bytes(stream[pos:pos + 8], "big")
+            pos += 8
+        mask = stream[pos:pos + 4] if b1 & 0x80 else b"\0\0\0\0"
+        pos += 4 if b1 & 0x80 else 0
+        if pos + length > len(stream):
+            return
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(stream[pos:pos + length]))
+        yield stream[at:pos], bool(b0 & 0x80), bool(b0 & 0x40), b0 & 0x0F, payload
+        at = pos + length
+
+
+def compressed_messages(stream):
+    """The compressed payload of each RSV1 message (its frames joined)."""
+    message = None
+    for _, fin, rsv1, opcode, payload in frames(stream):
+        if opcode in (1, 2):
+            message = bytearray(payload) if rsv1 else None
+        elif opcode == 0 and message is not None:
+            message.extend(payload)
+        else:
+            continue
+        if fin and message is not None:
+            yield bytes(message)
+            message = None
+
+
+def record_autobahn():
+    if not KOSOKU.exists():
+        sys.exit("run autobahn/run.sh once first: it installs kosoku into autobahn/.venv")
+    subprocess.run(
+        ["cargo", "build", "--quiet", "--release", "--example", "echo"], cwd=ROOT, check=True
+    )
+    echo_port, proxy_port = free_port(), free_port()
+    echo = subprocess.Popen(
+        [ECHO, "--addr", f"127.0.0.1:{echo_port}", "--deflate", "--deflate-min-size", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(echo_port)
+        recorder = Recorder(proxy_port, echo_port)
+        out = ROOT / "target" / "seed-recording"
+        subprocess.run(
+            [KOSOKU, "--parallelism", "8", "--outdir", out, f"127.0.0.1:{proxy_port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1)
+        with recorder.lock:
+            return [(bytes(r["sent"]), bytes(r["answer"])) for r in recorder.sessions]
+    finally:
+        echo.kill()
+        echo.wait()
+
+
+def masked(opcode, payload, fin=True, rsv1=False, key=b"\x37\xfa\x21\x3d"):
+    header = bytes([(0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode])
+    n = len(payload)
+    if n < 126:
+        header += bytes([0x80 | n])
+    elif n < 65536:
+        header += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        header += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return header + key + bytes(c ^ key[i % 4] for i, c in enumerate(payload))
+
+
+# RFC 7692 §7.2.3.1: "Hello" compressed, without its 00 00 ff ff tail.
+HELLO_DEFLATED = bytes.fromhex("f248cdc9c90700")
+
+HANDWRITTEN = {
+    "frame_header": [
+        bytes.fromhex("818537fa213d"),  # RFC 6455 §5.7 masked "Hello"
+        bytes.fromhex("0103"),
+        bytes.fromhex("89807a5f0110"),
+        bytes.fromhex("82fe0100a1b2c3d4"),
+        bytes.fromhex("82ff0000000000010000a1b2c3d4"),
+        bytes.fromhex("82ff8000000000000000"),  # 64-bit length, top bit set
+        bytes.fromhex("c1850000000000"),  # RSV1
+    ],
+    "handshake": [
+        b"GET /chat?room=1 HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n",
+        b"GET / HTTP/1.0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\n\r\n",
+    ],
+    "extensions": [
+        b"permessage-deflate; client_max_window_bits",
+        b"permessage-deflate; server_max_window_bits=10; client_no_context_takeover, permessage-deflate",
+        b'permessage-deflate; server_max_window_bits="8", x-webkit-deflate-frame',
+        b"permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+        b'foo; bar="b\\az"\npermessage-deflate',
+        b"permessage-deflate;;",
+    ],
+    "session": [
+        b"\x00" + masked(1, b"Hello"),
+        b"\x80" + masked(1, b"Hel", fin=False) + masked(9, b"ping") + masked(0, b"lo"),
+        b"\x05" + masked(1, "κόσμε".encode()) + masked(8, b"\x03\xe8bye"),
+        b"\x07" + masked(2, bytes(5000)),
+        b"\x11" + masked(1, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80"),
+    ],
+    "session_deflate": [
+        b"\x00" + masked(1, HELLO_DEFLATED, rsv1=True),
+        b"\x01" + masked(1, HELLO_DEFLATED, rsv1=True) * 2,
+        b"\x82" + masked(1, HELLO_DEFLATED[:3], fin=False, rsv1=True) + masked(0, HELLO_DEFLATED[3:]),
+        b"\x00" + masked(2, bytes.fromhex("f2480d0200"), rsv1=True),
+        b"\x02" + masked(9, b"", rsv1=True),
+    ],
+    "inflate": [
+        b"\x00" + HELLO_DEFLATED,
+        b"\x01" + bytes.fromhex("f248cdc9c90700") + bytes.fromhex("f200110000"),
+        b"\x02" + bytes.fromhex("0000ffff"),
+        b"\x00" + bytes.fromhex("f3480d0200"),  # BFINAL set
+    ],
+}
+
+
+def main():
+    seeds = {target: list(inputs) for target, inputs in HANDWRITTEN.items()}
+    for sent, answer in record_autobahn():
+        end = sent.find(b"\r\n\r\n")
+        if end < 0:
+            continue
+        head, stream = sent[: end + 4], sent[end + 4 :]
+        seeds["handshake"].append(head)
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.lower() == b"sec-websocket-extensions":
+                seeds["extensions"].append(value.strip())
+        deflate = b"permessage-deflate" in answer.split(b"\r\n\r\n")[0]
+        # An even first byte: chunks of up to 512 bytes, and (for
+        # session_deflate) the client drops its context, as the echo
+        # server asks.
+        seeds["session_deflate" if deflate else "session"].append(b"\x00" + stream)
+        for header, *_ in frames(stream):
+            seeds["frame_header"].append(header)
+        for message in compressed_messages(stream):
+            seeds["inflate"].append(b"\x00" + message)
+
+    for target, inputs in seeds.items():
+        directory = SEEDS / target
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.iterdir():
+            old.unlink()
+        unique = {}
+        for data in inputs:
+            data = data[:MAX_SEED]
+            unique.setdefault(hashlib.sha1(data).hexdigest(), data)
+        # Hand-written seeds first, then the wire's, up to the cap.
+        for name, data in list(unique.items())[:MAX_PER_TARGET]:
+            (directory / name).write_bytes(data)
+        print(f"{target}: {min(len(unique), MAX_PER_TARGET)} seeds")
+
+
+if __name__ == "__main__":
+    main()

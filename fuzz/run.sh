@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every fuzz target (or the ones named) for SECONDS each, one after the
+# other, starting from the committed seeds in fuzz/seeds/<target>/. New inputs
+# the fuzzer finds go to fuzz/target/corpus/<target>/ (not committed), crashes
+# to fuzz/artifacts/<target>/. Exits non-zero on the first crash, hang or
+# runaway allocation.
+#
+#   fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds, every target)
+#
+# Needs the nightly toolchain; installs cargo-fuzz if it is missing.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+seconds="${1:-60}"
+shift || true
+if [[ $# -gt 0 ]]; then
+    targets=("$@")
+else
+    targets=(frame_header handshake extensions session session_deflate inflate)
+fi
+
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "fuzz: installing cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
+
+cargo +nightly fuzz build -O
+
+for target in "${targets[@]}"; do
+    corpus="target/corpus/$target"
+    mkdir -p "$corpus"
+    echo "fuzz: $target for ${seconds}s"
+    # -max_len: the largest seed; longer inputs only slow the search.
+    # -timeout: one input taking 10 s is a hang. -rss_limit_mb: bounded memory.
+    status=0
+    cargo +nightly fuzz run -O "$target" "$corpus" "seeds/$target" -- \
+        -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 >"target/$target.log" 2>&1 || status=$?
+    grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb)' \
+        "target/$target.log" || true
+    if [[ "$status" -ne 0 ]]; then
+        tail -40 "target/$target.log" >&2
+        echo "fuzz: $target FAILED; see fuzz/target/$target.log and fuzz/artifacts/$target/" >&2
+        exit 1
+    fi
+done

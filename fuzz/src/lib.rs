@@ -1,0 +1,435 @@
+//! What the fuzz targets check, shared by them (one file per target in
+//! `fuzz_targets/` only picks the function).
+//!
+//! Each function takes raw fuzzer bytes and panics (so libFuzzer reports a
+//! crash) when rapidws breaks an invariant: not only on its own panics, but
+//! when output is malformed, unbounded, or a close code falls outside the
+//! set the input can justify.
+
+use std::io::IoSlice;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use rapidws::DeflateConfig;
+use rapidws::handshake::{self, parse_extensions};
+use rapidws::pool::BufferPool;
+use rapidws::proto::close::parse_close_payload;
+use rapidws::proto::deflate::{Compressor, DeflateParams, InflateFailure, Inflater, negotiate};
+use rapidws::proto::frame::{DecodeRules, MAX_HEADER_LEN, RSV1, decode_header, encode_header};
+use rapidws::proto::{Event, Limits, Message, OpCode, Session, WriteQueue};
+
+/// Small limits, so that the 1009 paths are within a fuzzer's reach.
+pub const LIMITS: Limits = Limits {
+    max_frame_size: 4096,
+    max_message_size: 16 * 1024,
+};
+
+/// A tiny deterministic generator for chunk sizes: the fuzzer picks the seed,
+/// so a crash replays exactly.
+pub struct Chunker(u32);
+
+impl Chunker {
+    pub fn new(seed: u8) -> Self {
+        Chunker(u32::from(seed).wrapping_mul(2_654_435_761) | 1)
+    }
+
+    /// The next chunk length, 1..=max.
+    pub fn next(&mut self, max: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        1 + (self.0 as usize % max.max(1))
+    }
+
+    /// Splits `data` into chunks of up to `max` bytes.
+    pub fn split<'a>(&mut self, mut data: &'a [u8], max: usize) -> Vec<&'a [u8]> {
+        let mut chunks = Vec::new();
+        while !data.is_empty() {
+            let n = self.next(max).min(data.len());
+            chunks.push(&data[..n]);
+            data = &data[n..];
+        }
+        chunks
+    }
+}
+
+/// Every queued byte, in order.
+pub fn drain(queue: &mut WriteQueue) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(queue.len());
+    while !queue.is_empty() {
+        let mut slices = [IoSlice::new(&[]); 16];
+        let n = queue.io_slices(&mut slices);
+        let mut taken = 0;
+        for slice in &slices[..n] {
+            bytes.extend_from_slice(slice);
+            taken += slice.len();
+        }
+        queue.advance(taken);
+    }
+    bytes
+}
+
+// ---------------------------------------------------------------- frames
+
+/// `decode_header` on arbitrary bytes, as a server and as a client: a header
+/// it accepts re-encodes to the same bytes (if it used the shortest length
+/// form) and every prefix of it is reported as incomplete, never as another
+/// header.
+pub fn frame_header(data: &[u8]) {
+    for rules in [
+        DecodeRules::SERVER,
+        DecodeRules::CLIENT,
+        DecodeRules {
+            expect_masked: true,
+            allowed_rsv: RSV1,
+        },
+    ] {
+        let Ok(Some((header, len))) = decode_header(data, rules) else {
+            continue;
+        };
+        assert!(len <= data.len() && len <= MAX_HEADER_LEN);
+        assert_eq!(header.mask.is_some(), rules.expect_masked);
+        assert_eq!(header.rsv & !rules.allowed_rsv, 0);
+        if header.opcode.is_control() {
+            assert!(header.fin && header.payload_len <= 125);
+        }
+        let mut encoded = [0u8; MAX_HEADER_LEN];
+        let n = encode_header(
+            &mut encoded,
+            header.fin,
+            header.rsv,
+            header.opcode,
+            header.payload_len,
+            header.mask,
+        );
+        assert!(n <= len);
+        if n == len {
+            assert_eq!(&encoded[..n], &data[..len], "{header:?}");
+        }
+        for cut in 0..len {
+            assert!(
+                !matches!(decode_header(&data[..cut], rules), Ok(Some(_))),
+                "a prefix of {len} bytes decoded as a header"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------- handshake
+
+/// `parse_request` on arbitrary bytes. An accepted request has a valid key,
+/// every accessor works, a prefix of its head is incomplete, and the `101`
+/// written for it (with whatever permessage-deflate negotiation makes of its
+/// offers) is a well-formed HTTP response. A refused one maps to a status
+/// whose error response is well-formed too.
+pub fn handshake_request(data: &[u8]) {
+    const MAX_HEAD: usize = 8 * 1024;
+    let mut headers = handshake::header_buffer();
+    match handshake::parse_request(data, &mut headers, MAX_HEAD) {
+        Ok(None) => assert!(data.len() < MAX_HEAD),
+        Ok(Some((request, head_len))) => {
+            assert!(head_len <= data.len() && head_len <= MAX_HEAD);
+            assert_eq!(request.method(), "GET");
+            assert_eq!(request.key().len(), 24);
+            let _ = (request.path(), request.query(), request.header_str("host"));
+            let _ = request.headers().count();
+            let protocol = request.protocols().next();
+            for (config, _) in deflate_configs() {
+                let params = negotiate(request.extension_offers(), &config);
+                let mut out = WriteQueue::new();
+                handshake::write_accept(&mut out, request.key(), protocol, params.as_ref());
+                let response = drain(&mut out);
+                assert_eq!(parse_response(&response), 101);
+            }
+            let mut again = handshake::header_buffer();
+            assert!(matches!(
+                handshake::parse_request(&data[..head_len - 1], &mut again, MAX_HEAD),
+                Ok(None)
+            ));
+        }
+        Err(error) => {
+            let status = error.status();
+            assert!([400, 405, 408, 426, 431].contains(&status), "{error:?}");
+            let mut out = WriteQueue::new();
+            handshake::write_error(&mut out, status, error.reason());
+            assert_eq!(parse_response(&drain(&mut out)), status);
+        }
+    }
+}
+
+/// The status of a complete HTTP response that is nothing but its head and
+/// its `Content-Length` body.
+fn parse_response(bytes: &[u8]) -> u16 {
+    let mut headers = [httparse::EMPTY_HEADER; 16];
+    let mut response = httparse::Response::new(&mut headers);
+    let status = response.parse(bytes).expect("a well-formed response");
+    let httparse::Status::Complete(head_len) = status else {
+        panic!(
+            "an incomplete response: {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    };
+    let body = response
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map_or(0, |h| {
+            std::str::from_utf8(h.value).unwrap().parse().unwrap()
+        });
+    assert_eq!(head_len + body, bytes.len());
+    response.code.unwrap()
+}
+
+/// Server settings to negotiate with, each with its window size.
+fn deflate_configs() -> [(DeflateConfig, u8); 3] {
+    [
+        (DeflateConfig::default(), 15),
+        (
+            DeflateConfig::default()
+                .server_context_takeover(true)
+                .client_context_takeover(true),
+            15,
+        ),
+        (DeflateConfig::default().server_max_window_bits(9), 9),
+    ]
+}
+
+// ---------------------------------------------------------------- extensions
+
+/// `parse_extensions` and `negotiate` on an arbitrary header value. Names
+/// and parameter values that parse are tokens; a negotiated result is within
+/// the RFC's bounds and the response line written for it parses as exactly
+/// one permessage-deflate extension.
+pub fn extensions(data: &[u8]) {
+    if let Ok(value) = std::str::from_utf8(data) {
+        for offer in parse_extensions(value) {
+            let Ok(offer) = offer else { break };
+            assert!(is_token(offer.name), "{:?}", offer.name);
+            for param in offer.params() {
+                assert!(is_token(param.name), "{:?}", param.name);
+                if let Some(v) = &param.value {
+                    assert!(is_token(v), "{v:?}");
+                }
+            }
+        }
+    }
+    // The same bytes as one header, and split at commas over several.
+    let split: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    for (config, bits) in deflate_configs() {
+        for values in [vec![data], split.clone()] {
+            let Some(params) = negotiate(values, &config) else {
+                continue;
+            };
+            assert!((9..=15).contains(&params.server_max_window_bits));
+            assert!(params.server_max_window_bits <= bits);
+            let mut out = WriteQueue::new();
+            handshake::write_accept(&mut out, b"dGhlIHNhbXBsZSBub25jZQ==", None, Some(&params));
+            let response = drain(&mut out);
+            let text = std::str::from_utf8(&response).unwrap();
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Extensions: "))
+                .expect("an extensions line");
+            let offers: Vec<_> = parse_extensions(line).collect();
+            assert_eq!(offers.len(), 1, "{line}");
+            assert_eq!(offers[0].unwrap().name, "permessage-deflate");
+        }
+    }
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+// ---------------------------------------------------------------- session
+
+/// Whether and how the session under test negotiated permessage-deflate.
+#[derive(Clone, Copy, Debug)]
+pub enum Compression {
+    Off,
+    /// The client starts every message afresh.
+    NoContext,
+    /// The client keeps its window from message to message.
+    Context,
+}
+
+impl Compression {
+    fn params(self) -> Option<DeflateParams> {
+        let (offer, config): (&[u8], _) = match self {
+            Compression::Off => return None,
+            Compression::NoContext => (b"permessage-deflate", DeflateConfig::default()),
+            Compression::Context => (
+                b"permessage-deflate",
+                DeflateConfig::default().client_context_takeover(true),
+            ),
+        };
+        Some(negotiate([offer], &config).expect("a plain offer is accepted"))
+    }
+}
+
+/// A whole server session fed arbitrary bytes in chunks (sizes from the first
+/// byte). Checked: no panic; every event is within the limits; an error's
+/// close code is 1002, 1007 or 1009; a closed session reports nothing more;
+/// the bytes kept from the input stay bounded by one frame; and what the
+/// session writes back is a valid server frame stream, no larger than the
+/// input plus one close frame, ending with at most one close frame.
+pub fn session(data: &[u8], compression: Compression) {
+    let Some((&seed, stream)) = data.split_first() else {
+        return;
+    };
+    let params = compression.params();
+    let pool = Arc::new(BufferPool::with_classes(&[(4096, 4), (16 * 1024, 4)]));
+    let mut session = Session::with_deflate(LIMITS, pool, params.as_ref());
+    let mut input = BytesMut::new();
+    let mut out = WriteQueue::new();
+    let mut fed = 0;
+    let mut failure = None;
+    let mut ended = false;
+    let mut chunker = Chunker::new(seed);
+    let max_chunk = if seed & 0x80 != 0 { 7 } else { 512 };
+    for chunk in chunker.split(stream, max_chunk) {
+        input.extend_from_slice(chunk);
+        fed += chunk.len();
+        loop {
+            match session.read(&mut input, &mut out) {
+                Ok(None) => break,
+                Ok(Some(event)) => {
+                    assert!(!ended, "an event after the session ended: {event:?}");
+                    match event {
+                        Event::Message(message) => {
+                            let len = match message {
+                                Message::Text(t) => t.len(),
+                                Message::Binary(b) => b.len(),
+                            };
+                            assert!(len <= LIMITS.max_message_size);
+                        }
+                        Event::Ping(p) | Event::Pong(p) => assert!(p.len() <= 125),
+                        Event::Closed { code, reason } => {
+                            assert!(reason.len() <= 123);
+                            assert!(code.0 == 1005 || code.is_sendable(), "{code:?}");
+                            ended = true;
+                        }
+                    }
+                }
+                Err(error) => {
+                    assert!(!ended, "an error after the session ended: {error:?}");
+                    assert!(
+                        [1002, 1007, 1009].contains(&error.code.0),
+                        "unexpected close code {error}"
+                    );
+                    failure = Some(error.code.0);
+                    ended = true;
+                }
+            }
+        }
+        if !ended {
+            // A whole frame is kept at most, plus what this chunk brought.
+            assert!(
+                input.len() <= MAX_HEADER_LEN + LIMITS.max_frame_size + chunk.len(),
+                "the read buffer holds {} bytes",
+                input.len()
+            );
+        } else {
+            assert!(session.is_closed() || session.peer_closed());
+        }
+    }
+    let written = drain(&mut out);
+    assert!(
+        written.len() <= fed + 4 + 123,
+        "{} bytes written for {fed} read",
+        written.len()
+    );
+    check_server_frames(&written, params.is_some(), failure);
+}
+
+/// The session's output parses as unmasked server frames: pongs and at most
+/// one close frame, which comes last and carries `failure` if the session
+/// failed. (The session alone never sends data frames.)
+fn check_server_frames(mut bytes: &[u8], _deflate: bool, failure: Option<u16>) {
+    let mut closed = false;
+    while !bytes.is_empty() {
+        assert!(!closed, "bytes after the close frame");
+        let (header, len) = decode_header(bytes, DecodeRules::CLIENT)
+            .expect("a valid server frame")
+            .expect("a whole frame header");
+        let end = len + header.payload_len as usize;
+        let payload = &bytes[len..end];
+        match header.opcode {
+            OpCode::Pong => {}
+            OpCode::Close => {
+                let parsed = parse_close_payload(payload).expect("a valid close payload");
+                if let Some(expected) = failure {
+                    assert_eq!(parsed.map(|(code, _)| code.0), Some(expected));
+                }
+                closed = true;
+            }
+            other => panic!("the session wrote a {other:?} frame"),
+        }
+        bytes = &bytes[end..];
+    }
+    if failure.is_some() {
+        assert!(closed, "failed without a close frame");
+    }
+}
+
+// ---------------------------------------------------------------- inflate
+
+/// The inflater on arbitrary input in chunks, under a size cap: it stops
+/// with `TooBig` rather than exceed it, and never holds more than one byte
+/// past it. Then, as a round trip, the same bytes are compressed as two
+/// messages and must inflate back to exactly themselves.
+pub fn inflate(data: &[u8]) {
+    let Some((&seed, payload)) = data.split_first() else {
+        return;
+    };
+    let keep_context = seed & 1 != 0;
+    let limit = if seed & 2 != 0 { 1024 } else { 64 * 1024 };
+    let mut inflater = Inflater::new(keep_context);
+    let mut out = BytesMut::new();
+    let mut failed = false;
+    for chunk in Chunker::new(seed).split(payload, 300) {
+        match inflater.feed(chunk, &mut out, limit) {
+            Ok(()) => assert!(out.len() <= limit),
+            Err(InflateFailure::TooBig) => {
+                assert!(out.len() <= limit + 1);
+                failed = true;
+                break;
+            }
+            Err(InflateFailure::Invalid) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    if failed {
+        inflater.release();
+    } else if inflater.finish(&mut out, limit).is_ok() {
+        assert!(out.len() <= limit);
+    }
+    round_trip(payload, keep_context);
+}
+
+fn round_trip(payload: &[u8], keep_context: bool) {
+    let config = DeflateConfig::default()
+        .server_context_takeover(keep_context)
+        .compress_min_size(0);
+    let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
+    let mut compressor = Compressor::new(&params, &config);
+    let mut inflater = Inflater::new(keep_context);
+    let (first, second) = payload.split_at(payload.len() / 2);
+    for message in [first, second] {
+        let mut compressed = BytesMut::new();
+        assert!(compressor.compress(message, &mut compressed));
+        let mut inflated = BytesMut::new();
+        let limit = message.len();
+        inflater
+            .feed(&compressed, &mut inflated, limit)
+            .expect("our own output inflates");
+        inflater
+            .finish(&mut inflated, limit)
+            .expect("our own output ends cleanly");
+        assert_eq!(&inflated[..], message);
+    }
+}

@@ -1,0 +1,169 @@
+//! Peers that try to exhaust the server rather than break the protocol: a
+//! flood of half-open connections, and consumers that never read what they
+//! are sent. Both measure the process (its descriptors, its resident
+//! memory), so they live in a test binary of their own and run one after the
+//! other. Run with `--nocapture` to see the figures.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::SinkExt;
+use rapidws::Config;
+use tokio::io::AsyncWriteExt;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// Silent TCP connections opened at once: with the server's own descriptor
+/// for each, this stays below the 20,000 descriptors a process may have here.
+const HALF_OPEN: usize = 8000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_peers_do_not_stop_the_server() {
+    set_soft_limit(None);
+    for backend in backends() {
+        half_open_flood(backend).await;
+        slow_consumers(backend).await;
+    }
+}
+
+fn backends() -> Vec<Backend> {
+    vec![
+        Backend::Tokio,
+        #[cfg(target_os = "linux")]
+        Backend::Uring,
+    ]
+}
+
+/// Thousands of connections that never send a byte: new clients are still
+/// served, and the flood is cut off by the handshake timeout.
+async fn half_open_flood(backend: Backend) {
+    let timeout = Duration::from_secs(3);
+    let server = start(backend, Config::default().handshake_timeout(timeout)).await;
+    let addr = server.addr;
+    let started = Instant::now();
+    let flood = tokio::task::spawn_blocking(move || {
+        (0..HALF_OPEN)
+            .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // The server accepted them all (each waits for its request).
+    for _ in 0..200 {
+        if server.handle.alive() >= HALF_OPEN {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        server.handle.alive() >= HALF_OPEN,
+        "{}",
+        server.handle.alive()
+    );
+    let opened = started.elapsed();
+    // A newcomer is served at once.
+    let mut client = tokio::time::timeout(Duration::from_secs(2), server.client())
+        .await
+        .expect("a handshake during the flood");
+    send_text(&mut client, "served").await;
+    assert_eq!(next(&mut client).await, Ws::text("served"));
+    // The handshake timeout ends the flood without any help from it.
+    for _ in 0..100 {
+        if server.handle.alive() <= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.handle.alive(), 1, "only the newcomer is left");
+    eprintln!(
+        "{backend:?}: {HALF_OPEN} half-open connections (opened in {opened:?}) \
+         did not stop a newcomer, and were cut off after the {timeout:?} handshake timeout"
+    );
+    drop(flood);
+    send_text(&mut client, "still served").await;
+    assert_eq!(next(&mut client).await, Ws::text("still served"));
+}
+
+/// 256 MiB aimed at peers that never read: one sends that much to be echoed,
+/// and the handler tries to send another that much to a second one. The
+/// server stops reading from the first and refuses the sends to the second
+/// (default policy, 4 MiB queue), so its memory grows by far less, and a
+/// third client is served all along.
+async fn slow_consumers(backend: Backend) {
+    const TOTAL: usize = 256 << 20;
+    const MESSAGE: usize = 64 << 10;
+    let server = start(backend, Config::default()).await;
+    let mut bystander = server.client().await;
+    // Warm the server's buffers the way real traffic would.
+    for _ in 0..4 {
+        bystander
+            .send(Ws::binary(vec![1u8; MESSAGE]))
+            .await
+            .unwrap();
+        assert_eq!(next(&mut bystander).await.len(), MESSAGE);
+    }
+    let before = resident_bytes();
+
+    let mut sender = raw_upgraded(server.addr).await;
+    let frame = client_frame(true, 0x2, &vec![7u8; MESSAGE]);
+    let mut pushed = 0;
+    while pushed < TOTAL {
+        // Blocked for a second: the server has stopped reading from us.
+        match tokio::time::timeout(Duration::from_secs(1), sender.write_all(&frame)).await {
+            Ok(result) => result.unwrap(),
+            Err(_) => break,
+        }
+        pushed += frame.len();
+    }
+    let mut receiver = raw_upgraded(server.addr).await;
+    let flood = format!("flood {} {MESSAGE}", TOTAL / MESSAGE);
+    receiver
+        .write_all(&client_frame(true, 0x1, flood.as_bytes()))
+        .await
+        .unwrap();
+    // The handler's flood has run once it reports how many sends it lost.
+    for _ in 0..100 {
+        let seen = server.recorder.seen.lock().unwrap().clone();
+        if seen
+            .iter()
+            .any(|s| matches!(s, Seen::Message(_, t) if t.starts_with("refused")))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    send_text(&mut bystander, "served").await;
+    assert_eq!(next(&mut bystander).await, Ws::text("served"));
+    let grown = resident_bytes().saturating_sub(before);
+    eprintln!(
+        "{backend:?}: {} MiB pushed for echo before the server stopped reading, \
+         {} MiB of sends aimed at a non-reader; server RSS grew {:.1} MiB",
+        pushed >> 20,
+        TOTAL >> 20,
+        grown as f64 / f64::from(1 << 20),
+    );
+    assert!(
+        pushed < TOTAL,
+        "the server kept reading from a peer that does not read"
+    );
+    assert!(grown < 32 << 20, "RSS grew by {} MiB", grown >> 20);
+    let refused = server
+        .recorder
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|s| match s {
+            Seen::Message(_, t) => t
+                .strip_prefix("refused ")
+                .map(|n| n.parse::<usize>().unwrap()),
+            _ => None,
+        });
+    assert!(
+        refused.is_some_and(|n| n > TOTAL / MESSAGE / 2),
+        "{refused:?}"
+    );
+    drop((sender, receiver));
+}
