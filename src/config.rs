@@ -157,9 +157,12 @@ impl Config {
 
     /// Pings a connection whose peer has sent nothing for this long, and
     /// again at the same interval while it stays quiet (default: off). Any
-    /// bytes from the peer, its pong included, count as activity. Useful to
-    /// keep NAT and proxy mappings alive, and with [`Config::idle_timeout`]
-    /// to find peers that are gone without a word.
+    /// bytes from the peer, its pong included, count as activity, and so
+    /// does room it makes by reading when our writes were blocked (a peer
+    /// reading a long queue is alive). A ping
+    /// is skipped while the outbound queue is full. Useful to keep NAT and
+    /// proxy mappings alive, and with [`Config::idle_timeout`] to find peers
+    /// that are gone without a word.
     pub fn ping_interval(mut self, interval: impl Into<Option<Duration>>) -> Self {
         self.ping_interval = interval.into().filter(|d| !d.is_zero());
         self
@@ -172,7 +175,8 @@ impl Config {
     /// either, it is dropped after the close timeout.
     ///
     /// Both timers are checked by a sweep every quarter of the shorter one
-    /// (at least every 10 ms), so they fire up to a quarter late.
+    /// (at least every 10 ms), so they fire up to a quarter late, never
+    /// early.
     pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.idle_timeout = timeout.into().filter(|d| !d.is_zero());
         self

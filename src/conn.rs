@@ -172,6 +172,15 @@ impl Conn {
         Ok(())
     }
 
+    /// The keepalive sweep's ping: skipped when the queue is full (the peer
+    /// has plenty to read, and the slow-consumer policy is for the
+    /// handler's sends, not ours).
+    pub(crate) fn keepalive_ping(&self) {
+        if self.shared.lock().queued() < self.shared.max_outbound_bytes {
+            let _ = self.ping(b"");
+        }
+    }
+
     /// Bytes queued and not yet written to the socket.
     pub fn queued_bytes(&self) -> usize {
         self.shared.lock().queued()

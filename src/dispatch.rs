@@ -212,6 +212,14 @@ impl<H: Handler> Dispatch<H> {
         }
     }
 
+    /// The peer showed it is alive without frames to handle: a write that had
+    /// to wait for room went through (the peer read), or bytes arrived that
+    /// wait while reading is paused. Keeps a peer that reads slowly, behind a
+    /// long queue, from counting as idle.
+    pub(crate) fn heard_from_peer(&mut self) {
+        self.quiet = 0;
+    }
+
     /// One keepalive sweep over this connection: pings it or closes it if its
     /// peer has been quiet long enough (see `keepalive`).
     pub(crate) fn sweep(&mut self, sweep: &Sweep) {

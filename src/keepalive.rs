@@ -1,12 +1,14 @@
 //! Keepalive pings and the idle timeout, both off unless configured.
 //!
-//! A connection keeps one counter: sweeps since its peer last sent anything
-//! (any bytes count, a pong included). Each server loop (a tokio group, an
-//! io_uring reactor) sweeps its open connections every [`Sweep::period`], a
-//! quarter of the shorter of the two settings, and bumps their counters. No
-//! per-connection timer exists, so an idle connection costs four bytes for
-//! this, and a sweep costs one pass over the loop's connections. The price is
-//! precision: a ping or an idle close comes up to one period late.
+//! A connection keeps one counter: sweeps since its peer last showed it is
+//! alive (it sent bytes, a pong included, or read when our writes waited for
+//! room). Each server
+//! loop (a tokio group, an io_uring reactor) sweeps its open connections every
+//! [`Sweep::period`], a quarter of the shorter of the two settings, and bumps
+//! their counters. No per-connection timer exists, so an idle connection
+//! costs four bytes for this, and a sweep costs one pass over the loop's
+//! connections. The price is precision: a ping or an idle close comes up to
+//! one period late, never early.
 
 use std::time::Duration;
 
@@ -21,8 +23,10 @@ const MIN_PERIOD: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sweep {
     pub(crate) period: Duration,
-    /// Ping after this many quiet sweeps, and again every as many.
-    ping_every: Option<u32>,
+    /// The first ping after this many quiet sweeps, then one every
+    /// `ping_every` more.
+    ping_after: Option<u32>,
+    ping_every: u32,
     /// Close with 1001 after this many quiet sweeps.
     close_after: Option<u32>,
 }
@@ -40,10 +44,29 @@ impl Sweep {
             let n = d.as_nanos().div_ceil(period.as_nanos()).max(1);
             u32::try_from(n).unwrap_or(u32::MAX)
         };
+        // The first sweep after the peer's last sign of life comes anywhere
+        // up to one period later, so `n` more sweeps mean at least `n - 1`
+        // periods: one more sweep than the setting needs makes sure it has
+        // passed.
+        let ping_every = config.ping_interval.map_or(u32::MAX, sweeps);
+        let ping_after = config.ping_interval.map(|d| sweeps(d).saturating_add(1));
+        let close_after = config.idle_timeout.map(|d| {
+            let n = sweeps(d).saturating_add(1);
+            // With both on and the ping the shorter, a ping must go out (and
+            // its pong have a chance) before the close, even when the
+            // minimum period rounds them to the same sweep.
+            match ping_after {
+                Some(ping) if config.ping_interval < config.idle_timeout => {
+                    n.max(ping.saturating_add(1))
+                }
+                _ => n,
+            }
+        });
         Some(Sweep {
             period,
-            ping_every: config.ping_interval.map(sweeps),
-            close_after: config.idle_timeout.map(sweeps),
+            ping_after,
+            ping_every,
+            close_after,
         })
     }
 
@@ -56,10 +79,14 @@ impl Sweep {
         if self.close_after.is_some_and(|n| *quiet >= n) {
             // Refused only if it is closing already.
             let _ = conn.close(CloseCode::GOING_AWAY, "idle timeout");
-        } else if self.ping_every.is_some_and(|n| *quiet % n == 0) {
-            // A full queue means the peer has data to read anyway.
-            let _ = conn.ping(b"");
+        } else if self.ping_due(*quiet) {
+            conn.keepalive_ping();
         }
+    }
+
+    fn ping_due(&self, quiet: u32) -> bool {
+        self.ping_after
+            .is_some_and(|first| quiet >= first && (quiet - first) % self.ping_every == 0)
     }
 }
 
@@ -83,13 +110,52 @@ mod tests {
     fn the_period_is_a_quarter_of_the_shorter_setting() {
         let s = sweep(Some(20_000), Some(60_000)).unwrap();
         assert_eq!(s.period, Duration::from_secs(5));
-        assert_eq!((s.ping_every, s.close_after), (Some(4), Some(12)));
+        // One sweep more than the setting: the first may come at once.
+        assert_eq!(
+            (s.ping_after, s.ping_every, s.close_after),
+            (Some(5), 4, Some(13))
+        );
         let s = sweep(None, Some(1_000)).unwrap();
         assert_eq!(s.period, Duration::from_millis(250));
-        assert_eq!((s.ping_every, s.close_after), (None, Some(4)));
+        assert_eq!((s.ping_after, s.close_after), (None, Some(5)));
         // Never below the minimum period; counts round up.
         let s = sweep(Some(1), Some(25)).unwrap();
         assert_eq!(s.period, MIN_PERIOD);
-        assert_eq!((s.ping_every, s.close_after), (Some(1), Some(3)));
+        assert_eq!(
+            (s.ping_after, s.ping_every, s.close_after),
+            (Some(2), 1, Some(4))
+        );
+    }
+
+    /// Sweep `n` of a connection that is quiet throughout: what it does.
+    fn plan(s: &Sweep, sweeps: u32) -> Vec<(u32, &'static str)> {
+        (1..=sweeps)
+            .filter_map(|q| {
+                if s.close_after.is_some_and(|n| q >= n) {
+                    Some((q, "close"))
+                } else {
+                    s.ping_due(q).then_some((q, "ping"))
+                }
+            })
+            .take_while(|&(q, _)| s.close_after.is_none_or(|n| q <= n))
+            .collect()
+    }
+
+    #[test]
+    fn pings_repeat_until_the_close_and_never_come_early() {
+        // Ping every 300 ms, close after 1.2 s: period 75 ms.
+        let s = sweep(Some(300), Some(1_200)).unwrap();
+        // At sweep q, at least (q - 1) periods have passed.
+        assert_eq!(
+            plan(&s, 20),
+            [(5, "ping"), (9, "ping"), (13, "ping"), (17, "close")]
+        );
+        for (q, _) in plan(&s, 20) {
+            assert!(s.period * (q - 1) >= Duration::from_millis(300));
+        }
+        // The minimum period rounds ping and close to the same sweep: the
+        // ping still comes first.
+        let s = sweep(Some(12), Some(15)).unwrap();
+        assert_eq!(plan(&s, 10), [(3, "ping"), (4, "close")]);
     }
 }

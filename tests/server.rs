@@ -838,15 +838,17 @@ async fn slowloris_handshakes_get_408_at_the_timeout(backend: Backend) {
 
 async fn quiet_peers_are_pinged_and_dead_ones_closed(backend: Backend) {
     let idle = Duration::from_millis(1200);
+    let close_timeout = Duration::from_millis(300);
     let config = Config::default()
         .ping_interval(Duration::from_millis(300))
         .idle_timeout(idle)
-        .close_timeout(Duration::from_millis(300));
+        .close_timeout(close_timeout);
     let server = start(backend, config).await;
     // A live client sends nothing, but its library answers every ping: it
     // outlives the idle timeout several times over.
     let mut live = server.client().await;
     // A dead one: upgraded, then never reads or answers anything.
+    let dead_since = std::time::Instant::now();
     let mut dead = raw_upgraded(server.addr).await;
     let started = std::time::Instant::now();
     let mut pings = 0;
@@ -866,6 +868,9 @@ async fn quiet_peers_are_pinged_and_dead_ones_closed(backend: Backend) {
     // The dead one got pings, then a close frame, and then TCP ended (its
     // close was never answered).
     let frames = server_frames(&read_to_close(&mut dead).await);
+    // Never early: the close came after the whole idle timeout, and TCP
+    // ended after the close timeout on top.
+    assert!(dead_since.elapsed() >= idle + close_timeout);
     let (last, pings_before) = frames.split_last().unwrap();
     assert_eq!(last.0, 0x8);
     assert_eq!(u16::from_be_bytes([last.1[0], last.1[1]]), 1001);
@@ -890,11 +895,18 @@ async fn a_connection_limit_answers_503_above_it(backend: Backend) {
     // The connections inside are served meanwhile.
     send_text(&mut clients[0], "inside").await;
     assert_eq!(next(&mut clients[0]).await, Ws::text("inside"));
-    // A place freed is a place taken.
+    // A place freed is a place taken (once the server has let it go: the
+    // count drops when the connection ends, a little after on_close).
     let mut leaving = clients.pop().unwrap();
     leaving.close(None).await.unwrap();
     while leaving.next().await.is_some() {}
-    server.recorder.wait_closes(1).await;
+    for _ in 0..500 {
+        if server.handle.connections() < 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.handle.connections(), 2);
     let mut newcomer = server.client().await;
     send_text(&mut newcomer, "in").await;
     assert_eq!(next(&mut newcomer).await, Ws::text("in"));

@@ -213,7 +213,7 @@ pub fn extensions(data: &[u8]) {
             }
         }
     }
-    // The same bytes as one header, and split at commas over several.
+    // The same bytes as one header, and split at line feeds over several.
     let split: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
     for (config, bits) in deflate_configs() {
         for values in [vec![data], split.clone()] {

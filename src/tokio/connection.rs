@@ -126,6 +126,8 @@ impl<H: Handler> Connection<H> {
                 readable: false,
                 writable: false,
                 read_closed: false,
+                blocked: false,
+                drained: false,
             },
             stage: Stage::Handshake(Box::new(handshake)),
         }
@@ -222,6 +224,13 @@ struct Socket {
     /// The peer's FIN (or an error) was reported: there is no later event, so
     /// the socket stays readable until a read returns the end (or the error).
     read_closed: bool,
+    /// The last write stopped at `WouldBlock`: the kernel's buffers are full.
+    blocked: bool,
+    /// A write made progress after one was blocked, since the flag was last
+    /// taken: the peer is reading (for the keepalive sweep). A write that
+    /// never blocked proves nothing: the kernel takes bytes for a peer that
+    /// reads nothing, until its buffers are full.
+    drained: bool,
 }
 
 impl Socket {
@@ -383,7 +392,11 @@ impl Socket {
                     .as_mut()
                     .is_some_and(|d| d.as_mut().poll(cx).is_ready())
             };
-            match self.flush(shared) {
+            let flushed = self.flush(shared);
+            if std::mem::take(&mut self.drained) {
+                dispatch.heard_from_peer();
+            }
+            match flushed {
                 Ok(true) => {}
                 Ok(false) if expired(&mut open.close_deadline, cx) => {
                     dispatch.abnormal("write failed: close timeout passed");
@@ -477,9 +490,13 @@ impl Socket {
             };
             match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => queue.advance(n),
+                Ok(n) => {
+                    queue.advance(n);
+                    self.drained |= std::mem::take(&mut self.blocked);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.writable = false;
+                    self.blocked = true;
                     return Ok(false);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -201,8 +201,15 @@ impl<H: Handler> Connection<H> {
         match written {
             Ok(n) => {
                 outgoing.queue.advance(n);
-                if let Stage::Open(open) = &self.stage {
+                if let Stage::Open(open) = &mut self.stage {
                     open.dispatch.conn().shared().lock().sending -= n;
+                    if self.paused {
+                        // The send had to wait for room: the peer made it
+                        // by reading. (One that completes at once proves
+                        // nothing: the kernel takes bytes for a peer that
+                        // reads nothing, until its buffers are full.)
+                        open.dispatch.heard_from_peer();
+                    }
                 }
             }
             // What is left unsent is dropped below.
@@ -377,7 +384,9 @@ impl<H: Handler> Connection<H> {
                     let wanted = open.dispatch.bytes_wanted();
                     read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
                     self.read_buf.extend_from_slice(chunk);
-                    if !self.paused {
+                    if self.paused {
+                        open.dispatch.heard_from_peer();
+                    } else {
                         open.dispatch.input(&mut self.read_buf);
                         keep_partial_frame(&open.dispatch, &mut self.read_buf, env);
                     }
