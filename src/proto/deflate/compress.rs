@@ -68,6 +68,12 @@ impl Compressor {
         if out[start..].ends_with(&TAIL) {
             out.truncate(out.len() - TAIL.len());
         }
+        if out.len() == start {
+            // An empty message right after a sync flush: zlib has nothing
+            // to write. RFC 7692 §7.2.3.6 sends it as one 0x00, which the
+            // peer's appended tail completes to an empty stored block.
+            out.extend_from_slice(&[0x00]);
+        }
         if !self.keep_context {
             if let Some(stream) = self.stream.take() {
                 zlib::give_deflater(key, stream);
@@ -114,6 +120,24 @@ mod tests {
         inflater.finish(&mut plain, usize::MAX).unwrap();
         assert_eq!(&plain[..], message);
         packed.len()
+    }
+
+    #[test]
+    fn an_empty_message_after_others_is_one_zero_byte_with_context() {
+        // Found by the property tests: after a sync flush, zlib has nothing
+        // to write for an empty message, and a message of no bytes makes the
+        // peer's appended tail a broken block that ruins the next message.
+        let config = DeflateConfig::default();
+        for first in [
+            &b"hello hello hello"[..],
+            &[0x5a, 0x13, 0xc7, 0x02, 0xee][..],
+        ] {
+            let mut compressor = Compressor::new(&params(false, 15), &config);
+            let mut inflater = Inflater::new(true);
+            round_trip(&mut compressor, &mut inflater, first);
+            assert_eq!(round_trip(&mut compressor, &mut inflater, b""), 1);
+            round_trip(&mut compressor, &mut inflater, b"after the empty one");
+        }
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct Inflater {
     /// in the message is ignored, and the stream starts afresh with the next
     /// message.
     ended: bool,
+    /// This message brought compressed bytes: without any, it is empty and
+    /// the stream is left as it is.
+    fed: bool,
 }
 
 impl Inflater {
@@ -52,6 +55,7 @@ impl Inflater {
             stream: None,
             keep_context,
             ended: false,
+            fed: false,
         }
     }
 
@@ -63,6 +67,10 @@ impl Inflater {
         out: &mut BytesMut,
         limit: usize,
     ) -> Result<(), InflateFailure> {
+        if input.is_empty() {
+            return Ok(());
+        }
+        self.fed = true;
         let stream = self.stream.get_or_insert_with(zlib::take_inflater);
         loop {
             if self.ended {
@@ -111,9 +119,13 @@ impl Inflater {
     /// inflater for the next message (keeping the window only if the client
     /// keeps its context and did not end its stream).
     pub fn finish(&mut self, out: &mut BytesMut, limit: usize) -> Result<(), InflateFailure> {
-        if !self.ended {
+        // A message of no bytes at all (what zlib, and so many senders,
+        // write for an empty message right after a sync flush) is empty: the
+        // tail would start a broken block in a kept window instead.
+        if !self.ended && self.fed {
             self.feed(&TAIL, out, limit)?;
         }
+        self.fed = false;
         if !self.keep_context {
             self.release();
         } else if std::mem::take(&mut self.ended) {
@@ -128,6 +140,7 @@ impl Inflater {
     /// failed or ended. The stream goes back to this thread's pool.
     pub fn release(&mut self) {
         self.ended = false;
+        self.fed = false;
         if let Some(stream) = self.stream.take() {
             zlib::give_inflater(stream);
         }
@@ -192,6 +205,23 @@ mod tests {
         }
         inflater.finish(&mut out, limit)?;
         Ok(out.to_vec())
+    }
+
+    #[test]
+    fn a_message_of_no_bytes_is_empty_and_keeps_the_window() {
+        let first = b"the quick brown fox jumps over the lazy dog ".repeat(4);
+        let packed = compress(&[&first, &first], 15);
+        let mut inflater = Inflater::new(true);
+        assert_eq!(
+            inflate(&mut inflater, &[&packed[0]], 1 << 20).unwrap(),
+            first
+        );
+        assert_eq!(inflate(&mut inflater, &[], 1 << 20).unwrap(), b"");
+        assert_eq!(inflate(&mut inflater, &[b""], 1 << 20).unwrap(), b"");
+        assert_eq!(
+            inflate(&mut inflater, &[&packed[1]], 1 << 20).unwrap(),
+            first
+        );
     }
 
     #[test]
