@@ -379,7 +379,8 @@ fn check_server_frames(mut bytes: &[u8], _deflate: bool, failure: Option<u16>) {
 /// The inflater on arbitrary input in chunks, under a size cap: it stops
 /// with `TooBig` rather than exceed it, and never holds more than one byte
 /// past it. Then, as a round trip, the same bytes are compressed as two
-/// messages and must inflate back to exactly themselves.
+/// messages with an empty one between them, and must inflate back to
+/// exactly themselves.
 pub fn inflate(data: &[u8]) {
     let Some((&seed, payload)) = data.split_first() else {
         return;
@@ -419,7 +420,9 @@ fn round_trip(payload: &[u8], keep_context: bool) {
     let mut compressor = Compressor::new(&params, &config);
     let mut inflater = Inflater::new(keep_context);
     let (first, second) = payload.split_at(payload.len() / 2);
-    for message in [first, second] {
+    // An empty message between the two: right after a sync flush it is the
+    // case zlib writes no bytes for (a bug the property tests found).
+    for message in [first, b"", second] {
         let mut compressed = BytesMut::new();
         assert!(compressor.compress(message, &mut compressed));
         let mut inflated = BytesMut::new();
