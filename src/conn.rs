@@ -176,9 +176,9 @@ impl Conn {
     /// has plenty to read, and the slow-consumer policy is for the
     /// handler's sends, not ours).
     pub(crate) fn keepalive_ping(&self) {
-        if self.shared.lock().queued() < self.shared.max_outbound_bytes {
-            let _ = self.ping(b"");
-        }
+        let _ = self.enqueue_as(Sender::Keepalive, 0, |outbox| {
+            outbox.queue.push_frame(true, 0, OpCode::Ping, b"")
+        });
     }
 
     /// Bytes queued and not yet written to the socket.
@@ -198,6 +198,17 @@ impl Conn {
         payload_len: usize,
         write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
+        self.enqueue_as(Sender::Application, payload_len, write)
+    }
+
+    /// [`Conn::enqueue`] for `sender`: only the application's sends set off
+    /// the slow-consumer policy when the queue is full.
+    fn enqueue_as(
+        &self,
+        sender: Sender,
+        payload_len: usize,
+        write: impl FnOnce(&mut Outbox),
+    ) -> Result<(), SendError> {
         let shared = &*self.shared;
         let wake = {
             let mut outbox = shared.lock();
@@ -205,9 +216,10 @@ impl Conn {
                 return Err(SendError::Closed);
             }
             if outbox.queued() >= shared.max_outbound_bytes {
-                match shared.on_full {
-                    SlowConsumer::Pause => outbox.wants_drain = true,
-                    SlowConsumer::Close(code) => {
+                match (sender, shared.on_full) {
+                    (Sender::Keepalive, _) => {}
+                    (Sender::Application, SlowConsumer::Pause) => outbox.wants_drain = true,
+                    (Sender::Application, SlowConsumer::Close(code)) => {
                         outbox.request_close(code, "outbound queue full: peer reads too slowly");
                         drop(outbox);
                         shared.attention.store(true, Ordering::Release);
@@ -238,6 +250,15 @@ impl Conn {
     pub(crate) fn shared(&self) -> &ConnShared {
         &self.shared
     }
+}
+
+/// Who queues a frame through [`Conn::enqueue_as`].
+#[derive(Clone, Copy)]
+enum Sender {
+    /// The handler, or any task holding a `Conn`.
+    Application,
+    /// The keepalive sweep's ping.
+    Keepalive,
 }
 
 impl Outbox {
@@ -468,6 +489,25 @@ mod tests {
         assert_eq!(*code, CloseCode::TRY_AGAIN_LATER);
         drop(outbox);
         assert_eq!(conn.send_binary(b"x"), Err(SendError::Closed));
+    }
+
+    #[test]
+    fn a_keepalive_ping_on_a_full_queue_is_skipped_without_the_policy() {
+        for on_full in [
+            SlowConsumer::Pause,
+            SlowConsumer::Close(CloseCode::TRY_AGAIN_LATER),
+        ] {
+            let (conn, _) = conn_with(10, on_full);
+            conn.send_binary(&[0u8; 50]).unwrap();
+            conn.keepalive_ping();
+            assert_eq!(conn.queued_bytes(), 52, "no ping queued");
+            let outbox = conn.shared().lock();
+            assert!(!outbox.wants_drain);
+            assert_eq!(outbox.phase, Phase::Open);
+        }
+        let (conn, _) = conn(1 << 20);
+        conn.keepalive_ping();
+        assert_eq!(conn.queued_bytes(), 2, "an empty ping");
     }
 
     #[test]
