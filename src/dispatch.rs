@@ -154,7 +154,7 @@ impl<H: Handler> Dispatch<H> {
     /// Call whenever bytes arrive: that is what keeps the connection from
     /// counting as idle.
     pub(crate) fn input(&mut self, input: &mut BytesMut) {
-        self.quiet = 0;
+        self.heard_from_peer();
         self.app.conn.shared().lock().flush_scheduled = true;
         loop {
             let event = {
@@ -212,10 +212,10 @@ impl<H: Handler> Dispatch<H> {
         }
     }
 
-    /// The peer showed it is alive without frames to handle: a write that had
-    /// to wait for room went through (the peer read), or bytes arrived that
-    /// wait while reading is paused. Keeps a peer that reads slowly, behind a
-    /// long queue, from counting as idle.
+    /// The peer showed it is alive: bytes arrived (`input` calls this), a
+    /// write that had to wait for room went through (the peer read), or bytes
+    /// arrived that wait while reading is paused. The last two keep a peer
+    /// that reads slowly, behind a long queue, from counting as idle.
     pub(crate) fn heard_from_peer(&mut self) {
         self.quiet = 0;
     }

@@ -62,10 +62,9 @@ pub(crate) fn answer<H: Handler>(
         return Answer::Incomplete;
     }
     let mut headers = header_buffer();
-    let parsed = parse_request(buf, &mut headers, max_head_len);
-    if let Ok(None) = parsed {
+    let Some(parsed) = parse_request(buf, &mut headers, max_head_len).transpose() else {
         return Answer::Incomplete;
-    }
+    };
     // The response goes into a pooled buffer, which the connection's queue
     // gives back once it is written. Allocating it instead, once per
     // handshake, left holes in the heap that idle connections paid for
@@ -76,8 +75,7 @@ pub(crate) fn answer<H: Handler>(
         }
     }
     let (request, head_len) = match parsed {
-        Ok(None) => return Answer::Incomplete,
-        Ok(Some(parsed)) => parsed,
+        Ok(parsed) => parsed,
         Err(e) => {
             tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
             write_error(out, e.status(), e.reason());
