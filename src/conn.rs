@@ -550,14 +550,8 @@ mod tests {
         conn.send_text("tiny").unwrap();
         conn.ping(b"p").unwrap();
 
-        let mut outbox = conn.shared().lock();
         let mut wire = Vec::new();
-        let mut slices = [std::io::IoSlice::new(&[]); 8];
-        let n = outbox.queue.io_slices(&mut slices);
-        for slice in &slices[..n] {
-            wire.extend_from_slice(slice);
-        }
-        outbox.queue.advance(wire.len());
+        conn.shared().lock().queue.drain_into(&mut wire);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < wire.len() {

@@ -10,7 +10,7 @@
 //!   client built from `decode_header` and `Inflater` instead.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -253,13 +253,7 @@ fn server_wire(
     let mut session = Session::new(Limits::default(), pool);
     assert!(session.close(CloseCode::NORMAL, "bye", &mut out));
     let mut bytes = Vec::new();
-    while !out.is_empty() {
-        let mut slices = [IoSlice::new(&[]); 8];
-        let n = out.io_slices(&mut slices);
-        let taken: usize = slices[..n].iter().map(|s| s.len()).sum();
-        slices[..n].iter().for_each(|s| bytes.extend_from_slice(s));
-        out.advance(taken);
-    }
+    out.drain_into(&mut bytes);
     (bytes, expected)
 }
 

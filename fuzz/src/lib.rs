@@ -6,7 +6,6 @@
 //! when output is malformed, unbounded, or a close code falls outside the
 //! set the input can justify.
 
-use std::io::IoSlice;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -55,17 +54,8 @@ impl Chunker {
 
 /// Every queued byte, in order.
 pub fn drain(queue: &mut WriteQueue) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(queue.len());
-    while !queue.is_empty() {
-        let mut slices = [IoSlice::new(&[]); 16];
-        let n = queue.io_slices(&mut slices);
-        let mut taken = 0;
-        for slice in &slices[..n] {
-            bytes.extend_from_slice(slice);
-            taken += slice.len();
-        }
-        queue.advance(taken);
-    }
+    let mut bytes = Vec::new();
+    queue.drain_into(&mut bytes);
     bytes
 }
 

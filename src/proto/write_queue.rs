@@ -187,6 +187,22 @@ impl WriteQueue {
         n
     }
 
+    /// Moves every queued byte, in order, to the end of `out`: for a sink
+    /// that takes one buffer rather than [`WriteQueue::io_slices`] (a test, a
+    /// fuzz target, a transport of your own).
+    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
+        out.reserve(self.len);
+        while !self.is_empty() {
+            let copied = {
+                let mut slices = [IoSlice::new(&[]); 16];
+                let n = self.io_slices(&mut slices);
+                slices[..n].iter().for_each(|s| out.extend_from_slice(s));
+                slices[..n].iter().map(|s| s.len()).sum()
+            };
+            self.advance(copied);
+        }
+    }
+
     /// Drops the first `n` queued bytes: they have been written.
     ///
     /// # Panics
@@ -332,6 +348,10 @@ mod tests {
             copy.push_frame_shared(true, 0, OpCode::Binary, Bytes::from_static(b"tiny"));
             assert_eq!(drain(&mut copy, max), expected, "{max} bytes per write");
         }
+        let mut all = vec![0xEE];
+        q.drain_into(&mut all);
+        assert_eq!((all[0], &all[1..]), (0xEE, &expected[..]));
+        assert!(q.is_empty());
     }
 
     #[test]

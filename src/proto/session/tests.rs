@@ -1,5 +1,3 @@
-use std::io::IoSlice;
-
 use rand::{Rng, RngExt, SeedableRng};
 
 use super::*;
@@ -76,12 +74,7 @@ impl Harness {
     /// Everything the session queued for the peer, as (opcode, payload) frames.
     fn sent(&mut self) -> Sent {
         let mut bytes = Vec::new();
-        let mut slices = [IoSlice::new(&[]); 8];
-        let n = self.out.io_slices(&mut slices);
-        for s in &slices[..n] {
-            bytes.extend_from_slice(s);
-        }
-        self.out.advance(bytes.len());
+        self.out.drain_into(&mut bytes);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
