@@ -73,12 +73,8 @@ async fn survives_emfile_on(backend: Backend, log: &Log) {
         ))
         .spawn()
         .expect("python3 runs");
-    for _ in 0..250 {
-        if String::from_utf8_lossy(&log.0.lock().unwrap()).contains("accept failed") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let failed = || String::from_utf8_lossy(&log.0.lock().unwrap()).contains("accept failed");
+    eventually(Duration::from_secs(5), failed).await;
     let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
     assert!(
         logged.contains("accept failed"),

@@ -62,12 +62,7 @@ async fn half_open_flood(backend: Backend, count: usize) {
     .await
     .unwrap();
     // The server accepted them all (each waits for its request).
-    for _ in 0..300 {
-        if server.handle.alive() >= count {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(Duration::from_secs(3), || server.handle.alive() >= count).await;
     assert!(
         server.handle.alive() >= HALF_OPEN,
         "{}",
@@ -81,12 +76,7 @@ async fn half_open_flood(backend: Backend, count: usize) {
     send_text(&mut client, "served").await;
     assert_eq!(next(&mut client).await, Ws::text("served"));
     // The handshake timeout ends the flood without any help from it.
-    for _ in 0..150 {
-        if server.handle.alive() <= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(15), || server.handle.alive() <= 1).await;
     assert_eq!(server.handle.alive(), 1, "only the newcomer is left");
     eprintln!(
         "{backend:?}: {count} half-open connections (opened in {opened:?}) \
@@ -135,16 +125,12 @@ async fn slow_consumers(backend: Backend) {
         .await
         .unwrap();
     // The handler's flood has run once it reports how many sends it lost.
-    for _ in 0..100 {
-        let seen = server.recorder.seen.lock().unwrap().clone();
-        if seen
-            .iter()
-            .any(|s| matches!(s, Seen::Message(_, t) if t.starts_with("refused")))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let flooded = || {
+        server
+            .recorder
+            .saw(|s| matches!(s, Seen::Message(_, t) if t.starts_with("refused")))
+    };
+    eventually(Duration::from_secs(2), flooded).await;
 
     send_text(&mut bystander, "served").await;
     assert_eq!(next(&mut bystander).await, Ws::text("served"));

@@ -450,20 +450,11 @@ async fn a_full_outbound_queue_refuses_sends_then_drains(backend: Backend) {
             .any(|s| matches!(s, Seen::Message(_, t) if t == "refused 84")),
         "{seen:?}"
     );
-    for _ in 0..100 {
-        if server
-            .recorder
-            .seen
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|s| matches!(s, Seen::Drain(_)))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("on_drain was not called");
+    let drained = || server.recorder.saw(|s| matches!(s, Seen::Drain(_)));
+    assert!(
+        eventually(Duration::from_secs(2), drained).await,
+        "on_drain was not called"
+    );
 }
 
 async fn abrupt_disconnect_is_reported_as_1006(backend: Backend) {
@@ -671,12 +662,7 @@ async fn random_traffic_from_clients_that_come_and_go(backend: Backend) {
         done.expect("a client failed");
     }
     // Every connection ends, and the server serves on.
-    for _ in 0..500 {
-        if server.handle.connections() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(Duration::from_secs(5), || server.handle.connections() == 0).await;
     assert_eq!(server.handle.connections(), 0);
     let mut client = server.client().await;
     send_text(&mut client, "still here").await;
@@ -900,12 +886,7 @@ async fn a_connection_limit_answers_503_above_it(backend: Backend) {
     let mut leaving = clients.pop().unwrap();
     leaving.close(None).await.unwrap();
     while leaving.next().await.is_some() {}
-    for _ in 0..500 {
-        if server.handle.connections() < 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(Duration::from_secs(5), || server.handle.connections() < 3).await;
     assert_eq!(server.handle.connections(), 2);
     let mut newcomer = server.client().await;
     send_text(&mut newcomer, "in").await;

@@ -85,14 +85,15 @@ impl Recorder {
 
     /// Waits (up to 5 s) until `n` closes were recorded.
     pub async fn wait_closes(&self, n: usize) -> Vec<(u16, String)> {
-        for _ in 0..500 {
-            let closes = self.closes();
-            if closes.len() >= n {
-                return closes;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if eventually(Duration::from_secs(5), || self.closes().len() >= n).await {
+            return self.closes();
         }
         panic!("expected {n} closes, saw {:?}", self.seen.lock().unwrap());
+    }
+
+    /// Whether something recorded so far matches.
+    pub fn saw(&self, matches: impl Fn(&Seen) -> bool) -> bool {
+        self.seen.lock().unwrap().iter().any(matches)
     }
 }
 
@@ -447,6 +448,21 @@ pub fn close_code_of(bytes: &[u8]) -> u16 {
     let (opcode, payload) = frames.last().expect("at least one frame");
     assert_eq!(*opcode, 0x8, "last frame is a close frame");
     u16::from_be_bytes([payload[0], payload[1]])
+}
+
+/// Checks `done` every 10 ms until it holds (true) or `within` has passed
+/// (false): for what the server does in its own time.
+pub async fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// File descriptors this process has open.
