@@ -1,11 +1,12 @@
 //! zlib-rs streams writing straight into a `BytesMut`, and a small per-thread
 //! pool of streams for sides that keep no context between messages.
 //!
-//! The two `unsafe` blocks of the deflate code are here: zlib-rs writes into
-//! the buffer's spare capacity, and the bytes it reports as written become part
-//! of the buffer.
+//! The deflate code's one `unsafe` block is here (`into_spare`): zlib-rs
+//! writes into the buffer's spare capacity, and the bytes it reports as
+//! written become part of the buffer.
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
 use zlib_rs::{
@@ -38,20 +39,9 @@ pub(super) fn inflate_into(
     out: &mut BytesMut,
     room: usize,
 ) -> Result<(usize, usize, Status), InflateError> {
-    let spare = &mut out.spare_capacity_mut()[..room];
-    let (in_before, out_before) = (stream.total_in(), stream.total_out());
-    let status = stream.decompress_uninit(input, spare, InflateFlush::NoFlush)?;
-    let used = (stream.total_in() - in_before) as usize;
-    let wrote = (stream.total_out() - out_before) as usize;
-    assert!(
-        wrote <= room,
-        "zlib-rs reported more output than it was given"
-    );
-    // SAFETY: zlib-rs measures `total_out` by how far it moved its output
-    // pointer, so it initialized exactly the first `wrote` bytes of the spare
-    // capacity it was given, and `wrote <= room <= spare capacity`.
-    unsafe { out.set_len(out.len() + wrote) };
-    Ok((used, wrote, status))
+    into_spare(stream, out, room, |stream, spare| {
+        stream.decompress_uninit(input, spare, InflateFlush::NoFlush)
+    })
 }
 
 /// Compresses as much of `input` as the spare capacity of `out` takes, with a
@@ -62,20 +52,54 @@ pub(super) fn deflate_into(
     input: &[u8],
     out: &mut BytesMut,
 ) -> Result<(usize, usize, usize), zlib_rs::DeflateError> {
-    let spare = out.spare_capacity_mut();
-    let room = spare.len();
-    let (in_before, out_before) = (stream.total_in(), stream.total_out());
-    stream.compress_uninit(input, spare, DeflateFlush::SyncFlush)?;
-    let used = (stream.total_in() - in_before) as usize;
-    let wrote = (stream.total_out() - out_before) as usize;
+    let room = out.capacity() - out.len();
+    let (used, wrote, _) = into_spare(stream, out, room, |stream, spare| {
+        stream.compress_uninit(input, spare, DeflateFlush::SyncFlush)
+    })?;
+    Ok((used, wrote, room))
+}
+
+/// A zlib-rs stream's running counts of bytes consumed and produced.
+trait Totals {
+    fn totals(&self) -> (u64, u64);
+}
+
+impl Totals for Inflate {
+    fn totals(&self) -> (u64, u64) {
+        (self.total_in(), self.total_out())
+    }
+}
+
+impl Totals for Deflate {
+    fn totals(&self) -> (u64, u64) {
+        (self.total_in(), self.total_out())
+    }
+}
+
+/// Runs one zlib-rs call on the first `room` bytes of `out`'s spare capacity
+/// and makes what it wrote part of `out`. Returns the input bytes it used,
+/// the bytes it wrote, and the call's own result.
+fn into_spare<S: Totals, T, E>(
+    stream: &mut S,
+    out: &mut BytesMut,
+    room: usize,
+    call: impl FnOnce(&mut S, &mut [MaybeUninit<u8>]) -> Result<T, E>,
+) -> Result<(usize, usize, T), E> {
+    let spare = &mut out.spare_capacity_mut()[..room];
+    let (in_before, out_before) = stream.totals();
+    let result = call(stream, spare)?;
+    let (in_after, out_after) = stream.totals();
+    let used = (in_after - in_before) as usize;
+    let wrote = (out_after - out_before) as usize;
     assert!(
         wrote <= room,
         "zlib-rs reported more output than it was given"
     );
-    // SAFETY: as in `inflate_into`: `total_out` grew by exactly the bytes
-    // zlib-rs stored at the start of the spare capacity, `wrote <= room`.
+    // SAFETY: zlib-rs measures `total_out` by how far it moved its output
+    // pointer, so it initialized exactly the first `wrote` bytes of the spare
+    // capacity it was given, and `wrote <= room <= spare capacity`.
     unsafe { out.set_len(out.len() + wrote) };
-    Ok((used, wrote, room))
+    Ok((used, wrote, result))
 }
 
 /// Boxed streams, so they move in and out of connections without copying.
