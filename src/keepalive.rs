@@ -2,11 +2,11 @@
 //!
 //! A connection keeps one counter: sweeps since its peer last showed it is
 //! alive (it sent bytes, a pong included, or read when our writes waited for
-//! room). Each server
-//! loop (a tokio group, an io_uring reactor) sweeps its open connections every
-//! [`Sweep::period`], a quarter of the shorter of the two settings, and bumps
-//! their counters. No per-connection timer exists, so an idle connection
-//! costs four bytes for this, and a sweep costs one pass over the loop's
+//! room). Each server loop (a tokio group, an io_uring reactor) sweeps its
+//! open connections every [`Sweep::period`], a quarter of the shorter of the
+//! two settings, and bumps their counters. No per-connection timer exists: an
+//! idle connection costs a four-byte counter for this (it fits in padding
+//! `Dispatch` had already), and a sweep costs one pass over the loop's
 //! connections. The price is precision: a ping or an idle close comes up to
 //! one period late, never early.
 
