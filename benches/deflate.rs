@@ -9,7 +9,9 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rapidws::proto::deflate::{Compressor, DeflateConfig, Inflater, negotiate};
+use rapidws::handshake::negotiate;
+use rapidws::proto::Role;
+use rapidws::proto::deflate::{Compressor, DeflateConfig, Inflater};
 
 /// A market-data-like JSON message of about `size` bytes.
 fn message(size: usize) -> Vec<u8> {
@@ -34,7 +36,7 @@ fn message(size: usize) -> Vec<u8> {
 fn compressor(keep_context: bool) -> Compressor {
     let config = DeflateConfig::default().server_context_takeover(keep_context);
     let params = negotiate([&b"permessage-deflate"[..]], &config).expect("accepted");
-    Compressor::new(&params, &config)
+    Compressor::new(Role::Server, &params, &config)
 }
 
 fn deflate(c: &mut Criterion) {

@@ -536,13 +536,14 @@ mod tests {
 
     #[test]
     fn with_deflate_sends_are_compressed_and_small_ones_and_pings_are_not() {
-        use crate::proto::deflate::{DeflateConfig, Inflater, negotiate};
+        use crate::proto::Role;
+        use crate::proto::deflate::{DeflateConfig, DeflateParams, Inflater};
         use crate::proto::frame::{DecodeRules, decode_header};
 
         let (conn, _) = conn(1 << 20);
         let config = DeflateConfig::default();
-        let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
-        conn.shared().lock().deflate = Some(Compressor::new(&params, &config));
+        let params = DeflateParams::new(true, true);
+        conn.shared().lock().deflate = Some(Compressor::new(Role::Server, &params, &config));
         let text = "compress me, compress me, compress me, compress me ".repeat(20);
         conn.send_text(&text).unwrap();
         conn.send_shared(MessageKind::Binary, Bytes::from(vec![3u8; 5000]))

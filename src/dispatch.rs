@@ -16,7 +16,7 @@ use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::proto::deflate::{Compressor, DeflateParams};
-use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
+use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
 use crate::slot_waker::ConnWake;
 
@@ -119,7 +119,7 @@ impl<H: Handler> Dispatch<H> {
             let mut outbox = conn.shared().lock();
             std::mem::swap(&mut outbox.queue, response);
             if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
-                outbox.deflate = Some(Compressor::new(params, config));
+                outbox.deflate = Some(Compressor::new(Role::Server, params, config));
             }
         }
         let session =

@@ -13,6 +13,7 @@ mod keepalive;
 mod read_buf;
 mod server;
 mod slot_waker;
+mod upgrade;
 
 pub mod config;
 pub mod handshake;

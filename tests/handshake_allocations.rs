@@ -7,9 +7,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use rapidws::handshake::{header_buffer, parse_request, write_accept};
+use rapidws::handshake::{header_buffer, negotiate, parse_request, write_accept};
 use rapidws::proto::WriteQueue;
-use rapidws::proto::deflate::{DeflateConfig, negotiate};
+use rapidws::proto::deflate::DeflateConfig;
 
 struct CountingAllocator;
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use proptest::prelude::*;
 use rapidws::DeflateConfig;
+use rapidws::handshake::negotiate;
 use rapidws::pool::BufferPool;
-use rapidws::proto::deflate::{Compressor, DeflateParams, Inflater, negotiate};
+use rapidws::proto::deflate::{Compressor, DeflateParams, Inflater};
 use rapidws::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
 use rapidws::proto::{CloseCode, Event, Limits, Message, OpCode, Session, WriteQueue};
 use tokio_tungstenite::tungstenite::{self, protocol::Role};
@@ -124,7 +125,7 @@ impl Compression {
             .client_context_takeover(keep)
             .compress_min_size(0);
         let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
-        let compressor = Compressor::new(&params, &config);
+        let compressor = Compressor::new(rapidws::proto::Role::Server, &params, &config);
         Some((params, compressor))
     }
 }

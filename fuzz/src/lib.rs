@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use rapidws::DeflateConfig;
+use rapidws::handshake::negotiate;
 use rapidws::handshake::{self, parse_extensions};
 use rapidws::pool::BufferPool;
 use rapidws::proto::close::parse_close_payload;
-use rapidws::proto::deflate::{Compressor, DeflateParams, InflateFailure, Inflater, negotiate};
+use rapidws::proto::deflate::{Compressor, DeflateParams, InflateFailure, Inflater};
 use rapidws::proto::frame::{DecodeRules, MAX_HEADER_LEN, RSV1, decode_header, encode_header};
-use rapidws::proto::{Event, Limits, Message, OpCode, Session, WriteQueue};
+use rapidws::proto::{Event, Limits, Message, OpCode, Role, Session, WriteQueue};
 
 /// Small limits, so that the 1009 paths are within a fuzzer's reach.
 pub const LIMITS: Limits = Limits {
@@ -407,7 +408,7 @@ fn round_trip(payload: &[u8], keep_context: bool) {
         .server_context_takeover(keep_context)
         .compress_min_size(0);
     let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
-    let mut compressor = Compressor::new(&params, &config);
+    let mut compressor = Compressor::new(Role::Server, &params, &config);
     let mut inflater = Inflater::new(keep_context);
     let (first, second) = payload.split_at(payload.len() / 2);
     // An empty message between the two: right after a sync flush it is the

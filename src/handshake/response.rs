@@ -50,7 +50,7 @@ pub fn write_accept(
     }
     out.push_raw(b"\r\n");
     if let Some(deflate) = deflate {
-        deflate.write_header(|piece| out.push_raw(piece));
+        super::negotiate::write_response_header(deflate, |piece| out.push_raw(piece));
     }
     out.push_raw(b"\r\n");
 }

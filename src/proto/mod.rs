@@ -12,6 +12,7 @@
 //! | `close.rs` | close codes and close payloads |
 //! | `write_queue.rs` | outbound frames, corked, ready for `writev` |
 //! | `message.rs` | the message types handlers see |
+//! | `role.rs` | client or server: masking and the frames each refuses |
 //! | `session.rs` | the state machine tying them together |
 //! | `deflate/` | permessage-deflate: negotiation, bounded inflate, compression |
 
@@ -20,6 +21,7 @@ pub mod deflate;
 pub mod frame;
 pub mod mask;
 pub mod message;
+pub mod role;
 pub mod session;
 pub mod utf8;
 pub mod write_queue;
@@ -27,5 +29,6 @@ pub mod write_queue;
 pub use close::CloseCode;
 pub use frame::OpCode;
 pub use message::{Message, MessageKind, OwnedMessage};
+pub use role::Role;
 pub use session::{Event, Limits, ProtocolError, Session};
 pub use write_queue::WriteQueue;

@@ -27,7 +27,7 @@ use tokio::time::{Instant, Sleep, sleep};
 use crate::conn::{Conn, ConnShared};
 use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
-use crate::handshake::{self, Answer, HandshakeError};
+use crate::handshake::{self, HandshakeError};
 use crate::keepalive::Sweep;
 use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
@@ -35,6 +35,7 @@ use crate::proto::deflate::DeflateParams;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
 use crate::slot_waker::ConnWake;
+use crate::upgrade::{self, Answer};
 
 use super::sys::recv_into_spare;
 
@@ -278,7 +279,7 @@ impl Socket {
                 continue;
             }
             let out = &mut handshake.response;
-            match handshake::answer(&self.read_buf, before, &*env.handler, core, out) {
+            match upgrade::answer(&self.read_buf, before, &*env.handler, core, out) {
                 Answer::Incomplete => continue,
                 Answer::Refused => return Upgrade::Refused,
                 Answer::Accepted {

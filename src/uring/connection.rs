@@ -23,12 +23,13 @@ use super::ring::{Op, Outgoing, Received, Ring};
 use crate::conn::Conn;
 use crate::dispatch::{Accepted, Dispatch};
 use crate::handler::Handler;
-use crate::handshake::{self, Answer, HandshakeError};
+use crate::handshake::{self, HandshakeError};
 use crate::keepalive::Sweep;
 use crate::proto::WriteQueue;
 use crate::read_buf::{self, DRAIN_LIMIT};
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_after};
 use crate::slot_waker::{ConnWake, SlotWake};
+use crate::upgrade::{self, Answer};
 
 /// What a reactor shares with all its connections.
 pub(crate) struct Env<H> {
@@ -414,7 +415,7 @@ impl<H: Handler> Connection<H> {
             return;
         }
         let response = &mut handshake.response;
-        match handshake::answer(&self.read_buf, arrived_from, &*env.handler, core, response) {
+        match upgrade::answer(&self.read_buf, arrived_from, &*env.handler, core, response) {
             Answer::Incomplete => {}
             Answer::Refused => handshake.refused = true,
             Answer::Accepted {

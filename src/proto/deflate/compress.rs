@@ -10,8 +10,10 @@ use zlib_rs::Deflate;
 use super::inflate::TAIL;
 use super::zlib::{self, DeflateKey};
 use super::{DeflateConfig, DeflateParams};
+use crate::proto::Role;
 
-/// The sending side of permessage-deflate for one connection.
+/// The sending side of permessage-deflate for one connection: compresses
+/// with the window and context takeover the parameters give its role.
 pub struct Compressor {
     key: DeflateKey,
     keep_context: bool,
@@ -22,14 +24,14 @@ pub struct Compressor {
 }
 
 impl Compressor {
-    pub fn new(params: &DeflateParams, config: &DeflateConfig) -> Self {
+    pub fn new(role: Role, params: &DeflateParams, config: &DeflateConfig) -> Self {
         Compressor {
             key: DeflateKey {
-                window_bits: params.server_max_window_bits,
+                window_bits: params.send_window_bits(role),
                 level: config.level,
                 mem_level: config.mem_level,
             },
-            keep_context: !params.server_no_context_takeover,
+            keep_context: params.send_keeps_context(role),
             min_size: u32::try_from(config.compress_min_size).unwrap_or(u32::MAX),
             stream: None,
         }
@@ -105,10 +107,10 @@ mod tests {
     use crate::proto::deflate::Inflater;
 
     fn params(server_no_context_takeover: bool, bits: u8) -> DeflateParams {
-        let config = DeflateConfig::default()
-            .server_context_takeover(!server_no_context_takeover)
-            .server_max_window_bits(bits);
-        super::super::negotiate([&b"permessage-deflate"[..]], &config).unwrap()
+        DeflateParams {
+            server_max_window_bits: bits,
+            ..DeflateParams::new(server_no_context_takeover, true)
+        }
     }
 
     fn round_trip(compressor: &mut Compressor, inflater: &mut Inflater, message: &[u8]) -> usize {
@@ -132,7 +134,7 @@ mod tests {
             &b"hello hello hello"[..],
             &[0x5a, 0x13, 0xc7, 0x02, 0xee][..],
         ] {
-            let mut compressor = Compressor::new(&params(false, 15), &config);
+            let mut compressor = Compressor::new(Role::Server, &params(false, 15), &config);
             let mut inflater = Inflater::new(true);
             round_trip(&mut compressor, &mut inflater, first);
             assert_eq!(round_trip(&mut compressor, &mut inflater, b""), 1);
@@ -144,8 +146,8 @@ mod tests {
     fn context_takeover_shrinks_repeated_messages() {
         let config = DeflateConfig::default();
         let message = b"{\"symbol\":\"BTC-USD\",\"bid\":64001.5,\"ask\":64002.0}".repeat(3);
-        let mut keep = Compressor::new(&params(false, 15), &config);
-        let mut fresh = Compressor::new(&params(true, 15), &config);
+        let mut keep = Compressor::new(Role::Server, &params(false, 15), &config);
+        let mut fresh = Compressor::new(Role::Server, &params(true, 15), &config);
         let mut inflate_keep = Inflater::new(true);
         let mut inflate_fresh = Inflater::new(false);
         let first = round_trip(&mut keep, &mut inflate_keep, &message);
@@ -175,7 +177,8 @@ mod tests {
         let smallest = if cfg!(miri) { 15 } else { 9 };
         for bits in smallest..=15 {
             for no_context in [true, false] {
-                let mut compressor = Compressor::new(&params(no_context, bits), &config);
+                let mut compressor =
+                    Compressor::new(Role::Server, &params(no_context, bits), &config);
                 let mut inflater = Inflater::new(!no_context);
                 let empty = round_trip(&mut compressor, &mut inflater, b"");
                 assert_eq!(empty, 1, "RFC 7692 §7.2.3.6: an empty message is one 0x00");
@@ -189,7 +192,7 @@ mod tests {
     #[test]
     fn small_messages_are_not_worth_compressing() {
         let config = DeflateConfig::default().compress_min_size(100);
-        let compressor = Compressor::new(&params(true, 15), &config);
+        let compressor = Compressor::new(Role::Server, &params(true, 15), &config);
         assert!(!compressor.wants(99));
         assert!(compressor.wants(100));
     }

@@ -1,9 +1,10 @@
-//! permessage-deflate (RFC 7692): negotiation, and the compressor and
-//! decompressor a connection uses once it was agreed.
+//! permessage-deflate (RFC 7692): the compressor and decompressor a
+//! connection uses once it was agreed (the negotiation is the handshake's:
+//! `handshake/negotiate.rs`).
 //!
 //! | file | concern |
 //! |---|---|
-//! | `negotiate.rs` | choosing an offer from `Sec-WebSocket-Extensions`, writing the answer |
+//! | `params.rs` | the agreed parameters, and which apply to each role |
 //! | `inflate.rs` | inflating a message as its frames arrive, bounded in size and work |
 //! | `compress.rs` | compressing an outgoing message into the write queue |
 //! | `zlib.rs` | zlib-rs streams written straight into a `BytesMut`, and the per-thread pool |
@@ -20,12 +21,12 @@
 
 mod compress;
 mod inflate;
-mod negotiate;
+mod params;
 mod zlib;
 
 pub use compress::Compressor;
 pub use inflate::{InflateFailure, Inflater};
-pub use negotiate::{DeflateParams, negotiate};
+pub use params::DeflateParams;
 
 /// How the server negotiates and uses permessage-deflate. Turn it on with
 /// `Config::permessage_deflate`; it is off by default.

@@ -519,12 +519,12 @@ fn fragments_do_not_ask_for_read_buffer_room() {
 /// Compressed messages (permessage-deflate negotiated).
 mod deflate {
     use super::*;
-    use crate::proto::deflate::{Compressor, DeflateConfig, DeflateParams, negotiate};
+    use crate::proto::Role;
+    use crate::proto::deflate::{Compressor, DeflateConfig, DeflateParams};
     use crate::proto::frame::RSV1;
 
     fn params(client_keeps_context: bool) -> DeflateParams {
-        let config = DeflateConfig::default().client_context_takeover(client_keeps_context);
-        negotiate([&b"permessage-deflate"[..]], &config).unwrap()
+        DeflateParams::new(true, !client_keeps_context)
     }
 
     fn harness(limits: Limits, client_keeps_context: bool) -> Harness {
@@ -544,10 +544,11 @@ mod deflate {
     }
 
     fn client(keeps_context: bool) -> Compressor {
-        // The client compresses as a server would with the same settings.
-        let config = DeflateConfig::default().server_context_takeover(keeps_context);
-        let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
-        Compressor::new(&params, &config)
+        Compressor::new(
+            Role::Client,
+            &params(keeps_context),
+            &DeflateConfig::default(),
+        )
     }
 
     fn masked(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {

@@ -1,4 +1,5 @@
-//! Choosing a permessage-deflate offer (RFC 7692 §5 and §7.1).
+//! Choosing a permessage-deflate offer (RFC 7692 §5 and §7.1), and the
+//! response's extension line.
 //!
 //! The client lists offers in order of preference, possibly over several
 //! `Sec-WebSocket-Extensions` headers. The first acceptable one wins. An offer
@@ -8,46 +9,29 @@
 //! is not valid extension syntax makes the server decline compression
 //! altogether: which offers the client meant is then unknowable.
 
-use crate::handshake::parse_extensions;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
 
-use super::DeflateConfig;
+use super::extensions::{Param, parse_extensions};
 
-/// What one connection agreed to. Every parameter the response carries is one
-/// RFC 7692 allows in answer to the offer that was accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeflateParams {
-    /// The LZ77 window the server compresses with, as a power of two (9..=15).
-    pub server_max_window_bits: u8,
-    /// The server starts every message with an empty window.
-    pub server_no_context_takeover: bool,
-    /// The client starts every message with an empty window, so the server
-    /// needs no inflate state between messages.
-    pub client_no_context_takeover: bool,
-    /// The offer limited the server's window, so the response must confirm it.
-    announce_server_window: bool,
-}
-
-impl DeflateParams {
-    /// The response's extension header line, `Sec-WebSocket-Extensions: ...`
-    /// with its CRLF, passed piece by piece to `put` (no allocation).
-    pub(crate) fn write_header(&self, mut put: impl FnMut(&[u8])) {
-        put(b"Sec-WebSocket-Extensions: permessage-deflate");
-        if self.server_no_context_takeover {
-            put(b"; server_no_context_takeover");
-        }
-        if self.client_no_context_takeover {
-            put(b"; client_no_context_takeover");
-        }
-        if self.announce_server_window {
-            put(b"; server_max_window_bits=");
-            let bits = self.server_max_window_bits;
-            if bits >= 10 {
-                put(b"1");
-            }
-            put(&[b'0' + bits % 10]);
-        }
-        put(b"\r\n");
+/// The response's extension header line, `Sec-WebSocket-Extensions: ...`
+/// with its CRLF, passed piece by piece to `put` (no allocation).
+pub(crate) fn write_response_header(params: &DeflateParams, mut put: impl FnMut(&[u8])) {
+    put(b"Sec-WebSocket-Extensions: permessage-deflate");
+    if params.server_no_context_takeover {
+        put(b"; server_no_context_takeover");
     }
+    if params.client_no_context_takeover {
+        put(b"; client_no_context_takeover");
+    }
+    if params.announce_server_window {
+        put(b"; server_max_window_bits=");
+        let bits = params.server_max_window_bits;
+        if bits >= 10 {
+            put(b"1");
+        }
+        put(&[b'0' + bits % 10]);
+    }
+    put(b"\r\n");
 }
 
 /// Picks the first acceptable permessage-deflate offer among the values of the
@@ -85,7 +69,7 @@ pub fn negotiate<'a>(
 /// inflates with the largest window whatever the client uses, so it never
 /// asks for a smaller one.
 fn accept<'a>(
-    params: impl Iterator<Item = crate::handshake::Param<'a>>,
+    params: impl Iterator<Item = Param<'a>>,
     config: &DeflateConfig,
 ) -> Option<DeflateParams> {
     let mut seen = [false; 4];
@@ -118,6 +102,8 @@ fn accept<'a>(
         server_max_window_bits: offered_bits.map_or(bits, |offered| offered.min(bits)),
         server_no_context_takeover: server_no_context_takeover || !config.server_context_takeover,
         client_no_context_takeover: !config.client_context_takeover,
+        // The server never asks the client for a smaller window.
+        client_max_window_bits: 15,
         announce_server_window: offered_bits.is_some(),
     })
 }
@@ -170,7 +156,7 @@ mod tests {
 
     fn response(params: &DeflateParams) -> String {
         let mut line = Vec::new();
-        params.write_header(|piece| line.extend_from_slice(piece));
+        write_response_header(params, |piece| line.extend_from_slice(piece));
         String::from_utf8(line).unwrap()
     }
 
