@@ -6,6 +6,12 @@
 //! sockets and that core and call your [`Handler`]. See `ARCHITECTURE.md` for
 //! the path of a byte.
 
+// `unsafe` is refused everywhere but in the four modules that need it, each
+// allowing it where it is declared, and every block in them says why it is
+// sound (ARCHITECTURE.md, "unsafe").
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod conn;
 mod dispatch;
 mod handler;

@@ -31,6 +31,7 @@
 
 mod connection;
 mod group;
+#[allow(unsafe_code)] // recv into spare capacity; AsyncFd registration
 mod sys;
 
 use std::io;

@@ -39,6 +39,7 @@
 
 mod connection;
 mod reactor;
+#[allow(unsafe_code)] // memory the kernel reads and writes
 mod ring;
 
 use std::io;

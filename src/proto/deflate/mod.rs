@@ -22,6 +22,7 @@
 mod compress;
 mod inflate;
 mod params;
+#[allow(unsafe_code)] // zlib-rs writing into a buffer's spare capacity
 mod zlib;
 
 pub use compress::Compressor;
