@@ -20,6 +20,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
 step "cargo clippy --all-targets --all-features -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
 
+step "cargo features: every combination builds clean, the slim builds stay slim (.ci/features.sh)"
+bash .ci/features.sh
+
 step "cargo test"
 cargo test --all-features
 

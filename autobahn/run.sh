@@ -21,7 +21,7 @@ if [[ ! -x "$venv/bin/kosoku" ]]; then
 fi
 
 echo "autobahn: building the echo example"
-(cd "$root" && cargo build --quiet --release --example echo)
+(cd "$root" && cargo build --quiet --release --features uring --example echo)
 echo_bin="$root/target/release/examples/echo"
 
 server_pid=""

@@ -192,7 +192,8 @@ impl Config {
     /// Offers permessage-deflate (RFC 7692) with these settings to clients
     /// that ask for it; `None` turns it off, which is the default. The message
     /// size limit applies to the inflated size. See [`DeflateConfig`] for what
-    /// each setting costs.
+    /// each setting costs. (With the `deflate` feature, on by default.)
+    #[cfg(feature = "deflate")]
     pub fn permessage_deflate(mut self, deflate: impl Into<Option<DeflateConfig>>) -> Self {
         self.deflate = deflate.into();
         self

@@ -535,6 +535,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "deflate")]
     fn with_deflate_sends_are_compressed_and_small_ones_and_pings_are_not() {
         use crate::proto::Role;
         use crate::proto::deflate::{DeflateConfig, DeflateParams, Inflater};

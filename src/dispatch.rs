@@ -15,8 +15,8 @@ use bytes::BytesMut;
 use crate::conn::{Conn, Phase};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
-use crate::proto::deflate::{Compressor, DeflateParams};
-use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
+use crate::proto::deflate::DeflateParams;
+use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
 use crate::slot_waker::ConnWake;
 
@@ -118,8 +118,13 @@ impl<H: Handler> Dispatch<H> {
         {
             let mut outbox = conn.shared().lock();
             std::mem::swap(&mut outbox.queue, response);
+            #[cfg(feature = "deflate")]
             if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
-                outbox.deflate = Some(Compressor::new(Role::Server, params, config));
+                outbox.deflate = Some(crate::proto::deflate::Compressor::new(
+                    crate::proto::Role::Server,
+                    params,
+                    config,
+                ));
             }
         }
         let session =

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "tokio")]
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -27,11 +28,14 @@ pub(crate) struct ServerCore {
     live: AtomicUsize,
     /// Upgraded connections not yet ended.
     open: AtomicUsize,
+    /// Wakes the tokio `serve` waiting for the last connection to end.
+    #[cfg(feature = "tokio")]
     idle: Notify,
     shutting_down: AtomicBool,
     /// Set when the shutdown timeout has passed: loops drop their connections.
     aborting: AtomicBool,
     /// Wakes the tokio accept loop at shutdown.
+    #[cfg(feature = "tokio")]
     shutdown_requested: Notify,
     /// The server loops (and `serve` on io_uring), woken when a shutdown
     /// begins and again when it turns to an abort.
@@ -46,9 +50,11 @@ impl ServerCore {
             next_id: AtomicU64::new(1),
             live: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
+            #[cfg(feature = "tokio")]
             idle: Notify::new(),
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
             shutdown_requested: Notify::new(),
             loop_wakers: Mutex::new(Vec::new()),
         })
@@ -94,6 +100,7 @@ impl ServerCore {
             return false;
         }
         fence(Ordering::SeqCst);
+        #[cfg(feature = "tokio")]
         self.shutdown_requested.notify_waiters();
         self.wake_loops();
         true
@@ -104,6 +111,7 @@ impl ServerCore {
     }
 
     /// Resolves once a shutdown has been requested. Any number of tasks may wait.
+    #[cfg(feature = "tokio")]
     pub(crate) async fn shutdown_requested(&self) {
         loop {
             let notified = self.shutdown_requested.notified();
@@ -152,6 +160,7 @@ impl ServerCore {
     }
 
     /// Resolves once no connection is left.
+    #[cfg(feature = "tokio")]
     pub(crate) async fn wait_idle(&self) {
         loop {
             let notified = self.idle.notified();
@@ -162,6 +171,13 @@ impl ServerCore {
             }
             notified.await;
         }
+    }
+
+    /// The last connection ended: wakes whoever waits in `wait_idle` (the
+    /// io_uring `serve` looks at the count itself).
+    fn notify_idle(&self) {
+        #[cfg(feature = "tokio")]
+        self.idle.notify_waiters();
     }
 
     /// Connections alive, including those still in the handshake or closing.
@@ -202,7 +218,7 @@ pub(crate) struct LiveGuard(Arc<ServerCore>);
 impl Drop for LiveGuard {
     fn drop(&mut self) {
         if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
+            self.0.notify_idle();
         }
     }
 }

@@ -41,7 +41,7 @@ async fn survives_emfile_at_accept() {
         .with_ansi(false)
         .init();
     survives_emfile_on(Backend::Tokio, &log).await;
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", feature = "uring"))]
     survives_emfile_on(Backend::Uring, &log).await;
 }
 

@@ -39,7 +39,7 @@ async fn hostile_peers_do_not_stop_the_server() {
 fn backends() -> Vec<Backend> {
     vec![
         Backend::Tokio,
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", feature = "uring"))]
         Backend::Uring,
     ]
 }

@@ -1,6 +1,6 @@
 //! What only the io_uring backend has: a ring of provided buffers that can run
 //! short, and the need for io_uring itself.
-#![cfg(target_os = "linux")]
+#![cfg(all(target_os = "linux", feature = "uring"))]
 
 mod common;
 

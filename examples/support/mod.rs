@@ -56,8 +56,24 @@ impl ServeArgs {
 pub enum Backend {
     /// Connection groups on a multi-threaded tokio runtime.
     Tokio,
-    /// One io_uring reactor per thread (Linux 6.0 or later).
+    /// One io_uring reactor per thread (Linux 6.0 or later; build with
+    /// `--features uring`).
     Uring,
+}
+
+impl Backend {
+    /// Why this build cannot serve on the backend, if it cannot.
+    fn missing(self) -> Option<&'static str> {
+        match self {
+            Backend::Tokio => None,
+            Backend::Uring if cfg!(all(target_os = "linux", feature = "uring")) => None,
+            Backend::Uring if cfg!(target_os = "linux") => Some(
+                "this build has no io_uring backend: build it with `--features uring` \
+                 (e.g. cargo run --release --features uring --example echo -- --backend uring)",
+            ),
+            Backend::Uring => Some("the io_uring backend needs Linux; use --backend tokio"),
+        }
+    }
 }
 
 /// Serves the handler `make` returns until Ctrl-C. `make` gets a tokio
@@ -69,6 +85,10 @@ pub fn serve<H: Handler>(
     args: &ServeArgs,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
 ) -> ExitCode {
+    if let Some(missing) = args.backend.missing() {
+        eprintln!("error: {missing}");
+        return ExitCode::from(2);
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     match (args.backend, args.threads) {
         (Backend::Tokio, Some(threads)) => {
@@ -109,7 +129,7 @@ async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Re
     server.serve().await.map_err(|error| error.to_string())
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "uring"))]
 fn serve_uring<H: Handler>(
     name: &str,
     args: &ServeArgs,
@@ -127,14 +147,14 @@ fn serve_uring<H: Handler>(
     server.serve().map_err(|error| error.to_string())
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", feature = "uring")))]
 fn serve_uring<H: Handler>(
     _: &str,
     _: &ServeArgs,
     _: H,
     _: &tokio::runtime::Runtime,
 ) -> Result<(), String> {
-    Err("the io_uring backend needs Linux; use --backend tokio".into())
+    unreachable!("`serve` checked Backend::missing first")
 }
 
 fn shut_down_on_ctrl_c(runtime: &tokio::runtime::Handle, handle: rapidws::ServerHandle) {

@@ -208,11 +208,23 @@ impl Session {
     ) -> Self {
         let mut session = Session::new(limits, pool);
         if let Some(params) = deflate {
-            session.rules.allowed_rsv |= RSV1;
-            session.inflater = Some(Inflater::new(!params.client_no_context_takeover));
+            session.accept_compressed(params);
         }
         session
     }
+
+    /// Accepts messages marked with RSV1 and inflates them.
+    #[cfg(feature = "deflate")]
+    fn accept_compressed(&mut self, params: &DeflateParams) {
+        self.rules.allowed_rsv |= RSV1;
+        self.inflater = Some(Inflater::new(!params.client_no_context_takeover));
+    }
+
+    /// Without the `deflate` feature there is no inflater: the parameters are
+    /// ignored, and a compressed frame fails with 1002 as if none had been
+    /// agreed (a server built so never agrees any).
+    #[cfg(not(feature = "deflate"))]
+    fn accept_compressed(&mut self, _: &DeflateParams) {}
 
     /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
     /// no complete event (it then holds only the start of a frame, or nothing).

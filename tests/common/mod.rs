@@ -19,7 +19,7 @@ pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Tokio,
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", feature = "uring"))]
     Uring,
 }
 
@@ -38,7 +38,7 @@ macro_rules! backend_tests {
                 }
             )*
         }
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", feature = "uring"))]
         mod uring_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,13 +264,13 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
                 served: tokio::spawn(server.serve()),
             }
         }
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", feature = "uring"))]
         Backend::Uring => start_uring(config, |server| server.threads(2)).await,
     }
 }
 
 /// Starts an io_uring server, set up by `tweak`, on threads of its own.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "uring"))]
 pub async fn start_uring(
     config: Config,
     tweak: impl FnOnce(rapidws::uring::Server<TestHandler>) -> rapidws::uring::Server<TestHandler>,

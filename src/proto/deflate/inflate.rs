@@ -16,22 +16,13 @@
 use bytes::BytesMut;
 use zlib_rs::{Inflate, Status};
 
-use super::zlib;
+use super::{InflateFailure, zlib};
 
 /// RFC 7692 §7.2.2: what the sender removed from the end of every message.
 pub const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// The least room zlib gets for output, so that each call does real work.
 const MIN_ROOM: usize = 4096;
-
-/// Why inflating a message stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InflateFailure {
-    /// The inflated message would exceed the size limit.
-    TooBig,
-    /// The payload is not a valid deflate stream.
-    Invalid,
-}
 
 /// The receiving side of permessage-deflate for one connection.
 pub struct Inflater {

@@ -18,16 +18,41 @@
 //! between messages: it borrows a stream from a small per-thread pool for one
 //! message and resets it. That is why both sides default to no context
 //! takeover: an idle connection costs the same with or without compression.
+//!
+//! **Without the `deflate` cargo feature** zlib-rs is not compiled in.
+//! `Config::permessage_deflate` is not there, so nothing is ever negotiated,
+//! and [`Compressor`] and [`Inflater`] are types without values
+//! (`absent.rs`): the session and the outbox keep one shape, their
+//! `Option<Compressor>` and `Option<Inflater>` are always `None`, cost no
+//! bytes, and the compression paths compile away.
 
+#[cfg(not(feature = "deflate"))]
+mod absent;
+#[cfg(feature = "deflate")]
 mod compress;
+#[cfg(feature = "deflate")]
 mod inflate;
 mod params;
+#[cfg(feature = "deflate")]
 #[allow(unsafe_code)] // zlib-rs writing into a buffer's spare capacity
 mod zlib;
 
+#[cfg(not(feature = "deflate"))]
+pub use absent::{Compressor, Inflater};
+#[cfg(feature = "deflate")]
 pub use compress::Compressor;
-pub use inflate::{InflateFailure, Inflater};
+#[cfg(feature = "deflate")]
+pub use inflate::Inflater;
 pub use params::DeflateParams;
+
+/// Why inflating a message stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InflateFailure {
+    /// The inflated message would exceed the size limit.
+    TooBig,
+    /// The payload is not a valid deflate stream.
+    Invalid,
+}
 
 /// How the server negotiates and uses permessage-deflate. Turn it on with
 /// `Config::permessage_deflate`; it is off by default.
@@ -121,7 +146,7 @@ impl DeflateConfig {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "deflate"))]
 mod tests {
     use super::*;
 

@@ -517,6 +517,7 @@ fn fragments_do_not_ask_for_read_buffer_room() {
 }
 
 /// Compressed messages (permessage-deflate negotiated).
+#[cfg(feature = "deflate")]
 mod deflate {
     use super::*;
     use crate::proto::Role;

@@ -1,0 +1,55 @@
+//! The compressor and inflater of a build without the `deflate` feature:
+//! types with no values. The session and the outbox hold them as `Option`s
+//! that are always `None` (and take no room), so their code keeps one shape
+//! with and without compression, and every compression path is dead code the
+//! compiler drops. Nothing can make one: there is no `new`.
+
+use bytes::BytesMut;
+
+use super::InflateFailure;
+
+/// Compression is not compiled in (the `deflate` feature is off).
+pub enum Compressor {}
+
+impl Compressor {
+    pub fn wants(&self, _len: usize) -> bool {
+        match *self {}
+    }
+
+    pub fn compress(&mut self, _payload: &[u8], _out: &mut BytesMut) -> bool {
+        match *self {}
+    }
+}
+
+/// Decompression is not compiled in (the `deflate` feature is off).
+pub enum Inflater {}
+
+impl Inflater {
+    pub fn feed(
+        &mut self,
+        _input: &[u8],
+        _out: &mut BytesMut,
+        _limit: usize,
+    ) -> Result<(), InflateFailure> {
+        match *self {}
+    }
+
+    pub fn finish(&mut self, _out: &mut BytesMut, _limit: usize) -> Result<(), InflateFailure> {
+        match *self {}
+    }
+
+    pub fn release(&mut self) {
+        match *self {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_feature_an_idle_connection_carries_nothing_for_deflate() {
+        assert_eq!(size_of::<Option<Inflater>>(), 0);
+        assert_eq!(size_of::<Option<Compressor>>(), 0);
+    }
+}
