@@ -19,6 +19,7 @@ use crate::pool::BufferPool;
 use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
+use crate::proto::write_queue::Written;
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, WriteQueue, utf8};
 use crate::slot_waker::ConnWake;
 
@@ -261,8 +262,9 @@ enum Sender {
     Keepalive,
 }
 
+/// The senders' side of the outbox.
 impl Outbox {
-    /// Stops sends and asks the backend to start the close handshake.
+    /// Stops sends and asks the driver to start the close handshake.
     fn request_close(&mut self, code: CloseCode, reason: &str) {
         self.phase = Phase::Closing;
         self.close_request = Some(Box::new((code, reason.to_owned())));
@@ -303,26 +305,143 @@ pub(crate) enum Phase {
     Closed,
 }
 
-/// What `Conn` handles and the backend serving the connection share.
+/// What `Conn` handles and the driver serving the connection share. Used
+/// through its methods only: every change to it happens in this file.
 pub(crate) struct Outbox {
-    pub(crate) queue: WriteQueue,
-    /// Bytes the backend took out of `queue` and is still writing (io_uring
+    queue: WriteQueue,
+    /// Bytes the driver took out of `queue` and is still writing (io_uring
     /// writes from a queue of its own, which senders cannot touch).
-    pub(crate) sending: usize,
-    pub(crate) phase: Phase,
-    /// A close asked for by `Conn::close`, for the backend to hand to the
+    sending: usize,
+    phase: Phase,
+    /// A close asked for by `Conn::close`, for the driver to hand to the
     /// session (boxed: rare, and every idle connection would carry its size).
-    pub(crate) close_request: Option<Box<(CloseCode, String)>>,
+    close_request: Option<Box<(CloseCode, String)>>,
     /// The server gave up on this connection (forced shutdown): drop it now.
-    pub(crate) abort: bool,
-    /// The backend will write the queue soon; senders need not wake it.
-    pub(crate) flush_scheduled: bool,
+    abort: bool,
+    /// The driver will write the queue soon; senders need not wake it.
+    flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
-    pub(crate) wants_drain: bool,
+    wants_drain: bool,
     /// The permessage-deflate compressor, when it was negotiated. It lives
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
-    pub(crate) deflate: Option<Compressor>,
+    deflate: Option<Compressor>,
+}
+
+/// The driver's side of the outbox: what the connection's life does with it.
+impl Outbox {
+    /// Where the session appends its replies (pongs, close frames).
+    pub(crate) fn queue(&mut self) -> &mut WriteQueue {
+        &mut self.queue
+    }
+
+    /// Puts `first` (the `101`) at the head of the still empty queue; its
+    /// pooled buffer becomes the queue's, so what `on_open` sends joins it.
+    pub(crate) fn begin_with(&mut self, first: &mut WriteQueue) {
+        debug_assert!(self.queue.is_empty());
+        std::mem::swap(&mut self.queue, first);
+    }
+
+    /// Nothing queued and nothing being written.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.queue.is_empty() && self.sending == 0
+    }
+
+    /// Bytes queued but not yet taken by the driver.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// A close frame is in the queue: senders are turned away from now on,
+    /// so that no data frame can follow it.
+    pub(crate) fn close_sends(&mut self) {
+        self.phase = Phase::Closed;
+    }
+
+    /// The close `Conn::close` asked for, once.
+    pub(crate) fn take_close_request(&mut self) -> Option<(CloseCode, String)> {
+        self.close_request.take().map(|request| *request)
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.abort
+    }
+
+    /// The driver is about to write (or is handling a read whose replies it
+    /// will write): senders need not wake it.
+    pub(crate) fn schedule_flush(&mut self) {
+        self.flush_scheduled = true;
+    }
+
+    /// The driver will not write again on its own: the next send wakes it.
+    pub(crate) fn unschedule_flush(&mut self) {
+        self.flush_scheduled = false;
+    }
+
+    /// Whether a send was refused as full since the last call.
+    pub(crate) fn take_wants_drain(&mut self) -> bool {
+        std::mem::take(&mut self.wants_drain)
+    }
+
+    /// Sets the compressor permessage-deflate was agreed with.
+    #[cfg(feature = "deflate")]
+    pub(crate) fn set_compressor(&mut self, compressor: Compressor) {
+        self.deflate = Some(compressor);
+    }
+
+    /// Writes the queue in place through `write` until it is empty or `write`
+    /// stops (see [`WriteQueue::write_with`]); an emptied queue gives its
+    /// buffer back to `pool`.
+    pub(crate) fn write_with(
+        &mut self,
+        pool: &BufferPool,
+        write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<Written> {
+        let written = self.queue.write_with(write)?;
+        if self.queue.is_empty() {
+            if let Some(buf) = self.queue.take_buffer() {
+                pool.give(buf);
+            }
+        }
+        Ok(written)
+    }
+
+    /// Moves everything queued into `into` for a write that owns its buffers
+    /// (io_uring), counting it as being written until [`Outbox::sent`] or
+    /// [`Outbox::unsent`] says otherwise. Returns the bytes queued and being
+    /// written together after the move.
+    pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
+        debug_assert!(into.is_empty());
+        self.sending += self.queue.len();
+        std::mem::swap(&mut self.queue, into);
+        self.queued()
+    }
+
+    /// `n` taken bytes were written.
+    pub(crate) fn sent(&mut self, n: usize) {
+        self.sending = self.sending.saturating_sub(n);
+    }
+
+    /// `n` taken bytes will never be written (the write failed).
+    pub(crate) fn unsent(&mut self, n: usize) {
+        self.sending = self.sending.saturating_sub(n);
+    }
+
+    /// The connection is over: later sends fail, a close request is void,
+    /// the compressor goes (its zlib stream, if it holds one, back to this
+    /// thread's pool), and what was never written is dropped, its buffer
+    /// back to `pool`.
+    pub(crate) fn clear(&mut self, pool: &BufferPool) {
+        self.phase = Phase::Closed;
+        self.close_request = None;
+        self.deflate = None;
+        let unwritten = self.queue.len();
+        self.queue.advance(unwritten);
+        self.sending = 0;
+        if let Some(buf) = self.queue.take_buffer() {
+            pool.give(buf);
+        }
+    }
 }
 
 pub(crate) struct ConnShared {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use crate::conn::{Conn, Phase};
+use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::proto::deflate::DeflateParams;
@@ -117,10 +117,10 @@ impl<H: Handler> Dispatch<H> {
         let (conn, registration) = core.open_connection(peer, wake);
         {
             let mut outbox = conn.shared().lock();
-            std::mem::swap(&mut outbox.queue, response);
+            outbox.begin_with(response);
             #[cfg(feature = "deflate")]
             if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
-                outbox.deflate = Some(crate::proto::deflate::Compressor::new(
+                outbox.set_compressor(crate::proto::deflate::Compressor::new(
                     crate::proto::Role::Server,
                     params,
                     config,
@@ -136,7 +136,7 @@ impl<H: Handler> Dispatch<H> {
     /// Calls `on_open`. The `101` response should already be in the queue, so
     /// anything `on_open` sends follows it.
     pub(crate) fn open(handler: Arc<H>, session: Session, conn: Conn, state: H::State) -> Self {
-        conn.shared().lock().flush_scheduled = true;
+        conn.shared().lock().schedule_flush();
         let mut dispatch = Dispatch {
             session,
             app: App {
@@ -160,15 +160,15 @@ impl<H: Handler> Dispatch<H> {
     /// counting as idle.
     pub(crate) fn input(&mut self, input: &mut BytesMut) {
         self.heard_from_peer();
-        self.app.conn.shared().lock().flush_scheduled = true;
+        self.app.conn.shared().lock().schedule_flush();
         loop {
             let event = {
                 let mut outbox = self.app.conn.shared().lock();
-                let event = self.session.read(input, &mut outbox.queue);
+                let event = self.session.read(input, outbox.queue());
                 if matches!(event, Err(_) | Ok(Some(Event::Closed { .. }))) {
                     // The close frame is in the queue: no data frame may follow
                     // it, so senders are turned away before the lock is released.
-                    outbox.phase = Phase::Closed;
+                    outbox.close_sends();
                 }
                 event
             };
@@ -205,15 +205,14 @@ impl<H: Handler> Dispatch<H> {
     /// abort, [`Dispatch::is_aborted`] is true.
     pub(crate) fn attend(&mut self) {
         let mut outbox = self.app.conn.shared().lock();
-        if outbox.abort {
+        if outbox.is_aborted() {
             drop(outbox);
             self.aborted = true;
             self.finish(CloseCode::ABNORMAL, "connection aborted by server shutdown");
             return;
         }
-        if let Some(request) = outbox.close_request.take() {
-            let (code, reason) = *request;
-            self.session.close(code, &reason, &mut outbox.queue);
+        if let Some((code, reason)) = outbox.take_close_request() {
+            self.session.close(code, &reason, outbox.queue());
         }
     }
 
@@ -236,7 +235,7 @@ impl<H: Handler> Dispatch<H> {
     /// Call once the queue has been written out completely: runs `on_drain` if a
     /// send had been refused as full.
     pub(crate) fn flushed(&mut self) {
-        let wanted = std::mem::take(&mut self.app.conn.shared().lock().wants_drain);
+        let wanted = self.app.conn.shared().lock().take_wants_drain();
         if wanted {
             if let Err(panicked) = self.app.on_drain() {
                 self.fail_after_panic(panicked);
@@ -292,9 +291,9 @@ impl<H: Handler> Dispatch<H> {
             self.session.fail(
                 CloseCode::INTERNAL_ERROR,
                 "handler panicked",
-                &mut outbox.queue,
+                outbox.queue(),
             );
-            outbox.phase = Phase::Closed;
+            outbox.close_sends();
         }
         self.finish(CloseCode::INTERNAL_ERROR, "handler panicked");
     }
@@ -305,7 +304,7 @@ impl<H: Handler> Dispatch<H> {
         if !self.session.is_closed() {
             self.session.abandon();
         }
-        self.app.conn.shared().lock().phase = Phase::Closed;
+        self.app.conn.shared().lock().close_sends();
         self.app.on_close(code, reason);
     }
 }
@@ -314,20 +313,8 @@ impl<H: Handler> Drop for Dispatch<H> {
     /// Whatever ends the connection (even a runtime dropping its task), later
     /// sends fail, buffers go back to the pool, and `on_close` has run once.
     fn drop(&mut self) {
-        {
-            let shared = self.app.conn.shared();
-            let mut outbox = shared.lock();
-            outbox.phase = Phase::Closed;
-            outbox.close_request = None;
-            // Its zlib stream, if it holds one, goes back to this thread's pool.
-            outbox.deflate = None;
-            let unwritten = outbox.queue.len();
-            outbox.queue.advance(unwritten);
-            outbox.sending = 0;
-            if let Some(buf) = outbox.queue.take_buffer() {
-                shared.pool().give(buf);
-            }
-        }
+        let shared = self.app.conn.shared();
+        shared.lock().clear(shared.pool());
         self.app.on_close(CloseCode::ABNORMAL, "connection dropped");
     }
 }

@@ -20,6 +20,7 @@ mod conn;
 mod dispatch;
 mod handler;
 mod keepalive;
+mod lifecycle;
 mod read_buf;
 mod server;
 mod slot_waker;

@@ -204,10 +204,14 @@ pub(crate) fn close_for_shutdown(conn: &Conn) {
     let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
 }
 
-/// `timeout` from now; a timeout too long to represent (`Duration::MAX` for
-/// "never") becomes about 30 years, as `tokio::time::sleep` does.
+/// `timeout` from now (see [`deadline_from`]).
 pub(crate) fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
+    deadline_from(Instant::now(), timeout)
+}
+
+/// `timeout` after `now`; a timeout too long to represent (`Duration::MAX`
+/// for "never") becomes about 30 years, as `tokio::time::sleep` does.
+pub(crate) fn deadline_from(now: Instant, timeout: Duration) -> Instant {
     now.checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
 }

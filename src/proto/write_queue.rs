@@ -8,7 +8,7 @@
 //! [`WriteQueue::io_slices`] and reports progress with [`WriteQueue::advance`].
 
 use std::collections::VecDeque;
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -22,6 +22,18 @@ const COPY_BELOW: usize = 512;
 /// Copies at least this long are checked for "4K aliasing" (see
 /// [`WriteQueue::push_frame`]); shorter ones do not use the string-copy path.
 const ALIASING_CHECK_FROM: usize = 2048;
+
+/// How many slices [`WriteQueue::write_with`] hands one write at most.
+pub const MAX_IOVECS: usize = 64;
+
+/// What [`WriteQueue::write_with`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes written (and dropped from the queue).
+    pub bytes: usize,
+    /// The queue is empty; otherwise the write would have blocked.
+    pub all: bool,
+}
 
 /// Frames waiting to be written.
 #[derive(Debug, Default)]
@@ -201,6 +213,37 @@ impl WriteQueue {
             };
             self.advance(copied);
         }
+    }
+
+    /// Writes the queue through `write` (a non-blocking `writev`: it takes up
+    /// to [`MAX_IOVECS`] slices and returns how many bytes it took) until the
+    /// queue is empty or `write` reports `WouldBlock`. `Interrupted` is
+    /// retried; any other error, or a write of nothing, is returned as it is.
+    pub fn write_with(
+        &mut self,
+        mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    ) -> io::Result<Written> {
+        let mut bytes = 0;
+        while !self.is_empty() {
+            let written = {
+                let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                let n = self.io_slices(&mut slices);
+                write(&slices[..n])
+            };
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.advance(n);
+                    bytes += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(Written { bytes, all: false });
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Written { bytes, all: true })
     }
 
     /// Drops the first `n` queued bytes: they have been written.

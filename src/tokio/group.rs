@@ -30,12 +30,13 @@ use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep, sleep};
 
-use super::connection::{Connection, Env, Progress};
+use super::connection::{Connection, Progress};
 use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
+use crate::lifecycle::Env;
 use crate::server::{LiveGuard, ServerCore, close_for_shutdown};
-use crate::slot_waker::{SlotWake, WokenList, lock};
+use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -220,7 +221,8 @@ impl<H: Handler> Group<H> {
                 continue;
             }
             let waker = SlotWake::waker(self.shared.clone(), slot);
-            let connection = Connection::accept(stream, peer, live, &self.env);
+            let wake = ConnWake::Waker(Waker::from(waker.clone()));
+            let connection = Connection::accept(stream, peer, live, wake, &self.env);
             self.slots[slot as usize] = Some(Box::new(Slot { connection, waker }));
             self.live += 1;
             // Starts the handshake timer.

@@ -53,8 +53,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::handler::Handler;
+use crate::lifecycle::Env;
 use crate::server::{LISTEN_BACKLOG, ServerCore, ServerHandle, deadline_after};
-use connection::Env;
 use reactor::{Reactor, Setup, Shared};
 
 /// Submission queue entries per ring (the completion queue has eight times
@@ -174,7 +174,6 @@ impl<H: Handler> Server<H> {
             let env = Env {
                 core: core.clone(),
                 handler: handler.clone(),
-                woken: shared.clone(),
             };
             let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
             let thread = thread::Builder::new()

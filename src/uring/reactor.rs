@@ -22,12 +22,13 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::connection::{Connection, Env, Io, Progress};
+use super::connection::{Connection, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
+use crate::lifecycle::Env;
 use crate::server::{MAX_BACKOFF, MIN_BACKOFF, close_for_shutdown, concerns_one_connection};
-use crate::slot_waker::{SlotWake, WokenList, lock};
+use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
@@ -528,8 +529,11 @@ impl<H: Handler> Reactor<H> {
             self.marked.push(false);
             (self.slots.len() - 1) as u32
         });
+        // Sends from other threads, close requests and aborts list this
+        // slot on the reactor's woken list.
+        let wake = ConnWake::Slot(SlotWake::new(self.shared.clone(), slot));
         let mut io = self.parts.io(slot);
-        let connection = Connection::accept(stream, peer, live, &self.env, &mut io);
+        let connection = Connection::accept(stream, peer, live, wake, &self.env, &mut io);
         self.refile_timer(slot, None, connection.deadline());
         self.slots[slot as usize] = Some(Box::new(connection));
         if self.shutdown_seen {

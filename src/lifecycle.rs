@@ -1,0 +1,666 @@
+//! A connection's whole life, sans-I/O: from the first byte of the upgrade
+//! request (or from "already upgraded") to done.
+//!
+//! ```text
+//!  handshake ──101──▶ open ──close frame queued──▶ closing ──both closes──▶ done
+//!      │                │                            │
+//!      │ refused        │ failed, EOF, aborted       │ ours unanswered, or failed
+//!      ▼                ▼                            ▼
+//!  error response ─▶ FIN ─▶ linger until the peer's FIN (bounded) ──────▶ done
+//! ```
+//!
+//! [`Lifecycle`] owns every decision of that life: answering the request (or
+//! 408, 503, 400), the close deadline, when the queue counts as flushed
+//! (`on_drain`), when to end TCP and how (close at once after a complete
+//! close handshake, otherwise FIN and a bounded linger), and what the handler
+//! hears (`on_close` with 1006 and a reason when the connection breaks).
+//! Bytes, EOF, write progress and the time go in; what to do next, the next
+//! deadline and whether to read come out. It never touches a socket, a
+//! runtime or a clock, so a driver (a tokio group over raw sockets, the
+//! io_uring reactor, a task over any async stream) is plumbing only, and the
+//! tests below drive it with no socket at all.
+//!
+//! # How a driver calls it
+//!
+//! Like quinn-proto's `Connection`, grouped by when:
+//!
+//! - **Start**: [`Lifecycle::accept`] for a connection that sends its upgrade
+//!   request next, [`Lifecycle::upgraded`] for one whose request was answered
+//!   elsewhere (hyper's upgrade).
+//! - **When bytes arrive**: [`Lifecycle::receive`] with the driver's read
+//!   buffer, which keeps what is not consumed yet (a partial request head or
+//!   frame) and gets the next bytes appended. [`Lifecycle::receive_eof`] for
+//!   the peer's FIN, [`Lifecycle::read_failed`] for an error.
+//! - **When writing**: drivers that write in place call
+//!   [`Lifecycle::write_in_place`] with a non-blocking vectored write; drivers
+//!   whose writes own their buffers (io_uring) call [`Lifecycle::take_queue`],
+//!   then report [`Lifecycle::sent`] as bytes go out,
+//!   [`Lifecycle::write_blocked`] if the peer is not taking them, and
+//!   [`Lifecycle::write_finished`] (or [`Lifecycle::write_failed`] first)
+//!   once done with what they took.
+//! - **Then, every time**: [`Lifecycle::poll`] until it says
+//!   [`Action::Wait`] or [`Action::Close`]. Before sleeping, read if
+//!   [`Lifecycle::wants_read`] (sized by [`Lifecycle::bytes_wanted`]), and
+//!   set a timer for [`Lifecycle::deadline`]; poll again when it passes, when
+//!   the connection's [`ConnWake`] fires, or when the socket is ready.
+//!
+//! Deadlines come out as `Instant`s and time goes in as `now`: the close
+//! deadline is enforced by `poll` at every call, so a peer that floods us
+//! while its close is overdue is still cut off on time.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+
+use crate::conn::Conn;
+use crate::dispatch::{Accepted, Dispatch};
+use crate::handler::Handler;
+use crate::handshake::{HandshakeError, write_error};
+use crate::keepalive::Sweep;
+use crate::pool::BufferPool;
+use crate::proto::WriteQueue;
+use crate::proto::deflate::DeflateParams;
+use crate::read_buf::DRAIN_LIMIT;
+use crate::server::{LiveGuard, Registration, ServerCore, deadline_from};
+use crate::slot_waker::ConnWake;
+use crate::upgrade::{self, Answer};
+
+/// What a server loop shares with all its connections.
+pub(crate) struct Env<H> {
+    pub(crate) core: Arc<ServerCore>,
+    pub(crate) handler: Arc<H>,
+}
+
+/// What the driver does next, from [`Lifecycle::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Write what is queued: [`Lifecycle::write_in_place`], or
+    /// [`Lifecycle::take_queue`] for a write that owns its buffers. A driver
+    /// that cannot write now (the socket is not writable) waits for it.
+    Write,
+    /// End our side of TCP (send FIN: `shutdown(Write)`), then poll again.
+    ShutDown,
+    /// Nothing to do until bytes arrive (read if [`Lifecycle::wants_read`]),
+    /// a write completes, the connection is woken, or the deadline passes.
+    Wait,
+    /// Over: close the socket. `on_close` has run.
+    Close,
+}
+
+/// One connection, from its first byte to done. See the module docs for the
+/// call contract.
+pub(crate) struct Lifecycle<H: Handler> {
+    stage: Stage<H>,
+    /// Set once the connection fails, starts to close, or ends TCP: rare,
+    /// so boxed (most connections are open and idle).
+    ending: Option<Box<Ending>>,
+    /// The peer's FIN has arrived, or reading failed.
+    read_closed: bool,
+    /// A write did not go through at once (it would block, or bytes arrived
+    /// while it was still out), or what waits to be written reached
+    /// `max_outbound_bytes`: a peer that does not read its replies is not
+    /// read from until everything has been written.
+    paused: bool,
+    /// The driver holds bytes it took with [`Lifecycle::take_queue`] and has
+    /// not finished with.
+    writing: bool,
+    /// Counts the connection as live until it is dropped (after the driver's
+    /// socket, which is declared before this in every driver).
+    _live: LiveGuard,
+}
+
+enum Stage<H: Handler> {
+    /// Reading the request, or answering it with an HTTP error (boxed: it is
+    /// short-lived, and an upgraded connection should not carry its size).
+    Handshake(Box<Handshake>),
+    Open(Open<H>),
+    Done,
+}
+
+struct Handshake {
+    peer: SocketAddr,
+    /// How the `Conn` will wake the driver, handed over at the upgrade.
+    wake: ConnWake,
+    /// The handshake timeout; once refused, the close timeout.
+    deadline: Instant,
+    /// The `101` (moved into the connection's queue) or the error response.
+    response: WriteQueue,
+    refused: bool,
+    /// Bytes of the request seen so far: they stay in the driver's buffer
+    /// until the head is complete, and only a new line is worth parsing.
+    seen: usize,
+}
+
+struct Open<H: Handler> {
+    dispatch: Dispatch<H>,
+    _registration: Registration,
+}
+
+/// What only a failing or closing connection needs.
+#[derive(Default)]
+struct Ending {
+    /// How reading or writing failed (the first failure counts).
+    failure: Option<String>,
+    /// The close deadline of an upgraded connection: once a close frame is
+    /// queued, every remaining step, writes included, is bounded by it.
+    deadline: Option<Instant>,
+    /// Set once our FIN is sent: bytes discarded since, while waiting for
+    /// the peer's.
+    discarded: Option<usize>,
+}
+
+/// Starting.
+impl<H: Handler> Lifecycle<H> {
+    /// A connection whose upgrade request comes next. `wake` is how its
+    /// `Conn` will reach the driver once upgraded.
+    pub(crate) fn accept(
+        peer: SocketAddr,
+        live: LiveGuard,
+        wake: ConnWake,
+        env: &Env<H>,
+        now: Instant,
+    ) -> Self {
+        let handshake = Handshake {
+            peer,
+            wake,
+            deadline: deadline_from(now, env.core.config.handshake_timeout),
+            response: WriteQueue::new(),
+            refused: false,
+            seen: 0,
+        };
+        Lifecycle::new(Stage::Handshake(Box::new(handshake)), live)
+    }
+
+    /// A connection whose upgrade was answered elsewhere (the caller checked
+    /// the request, ran the upgrade hook and sent the `101`): it opens at
+    /// once, calling `on_open`. The hyper upgrade will start here; today the
+    /// tests do.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn upgraded(
+        peer: SocketAddr,
+        live: LiveGuard,
+        wake: ConnWake,
+        state: H::State,
+        deflate: Option<DeflateParams>,
+        env: &Env<H>,
+    ) -> Self {
+        let mut response = WriteQueue::new();
+        let accepted = Accepted {
+            peer,
+            response: &mut response,
+            state,
+            deflate,
+        };
+        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
+        let open = Open {
+            dispatch,
+            _registration: registration,
+        };
+        Lifecycle::new(Stage::Open(open), live)
+    }
+
+    fn new(stage: Stage<H>, live: LiveGuard) -> Self {
+        Lifecycle {
+            stage,
+            ending: None,
+            read_closed: false,
+            paused: false,
+            writing: false,
+            _live: live,
+        }
+    }
+}
+
+/// Input: what happened on the socket.
+impl<H: Handler> Lifecycle<H> {
+    /// Handles the bytes in `input`: the request head once complete (then
+    /// the frames after it), frames (calling the handler), or bytes discarded
+    /// while waiting for the peer's FIN. What is not consumed yet (a partial
+    /// head or frame) stays in `input`: keep it and append the next bytes.
+    pub(crate) fn receive(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) {
+        if let Some(discarded) = self.ending.as_mut().and_then(|e| e.discarded.as_mut()) {
+            *discarded += input.len();
+            input.clear();
+            return;
+        }
+        match &mut self.stage {
+            Stage::Handshake(handshake) => {
+                if handshake.refused || env.core.is_shutting_down() {
+                    // `poll` answers 503 to a shutdown; nothing more is read.
+                    input.clear();
+                    return;
+                }
+                let (handler, core) = (&*env.handler, &*env.core);
+                let out = &mut handshake.response;
+                match upgrade::answer(input, handshake.seen, handler, core, out) {
+                    Answer::Incomplete => handshake.seen = input.len(),
+                    Answer::Refused => {
+                        refuse(handshake, core, now);
+                        input.clear();
+                    }
+                    Answer::Accepted {
+                        state,
+                        head_len,
+                        deflate,
+                    } => {
+                        input.advance(head_len);
+                        self.open(state, deflate, env);
+                        if !input.is_empty() {
+                            // Frames that came with the request.
+                            self.receive(input, env, now);
+                        }
+                    }
+                }
+            }
+            Stage::Open(open) => {
+                if !open.dispatch.is_closed() {
+                    open.dispatch.input(input);
+                }
+                if open.dispatch.is_closed() {
+                    // Nothing after the close (or a failure) is read.
+                    input.clear();
+                }
+            }
+            Stage::Done => input.clear(),
+        }
+    }
+
+    /// The peer ended its side of TCP.
+    pub(crate) fn receive_eof(&mut self) {
+        self.read_closed = true;
+    }
+
+    /// Reading failed: the connection is over.
+    pub(crate) fn read_failed(&mut self, error: &io::Error) {
+        self.read_closed = true;
+        self.fail(|| format!("read failed: {error}"));
+    }
+
+    /// Bytes arrived while reading is paused and the driver keeps them for
+    /// later: the peer is alive, though not reading.
+    pub(crate) fn held_input(&mut self) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.heard_from_peer();
+        }
+    }
+
+    /// The queued `101` goes first, then `on_open`; the handshake's box goes.
+    fn open(&mut self, state: H::State, deflate: Option<DeflateParams>, env: &Env<H>) {
+        let Stage::Handshake(handshake) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            unreachable!("opened from the handshake");
+        };
+        let Handshake {
+            peer,
+            wake,
+            mut response,
+            ..
+        } = *handshake;
+        let accepted = Accepted {
+            peer,
+            response: &mut response,
+            state,
+            deflate,
+        };
+        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
+        self.stage = Stage::Open(Open {
+            dispatch,
+            _registration: registration,
+        });
+    }
+
+    fn fail(&mut self, failure: impl FnOnce() -> String) {
+        let ending = self.ending.get_or_insert_with(Box::default);
+        ending.failure.get_or_insert_with(failure);
+    }
+}
+
+/// Writing.
+impl<H: Handler> Lifecycle<H> {
+    /// Writes what is queued through `write`, a non-blocking vectored write
+    /// (`WouldBlock` when the socket takes nothing more), until the queue is
+    /// empty or `write` would block. True once everything is written; after a
+    /// failure the next [`Lifecycle::poll`] ends the connection.
+    pub(crate) fn write_in_place(
+        &mut self,
+        pool: &BufferPool,
+        write: impl FnMut(&[io::IoSlice<'_>]) -> io::Result<usize>,
+    ) -> bool {
+        let written = match &mut self.stage {
+            Stage::Handshake(handshake) => {
+                let written = handshake.response.write_with(write);
+                if let Some(buf) = handshake.response.take_buffer() {
+                    pool.give(buf);
+                }
+                written
+            }
+            Stage::Open(open) => {
+                let shared = open.dispatch.conn().shared();
+                let mut outbox = shared.lock();
+                // From here on a send wakes the driver again (at most the
+                // first one, while the write is blocked).
+                outbox.unschedule_flush();
+                outbox.write_with(pool, write)
+            }
+            Stage::Done => return true,
+        };
+        match written {
+            Ok(written) => {
+                if written.bytes > 0 && self.paused {
+                    self.heard_from_peer();
+                }
+                if !written.all {
+                    self.pause();
+                }
+                written.all
+            }
+            Err(error) => {
+                self.fail(|| format!("write failed: {error}"));
+                false
+            }
+        }
+    }
+
+    /// Moves what is queued into `into`, for a write that owns its buffers
+    /// until it completes (io_uring). Report with [`Lifecycle::sent`], then
+    /// [`Lifecycle::write_finished`]; nothing more is taken until then.
+    pub(crate) fn take_queue(&mut self, into: &mut WriteQueue, env: &Env<H>) {
+        debug_assert!(into.is_empty(), "taken into an empty queue");
+        match &mut self.stage {
+            Stage::Handshake(handshake) => std::mem::swap(&mut handshake.response, into),
+            Stage::Open(open) => {
+                let queued = open.dispatch.conn().shared().lock().take_for_send(into);
+                if queued >= env.core.config.max_outbound_bytes {
+                    self.pause();
+                }
+            }
+            Stage::Done => return,
+        }
+        self.writing = !into.is_empty();
+    }
+
+    /// `n` bytes of what was taken were written.
+    pub(crate) fn sent(&mut self, n: usize) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.conn().shared().lock().sent(n);
+        }
+        if self.paused {
+            // The write had to wait for room: the peer made it by reading.
+            // (One that completes at once proves nothing: the kernel takes
+            // bytes for a peer that reads nothing, until its buffers fill.)
+            self.heard_from_peer();
+        }
+    }
+
+    /// What was taken is not going through at once while the peer sends:
+    /// stop handling input until it has all been written.
+    pub(crate) fn write_blocked(&mut self) {
+        self.pause();
+    }
+
+    /// Pausing concerns an upgraded connection only: a handshake reads
+    /// nothing while it writes its answer anyway.
+    fn pause(&mut self) {
+        if let Stage::Open(_) = self.stage {
+            self.paused = true;
+        }
+    }
+
+    /// The driver is done with what it took; `unsent` bytes of it were never
+    /// written (after a failure).
+    pub(crate) fn write_finished(&mut self, unsent: usize) {
+        self.writing = false;
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.conn().shared().lock().unsent(unsent);
+        }
+    }
+
+    /// Writing failed: the connection is over.
+    pub(crate) fn write_failed(&mut self, error: &io::Error) {
+        self.fail(|| format!("write failed: {error}"));
+    }
+
+    fn heard_from_peer(&mut self) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.heard_from_peer();
+        }
+    }
+}
+
+/// Output: what to do next.
+impl<H: Handler> Lifecycle<H> {
+    /// Acts on everything that happened (a request to close, an abort, a
+    /// deadline at `now`, a queue written out) and says what the driver does
+    /// next. Call after every input, and again after doing what it said,
+    /// until it says [`Action::Wait`] or [`Action::Close`].
+    pub(crate) fn poll(&mut self, env: &Env<H>, now: Instant) -> Action {
+        match self.stage {
+            Stage::Handshake(_) => self.poll_handshake(env, now),
+            Stage::Open(_) => self.poll_open(env, now),
+            Stage::Done => Action::Close,
+        }
+    }
+
+    fn poll_handshake(&mut self, env: &Env<H>, now: Instant) -> Action {
+        let Stage::Handshake(handshake) = &mut self.stage else {
+            unreachable!("polled in the handshake stage");
+        };
+        let failed = self.ending.as_ref().is_some_and(|e| e.failure.is_some());
+        if !handshake.refused {
+            let refusal = if env.core.is_shutting_down() {
+                (503, "server shutting down")
+            } else if failed || (self.read_closed && handshake.seen == 0) {
+                // Connected and left (a port check), or broke: no answer.
+                return self.close();
+            } else if self.read_closed {
+                let e = HandshakeError::Incomplete;
+                (e.status(), e.reason())
+            } else if now >= handshake.deadline {
+                let e = HandshakeError::TimedOut;
+                (e.status(), e.reason())
+            } else {
+                return Action::Wait;
+            };
+            write_error(&mut handshake.response, refusal.0, refusal.1);
+            refuse(handshake, &env.core, now);
+        }
+        let expired = now >= handshake.deadline;
+        if failed {
+            return self.close();
+        }
+        if let Some(discarded) = self.ending.as_ref().and_then(|e| e.discarded) {
+            let over = self.read_closed || discarded >= DRAIN_LIMIT || expired;
+            return if over { self.close() } else { Action::Wait };
+        }
+        if self.writing || !handshake.response.is_empty() {
+            return match (expired, self.writing) {
+                (true, _) => self.close(),
+                (false, true) => Action::Wait,
+                (false, false) => Action::Write,
+            };
+        }
+        // The error response is out: FIN, then wait for the peer's, so that
+        // unread bytes do not turn the close into a reset that could destroy
+        // the response in flight.
+        handshake.deadline = deadline_from(now, env.core.config.close_timeout);
+        self.ending.get_or_insert_with(Box::default).discarded = Some(0);
+        Action::ShutDown
+    }
+
+    fn poll_open(&mut self, env: &Env<H>, now: Instant) -> Action {
+        let close_timeout = env.core.config.close_timeout;
+        loop {
+            let Stage::Open(open) = &mut self.stage else {
+                unreachable!("polled in the open stage");
+            };
+            let dispatch = &mut open.dispatch;
+            let conn = dispatch.conn().clone();
+            let shared = conn.shared();
+            if shared.take_attention() {
+                dispatch.attend();
+            }
+            if dispatch.is_aborted() {
+                return self.close();
+            }
+            let ending = self.ending.as_deref();
+            let deadline = ending.and_then(|ending| ending.deadline);
+            let expired = deadline.is_some_and(|at| now >= at);
+            if let Some(discarded) = ending.and_then(|ending| ending.discarded) {
+                let over = self.read_closed || discarded >= DRAIN_LIMIT || expired;
+                return if over { self.close() } else { Action::Wait };
+            }
+            if let Some(failure) = ending.and_then(|ending| ending.failure.as_deref()) {
+                dispatch.abnormal(failure);
+                return self.close();
+            }
+            if self.read_closed && !dispatch.is_closed() {
+                dispatch.abnormal("connection closed without a close frame");
+                return self.close();
+            }
+            if !dispatch.is_open() && deadline.is_none() {
+                let ending = self.ending.get_or_insert_with(Box::default);
+                ending.deadline = Some(deadline_from(now, close_timeout));
+                continue;
+            }
+            let mut outbox = shared.lock();
+            if !outbox.is_flushed() {
+                let queued = outbox.has_queued();
+                drop(outbox);
+                if expired {
+                    dispatch.abnormal("write failed: close timeout passed");
+                    return self.close();
+                }
+                return if queued && !self.writing {
+                    Action::Write
+                } else {
+                    Action::Wait
+                };
+            }
+            outbox.unschedule_flush();
+            drop(outbox);
+            dispatch.flushed();
+            if shared.has_pending_work() {
+                continue;
+            }
+            self.paused = false;
+            if dispatch.is_closed() {
+                if dispatch.peer_closed() {
+                    // Both close frames are through and ours is written: the
+                    // peer may send nothing more, so the socket is closed at
+                    // once (the server closes TCP first, RFC 6455 §7.1.1).
+                    // Waiting for its FIN would cost a shutdown, a read and a
+                    // wake-up per connection.
+                    return self.close();
+                }
+                // A failure, or our close unanswered: FIN, then wait for the
+                // peer's (see `poll_handshake`), within the close deadline.
+                let ending = self.ending.get_or_insert_with(Box::default);
+                ending.discarded = Some(0);
+                ending
+                    .deadline
+                    .get_or_insert(deadline_from(now, close_timeout));
+                return Action::ShutDown;
+            }
+            if expired {
+                dispatch.abnormal("close handshake timed out");
+                return self.close();
+            }
+            return Action::Wait;
+        }
+    }
+
+    /// Drops the protocol state (running `on_close` if it has not run) and
+    /// says so.
+    fn close(&mut self) -> Action {
+        self.stage = Stage::Done;
+        Action::Close
+    }
+
+    /// Whether the driver should read: the request is still coming, the
+    /// connection is open and not paused, or we wait for the peer's FIN.
+    pub(crate) fn wants_read(&self) -> bool {
+        if self.read_closed {
+            return false;
+        }
+        let lingering = self.ending.as_ref().is_some_and(|e| e.discarded.is_some());
+        match &self.stage {
+            _ if lingering => !self.is_done(),
+            Stage::Handshake(handshake) => !handshake.refused,
+            Stage::Open(open) => !self.paused && !open.dispatch.is_closed(),
+            Stage::Done => false,
+        }
+    }
+
+    /// Reading is paused until what waits to be written is out.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The driver holds bytes it took and has not finished with.
+    pub(crate) fn is_writing(&self) -> bool {
+        self.writing
+    }
+
+    /// How many bytes, counted from the start of the read buffer, the next
+    /// read is for: the request head (up to its limit, plus one to see it
+    /// pass), or the frame in progress (see `Session::bytes_wanted`).
+    pub(crate) fn bytes_wanted(&self, env: &Env<H>) -> usize {
+        match &self.stage {
+            Stage::Handshake(_) => env.core.config.max_handshake_size + 1,
+            Stage::Open(open) => open.dispatch.bytes_wanted(),
+            Stage::Done => 0,
+        }
+    }
+
+    /// When to poll again if nothing else happens: the handshake timeout,
+    /// or, once closing, the close deadline. An open connection has none.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match &self.stage {
+            Stage::Handshake(handshake) => Some(handshake.deadline),
+            Stage::Open(_) => self.ending.as_ref().and_then(|e| e.deadline),
+            Stage::Done => None,
+        }
+    }
+}
+
+/// For the server loop.
+impl<H: Handler> Lifecycle<H> {
+    /// One keepalive sweep, if the connection is open (see `keepalive`).
+    pub(crate) fn sweep(&mut self, sweep: &Sweep) {
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.sweep(sweep);
+        }
+    }
+
+    /// The connection's handle, once upgraded.
+    pub(crate) fn conn(&self) -> Option<&Conn> {
+        match &self.stage {
+            Stage::Open(open) => Some(open.dispatch.conn()),
+            _ => None,
+        }
+    }
+
+    /// Ends the connection now, whatever its state (the server gives up on
+    /// it): `on_close` runs with 1006 if it has not run.
+    pub(crate) fn end(&mut self) {
+        self.stage = Stage::Done;
+    }
+
+    /// True once over: the driver closes the socket.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self.stage, Stage::Done)
+    }
+}
+
+/// Refuses the request whose error response is in `handshake.response`: the
+/// rest (writing it, FIN, waiting for the peer's) is bounded by the close
+/// timeout.
+fn refuse(handshake: &mut Handshake, core: &ServerCore, now: Instant) {
+    handshake.refused = true;
+    handshake.deadline = deadline_from(now, core.config.close_timeout);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,466 @@
+//! The whole life of a connection driven without a socket: requests,
+//! refusals, deadlines, the close handshake, FIN and the linger, pausing,
+//! and both ways of writing. `now` is a value here, so every deadline is
+//! tested at its exact instant.
+
+use std::sync::Mutex;
+use std::task::Waker;
+use std::time::Duration;
+
+use super::*;
+use crate::proto::frame::write_frame;
+use crate::proto::{CloseCode, Message, OpCode};
+use crate::{Accept, Config, Reject, Request};
+
+/// Echoes messages, records `on_open` and `on_close`.
+#[derive(Default)]
+struct Echo {
+    seen: Mutex<Vec<String>>,
+}
+
+impl Handler for Echo {
+    type State = ();
+
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+
+    fn on_open(&self, _: &Conn, _: &mut ()) {
+        self.seen.lock().unwrap().push("open".into());
+    }
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+
+    fn on_close(&self, _: &Conn, _: &mut (), code: CloseCode, reason: &str) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("close {} {reason}", code.0));
+    }
+}
+
+const REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\n\
+    Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+    Sec-WebSocket-Version: 13\r\n\r\n";
+
+const KEY: [u8; 4] = [1, 2, 3, 4];
+
+/// A lifecycle, its server's settings and what the "driver" did.
+struct Harness {
+    env: Env<Echo>,
+    life: Lifecycle<Echo>,
+    now: Instant,
+    /// Bytes the lifecycle had written.
+    wire: Vec<u8>,
+    /// The read buffer a driver would keep.
+    input: BytesMut,
+    fins: usize,
+}
+
+impl Harness {
+    fn new(config: Config) -> Harness {
+        let env = Env {
+            core: ServerCore::new(config),
+            handler: Arc::new(Echo::default()),
+        };
+        let now = Instant::now();
+        let life = Lifecycle::accept(peer(), env.core.enter(), wake(), &env, now);
+        Harness {
+            env,
+            life,
+            now,
+            wire: Vec::new(),
+            input: BytesMut::new(),
+            fins: 0,
+        }
+    }
+
+    /// Bytes arrive.
+    fn receive(&mut self, bytes: &[u8]) {
+        self.input.extend_from_slice(bytes);
+        self.life.receive(&mut self.input, &self.env, self.now);
+    }
+
+    /// Does what `poll` asks (writing everything at once) until it says to
+    /// wait or close, and returns that.
+    fn run(&mut self) -> Action {
+        loop {
+            match self.life.poll(&self.env, self.now) {
+                Action::Write => {
+                    let wire = &mut self.wire;
+                    let done = self.life.write_in_place(&self.env.core.pool, |slices| {
+                        slices.iter().for_each(|s| wire.extend_from_slice(s));
+                        Ok(slices.iter().map(|s| s.len()).sum())
+                    });
+                    assert!(done, "a writer that takes everything");
+                }
+                Action::ShutDown => self.fins += 1,
+                action => return action,
+            }
+        }
+    }
+
+    /// Takes what was written so far.
+    fn written(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.wire)
+    }
+
+    fn open(config: Config) -> Harness {
+        let mut harness = Harness::new(config);
+        harness.receive(REQUEST);
+        assert_eq!(harness.run(), Action::Wait);
+        assert!(harness.written().starts_with(b"HTTP/1.1 101 "));
+        harness
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.env.handler.seen.lock().unwrap().clone()
+    }
+
+    fn later(&mut self, by: Duration) {
+        self.now += by;
+    }
+}
+
+fn peer() -> SocketAddr {
+    "127.0.0.1:40000".parse().unwrap()
+}
+
+fn wake() -> ConnWake {
+    ConnWake::Waker(Waker::noop().clone())
+}
+
+fn masked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    write_frame(&mut frame, true, 0, opcode, payload, Some(KEY));
+    frame
+}
+
+fn unmasked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    write_frame(&mut frame, true, 0, opcode, payload, None);
+    frame
+}
+
+fn close_payload(code: u16) -> Vec<u8> {
+    code.to_be_bytes().to_vec()
+}
+
+#[test]
+fn a_request_is_answered_and_the_frames_after_it_are_handled() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.life.wants_read());
+    assert_eq!(h.life.bytes_wanted(&h.env), 8 * 1024 + 1);
+    let mut bytes = REQUEST.to_vec();
+    bytes.extend(masked(OpCode::Text, b"hello"));
+    h.receive(&bytes);
+    assert!(h.input.is_empty(), "request and frame consumed");
+    assert_eq!(h.run(), Action::Wait);
+    let wire = h.written();
+    assert!(wire.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"));
+    assert!(
+        wire.ends_with(&unmasked(OpCode::Text, b"hello")),
+        "101 then echo"
+    );
+    assert_eq!(h.seen(), ["open"]);
+    assert!(h.life.wants_read());
+    assert_eq!(
+        h.life.deadline(),
+        None,
+        "an open connection has no deadline"
+    );
+    assert_eq!(h.env.core.open(), 1);
+}
+
+#[test]
+fn a_request_in_pieces_waits_in_the_drivers_buffer() {
+    let mut h = Harness::new(Config::default());
+    let (head, rest) = REQUEST.split_at(40);
+    h.receive(head);
+    assert_eq!(&h.input[..], head, "kept for the rest");
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().is_empty());
+    h.receive(rest);
+    assert!(h.input.is_empty());
+    h.run();
+    assert!(h.written().starts_with(b"HTTP/1.1 101 "));
+}
+
+#[test]
+fn a_bad_request_gets_its_error_then_fin_then_a_bounded_linger() {
+    let mut h = Harness::new(Config::default());
+    h.receive(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(!h.life.wants_read(), "nothing is read while answering");
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().starts_with(b"HTTP/1.1 405 "));
+    assert_eq!(h.fins, 1, "FIN after the response");
+    assert!(h.life.wants_read(), "lingering until the peer's FIN");
+    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(5)));
+    h.receive(&[0u8; 1000]);
+    assert!(h.input.is_empty(), "discarded");
+    assert_eq!(h.run(), Action::Wait);
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close);
+    assert!(h.seen().is_empty(), "never opened");
+}
+
+#[test]
+fn the_linger_is_bounded_in_bytes_and_time() {
+    let mut h = Harness::new(Config::default());
+    h.receive(b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(h.run(), Action::Wait);
+    h.receive(&vec![0u8; DRAIN_LIMIT]);
+    assert_eq!(h.run(), Action::Close, "a peer that keeps sending");
+
+    let mut h = Harness::new(Config::default());
+    h.receive(b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(h.run(), Action::Wait);
+    h.later(Duration::from_secs(5) - Duration::from_millis(1));
+    assert_eq!(h.run(), Action::Wait);
+    h.later(Duration::from_millis(1));
+    assert_eq!(h.run(), Action::Close, "a peer that never sends FIN");
+}
+
+#[test]
+fn a_silent_client_gets_408_at_the_handshake_timeout_exactly() {
+    let mut h = Harness::new(Config::default().handshake_timeout(Duration::from_secs(3)));
+    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(3)));
+    h.receive(b"GET / HTTP/1.1\r\n");
+    h.later(Duration::from_secs(3) - Duration::from_nanos(1));
+    assert_eq!(h.run(), Action::Wait);
+    h.later(Duration::from_nanos(1));
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().starts_with(b"HTTP/1.1 408 "));
+    assert_eq!(h.fins, 1);
+}
+
+#[test]
+fn a_port_check_gets_no_answer_and_a_cut_request_gets_400() {
+    let mut h = Harness::new(Config::default());
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close);
+    assert!(h.written().is_empty());
+
+    let mut h = Harness::new(Config::default());
+    h.receive(&REQUEST[..30]);
+    h.life.receive_eof();
+    assert_eq!(
+        h.run(),
+        Action::Close,
+        "written, FIN sent, and the peer has left"
+    );
+    assert!(h.written().starts_with(b"HTTP/1.1 400 "));
+    assert_eq!(h.fins, 1);
+}
+
+#[test]
+fn a_shutdown_answers_handshakes_503() {
+    let mut h = Harness::new(Config::default());
+    h.receive(&REQUEST[..30]);
+    h.env.core.begin_shutdown();
+    h.receive(&REQUEST[30..]);
+    h.run();
+    assert!(h.written().starts_with(b"HTTP/1.1 503 "));
+    assert!(h.seen().is_empty());
+}
+
+#[test]
+fn a_complete_close_handshake_closes_at_once() {
+    let mut h = Harness::open(Config::default());
+    h.receive(&masked(OpCode::Close, &close_payload(1000)));
+    assert_eq!(h.run(), Action::Close, "no FIN, no linger");
+    assert_eq!(h.written(), unmasked(OpCode::Close, &close_payload(1000)));
+    assert_eq!(h.fins, 0);
+    assert_eq!(h.seen(), ["open", "close 1000 "]);
+    assert_eq!(h.env.core.open(), 0);
+}
+
+#[test]
+fn our_close_waits_for_the_peers_until_the_deadline() {
+    let mut h = Harness::open(Config::default().close_timeout(Duration::from_secs(2)));
+    let conn = h.life.conn().unwrap().clone();
+    conn.close(CloseCode::NORMAL, "bye").unwrap();
+    assert_eq!(h.run(), Action::Wait);
+    let mut expected = close_payload(1000);
+    expected.extend(b"bye");
+    assert_eq!(h.written(), unmasked(OpCode::Close, &expected));
+    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(2)));
+    // A peer that floods data instead of answering is cut off on time.
+    h.later(Duration::from_secs(1));
+    h.receive(&masked(OpCode::Binary, &[7u8; 100]));
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().is_empty(), "data after our close is dropped");
+    h.later(Duration::from_secs(1));
+    h.receive(&masked(OpCode::Binary, &[7u8; 100]));
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.seen(), ["open", "close 1006 close handshake timed out"]);
+}
+
+#[test]
+fn our_close_answered_ends_tcp_at_once() {
+    let mut h = Harness::open(Config::default());
+    let conn = h.life.conn().unwrap().clone();
+    conn.close(CloseCode::GOING_AWAY, "").unwrap();
+    assert_eq!(h.run(), Action::Wait);
+    h.receive(&masked(OpCode::Close, &close_payload(1001)));
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.fins, 0);
+    assert_eq!(h.seen(), ["open", "close 1001 "]);
+}
+
+#[test]
+fn a_protocol_error_fails_with_its_code_then_fin_and_linger() {
+    let mut h = Harness::open(Config::default());
+    h.receive(&unmasked(OpCode::Text, b"not masked"));
+    assert_eq!(h.run(), Action::Wait);
+    let wire = h.written();
+    assert_eq!(&wire[..4], &[0x88, 28, 0x03, 0xea], "close 1002");
+    assert_eq!(h.fins, 1);
+    assert!(h.life.wants_read(), "waiting for the peer's FIN");
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.seen(), ["open", "close 1002 client frame is not masked"]);
+}
+
+#[test]
+fn eof_or_a_read_error_without_a_close_is_1006() {
+    let mut h = Harness::open(Config::default());
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(
+        h.seen(),
+        ["open", "close 1006 connection closed without a close frame"]
+    );
+
+    let mut h = Harness::open(Config::default());
+    h.life.read_failed(&io::ErrorKind::ConnectionReset.into());
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.seen()[1], "close 1006 read failed: connection reset");
+}
+
+#[test]
+fn a_blocked_write_pauses_reading_until_everything_is_out() {
+    let mut h = Harness::open(Config::default());
+    h.receive(&masked(OpCode::Binary, &[1u8; 1000]));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    // The socket takes 100 bytes, then would block.
+    let mut taken = 0;
+    let done = h.life.write_in_place(&h.env.core.pool, |slices| {
+        if taken > 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        taken = slices[0].len().min(100);
+        Ok(taken)
+    });
+    assert!(!done);
+    assert!(h.life.is_paused() && !h.life.wants_read());
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "still to write");
+    assert_eq!(h.run(), Action::Wait);
+    assert_eq!(h.written().len(), 1004 - 100);
+    assert!(!h.life.is_paused() && h.life.wants_read());
+}
+
+#[test]
+fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
+    let mut h = Harness::open(Config::default().max_outbound_bytes(1000));
+    h.receive(&masked(OpCode::Binary, &[1u8; 2000]));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    let mut taken = WriteQueue::new();
+    h.life.take_queue(&mut taken, &h.env);
+    assert_eq!(taken.len(), 2004);
+    assert!(h.life.is_writing());
+    assert!(
+        h.life.is_paused(),
+        "over max_outbound_bytes: reading pauses"
+    );
+    let conn = h.life.conn().unwrap().clone();
+    assert_eq!(conn.queued_bytes(), 2004, "bytes in flight count");
+    assert_eq!(
+        h.life.poll(&h.env, h.now),
+        Action::Wait,
+        "nothing new to write"
+    );
+    assert_eq!(conn.send_binary(b"x"), Err(crate::SendError::QueueFull));
+    h.life.sent(1000);
+    assert_eq!(
+        conn.queued_bytes(),
+        1004,
+        "what was taken counts until sent"
+    );
+    h.life.sent(1004);
+    h.life.write_finished(0);
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Wait);
+    assert!(
+        !h.life.is_paused() && h.life.wants_read(),
+        "flushed: reading again"
+    );
+    conn.send_binary(b"more").unwrap();
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "the newer bytes");
+    let mut taken = WriteQueue::new();
+    h.life.take_queue(&mut taken, &h.env);
+    assert_eq!(taken.len(), 6);
+    h.life.sent(taken.len());
+    h.life.write_finished(0);
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Wait);
+    assert_eq!(conn.queued_bytes(), 0);
+}
+
+#[test]
+fn a_failed_write_ends_the_connection_with_1006() {
+    let mut h = Harness::open(Config::default());
+    h.receive(&masked(OpCode::Text, b"x"));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    let done = h
+        .life
+        .write_in_place(&h.env.core.pool, |_| Err(io::ErrorKind::BrokenPipe.into()));
+    assert!(!done);
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.seen()[1], "close 1006 write failed: broken pipe");
+}
+
+#[test]
+fn an_abort_drops_the_connection_at_once() {
+    let mut h = Harness::open(Config::default());
+    h.life.conn().unwrap().shared().abort();
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(
+        h.seen(),
+        ["open", "close 1006 connection aborted by server shutdown"]
+    );
+}
+
+#[test]
+fn an_upgraded_connection_opens_at_once() {
+    let env = Env {
+        core: ServerCore::new(Config::default()),
+        handler: Arc::new(Echo::default()),
+    };
+    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), (), None, &env);
+    assert_eq!(*env.handler.seen.lock().unwrap(), ["open"]);
+    assert_eq!(life.deadline(), None);
+    let mut input = BytesMut::from(&masked(OpCode::Text, b"hi")[..]);
+    let now = Instant::now();
+    life.receive(&mut input, &env, now);
+    assert_eq!(life.poll(&env, now), Action::Write);
+    let mut wire = Vec::new();
+    life.write_in_place(&env.core.pool, |slices| {
+        slices.iter().for_each(|s| wire.extend_from_slice(s));
+        Ok(slices.iter().map(|s| s.len()).sum())
+    });
+    assert_eq!(wire, unmasked(OpCode::Text, b"hi"), "no handshake bytes");
+}
+
+#[test]
+fn dropping_a_connection_ends_it_for_the_server() {
+    let h = Harness::open(Config::default());
+    assert_eq!((h.env.core.live(), h.env.core.open()), (1, 1));
+    let Harness { env, life, .. } = h;
+    drop(life);
+    assert_eq!((env.core.live(), env.core.open()), (0, 0));
+    assert_eq!(
+        *env.handler.seen.lock().unwrap(),
+        ["open", "close 1006 connection dropped"]
+    );
+}
