@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-features=(tokio uring deflate)
+features=(tokio uring deflate rustls)
 for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     chosen=()
     for i in "${!features[@]}"; do
@@ -33,5 +33,5 @@ forbid() {
     done
     echo "--features $build: none of $*"
 }
-forbid uring tokio mio zlib-rs
-forbid tokio io-uring zlib-rs
+forbid uring tokio mio zlib-rs rustls
+forbid tokio io-uring zlib-rs rustls

@@ -24,12 +24,18 @@ mod lifecycle;
 mod read_buf;
 mod server;
 mod slot_waker;
+#[cfg(feature = "tokio")]
+mod timer;
+#[cfg(feature = "rustls")]
+mod tls;
 mod upgrade;
 
 pub mod config;
 pub mod handshake;
 pub mod pool;
 pub mod proto;
+#[cfg(feature = "tokio")]
+pub mod stream;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 #[cfg(all(target_os = "linux", feature = "uring"))]

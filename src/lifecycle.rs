@@ -74,6 +74,15 @@ pub(crate) struct Env<H> {
     pub(crate) handler: Arc<H>,
 }
 
+impl<H> Clone for Env<H> {
+    fn clone(&self) -> Self {
+        Env {
+            core: self.core.clone(),
+            handler: self.handler.clone(),
+        }
+    }
+}
+
 /// What the driver does next, from [`Lifecycle::poll`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {

@@ -34,9 +34,10 @@ pub(crate) struct ServerCore {
     shutting_down: AtomicBool,
     /// Set when the shutdown timeout has passed: loops drop their connections.
     aborting: AtomicBool,
-    /// Wakes the tokio accept loop at shutdown.
+    /// Wakes the tasks that wait for a shutdown or an abort (the tokio accept
+    /// loop, stream connections); they look at the flags when woken.
     #[cfg(feature = "tokio")]
-    shutdown_requested: Notify,
+    signals: Notify,
     /// The server loops (and `serve` on io_uring), woken when a shutdown
     /// begins and again when it turns to an abort.
     loop_wakers: Mutex<Vec<Waker>>,
@@ -55,7 +56,7 @@ impl ServerCore {
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
             #[cfg(feature = "tokio")]
-            shutdown_requested: Notify::new(),
+            signals: Notify::new(),
             loop_wakers: Mutex::new(Vec::new()),
         })
     }
@@ -100,8 +101,6 @@ impl ServerCore {
             return false;
         }
         fence(Ordering::SeqCst);
-        #[cfg(feature = "tokio")]
-        self.shutdown_requested.notify_waiters();
         self.wake_loops();
         true
     }
@@ -113,16 +112,54 @@ impl ServerCore {
     /// Resolves once a shutdown has been requested. Any number of tasks may wait.
     #[cfg(feature = "tokio")]
     pub(crate) async fn shutdown_requested(&self) {
+        self.until(ServerCore::is_shutting_down).await;
+    }
+
+    /// Completes at the next shutdown or abort signal (enable it, then look
+    /// at the flags, so that none is missed in between).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn signaled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.signals.notified()
+    }
+
+    /// Resolves once the shutdown has turned to an abort.
+    #[cfg(feature = "rustls")]
+    pub(crate) async fn abort_requested(&self) {
+        self.until(ServerCore::is_aborting).await;
+    }
+
+    /// Resolves once `flag` is true; it is looked at whenever the shutdown
+    /// or abort flag changes.
+    #[cfg(feature = "tokio")]
+    async fn until(&self, flag: fn(&ServerCore) -> bool) {
         loop {
-            let notified = self.shutdown_requested.notified();
+            let notified = self.signals.notified();
             tokio::pin!(notified);
-            // Registered before the flag is checked, so a shutdown between the
+            // Registered before the flag is checked, so a change between the
             // check and the await is not missed.
             notified.as_mut().enable();
-            if self.is_shutting_down() {
+            if flag(self) {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// After a shutdown began: waits for the connections to close, at most
+    /// `shutdown_timeout`, then aborts the rest and gives them a second to go.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn finish_shutdown(&self) {
+        let shutdown_timeout = self.config.shutdown_timeout;
+        if tokio::time::timeout(shutdown_timeout, self.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                remaining = self.live(),
+                "connections still open after the shutdown timeout; dropping them"
+            );
+            self.abort_all();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.wait_idle()).await;
         }
     }
 
@@ -155,6 +192,8 @@ impl ServerCore {
     }
 
     fn wake_loops(&self) {
+        #[cfg(feature = "tokio")]
+        self.signals.notify_waiters();
         let wakers = self.loop_wakers.lock().unwrap_or_else(|p| p.into_inner());
         wakers.iter().for_each(Waker::wake_by_ref);
     }

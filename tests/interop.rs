@@ -2,6 +2,9 @@
 //! `websockets` client (installed into tests/interop/.venv by
 //! tests/interop/setup.sh on first use), on both backends.
 //!
+//! On the TLS backend the client connects with wss, an ssl context trusting
+//! the test's certificate.
+//!
 //! The client (tests/interop/deflate_client.py) sends text and binary
 //! messages from empty to 1 MiB, checks every echo, and reports what was
 //! negotiated and how each echo arrived (RSV1, bytes on the wire).
@@ -40,15 +43,27 @@ fn python() -> &'static PathBuf {
     })
 }
 
-/// Runs the client against `url` with `offers` (see the script) and returns
-/// its report; fails the test if an echo differed.
-async fn run_client(url: String, offers: &[&str]) -> Value {
+/// Runs the client against `path` on `server` with `offers` (see the
+/// script) and returns its report; fails the test if an echo differed. A
+/// wss server is reached directly, with an ssl context that trusts the
+/// test's certificate.
+async fn run_client(server: &TestServer, path: &str, offers: &[&str]) -> Value {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/interop/deflate_client.py"
     );
     let mut command = Command::new(python());
-    command.arg(script).arg(url);
+    match server.tls_addr {
+        #[cfg(feature = "rustls")]
+        Some(addr) => {
+            let url = format!("wss://localhost:{}{path}", addr.port());
+            let ca = &tls::identity().cert_pem;
+            command.arg(script).arg(url).arg("--cafile").arg(ca);
+        }
+        _ => {
+            command.arg(script).arg(server.url(path));
+        }
+    }
     for offer in offers {
         command.arg("--offer").arg(offer);
     }
@@ -88,7 +103,7 @@ fn frames(report: &Value) -> Vec<(bool, u64)> {
 async fn the_default_offer_compresses_both_ways_without_context(backend: Backend) {
     let server = start(backend, deflate_on(DeflateConfig::default())).await;
     // websockets' default offer: `permessage-deflate; client_max_window_bits`.
-    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    let report = run_client(&server, "/", &["client_max_window_bits"]).await;
     assert_eq!(
         report["response"],
         "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
@@ -117,7 +132,7 @@ async fn context_takeover_when_the_server_keeps_it(backend: Backend) {
         .server_context_takeover(true)
         .client_context_takeover(true);
     let server = start(backend, deflate_on(keep)).await;
-    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    let report = run_client(&server, "/", &["client_max_window_bits"]).await;
     assert_eq!(report["response"], "permessage-deflate");
     assert_eq!(report["negotiated"]["client_no_context_takeover"], false);
     let frames = frames(&report);
@@ -126,7 +141,7 @@ async fn context_takeover_when_the_server_keeps_it(backend: Backend) {
         "the repeated message refers back: {frames:?}"
     );
     // The client may still forbid the server's context.
-    let report = run_client(server.url("/"), &["server_no_context_takeover"]).await;
+    let report = run_client(&server, "/", &["server_no_context_takeover"]).await;
     assert_eq!(
         report["response"],
         "permessage-deflate; server_no_context_takeover"
@@ -138,7 +153,8 @@ async fn context_takeover_when_the_server_keeps_it(backend: Backend) {
 async fn small_windows_as_the_client_asks(backend: Backend) {
     let server = start(backend, deflate_on(DeflateConfig::default())).await;
     let report = run_client(
-        server.url("/"),
+        &server,
+        "/",
         &["server_max_window_bits=9,client_max_window_bits=9"],
     )
     .await;
@@ -156,30 +172,31 @@ async fn small_windows_as_the_client_asks(backend: Backend) {
         deflate_on(DeflateConfig::default().server_max_window_bits(11)),
     )
     .await;
-    let report = run_client(server.url("/"), &["server_max_window_bits=13"]).await;
+    let report = run_client(&server, "/", &["server_max_window_bits=13"]).await;
     assert_eq!(report["negotiated"]["server_max_window_bits"], 11);
 }
 
 async fn window_8_is_declined_and_the_next_offer_taken(backend: Backend) {
     let server = start(backend, deflate_on(DeflateConfig::default())).await;
     let report = run_client(
-        server.url("/"),
+        &server,
+        "/",
         &["server_max_window_bits=8", "server_max_window_bits=10"],
     )
     .await;
     assert_eq!(report["negotiated"]["server_max_window_bits"], 10);
     // Offered alone, it leaves the connection uncompressed, and working.
-    let report = run_client(server.url("/"), &["server_max_window_bits=8"]).await;
+    let report = run_client(&server, "/", &["server_max_window_bits=8"]).await;
     assert_eq!(report["response"], Value::Null);
     assert_eq!(report["frames"].as_array().unwrap().len(), 0);
 }
 
 async fn no_compression_unless_configured_and_allowed(backend: Backend) {
     let server = start(backend, Config::default()).await;
-    let report = run_client(server.url("/"), &["client_max_window_bits"]).await;
+    let report = run_client(&server, "/", &["client_max_window_bits"]).await;
     assert_eq!(report["response"], Value::Null, "off by default");
     let server = start(backend, deflate_on(DeflateConfig::default())).await;
-    let report = run_client(server.url("/no-deflate"), &["client_max_window_bits"]).await;
+    let report = run_client(&server, "/no-deflate", &["client_max_window_bits"]).await;
     assert_eq!(
         report["response"],
         Value::Null,

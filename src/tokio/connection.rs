@@ -9,15 +9,12 @@
 //! frame is left in it. Everything the callbacks and the protocol queue while
 //! handling one read goes out in one `writev`.
 
-use std::future::Future;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
-use std::pin::Pin;
 use std::task::Context;
 
 use bytes::BytesMut;
-use tokio::time::{Sleep, sleep_until};
 
 use crate::conn::Conn;
 use crate::handler::Handler;
@@ -27,6 +24,7 @@ use crate::pool::BufferPool;
 use crate::read_buf;
 use crate::server::LiveGuard;
 use crate::slot_waker::ConnWake;
+use crate::timer::Timer;
 
 use super::sys::recv_into_spare;
 
@@ -47,8 +45,8 @@ pub(crate) struct Connection<H: Handler> {
     // Declared first, so the socket is closed before the live guard in the
     // lifecycle is dropped: once `serve` sees no live connection, none is open.
     socket: Socket,
-    /// The lifecycle's deadline, armed (boxed: most connections have none).
-    timer: Option<Pin<Box<Sleep>>>,
+    /// On the lifecycle's deadline.
+    timer: Timer,
     life: Lifecycle<H>,
 }
 
@@ -70,7 +68,7 @@ impl<H: Handler> Connection<H> {
                 writable: false,
                 read_closed: false,
             },
-            timer: None,
+            timer: Timer::default(),
             life: Lifecycle::accept(peer, live, wake, env, now),
         }
     }
@@ -125,28 +123,8 @@ impl<H: Handler> Connection<H> {
             self.socket.read_buf.clear();
         }
         read_buf::release(&mut self.socket.read_buf, pool);
-        self.arm_timer(cx);
+        self.timer.follow(self.life.deadline(), cx);
         progress
-    }
-
-    /// Keeps the timer on the lifecycle's deadline; a deadline already
-    /// passed wakes the connection for another turn.
-    fn arm_timer(&mut self, cx: &mut Context<'_>) {
-        let Some(at) = self.life.deadline() else {
-            self.timer = None;
-            return;
-        };
-        let at = tokio::time::Instant::from_std(at);
-        match &mut self.timer {
-            Some(timer) if timer.deadline() == at => {}
-            Some(timer) => timer.as_mut().reset(at),
-            None => self.timer = Some(Box::pin(sleep_until(at))),
-        }
-        if let Some(timer) = &mut self.timer {
-            if timer.as_mut().poll(cx).is_ready() {
-                cx.waker().wake_by_ref();
-            }
-        }
     }
 
     /// One keepalive sweep, if the connection is open (see `keepalive`).

@@ -37,12 +37,13 @@ mod sys;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::config::Config;
 use crate::handler::Handler;
+#[cfg(feature = "rustls")]
+use crate::lifecycle::Env;
 use crate::server::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, ServerCore, ServerHandle, concerns_one_connection,
 };
@@ -56,6 +57,9 @@ pub struct Server<H: Handler> {
     listener: TcpListener,
     handler: Arc<H>,
     core: Arc<ServerCore>,
+    /// Set by [`Server::tls`]: every connection is wss.
+    #[cfg(feature = "rustls")]
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl<H: Handler> std::fmt::Debug for Server<H> {
@@ -88,7 +92,21 @@ impl<H: Handler> Server<H> {
             listener,
             handler: Arc::new(handler),
             core: ServerCore::new(config),
+            #[cfg(feature = "rustls")]
+            tls: None,
         }
+    }
+
+    /// Serves wss: every connection starts with a TLS handshake with this
+    /// rustls configuration, then the WebSocket upgrade, both within
+    /// `handshake_timeout`. TLS connections are served by the stream driver
+    /// (`rapidws::stream`), one task each, with the same handler, limits and
+    /// shutdown. Set ALPN to `http/1.1` (or nothing): the upgrade is HTTP/1.1.
+    /// (With the `rustls` feature.)
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        self
     }
 
     /// The address the server listens on (useful after binding port 0).
@@ -114,6 +132,8 @@ impl<H: Handler> Server<H> {
             listener,
             handler,
             core,
+            #[cfg(feature = "rustls")]
+            tls,
         } = self;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
@@ -142,6 +162,22 @@ impl<H: Handler> Server<H> {
                         }
                         // Counted before it is handed over, so a shutdown waits for it.
                         let live = core.enter();
+                        #[cfg(feature = "rustls")]
+                        if let Some(acceptor) = &tls {
+                            let env = Env {
+                                core: core.clone(),
+                                handler: handler.clone(),
+                            };
+                            let stream = std::net::TcpStream::from(stream);
+                            tokio::spawn(crate::tls::serve(
+                                acceptor.clone(),
+                                stream,
+                                peer,
+                                live,
+                                env,
+                            ));
+                            continue;
+                        }
                         groups
                             .least_loaded()
                             .hand_over(Incoming { stream, peer, live });
@@ -170,18 +206,7 @@ impl<H: Handler> Server<H> {
         }
         drop(listener);
         drop(groups);
-        let shutdown_timeout = core.config.shutdown_timeout;
-        if tokio::time::timeout(shutdown_timeout, core.wait_idle())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                remaining = core.live(),
-                "connections still open after the shutdown timeout; dropping them"
-            );
-            core.abort_all();
-            let _ = tokio::time::timeout(Duration::from_secs(1), core.wait_idle()).await;
-        }
+        core.finish_shutdown().await;
         Ok(())
     }
 }

@@ -15,12 +15,21 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+#[cfg(feature = "rustls")]
+pub mod tls;
+
 /// The backends the tests run against.
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Tokio,
     #[cfg(all(target_os = "linux", feature = "uring"))]
     Uring,
+    /// The stream driver over plain `TcpStream`s the test accepts.
+    Stream,
+    /// The tokio server with TLS (the stream driver over rustls); the tests'
+    /// plain connections reach it through a TLS bridge (`tls::bridge`).
+    #[cfg(feature = "rustls")]
+    Tls,
 }
 
 /// Generates one `#[tokio::test]` per backend for each listed test function
@@ -44,6 +53,23 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Uring).await
+                }
+            )*
+        }
+        mod stream_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Stream).await
+                }
+            )*
+        }
+        #[cfg(feature = "rustls")]
+        mod tls_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Tls).await
                 }
             )*
         }
@@ -231,6 +257,8 @@ pub struct TestServer {
     pub handle: ServerHandle,
     pub recorder: Arc<Recorder>,
     pub served: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// With TLS: the wss server's own address (`addr` is the bridge's).
+    pub tls_addr: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -262,10 +290,64 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
                 handle: server.handle(),
                 recorder,
                 served: tokio::spawn(server.serve()),
+                tls_addr: None,
             }
         }
         #[cfg(all(target_os = "linux", feature = "uring"))]
         Backend::Uring => start_uring(config, |server| server.threads(2)).await,
+        Backend::Stream => {
+            let server = rapidws::stream::Server::new(handler, config);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let handle = server.handle();
+            let served = tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        () = server.shutdown_requested() => break,
+                        accepted = listener.accept() => {
+                            let Ok((stream, peer)) = accepted else { continue };
+                            let _ = stream.set_nodelay(true);
+                            tokio::spawn(server.serve(stream, peer, &[]));
+                        }
+                    }
+                }
+                drop(listener);
+                server.shutdown().await;
+                Ok(())
+            });
+            TestServer {
+                addr,
+                handle,
+                recorder,
+                served,
+                tls_addr: None,
+            }
+        }
+        #[cfg(feature = "rustls")]
+        Backend::Tls => {
+            let server = rapidws::tokio::Server::bind("127.0.0.1:0", handler, config)
+                .await
+                .expect("bind")
+                .tls(tls::server_config());
+            let tls_addr = server.local_addr().unwrap();
+            let (addr, bridge) = tls::bridge(tls_addr).await;
+            let handle = server.handle();
+            let served = tokio::spawn(async move {
+                let served = server.serve().await;
+                // Not listening any more, on either port.
+                bridge.abort();
+                let _ = bridge.await;
+                served
+            });
+            TestServer {
+                addr,
+                handle,
+                recorder,
+                served,
+                tls_addr: Some(tls_addr),
+            }
+        }
     }
 }
 
@@ -295,6 +377,7 @@ pub async fn start_uring(
                 .await
                 .unwrap_or_else(|_| Err(std::io::Error::other("serve thread died")))
         }),
+        tls_addr: None,
     }
 }
 

@@ -5,7 +5,7 @@ messages, checks every echo, and prints one JSON line: what was negotiated, and
 for each echo whether it arrived compressed and how many bytes it took on the
 wire. Exits non-zero if an echo differs.
 
-    python deflate_client.py URL [--offer SPEC]...
+    python deflate_client.py URL [--offer SPEC]... [--cafile PEM]
 
 An offer SPEC is a comma-separated list of: server_no_context_takeover,
 client_no_context_takeover, server_max_window_bits=N, client_max_window_bits
@@ -14,6 +14,7 @@ or client_max_window_bits=N. `--offer none` offers nothing.
 
 import argparse
 import json
+import ssl
 import sys
 
 from websockets.extensions.base import Extension
@@ -70,7 +71,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--offer", action="append", default=[])
+    parser.add_argument("--cafile", help="for wss: trust this certificate (PEM)")
     args = parser.parse_args()
+    tls = {}
+    if args.cafile:
+        tls["ssl"] = ssl.create_default_context(cafile=args.cafile)
     offers = [] if args.offer == ["none"] else [factory(o) for o in args.offer or [""]]
     with connect(
         args.url,
@@ -78,6 +83,7 @@ def main():
         compression=None,
         max_size=None,
         open_timeout=10,
+        **tls,
     ) as ws:
         response = ws.response.headers.get("Sec-WebSocket-Extensions")
         negotiated = {}

@@ -1,0 +1,146 @@
+//! The driver for any async byte stream: TLS (wss), a Unix socket, an
+//! in-memory pipe, and later hyper's upgraded IO. The same [`Handler`],
+//! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
+//! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
+//! one tokio task per connection.
+//!
+//! The stream is read into pooled buffers (a connection waiting for data
+//! holds no read buffer of ours; the stream may hold its own, as a TLS
+//! stream does), and everything queued while handling one read goes out in
+//! one `poll_write_vectored`. What happens to the connection is decided by
+//! the same sans-I/O lifecycle the other drivers use (`src/lifecycle.rs`);
+//! `connection.rs` only moves bytes.
+//!
+//! ```no_run
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::io::Result<()> {
+//!     let server = rapidws::stream::Server::new(Echo, Config::default());
+//!     let listener = tokio::net::UnixListener::bind("/tmp/echo.sock")?;
+//!     loop {
+//!         let (stream, _) = listener.accept().await?;
+//!         // Any `AsyncRead + AsyncWrite` stream: here a Unix socket.
+//!         let peer = "127.0.0.1:0".parse().unwrap();
+//!         tokio::spawn(server.serve(stream, peer, &[]));
+//!     }
+//! }
+//! ```
+
+mod connection;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::config::Config;
+use crate::handler::Handler;
+use crate::lifecycle::Env;
+use crate::proto::deflate::DeflateParams;
+use crate::server::{ServerCore, ServerHandle};
+
+pub(crate) use connection::{Start, serve};
+
+/// Serves WebSocket connections over streams the caller accepts.
+pub struct Server<H: Handler> {
+    env: Env<H>,
+}
+
+impl<H: Handler> std::fmt::Debug for Server<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("handle", &self.handle())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> Server<H> {
+    pub fn new(handler: H, config: Config) -> Self {
+        Server {
+            env: Env {
+                core: ServerCore::new(config),
+                handler: Arc::new(handler),
+            },
+        }
+    }
+
+    /// A handle to shut the server down or count its connections.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.env.core.clone())
+    }
+
+    /// Serves one connection over `stream`, whose upgrade request comes next
+    /// (`prefix`: bytes of it already read from the stream, for a caller that
+    /// peeked). The connection counts from this call: the handshake timeout
+    /// runs from here, and [`Server::shutdown`] waits for it.
+    ///
+    /// The future ends when the connection is over; spawn it
+    /// (`tokio::spawn(server.serve(stream, peer, &[]))`).
+    pub fn serve<S>(
+        &self,
+        stream: S,
+        peer: SocketAddr,
+        prefix: &[u8],
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let live = self.env.core.enter();
+        let start = Start::Request {
+            prefix: BytesMut::from(prefix),
+        };
+        serve(stream, peer, start, live, self.env.clone(), Instant::now())
+    }
+
+    /// Serves one connection over `stream` whose upgrade the caller has
+    /// answered (checked the request, ran the upgrade hook to get `state`,
+    /// negotiated permessage-deflate with [`handshake::negotiate`] and sent
+    /// the `101`): it opens at once, calling `on_open`. The connection limit
+    /// is the caller's to check. Spawn the future, like [`Server::serve`]'s.
+    ///
+    /// [`handshake::negotiate`]: crate::handshake::negotiate
+    pub fn serve_upgraded<S>(
+        &self,
+        stream: S,
+        peer: SocketAddr,
+        state: H::State,
+        deflate: Option<DeflateParams>,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let live = self.env.core.enter();
+        let start = Start::Upgraded { state, deflate };
+        serve(stream, peer, start, live, self.env.clone(), Instant::now())
+    }
+
+    /// Resolves once a shutdown was asked for (here or through a
+    /// [`ServerHandle`]): an accept loop selects on it to stop accepting.
+    pub async fn shutdown_requested(&self) {
+        self.env.core.shutdown_requested().await;
+    }
+
+    /// Shuts down gracefully: no new connection is upgraded (handshakes
+    /// answer 503), open ones get close 1001, and this waits for them, at
+    /// most `shutdown_timeout`, before dropping the rest.
+    pub async fn shutdown(&self) {
+        self.handle().shutdown();
+        self.env.core.finish_shutdown().await;
+    }
+}

@@ -1,0 +1,108 @@
+//! TLS for the tests: a certificate made per test binary (rcgen), rustls
+//! configurations on ring, and a bridge that carries plain TCP connections
+//! over TLS to a wss server, so that every raw-socket test runs unchanged
+//! against the server's TLS path.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`, its key, and
+/// both written as PEM files (for the Python client and the echo example).
+pub struct Identity {
+    pub cert: CertificateDer<'static>,
+    pub key: PrivatePkcs8KeyDer<'static>,
+    pub cert_pem: PathBuf,
+    pub key_pem: PathBuf,
+}
+
+/// This test binary's identity, made once.
+pub fn identity() -> &'static Identity {
+    static IDENTITY: OnceLock<Identity> = OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let made = rcgen::generate_simple_self_signed(names).expect("certificate");
+        let dir = std::env::temp_dir().join(format!("rapidws-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert_pem = dir.join("cert.pem");
+        let key_pem = dir.join("key.pem");
+        std::fs::write(&cert_pem, made.cert.pem()).unwrap();
+        std::fs::write(&key_pem, made.signing_key.serialize_pem()).unwrap();
+        Identity {
+            cert: made.cert.der().clone(),
+            key: PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()),
+            cert_pem,
+            key_pem,
+        }
+    })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server's configuration: this binary's certificate.
+pub fn server_config() -> Arc<ServerConfig> {
+    let identity = identity();
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![identity.cert.clone()],
+            PrivateKeyDer::Pkcs8(identity.key.clone_key()),
+        )
+        .expect("server config");
+    Arc::new(config)
+}
+
+/// A client configuration that trusts this binary's certificate only.
+pub fn client_config() -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(identity().cert.clone()).unwrap();
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// Opens a TLS connection to a wss server at `addr`, as `localhost`.
+pub async fn connect(
+    addr: SocketAddr,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from("localhost").unwrap();
+    TlsConnector::from(client_config()).connect(name, tcp).await
+}
+
+/// Listens on a free loopback port and carries each connection over TLS to
+/// the wss server at `upstream`, both ways, FIN included. Returns the port's
+/// address and the accept task (abort it to stop listening).
+pub async fn bridge(upstream: SocketAddr) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut plain, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = plain.set_nodelay(true);
+            tokio::spawn(async move {
+                let Ok(mut tls) = connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut plain, &mut tls).await;
+            });
+        }
+    });
+    (addr, task)
+}

@@ -1,0 +1,186 @@
+//! wss on the tokio server (the stream driver over rustls), with clients that
+//! speak TLS themselves: tokio-tungstenite over tokio-rustls here, Python
+//! `websockets` with an ssl context in `tests/interop.rs`. Every other
+//! integration test also runs against this server, through a TLS bridge
+//! (`backend_tests!`, `tls_backend`). This file adds what only a TLS port
+//! has: peers that do not speak TLS.
+#![cfg(feature = "rustls")]
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use rapidws::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as Ws;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+/// The server's log lines, for the whole test binary.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn log() -> &'static Log {
+    static LOG: OnceLock<Log> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Log::default();
+        let writer = log.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .init();
+        log
+    })
+}
+
+fn logged(peer_port: u16, what: &str) -> bool {
+    let text = String::from_utf8_lossy(&log().0.lock().unwrap()).into_owned();
+    text.lines()
+        .any(|line| line.contains(what) && line.contains(&format!(":{peer_port}")))
+}
+
+async fn wss_server(config: Config) -> (TestServer, std::net::SocketAddr) {
+    log();
+    let server = start(Backend::Tls, config).await;
+    let addr = server.tls_addr.expect("a TLS server");
+    (server, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tungstenite_over_rustls_echoes_and_closes() {
+    let (server, addr) = wss_server(Config::default()).await;
+    let tls = tls::connect(addr).await.expect("TLS handshake");
+    let url = format!("wss://localhost:{}/", addr.port());
+    let (mut client, response) = tokio_tungstenite::client_async(url, tls)
+        .await
+        .expect("upgrade over TLS");
+    assert_eq!(response.status(), 101);
+    for message in [
+        Ws::text("over TLS"),
+        Ws::binary(vec![7u8; 300_000]),
+        Ws::text(""),
+    ] {
+        client.send(message.clone()).await.unwrap();
+        assert_eq!(client.next().await.unwrap().unwrap(), message);
+    }
+    let frame = CloseFrame {
+        code: 4001.into(),
+        reason: "done".into(),
+    };
+    client.send(Ws::Close(Some(frame))).await.unwrap();
+    match client.next().await.unwrap().unwrap() {
+        Ws::Close(Some(frame)) => assert_eq!(u16::from(frame.code), 4001),
+        other => panic!("expected the close echoed, got {other:?}"),
+    }
+    assert!(client.next().await.is_none(), "the server ends the stream");
+    assert_eq!(
+        server.recorder.wait_closes(1).await,
+        [(4001, "done".into())]
+    );
+}
+
+/// Plain HTTP, or bytes that are not TLS at all, sent to the TLS port: the
+/// connection is closed (no HTTP answer in clear), a line is logged, and
+/// the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_and_garbage_on_the_tls_port_are_closed_and_logged() {
+    let (server, addr) = wss_server(Config::default()).await;
+    for bytes in [
+        upgrade_request("/", "").into_bytes(),
+        b"\x00\x01garbage garbage garbage\r\n\r\n".to_vec(),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let port = stream.local_addr().unwrap().port();
+        stream.write_all(&bytes).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer));
+        // A TLS alert at most, then the end (or a reset).
+        let _ = read.await.expect("closed, not left hanging");
+        assert!(!answer.starts_with(b"HTTP/"), "{answer:?}");
+        assert!(
+            eventually(Duration::from_secs(2), || logged(
+                port,
+                "TLS handshake failed"
+            ))
+            .await,
+            "a log line for {port}"
+        );
+    }
+    assert!(eventually(Duration::from_secs(2), || server.handle.alive() == 0).await);
+    let tls = tls::connect(addr).await.expect("still serving TLS");
+    let url = format!("wss://localhost:{}/", addr.port());
+    let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
+    client.send(Ws::text("still here")).await.unwrap();
+    assert_eq!(
+        client.next().await.unwrap().unwrap(),
+        Ws::text("still here")
+    );
+}
+
+/// A peer that connects and sends nothing, or half a ClientHello, holds its
+/// connection until the handshake timeout and not longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_hello_gets_the_handshake_timeout() {
+    let timeout = Duration::from_millis(600);
+    let (server, addr) = wss_server(Config::default().handshake_timeout(timeout)).await;
+    // The first bytes of a real ClientHello: a handshake record header.
+    let half_hello: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03];
+    for sent in [&[][..], half_hello] {
+        let started = Instant::now();
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let port = stream.local_addr().unwrap().port();
+        stream.write_all(sent).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+            .await
+            .expect("closed at the handshake timeout");
+        let took = started.elapsed();
+        assert!(took >= timeout, "closed after {took:?}");
+        assert!(took < timeout * 4, "closed only after {took:?}");
+        assert!(
+            eventually(Duration::from_secs(2), || logged(
+                port,
+                "TLS handshake timed out"
+            ))
+            .await,
+            "a log line for {port}"
+        );
+    }
+    assert!(eventually(Duration::from_secs(2), || server.handle.alive() == 0).await);
+}
+
+/// The handshake timeout covers the TLS handshake and the upgrade request
+/// together: a client that finishes TLS and then dribbles its request gets
+/// 408 at the timeout counted from the connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handshake_timeout_counts_from_the_connect() {
+    let timeout = Duration::from_millis(800);
+    let (_server, addr) = wss_server(Config::default().handshake_timeout(timeout)).await;
+    let started = Instant::now();
+    let mut tls = tls::connect(addr).await.unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    tls.flush().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await;
+    let took = started.elapsed();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(took >= timeout && took < timeout * 3, "408 after {took:?}");
+}
