@@ -122,8 +122,12 @@ impl<H: Handler> Dispatch<H> {
                 outbox.deflate = Some(Compressor::new(Role::Server, params, config));
             }
         }
-        let session =
-            Session::with_deflate(core.config.limits, core.pool.clone(), deflate.as_ref());
+        let session = Session::with_deflate(
+            Role::Server,
+            core.config.limits,
+            core.pool.clone(),
+            deflate.as_ref(),
+        );
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }

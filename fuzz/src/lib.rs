@@ -272,7 +272,7 @@ pub fn session(data: &[u8], compression: Compression) {
     };
     let params = compression.params();
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 4), (16 * 1024, 4)]));
-    let mut session = Session::with_deflate(LIMITS, pool, params.as_ref());
+    let mut session = Session::with_deflate(Role::Server, LIMITS, pool, params.as_ref());
     let mut input = BytesMut::new();
     let mut out = WriteQueue::new();
     let mut fed = 0;
