@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rapidws::pool::BufferPool;
 use rapidws::proto::frame::{OpCode, write_frame};
-use rapidws::proto::{Event, Limits, Message, Session, WriteQueue};
+use rapidws::proto::{Event, Limits, Message, Role, Session, WriteQueue};
 
 /// `count` masked client frames of `size` bytes, text or binary.
 fn wire(count: usize, size: usize, text: bool) -> Vec<u8> {
@@ -51,7 +51,7 @@ fn echo(c: &mut Criterion) {
         let kind = if text { "text" } else { "binary" };
         group.throughput(Throughput::Elements(count as u64));
         group.bench_function(BenchmarkId::new(kind, size), |b| {
-            let mut session = Session::new(Limits::default(), pool.clone());
+            let mut session = Session::new(Role::Server, Limits::default(), pool.clone());
             let mut input = BytesMut::with_capacity(wire.len());
             let mut out = WriteQueue::new();
             b.iter(|| {

@@ -413,7 +413,10 @@ impl Outbox {
     pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
         debug_assert!(into.is_empty());
         self.sending += self.queue.len();
-        std::mem::swap(&mut self.queue, into);
+        // The queue left behind keeps the connection's role (a client's
+        // masks), whatever `into` was.
+        let fresh = WriteQueue::with_role(self.queue.role());
+        *into = std::mem::replace(&mut self.queue, fresh);
         self.queued()
     }
 

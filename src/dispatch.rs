@@ -16,7 +16,7 @@ use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::proto::deflate::DeflateParams;
-use crate::proto::{CloseCode, Event, Message, Session, WriteQueue};
+use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
 use crate::slot_waker::ConnWake;
 
@@ -121,14 +121,18 @@ impl<H: Handler> Dispatch<H> {
             #[cfg(feature = "deflate")]
             if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
                 outbox.set_compressor(crate::proto::deflate::Compressor::new(
-                    crate::proto::Role::Server,
+                    Role::Server,
                     params,
                     config,
                 ));
             }
         }
-        let session =
-            Session::with_deflate(core.config.limits, core.pool.clone(), deflate.as_ref());
+        let session = Session::with_deflate(
+            Role::Server,
+            core.config.limits,
+            core.pool.clone(),
+            deflate.as_ref(),
+        );
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }

@@ -7,7 +7,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use rapidws::handshake::{header_buffer, negotiate, parse_request, write_accept};
+use rapidws::handshake::{
+    ClientRequest, accept_key, header_buffer, negotiate, parse_request, write_accept,
+};
 use rapidws::proto::WriteQueue;
 use rapidws::proto::deflate::DeflateConfig;
 
@@ -110,4 +112,38 @@ fn parsing_a_browser_request_and_answering_it_allocates_nothing() {
     });
     assert_eq!(n, 0, "allocations while parsing, negotiating and answering");
     assert!(out.len() > 100);
+}
+
+#[test]
+fn a_client_writing_its_request_and_checking_the_101_allocates_nothing() {
+    let mut out = WriteQueue::new();
+    assert!(
+        out.provide_buffer(bytes::BytesMut::with_capacity(4096))
+            .is_none()
+    );
+    let request = ClientRequest::new("example.com", "/chat")
+        .protocols(&["chat"])
+        .headers(&[("Origin", "https://example.com")])
+        .permessage_deflate(DeflateConfig::default());
+    // The generator of keys is seeded (and allocated) once per thread.
+    request.write(&mut WriteQueue::new()).unwrap();
+    let mut handshake = None;
+    let n = allocations_during(|| handshake = Some(request.write(&mut out).unwrap()));
+    assert_eq!(n, 0, "allocations while writing the request");
+    let handshake = handshake.unwrap();
+    let accept = accept_key(handshake.key());
+    let mut response = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+        Connection: Upgrade\r\nSec-WebSocket-Protocol: chat\r\n\
+        Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; \
+        client_no_context_takeover\r\nSec-WebSocket-Accept: "
+        .to_vec();
+    response.extend_from_slice(&accept);
+    response.extend_from_slice(b"\r\n\r\n");
+    let n = allocations_during(|| {
+        let accepted = handshake.read_response(&response, 8192).unwrap().unwrap();
+        assert_eq!(accepted.head_len, response.len());
+        assert_eq!(accepted.protocol, Some("chat"));
+        assert!(accepted.deflate.is_some());
+    });
+    assert_eq!(n, 0, "allocations while checking the response");
 }

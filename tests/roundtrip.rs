@@ -193,7 +193,12 @@ fn client_wire(
 
 fn server_reads(wire: &[u8], sizes: &[usize], deflate: Option<&DeflateParams>) -> Vec<Seen> {
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 8), (65536, 4)]));
-    let mut session = Session::with_deflate(Limits::default(), pool, deflate);
+    let mut session = Session::with_deflate(
+        rapidws::proto::Role::Server,
+        Limits::default(),
+        pool,
+        deflate,
+    );
     let mut input = BytesMut::new();
     let mut out = WriteQueue::new();
     let mut seen = Vec::new();
@@ -251,7 +256,7 @@ fn server_wire(
     }
     expected.push(Seen::Close(1000, "bye".to_owned()));
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 1)]));
-    let mut session = Session::new(Limits::default(), pool);
+    let mut session = Session::new(rapidws::proto::Role::Server, Limits::default(), pool);
     assert!(session.close(CloseCode::NORMAL, "bye", &mut out));
     let mut bytes = Vec::new();
     out.drain_into(&mut bytes);

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rapidws::DeflateConfig;
 use rapidws::handshake::negotiate;
-use rapidws::handshake::{self, parse_extensions};
+use rapidws::handshake::{self, ClientHandshakeError, ClientRequest, accept_key, parse_extensions};
 use rapidws::pool::BufferPool;
 use rapidws::proto::close::parse_close_payload;
 use rapidws::proto::deflate::{Compressor, DeflateParams, InflateFailure, Inflater};
 use rapidws::proto::frame::{DecodeRules, MAX_HEADER_LEN, RSV1, decode_header, encode_header};
+use rapidws::proto::mask::apply_mask;
 use rapidws::proto::{Event, Limits, Message, OpCode, Role, Session, WriteQueue};
 
 /// Small limits, so that the 1009 paths are within a fuzzer's reach.
@@ -267,14 +268,33 @@ impl Compression {
 /// session writes back is a valid server frame stream, no larger than the
 /// input plus one close frame, ending with at most one close frame.
 pub fn session(data: &[u8], compression: Compression) {
+    run_session(data, Role::Server, compression.params());
+}
+
+/// The same as [`session`] for a client session: the input is what a server
+/// would send (unmasked frames; a masked one fails with 1002), and what it
+/// writes back must be masked client frames. The first byte also picks
+/// whether deflate was agreed, and whether the server keeps its window.
+pub fn client_session(data: &[u8]) {
+    let Some(&seed) = data.first() else {
+        return;
+    };
+    let params = match seed % 3 {
+        0 => None,
+        1 => Some(DeflateParams::new(true, true)),
+        _ => Some(DeflateParams::new(false, true)),
+    };
+    run_session(data, Role::Client, params);
+}
+
+fn run_session(data: &[u8], role: Role, params: Option<DeflateParams>) {
     let Some((&seed, stream)) = data.split_first() else {
         return;
     };
-    let params = compression.params();
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 4), (16 * 1024, 4)]));
-    let mut session = Session::with_deflate(LIMITS, pool, params.as_ref());
+    let mut session = Session::with_deflate(role, LIMITS, pool, params.as_ref());
     let mut input = BytesMut::new();
-    let mut out = WriteQueue::new();
+    let mut out = WriteQueue::with_role(role);
     let mut fed = 0;
     let mut failure = None;
     let mut ended = false;
@@ -327,30 +347,46 @@ pub fn session(data: &[u8], compression: Compression) {
         }
     }
     let written = drain(&mut out);
+    // A server's replies are no larger than what they answer, plus one close
+    // frame. A client's carry a 4-byte key each: a pong answers a ping of at
+    // least 2 bytes, so at most twice the input, plus a masked close frame.
+    let bound = match role {
+        Role::Server => fed + 4 + 123,
+        Role::Client => 2 * fed + 2 + 4 + 125,
+    };
     assert!(
-        written.len() <= fed + 4 + 123,
+        written.len() <= bound,
         "{} bytes written for {fed} read",
         written.len()
     );
-    check_server_frames(&written, params.is_some(), failure);
+    check_replies(&written, role, failure);
 }
 
-/// The session's output parses as unmasked server frames: pongs and at most
-/// one close frame, which comes last and carries `failure` if the session
-/// failed. (The session alone never sends data frames.)
-fn check_server_frames(mut bytes: &[u8], _deflate: bool, failure: Option<u16>) {
+/// The session's output parses as `role`'s frames (a client's masked, a
+/// server's not): pongs and at most one close frame, which comes last and
+/// carries `failure` if the session failed. (The session alone never sends
+/// data frames.)
+fn check_replies(mut bytes: &[u8], role: Role, failure: Option<u16>) {
+    // Decoded as the peer receives them, which insists on the masking.
+    let rules = match role {
+        Role::Server => DecodeRules::CLIENT,
+        Role::Client => DecodeRules::SERVER,
+    };
     let mut closed = false;
     while !bytes.is_empty() {
         assert!(!closed, "bytes after the close frame");
-        let (header, len) = decode_header(bytes, DecodeRules::CLIENT)
-            .expect("a valid server frame")
+        let (header, len) = decode_header(bytes, rules)
+            .unwrap_or_else(|e| panic!("a valid {role:?} frame: {e}"))
             .expect("a whole frame header");
         let end = len + header.payload_len as usize;
-        let payload = &bytes[len..end];
+        let mut payload = bytes[len..end].to_vec();
+        if let Some(key) = header.mask {
+            apply_mask(&mut payload, key, 0);
+        }
         match header.opcode {
             OpCode::Pong => {}
             OpCode::Close => {
-                let parsed = parse_close_payload(payload).expect("a valid close payload");
+                let parsed = parse_close_payload(&payload).expect("a valid close payload");
                 if let Some(expected) = failure {
                     assert_eq!(parsed.map(|(code, _)| code.0), Some(expected));
                 }
@@ -362,6 +398,156 @@ fn check_server_frames(mut bytes: &[u8], _deflate: bool, failure: Option<u16>) {
     }
     if failure.is_some() {
         assert!(closed, "failed without a close frame");
+    }
+}
+
+// ---------------------------------------------------------------- client handshake
+
+/// The accept value of the RFC 6455 §1.3 example. Seeds carry it where the
+/// `Sec-WebSocket-Accept` goes; [`client_handshake`] replaces it with the
+/// value for the key its request really used (random, so the fuzzer could
+/// never guess it), at the same length.
+pub const SEED_ACCEPT: &[u8; 28] = b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// The protocols every fuzzed request offers.
+const OFFERED_PROTOCOLS: [&str; 2] = ["chat", "superchat"];
+
+/// The response parser and checker on arbitrary bytes: the first byte picks
+/// the request (deflate offered or not, and with which settings), the rest
+/// is the server's response. Checked: no panic; incomplete only below the
+/// head limit; accepted only with status 101, exactly one
+/// `Sec-WebSocket-Accept` equal to the key's, a head that ends where
+/// `httparse` says and whose every prefix is incomplete, an offered
+/// protocol, and deflate parameters within what was offered; `NotSwitching`
+/// only for another status; `parse_response` then `check` agreeing with
+/// `read_response`.
+pub fn client_handshake(data: &[u8]) {
+    const MAX_HEAD: usize = 4096;
+    let Some((&selector, response)) = data.split_first() else {
+        return;
+    };
+    let offer = client_offers()[usize::from(selector) % 4];
+    let mut request = ClientRequest::new("example.com", "/fuzz").protocols(&OFFERED_PROTOCOLS);
+    if let Some(offer) = offer {
+        request = request.permessage_deflate(offer.config);
+    }
+    let mut out = WriteQueue::new();
+    let client = request.write(&mut out).expect("a valid request");
+    let accept = accept_key(client.key());
+    let mut response = response.to_vec();
+    replace_all(&mut response, SEED_ACCEPT, &accept);
+
+    let result = client.read_response(&response, MAX_HEAD);
+    let mut headers = handshake::header_buffer();
+    let parsed = handshake::parse_response(&response, &mut headers, MAX_HEAD);
+    match (&result, &parsed) {
+        (Ok(None), Ok(None)) => assert!(response.len() < MAX_HEAD),
+        (_, Ok(Some((parsed, head_len)))) => {
+            let checked = client
+                .check(parsed)
+                .map(|a| Some((*head_len, a.protocol, a.deflate)));
+            let read = result.map(|a| a.map(|a| (a.head_len, a.protocol, a.deflate)));
+            assert_eq!(read, checked);
+            assert!(*head_len <= response.len() && *head_len <= MAX_HEAD);
+            if let Err(ClientHandshakeError::NotSwitching { status }) = result {
+                assert_eq!(status, parsed.status());
+                assert_ne!(status, 101);
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        other => panic!("read_response and parse_response disagree: {other:?}"),
+    }
+    let Ok(Some(accepted)) = result else {
+        return;
+    };
+    let head_len = accepted.head_len;
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut independent = httparse::Response::new(&mut fields);
+    assert_eq!(
+        independent.parse(&response),
+        Ok(httparse::Status::Complete(head_len))
+    );
+    assert_eq!(independent.code, Some(101));
+    let accepts: Vec<&[u8]> = independent
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept"))
+        .map(|h| h.value.trim_ascii())
+        .collect();
+    assert_eq!(accepts, [&accept[..]]);
+    if let Some(protocol) = accepted.protocol {
+        assert!(OFFERED_PROTOCOLS.contains(&protocol));
+    }
+    match (accepted.deflate, offer) {
+        (None, _) => {}
+        (Some(_), None) => panic!("deflate agreed without an offer"),
+        (Some(params), Some(offer)) => {
+            // The server may name any window up to the one asked for (8
+            // included: the inflater takes any); the client's is one it
+            // can write.
+            assert!((8..=offer.server_window).contains(&params.server_max_window_bits));
+            assert!((9..=offer.client_window).contains(&params.client_max_window_bits));
+            if offer.drops_contexts {
+                assert!(params.server_no_context_takeover, "asked, so confirmed");
+                assert!(params.client_no_context_takeover, "promised, so kept");
+            }
+        }
+    }
+    let mut again = handshake::header_buffer();
+    assert!(matches!(
+        handshake::parse_response(&response[..head_len - 1], &mut again, MAX_HEAD),
+        Ok(None)
+    ));
+}
+
+/// A permessage-deflate offer a fuzzed request makes, and what it asks for.
+#[derive(Clone, Copy)]
+struct DeflateOffer {
+    config: DeflateConfig,
+    /// The largest server window the answer may name.
+    server_window: u8,
+    /// The largest client window the answer may ask for.
+    client_window: u8,
+    /// Whether it asks for `server_no_context_takeover` and promises
+    /// `client_no_context_takeover`.
+    drops_contexts: bool,
+}
+
+/// The requests the response is checked against: no deflate, or one of
+/// these offers.
+fn client_offers() -> [Option<DeflateOffer>; 4] {
+    let keep = DeflateConfig::default()
+        .server_context_takeover(true)
+        .client_context_takeover(true);
+    let small = DeflateConfig::default()
+        .server_max_window_bits(10)
+        .client_max_window_bits(12);
+    let offer = |config, server_window, client_window, drops_contexts| {
+        Some(DeflateOffer {
+            config,
+            server_window,
+            client_window,
+            drops_contexts,
+        })
+    };
+    [
+        None,
+        offer(DeflateConfig::default(), 15, 15, true),
+        offer(keep, 15, 15, false),
+        offer(small, 10, 12, true),
+    ]
+}
+
+/// Replaces every occurrence of `from` in `bytes` with `to` (same length).
+fn replace_all(bytes: &mut [u8], from: &[u8; 28], to: &[u8; 28]) {
+    let mut at = 0;
+    while at + from.len() <= bytes.len() {
+        if &bytes[at..at + from.len()] == from {
+            bytes[at..at + from.len()].copy_from_slice(to);
+            at += from.len();
+        } else {
+            at += 1;
+        }
     }
 }
 

@@ -2,12 +2,19 @@
 //! negotiate permessage-deflate, then write the `101` or the HTTP error that
 //! refuses it. It knows nothing of handlers or servers: the server's upgrade
 //! (`src/upgrade.rs`) puts these pieces together with the handler's hook.
+//! The client's side (`client.rs`) writes the request and checks the
+//! response.
 
+mod client;
 mod extensions;
 mod negotiate;
 mod request;
 mod response;
 
+pub use client::{
+    Accepted, ClientHandshake, ClientHandshakeError, ClientRequest, ClientRequestError, Response,
+    parse_response,
+};
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use negotiate::negotiate;
 pub use request::{

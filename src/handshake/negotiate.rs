@@ -109,7 +109,7 @@ fn accept<'a>(
 }
 
 #[derive(Clone, Copy)]
-enum KnownParam {
+pub(super) enum KnownParam {
     ServerNoContextTakeover = 0,
     ClientNoContextTakeover,
     ServerMaxWindowBits,
@@ -118,7 +118,7 @@ enum KnownParam {
 
 /// The parameter `name` stands for, compared without regard to ASCII case;
 /// `None` for a parameter RFC 7692 does not define.
-fn known_param(name: &str) -> Option<KnownParam> {
+pub(super) fn known_param(name: &str) -> Option<KnownParam> {
     [
         (
             "server_no_context_takeover",
@@ -137,7 +137,7 @@ fn known_param(name: &str) -> Option<KnownParam> {
 }
 
 /// A window size as RFC 7692 §7.1.2 writes it: `8` to `15`, no leading zero.
-fn window_bits(value: &str) -> Option<u8> {
+pub(super) fn window_bits(value: &str) -> Option<u8> {
     let bits = match value.as_bytes() {
         [d @ b'8'..=b'9'] => d - b'0',
         [b'1', d @ b'0'..=b'5'] => 10 + d - b'0',

@@ -253,7 +253,7 @@ impl<'a> UpgradeFields<'a> {
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitively).
-fn value_has_token(value: &[u8], token: &str) -> bool {
+pub(super) fn value_has_token(value: &[u8], token: &str) -> bool {
     value
         .split(|&b| b == b',')
         .any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
@@ -266,7 +266,7 @@ fn is_valid_key(key: &[u8]) -> bool {
         && base64::engine::general_purpose::STANDARD.decode_slice(key, &mut decoded) == Ok(16)
 }
 
-fn header<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> {
+pub(super) fn header<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> {
     headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case(name))
@@ -274,7 +274,7 @@ fn header<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> 
 }
 
 /// The value of every `name` header, in order.
-fn values<'a>(
+pub(super) fn values<'a>(
     headers: &'a [httparse::Header<'a>],
     name: &'a str,
 ) -> impl Iterator<Item = &'a [u8]> + 'a {

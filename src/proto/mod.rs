@@ -8,9 +8,10 @@
 //! |---|---|
 //! | `frame.rs` | frame header decode/encode and its validation |
 //! | `mask.rs` | in-place masking, SIMD with a scalar reference |
+//! | `random.rs` | a client's masking keys and handshake nonce, from a per-thread CSPRNG |
 //! | `utf8.rs` | incremental UTF-8 validation across fragments |
 //! | `close.rs` | close codes and close payloads |
-//! | `write_queue.rs` | outbound frames, corked, ready for `writev` |
+//! | `write_queue.rs` | outbound frames, corked, ready for `writev`; masked in a client's queue |
 //! | `message.rs` | the message types handlers see |
 //! | `role.rs` | client or server: masking and the frames each refuses |
 //! | `session.rs` | the state machine tying them together |
@@ -22,6 +23,7 @@ pub mod frame;
 #[allow(unsafe_code)] // the AVX2 masking loop, behind a run-time check
 pub mod mask;
 pub mod message;
+pub mod random;
 pub mod role;
 pub mod session;
 pub mod utf8;

@@ -6,10 +6,16 @@
 //! socket or a clock, so the tokio and io_uring backends run the same code and
 //! the fuzzer can drive it without either.
 //!
+//! Both ends of a connection use it; the [`Role`] decides only which frames
+//! are refused (a server fails unmasked frames, a client masked ones) and
+//! which side's context-takeover rule its inflater follows. Replies are
+//! masked, or not, by the queue they are written into, which must be one for
+//! the same role ([`WriteQueue::with_role`]).
+//!
 //! How bytes flow:
 //! - An unfragmented data frame stays in the read buffer until it is complete; it
-//!   is unmasked in place as its bytes arrive and handed to the caller as a
-//!   borrowed slice (zero copy). The bytes are dropped from the buffer lazily, at
+//!   is unmasked in place (if the peer is a client) as its bytes arrive and
+//!   handed to the caller as a borrowed slice (zero copy). The bytes are dropped from the buffer lazily, at
 //!   the start of the next call, because the event borrows them.
 //! - Frames of a fragmented message are unmasked and appended to an assembly
 //!   buffer taken from the pool, then dropped from the read buffer at once, so a
@@ -32,6 +38,7 @@ use super::deflate::{DeflateParams, InflateFailure, Inflater};
 use super::frame::{DecodeRules, FrameHeader, MAX_CONTROL_PAYLOAD, OpCode, RSV1, decode_header};
 use super::mask::apply_mask;
 use super::message::Message;
+use super::role::Role;
 use super::utf8::{self, Utf8Validator};
 use super::write_queue::WriteQueue;
 use crate::pool::BufferPool;
@@ -146,7 +153,7 @@ enum Source {
     Assembly,
 }
 
-/// The server side of one WebSocket connection.
+/// One end of one WebSocket connection, server or client.
 pub struct Session {
     limits: Limits,
     rules: DecodeRules,
@@ -179,12 +186,13 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// A server session with the given limits; fragmented messages are assembled
-    /// in buffers from `pool`.
-    pub fn new(limits: Limits, pool: Arc<BufferPool>) -> Self {
+    /// A session for `role` with the given limits; fragmented messages are
+    /// assembled in buffers from `pool`. Its replies go into the queue passed
+    /// to each call, which must be a queue for the same role.
+    pub fn new(role: Role, limits: Limits, pool: Arc<BufferPool>) -> Self {
         Session {
             limits,
-            rules: DecodeRules::SERVER,
+            rules: role.decode_rules(),
             state: State::Open,
             frame: None,
             fragmented: None,
@@ -198,15 +206,17 @@ impl Session {
         }
     }
 
-    /// A server session that accepts messages compressed with the
-    /// permessage-deflate parameters `deflate` (RSV1 marks them); without
-    /// parameters, the same as [`Session::new`].
+    /// A session for `role` that accepts messages compressed with the
+    /// permessage-deflate parameters `deflate` (RSV1 marks them), inflating
+    /// with the window kept between messages when the peer keeps its
+    /// context; without parameters, the same as [`Session::new`].
     pub fn with_deflate(
+        role: Role,
         limits: Limits,
         pool: Arc<BufferPool>,
         deflate: Option<&DeflateParams>,
     ) -> Self {
-        let mut session = Session::new(limits, pool);
+        let mut session = Session::new(role, limits, pool);
         if let Some(params) = deflate {
             session.accept_compressed(params);
         }
@@ -217,7 +227,7 @@ impl Session {
     #[cfg(feature = "deflate")]
     fn accept_compressed(&mut self, params: &DeflateParams) {
         self.rules.allowed_rsv |= RSV1;
-        self.inflater = Some(Inflater::new(!params.client_no_context_takeover));
+        self.inflater = Some(Inflater::new(params.receive_keeps_context(self.role())));
     }
 
     /// Without the `deflate` feature there is no inflater: the parameters are
@@ -225,6 +235,16 @@ impl Session {
     /// agreed (a server built so never agrees any).
     #[cfg(not(feature = "deflate"))]
     fn accept_compressed(&mut self, _: &DeflateParams) {}
+
+    /// The end of the connection this session plays (read back from the
+    /// frames it expects, so it costs no field).
+    pub fn role(&self) -> Role {
+        if self.rules.expect_masked {
+            Role::Server
+        } else {
+            Role::Client
+        }
+    }
 
     /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
     /// no complete event (it then holds only the start of a frame, or nothing).
@@ -239,6 +259,7 @@ impl Session {
         input: &'s mut BytesMut,
         out: &mut WriteQueue,
     ) -> Result<Option<Event<'s>>, ProtocolError> {
+        debug_assert_eq!(out.role(), self.role(), "replies need a queue of our role");
         let ready = loop {
             match self.step(input, out)? {
                 Step::NeedMore => {
@@ -292,6 +313,7 @@ impl Session {
     /// A code that may not be sent (see [`CloseCode::is_sendable`]) is replaced by
     /// 1000; a reason longer than 123 bytes is cut at a character boundary.
     pub fn close(&mut self, code: CloseCode, reason: &str, out: &mut WriteQueue) -> bool {
+        debug_assert_eq!(out.role(), self.role(), "a close needs a queue of our role");
         if self.state != State::Open {
             return false;
         }

@@ -6,6 +6,11 @@
 //! them as separate segments and the backend writes all segments with one
 //! `writev`. The queue knows nothing about sockets; the backend asks for
 //! [`WriteQueue::io_slices`] and reports progress with [`WriteQueue::advance`].
+//!
+//! The queue also knows which end of the connection writes into it: a
+//! client's queue ([`WriteQueue::with_role`]) masks every frame pushed into
+//! it with a fresh key, so nothing that sends (the session's pongs and close
+//! frames, a handle's messages, the compressor) has to think about masking.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -13,6 +18,9 @@ use std::io::{self, IoSlice};
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::frame::{MAX_HEADER_LEN, OpCode, encode_header};
+use super::mask::apply_mask;
+use super::random;
+use super::role::Role;
 
 /// Shared payloads up to this size are copied into the tail instead of being
 /// queued as their own segment: a copy of a few hundred bytes is cheaper than an
@@ -48,29 +56,89 @@ pub struct WriteQueue {
     segments: Option<Box<VecDeque<Bytes>>>,
     /// Small frames, coalesced. Always written after `segments`.
     tail: BytesMut,
-    /// Bytes queued in `segments` and `tail` together.
-    len: usize,
+    /// Bytes queued in `segments` and `tail` together, and the role.
+    len: LengthAndRole,
+}
+
+/// How many bytes are queued, with whether frames are masked (the client
+/// role) in the top bit of the same word.
+///
+/// A field of its own would cost 8 bytes in every server connection's
+/// `ConnShared`, which holds a queue and is 184 bytes (200 in its `Arc`),
+/// and would move it into the next allocation size class for nothing: no
+/// queue can hold 2^63 bytes (on 64-bit targets), so the top bit is free.
+#[derive(Clone, Copy, Debug, Default)]
+struct LengthAndRole(usize);
+
+impl LengthAndRole {
+    const MASKS: usize = 1 << (usize::BITS - 1);
+
+    fn empty(role: Role) -> Self {
+        match role {
+            Role::Server => LengthAndRole(0),
+            Role::Client => LengthAndRole(Self::MASKS),
+        }
+    }
+
+    fn bytes(self) -> usize {
+        self.0 & !Self::MASKS
+    }
+
+    fn masks(self) -> bool {
+        self.0 & Self::MASKS != 0
+    }
+
+    fn add(&mut self, n: usize) {
+        debug_assert!(self.bytes() + n < Self::MASKS, "a queue of 2^63 bytes");
+        self.0 += n;
+    }
+
+    fn sub(&mut self, n: usize) {
+        debug_assert!(n <= self.bytes());
+        self.0 -= n;
+    }
+
+    fn clear(&mut self) {
+        self.0 &= Self::MASKS;
+    }
 }
 
 impl WriteQueue {
+    /// A server's queue: frames go out unmasked.
     pub fn new() -> Self {
+        WriteQueue::with_role(Role::Server)
+    }
+
+    /// A queue for `role`'s frames: a client's masks every frame with a key
+    /// of its own (see `proto::random`), a server's masks none.
+    pub fn with_role(role: Role) -> Self {
         WriteQueue {
             segments: None,
             tail: BytesMut::new(),
-            len: 0,
+            len: LengthAndRole::empty(role),
+        }
+    }
+
+    /// The end of the connection whose frames this queue holds.
+    pub fn role(&self) -> Role {
+        if self.len.masks() {
+            Role::Client
+        } else {
+            Role::Server
         }
     }
 
     /// Bytes waiting to be written.
     pub fn len(&self) -> usize {
-        self.len
+        self.len.bytes()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// Queues a frame, copying `payload` (server frames are never masked).
+    /// Queues a frame, copying `payload`; in a client's queue the copy is
+    /// masked.
     ///
     /// A large copy whose destination would sit 1 to 63 bytes after its source
     /// within a 4 KiB page is moved to a destination with the source's alignment.
@@ -80,6 +148,9 @@ impl WriteQueue {
     /// few bytes longer than ours (it carries the mask key); profiled on AMD EPYC,
     /// that copy took a quarter of the server's CPU time at 16 KiB messages.
     pub fn push_frame(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) {
+        if self.len.masks() {
+            return self.push_masked_frame(fin, rsv, opcode, payload);
+        }
         self.put_header(fin, rsv, opcode, payload.len());
         if payload.len() >= ALIASING_CHECK_FROM {
             self.tail.reserve(payload.len() + 64);
@@ -96,16 +167,40 @@ impl WriteQueue {
             }
         }
         self.tail.extend_from_slice(payload);
-        self.len += payload.len();
+        self.len.add(payload.len());
     }
 
-    /// Queues a frame whose payload is shared: large payloads are not copied.
+    /// A client's frame: the payload is copied behind a header with a new
+    /// key, then masked where it landed. (The 4 KiB aliasing detour of the
+    /// server's copy is not taken: masking rewrites the bytes anyway.)
+    fn push_masked_frame(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) {
+        let key = random::mask_key();
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let n = encode_header(
+            &mut header,
+            fin,
+            rsv,
+            opcode,
+            payload.len() as u64,
+            Some(key),
+        );
+        self.tail.reserve(n + payload.len());
+        self.tail.extend_from_slice(&header[..n]);
+        let start = self.tail.len();
+        self.tail.extend_from_slice(payload);
+        apply_mask(&mut self.tail[start..], key, 0);
+        self.len.add(n + payload.len());
+    }
+
+    /// Queues a frame whose payload is shared: large payloads are not copied
+    /// by a server. A client's queue copies every payload, because masking
+    /// changes the bytes and other holders of a `Bytes` must not see that.
     pub fn push_frame_shared(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: Bytes) {
-        if payload.len() < COPY_BELOW {
+        if payload.len() < COPY_BELOW || self.len.masks() {
             return self.push_frame(fin, rsv, opcode, &payload);
         }
         self.put_header(fin, rsv, opcode, payload.len());
-        self.len += payload.len();
+        self.len.add(payload.len());
         let head = self.tail.split().freeze();
         let segments = self.segments();
         segments.push_back(head);
@@ -116,7 +211,8 @@ impl WriteQueue {
     /// for payloads produced in place (compressed messages). `expected_len`
     /// guesses the payload's length, to place it behind a header of the right
     /// size; a wrong guess costs one move of the payload. If `write` returns
-    /// false, it must have appended nothing, and nothing is queued.
+    /// false, it must have appended nothing, and nothing is queued. In a
+    /// client's queue the payload is masked once `write` is done.
     pub fn push_frame_with(
         &mut self,
         fin: bool,
@@ -125,8 +221,9 @@ impl WriteQueue {
         expected_len: usize,
         write: impl FnOnce(&mut BytesMut) -> bool,
     ) -> bool {
+        let key = self.len.masks().then(random::mask_key);
         let mut header = [0u8; MAX_HEADER_LEN];
-        let guess = encode_header(&mut header, fin, rsv, opcode, expected_len as u64, None);
+        let guess = encode_header(&mut header, fin, rsv, opcode, expected_len as u64, key);
         let start = self.tail.len();
         self.tail.reserve(guess + expected_len);
         self.tail.extend_from_slice(&header[..guess]);
@@ -136,7 +233,7 @@ impl WriteQueue {
         }
         let payload_end = self.tail.len();
         let payload_len = payload_end - start - guess;
-        let n = encode_header(&mut header, fin, rsv, opcode, payload_len as u64, None);
+        let n = encode_header(&mut header, fin, rsv, opcode, payload_len as u64, key);
         if n != guess {
             if n > guess {
                 self.tail.resize(payload_end + n - guess, 0);
@@ -145,17 +242,22 @@ impl WriteQueue {
             self.tail.truncate(start + n + payload_len);
         }
         self.tail[start..start + n].copy_from_slice(&header[..n]);
-        self.len += n + payload_len;
+        if let Some(key) = key {
+            apply_mask(&mut self.tail[start + n..], key, 0);
+        }
+        self.len.add(n + payload_len);
         true
     }
 
     /// Queues raw bytes, for the HTTP handshake response.
     pub fn push_raw(&mut self, bytes: &[u8]) {
         self.tail.extend_from_slice(bytes);
-        self.len += bytes.len();
+        self.len.add(bytes.len());
     }
 
-    /// Moves everything queued in `other` to the end of this queue.
+    /// Moves everything queued in `other` to the end of this queue. The
+    /// bytes move as they are (already masked or not); each queue keeps its
+    /// role.
     pub fn append(&mut self, other: &mut WriteQueue) {
         if other.is_empty() {
             return;
@@ -174,9 +276,9 @@ impl WriteQueue {
                 }
             }
         }
-        self.len += other.len;
+        self.len.add(other.len());
         other.tail.clear();
-        other.len = 0;
+        other.len.clear();
     }
 
     /// Fills `dst` with the queued bytes in order and returns how many slices it
@@ -203,7 +305,7 @@ impl WriteQueue {
     /// that takes one buffer rather than [`WriteQueue::io_slices`] (a test, a
     /// fuzz target, a transport of your own).
     pub fn drain_into(&mut self, out: &mut Vec<u8>) {
-        out.reserve(self.len);
+        out.reserve(self.len());
         while !self.is_empty() {
             let copied = {
                 let mut slices = [IoSlice::new(&[]); 16];
@@ -251,8 +353,8 @@ impl WriteQueue {
     /// # Panics
     /// If `n` is more than [`WriteQueue::len`].
     pub fn advance(&mut self, mut n: usize) {
-        assert!(n <= self.len, "advanced past the end of the write queue");
-        self.len -= n;
+        assert!(n <= self.len(), "advanced past the end of the write queue");
+        self.len.sub(n);
         if let Some(segments) = &mut self.segments {
             while n > 0 {
                 let Some(front) = segments.front_mut() else {
@@ -312,13 +414,14 @@ impl WriteQueue {
         let mut header = [0u8; MAX_HEADER_LEN];
         let n = encode_header(&mut header, fin, rsv, opcode, payload_len as u64, None);
         self.tail.extend_from_slice(&header[..n]);
-        self.len += n;
+        self.len.add(n);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::frame::{DecodeRules, FrameHeader, decode_header};
 
     #[test]
     fn large_copies_never_land_just_ahead_of_their_source() {
@@ -470,6 +573,94 @@ mod tests {
         assert_eq!(&out[..2], b"ab");
         assert_eq!(out.len(), 2 + 4 + 600 + 1);
         assert_eq!(out[out.len() - 1], b'c');
+    }
+
+    /// Every frame in `bytes`, checked to be masked, as (header, unmasked
+    /// payload).
+    fn client_frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
+        let mut frames = Vec::new();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let rules = DecodeRules {
+                allowed_rsv: RSV1_BITS,
+                ..DecodeRules::SERVER
+            };
+            let (header, len) = decode_header(rest, rules)
+                .expect("a masked frame")
+                .expect("a whole frame");
+            let end = len + header.payload_len as usize;
+            let mut payload = rest[len..end].to_vec();
+            apply_mask(&mut payload, header.mask.unwrap(), 0);
+            frames.push((header, payload));
+            rest = &rest[end..];
+        }
+        frames
+    }
+
+    #[test]
+    fn a_client_queue_masks_every_kind_of_push_with_its_own_key() {
+        let big = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let small = Bytes::from_static(b"small shared");
+        let written: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let mut q = WriteQueue::with_role(Role::Client);
+        assert_eq!(q.role(), Role::Client);
+        q.push_frame(true, 0, OpCode::Text, b"copied");
+        q.push_frame_shared(true, 0, OpCode::Binary, big.clone());
+        q.push_frame_shared(false, 0, OpCode::Binary, small.clone());
+        q.push_frame(true, 0, OpCode::Continuation, b"");
+        q.push_frame(true, 0, OpCode::Ping, b"ping");
+        // A guess too small for the header the payload needs.
+        assert!(
+            q.push_frame_with(true, RSV1_BITS, OpCode::Binary, 10, |buf| {
+                buf.extend_from_slice(&written);
+                true
+            })
+        );
+        assert!(!q.push_frame_with(true, 0, OpCode::Binary, 10, |_| false));
+        let len = q.len();
+        let mut bytes = Vec::new();
+        q.drain_into(&mut bytes);
+        assert_eq!(bytes.len(), len);
+        let frames = client_frames(&bytes);
+        let payloads: Vec<&[u8]> = frames.iter().map(|(_, p)| &p[..]).collect();
+        assert_eq!(
+            payloads,
+            [&b"copied"[..], &big, &small, b"", b"ping", &written]
+        );
+        assert_eq!(frames[5].0.rsv, RSV1_BITS);
+        assert!(!frames[2].0.fin);
+        let mut keys: Vec<[u8; 4]> = frames.iter().map(|(h, _)| h.mask.unwrap()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), frames.len(), "a fresh key per frame");
+        // The shared payloads were copied to be masked, not masked in place.
+        assert_eq!(big[..4], [0, 1, 2, 3]);
+        assert_eq!(&small[..], b"small shared");
+    }
+
+    #[test]
+    fn a_client_queue_keeps_its_role_through_draining_and_appending() {
+        let mut q = WriteQueue::with_role(Role::Client);
+        q.push_frame(true, 0, OpCode::Text, b"x");
+        let mut server = WriteQueue::new();
+        server.push_raw(b"raw");
+        q.append(&mut server);
+        assert_eq!((q.role(), server.role()), (Role::Client, Role::Server));
+        assert_eq!(q.len(), 2 + 4 + 1 + 3);
+        q.advance(q.len());
+        assert!(q.is_empty());
+        assert_eq!(q.role(), Role::Client);
+        q.push_frame(true, 0, OpCode::Text, b"y");
+        let mut bytes = Vec::new();
+        q.drain_into(&mut bytes);
+        assert_eq!(client_frames(&bytes)[0].1, b"y");
+        assert_eq!(WriteQueue::default().role(), Role::Server);
+    }
+
+    #[test]
+    fn the_role_costs_a_server_queue_no_space() {
+        // Every idle connection holds a queue in its `ConnShared`.
+        assert_eq!(size_of::<WriteQueue>(), 48);
     }
 
     #[test]

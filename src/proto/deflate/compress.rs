@@ -19,7 +19,7 @@ pub struct Compressor {
     keep_context: bool,
     /// `compress_min_size`, capped at 4 GiB so the compressor stays 16 bytes.
     min_size: u32,
-    /// Held between messages only when the server keeps its context.
+    /// Held between messages only when this side keeps its context.
     stream: Option<Box<Deflate>>,
 }
 

@@ -54,8 +54,12 @@ pub enum InflateFailure {
     Invalid,
 }
 
-/// How the server negotiates and uses permessage-deflate. Turn it on with
-/// `Config::permessage_deflate`; it is off by default.
+/// How permessage-deflate is negotiated and used. A server turns it on with
+/// `Config::permessage_deflate` (off by default) and answers offers with it;
+/// a client offers it in its upgrade request
+/// (`handshake::ClientRequest::permessage_deflate`). Each setting names the
+/// side it governs, so the same value means the same agreement from either
+/// end.
 ///
 /// The defaults suit many idle connections and browsers: no context takeover
 /// on either side (nothing held between messages), window 15, level 1 (fast),
@@ -72,6 +76,7 @@ pub enum InflateFailure {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeflateConfig {
     pub(crate) server_max_window_bits: u8,
+    pub(crate) client_max_window_bits: u8,
     pub(crate) server_context_takeover: bool,
     pub(crate) client_context_takeover: bool,
     pub(crate) level: u8,
@@ -83,6 +88,7 @@ impl Default for DeflateConfig {
     fn default() -> Self {
         DeflateConfig {
             server_max_window_bits: 15,
+            client_max_window_bits: 15,
             server_context_takeover: false,
             client_context_takeover: false,
             level: 1,
@@ -99,8 +105,28 @@ impl DeflateConfig {
     /// window, so an offer with `server_max_window_bits=8` is declined and the
     /// client's next offer, if any, is tried. Values outside 9..=15 are
     /// clamped into it.
+    ///
+    /// A client asks the server for this window: below 15 its offer says
+    /// `server_max_window_bits=N`, and a response without it, or with more,
+    /// fails the handshake.
     pub fn server_max_window_bits(mut self, bits: u8) -> Self {
         self.server_max_window_bits = bits.clamp(9, 15);
+        self
+    }
+
+    /// For a client: the largest window it compresses with, as a power of
+    /// two (9 to 15; default 15), offered as `client_max_window_bits=N`
+    /// (bare at 15). The server may answer with a smaller one, which the
+    /// client then uses; an answer of 8 fails the handshake, because zlib
+    /// cannot write a raw deflate stream with a 256-byte window and using 9
+    /// instead would break the agreement. Values outside 9..=15 are clamped
+    /// into it.
+    ///
+    /// A server ignores this setting: it never asks a client for a smaller
+    /// window, since it inflates with the largest window whatever the client
+    /// uses, and a smaller one would only compress worse.
+    pub fn client_max_window_bits(mut self, bits: u8) -> Self {
+        self.client_max_window_bits = bits.clamp(9, 15);
         self
     }
 
@@ -110,6 +136,10 @@ impl DeflateConfig {
     /// memory level 8) held by every connection that has sent a compressed
     /// message. When false, the response says `server_no_context_takeover`;
     /// it also says so whenever the client asks for it.
+    ///
+    /// A client that sets it false offers `server_no_context_takeover`, so it
+    /// holds no inflate state between messages, and fails a response that
+    /// does not confirm it.
     pub fn server_context_takeover(mut self, keep: bool) -> Self {
         self.server_context_takeover = keep;
         self
@@ -119,6 +149,11 @@ impl DeflateConfig {
     /// When false, the response says `client_no_context_takeover`, and the
     /// server holds no inflate state between messages; when true, each
     /// connection that received a compressed message holds about 43 KiB.
+    ///
+    /// A client that sets it false offers `client_no_context_takeover` and
+    /// starts every message afresh whatever the server answers; when true,
+    /// it keeps its context unless the response says
+    /// `client_no_context_takeover`.
     pub fn client_context_takeover(mut self, keep: bool) -> Self {
         self.client_context_takeover = keep;
         self

@@ -42,7 +42,7 @@ impl Harness {
 
     fn with_limits(limits: Limits) -> Self {
         Harness {
-            session: Session::new(limits, Arc::new(BufferPool::default())),
+            session: Session::new(Role::Server, limits, Arc::new(BufferPool::default())),
             input: BytesMut::new(),
             out: WriteQueue::new(),
         }
@@ -531,7 +531,12 @@ mod deflate {
     fn harness(limits: Limits, client_keeps_context: bool) -> Harness {
         let pool = Arc::new(BufferPool::default());
         Harness {
-            session: Session::with_deflate(limits, pool, Some(&params(client_keeps_context))),
+            session: Session::with_deflate(
+                Role::Server,
+                limits,
+                pool,
+                Some(&params(client_keeps_context)),
+            ),
             input: BytesMut::new(),
             out: WriteQueue::new(),
         }
@@ -751,5 +756,151 @@ mod deflate {
         let mut h = harness(Limits::default(), true);
         assert_eq!(h.feed(&masked(true, RSV1, OpCode::Binary, &wire)).len(), 1);
         assert!(h.session.inflater.as_ref().unwrap().holds_stream());
+    }
+}
+
+mod client_role {
+    use super::*;
+    use crate::proto::deflate::{Compressor, DeflateConfig, DeflateParams};
+    use crate::proto::frame::RSV1;
+
+    fn client(deflate: Option<&DeflateParams>) -> Harness {
+        Harness {
+            session: Session::with_deflate(
+                Role::Client,
+                Limits::default(),
+                Arc::new(BufferPool::default()),
+                deflate,
+            ),
+            input: BytesMut::new(),
+            out: WriteQueue::with_role(Role::Client),
+        }
+    }
+
+    /// A server frame: never masked.
+    fn unmasked(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_frame(&mut out, fin, rsv, opcode, payload, None);
+        out
+    }
+
+    /// The client's replies, checked to be masked and unmasked for reading.
+    fn sent_by_client(h: &mut Harness) -> Sent {
+        let mut bytes = Vec::new();
+        h.out.drain_into(&mut bytes);
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (header, len) = decode_header(&bytes[at..], DecodeRules::SERVER)
+                .expect("a client frame is masked")
+                .expect("a whole frame");
+            let start = at + len;
+            let end = start + header.payload_len as usize;
+            let mut payload = bytes[start..end].to_vec();
+            apply_mask(&mut payload, header.mask.unwrap(), 0);
+            frames.push((header.opcode, payload));
+            at = end;
+        }
+        frames
+    }
+
+    #[test]
+    fn a_client_session_reports_its_role() {
+        assert_eq!(client(None).session.role(), Role::Client);
+        assert_eq!(Harness::new().session.role(), Role::Server);
+    }
+
+    #[test]
+    fn a_client_fails_a_masked_server_frame_with_1002() {
+        let mut h = client(None);
+        assert_eq!(
+            h.feed(&frame(true, OpCode::Text, b"hi")),
+            [Ev::Failed(1002)]
+        );
+        let sent = sent_by_client(&mut h);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0, OpCode::Close);
+        assert_eq!(sent[0].1[..2], close_payload(1002)[..]);
+        assert_eq!(&sent[0].1[2..], b"server frame is masked");
+    }
+
+    #[test]
+    fn a_server_still_fails_an_unmasked_client_frame_with_1002() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.feed(&unmasked(true, 0, OpCode::Text, b"hi")),
+            [Ev::Failed(1002)]
+        );
+        let sent = h.sent();
+        assert_eq!(sent[0].0, OpCode::Close);
+        assert_eq!(&sent[0].1[2..], b"client frame is not masked");
+    }
+
+    #[test]
+    fn a_client_reads_server_frames_and_masks_its_replies() {
+        let mut h = client(None);
+        let mut wire = unmasked(false, 0, OpCode::Text, "héllo ".as_bytes());
+        wire.extend(unmasked(true, 0, OpCode::Ping, b"between"));
+        wire.extend(unmasked(true, 0, OpCode::Continuation, "wörld".as_bytes()));
+        wire.extend(unmasked(true, 0, OpCode::Binary, &[0, 1, 2]));
+        let mut close = 1000u16.to_be_bytes().to_vec();
+        close.extend_from_slice(b"done");
+        wire.extend(unmasked(true, 0, OpCode::Close, &close));
+        // Byte by byte, so the unmasked path sees every partial state.
+        let events: Vec<Ev> = wire.iter().flat_map(|b| h.feed(&[*b])).collect();
+        assert_eq!(
+            events,
+            [
+                Ev::Ping(b"between".to_vec()),
+                Ev::Text("héllo wörld".to_owned()),
+                Ev::Binary(vec![0, 1, 2]),
+                Ev::Closed(1000, "done".to_owned()),
+            ]
+        );
+        assert_eq!(
+            sent_by_client(&mut h),
+            [
+                (OpCode::Pong, b"between".to_vec()),
+                (OpCode::Close, close_payload(1000)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_client_close_is_masked() {
+        let mut h = client(None);
+        assert!(h.session.close(CloseCode::GOING_AWAY, "bye", &mut h.out));
+        let mut expected = close_payload(1001);
+        expected.extend_from_slice(b"bye");
+        assert_eq!(sent_by_client(&mut h), [(OpCode::Close, expected)]);
+    }
+
+    #[test]
+    fn a_client_inflates_with_the_servers_context_rule() {
+        // The server keeps its context, the client does not: the client's
+        // inflater must keep its window, whatever the client's own rule.
+        let params = DeflateParams::new(false, true);
+        let mut h = client(Some(&params));
+        let mut server = Compressor::new(Role::Server, &params, &DeflateConfig::default());
+        let message = b"the same words, again and again and again".repeat(4);
+        for _ in 0..3 {
+            let mut packed = BytesMut::new();
+            assert!(server.compress(&message, &mut packed));
+            let wire = unmasked(true, RSV1, OpCode::Binary, &packed);
+            assert_eq!(h.feed(&wire), [Ev::Binary(message.clone())]);
+        }
+        assert!(h.session.inflater.as_ref().unwrap().holds_stream());
+
+        // And the other way round: a server without context leaves the
+        // client's inflater idle between messages.
+        let params = DeflateParams::new(true, false);
+        let mut h = client(Some(&params));
+        let mut server = Compressor::new(Role::Server, &params, &DeflateConfig::default());
+        let mut packed = BytesMut::new();
+        assert!(server.compress(&message, &mut packed));
+        let wire = unmasked(true, RSV1, OpCode::Binary, &packed);
+        assert_eq!(h.feed(&wire), [Ev::Binary(message.clone())]);
+        h.feed(&[]);
+        assert!(!h.session.inflater.as_ref().unwrap().holds_stream());
     }
 }

@@ -1,0 +1,487 @@
+//! The client's side of the upgrade handshake (RFC 6455 §4.1), sans-I/O:
+//! write the request, then check the server's response.
+//!
+//! ```text
+//! let handshake = ClientRequest::new("example.com", "/chat")
+//!     .protocols(&["chat"])
+//!     .permessage_deflate(DeflateConfig::default())
+//!     .write(&mut queue)?;           // the request, with a fresh key
+//! // ... send the queue, read into `buf` until:
+//! let Some(accepted) = handshake.read_response(&buf, 8192)? else { read more };
+//! // buf[accepted.head_len..] are the first frames
+//! ```
+//!
+//! The response is parsed with `httparse` into the same stack array of header
+//! fields as a request, borrowing the read buffer: no allocation. Every way
+//! a response can be refused is a [`ClientHandshakeError`] variant, so a
+//! caller can tell a server that said no (`NotSwitching`, with the status)
+//! from one that broke the protocol. To read the headers of a refusal (a
+//! redirect's `Location`, a 401's challenge), parse the head with
+//! [`parse_response`] and check it with [`ClientHandshake::check`].
+
+mod deflate;
+
+use std::fmt::Write as _;
+
+use base64::Engine;
+
+use super::request::{HeaderBuffer, header, header_buffer, value_has_token, values};
+use super::response::accept_key;
+use crate::proto::WriteQueue;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
+use crate::proto::random;
+
+use self::deflate::Offer;
+
+/// Headers the handshake writes or reads itself; a caller's extra header
+/// must not repeat or contradict them. `Content-Length` and
+/// `Transfer-Encoding` would give the GET a body and desynchronise the
+/// connection.
+const OWNED_HEADERS: [&str; 10] = [
+    "host",
+    "upgrade",
+    "connection",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "sec-websocket-accept",
+    "content-length",
+    "transfer-encoding",
+];
+
+/// Why an upgrade request could not be written. Nothing was queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRequestError {
+    /// The host is empty or holds a byte that is not visible ASCII.
+    InvalidHost,
+    /// The target does not start with `/`, or holds a space, a control
+    /// character, a `#` or a byte that is not ASCII.
+    InvalidTarget,
+    /// A subprotocol is not an HTTP token, or is offered twice.
+    InvalidProtocol,
+    /// An extra header's name is not a token, or its value holds CR, LF or
+    /// another control character (it would end the header early).
+    InvalidHeader,
+    /// An extra header is one the handshake writes itself (`Host`, `Upgrade`,
+    /// `Connection`, any `Sec-WebSocket-*`) or one that gives the request a
+    /// body (`Content-Length`, `Transfer-Encoding`).
+    ReservedHeader,
+}
+
+impl ClientRequestError {
+    fn reason(self) -> &'static str {
+        match self {
+            ClientRequestError::InvalidHost => "the host must be non-empty visible ASCII",
+            ClientRequestError::InvalidTarget => {
+                "the target must start with '/' and be visible ASCII without '#'"
+            }
+            ClientRequestError::InvalidProtocol => "a subprotocol must be a token, offered once",
+            ClientRequestError::InvalidHeader => {
+                "an extra header needs a token name and a value without control characters"
+            }
+            ClientRequestError::ReservedHeader => {
+                "an extra header repeats one the handshake writes itself"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ClientRequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for ClientRequestError {}
+
+/// Why the server's response does not complete the upgrade. The connection
+/// should be closed: no frame may be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientHandshakeError {
+    /// The head is larger than the limit given, with no end in sight.
+    HeadTooLarge,
+    /// More than [`super::MAX_HEADERS`] header fields.
+    TooManyHeaders,
+    /// Not parseable as an HTTP/1.x response.
+    Malformed,
+    /// The status line says HTTP/1.0: an upgrade needs HTTP/1.1.
+    NotHttp11,
+    /// The server answered, but not with `101 Switching Protocols` (a
+    /// redirect, an authentication challenge, an error).
+    NotSwitching { status: u16 },
+    /// No `Upgrade` header with the `websocket` token.
+    MissingUpgrade,
+    /// No `upgrade` token in `Connection`.
+    MissingConnectionUpgrade,
+    /// `Sec-WebSocket-Accept` missing, repeated, or not the value the key
+    /// calls for.
+    BadAccept,
+    /// `Sec-WebSocket-Protocol` names a subprotocol that was not offered,
+    /// more than one, or appears when none was offered.
+    UnofferedProtocol,
+    /// `Sec-WebSocket-Extensions` names an extension that was not offered:
+    /// anything but permessage-deflate, or permessage-deflate when it was
+    /// not offered.
+    UnofferedExtension,
+    /// The permessage-deflate answer breaks RFC 7692 §7.1: malformed syntax,
+    /// a parameter that is unknown, repeated, missing or out of range, a
+    /// window larger than offered, or a `client_max_window_bits` that was
+    /// not offered, or an offered `server_no_context_takeover` or
+    /// `server_max_window_bits` that was not confirmed.
+    BadExtension,
+    /// The server asked the client to compress with a 256-byte window
+    /// (`client_max_window_bits=8`), which zlib cannot write. Using a larger
+    /// one would break the agreement, so the handshake fails; the client
+    /// never offers 8.
+    UnsupportedClientWindow,
+}
+
+impl ClientHandshakeError {
+    fn reason(self) -> &'static str {
+        match self {
+            ClientHandshakeError::HeadTooLarge => "response head too large",
+            ClientHandshakeError::TooManyHeaders => "too many header fields in the response",
+            ClientHandshakeError::Malformed => "malformed HTTP response",
+            ClientHandshakeError::NotHttp11 => "the response is not HTTP/1.1",
+            ClientHandshakeError::NotSwitching { .. } => "the server did not switch protocols",
+            ClientHandshakeError::MissingUpgrade => "missing Upgrade: websocket",
+            ClientHandshakeError::MissingConnectionUpgrade => {
+                "Connection does not contain the upgrade token"
+            }
+            ClientHandshakeError::BadAccept => "Sec-WebSocket-Accept does not match the key",
+            ClientHandshakeError::UnofferedProtocol => "the server chose a subprotocol not offered",
+            ClientHandshakeError::UnofferedExtension => "the server chose an extension not offered",
+            ClientHandshakeError::BadExtension => "invalid permessage-deflate parameters",
+            ClientHandshakeError::UnsupportedClientWindow => {
+                "the server asked for client_max_window_bits=8, which zlib cannot write"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ClientHandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientHandshakeError::NotSwitching { status } => {
+                write!(f, "{} (status {status})", self.reason())
+            }
+            other => f.write_str(other.reason()),
+        }
+    }
+}
+
+impl std::error::Error for ClientHandshakeError {}
+
+/// What a client asks for in its upgrade request. Borrowed, so that writing
+/// a request allocates nothing; the [`ClientHandshake`] it starts keeps it to
+/// check the response against.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientRequest<'a> {
+    host: &'a str,
+    target: &'a str,
+    protocols: &'a [&'a str],
+    headers: &'a [(&'a str, &'a str)],
+    deflate: Option<DeflateConfig>,
+}
+
+impl<'a> ClientRequest<'a> {
+    /// An upgrade request for `target` (path and query, e.g. `/chat?room=1`)
+    /// on `host` (as the `Host` header has it: `example.com`, `[::1]:9001`).
+    pub fn new(host: &'a str, target: &'a str) -> Self {
+        ClientRequest {
+            host,
+            target,
+            protocols: &[],
+            headers: &[],
+            deflate: None,
+        }
+    }
+
+    /// Subprotocols to offer, in order of preference.
+    pub fn protocols(mut self, protocols: &'a [&'a str]) -> Self {
+        self.protocols = protocols;
+        self
+    }
+
+    /// Extra header fields, written as given after the handshake's own
+    /// (`Origin`, `Authorization`, `User-Agent`, ...).
+    pub fn headers(mut self, headers: &'a [(&'a str, &'a str)]) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Offers permessage-deflate with these settings (see [`DeflateConfig`]
+    /// for what each means for a client).
+    pub fn permessage_deflate(mut self, config: DeflateConfig) -> Self {
+        self.deflate = Some(config);
+        self
+    }
+
+    /// Checks the request, then queues it with a fresh random key. Returns
+    /// the handshake in progress, which checks the response.
+    pub fn write(self, out: &mut WriteQueue) -> Result<ClientHandshake<'a>, ClientRequestError> {
+        self.check()?;
+        let mut nonce = [0u8; 16];
+        random::fill(&mut nonce);
+        let mut key = [0u8; 24];
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(nonce, &mut key)
+            .expect("16 bytes encode to exactly 24 base64 characters");
+        debug_assert_eq!(written, 24);
+        let handshake = ClientHandshake { request: self, key };
+        handshake.write_request(out);
+        Ok(handshake)
+    }
+
+    fn check(&self) -> Result<(), ClientRequestError> {
+        if self.host.is_empty() || !self.host.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ClientRequestError::InvalidHost);
+        }
+        if !self.target.starts_with('/')
+            || !self
+                .target
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'#')
+        {
+            return Err(ClientRequestError::InvalidTarget);
+        }
+        for (i, protocol) in self.protocols.iter().enumerate() {
+            if !is_token(protocol) || self.protocols[..i].contains(protocol) {
+                return Err(ClientRequestError::InvalidProtocol);
+            }
+        }
+        for (name, value) in self.headers {
+            if !is_token(name) || value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+                return Err(ClientRequestError::InvalidHeader);
+            }
+            if OWNED_HEADERS.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+                return Err(ClientRequestError::ReservedHeader);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An upgrade request that was written: its key and what it offered, to
+/// check the server's response against.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientHandshake<'a> {
+    request: ClientRequest<'a>,
+    /// The `Sec-WebSocket-Key`, base64 of 16 random bytes.
+    key: [u8; 24],
+}
+
+/// A response that completes the upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted<'a> {
+    /// How many bytes the response head took: bytes after it in the read
+    /// buffer are the server's first frames.
+    pub head_len: usize,
+    /// The subprotocol the server chose, one of those offered.
+    pub protocol: Option<&'a str>,
+    /// The permessage-deflate parameters agreed, if it was offered and
+    /// accepted: give them to `Session::with_deflate(Role::Client, ...)` and
+    /// `Compressor::new(Role::Client, ...)`.
+    pub deflate: Option<DeflateParams>,
+}
+
+impl<'a> ClientHandshake<'a> {
+    /// The `Sec-WebSocket-Key` the request carried.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Parses and checks the response at the start of `buf`: `Ok(None)`
+    /// while its head is incomplete (read more and call again with the
+    /// longer buffer).
+    pub fn read_response(
+        &self,
+        buf: &[u8],
+        max_head_len: usize,
+    ) -> Result<Option<Accepted<'a>>, ClientHandshakeError> {
+        let mut headers = header_buffer();
+        let Some((response, head_len)) = parse_response(buf, &mut headers, max_head_len)? else {
+            return Ok(None);
+        };
+        let mut accepted = self.check(&response)?;
+        accepted.head_len = head_len;
+        Ok(Some(accepted))
+    }
+
+    /// Checks a parsed response against the request (RFC 6455 §4.1, RFC
+    /// 7692 §7.1). The `head_len` of the result is 0: [`parse_response`]
+    /// returned it.
+    pub fn check(&self, response: &Response<'_>) -> Result<Accepted<'a>, ClientHandshakeError> {
+        if response.status != 101 {
+            return Err(ClientHandshakeError::NotSwitching {
+                status: response.status,
+            });
+        }
+        if response.version != 1 {
+            return Err(ClientHandshakeError::NotHttp11);
+        }
+        let headers = response.headers;
+        if !values(headers, "upgrade").any(|v| value_has_token(v, "websocket")) {
+            return Err(ClientHandshakeError::MissingUpgrade);
+        }
+        if !values(headers, "connection").any(|v| value_has_token(v, "upgrade")) {
+            return Err(ClientHandshakeError::MissingConnectionUpgrade);
+        }
+        let mut accepts = values(headers, "sec-websocket-accept");
+        match (accepts.next(), accepts.next()) {
+            (Some(value), None) if value.trim_ascii() == accept_key(&self.key) => {}
+            _ => return Err(ClientHandshakeError::BadAccept),
+        }
+        let protocol = self.chosen_protocol(headers)?;
+        let offer = self.request.deflate.as_ref().map(Offer::from_config);
+        let deflate =
+            deflate::check_answer(values(headers, "sec-websocket-extensions"), offer.as_ref())?;
+        Ok(Accepted {
+            head_len: 0,
+            protocol,
+            deflate,
+        })
+    }
+
+    /// The offered subprotocol the response names, if any.
+    fn chosen_protocol(
+        &self,
+        headers: &[httparse::Header<'_>],
+    ) -> Result<Option<&'a str>, ClientHandshakeError> {
+        let mut chosen = values(headers, "sec-websocket-protocol");
+        let Some(value) = chosen.next() else {
+            return Ok(None);
+        };
+        if chosen.next().is_some() {
+            return Err(ClientHandshakeError::UnofferedProtocol);
+        }
+        let value = value.trim_ascii();
+        self.request
+            .protocols
+            .iter()
+            .find(|offered| offered.as_bytes() == value)
+            .map(|offered| Some(*offered))
+            .ok_or(ClientHandshakeError::UnofferedProtocol)
+    }
+
+    fn write_request(&self, out: &mut WriteQueue) {
+        let request = &self.request;
+        let mut head = HeadWriter(out);
+        // Writing into the queue cannot fail.
+        let _ = write!(
+            head,
+            "GET {} HTTP/1.1\r\n\
+             Host: {}\r\n\
+             Upgrade: websocket\r\n\
+             Connection: Upgrade\r\n\
+             Sec-WebSocket-Key: ",
+            request.target, request.host,
+        );
+        out.push_raw(&self.key);
+        out.push_raw(b"\r\nSec-WebSocket-Version: 13\r\n");
+        if let Some((first, rest)) = request.protocols.split_first() {
+            out.push_raw(b"Sec-WebSocket-Protocol: ");
+            out.push_raw(first.as_bytes());
+            for protocol in rest {
+                out.push_raw(b", ");
+                out.push_raw(protocol.as_bytes());
+            }
+            out.push_raw(b"\r\n");
+        }
+        if let Some(config) = &request.deflate {
+            out.push_raw(b"Sec-WebSocket-Extensions: ");
+            Offer::from_config(config).write(|piece| out.push_raw(piece));
+            out.push_raw(b"\r\n");
+        }
+        for (name, value) in request.headers {
+            out.push_raw(name.as_bytes());
+            out.push_raw(b": ");
+            out.push_raw(value.as_bytes());
+            out.push_raw(b"\r\n");
+        }
+        out.push_raw(b"\r\n");
+    }
+}
+
+/// A parsed response head, borrowing the read buffer.
+#[derive(Debug)]
+pub struct Response<'a> {
+    status: u16,
+    /// The minor version of HTTP/1.x.
+    version: u8,
+    headers: &'a [httparse::Header<'a>],
+}
+
+impl<'a> Response<'a> {
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The first value of header `name` (matched case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        header(self.headers, name)
+    }
+
+    /// Every header field, in order, as `(name, value)`.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        self.headers.iter().map(|h| (h.name, h.value))
+    }
+}
+
+/// Parses the response head at the start of `buf`, indexing its header
+/// fields into `headers`. Returns `Ok(None)` while the head is incomplete,
+/// or the response and the length of its head. Only HTTP is checked here;
+/// [`ClientHandshake::check`] judges the upgrade.
+pub fn parse_response<'a>(
+    buf: &'a [u8],
+    headers: &'a mut HeaderBuffer<'a>,
+    max_head_len: usize,
+) -> Result<Option<(Response<'a>, usize)>, ClientHandshakeError> {
+    let mut response = httparse::Response::new(headers);
+    let head_len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() >= max_head_len {
+                Err(ClientHandshakeError::HeadTooLarge)
+            } else {
+                Ok(None)
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(ClientHandshakeError::TooManyHeaders),
+        Err(_) => return Err(ClientHandshakeError::Malformed),
+    };
+    if head_len > max_head_len {
+        return Err(ClientHandshakeError::HeadTooLarge);
+    }
+    let (Some(status), Some(version)) = (response.code, response.version) else {
+        return Err(ClientHandshakeError::Malformed);
+    };
+    let response = Response {
+        status,
+        version,
+        headers: response.headers,
+    };
+    Ok(Some((response, head_len)))
+}
+
+/// RFC 7230 `tchar`, at least one.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// `fmt::Write` into the write queue, for the request line.
+struct HeadWriter<'q>(&'q mut WriteQueue);
+
+impl std::fmt::Write for HeadWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.push_raw(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
