@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test gate, as run by CI and by hand on a fresh machine:
-#   formatting, clippy (warnings are errors), unit + property + integration +
+#   formatting, clippy (warnings are errors), the import layers, every
+#   combination of cargo features, unit + property + integration +
 #   doc tests (the permessage-deflate interop tests set up their Python client
 #   themselves; the hostile-peer tests are integration tests), the load
 #   harness's own checks, the Autobahn TestSuite cases against the echo
-#   example, checked strictly, a smoke run of every fuzz target, and Miri over
+#   example (tokio, io_uring, wss), checked strictly, a smoke run of every
+#   fuzz target, and Miri over
 #   the sans-I/O unit tests.
 # Everything it needs beyond Rust (stable and nightly) and Python 3 it
 # installs itself (cargo-fuzz, the Miri component, kosoku).
@@ -20,6 +22,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
 step "cargo clippy --all-targets --all-features -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
 
+step "layers: no import circle between files in src/ (.ci/imports.py)"
+python3 .ci/imports.py
+
 step "cargo features: every combination builds clean, the slim builds stay slim (.ci/features.sh)"
 bash .ci/features.sh
 
@@ -33,7 +38,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 (cd benches/harness/go && go vet ./...)
 
 step "Autobahn TestSuite (strict)"
-autobahn/run.sh tokio uring
+autobahn/run.sh tokio uring tls
 
 step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
 fuzz/run.sh "$FUZZ_SMOKE_SECONDS"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs the Autobahn TestSuite cases against the echo example and checks the
-# results strictly. Usage: autobahn/run.sh [BACKEND...]   (default: tokio uring)
+# results strictly. Usage: autobahn/run.sh [BACKEND...]   (default: tokio uring tls)
+#
+# `tls` is wss: the echo example on the tokio backend with a certificate made
+# here (openssl), behind a TLS bridge (socat, installed with apt-get if it is
+# missing) that kosoku, which speaks no TLS, connects to in plain TCP.
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
@@ -12,7 +16,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -21,21 +25,44 @@ if [[ ! -x "$venv/bin/kosoku" ]]; then
 fi
 
 echo "autobahn: building the echo example"
-(cd "$root" && cargo build --quiet --release --features uring --example echo)
+(cd "$root" && cargo build --quiet --release --features uring,rustls --example echo)
 echo_bin="$root/target/release/examples/echo"
 
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Waits until something listens on $1 (or the process $2 died).
+wait_listening() {
+    for _ in $(seq 1 100); do
+        if ! kill -0 "$2" 2>/dev/null; then
+            return 1
+        fi
+        if python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
 server_pid=""
+bridge_pid=""
 cleanup() {
-    if [[ -n "$server_pid" ]]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
+    for pid in "$bridge_pid" "$server_pid"; do
+        if [[ -n "$pid" ]]; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    bridge_pid=""
+    server_pid=""
 }
 trap cleanup EXIT
 
 status=0
 for backend in "${backends[@]}"; do
-    port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+    port="$(free_port)"
     addr="127.0.0.1:$port"
     reports="$here/reports/$backend"
     rm -rf "$reports"
@@ -45,26 +72,42 @@ for backend in "${backends[@]}"; do
     # cases error out ("Strings must be encoded before hashing") on an echo
     # that comes back uncompressed, which the default 64-byte minimum does
     # for their 16-byte messages.
-    RUST_LOG=warn "$echo_bin" --addr "$addr" --backend "$backend" \
-        --deflate --deflate-min-size 0 >"$reports/server.log" 2>&1 &
+    serve=(--addr "$addr" --deflate --deflate-min-size 0)
+    if [[ "$backend" == tls ]]; then
+        command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+            -keyout "$reports/key.pem" -out "$reports/cert.pem" 2>/dev/null
+        serve+=(--backend tokio --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
+    else
+        serve+=(--backend "$backend")
+    fi
+    RUST_LOG=warn "$echo_bin" "${serve[@]}" >"$reports/server.log" 2>&1 &
     server_pid=$!
-    # Wait until it listens (or died).
-    for _ in $(seq 1 100); do
-        if ! kill -0 "$server_pid" 2>/dev/null; then
-            echo "autobahn: the $backend echo server exited:" >&2
-            cat "$reports/server.log" >&2
+    if ! wait_listening "$port" "$server_pid"; then
+        echo "autobahn: the $backend echo server did not start:" >&2
+        cat "$reports/server.log" >&2
+        exit 1
+    fi
+    if [[ "$backend" == tls ]]; then
+        # kosoku connects here in plain TCP; socat verifies the server's
+        # certificate and carries each connection over TLS.
+        plain_port="$(free_port)"
+        socat "TCP-LISTEN:$plain_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
+            "OPENSSL:127.0.0.1:$port,cafile=$reports/cert.pem,commonname=localhost,nodelay" \
+            2>"$reports/socat.log" &
+        bridge_pid=$!
+        if ! wait_listening "$plain_port" "$bridge_pid"; then
+            echo "autobahn: the TLS bridge did not start:" >&2
+            cat "$reports/socat.log" >&2
             exit 1
         fi
-        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null; then
-            break
-        fi
-        sleep 0.1
-    done
+        addr="127.0.0.1:$plain_port"
+    fi
 
     echo "autobahn: running all cases against the $backend backend at $addr"
     "$venv/bin/kosoku" --parallelism 16 --outdir "$reports" "$addr" >"$reports/kosoku.log" 2>&1 || true
     cleanup
-    server_pid=""
 
     python3 "$here/check.py" --backend "$backend" \
         --index "$reports/index.json" \

@@ -23,6 +23,7 @@ mod keepalive;
 mod lifecycle;
 mod read_buf;
 mod server;
+mod slab;
 mod slot_waker;
 #[cfg(feature = "tokio")]
 mod timer;

@@ -154,11 +154,7 @@ impl ServerCore {
             .await
             .is_err()
         {
-            tracing::warn!(
-                remaining = self.live(),
-                "connections still open after the shutdown timeout; dropping them"
-            );
-            self.abort_all();
+            self.abort_remaining();
             let _ = tokio::time::timeout(Duration::from_secs(1), self.wait_idle()).await;
         }
     }
@@ -177,6 +173,16 @@ impl ServerCore {
         if self.is_shutting_down() {
             waker.wake();
         }
+    }
+
+    /// The shutdown timeout has passed with connections left: says so and
+    /// aborts them.
+    pub(crate) fn abort_remaining(&self) {
+        tracing::warn!(
+            remaining = self.live(),
+            "connections still open after the shutdown timeout; dropping them"
+        );
+        self.abort_all();
     }
 
     /// Makes every server loop drop its connections at once (after the
@@ -241,6 +247,64 @@ impl ServerCore {
 pub(crate) fn close_for_shutdown(conn: &Conn) {
     // Refused only if it is closing already, which is as good.
     let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
+}
+
+/// What one server loop (a tokio group, an io_uring reactor, a stream
+/// connection's task) has acted on of the server's shutdown: each step
+/// reaches its connections once.
+#[derive(Default)]
+pub(crate) struct ShutdownSeen {
+    shutdown: bool,
+    abort: bool,
+}
+
+impl ShutdownSeen {
+    /// Acts on what is new: a shutdown asks each open connection to close
+    /// with 1001, an abort makes each drop at once. `each` calls its
+    /// argument on every open connection of the loop. Both are looked at
+    /// every time: a loop first run after both flags were set must not spend
+    /// the abort's wake-up on the shutdown. True if it acted (the loop then
+    /// gives its connections a turn).
+    pub(crate) fn act(&mut self, core: &ServerCore, mut each: impl FnMut(&dyn Fn(&Conn))) -> bool {
+        let mut acted = false;
+        if !self.shutdown && core.is_shutting_down() {
+            self.shutdown = true;
+            each(&close_for_shutdown);
+            acted = true;
+        }
+        if !self.abort && core.is_aborting() {
+            self.abort = true;
+            each(&|conn| conn.shared().abort());
+            acted = true;
+        }
+        acted
+    }
+
+    /// Whether the loop has seen the shutdown.
+    pub(crate) fn shutdown(&self) -> bool {
+        self.shutdown
+    }
+}
+
+/// Binds the first of `addrs` that `bind` accepts; the last error if none
+/// does.
+pub(crate) fn bind_first<T>(
+    addrs: impl IntoIterator<Item = std::net::SocketAddr>,
+    mut bind: impl FnMut(std::net::SocketAddr) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let mut last_error = None;
+    for addr in addrs {
+        match bind(addr) {
+            Ok(bound) => return Ok(bound),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "address resolved to nothing",
+        )
+    }))
 }
 
 /// `timeout` from now (see [`deadline_from`]).

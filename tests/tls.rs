@@ -184,3 +184,84 @@ async fn the_handshake_timeout_counts_from_the_connect() {
     );
     assert!(took >= timeout && took < timeout * 3, "408 after {took:?}");
 }
+
+/// The echo example built by `cargo test` (with the features of the run).
+fn echo_example() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let echo = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/echo");
+    assert!(echo.exists(), "{} is missing", echo.display());
+    echo
+}
+
+/// Kills a child process when the test ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_echo_example_serves_wss_with_a_pem_certificate_and_key() {
+    let identity = tls::identity();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _echo = Child(
+        std::process::Command::new(echo_example())
+            .args([
+                "--addr",
+                &addr.to_string(),
+                "--backend",
+                "tokio",
+                "--tls-cert",
+            ])
+            .arg(&identity.cert_pem)
+            .arg("--tls-key")
+            .arg(&identity.key_pem)
+            .spawn()
+            .unwrap(),
+    );
+    let mut tls = None;
+    for _ in 0..100 {
+        if let Ok(stream) = tls::connect(addr).await {
+            tls = Some(stream);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tls = tls.expect("the example listens with TLS");
+    let url = format!("wss://localhost:{port}/");
+    let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
+    client.send(Ws::text("echo over wss")).await.unwrap();
+    assert_eq!(
+        client.next().await.unwrap().unwrap(),
+        Ws::text("echo over wss")
+    );
+}
+
+#[test]
+fn the_echo_example_refuses_wss_on_io_uring_with_exit_code_2() {
+    let identity = tls::identity();
+    let output = std::process::Command::new(echo_example())
+        .args(["--addr", "127.0.0.1:0", "--backend", "uring", "--tls-cert"])
+        .arg(&identity.cert_pem)
+        .arg("--tls-key")
+        .arg(&identity.key_pem)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not available yet"), "{stderr}");
+    assert!(stderr.contains("--backend tokio"), "{stderr}");
+}

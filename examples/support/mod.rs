@@ -33,6 +33,13 @@ pub struct ServeArgs {
     /// (default: the library's, 64 bytes).
     #[arg(long, requires = "deflate", value_name = "BYTES")]
     pub deflate_min_size: Option<usize>,
+    /// Serve wss with this certificate chain (PEM; with --tls-key and
+    /// `--features rustls`, on --backend tokio).
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key for --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -49,6 +56,47 @@ impl ServeArgs {
             None => deflate,
         };
         config.permessage_deflate(deflate)
+    }
+}
+
+impl ServeArgs {
+    /// Why this build cannot serve the TLS asked for, if it cannot.
+    fn tls_missing(&self) -> Option<&'static str> {
+        self.tls_cert.as_ref()?;
+        match self.backend {
+            Backend::Uring => Some(
+                "wss on --backend uring is not available yet (rustls inside the io_uring \
+                 reactor is issue 9); use --backend tokio",
+            ),
+            Backend::Tokio if cfg!(feature = "rustls") => None,
+            Backend::Tokio => Some(
+                "this build has no TLS: build it with `--features rustls` \
+                 (e.g. cargo run --release --features rustls --example echo -- --tls-cert ...)",
+            ),
+        }
+    }
+
+    /// The rustls configuration for --tls-cert and --tls-key (ring as the
+    /// crypto provider, HTTP/1.1 by ALPN).
+    #[cfg(feature = "rustls")]
+    fn tls_config(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|error| format!("cannot read --tls-cert {}: {error}", cert.display()))?;
+        let key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|error| format!("cannot read --tls-key {}: {error}", key.display()))?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+            .map_err(|error| format!("cannot use the certificate and key: {error}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Some(std::sync::Arc::new(config)))
     }
 }
 
@@ -85,7 +133,7 @@ pub fn serve<H: Handler>(
     args: &ServeArgs,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
 ) -> ExitCode {
-    if let Some(missing) = args.backend.missing() {
+    if let Some(missing) = args.backend.missing().or_else(|| args.tls_missing()) {
         eprintln!("error: {missing}");
         return ExitCode::from(2);
     }
@@ -124,8 +172,14 @@ async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Re
     let server = rapidws::tokio::Server::bind(args.addr, handler, args.config())
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    #[cfg(feature = "rustls")]
+    let server = match args.tls_config()? {
+        Some(config) => server.tls(config),
+        None => server,
+    };
+    let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
     shut_down_on_ctrl_c(&tokio::runtime::Handle::current(), server.handle());
-    tracing::info!(addr = %args.addr, backend = "tokio", "{name} server listening");
+    tracing::info!(addr = %args.addr, backend = "tokio", scheme, "{name} server listening");
     server.serve().await.map_err(|error| error.to_string())
 }
 

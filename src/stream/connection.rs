@@ -23,7 +23,7 @@ use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::{Action, Env, Lifecycle};
 use crate::read_buf;
-use crate::server::{LiveGuard, close_for_shutdown};
+use crate::server::{LiveGuard, ShutdownSeen};
 use crate::slot_waker::ConnWake;
 use crate::timer::Timer;
 
@@ -77,8 +77,7 @@ pub(crate) async fn serve<S, H>(
         shutting_down: false,
         timer: Timer::default(),
         keepalive: Sweep::new(&env.core.config).map(|sweep| (sweep, Timer::default(), started)),
-        shutdown_seen: false,
-        abort_seen: false,
+        seen: ShutdownSeen::default(),
         life,
     };
     if !read_buf.is_empty() {
@@ -118,8 +117,7 @@ struct Connection<S, H: Handler> {
     /// Keepalive pings and the idle timeout, when configured: the sweep, its
     /// timer, and when it is next due.
     keepalive: Option<(Sweep, Timer, Instant)>,
-    shutdown_seen: bool,
-    abort_seen: bool,
+    seen: ShutdownSeen,
     life: Lifecycle<H>,
 }
 
@@ -128,19 +126,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
     /// over.
     fn poll(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Poll<()> {
         let core = &env.core;
-        if !self.shutdown_seen && core.is_shutting_down() {
-            // Open connections close with 1001; a handshake answers 503.
-            self.shutdown_seen = true;
-            if let Some(conn) = self.life.conn() {
-                close_for_shutdown(conn);
-            }
-        }
-        if !self.abort_seen && core.is_aborting() {
-            self.abort_seen = true;
-            if let Some(conn) = self.life.conn() {
-                conn.shared().abort();
-            }
-        }
+        // An open connection closes with 1001 (a handshake answers 503 when
+        // it sees the flag), or drops at once after the timeout.
+        let life = &self.life;
+        self.seen
+            .act(core, |act| life.conn().into_iter().for_each(act));
         self.sweep_if_due(cx);
         let pool = &core.pool;
         let mut reads = 0;

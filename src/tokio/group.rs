@@ -31,11 +31,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep, sleep};
 
 use super::connection::{Connection, Progress};
-use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
-use crate::server::{LiveGuard, ServerCore, close_for_shutdown};
+use crate::server::{LiveGuard, ServerCore, ShutdownSeen};
+use crate::slab::Slab;
 use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
 
 /// Socket events taken from the group's epoll at a time.
@@ -124,13 +124,11 @@ pub(crate) fn spawn<H: Handler>(
         ready: Vec::new(),
         woken: Vec::new(),
         incoming: Vec::new(),
-        slots: Vec::new(),
-        free: Vec::new(),
+        slots: Slab::default(),
         live: 0,
         sweep: Sweep::new(&core.config).map(|s| (s, Box::pin(sleep(s.period)))),
         env: Env { core, handler },
-        shutdown_seen: false,
-        abort_seen: false,
+        seen: ShutdownSeen::default(),
     };
     // The group paces itself (`ROUNDS_PER_POLL`, `READS_PER_TURN`); tokio's
     // per-task budget would make its timers and epoll look pending after a
@@ -147,17 +145,13 @@ struct Group<H: Handler> {
     ready: Vec<mio::event::Event>,
     woken: Vec<u32>,
     incoming: Vec<Incoming>,
-    /// Boxed so that growing the list moves pointers, and its spare capacity
-    /// costs 8 bytes a slot rather than a connection's size.
-    slots: Vec<Option<Box<Slot<H>>>>,
-    free: Vec<u32>,
+    slots: Slab<Slot<H>>,
     live: usize,
     env: Env<H>,
     /// Keepalive pings and idle timeouts, when configured: the sweep and
     /// the timer for the next one.
     sweep: Option<(Sweep, Pin<Box<Sleep>>)>,
-    shutdown_seen: bool,
-    abort_seen: bool,
+    seen: ShutdownSeen,
 }
 
 impl<H: Handler> Future for Group<H> {
@@ -166,17 +160,17 @@ impl<H: Handler> Future for Group<H> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let group = self.get_mut();
         group.shared.waker.register(cx.waker());
-        if !group.shutdown_seen && group.env.core.is_shutting_down() {
-            // Open connections close with 1001; handshakes in progress answer
-            // 503 when they see the flag.
-            group.shutdown_seen = true;
-            group.for_each_connection(close_for_shutdown);
-        }
-        // Not `else`: a group first polled after both flags were set would
-        // otherwise use up the abort's wake on the shutdown and never abort.
-        if !group.abort_seen && group.env.core.is_aborting() {
-            group.abort_seen = true;
-            group.for_each_connection(|conn| conn.shared().abort());
+        // Open connections close with 1001 (handshakes in progress answer
+        // 503 when they see the flag), or drop at once after the timeout.
+        let slots = &group.slots;
+        let acted = group.seen.act(&group.env.core, |act| {
+            slots
+                .iter()
+                .filter_map(|s| s.connection.conn())
+                .for_each(act)
+        });
+        if acted {
+            group.advance_all();
         }
         group.sweep_if_due(cx);
         for _ in 0..ROUNDS_PER_POLL {
@@ -208,22 +202,18 @@ impl<H: Handler> Group<H> {
             live,
         } in incoming.drain(..)
         {
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.slots.push(None);
-                (self.slots.len() - 1) as u32
-            });
+            let slot = self.slots.next_slot();
             let interest = Interest::READABLE | Interest::WRITABLE;
             let registry = self.epoll.get_ref().registry();
             if let Err(error) = registry.register(&mut stream, Token(slot as usize), interest) {
                 tracing::warn!(%peer, %error, "could not watch a new connection; dropped");
-                self.free.push(slot);
                 self.shared.connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
             let waker = SlotWake::waker(self.shared.clone(), slot);
             let wake = ConnWake::Waker(Waker::from(waker.clone()));
             let connection = Connection::accept(stream, peer, live, wake, &self.env);
-            self.slots[slot as usize] = Some(Box::new(Slot { connection, waker }));
+            self.slots.insert(Slot { connection, waker });
             self.live += 1;
             // Starts the handshake timer.
             self.advance(slot);
@@ -245,21 +235,15 @@ impl<H: Handler> Group<H> {
         timer.as_mut().reset(Instant::now() + sweep.period);
         // Registers the task's waker for the next sweep.
         let _ = timer.as_mut().poll(cx);
-        for entry in self.slots.iter_mut().flatten() {
+        for entry in self.slots.iter_mut() {
             entry.connection.sweep(sweep);
         }
     }
 
-    /// Calls `f` on every open connection's handle, then gives every
-    /// connection a turn.
-    fn for_each_connection(&mut self, f: impl Fn(&Conn)) {
-        for entry in self.slots.iter().flatten() {
-            if let Some(conn) = entry.connection.conn() {
-                f(conn);
-            }
-        }
-        for slot in 0..self.slots.len() {
-            self.advance(slot as u32);
+    /// Gives every connection a turn.
+    fn advance_all(&mut self) {
+        for slot in 0..self.slots.end() {
+            self.advance(slot);
         }
     }
 
@@ -271,7 +255,7 @@ impl<H: Handler> Group<H> {
         }
         let mut woken = std::mem::take(&mut self.woken);
         for slot in woken.drain(..) {
-            if let Some(entry) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+            if let Some(entry) = self.slots.get(slot) {
                 // Cleared before the turn, so a wake during it lists it again.
                 entry.waker.taken();
             }
@@ -311,7 +295,7 @@ impl<H: Handler> Group<H> {
         let mut ready = std::mem::take(&mut self.ready);
         for event in ready.drain(..) {
             let slot = event.token().0 as u32;
-            if let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            if let Some(entry) = self.slots.get_mut(slot) {
                 entry.connection.on_event(&event);
                 self.advance(slot);
             }
@@ -328,7 +312,7 @@ impl<H: Handler> Group<H> {
     /// connection (the handler's `State` may have a `Drop`), is caught here and
     /// costs only that connection, not the group's others.
     fn advance(&mut self, slot: u32) {
-        let Some(entry) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(entry) = self.slots.get_mut(slot) else {
             return;
         };
         let waker = Waker::from(entry.waker.clone());
@@ -340,11 +324,10 @@ impl<H: Handler> Group<H> {
             Progress::Done
         });
         if done == Progress::Done {
-            let finished = self.slots[slot as usize].take();
+            let finished = self.slots.remove(slot);
             if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
                 tracing::error!("dropping a finished connection panicked");
             }
-            self.free.push(slot);
             self.live -= 1;
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         }

@@ -45,7 +45,8 @@ use crate::handler::Handler;
 #[cfg(feature = "rustls")]
 use crate::lifecycle::Env;
 use crate::server::{
-    LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, ServerCore, ServerHandle, concerns_one_connection,
+    LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, ServerCore, ServerHandle, bind_first,
+    concerns_one_connection,
 };
 use group::{GroupShared, Incoming};
 
@@ -74,16 +75,8 @@ impl<H: Handler> Server<H> {
     /// Binds a listening socket (SO_REUSEADDR, a backlog of 4096) on the first
     /// address `addr` resolves to that works.
     pub async fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
-        let mut last_error = None;
-        for addr in tokio::net::lookup_host(addr).await? {
-            match listen(addr) {
-                Ok(listener) => return Ok(Server::from_listener(listener, handler, config)),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
-        }))
+        let listener = bind_first(tokio::net::lookup_host(addr).await?, listen)?;
+        Ok(Server::from_listener(listener, handler, config))
     }
 
     /// Serves on a listener the caller has set up.

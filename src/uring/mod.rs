@@ -54,7 +54,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::Config;
 use crate::handler::Handler;
 use crate::lifecycle::Env;
-use crate::server::{LISTEN_BACKLOG, ServerCore, ServerHandle, deadline_after};
+use crate::server::{LISTEN_BACKLOG, ServerCore, ServerHandle, bind_first, deadline_after};
 use reactor::{Reactor, Setup, Shared};
 
 /// Submission queue entries per ring (the completion queue has eight times
@@ -93,24 +93,16 @@ impl<H: Handler> Server<H> {
     /// taken, the port is first bound without it: a port in use fails with
     /// `AddrInUse`, as on tokio.
     pub fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
-        let mut last_error = None;
-        for addr in addr.to_socket_addrs()? {
-            match check_free(addr).and_then(listen) {
-                Ok(listener) => {
-                    return Ok(Server {
-                        listener,
-                        handler: Arc::new(handler),
-                        core: ServerCore::new(config),
-                        threads: thread::available_parallelism().map_or(1, usize::from),
-                        buffers: DEFAULT_BUFFERS,
-                    });
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
-        }))
+        let listener = bind_first(addr.to_socket_addrs()?, |addr| {
+            check_free(addr).and_then(listen)
+        })?;
+        Ok(Server {
+            listener,
+            handler: Arc::new(handler),
+            core: ServerCore::new(config),
+            threads: thread::available_parallelism().map_or(1, usize::from),
+            buffers: DEFAULT_BUFFERS,
+        })
     }
 
     /// How many reactor threads serve connections (default: one per CPU).
@@ -202,11 +194,7 @@ impl<H: Handler> Server<H> {
         wait_for_shutdown(&core);
         let shutdown_timeout = core.config.shutdown_timeout;
         if !wait_until_idle(&core, deadline_after(shutdown_timeout)) {
-            tracing::warn!(
-                remaining = core.live(),
-                "connections still open after the shutdown timeout; dropping them"
-            );
-            core.abort_all();
+            core.abort_remaining();
             wait_until_idle(&core, Instant::now() + Duration::from_secs(1));
         }
         // A reactor that failed started the shutdown; its error is `serve`'s.

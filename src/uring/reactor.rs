@@ -27,7 +27,8 @@ use super::ring::{self, Completion, Op, Outgoing, Ring};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
-use crate::server::{MAX_BACKOFF, MIN_BACKOFF, close_for_shutdown, concerns_one_connection};
+use crate::server::{MAX_BACKOFF, MIN_BACKOFF, ShutdownSeen, concerns_one_connection};
+use crate::slab::Slab;
 use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
@@ -97,12 +98,10 @@ impl Parts {
 
 pub(crate) struct Reactor<H: Handler> {
     // Declared before `parts`: connections (and their sockets) go first, then
-    // the ring cancels what is still in flight and waits for it. Boxed, so
-    // that a free slot costs 8 bytes, not a connection's size.
-    slots: Vec<Option<Box<Connection<H>>>>,
+    // the ring cancels what is still in flight and waits for it.
+    slots: Slab<Connection<H>>,
     /// By slot: on the list of connections to advance this turn.
     marked: Vec<bool>,
-    free: Vec<u32>,
     parts: Parts,
     listener: Option<TcpListener>,
     /// The multishot accept is armed.
@@ -124,8 +123,7 @@ pub(crate) struct Reactor<H: Handler> {
     /// Keepalive pings and idle timeouts, when configured: the sweep and
     /// when the next one is due.
     sweep: Option<(Sweep, Instant)>,
-    shutdown_seen: bool,
-    abort_seen: bool,
+    seen: ShutdownSeen,
 }
 
 /// The reactor's settings.
@@ -146,9 +144,8 @@ impl<H: Handler> Reactor<H> {
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
         let sweep = Sweep::new(&env.core.config).map(|s| (s, Instant::now() + s.period));
         Ok(Reactor {
-            slots: Vec::new(),
+            slots: Slab::default(),
             marked: Vec::new(),
-            free: Vec::new(),
             parts: Parts {
                 ring,
                 spare: Vec::new(),
@@ -165,8 +162,7 @@ impl<H: Handler> Reactor<H> {
             woken: Vec::new(),
             timers: BTreeSet::new(),
             sweep,
-            shutdown_seen: false,
-            abort_seen: false,
+            seen: ShutdownSeen::default(),
         })
     }
 
@@ -214,7 +210,6 @@ impl<H: Handler> Reactor<H> {
             self.expire_timers();
             self.sweep_if_due();
             self.notice_shutdown();
-            self.notice_abort();
             self.run_dirty();
             self.arm_accept();
         }
@@ -252,7 +247,7 @@ impl<H: Handler> Reactor<H> {
             return;
         }
         *due = now + sweep.period;
-        for connection in self.slots.iter_mut().flatten() {
+        for connection in self.slots.iter_mut() {
             connection.sweep(sweep);
         }
     }
@@ -305,7 +300,7 @@ impl<H: Handler> Reactor<H> {
         slot: u32,
         f: impl FnOnce(&mut Connection<H>, &Env<H>, &mut Io<'_>),
     ) {
-        let Some(connection) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(connection) = self.slots.get_mut(slot) else {
             return;
         };
         let before = connection.deadline();
@@ -324,7 +319,7 @@ impl<H: Handler> Reactor<H> {
     }
 
     fn mark_dirty(&mut self, slot: u32) {
-        let live = self.slots.get(slot as usize).is_some_and(Option::is_some);
+        let live = self.slots.get(slot).is_some();
         if live && !std::mem::replace(&mut self.marked[slot as usize], true) {
             self.dirty.push(slot);
         }
@@ -348,8 +343,7 @@ impl<H: Handler> Reactor<H> {
         let mut dirty = std::mem::take(&mut self.dirty);
         for slot in dirty.drain(..) {
             self.marked[slot as usize] = false;
-            let Some(connection) = self.slots.get_mut(slot as usize).and_then(Option::as_mut)
-            else {
+            let Some(connection) = self.slots.get_mut(slot) else {
                 continue;
             };
             let before = connection.deadline();
@@ -377,18 +371,21 @@ impl<H: Handler> Reactor<H> {
 
     /// Drops a finished connection (closing its socket) and frees its slot.
     fn free_slot(&mut self, slot: u32) {
-        let finished = self.take_connection(slot);
+        let finished = self.slots.remove(slot);
+        if let Some(connection) = &finished {
+            self.refile_timer(slot, connection.deadline(), None);
+        }
         if catch_unwind(AssertUnwindSafe(move || drop(finished))).is_err() {
             tracing::error!("dropping a finished connection panicked");
         }
-        self.free.push(slot);
     }
 
     /// A connection whose state cannot be trusted any more, with operations
     /// possibly in flight: its slot is never reused, so no late completion
     /// reaches another connection.
     fn leak(&mut self, slot: u32) {
-        if let Some(connection) = self.take_connection(slot) {
+        if let Some(connection) = self.slots.retire(slot) {
+            self.refile_timer(slot, connection.deadline(), None);
             std::mem::forget(connection);
         }
         // Its completions find no connection: their buffers and queues go
@@ -398,19 +395,11 @@ impl<H: Handler> Reactor<H> {
         tracing::error!(slot, "a connection was leaked after repeated panics");
     }
 
-    /// Takes the connection out of its slot, and its deadline out of the
-    /// timers.
-    fn take_connection(&mut self, slot: u32) -> Option<Box<Connection<H>>> {
-        let connection = self.slots[slot as usize].take()?;
-        self.refile_timer(slot, connection.deadline(), None);
-        Some(connection)
-    }
-
     fn take_woken(&mut self) {
         std::mem::swap(&mut *lock(&self.shared.woken), &mut self.woken);
         let mut woken = std::mem::take(&mut self.woken);
         for slot in woken.drain(..) {
-            if let Some(connection) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+            if let Some(connection) = self.slots.get(slot) {
                 if let Some(conn) = connection.conn() {
                     // Cleared before the turn, so a wake during it lists it again.
                     conn.shared().wake().taken();
@@ -436,44 +425,28 @@ impl<H: Handler> Reactor<H> {
 
     /// On shutdown: stops accepting, asks every open connection to close with
     /// 1001, and gives every connection a turn (the handshakes in progress
-    /// answer 503).
+    /// answer 503); after the shutdown timeout, drops every open connection.
     fn notice_shutdown(&mut self) {
-        if self.shutdown_seen || !self.env.core.is_shutting_down() {
+        let slots = &self.slots;
+        let acted = self.seen.act(&self.env.core, |act| {
+            slots.iter().filter_map(Connection::conn).for_each(act)
+        });
+        if !acted {
             return;
         }
-        self.shutdown_seen = true;
-        self.accept_paused_until = None;
-        if self.accepting {
-            self.parts.ring.cancel(Op::Accept);
-        }
-        self.listener = None;
-        self.for_each_connection(close_for_shutdown);
-    }
-
-    /// After the shutdown timeout: drops every open connection.
-    fn notice_abort(&mut self) {
-        if self.abort_seen || !self.env.core.is_aborting() {
-            return;
-        }
-        self.abort_seen = true;
-        self.for_each_connection(|conn| conn.shared().abort());
-    }
-
-    /// Calls `f` on every open connection's handle, and gives every
-    /// connection a turn.
-    fn for_each_connection(&mut self, f: impl Fn(&crate::Conn)) {
-        for connection in self.slots.iter().flatten() {
-            if let Some(conn) = connection.conn() {
-                f(conn);
+        if self.listener.take().is_some() {
+            self.accept_paused_until = None;
+            if self.accepting {
+                self.parts.ring.cancel(Op::Accept);
             }
         }
-        for slot in 0..self.slots.len() as u32 {
+        for slot in 0..self.slots.end() {
             self.mark_dirty(slot);
         }
     }
 
     fn arm_accept(&mut self) {
-        if self.accepting || self.shutdown_seen {
+        if self.accepting || self.seen.shutdown() {
             return;
         }
         let Some(listener) = &self.listener else {
@@ -524,19 +497,18 @@ impl<H: Handler> Reactor<H> {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
         let live = self.env.core.enter();
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.marked.push(false);
-            (self.slots.len() - 1) as u32
-        });
+        let slot = self.slots.next_slot();
+        if self.marked.len() <= slot as usize {
+            self.marked.resize(slot as usize + 1, false);
+        }
         // Sends from other threads, close requests and aborts list this
         // slot on the reactor's woken list.
         let wake = ConnWake::Slot(SlotWake::new(self.shared.clone(), slot));
         let mut io = self.parts.io(slot);
         let connection = Connection::accept(stream, peer, live, wake, &self.env, &mut io);
         self.refile_timer(slot, None, connection.deadline());
-        self.slots[slot as usize] = Some(Box::new(connection));
-        if self.shutdown_seen {
+        self.slots.insert(connection);
+        if self.seen.shutdown() {
             // Accepted just before the listener closed: answer 503 now.
             self.mark_dirty(slot);
         }

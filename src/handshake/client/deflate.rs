@@ -5,7 +5,7 @@
 //! Both are derived from one [`Offer`], so what is checked is exactly what
 //! was written.
 
-use super::ClientHandshakeError;
+use super::error::ClientHandshakeError;
 use crate::handshake::extensions::{Param, parse_extensions};
 use crate::handshake::negotiate::{KnownParam, known_param, window_bits};
 use crate::proto::deflate::{DeflateConfig, DeflateParams};

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""No import circle between files in src/ (ARCHITECTURE.md, "Layers").
+
+Every `crate::`, `super::` and `self::` path in a file (in `use` trees, braces
+expanded, and inline in code) is followed to the file that defines the item,
+through `pub use` re-exports. A file depends on the files whose items its own
+code uses. A `pub use` that only re-exports an item is a module's interface,
+not a use by its code, so it makes no edge; nor does a `mod` declaration.
+Prints each circle with its edges and exits 1 if there is one; prints the
+file count and `no import circle` otherwise.
+"""
+
+import os
+import re
+import sys
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+ITEM = re.compile(
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+|const\s+|unsafe\s+)*"
+    r"(?:fn|struct|enum|trait|type|const|static|mod|macro_rules!|union)\s+(\w+)",
+    re.M,
+)
+USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M | re.S)
+INLINE = re.compile(r"\b((?:crate|super|self)(?:::\w+)+)")
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+TEST_MODULE = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{")
+
+
+def without_tests(text):
+    """The text without its inline `#[cfg(test)] mod … { … }` blocks: tests
+    may reach anything, and their `super` is the file itself."""
+    while True:
+        match = TEST_MODULE.search(text)
+        if not match:
+            return text
+        depth, end = 1, match.end()
+        while depth and end < len(text):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        text = text[: match.start()] + text[end:]
+
+
+def module_of(path):
+    rel = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+    if rel[-1] in ("mod", "lib"):
+        rel = rel[:-1]
+    return tuple(rel)
+
+
+def expand(tree):
+    """`a::{b, c::{d as e}}` -> ['a::b', 'a::c::d']."""
+    tree = re.sub(r"\s+as\s+\w+", "", tree)
+    tree = re.sub(r"\s+", "", tree)
+    depth, start = 0, None
+    for i, ch in enumerate(tree):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                prefix, inner = tree[:start], tree[start + 1 : i]
+                parts, level, last = [], 0, 0
+                for j, c in enumerate(inner):
+                    level += c == "{"
+                    level -= c == "}"
+                    if c == "," and level == 0:
+                        parts.append(inner[last:j])
+                        last = j + 1
+                parts.append(inner[last:])
+                out = []
+                for part in filter(None, parts):
+                    for path in expand(part):
+                        out.append(prefix.rstrip(":") if path == "self" else prefix + path)
+                return out
+    return [tree]
+
+
+def main():
+    files = {}
+    for folder, _, names in os.walk(ROOT):
+        for name in names:
+            # `tests.rs` beside a module holds its tests.
+            if name.endswith(".rs") and name != "tests.rs":
+                path = os.path.join(folder, name)
+                text = open(path, encoding="utf-8").read()
+                files[module_of(path)] = without_tests(COMMENT.sub("", text))
+
+    defined = {m: set(ITEM.findall(text)) for m, text in files.items()}
+    reexports = {}  # module -> {name: full path}
+    uses = {}  # module -> [paths used by code]
+    for module, text in files.items():
+        reexports[module] = {}
+        uses[module] = []
+        for match in USE.finditer(text):
+            public = bool(match.group(1))
+            for path in expand(match.group(2)):
+                if public:
+                    name = path.rsplit("::", 1)[-1]
+                    reexports[module][name] = path
+                else:
+                    uses[module].append(path)
+        code = USE.sub("", text)
+        uses[module].extend(INLINE.findall(code))
+
+    def absolute(module, path):
+        segs = path.split("::")
+        if segs[0] == "crate":
+            base, segs = [], segs[1:]
+        elif segs[0] in ("self", "super"):
+            base = list(module)
+            while segs and segs[0] in ("self", "super"):
+                if segs[0] == "super":
+                    base = base[:-1]
+                segs = segs[1:]
+        else:
+            # A path relative to the module: a child module, or an item.
+            base = list(module)
+        return base + segs
+
+    def resolve(segs, seen=()):
+        """The module (file) that defines the item `segs` names."""
+        for i in range(len(segs), -1, -1):
+            module = tuple(segs[:i])
+            if module in files:
+                rest = segs[i:]
+                if not rest:
+                    return module
+                name = rest[0]
+                target = reexports[module].get(name)
+                if target and name not in defined[module] and (module, name) not in seen:
+                    found = resolve(absolute(module, target), seen + ((module, name),))
+                    if found is not None:
+                        return found
+                return module
+        return None
+
+    edges = {m: set() for m in files}
+    for module, paths in uses.items():
+        for path in paths:
+            head = path.split("::")[0]
+            if head not in ("crate", "self", "super") and (module + (head,)) not in files:
+                continue  # an external crate or std
+            target = resolve(absolute(module, path))
+            if target is not None and target != module:
+                edges[module].add(target)
+
+    # Tarjan's strongly connected components.
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(component)
+
+    for v in files:
+        if v not in index:
+            visit(v)
+
+    def name(m):
+        return "/".join(m) or "lib"
+
+    for component in circles:
+        print("import circle: " + ", ".join(sorted(name(m) for m in component)))
+        for a in component:
+            for b in sorted(edges[a]):
+                if b in component:
+                    print(f"  {name(a)} -> {name(b)}")
+    if circles:
+        return 1
+    print(f"{len(files)} files in src/: no import circle")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
