@@ -7,7 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-cargo build --release --features uring --examples --manifest-path "$repo/Cargo.toml"
+cargo build --release --features uring,rustls --examples --manifest-path "$repo/Cargo.toml"
 cargo build --release --manifest-path "$here/Cargo.toml"
 mkdir -p "$here/target/go"
 (cd "$here/go" && go build -trimpath -o "$here/target/go/" ./cmd/...)

@@ -7,11 +7,11 @@ use std::io;
 use std::rc::Rc;
 use std::time::Instant;
 
+use crate::wire::Stream;
 use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::stats::{SharedStats, Stats};
 use crate::wire::{self, FrameReader, Seen};
@@ -87,7 +87,7 @@ pub async fn run(args: EchoArgs) -> io::Result<()> {
 pub(crate) async fn run_loops<R>(
     mode: &str,
     shape: &LoopArgs,
-    connections: Vec<(TcpStream, BytesMut)>,
+    connections: Vec<(Stream, BytesMut)>,
     frame: impl Fn([u8; 4]) -> Vec<u8>,
     replies: impl Fn() -> R,
 ) -> serde_json::Value
@@ -119,7 +119,7 @@ where
 /// `replies`, which consumes them from the buffer and checks them) are answered
 /// with as many new frames, in one write. Records each reply's round trip.
 async fn closed_loop(
-    mut stream: TcpStream,
+    mut stream: Stream,
     mut buf: BytesMut,
     frame: Vec<u8>,
     depth: usize,
@@ -142,6 +142,8 @@ async fn closed_loop(
             sent.push_back(now);
         }
         stream.write_all(&out).await?;
+        // TLS keeps records until flushed; plain TCP has nothing to flush.
+        stream.flush().await?;
         due = 0;
         while due == 0 {
             if stream.read_buf(&mut buf).await? == 0 {

@@ -12,11 +12,11 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::wire::Stream;
 use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::TargetArgs;
 use crate::deflate;
@@ -42,7 +42,7 @@ pub struct IdleArgs {
     pub deflate: bool,
 }
 
-type Held = Vec<(TcpStream, BytesMut)>;
+type Held = Vec<(Stream, BytesMut)>;
 
 pub async fn run(args: IdleArgs) -> io::Result<()> {
     let started = Instant::now();
@@ -119,7 +119,7 @@ async fn open(
     target: &wire::Target,
     source: Option<IpAddr>,
     with_deflate: bool,
-) -> io::Result<(TcpStream, BytesMut)> {
+) -> io::Result<(Stream, BytesMut)> {
     if !with_deflate {
         return wire::open(target, source).await;
     }
@@ -135,7 +135,8 @@ async fn ping_all(held: &mut Held, deadline: Instant) -> usize {
     let ping = wire::masked_frame(wire::PING, b"alive?", [7, 7, 7, 7]);
     let mut written = vec![false; held.len()];
     for ((stream, _), written) in held.iter_mut().zip(&mut written) {
-        *written = stream.write_all(&ping).await.is_ok();
+        // A TLS stream keeps the record until flushed.
+        *written = stream.write_all(&ping).await.is_ok() && stream.flush().await.is_ok();
     }
     let mut alive = 0;
     for ((stream, buf), written) in held.iter_mut().zip(written) {
@@ -146,7 +147,7 @@ async fn ping_all(held: &mut Held, deadline: Instant) -> usize {
     alive
 }
 
-async fn wait_pong(stream: &mut TcpStream, buf: &mut BytesMut, deadline: Instant) -> bool {
+async fn wait_pong(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant) -> bool {
     let mut reader = FrameReader::default();
     loop {
         while let Ok(Some(seen)) = reader.next(buf) {

@@ -61,6 +61,9 @@ pub struct TargetArgs {
     /// ... starting after this offset.
     #[arg(long, default_value_t = 0)]
     pub source_offset: u8,
+    /// wss: connect with TLS, trusting this certificate (PEM) for `localhost`.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl TargetArgs {
@@ -69,6 +72,12 @@ impl TargetArgs {
             addr: self.addr,
             path: self.path.clone(),
             raw: self.raw,
+            tls: self.tls_ca.as_deref().map(|ca| {
+                wire::tls_client(ca).unwrap_or_else(|error| {
+                    eprintln!("error: --tls-ca {}: {error}", ca.display());
+                    std::process::exit(2);
+                })
+            }),
         }
     }
 

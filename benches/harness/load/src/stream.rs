@@ -50,7 +50,7 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     let sources = args.target.sources();
     for i in 0..args.conns {
         let (stream, buf) = wire::open(&target, sources.nth(i)).await?;
-        let (read, write) = stream.into_split();
+        let (read, write) = stream.into_plain()?.into_split();
         let sent = Rc::new(RefCell::new(VecDeque::new()));
         let request = wire::masked_frame(wire::TEXT, &vec![b'r'; args.size], [9, 8, 7, 6]);
         let every = Duration::from_micros(args.interval_us.max(1));

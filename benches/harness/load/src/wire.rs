@@ -4,10 +4,18 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 pub const TEXT: u8 = 0x1;
 pub const BINARY: u8 = 0x2;
@@ -22,6 +30,91 @@ pub struct Target {
     pub path: String,
     /// Skip the HTTP upgrade: the peer is the raw TCP echo server.
     pub raw: bool,
+    /// wss: the TLS client configuration (the server is `localhost`).
+    pub tls: Option<Arc<ClientConfig>>,
+}
+
+/// A connection: plain TCP, or TLS over it (wss).
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Stream {
+    /// The TCP connection underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// The plain TCP connection, for a mode that does not speak TLS.
+    pub fn into_plain(self) -> io::Result<TcpStream> {
+        match self {
+            Stream::Plain(s) => Ok(s),
+            Stream::Tls(_) => Err(io::Error::other("this mode does not speak TLS")),
+        }
+    }
+}
+
+/// A TLS client configuration (ring) that trusts the certificates in `ca`.
+pub fn tls_client(ca: &Path) -> io::Result<Arc<ClientConfig>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(io::Error::other)? {
+        roots
+            .add(cert.map_err(io::Error::other)?)
+            .map_err(io::Error::other)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// Source addresses 127.0.0.(offset+1) ..= 127.0.0.(offset+count), used in turn
@@ -44,7 +137,7 @@ impl Sources {
 
 /// Connects (from `source` if given), sets TCP_NODELAY and upgrades. Returns the
 /// stream and any bytes that arrived after the 101 response.
-pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(TcpStream, BytesMut)> {
+pub async fn open(target: &Target, source: Option<IpAddr>) -> io::Result<(Stream, BytesMut)> {
     let (stream, buf, _) = open_with(target, source, "").await?;
     Ok((stream, buf))
 }
@@ -55,14 +148,24 @@ pub async fn open_with(
     target: &Target,
     source: Option<IpAddr>,
     extensions: &str,
-) -> io::Result<(TcpStream, BytesMut, String)> {
+) -> io::Result<(Stream, BytesMut, String)> {
     let socket = TcpSocket::new_v4()?;
     if let Some(ip) = source {
         bind_address_no_port(&socket)?;
         socket.bind(SocketAddr::new(ip, 0))?;
     }
-    let mut stream = socket.connect(target.addr).await?;
-    stream.set_nodelay(true)?;
+    let tcp = socket.connect(target.addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut stream = match &target.tls {
+        None => Stream::Plain(tcp),
+        Some(config) => {
+            let name = ServerName::try_from("localhost").unwrap();
+            let tls = TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await?;
+            Stream::Tls(Box::new(tls))
+        }
+    };
     let mut buf = BytesMut::with_capacity(4096);
     if target.raw {
         return Ok((stream, buf, String::new()));
@@ -78,6 +181,7 @@ pub async fn open_with(
         target.path, target.addr
     );
     stream.write_all(request.as_bytes()).await?;
+    stream.flush().await?;
     loop {
         if let Some(end) = find_head_end(&buf) {
             if !buf.starts_with(b"HTTP/1.1 101") {

@@ -11,7 +11,7 @@ use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The command line of every harness server (the Go ones take the same flags).
-#[derive(Parser, Debug, Clone, Copy)]
+#[derive(Parser, Debug, Clone)]
 pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9001")]
@@ -22,6 +22,13 @@ pub struct Args {
     /// Interval between pushes in microseconds.
     #[arg(long, default_value_t = 500)]
     pub push_every_us: u64,
+    /// wss: this certificate chain (PEM), with --tls-key (servers that
+    /// support it: `serve_maybe_tls`).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key for --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -39,6 +46,111 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let args = Args::parse();
+    accept_loop(args, handle);
+}
+
+/// [`serve`] for a library that works over any async stream: with
+/// `--tls-cert` and `--tls-key`, each connection is TLS (tokio-rustls, ring)
+/// first.
+pub fn serve_maybe_tls<F, Fut>(handle: F)
+where
+    F: Fn(MaybeTls, Args) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let args = Args::parse();
+    let Some(acceptor) = tls_acceptor(&args) else {
+        accept_loop(args, move |stream, args| {
+            handle(MaybeTls::Plain(stream), args)
+        });
+        return;
+    };
+    accept_loop(args, move |stream, args| {
+        let acceptor = acceptor.clone();
+        async move {
+            if let Ok(tls) = acceptor.accept(stream).await {
+                handle(MaybeTls::Tls(Box::new(tls)), args).await;
+            }
+        }
+    });
+}
+
+fn tls_acceptor(args: &Args) -> Option<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (cert, key) = (args.tls_cert.as_ref()?, args.tls_key.as_ref()?);
+    let chain = CertificateDer::pem_file_iter(cert)
+        .expect("--tls-cert")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("--tls-cert");
+    let key = PrivateKeyDer::from_pem_file(key).expect("--tls-key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("certificate and key");
+    Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
+/// A connection: plain TCP, or TLS over it.
+pub enum MaybeTls {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for MaybeTls {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for MaybeTls {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Accepts connections for ever, one task each (`handle`).
+fn accept_loop<F, Fut>(args: Args, handle: F)
+where
+    F: Fn(TcpStream, Args) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     runtime.block_on(async move {
         let listener = TcpListener::bind(args.addr).await.expect("bind");
@@ -46,7 +158,7 @@ where
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(handle(stream, args));
+                    tokio::spawn(handle(stream, args.clone()));
                 }
                 Err(error) => {
                     eprintln!("accept: {error}");

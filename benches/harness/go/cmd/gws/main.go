@@ -1,6 +1,7 @@
 // Command gws is the github.com/lxzan/gws baseline: gws's own server
 // (gws.NewServer on a net.Listener, any path) with default ServerOption,
-// plus permessage-deflate with -deflate.
+// plus permessage-deflate with -deflate, and wss (crypto/tls) with -tls-cert
+// and -tls-key.
 package main
 
 import (
@@ -86,10 +87,8 @@ func main() {
 		}
 		_ = conn.Close()
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		harness.Fatal("gws", err)
-	}
+	// With -tls-cert and -tls-key: wss (the harness's wss peer).
+	ln := cfg.Listen("gws")
 	cfg.Started("gws")
 	harness.Fatal("gws", srv.RunListener(ln))
 }

@@ -3,8 +3,10 @@
 package harness
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"time"
 )
@@ -19,6 +21,9 @@ type Config struct {
 	// measures the servers as they are out of the box; each server's main.go
 	// says which compression settings it uses.
 	Deflate bool
+	// TLSCert and TLSKey (-tls-cert, -tls-key: PEM files) make a server that
+	// supports it (Listen) serve wss.
+	TLSCert, TLSKey string
 
 	payload []byte // shared push payload; libraries only read it
 }
@@ -31,6 +36,8 @@ func Parse() *Config {
 	flag.IntVar(&c.PushSize, "push-size", 0, "push mode: bytes per server-initiated binary message (0 = off)")
 	flag.IntVar(&everyUS, "push-every-us", 500, "push mode: interval between pushes, in microseconds")
 	flag.BoolVar(&c.Deflate, "deflate", false, "accept permessage-deflate offers (no context takeover, level 1)")
+	flag.StringVar(&c.TLSCert, "tls-cert", "", "wss: certificate chain (PEM), with -tls-key")
+	flag.StringVar(&c.TLSKey, "tls-key", "", "wss: private key (PEM), with -tls-cert")
 	flag.Parse()
 	if c.PushSize < 0 || everyUS <= 0 {
 		fmt.Fprintln(os.Stderr, "-push-size must be >= 0 and -push-every-us > 0")
@@ -92,4 +99,22 @@ func (c *Config) Started(name string) {
 func Fatal(name string, err error) {
 	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 	os.Exit(1)
+}
+
+// Listen listens on -addr; with -tls-cert and -tls-key every accepted
+// connection is TLS (crypto/tls, its defaults), so a server that takes a
+// net.Listener serves wss unchanged.
+func (c *Config) Listen(name string) net.Listener {
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		Fatal(name, err)
+	}
+	if c.TLSCert == "" {
+		return ln
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		Fatal(name, err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
 }

@@ -10,7 +10,7 @@ use rapidws_baselines::{Args, next_push, push_ticker};
 
 fn main() {
     rapidws_baselines::serve(|stream, args| async move {
-        let service = hyper::service::service_fn(move |request| upgrade(request, args));
+        let service = hyper::service::service_fn(move |request| upgrade(request, args.clone()));
         let _ = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades()

@@ -1,9 +1,11 @@
-//! tokio-websockets with its default configuration and limits.
+//! tokio-websockets with its default configuration and limits; wss over
+//! tokio-rustls with `--tls-cert` and `--tls-key`.
 
 use tokio_websockets::{Message, ServerBuilder};
 
 fn main() {
-    rapidws_baselines::serve(|stream, args| async move {
+    // With --tls-cert/--tls-key: wss, over tokio-rustls (the harness's wss peer).
+    rapidws_baselines::serve_maybe_tls(|stream, args| async move {
         let Ok((_request, ws)) = ServerBuilder::new().accept(stream).await else {
             return;
         };

@@ -38,6 +38,9 @@ impl Load {
         if raw {
             command.arg("--raw");
         }
+        if let Some(ca) = &server.tls_ca {
+            command.arg("--tls-ca").arg(ca);
+        }
         command.args(args);
         command
             .stdin(Stdio::piped())

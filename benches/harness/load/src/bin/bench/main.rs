@@ -44,6 +44,11 @@ struct Args {
     /// The repository root (default: found from this crate's location).
     #[arg(long)]
     repo: Option<PathBuf>,
+    /// Also run the rapidws servers built in this other checkout (its
+    /// `target/release/examples`), as `rapidws-tokio@before` and
+    /// `rapidws-uring@before`: before/after figures from one run.
+    #[arg(long, value_name = "REPO")]
+    compare: Option<PathBuf>,
     /// The command line to print in the report.
     #[arg(long, default_value = "benches/harness/run.sh")]
     command: String,
@@ -99,7 +104,18 @@ fn main() -> ExitCode {
 
 fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
     let bin = repo.join("benches/harness/target/release");
-    let servers: Vec<_> = servers::all(repo, &bin, &repo.join("benches/harness/target/go"))
+    let tls_dir = repo.join("benches/harness/target/tls");
+    match servers::tls_identity(&tls_dir) {
+        Ok(identity) => {
+            let _ = servers::TLS_IDENTITY.set(identity);
+        }
+        Err(error) => eprintln!("warning: no TLS certificate, wss servers will fail: {error}"),
+    }
+    let mut all = servers::all(repo, &bin, &repo.join("benches/harness/target/go"));
+    if let Some(before) = &args.compare {
+        all.extend(servers::compared(before));
+    }
+    let servers: Vec<_> = all
         .into_iter()
         .filter(|s| args.servers.is_empty() || args.servers.iter().any(|n| n == s.name))
         .collect();

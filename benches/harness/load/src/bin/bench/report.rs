@@ -384,6 +384,7 @@ fn targets(out: &mut String, summaries: &Summaries) {
                 *s == scenario
                     && v.is_empty()
                     && !server.starts_with("rapidws")
+                    && !server.ends_with("-wss")
                     && server != "raw-tcp-echo"
             })
             .map(|(_, _, server)| server.clone())

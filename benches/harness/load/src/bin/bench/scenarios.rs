@@ -149,6 +149,8 @@ impl Scenario {
         (self.raw_too || !server.raw)
             && (!self.needs_push || server.supports_stream())
             && (!self.needs_deflate || server.supports_deflate())
+            // wss: the echo (1) and idle memory (4) scenarios only.
+            && (!server.tls || matches!(self.number, 1 | 4))
     }
 
     /// Runs this scenario once against `server`.

@@ -21,6 +21,10 @@ pub struct Server {
     push: Option<PathBuf>,
     /// Raw TCP: no upgrade; the load generator gets `--raw`.
     pub raw: bool,
+    /// wss: started with `--tls-cert`/`--tls-key` (the harness's own
+    /// certificate, `tls_identity`), and the load generator with `--tls-ca`.
+    /// Only scenarios 1 and 4 run such servers.
+    pub tls: bool,
 }
 
 impl Server {
@@ -43,10 +47,34 @@ impl Server {
     }
 }
 
-/// Every server the harness knows, given where the binaries were built.
-pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
+/// The certificate and key (PEM files) every wss server of the harness
+/// serves: self-signed for `localhost`, made once per run in `dir`.
+pub fn tls_identity(dir: &Path) -> io::Result<(PathBuf, PathBuf)> {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])
+        .map_err(io::Error::other)?;
+    std::fs::create_dir_all(dir)?;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem())?;
+    std::fs::write(&key, made.signing_key.serialize_pem())?;
+    Ok((cert, key))
+}
+
+/// The same servers built from another checkout of rapidws (`--compare`),
+/// named `NAME@before`, for before/after figures from one run.
+pub fn compared(repo: &Path) -> Vec<Server> {
     let examples = repo.join("target/release/examples");
-    let mut servers = vec![
+    rapidws(&examples)
+        .into_iter()
+        .filter(|server| !server.tls)
+        .map(|server| Server {
+            name: Box::leak(format!("{}@before", server.name).into_boxed_str()),
+            ..server
+        })
+        .collect()
+}
+
+fn rapidws(examples: &Path) -> Vec<Server> {
+    vec![
         Server {
             name: "rapidws-tokio",
             echo: examples.join("echo"),
@@ -54,6 +82,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             deflate_args: Some(&["--deflate"]),
             push: Some(examples.join("stream")),
             raw: false,
+            tls: false,
         },
         Server {
             name: "rapidws-uring",
@@ -62,16 +91,33 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             deflate_args: Some(&["--backend", "uring", "--deflate"]),
             push: Some(examples.join("stream")),
             raw: false,
+            tls: false,
         },
         Server {
-            name: "raw-tcp-echo",
-            echo: harness_bin.join("raw-tcp-echo"),
+            name: "rapidws-tokio-wss",
+            echo: examples.join("echo"),
             args: &[],
             deflate_args: None,
             push: None,
-            raw: true,
+            raw: false,
+            tls: true,
         },
-    ];
+    ]
+}
+
+/// Every server the harness knows, given where the binaries were built.
+pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
+    let examples = repo.join("target/release/examples");
+    let mut servers = rapidws(&examples);
+    servers.extend([Server {
+        name: "raw-tcp-echo",
+        echo: harness_bin.join("raw-tcp-echo"),
+        args: &[],
+        deflate_args: None,
+        push: None,
+        raw: true,
+        tls: false,
+    }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
     // (settings in each one's main.go): they are the peers of issue 5. The
     // other baselines are not set up for it and sit out scenario 7.
@@ -97,6 +143,23 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             deflate_args,
             push: Some(bin),
             raw: false,
+            tls: false,
+        });
+    }
+    // The wss peers: tokio-websockets over tokio-rustls, gws over Go's
+    // crypto/tls (`--tls-cert`/`--tls-key`).
+    for (name, bin) in [
+        ("tokio-websockets-wss", harness_bin.join("tokio-websockets")),
+        ("gws-wss", go_bin.join("gws")),
+    ] {
+        servers.push(Server {
+            name,
+            echo: bin,
+            args: &[],
+            deflate_args: None,
+            push: None,
+            raw: false,
+            tls: true,
         });
     }
     servers
@@ -113,13 +176,20 @@ pub enum Role {
 pub struct Running {
     child: Child,
     pub addr: SocketAddr,
+    /// wss: the certificate the load generator trusts (`--tls-ca`).
+    pub tls_ca: Option<PathBuf>,
 }
+
+/// The harness's certificate and key, set once by the runner before any wss
+/// server starts.
+pub static TLS_IDENTITY: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
 
 impl Running {
     pub fn start(server: &Server, role: Role) -> io::Result<Running> {
         let addr = free_addr()?;
         let mut command = Command::new("taskset");
         command.arg("-c").arg("0");
+        let mut tls_ca = None;
         match role {
             Role::Echo => {
                 command
@@ -130,6 +200,17 @@ impl Running {
                 // The baselines share one binary for echo and push; pushing is off at 0.
                 if server.push.as_ref() == Some(&server.echo) {
                     command.args(["--push-size", "0"]);
+                }
+                if server.tls {
+                    let (cert, key) = TLS_IDENTITY
+                        .get()
+                        .ok_or_else(|| io::Error::other("no TLS identity made"))?;
+                    command
+                        .arg("--tls-cert")
+                        .arg(cert)
+                        .arg("--tls-key")
+                        .arg(key);
+                    tls_ca = Some(cert.clone());
                 }
             }
             Role::Push { size, every_us } => {
@@ -151,7 +232,11 @@ impl Running {
         let child = command
             .spawn()
             .map_err(|e| io::Error::other(format!("{}: {e}", server.name)))?;
-        let mut running = Running { child, addr };
+        let mut running = Running {
+            child,
+            addr,
+            tls_ca,
+        };
         running.wait_ready()?;
         Ok(running)
     }
