@@ -148,6 +148,31 @@ struct Open<H: Handler> {
     _registration: Registration,
 }
 
+impl<H: Handler> Open<H> {
+    /// Counts the connection as open, puts the `101` in `response` (if any)
+    /// at the head of its queue, and calls `on_open`.
+    fn upgrade(
+        peer: SocketAddr,
+        wake: ConnWake,
+        mut response: WriteQueue,
+        state: H::State,
+        deflate: Option<DeflateParams>,
+        env: &Env<H>,
+    ) -> Self {
+        let accepted = Accepted {
+            peer,
+            response: &mut response,
+            state,
+            deflate,
+        };
+        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
+        Open {
+            dispatch,
+            _registration: registration,
+        }
+    }
+}
+
 /// What only a failing or closing connection needs.
 #[derive(Default)]
 struct Ending {
@@ -196,18 +221,7 @@ impl<H: Handler> Lifecycle<H> {
         deflate: Option<DeflateParams>,
         env: &Env<H>,
     ) -> Self {
-        let mut response = WriteQueue::new();
-        let accepted = Accepted {
-            peer,
-            response: &mut response,
-            state,
-            deflate,
-        };
-        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
-        let open = Open {
-            dispatch,
-            _registration: registration,
-        };
+        let open = Open::upgrade(peer, wake, WriteQueue::new(), state, deflate, env);
         Lifecycle::new(Stage::Open(open), live)
     }
 
@@ -304,20 +318,10 @@ impl<H: Handler> Lifecycle<H> {
         let Handshake {
             peer,
             wake,
-            mut response,
+            response,
             ..
         } = *handshake;
-        let accepted = Accepted {
-            peer,
-            response: &mut response,
-            state,
-            deflate,
-        };
-        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
-        self.stage = Stage::Open(Open {
-            dispatch,
-            _registration: registration,
-        });
+        self.stage = Stage::Open(Open::upgrade(peer, wake, response, state, deflate, env));
     }
 
     fn fail(&mut self, failure: impl FnOnce() -> String) {

@@ -4,27 +4,11 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use rapidws::Config;
 use tokio_tungstenite::tungstenite::Message as Ws;
-
-/// Collects the server's log lines.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Descriptors a server opens to start, at most (two threads here).
 const SERVER_STARTUP: u64 = 12;

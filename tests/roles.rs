@@ -15,70 +15,15 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
+mod messages;
+
+use messages::{Seen, TestMessage};
 use rapidws::DeflateConfig;
 use rapidws::handshake::{ClientRequest, header_buffer, negotiate, parse_request, write_accept};
 use rapidws::pool::BufferPool;
 use rapidws::proto::deflate::{Compressor, DeflateParams};
 use rapidws::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
 use rapidws::proto::{CloseCode, Event, Limits, Message, OpCode, Role, Session, WriteQueue};
-
-/// What a side saw, in order (pongs are kept apart: when they arrive
-/// depends on how the bytes were cut).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Seen {
-    Text(String),
-    Binary(Vec<u8>),
-    Ping(Vec<u8>),
-    Close(u16, String),
-}
-
-#[derive(Clone, Debug)]
-struct TestMessage {
-    text: bool,
-    payload: Vec<u8>,
-    /// Where to cut the payload into fragments, as fractions of its length.
-    cuts: Vec<u16>,
-    /// A ping goes between the first two fragments (if there are two).
-    ping_inside: bool,
-    /// Sent with `push_frame_shared` rather than copied in by the sender.
-    shared: bool,
-}
-
-impl TestMessage {
-    fn seen(&self) -> Seen {
-        if self.text {
-            Seen::Text(String::from_utf8(self.payload.clone()).unwrap())
-        } else {
-            Seen::Binary(self.payload.clone())
-        }
-    }
-
-    fn opcode(&self) -> OpCode {
-        if self.text {
-            OpCode::Text
-        } else {
-            OpCode::Binary
-        }
-    }
-
-    /// `body` cut into fragments (one, when there are no cuts).
-    fn fragments<'a>(&self, body: &'a [u8]) -> Vec<&'a [u8]> {
-        let mut at: Vec<usize> = self
-            .cuts
-            .iter()
-            .map(|&f| body.len() * usize::from(f) / 65536)
-            .collect();
-        at.sort_unstable();
-        let mut pieces = Vec::new();
-        let mut start = 0;
-        for end in at {
-            pieces.push(&body[start..end]);
-            start = end;
-        }
-        pieces.push(&body[start..]);
-        pieces
-    }
-}
 
 fn message() -> impl Strategy<Value = TestMessage> {
     let text = prop::collection::vec(any::<char>(), 0..300)

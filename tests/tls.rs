@@ -8,8 +8,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -18,20 +17,6 @@ use rapidws::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-
-/// The server's log lines, for the whole test binary.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn log() -> &'static Log {
     static LOG: OnceLock<Log> = OnceLock::new();
@@ -183,19 +168,6 @@ async fn the_handshake_timeout_counts_from_the_connect() {
         String::from_utf8_lossy(&answer)
     );
     assert!(took >= timeout && took < timeout * 3, "408 after {took:?}");
-}
-
-/// The echo example built by `cargo test` (with the features of the run).
-fn echo_example() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let echo = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/echo");
-    assert!(echo.exists(), "{} is missing", echo.display());
-    echo
 }
 
 /// Kills a child process when the test ends, however it ends.

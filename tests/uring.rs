@@ -46,19 +46,7 @@ fn without_io_uring_the_echo_example_says_so() {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
-    let exe = std::env::current_exe().unwrap();
-    let echo = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/echo");
-    assert!(
-        echo.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example echo`)",
-        echo.display()
-    );
-    let mut command = Command::new(&echo);
+    let mut command = Command::new(common::echo_example());
     command.args(["--backend", "uring", "--addr", "127.0.0.1:0"]);
     // SAFETY: the closure runs in the child between fork and exec, and only
     // makes two `prctl` calls (async-signal-safe) with memory prepared before

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use base64::Engine;
 
 use super::request::{HeaderBuffer, header, header_buffer, value_has_token, values};
-use super::response::accept_key;
+use super::response::{HeadWriter, accept_key};
 use crate::proto::WriteQueue;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::random;
@@ -351,16 +351,6 @@ fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// `fmt::Write` into the write queue, for the request line.
-struct HeadWriter<'q>(&'q mut WriteQueue);
-
-impl std::fmt::Write for HeadWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.push_raw(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -102,8 +102,9 @@ pub fn status_text(status: u16) -> &'static str {
     }
 }
 
-/// `fmt::Write` into the write queue, for the numbers in the error response.
-struct HeadWriter<'q>(&'q mut WriteQueue);
+/// `fmt::Write` into the write queue, for the numbers in an HTTP head (the
+/// error response here, the client's request line).
+pub(super) struct HeadWriter<'q>(pub(super) &'q mut WriteQueue);
 
 impl std::fmt::Write for HeadWriter<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {

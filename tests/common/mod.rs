@@ -18,6 +18,38 @@ pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 #[cfg(feature = "rustls")]
 pub mod tls;
 
+/// Collects log lines written to it (a `tracing_subscriber` writer).
+#[derive(Clone, Default)]
+pub struct Log(pub Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The echo example, as `cargo test` builds it (with the run's features)
+/// beside the test binaries.
+pub fn echo_example() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let echo = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/echo");
+    assert!(
+        echo.exists(),
+        "{} is missing: `cargo test` builds the examples (or run `cargo build --example echo`)",
+        echo.display()
+    );
+    echo
+}
+
 /// The backends the tests run against.
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
