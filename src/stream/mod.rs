@@ -11,6 +11,11 @@
 //! the same sans-I/O lifecycle the other drivers use (`src/lifecycle.rs`);
 //! `connection.rs` only moves bytes.
 //!
+//! The listener is yours: give it a backlog sized for bursts of connects
+//! (the socket servers listen with 4096). With a short one, connects that
+//! arrive while it is full are dropped and retried by their clients only a
+//! second later.
+//!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
 //!

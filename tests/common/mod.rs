@@ -329,7 +329,12 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
         Backend::Uring => start_uring(config, |server| server.threads(2)).await,
         Backend::Stream => {
             let server = rapidws::stream::Server::new(handler, config);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            // The servers' own backlog (4096): with a short one, a flood of
+            // connects fills it faster than any accept loop drains it, and
+            // each SYN dropped meanwhile waits a second for its retry.
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let listener = socket.listen(4096).unwrap();
             let addr = listener.local_addr().unwrap();
             let handle = server.handle();
             let served = tokio::spawn(async move {
