@@ -18,35 +18,8 @@
 //! deadline and whether to read come out. It never touches a socket, a
 //! runtime or a clock, so a driver (a tokio group over raw sockets, the
 //! io_uring reactor, a task over any async stream) is plumbing only, and the
-//! tests below drive it with no socket at all.
-//!
-//! # How a driver calls it
-//!
-//! Like quinn-proto's `Connection`, grouped by when:
-//!
-//! - **Start**: [`Lifecycle::accept`] for a connection that sends its upgrade
-//!   request next, [`Lifecycle::upgraded`] for one whose request was answered
-//!   elsewhere (hyper's upgrade).
-//! - **When bytes arrive**: [`Lifecycle::receive`] with the driver's read
-//!   buffer, which keeps what is not consumed yet (a partial request head or
-//!   frame) and gets the next bytes appended. [`Lifecycle::receive_eof`] for
-//!   the peer's FIN, [`Lifecycle::read_failed`] for an error.
-//! - **When writing**: drivers that write in place call
-//!   [`Lifecycle::write_in_place`] with a non-blocking vectored write; drivers
-//!   whose writes own their buffers (io_uring) call [`Lifecycle::take_queue`],
-//!   then report [`Lifecycle::sent`] as bytes go out,
-//!   [`Lifecycle::write_blocked`] if the peer is not taking them, and
-//!   [`Lifecycle::write_finished`] (or [`Lifecycle::write_failed`] first)
-//!   once done with what they took.
-//! - **Then, every time**: [`Lifecycle::poll`] until it says
-//!   [`Action::Wait`] or [`Action::Close`]. Before sleeping, read if
-//!   [`Lifecycle::wants_read`] (sized by [`Lifecycle::bytes_wanted`]), and
-//!   set a timer for [`Lifecycle::deadline`]; poll again when it passes, when
-//!   the connection's [`ConnWake`] fires, or when the socket is ready.
-//!
-//! Deadlines come out as `Instant`s and time goes in as `now`: the close
-//! deadline is enforced by `poll` at every call, so a peer that floods us
-//! while its close is overdue is still cut off on time.
+//! tests below drive it with no socket at all. The call contract is on
+//! [`Lifecycle`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -99,8 +72,35 @@ pub(crate) enum Action {
     Close,
 }
 
-/// One connection, from its first byte to done. See the module docs for the
-/// call contract.
+/// One connection, from its first byte to done.
+///
+/// # How a driver calls it
+///
+/// Like quinn-proto's `Connection`, grouped by when:
+///
+/// - **Start**: [`Lifecycle::accept`] for a connection that sends its upgrade
+///   request next, [`Lifecycle::upgraded`] for one whose request was answered
+///   elsewhere (hyper's upgrade).
+/// - **When bytes arrive**: [`Lifecycle::receive`] with the driver's read
+///   buffer, which keeps what is not consumed yet (a partial request head or
+///   frame) and gets the next bytes appended. [`Lifecycle::receive_eof`] for
+///   the peer's FIN, [`Lifecycle::read_failed`] for an error.
+/// - **When writing**: drivers that write in place call
+///   [`Lifecycle::write_in_place`] with a non-blocking vectored write; drivers
+///   whose writes own their buffers (io_uring) call [`Lifecycle::take_queue`],
+///   then report [`Lifecycle::sent`] as bytes go out,
+///   [`Lifecycle::write_blocked`] if the peer is not taking them, and
+///   [`Lifecycle::write_finished`] (or [`Lifecycle::write_failed`] first)
+///   once done with what they took.
+/// - **Then, every time**: [`Lifecycle::poll`] until it says
+///   [`Action::Wait`] or [`Action::Close`]. Before sleeping, read if
+///   [`Lifecycle::wants_read`] (sized by [`Lifecycle::bytes_wanted`]), and
+///   set a timer for [`Lifecycle::deadline`]; poll again when it passes, when
+///   the connection's [`ConnWake`] fires, or when the socket is ready.
+///
+/// Deadlines come out as `Instant`s and time goes in as `now`: the close
+/// deadline is enforced by `poll` at every call, so a peer that floods us
+/// while its close is overdue is still cut off on time.
 pub(crate) struct Lifecycle<H: Handler> {
     stage: Stage<H>,
     /// Set once the connection fails, starts to close, or ends TCP: rare,

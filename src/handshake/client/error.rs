@@ -52,7 +52,7 @@ impl std::error::Error for ClientRequestError {}
 pub enum ClientHandshakeError {
     /// The head is larger than the limit given, with no end in sight.
     HeadTooLarge,
-    /// More than [`super::MAX_HEADERS`] header fields.
+    /// More than [`MAX_HEADERS`](crate::handshake::MAX_HEADERS) header fields.
     TooManyHeaders,
     /// Not parseable as an HTTP/1.x response.
     Malformed,
