@@ -22,6 +22,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
 step "cargo clippy --all-targets --all-features -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
 
+step "cargo doc: no broken links, private items included"
+RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps --document-private-items
+
 step "layers: no import circle between files in src/ (.ci/imports.py)"
 python3 .ci/imports.py
 
