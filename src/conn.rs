@@ -407,8 +407,8 @@ impl Outbox {
     }
 
     /// Moves everything queued into `into` for a write that owns its buffers
-    /// (io_uring), counting it as being written until [`Outbox::sent`] or
-    /// [`Outbox::unsent`] says otherwise. Returns the bytes queued and being
+    /// (io_uring), counting it as being written until [`Outbox::no_longer_sending`]
+    /// says otherwise. Returns the bytes queued and being
     /// written together after the move.
     pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
         debug_assert!(into.is_empty());
@@ -420,13 +420,9 @@ impl Outbox {
         self.queued()
     }
 
-    /// `n` taken bytes were written.
-    pub(crate) fn sent(&mut self, n: usize) {
-        self.sending = self.sending.saturating_sub(n);
-    }
-
-    /// `n` taken bytes will never be written (the write failed).
-    pub(crate) fn unsent(&mut self, n: usize) {
+    /// `n` taken bytes are no longer being written: they went out, or the
+    /// write failed and they never will.
+    pub(crate) fn no_longer_sending(&mut self, n: usize) {
         self.sending = self.sending.saturating_sub(n);
     }
 

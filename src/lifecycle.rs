@@ -305,9 +305,7 @@ impl<H: Handler> Lifecycle<H> {
     /// Bytes arrived while reading is paused and the driver keeps them for
     /// later: the peer is alive, though not reading.
     pub(crate) fn held_input(&mut self) {
-        if let Stage::Open(open) = &mut self.stage {
-            open.dispatch.heard_from_peer();
-        }
+        self.heard_from_peer();
     }
 
     /// The queued `101` goes first, then `on_open`; the handshake's box goes.
@@ -397,7 +395,7 @@ impl<H: Handler> Lifecycle<H> {
     /// `n` bytes of what was taken were written.
     pub(crate) fn sent(&mut self, n: usize) {
         if let Stage::Open(open) = &mut self.stage {
-            open.dispatch.conn().shared().lock().sent(n);
+            open.dispatch.conn().shared().lock().no_longer_sending(n);
         }
         if self.paused {
             // The write had to wait for room: the peer made it by reading.
@@ -426,7 +424,11 @@ impl<H: Handler> Lifecycle<H> {
     pub(crate) fn write_finished(&mut self, unsent: usize) {
         self.writing = false;
         if let Stage::Open(open) = &mut self.stage {
-            open.dispatch.conn().shared().lock().unsent(unsent);
+            open.dispatch
+                .conn()
+                .shared()
+                .lock()
+                .no_longer_sending(unsent);
         }
     }
 
@@ -509,9 +511,7 @@ impl<H: Handler> Lifecycle<H> {
                 unreachable!("polled in the open stage");
             };
             let dispatch = &mut open.dispatch;
-            let conn = dispatch.conn().clone();
-            let shared = conn.shared();
-            if shared.take_attention() {
+            if dispatch.conn().shared().take_attention() {
                 dispatch.attend();
             }
             if dispatch.is_aborted() {
@@ -537,10 +537,16 @@ impl<H: Handler> Lifecycle<H> {
                 ending.deadline = Some(deadline_from(now, close_timeout));
                 continue;
             }
-            let mut outbox = shared.lock();
-            if !outbox.is_flushed() {
-                let queued = outbox.has_queued();
-                drop(outbox);
+            let (flushed, queued) = {
+                let mut outbox = dispatch.conn().shared().lock();
+                let flushed = outbox.is_flushed();
+                if flushed {
+                    // From here on a send wakes the driver.
+                    outbox.unschedule_flush();
+                }
+                (flushed, outbox.has_queued())
+            };
+            if !flushed {
                 if expired {
                     dispatch.abnormal("write failed: close timeout passed");
                     return self.close();
@@ -551,10 +557,8 @@ impl<H: Handler> Lifecycle<H> {
                     Action::Wait
                 };
             }
-            outbox.unschedule_flush();
-            drop(outbox);
             dispatch.flushed();
-            if shared.has_pending_work() {
+            if dispatch.conn().shared().has_pending_work() {
                 continue;
             }
             self.paused = false;

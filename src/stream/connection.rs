@@ -131,14 +131,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
         let life = &self.life;
         self.seen
             .act(core, |act| life.conn().into_iter().for_each(act));
-        self.sweep_if_due(cx);
+        // One clock read per turn (see the tokio driver).
+        let now = Instant::now();
+        self.sweep_if_due(cx, now);
         let pool = &core.pool;
         let mut reads = 0;
         let poll = loop {
             if self.shutting_down && self.poll_end(cx).is_ready() {
                 self.shutting_down = false;
             }
-            let now = Instant::now();
             match self.life.poll(env, now) {
                 Action::Close => {
                     // One try to get the last bytes (a close frame) and a
@@ -228,11 +229,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
     }
 
     /// Runs the keepalive sweep over this one connection when it is due.
-    fn sweep_if_due(&mut self, cx: &mut Context<'_>) {
+    fn sweep_if_due(&mut self, cx: &mut Context<'_>, now: Instant) {
         let Some((sweep, timer, due)) = &mut self.keepalive else {
             return;
         };
-        let now = Instant::now();
         if now >= *due {
             *due = now + sweep.period;
             self.life.sweep(sweep);

@@ -90,8 +90,10 @@ impl<H: Handler> Connection<H> {
         let pool = &env.core.pool;
         let (socket, life) = (&mut self.socket, &mut self.life);
         let mut reads = 0;
+        // One clock read per turn: a turn is short, and deadlines are far
+        // coarser than it.
+        let now = std::time::Instant::now();
         let progress = loop {
-            let now = std::time::Instant::now();
             match life.poll(env, now) {
                 Action::Close => break Progress::Done,
                 Action::ShutDown => socket.end_tcp(),

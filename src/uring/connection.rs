@@ -161,8 +161,10 @@ impl<H: Handler> Connection<H> {
 
     /// Does everything that can be done now: what the lifecycle asks for.
     pub(crate) fn advance(&mut self, env: &Env<H>, io: &mut Io<'_>) -> Progress {
+        // One clock read per turn (see the tokio driver).
+        let now = Instant::now();
         loop {
-            match self.life.poll(env, Instant::now()) {
+            match self.life.poll(env, now) {
                 Action::Close => {
                     self.end(env, io);
                     if self.receiving || self.sending {
@@ -190,7 +192,7 @@ impl<H: Handler> Connection<H> {
                 Action::Wait if self.held && self.life.wants_read() => {
                     // Reading resumed: what arrived meanwhile goes first.
                     self.held = false;
-                    self.life.receive(&mut self.read_buf, env, Instant::now());
+                    self.life.receive(&mut self.read_buf, env, now);
                     read_buf::release(&mut self.read_buf, &env.core.pool);
                 }
                 Action::Wait => break,
