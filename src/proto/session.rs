@@ -625,7 +625,7 @@ impl Session {
         match opcode {
             OpCode::Ping => {
                 if self.state == State::Open {
-                    out.push_frame(true, 0, OpCode::Pong, &input[payload.clone()]);
+                    out.push_pong(&input[payload.clone()]);
                 }
                 Ok(Step::Ready(Ready::Ping(payload)))
             }
