@@ -8,9 +8,12 @@
 //! Inside a callback no wake is needed at all: the backend writes everything
 //! the callbacks queued once they return, in one write.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
@@ -28,8 +31,9 @@ use crate::slot_waker::ConnWake;
 pub enum SendError {
     /// The connection is closing or closed.
     Closed,
-    /// The outbound queue holds `max_outbound_bytes` or more; the handler's
-    /// `on_drain` is called once it has been written out.
+    /// The outbound queue holds `max_outbound_bytes` or more (for a reply:
+    /// the replies waiting do); the handler's `on_drain` is called once it
+    /// has been written out. [`Conn::ready`] waits for room instead.
     QueueFull,
     /// A text payload given as `Bytes` was not valid UTF-8.
     InvalidUtf8,
@@ -64,10 +68,27 @@ impl std::error::Error for SendError {}
 /// whenever the queue is below the bound, so it never exceeds the bound by more
 /// than one message. Then the [`SlowConsumer`] policy applies: by default the
 /// handler's `on_drain` is called once the queue has been written out; with
-/// `SlowConsumer::Close` the connection is closed instead. Separately, a
-/// connection stops reading from its peer while its own writes are blocked, so
-/// a peer that does not read cannot make the server buffer its echoes without
-/// bound.
+/// `SlowConsumer::Close` the connection is closed instead.
+///
+/// **Waiting for room.** A task that produces messages (a push loop) awaits
+/// [`Conn::ready`], or sends with [`Conn::send_when_ready`]: they wait while
+/// the queue is full and resume once it has drained to half the bound, woken
+/// by the backend as the peer reads, so the producer goes at the reader's
+/// pace instead of spinning on `QueueFull`.
+///
+/// **Replies.** [`Conn::reply`] puts a message ahead of every queued message
+/// that has not started on the wire, so the answer to a request does not wait
+/// behind megabytes of pushes. Replies have a bound of their own (the same
+/// `max_outbound_bytes`, counting replies only), so bulk sends that fill the
+/// queue do not turn them away.
+///
+/// **Reading.** The connection keeps reading from its peer while its writes
+/// are blocked, as long as the queue is below the bound: requests are
+/// answered while pushes drain. Once the queue reaches the bound it stops
+/// handing messages to the handler (and stops reading), and goes on once the
+/// queue has drained to half the bound. So a peer that sends but does not
+/// read is slowed down by TCP itself rather than buffered for, and an echo
+/// never finds the queue full.
 #[derive(Clone)]
 pub struct Conn {
     shared: Arc<ConnShared>,
@@ -119,6 +140,91 @@ impl Conn {
         self.send(Message::Binary(data))
     }
 
+    /// Sends a message ahead of every queued message that has not started on
+    /// the wire: the reply to a request, on a connection that also carries
+    /// bulk pushes. It waits only for the message being written (and, at
+    /// most, 16 KiB of small messages behind it), never lands inside a
+    /// message, and replies keep their order among themselves. It is
+    /// refused when the replies waiting reach `max_outbound_bytes`.
+    ///
+    /// With permessage-deflate, a reply is compressed only when this side
+    /// compresses each message on its own (`server_no_context_takeover`
+    /// was agreed). With context takeover each compressed message depends
+    /// on the ones compressed before it, so the peer must receive them in
+    /// that order: a reply that overtakes them is sent uncompressed, which
+    /// leaves the compressor's order and the wire's the same.
+    pub fn reply(&self, message: Message<'_>) -> Result<(), SendError> {
+        let opcode = match message {
+            Message::Text(_) => OpCode::Text,
+            Message::Binary(_) => OpCode::Binary,
+        };
+        let payload = message.as_bytes();
+        self.enqueue_as(Sender::Reply, payload.len(), |outbox| {
+            if !outbox.push_compressed_reply(opcode, payload) {
+                outbox.queue.push_reply(0, opcode, payload);
+            }
+        })
+    }
+
+    /// Waits until a send would be accepted (the queue is below
+    /// `max_outbound_bytes`); if the queue is full, until it has drained to
+    /// half of that. Fails with [`SendError::Closed`] once the connection
+    /// takes no more sends. Cancel-safe: dropping the future loses nothing.
+    /// Another task may fill the queue again between this and a send; a
+    /// send is accepted below the bound, so that overshoots it by at most
+    /// one message per such task.
+    pub fn ready(&self) -> Ready<'_> {
+        Ready { conn: self }
+    }
+
+    /// [`Conn::ready`] as a poll function (for `Sink::poll_ready` and hand-
+    /// written futures): registers `cx`'s waker while the queue is full.
+    pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
+        let shared = &*self.shared;
+        let mut outbox = shared.lock();
+        if outbox.phase != Phase::Open {
+            return Poll::Ready(Err(SendError::Closed));
+        }
+        if outbox.queued() < shared.outbound.max_bytes {
+            return Poll::Ready(Ok(()));
+        }
+        outbox.wait_for_room(cx.waker());
+        Poll::Pending
+    }
+
+    /// Sends a shared payload (see [`Conn::send_shared`]) once there is room:
+    /// [`Conn::ready`], then the send, again if another task filled the queue
+    /// in between. A full queue here never sets off the slow-consumer
+    /// policy. Cancel-safe: if the future is dropped before it finishes,
+    /// nothing was sent.
+    pub async fn send_when_ready(
+        &self,
+        kind: MessageKind,
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let opcode = match kind {
+            MessageKind::Text => {
+                utf8::validate(&payload).map_err(|_| SendError::InvalidUtf8)?;
+                OpCode::Text
+            }
+            MessageKind::Binary => OpCode::Binary,
+        };
+        loop {
+            self.ready().await?;
+            let sent = self.enqueue_as(Sender::Waiting, 0, |outbox| {
+                if !outbox.push_compressed(opcode, &payload) {
+                    outbox
+                        .queue
+                        .push_frame_shared(true, 0, opcode, payload.clone());
+                }
+            });
+            match sent {
+                Err(SendError::QueueFull) => continue,
+                other => return other,
+            }
+        }
+    }
+
     /// Sends a message whose payload is shared, without copying it: the same
     /// `Bytes` can be broadcast to many connections. Text is checked for UTF-8.
     /// With permessage-deflate negotiated, a payload worth compressing is
@@ -161,13 +267,15 @@ impl Conn {
         if reason.len() > MAX_CLOSE_REASON {
             return Err(SendError::PayloadTooLong);
         }
-        {
+        let waiting = {
             let mut outbox = self.shared.lock();
             if outbox.phase != Phase::Open {
                 return Err(SendError::Closed);
             }
             outbox.request_close(code, reason);
-        }
+            outbox.waiting.take()
+        };
+        wake_all(waiting);
         self.shared.attention.store(true, Ordering::Release);
         self.shared.wake.wake();
         Ok(())
@@ -202,8 +310,10 @@ impl Conn {
         self.enqueue_as(Sender::Application, payload_len, write)
     }
 
-    /// [`Conn::enqueue`] for `sender`: only the application's sends set off
-    /// the slow-consumer policy when the queue is full.
+    /// [`Conn::enqueue`] for `sender`: replies count against the replies
+    /// waiting, everything else against the whole queue; only the
+    /// application's sends and replies set off the slow-consumer policy
+    /// when it is full.
     fn enqueue_as(
         &self,
         sender: Sender,
@@ -211,18 +321,25 @@ impl Conn {
         write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
         let shared = &*self.shared;
+        let outbound = &*shared.outbound;
         let wake = {
             let mut outbox = shared.lock();
             if outbox.phase != Phase::Open {
                 return Err(SendError::Closed);
             }
-            if outbox.queued() >= shared.max_outbound_bytes {
-                match (sender, shared.on_full) {
-                    (Sender::Keepalive, _) => {}
-                    (Sender::Application, SlowConsumer::Pause) => outbox.wants_drain = true,
-                    (Sender::Application, SlowConsumer::Close(code)) => {
+            let held = match sender {
+                Sender::Reply => outbox.queue.reply_len(),
+                _ => outbox.queued(),
+            };
+            if held >= outbound.max_bytes {
+                match (sender, outbound.on_full) {
+                    (Sender::Keepalive | Sender::Waiting, _) => {}
+                    (_, SlowConsumer::Pause) => outbox.wants_drain = true,
+                    (_, SlowConsumer::Close(code)) => {
                         outbox.request_close(code, "outbound queue full: peer reads too slowly");
+                        let waiting = outbox.waiting.take();
                         drop(outbox);
+                        wake_all(waiting);
                         shared.attention.store(true, Ordering::Release);
                         shared.wake.wake();
                     }
@@ -230,9 +347,9 @@ impl Conn {
                 return Err(SendError::QueueFull);
             }
             if outbox.queue.needs_buffer() {
-                let buf = shared.pool.take(payload_len + MAX_HEADER_LEN);
+                let buf = outbound.pool.take(payload_len + MAX_HEADER_LEN);
                 if let Some(unused) = outbox.queue.provide_buffer(buf) {
-                    shared.pool.give(unused);
+                    outbound.pool.give(unused);
                 }
             }
             write(&mut outbox);
@@ -258,8 +375,43 @@ impl Conn {
 enum Sender {
     /// The handler, or any task holding a `Conn`.
     Application,
+    /// [`Conn::reply`]: bounded by the replies waiting.
+    Reply,
+    /// [`Conn::send_when_ready`]: a full queue means "wait again".
+    Waiting,
     /// The keepalive sweep's ping.
     Keepalive,
+}
+
+/// The future of [`Conn::ready`].
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct Ready<'a> {
+    conn: &'a Conn,
+}
+
+impl Future for Ready<'_> {
+    type Output = Result<(), SendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.conn.poll_ready(cx)
+    }
+}
+
+/// Tasks waiting in [`Conn::ready`], boxed: most connections never have
+/// one, and every connection has the field.
+#[allow(
+    clippy::box_collection,
+    reason = "an absent box is 8 bytes, an empty Vec 24, in every connection"
+)]
+pub(crate) type Waiters = Box<Vec<Waker>>;
+
+/// Wakes the tasks that waited for room (after the outbox's lock is let go:
+/// a waker may run code of its own).
+pub(crate) fn wake_all(waiting: Option<Waiters>) {
+    for waker in waiting.into_iter().flat_map(|wakers| *wakers) {
+        waker.wake();
+    }
 }
 
 /// The senders' side of the outbox.
@@ -294,6 +446,32 @@ impl Outbox {
     }
 }
 
+impl Outbox {
+    /// [`Outbox::push_compressed`] for a reply, which may overtake compressed
+    /// messages: only if this side compresses each message on its own.
+    fn push_compressed_reply(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
+        let Some(compressor) = self.deflate.as_mut() else {
+            return false;
+        };
+        if compressor.keeps_context() || !compressor.wants(payload.len()) {
+            return false;
+        }
+        let expected = payload.len() / 3;
+        self.queue.push_reply_with(RSV1, opcode, expected, |buf| {
+            compressor.compress(payload, buf)
+        })
+    }
+
+    /// Registers `waker` to be woken once the queue has room (or the
+    /// connection takes no more sends); once per task.
+    fn wait_for_room(&mut self, waker: &Waker) {
+        let waiting = self.waiting.get_or_insert_with(Box::default);
+        if !waiting.iter().any(|known| known.will_wake(waker)) {
+            waiting.push(waker.clone());
+        }
+    }
+}
+
 /// Where a connection is in its life, as far as senders are concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -322,6 +500,8 @@ pub(crate) struct Outbox {
     flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
     wants_drain: bool,
+    /// Tasks waiting in [`Conn::ready`].
+    waiting: Option<Waiters>,
     /// The permessage-deflate compressor, when it was negotiated. It lives
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
@@ -353,9 +533,12 @@ impl Outbox {
     }
 
     /// A close frame is in the queue: senders are turned away from now on,
-    /// so that no data frame can follow it.
-    pub(crate) fn close_sends(&mut self) {
+    /// so that no data frame can follow it. Returns the tasks waiting for
+    /// room, to wake (with `Closed`) once the lock is let go.
+    #[must_use = "the tasks waiting for room must be woken"]
+    pub(crate) fn close_sends(&mut self) -> Option<Waiters> {
         self.phase = Phase::Closed;
+        self.waiting.take()
     }
 
     /// The close `Conn::close` asked for, once.
@@ -406,18 +589,29 @@ impl Outbox {
         Ok(written)
     }
 
-    /// Moves everything queued into `into` for a write that owns its buffers
+    /// Moves what goes out next into `into` for a write that owns its buffers
     /// (io_uring), counting it as being written until [`Outbox::no_longer_sending`]
-    /// says otherwise. Returns the bytes queued and being
+    /// says otherwise: at least [`SEND_AT_LEAST`] bytes up to a message
+    /// boundary (or everything), so that replies can still overtake the rest
+    /// (see [`WriteQueue::take_to_send`]). Returns the bytes queued and being
     /// written together after the move.
     pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
         debug_assert!(into.is_empty());
-        self.sending += self.queue.len();
-        // The queue left behind keeps the connection's role (a client's
-        // masks), whatever `into` was.
-        let fresh = WriteQueue::with_role(self.queue.role());
-        *into = std::mem::replace(&mut self.queue, fresh);
+        *into = self.queue.take_to_send(SEND_AT_LEAST);
+        self.sending += into.len();
         self.queued()
+    }
+
+    /// The tasks waiting for room, if they should run now: the queue has
+    /// drained to `low_water`, or the connection takes no more sends.
+    #[must_use = "the tasks waiting for room must be woken"]
+    pub(crate) fn take_waiting_if_room(&mut self, low_water: usize) -> Option<Waiters> {
+        self.waiting.as_ref()?;
+        if self.phase != Phase::Open || self.queued() <= low_water {
+            self.waiting.take()
+        } else {
+            None
+        }
     }
 
     /// `n` taken bytes are no longer being written: they went out, or the
@@ -430,7 +624,8 @@ impl Outbox {
     /// the compressor goes (its zlib stream, if it holds one, back to this
     /// thread's pool), and what was never written is dropped, its buffer
     /// back to `pool`.
-    pub(crate) fn clear(&mut self, pool: &BufferPool) {
+    #[must_use = "the tasks waiting for room must be woken"]
+    pub(crate) fn clear(&mut self, pool: &BufferPool) -> Option<Waiters> {
         self.phase = Phase::Closed;
         self.close_request = None;
         self.deflate = None;
@@ -440,16 +635,40 @@ impl Outbox {
         if let Some(buf) = self.queue.take_buffer() {
             pool.give(buf);
         }
+        self.waiting.take()
+    }
+}
+
+/// How much an owned-buffer write takes at least (see
+/// [`Outbox::take_for_send`]): enough that a send's cost is spread over
+/// many bytes, little enough that a reply waits behind no more than this
+/// plus one message.
+const SEND_AT_LEAST: usize = 256 * 1024;
+
+/// What every connection of a server shares about sending (one allocation
+/// for all, rather than three fields in each connection).
+#[derive(Debug)]
+pub(crate) struct Outbound {
+    pub(crate) pool: Arc<BufferPool>,
+    /// `Config::max_outbound_bytes`.
+    pub(crate) max_bytes: usize,
+    /// What a full queue leads to.
+    pub(crate) on_full: SlowConsumer,
+}
+
+impl Outbound {
+    /// Where a full queue counts as having room again: reading resumes and
+    /// producers waiting in [`Conn::ready`] are woken. Half the bound, so a
+    /// peer that reads slowly costs a wake-up per half a queue, not per write.
+    pub(crate) fn low_water(&self) -> usize {
+        self.max_bytes / 2
     }
 }
 
 pub(crate) struct ConnShared {
     id: u64,
     peer: SocketAddr,
-    max_outbound_bytes: usize,
-    /// What a full queue leads to.
-    on_full: SlowConsumer,
-    pool: Arc<BufferPool>,
+    outbound: Arc<Outbound>,
     wake: ConnWake,
     /// Set with a close request or abort, so the backend can notice between two
     /// callbacks without taking the lock.
@@ -461,17 +680,13 @@ impl ConnShared {
     pub(crate) fn new(
         id: u64,
         peer: SocketAddr,
-        max_outbound_bytes: usize,
-        on_full: SlowConsumer,
-        pool: Arc<BufferPool>,
+        outbound: Arc<Outbound>,
         wake: ConnWake,
     ) -> Arc<ConnShared> {
         Arc::new(ConnShared {
             id,
             peer,
-            max_outbound_bytes,
-            on_full,
-            pool,
+            outbound,
             wake,
             attention: AtomicBool::new(false),
             outbox: Mutex::new(Outbox {
@@ -482,6 +697,7 @@ impl ConnShared {
                 abort: false,
                 flush_scheduled: false,
                 wants_drain: false,
+                waiting: None,
                 deflate: None,
             }),
         })
@@ -523,14 +739,19 @@ impl ConnShared {
     }
 
     pub(crate) fn pool(&self) -> &Arc<BufferPool> {
-        &self.pool
+        &self.outbound.pool
+    }
+
+    /// The server's sending settings.
+    pub(crate) fn outbound(&self) -> &Outbound {
+        &self.outbound
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
-    use std::task::{Wake, Waker};
+    use std::task::Wake;
 
     use super::*;
 
@@ -548,12 +769,15 @@ mod tests {
 
     fn conn_with(max_outbound: usize, on_full: SlowConsumer) -> (Conn, Arc<CountWakes>) {
         let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let outbound = Outbound {
+            pool: Arc::default(),
+            max_bytes: max_outbound,
+            on_full,
+        };
         let shared = ConnShared::new(
             7,
             "127.0.0.1:1".parse().unwrap(),
-            max_outbound,
-            on_full,
-            Arc::default(),
+            Arc::new(outbound),
             ConnWake::Waker(Waker::from(wakes.clone())),
         );
         (Conn::from_shared(shared), wakes)
@@ -702,6 +926,97 @@ mod tests {
             "under 64 bytes"
         );
         assert_eq!(frames[3], (OpCode::Ping, 0, b"p".to_vec()));
+    }
+
+    #[test]
+    fn replies_have_a_bound_of_their_own_and_go_ahead_of_what_has_not_started() {
+        let (conn, _) = conn(100);
+        conn.send_shared(MessageKind::Binary, Bytes::from(vec![1u8; 20_000]))
+            .unwrap();
+        conn.send_shared(MessageKind::Binary, Bytes::from(vec![2u8; 20_000]))
+            .unwrap_err();
+        conn.reply(Message::Text("r1")).unwrap();
+        conn.reply(Message::Binary(&[9u8; 200])).unwrap();
+        assert_eq!(
+            conn.reply(Message::Text("r3")),
+            Err(SendError::QueueFull),
+            "replies over the bound"
+        );
+        let mut wire = Vec::new();
+        conn.shared().lock().queue.drain_into(&mut wire);
+        assert_eq!(&wire[..4], &[0x81, 2, b'r', b'1'], "ahead of the push");
+        assert_eq!(wire.len(), 4 + 204 + 20_004);
+    }
+
+    #[test]
+    #[cfg(feature = "deflate")]
+    fn a_reply_is_compressed_only_without_context_takeover() {
+        use crate::proto::Role;
+        use crate::proto::deflate::{DeflateConfig, DeflateParams};
+
+        let text = "a reply worth compressing, a reply worth compressing ".repeat(4);
+        for no_context in [false, true] {
+            let (conn, _) = conn(1 << 20);
+            let params = DeflateParams::new(no_context, true);
+            let compressor = Compressor::new(Role::Server, &params, &DeflateConfig::default());
+            conn.shared().lock().deflate = Some(compressor);
+            // Incompressible, so that it stays long.
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let noise: Vec<u8> = (0..40_000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            conn.send_shared(MessageKind::Binary, Bytes::from(noise))
+                .unwrap();
+            conn.reply(Message::Text(&text)).unwrap();
+            let mut wire = Vec::new();
+            conn.shared().lock().queue.drain_into(&mut wire);
+            let compressed = wire[0] & 0x40 != 0;
+            assert_eq!(wire[0] & 0x0f, 1, "the reply went first");
+            assert_eq!(compressed, no_context, "no_context_takeover: {no_context}");
+        }
+    }
+
+    #[test]
+    fn send_when_ready_waits_for_room_and_fails_once_closed() {
+        use std::future::Future;
+        let (conn, _) = conn(10);
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        conn.send_binary(&[0u8; 50]).unwrap();
+        let payload = Bytes::from_static(b"next");
+        let mut send = std::pin::pin!(conn.send_when_ready(MessageKind::Binary, payload));
+        assert!(send.as_mut().poll(&mut cx).is_pending());
+        assert!(
+            !conn.shared().lock().wants_drain,
+            "no on_drain for a waiter"
+        );
+        // The driver wrote the queue out and found the waiter.
+        let waiting = {
+            let mut outbox = conn.shared().lock();
+            let n = outbox.queue.len();
+            outbox.queue.advance(n);
+            outbox.take_waiting_if_room(5)
+        };
+        wake_all(waiting);
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(conn.queued_bytes(), 6);
+
+        conn.send_binary(&[0u8; 50]).unwrap();
+        let mut send = std::pin::pin!(conn.send_when_ready(MessageKind::Binary, Bytes::new()));
+        assert!(send.as_mut().poll(&mut cx).is_pending());
+        conn.close(CloseCode::NORMAL, "").unwrap();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2, "the close wakes it");
+        assert_eq!(
+            send.as_mut().poll(&mut cx),
+            Poll::Ready(Err(SendError::Closed))
+        );
     }
 
     #[test]

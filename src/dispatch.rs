@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, wake_all};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::proto::deflate::DeflateParams;
@@ -41,6 +41,16 @@ struct App<H: Handler> {
     state: H::State,
     /// `on_close` has been called.
     closed: bool,
+}
+
+/// How far [`Dispatch::input`] got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Input {
+    /// Everything but a partial frame was handled.
+    Done,
+    /// The outbound queue is full: whole frames are left, for later.
+    Held,
 }
 
 /// A callback panicked.
@@ -159,46 +169,57 @@ impl<H: Handler> Dispatch<H> {
         dispatch
     }
 
-    /// Handles every complete frame in `input`, leaving only a partial frame.
-    /// Call whenever bytes arrive: that is what keeps the connection from
+    /// Handles the complete frames in `input`, leaving only a partial frame;
+    /// or stops early, leaving whole frames too, once the outbound queue
+    /// holds `max_outbound_bytes`: then it returns [`Input::Held`], and
+    /// the rest is to be handed over again once the queue has drained (so a
+    /// handler that answers every message never finds the queue full). Call
+    /// whenever bytes arrive: that is what keeps the connection from
     /// counting as idle.
-    pub(crate) fn input(&mut self, input: &mut BytesMut) {
+    pub(crate) fn input(&mut self, input: &mut BytesMut) -> Input {
         self.heard_from_peer();
-        self.app.conn.shared().lock().schedule_flush();
+        let shared = self.app.conn.shared();
+        shared.lock().schedule_flush();
+        let max = shared.outbound().max_bytes;
         loop {
-            let event = {
+            let (event, waiting) = {
                 let mut outbox = self.app.conn.shared().lock();
+                if outbox.queued() >= max && self.session.has_unread(input) {
+                    return Input::Held;
+                }
                 let event = self.session.read(input, outbox.queue());
+                let mut waiting = None;
                 if matches!(event, Err(_) | Ok(Some(Event::Closed { .. }))) {
                     // The close frame is in the queue: no data frame may follow
                     // it, so senders are turned away before the lock is released.
-                    outbox.close_sends();
+                    waiting = outbox.close_sends();
                 }
-                event
+                (event, waiting)
             };
+            wake_all(waiting);
             match event {
-                Ok(None) => return,
+                Ok(None) => return Input::Done,
                 Ok(Some(Event::Message(message))) => {
                     if let Err(panicked) = self.app.on_message(message) {
                         self.fail_after_panic(panicked);
-                        return;
+                        return Input::Done;
                     }
                     if self.app.conn.shared().take_attention() {
                         self.attend();
                         if self.aborted {
-                            return;
+                            return Input::Done;
                         }
                     }
                 }
                 Ok(Some(Event::Ping(_) | Event::Pong(_))) => {}
                 Ok(Some(Event::Closed { code, reason })) => {
                     self.app.on_close(code, reason);
-                    return;
+                    return Input::Done;
                 }
                 Err(error) => {
                     tracing::debug!(id = self.app.conn.id(), %error, "failing connection");
                     self.finish(error.code, error.reason);
-                    return;
+                    return Input::Done;
                 }
             }
         }
@@ -290,15 +311,16 @@ impl<H: Handler> Dispatch<H> {
             callback,
             "handler panicked; closing with 1011"
         );
-        {
+        let waiting = {
             let mut outbox = self.app.conn.shared().lock();
             self.session.fail(
                 CloseCode::INTERNAL_ERROR,
                 "handler panicked",
                 outbox.queue(),
             );
-            outbox.close_sends();
-        }
+            outbox.close_sends()
+        };
+        wake_all(waiting);
         self.finish(CloseCode::INTERNAL_ERROR, "handler panicked");
     }
 
@@ -308,7 +330,8 @@ impl<H: Handler> Dispatch<H> {
         if !self.session.is_closed() {
             self.session.abandon();
         }
-        self.app.conn.shared().lock().close_sends();
+        let waiting = self.app.conn.shared().lock().close_sends();
+        wake_all(waiting);
         self.app.on_close(code, reason);
     }
 }
@@ -318,7 +341,8 @@ impl<H: Handler> Drop for Dispatch<H> {
     /// sends fail, buffers go back to the pool, and `on_close` has run once.
     fn drop(&mut self) {
         let shared = self.app.conn.shared();
-        shared.lock().clear(shared.pool());
+        let waiting = shared.lock().clear(shared.pool());
+        wake_all(waiting);
         self.app.on_close(CloseCode::ABNORMAL, "connection dropped");
     }
 }

@@ -44,7 +44,7 @@ pub mod uring;
 
 pub use bytes::Bytes;
 pub use config::{Config, SlowConsumer};
-pub use conn::{Conn, SendError};
+pub use conn::{Conn, Ready, SendError};
 pub use handler::{Accept, Handler, Reject};
 pub use handshake::Request;
 pub use proto::deflate::DeflateConfig;

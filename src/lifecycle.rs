@@ -28,8 +28,8 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 
-use crate::conn::Conn;
-use crate::dispatch::{Accepted, Dispatch};
+use crate::conn::{Conn, wake_all};
+use crate::dispatch::{Accepted, Dispatch, Input};
 use crate::handler::Handler;
 use crate::handshake::{HandshakeError, write_error};
 use crate::keepalive::Sweep;
@@ -96,7 +96,10 @@ pub(crate) enum Action {
 ///   [`Action::Wait`] or [`Action::Close`]. Before sleeping, read if
 ///   [`Lifecycle::wants_read`] (sized by [`Lifecycle::bytes_wanted`]), and
 ///   set a timer for [`Lifecycle::deadline`]; poll again when it passes, when
-///   the connection's [`ConnWake`] fires, or when the socket is ready.
+///   the connection's [`ConnWake`] fires, or when the socket is ready. If
+///   [`Lifecycle::holds_input`], call [`Lifecycle::receive`] with the
+///   buffer first, without reading: bytes left there while the outbound
+///   queue was full are due.
 ///
 /// Deadlines come out as `Instant`s and time goes in as `now`: the close
 /// deadline is enforced by `poll` at every call, so a peer that floods us
@@ -108,11 +111,16 @@ pub(crate) struct Lifecycle<H: Handler> {
     ending: Option<Box<Ending>>,
     /// The peer's FIN has arrived, or reading failed.
     read_closed: bool,
-    /// A write did not go through at once (it would block, or bytes arrived
-    /// while it was still out), or what waits to be written reached
-    /// `max_outbound_bytes`: a peer that does not read its replies is not
-    /// read from until everything has been written.
+    /// What waits to be written reached `max_outbound_bytes`: messages are
+    /// not handed to the handler (and the driver does not read) until it
+    /// has drained to half of that. Blocked writes alone do not pause: the
+    /// bounded queue, not a stopped reader, protects the server, and a
+    /// request is answered while pushes drain.
     paused: bool,
+    /// [`Lifecycle::receive`] left whole frames in the driver's buffer (the
+    /// queue was full), or bytes arrived while paused: they go before any
+    /// new read once reading resumes.
+    held: bool,
     /// The driver holds bytes it took with [`Lifecycle::take_queue`] and has
     /// not finished with.
     writing: bool,
@@ -231,6 +239,7 @@ impl<H: Handler> Lifecycle<H> {
             ending: None,
             read_closed: false,
             paused: false,
+            held: false,
             writing: false,
             _live: live,
         }
@@ -242,7 +251,9 @@ impl<H: Handler> Lifecycle<H> {
     /// Handles the bytes in `input`: the request head once complete (then
     /// the frames after it), frames (calling the handler), or bytes discarded
     /// while waiting for the peer's FIN. What is not consumed yet (a partial
-    /// head or frame) stays in `input`: keep it and append the next bytes.
+    /// head or frame, or whole frames once the outbound queue is full: see
+    /// [`Lifecycle::holds_input`]) stays in `input`: keep it and append the
+    /// next bytes.
     pub(crate) fn receive(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) {
         if let Some(discarded) = self.ending.as_mut().and_then(|e| e.discarded.as_mut()) {
             *discarded += input.len();
@@ -279,8 +290,10 @@ impl<H: Handler> Lifecycle<H> {
                 }
             }
             Stage::Open(open) => {
-                if !open.dispatch.is_closed() {
-                    open.dispatch.input(input);
+                self.held = false;
+                if !open.dispatch.is_closed() && open.dispatch.input(input) == Input::Held {
+                    self.held = true;
+                    self.paused = true;
                 }
                 if open.dispatch.is_closed() {
                     // Nothing after the close (or a failure) is read.
@@ -303,8 +316,10 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Bytes arrived while reading is paused and the driver keeps them for
-    /// later: the peer is alive, though not reading.
+    /// later (see [`Lifecycle::holds_input`]): the peer is alive, though not
+    /// reading.
     pub(crate) fn held_input(&mut self) {
+        self.held = true;
         self.heard_from_peer();
     }
 
@@ -362,9 +377,6 @@ impl<H: Handler> Lifecycle<H> {
                 if written.bytes > 0 && self.paused {
                     self.heard_from_peer();
                 }
-                if !written.all {
-                    self.pause();
-                }
                 written.all
             }
             Err(error) => {
@@ -377,15 +389,12 @@ impl<H: Handler> Lifecycle<H> {
     /// Moves what is queued into `into`, for a write that owns its buffers
     /// until it completes (io_uring). Report with [`Lifecycle::sent`], then
     /// [`Lifecycle::write_finished`]; nothing more is taken until then.
-    pub(crate) fn take_queue(&mut self, into: &mut WriteQueue, env: &Env<H>) {
+    pub(crate) fn take_queue(&mut self, into: &mut WriteQueue) {
         debug_assert!(into.is_empty(), "taken into an empty queue");
         match &mut self.stage {
             Stage::Handshake(handshake) => std::mem::swap(&mut handshake.response, into),
             Stage::Open(open) => {
-                let queued = open.dispatch.conn().shared().lock().take_for_send(into);
-                if queued >= env.core.config.max_outbound_bytes {
-                    self.pause();
-                }
+                open.dispatch.conn().shared().lock().take_for_send(into);
             }
             Stage::Done => return,
         }
@@ -405,17 +414,17 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
-    /// What was taken is not going through at once while the peer sends:
-    /// stop handling input until it has all been written.
+    /// What was taken is not going through at once: the peer is not reading
+    /// (pongs queued meanwhile replace each other, see
+    /// `WriteQueue::push_pong`). Reading goes on.
     pub(crate) fn write_blocked(&mut self) {
-        self.pause();
-    }
-
-    /// Pausing concerns an upgraded connection only: a handshake reads
-    /// nothing while it writes its answer anyway.
-    fn pause(&mut self) {
-        if let Stage::Open(_) = self.stage {
-            self.paused = true;
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch
+                .conn()
+                .shared()
+                .lock()
+                .queue()
+                .set_blocked(true);
         }
     }
 
@@ -424,11 +433,12 @@ impl<H: Handler> Lifecycle<H> {
     pub(crate) fn write_finished(&mut self, unsent: usize) {
         self.writing = false;
         if let Stage::Open(open) = &mut self.stage {
-            open.dispatch
-                .conn()
-                .shared()
-                .lock()
-                .no_longer_sending(unsent);
+            let mut outbox = open.dispatch.conn().shared().lock();
+            outbox.no_longer_sending(unsent);
+            if unsent == 0 {
+                // The peer took everything: writes are not blocked.
+                outbox.queue().set_blocked(false);
+            }
         }
     }
 
@@ -528,7 +538,7 @@ impl<H: Handler> Lifecycle<H> {
                 dispatch.abnormal(failure);
                 return self.close();
             }
-            if self.read_closed && !dispatch.is_closed() {
+            if self.read_closed && !dispatch.is_closed() && !self.held {
                 dispatch.abnormal("connection closed without a close frame");
                 return self.close();
             }
@@ -537,15 +547,27 @@ impl<H: Handler> Lifecycle<H> {
                 ending.deadline = Some(deadline_from(now, close_timeout));
                 continue;
             }
-            let (flushed, queued) = {
+            let outbound = dispatch.conn().shared().outbound();
+            let (max, low_water) = (outbound.max_bytes, outbound.low_water());
+            let (flushed, queued, bytes) = {
                 let mut outbox = dispatch.conn().shared().lock();
                 let flushed = outbox.is_flushed();
                 if flushed {
                     // From here on a send wakes the driver.
                     outbox.unschedule_flush();
                 }
-                (flushed, outbox.has_queued())
+                let waiting = outbox.take_waiting_if_room(low_water);
+                let state = (flushed, outbox.has_queued(), outbox.queued());
+                drop(outbox);
+                wake_all(waiting);
+                state
             };
+            // Hysteresis: paused at the bound, going again at half of it.
+            if bytes >= max {
+                self.paused = true;
+            } else if bytes <= low_water {
+                self.paused = false;
+            }
             if !flushed {
                 if expired {
                     dispatch.abnormal("write failed: close timeout passed");
@@ -561,7 +583,6 @@ impl<H: Handler> Lifecycle<H> {
             if dispatch.conn().shared().has_pending_work() {
                 continue;
             }
-            self.paused = false;
             if dispatch.is_closed() {
                 if dispatch.peer_closed() {
                     // Both close frames are through and ours is written: the
@@ -578,6 +599,7 @@ impl<H: Handler> Lifecycle<H> {
                 ending
                     .deadline
                     .get_or_insert(deadline_from(now, close_timeout));
+                self.held = false;
                 return Action::ShutDown;
             }
             if expired {
@@ -610,9 +632,17 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
-    /// Reading is paused until what waits to be written is out.
+    /// Reading is paused: the outbound queue reached `max_outbound_bytes`
+    /// and has not drained to half of that yet.
     pub(crate) fn is_paused(&self) -> bool {
         self.paused
+    }
+
+    /// Bytes the driver kept (left by [`Lifecycle::receive`] while the queue
+    /// was full, or arrived while paused) are due: call `receive` with them
+    /// before reading more.
+    pub(crate) fn holds_input(&self) -> bool {
+        self.held && !self.paused && matches!(self.stage, Stage::Open(_))
     }
 
     /// The driver holds bytes it took and has not finished with.

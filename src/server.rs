@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::config::Config;
-use crate::conn::{Conn, ConnShared};
+use crate::conn::{Conn, ConnShared, Outbound};
 use crate::pool::BufferPool;
 use crate::proto::CloseCode;
 use crate::slot_waker::ConnWake;
@@ -24,6 +24,8 @@ use crate::slot_waker::ConnWake;
 pub(crate) struct ServerCore {
     pub(crate) config: Config,
     pub(crate) pool: Arc<BufferPool>,
+    /// The sending settings every connection holds (the same pool).
+    outbound: Arc<Outbound>,
     next_id: AtomicU64,
     live: AtomicUsize,
     /// Upgraded connections not yet ended.
@@ -45,9 +47,16 @@ pub(crate) struct ServerCore {
 
 impl ServerCore {
     pub(crate) fn new(config: Config) -> Arc<ServerCore> {
+        let pool = Arc::new(BufferPool::default());
+        let outbound = Arc::new(Outbound {
+            pool: pool.clone(),
+            max_bytes: config.max_outbound_bytes,
+            on_full: config.slow_consumer,
+        });
         Arc::new(ServerCore {
             config,
-            pool: Arc::new(BufferPool::default()),
+            pool,
+            outbound,
             next_id: AtomicU64::new(1),
             live: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
@@ -81,9 +90,7 @@ impl ServerCore {
         wake: ConnWake,
     ) -> (Conn, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let max_outbound = self.config.max_outbound_bytes;
-        let on_full = self.config.slow_consumer;
-        let shared = ConnShared::new(id, peer, max_outbound, on_full, self.pool.clone(), wake);
+        let shared = ConnShared::new(id, peer, self.outbound.clone(), wake);
         self.open.fetch_add(1, Ordering::Relaxed);
         let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);

@@ -340,26 +340,133 @@ fn eof_or_a_read_error_without_a_close_is_1006() {
     assert_eq!(h.seen()[1], "close 1006 read failed: connection reset");
 }
 
+/// Writes through a socket that takes `budget` bytes, then would block.
+fn write_some(h: &mut Harness, mut budget: usize) -> bool {
+    let wire = &mut h.wire;
+    h.life.write_in_place(&h.env.core.pool, |slices| {
+        let n = slices.iter().map(|s| s.len()).sum::<usize>().min(budget);
+        if n == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        for s in slices {
+            let k = s.len().min(budget);
+            wire.extend_from_slice(&s[..k]);
+            budget -= k;
+        }
+        Ok(n)
+    })
+}
+
 #[test]
-fn a_blocked_write_pauses_reading_until_everything_is_out() {
+fn a_blocked_write_does_not_stop_reading_below_the_bound() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Binary, &[1u8; 1000]));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    // The socket takes 100 bytes, then would block.
-    let mut taken = 0;
-    let done = h.life.write_in_place(&h.env.core.pool, |slices| {
-        if taken > 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        taken = slices[0].len().min(100);
-        Ok(taken)
-    });
-    assert!(!done);
-    assert!(h.life.is_paused() && !h.life.wants_read());
+    assert!(!write_some(&mut h, 100));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "still to write");
-    assert_eq!(h.run(), Action::Wait);
-    assert_eq!(h.written().len(), 1004 - 100);
     assert!(!h.life.is_paused() && h.life.wants_read());
+    // A request arrives meanwhile and is answered.
+    h.receive(&masked(OpCode::Text, b"request"));
+    assert_eq!(h.run(), Action::Wait);
+    let mut expected = unmasked(OpCode::Binary, &[1u8; 1000]);
+    expected.extend(unmasked(OpCode::Text, b"request"));
+    assert!(h.written() == expected, "the echo, then the answer");
+}
+
+#[test]
+fn a_full_queue_holds_the_input_until_it_drains_to_half() {
+    let mut h = Harness::open(Config::default().max_outbound_bytes(3000));
+    let mut burst = Vec::new();
+    for i in 0..5u8 {
+        burst.extend(masked(OpCode::Binary, &[i; 1000]));
+    }
+    h.receive(&burst);
+    // Three echoes (3012 bytes) fill the queue: the other two frames wait.
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert!(h.life.is_paused() && !h.life.wants_read() && !h.life.holds_input());
+    assert_eq!(h.life.conn().unwrap().queued_bytes(), 3 * 1004);
+    assert!(!h.input.is_empty(), "the rest waits in the driver's buffer");
+    // Drained to 1912 bytes: above half the bound, still paused.
+    assert!(!write_some(&mut h, 1100));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert!(h.life.is_paused());
+    // Drained to 1412: the held frames are due, then reading goes on.
+    assert!(!write_some(&mut h, 500));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert!(h.life.holds_input() && h.life.wants_read());
+    h.life.receive(&mut h.input, &h.env, h.now);
+    assert!(h.input.is_empty() && !h.life.holds_input());
+    assert_eq!(h.run(), Action::Wait);
+    let mut expected = Vec::new();
+    for i in 0..5u8 {
+        expected.extend(unmasked(OpCode::Binary, &[i; 1000]));
+    }
+    assert_eq!(h.written(), expected, "every echo, in order");
+}
+
+#[test]
+fn a_producer_waiting_for_room_is_woken_at_half_the_bound_and_by_the_close() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake};
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let count = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+
+    let mut h = Harness::open(Config::default().max_outbound_bytes(3000));
+    let conn = h.life.conn().unwrap().clone();
+    assert_eq!(conn.poll_ready(&mut cx), Poll::Ready(Ok(())));
+    conn.send_binary(&[7u8; 4000]).unwrap();
+    assert_eq!(conn.poll_ready(&mut cx), Poll::Pending);
+    assert_eq!(conn.poll_ready(&mut cx), Poll::Pending, "registered once");
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert!(!write_some(&mut h, 2000));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        0,
+        "2004 bytes left: no room yet"
+    );
+    assert!(!write_some(&mut h, 600));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "1404 bytes left: woken");
+    assert_eq!(conn.poll_ready(&mut cx), Poll::Ready(Ok(())));
+
+    conn.send_binary(&[8u8; 4000]).unwrap();
+    assert_eq!(conn.poll_ready(&mut cx), Poll::Pending);
+    conn.close(CloseCode::NORMAL, "").unwrap();
+    assert_eq!(count.0.load(Ordering::SeqCst), 2, "the close wakes it");
+    assert_eq!(
+        conn.poll_ready(&mut cx),
+        Poll::Ready(Err(crate::SendError::Closed))
+    );
+}
+
+#[test]
+fn pings_while_a_send_is_out_get_one_pong() {
+    let mut h = Harness::open(Config::default());
+    h.receive(&masked(OpCode::Binary, &[1u8; 50_000]));
+    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    let mut taken = WriteQueue::new();
+    h.life.take_queue(&mut taken);
+    // The send is still out when more bytes come: the peer is not reading.
+    h.life.write_blocked();
+    let mut pings = Vec::new();
+    for i in 0..1000u32 {
+        pings.extend(masked(OpCode::Ping, &i.to_be_bytes()));
+    }
+    h.receive(&pings);
+    let conn = h.life.conn().unwrap().clone();
+    assert_eq!(conn.queued_bytes(), taken.len() + 6, "one pong waits");
+    h.life.sent(taken.len());
+    h.life.write_finished(0);
+    assert_eq!(h.run(), Action::Wait);
+    assert_eq!(h.written(), unmasked(OpCode::Pong, &999u32.to_be_bytes()));
 }
 
 #[test]
@@ -368,7 +475,7 @@ fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
     h.receive(&masked(OpCode::Binary, &[1u8; 2000]));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
     let mut taken = WriteQueue::new();
-    h.life.take_queue(&mut taken, &h.env);
+    h.life.take_queue(&mut taken);
     assert_eq!(taken.len(), 2004);
     assert!(h.life.is_writing());
     assert!(
@@ -399,7 +506,7 @@ fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
     conn.send_binary(b"more").unwrap();
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "the newer bytes");
     let mut taken = WriteQueue::new();
-    h.life.take_queue(&mut taken, &h.env);
+    h.life.take_queue(&mut taken);
     assert_eq!(taken.len(), 6);
     h.life.sent(taken.len());
     h.life.write_finished(0);

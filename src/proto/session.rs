@@ -306,6 +306,13 @@ impl Session {
         Ok(Some(event))
     }
 
+    /// Whether `input` holds bytes beyond those the previous event borrowed
+    /// (which the next [`Session::read`] drops first): whether reading on
+    /// could find anything.
+    pub fn has_unread(&self, input: &BytesMut) -> bool {
+        input.len() > self.consume
+    }
+
     /// Starts the close handshake: queues a close frame and stops delivering
     /// messages. Returns `false` (and queues nothing) if a close was already sent
     /// or the connection is over.

@@ -182,6 +182,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
                             Poll::Pending => {}
                         }
                     }
+                    if self.life.holds_input() {
+                        // The queue drained: what waited in the buffer goes first.
+                        self.life.receive(&mut self.read_buf, env, now);
+                        continue;
+                    }
                     if self.read_done || !self.life.wants_read() {
                         break Poll::Pending;
                     }

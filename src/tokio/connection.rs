@@ -101,6 +101,10 @@ impl<H: Handler> Connection<H> {
                 Action::Write => {
                     life.write_in_place(pool, |slices| socket.write(slices));
                 }
+                Action::Wait if life.holds_input() => {
+                    // The queue drained: what waited in the buffer goes first.
+                    life.receive(&mut socket.read_buf, env, now);
+                }
                 Action::Wait if !life.wants_read() || !socket.readable => {
                     break Progress::Pending;
                 }

@@ -55,11 +55,10 @@ pub(crate) struct Connection<H: Handler> {
     // Declared first, so the socket is closed before the live guard in the
     // lifecycle is dropped: once `serve` sees no live connection, none is open.
     stream: TcpStream,
-    /// A partial frame (or request head) waiting for the rest, or bytes held
-    /// while reading is paused. Empty and without capacity otherwise.
+    /// A partial frame (or request head) waiting for the rest, or bytes the
+    /// lifecycle holds (see `Lifecycle::holds_input`). Empty and without
+    /// capacity otherwise.
     read_buf: BytesMut,
-    /// `read_buf` holds bytes received while paused, not handled yet.
-    held: bool,
     /// A multishot receive is armed: its last completion has not come.
     receiving: bool,
     /// The armed receive is being cancelled (reading is paused).
@@ -83,7 +82,6 @@ impl<H: Handler> Connection<H> {
         let mut connection = Connection {
             stream,
             read_buf: BytesMut::new(),
-            held: false,
             receiving: false,
             cancelling: false,
             sending: false,
@@ -174,14 +172,13 @@ impl<H: Handler> Connection<H> {
                 }
                 Action::ShutDown => {
                     let _ = self.stream.shutdown(Shutdown::Write);
-                    self.held = false;
                     self.read_buf.clear();
                     read_buf::release(&mut self.read_buf, &env.core.pool);
                 }
                 Action::Write if self.sending => break,
                 Action::Write => {
                     let mut outgoing = io.spare.pop().unwrap_or_else(Outgoing::new);
-                    self.life.take_queue(&mut outgoing.queue, env);
+                    self.life.take_queue(&mut outgoing.queue);
                     if outgoing.queue.is_empty() {
                         io.spare.push(outgoing);
                         break;
@@ -189,9 +186,8 @@ impl<H: Handler> Connection<H> {
                     self.sending = true;
                     io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
                 }
-                Action::Wait if self.held && self.life.wants_read() => {
-                    // Reading resumed: what arrived meanwhile goes first.
-                    self.held = false;
+                Action::Wait if self.life.holds_input() => {
+                    // Reading resumed: what waited goes first.
                     self.life.receive(&mut self.read_buf, env, now);
                     read_buf::release(&mut self.read_buf, &env.core.pool);
                 }
@@ -214,7 +210,6 @@ impl<H: Handler> Connection<H> {
     /// socket's operations are cancelled.
     pub(crate) fn end(&mut self, env: &Env<H>, io: &mut Io<'_>) {
         self.life.end();
-        self.held = false;
         self.read_buf.clear();
         read_buf::release(&mut self.read_buf, &env.core.pool);
         if self.receiving {
@@ -255,10 +250,10 @@ impl<H: Handler> Connection<H> {
     fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
         let pool = &env.core.pool;
         let read_size = env.core.config.read_buffer_size;
-        if self.life.is_writing() && !self.life.is_paused() {
+        if self.life.is_writing() {
             // The reactor hands out send completions before receives, so a
             // send still out did not go through at once: the peer is not
-            // reading. Like a blocked write on tokio, that pauses reading.
+            // reading (like a blocked write on tokio). Reading goes on.
             self.life.write_blocked();
         }
         if self.life.is_paused() || !self.read_buf.is_empty() {
@@ -266,7 +261,6 @@ impl<H: Handler> Connection<H> {
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
             self.read_buf.extend_from_slice(chunk);
             if self.life.is_paused() {
-                self.held = true;
                 self.life.held_input();
             } else {
                 self.life.receive(&mut self.read_buf, env, Instant::now());

@@ -19,6 +19,10 @@ impl Compressor {
     pub fn compress(&mut self, _payload: &[u8], _out: &mut BytesMut) -> bool {
         match *self {}
     }
+
+    pub fn keeps_context(&self) -> bool {
+        match *self {}
+    }
 }
 
 /// Decompression is not compiled in (the `deflate` feature is off).

@@ -84,6 +84,13 @@ impl Compressor {
         true
     }
 
+    /// Whether each message's compression depends on the ones before it (context
+    /// takeover): then messages must reach the peer in the order they were
+    /// compressed.
+    pub fn keeps_context(&self) -> bool {
+        self.keep_context
+    }
+
     /// Whether the compressor holds a zlib stream now (for tests of idle memory).
     #[cfg(test)]
     pub fn holds_stream(&self) -> bool {

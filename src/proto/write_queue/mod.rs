@@ -687,19 +687,25 @@ impl WriteQueue {
             }
         }
         if !open_after {
-            self.message_ended(ordered);
+            // A message in one frame was pushed just now: nobody has
+            // started it. The last frame of a fragmented one may end a
+            // message that has.
+            let whole = !open_before && frame.opcode != OpCode::Continuation;
+            let unstarted_from = if whole { before } else { ordered };
+            self.message_ended(ordered, unstarted_from);
         }
     }
 
     /// A message ended `ordered` bytes into the ordered lane: remember the
-    /// boundary if it is far enough from the last one.
-    fn message_ended(&mut self, ordered: usize) {
+    /// boundary if it is far enough from the last one. A spill made for it
+    /// counts the bytes before `unstarted_from` as started.
+    fn message_ended(&mut self, ordered: usize, unstarted_from: usize) {
         let since = self
             .spill
             .as_deref()
             .map_or(ordered, |spill| ordered - spill.last_boundary());
         if since >= lanes::BOUNDARY_EVERY {
-            self.spill_mut().mark(ordered);
+            self.spill_with(unstarted_from).mark(ordered);
         }
     }
 
