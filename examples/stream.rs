@@ -1,27 +1,39 @@
-//! Push server: echoes every message like `echo`, and pushes a binary message of
-//! `--push-size` bytes to every connection every `--push-every-us` microseconds.
+//! Push server: pushes a binary message of `--push-size` bytes to every
+//! connection every `--push-every-us` microseconds, and answers every message
+//! a client sends with the same message, ahead of the queued pushes.
 //!
-//! This is the server side of the load harness's `stream` scenario (a market-data
-//! style feed with small requests on the same connection), and an example of
-//! sending from outside the handler callbacks with a [`Conn`] handle.
+//! This is the model for a push service whose clients also send requests on
+//! the same connection (market data, notifications, games), and the server
+//! side of the load harness's `stream` scenario (the "WebSocket Stream
+//! Benchmark").
 //!
 //! ```text
 //! cargo run --release --example stream -- --push-size 10240 --push-every-us 500
 //! ```
-//! `--backend uring` serves with the io_uring backend (Linux); the pushes then
-//! come from a tokio runtime thread beside the reactors, through each
-//! connection's `Conn`.
-//! One payload is allocated at start and shared by every push (`Conn::send_shared`
-//! queues a reference, not a copy). When a connection's outbound queue is full the
-//! push is skipped for that tick: a feed that cannot keep up gets fresher data
-//! later rather than an ever-growing backlog. tokio's timer has 1 ms resolution,
-//! so intervals under 1 ms are delivered as bursts that keep the average rate.
+//!
+//! - **Pushes go at the reader's pace.** Each connection's push task sends
+//!   with `Conn::send_when_ready`: while the connection's outbound queue is
+//!   full it waits (woken by the backend once the peer has read half of it),
+//!   instead of dropping pushes or spinning on `QueueFull`. A payload is
+//!   allocated once at start and shared by every push (a reference is
+//!   queued, not a copy).
+//! - **Replies jump the queue.** `on_message` answers with `Conn::reply`,
+//!   which puts the answer ahead of every push that has not started on the
+//!   wire; the server keeps reading requests while its writes are blocked.
+//! - **Nothing is dropped silently.** A send that fails is logged at debug
+//!   level with its reason (`RUST_LOG=debug`).
+//!
+//! `--backend uring` serves with the io_uring backend (Linux, `--features
+//! uring`); the push tasks then run on a tokio runtime thread beside the
+//! reactors, through each connection's `Conn`. tokio's timer has 1 ms
+//! resolution, so intervals under 1 ms are delivered as bursts that keep the
+//! average rate.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request, SendError};
+use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request};
 use tokio::runtime;
 
 mod support;
@@ -62,20 +74,30 @@ impl Handler for Feed {
             let mut ticks = tokio::time::interval(every);
             loop {
                 ticks.tick().await;
-                match conn.send_shared(MessageKind::Binary, payload.clone()) {
-                    Ok(()) | Err(SendError::QueueFull) => {}
-                    Err(_) => break,
+                // Waits while the queue is full; fails once the connection
+                // closes, which ends the task.
+                let push = payload.clone();
+                if let Err(error) = conn.send_when_ready(MessageKind::Binary, push).await {
+                    tracing::debug!(id = conn.id(), %error, "pushes stopped");
+                    break;
                 }
             }
         });
     }
 
     fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
+        if let Err(error) = conn.reply(message) {
+            tracing::debug!(id = conn.id(), %error, "reply not sent");
+        }
     }
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let args = Args::parse();
     let payload = Bytes::from(vec![0x5a; args.push_size]);
     let every = Duration::from_micros(args.push_every_us.max(1));

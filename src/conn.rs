@@ -72,9 +72,12 @@ impl std::error::Error for SendError {}
 ///
 /// **Waiting for room.** A task that produces messages (a push loop) awaits
 /// [`Conn::ready`], or sends with [`Conn::send_when_ready`]: they wait while
-/// the queue is full and resume once it has drained to half the bound, woken
-/// by the backend as the peer reads, so the producer goes at the reader's
-/// pace instead of spinning on `QueueFull`.
+/// the queue holds half the bound or more, and resume once it has drained
+/// to a quarter, woken by the backend as the peer reads. The producer goes
+/// at the reader's pace instead of spinning on `QueueFull`, and the other
+/// half of the queue stays free for what reading brings, so a busy
+/// producer never stops the connection from reading (and answering) its
+/// requests.
 ///
 /// **Replies.** [`Conn::reply`] puts a message ahead of every queued message
 /// that has not started on the wire, so the answer to a request does not wait
@@ -166,13 +169,14 @@ impl Conn {
         })
     }
 
-    /// Waits until a send would be accepted (the queue is below
-    /// `max_outbound_bytes`); if the queue is full, until it has drained to
-    /// half of that. Fails with [`SendError::Closed`] once the connection
-    /// takes no more sends. Cancel-safe: dropping the future loses nothing.
-    /// Another task may fill the queue again between this and a send; a
-    /// send is accepted below the bound, so that overshoots it by at most
-    /// one message per such task.
+    /// Waits until there is room for a producer: the queue holds less than
+    /// half of `max_outbound_bytes`; if it holds more, until it has drained
+    /// to a quarter. (The other half is kept for replies and what the
+    /// handler sends while reading, see the type's docs.) Fails with
+    /// [`SendError::Closed`] once the connection takes no more sends.
+    /// Cancel-safe: dropping the future loses nothing. Another task may
+    /// fill the queue between this and a send; a send is still accepted
+    /// below the whole bound.
     pub fn ready(&self) -> Ready<'_> {
         Ready { conn: self }
     }
@@ -185,7 +189,7 @@ impl Conn {
         if outbox.phase != Phase::Open {
             return Poll::Ready(Err(SendError::Closed));
         }
-        if outbox.queued() < shared.outbound.max_bytes {
+        if outbox.queued() < shared.outbound.producer_limit() {
             return Poll::Ready(Ok(()));
         }
         outbox.wait_for_room(cx.waker());
@@ -642,8 +646,9 @@ impl Outbox {
 /// How much an owned-buffer write takes at least (see
 /// [`Outbox::take_for_send`]): enough that a send's cost is spread over
 /// many bytes, little enough that a reply waits behind no more than this
-/// plus one message.
-const SEND_AT_LEAST: usize = 256 * 1024;
+/// plus one message, and that what a peer that reads nothing leaves in
+/// flight stays small.
+const SEND_AT_LEAST: usize = 64 * 1024;
 
 /// What every connection of a server shares about sending (one allocation
 /// for all, rather than three fields in each connection).
@@ -657,11 +662,25 @@ pub(crate) struct Outbound {
 }
 
 impl Outbound {
-    /// Where a full queue counts as having room again: reading resumes and
-    /// producers waiting in [`Conn::ready`] are woken. Half the bound, so a
-    /// peer that reads slowly costs a wake-up per half a queue, not per write.
+    /// Where a full queue counts as having room again: reading resumes.
+    /// Half the bound, so a peer that reads slowly costs a wake-up per half
+    /// a queue, not per write.
     pub(crate) fn low_water(&self) -> usize {
         self.max_bytes / 2
+    }
+
+    /// How full the queue may get before producers waiting in
+    /// [`Conn::ready`] wait: half the bound. The other half is kept for
+    /// what reading brings (answers, echoes), so a producer that keeps the
+    /// queue busy never makes the connection stop reading its requests.
+    pub(crate) fn producer_limit(&self) -> usize {
+        self.max_bytes / 2
+    }
+
+    /// Where waiting producers are woken: a quarter of the bound, so that
+    /// they refill in bursts, not a message per wake-up.
+    pub(crate) fn producer_wake(&self) -> usize {
+        self.max_bytes / 4
     }
 }
 

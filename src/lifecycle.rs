@@ -124,6 +124,10 @@ pub(crate) struct Lifecycle<H: Handler> {
     /// The driver holds bytes it took with [`Lifecycle::take_queue`] and has
     /// not finished with.
     writing: bool,
+    /// Bytes arrived while the write in progress was still out
+    /// ([`Lifecycle::write_blocked`]): when it finishes, writes still count
+    /// as blocked, until one goes through without that.
+    write_waited: bool,
     /// Counts the connection as live until it is dropped (after the driver's
     /// socket, which is declared before this in every driver).
     _live: LiveGuard,
@@ -241,6 +245,7 @@ impl<H: Handler> Lifecycle<H> {
             paused: false,
             held: false,
             writing: false,
+            write_waited: false,
             _live: live,
         }
     }
@@ -399,6 +404,7 @@ impl<H: Handler> Lifecycle<H> {
             Stage::Done => return,
         }
         self.writing = !into.is_empty();
+        self.write_waited = false;
     }
 
     /// `n` bytes of what was taken were written.
@@ -418,6 +424,7 @@ impl<H: Handler> Lifecycle<H> {
     /// (pongs queued meanwhile replace each other, see
     /// `WriteQueue::push_pong`). Reading goes on.
     pub(crate) fn write_blocked(&mut self) {
+        self.write_waited = true;
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch
                 .conn()
@@ -435,8 +442,11 @@ impl<H: Handler> Lifecycle<H> {
         if let Stage::Open(open) = &mut self.stage {
             let mut outbox = open.dispatch.conn().shared().lock();
             outbox.no_longer_sending(unsent);
-            if unsent == 0 {
-                // The peer took everything: writes are not blocked.
+            if unsent == 0 && !self.write_waited {
+                // The peer took everything at once: writes are not blocked.
+                // (One that had to wait proves little: the peer may have
+                // read a little, and a flood of pings, answered in order
+                // until the next write blocks, would pile up meanwhile.)
                 outbox.queue().set_blocked(false);
             }
         }
@@ -556,7 +566,7 @@ impl<H: Handler> Lifecycle<H> {
                     // From here on a send wakes the driver.
                     outbox.unschedule_flush();
                 }
-                let waiting = outbox.take_waiting_if_room(low_water);
+                let waiting = outbox.take_waiting_if_room(outbound.producer_wake());
                 let state = (flushed, outbox.has_queued(), outbox.queued());
                 drop(outbox);
                 wake_all(waiting);

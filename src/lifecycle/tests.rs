@@ -405,7 +405,7 @@ fn a_full_queue_holds_the_input_until_it_drains_to_half() {
 }
 
 #[test]
-fn a_producer_waiting_for_room_is_woken_at_half_the_bound_and_by_the_close() {
+fn a_producer_waits_at_half_the_bound_and_is_woken_at_a_quarter_or_by_the_close() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context, Poll, Wake};
     struct Count(AtomicUsize);
@@ -418,26 +418,34 @@ fn a_producer_waiting_for_room_is_woken_at_half_the_bound_and_by_the_close() {
     let waker = Waker::from(count.clone());
     let mut cx = Context::from_waker(&waker);
 
-    let mut h = Harness::open(Config::default().max_outbound_bytes(3000));
+    let mut h = Harness::open(Config::default().max_outbound_bytes(4000));
     let conn = h.life.conn().unwrap().clone();
     assert_eq!(conn.poll_ready(&mut cx), Poll::Ready(Ok(())));
-    conn.send_binary(&[7u8; 4000]).unwrap();
-    assert_eq!(conn.poll_ready(&mut cx), Poll::Pending);
+    conn.send_binary(&[7u8; 2000]).unwrap();
+    assert_eq!(
+        conn.poll_ready(&mut cx),
+        Poll::Pending,
+        "2004 bytes: half full"
+    );
     assert_eq!(conn.poll_ready(&mut cx), Poll::Pending, "registered once");
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    assert!(!write_some(&mut h, 2000));
+    assert!(
+        !h.life.is_paused(),
+        "a producer's half does not stop reading"
+    );
+    assert!(!write_some(&mut h, 900));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
     assert_eq!(
         count.0.load(Ordering::SeqCst),
         0,
-        "2004 bytes left: no room yet"
+        "1104 bytes left: not yet"
     );
-    assert!(!write_some(&mut h, 600));
+    assert!(!write_some(&mut h, 200));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    assert_eq!(count.0.load(Ordering::SeqCst), 1, "1404 bytes left: woken");
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "904 bytes left: woken");
     assert_eq!(conn.poll_ready(&mut cx), Poll::Ready(Ok(())));
 
-    conn.send_binary(&[8u8; 4000]).unwrap();
+    conn.send_binary(&[8u8; 2000]).unwrap();
     assert_eq!(conn.poll_ready(&mut cx), Poll::Pending);
     conn.close(CloseCode::NORMAL, "").unwrap();
     assert_eq!(count.0.load(Ordering::SeqCst), 2, "the close wakes it");

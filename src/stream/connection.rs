@@ -136,6 +136,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
         self.sweep_if_due(cx, now);
         let pool = &core.pool;
         let mut reads = 0;
+        // The stream took nothing more in this poll: it wakes the task when
+        // it does. Reading goes on meanwhile.
+        let mut write_blocked = false;
         let poll = loop {
             if self.shutting_down && self.poll_end(cx).is_ready() {
                 self.shutting_down = false;
@@ -151,25 +154,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
                 Action::ShutDown => {
                     self.shutting_down = true;
                     self.read_buf.clear();
+                    continue;
                 }
-                Action::Write => {
-                    let mut blocked = false;
+                Action::Write if !write_blocked => {
                     let (stream, life) = (&mut self.stream, &mut self.life);
                     life.write_in_place(pool, |slices| {
                         match Pin::new(&mut *stream).poll_write_vectored(cx, slices) {
                             Poll::Ready(result) => result,
                             Poll::Pending => {
-                                blocked = true;
+                                write_blocked = true;
                                 Err(io::ErrorKind::WouldBlock.into())
                             }
                         }
                     });
                     self.unflushed = true;
-                    if blocked {
-                        // The stream wakes us when it takes more.
-                        break Poll::Pending;
-                    }
+                    continue;
                 }
+                Action::Write => {}
                 Action::Wait => {
                     if self.unflushed {
                         match Pin::new(&mut self.stream).poll_flush(cx) {
@@ -182,37 +183,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
                             Poll::Pending => {}
                         }
                     }
-                    if self.life.holds_input() {
-                        // The queue drained: what waited in the buffer goes first.
-                        self.life.receive(&mut self.read_buf, env, now);
-                        continue;
-                    }
-                    if self.read_done || !self.life.wants_read() {
-                        break Poll::Pending;
-                    }
-                    if reads == READS_PER_POLL {
-                        // More may be waiting; let other tasks run first.
-                        cx.waker().wake_by_ref();
-                        break Poll::Pending;
-                    }
-                    reads += 1;
-                    let wanted = self.life.bytes_wanted(env);
-                    let read_size = core.config.read_buffer_size;
-                    read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
-                    let stream = Pin::new(&mut self.stream);
-                    match tokio_util::io::poll_read_buf(stream, cx, &mut self.read_buf) {
-                        Poll::Ready(Ok(0)) => {
-                            self.read_done = true;
-                            self.life.receive_eof();
-                        }
-                        Poll::Ready(Ok(_)) => self.life.receive(&mut self.read_buf, env, now),
-                        Poll::Ready(Err(error)) => {
-                            self.read_done = true;
-                            self.life.read_failed(&error);
-                        }
-                        Poll::Pending => break Poll::Pending,
-                    }
                 }
+            }
+            if self.life.holds_input() {
+                // The queue drained: what waited in the buffer goes first.
+                self.life.receive(&mut self.read_buf, env, now);
+                continue;
+            }
+            if self.read_done || !self.life.wants_read() {
+                break Poll::Pending;
+            }
+            if reads == READS_PER_POLL {
+                // More may be waiting; let other tasks run first.
+                cx.waker().wake_by_ref();
+                break Poll::Pending;
+            }
+            reads += 1;
+            let wanted = self.life.bytes_wanted(env);
+            let read_size = core.config.read_buffer_size;
+            read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
+            let stream = Pin::new(&mut self.stream);
+            match tokio_util::io::poll_read_buf(stream, cx, &mut self.read_buf) {
+                Poll::Ready(Ok(0)) => {
+                    self.read_done = true;
+                    self.life.receive_eof();
+                }
+                Poll::Ready(Ok(_)) => self.life.receive(&mut self.read_buf, env, now),
+                Poll::Ready(Err(error)) => {
+                    self.read_done = true;
+                    self.life.read_failed(&error);
+                }
+                Poll::Pending => break Poll::Pending,
             }
         };
         // An idle connection holds no read buffer of ours.

@@ -96,33 +96,39 @@ impl<H: Handler> Connection<H> {
         let progress = loop {
             match life.poll(env, now) {
                 Action::Close => break Progress::Done,
-                Action::ShutDown => socket.end_tcp(),
-                Action::Write if !socket.writable => break Progress::Pending,
-                Action::Write => {
+                Action::ShutDown => {
+                    socket.end_tcp();
+                    continue;
+                }
+                Action::Write if socket.writable => {
                     life.write_in_place(pool, |slices| socket.write(slices));
+                    continue;
                 }
-                Action::Wait if life.holds_input() => {
-                    // The queue drained: what waited in the buffer goes first.
-                    life.receive(&mut socket.read_buf, env, now);
-                }
-                Action::Wait if !life.wants_read() || !socket.readable => {
-                    break Progress::Pending;
-                }
-                Action::Wait if reads == READS_PER_TURN => {
-                    // More may be waiting; let the group's other connections go first.
-                    cx.waker().wake_by_ref();
-                    break Progress::Pending;
-                }
-                Action::Wait => {
-                    reads += 1;
-                    let wanted = life.bytes_wanted(env);
-                    match socket.read(wanted, pool, env.core.config.read_buffer_size) {
-                        Ok(0) => life.receive_eof(),
-                        Ok(_) => life.receive(&mut socket.read_buf, env, now),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(error) => life.read_failed(&error),
-                    }
-                }
+                // Nothing to write, or the socket takes nothing more until
+                // epoll says so: either way, read. Requests are read (and
+                // answered, ahead of queued pushes) while writes are blocked.
+                Action::Write | Action::Wait => {}
+            }
+            if life.holds_input() {
+                // The queue drained: what waited in the buffer goes first.
+                life.receive(&mut socket.read_buf, env, now);
+                continue;
+            }
+            if !life.wants_read() || !socket.readable {
+                break Progress::Pending;
+            }
+            if reads == READS_PER_TURN {
+                // More may be waiting; let the group's other connections go first.
+                cx.waker().wake_by_ref();
+                break Progress::Pending;
+            }
+            reads += 1;
+            let wanted = life.bytes_wanted(env);
+            match socket.read(wanted, pool, env.core.config.read_buffer_size) {
+                Ok(0) => life.receive_eof(),
+                Ok(_) => life.receive(&mut socket.read_buf, env, now),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => life.read_failed(&error),
             }
         };
         if progress == Progress::Done {

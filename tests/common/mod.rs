@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use rapidws::{Accept, CloseCode, Config, Conn, Handler, Message, Reject, Request, ServerHandle};
+use rapidws::{
+    Accept, CloseCode, Config, Conn, Handler, Message, MessageKind, Reject, Request, ServerHandle,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, protocol::CloseFrame};
@@ -122,6 +124,8 @@ pub struct Recorder {
     pub seen: Mutex<Vec<Seen>>,
     /// Every connection opened, for `broadcast`.
     pub conns: Mutex<Vec<Conn>>,
+    /// Messages the `push` and `push-text` tasks have queued so far.
+    pub pushed: std::sync::atomic::AtomicUsize,
 }
 
 impl Recorder {
@@ -174,7 +178,11 @@ impl Drop for State {
 /// Echoes messages, and obeys a few text commands:
 /// `close CODE REASON`, `panic`, `spawn N` (N messages sent from another task),
 /// `ping`, `flood N SIZE` (N binary messages of SIZE bytes, counting refusals),
-/// `broadcast WORD` (WORD sent to every open connection).
+/// `broadcast WORD` (WORD sent to every open connection), `push N SIZE` and
+/// `push-text N SIZE` (a task sends N messages of SIZE bytes as the reader
+/// makes room, each starting with its number: see `push_payload`),
+/// `req ...` (answered with `Conn::reply`: the same text, then ` after K`,
+/// K the pushes queued by then), `bye` (the reply `last`, then a close).
 pub struct TestHandler {
     pub recorder: Arc<Recorder>,
     /// Where `spawn` starts its task: callbacks on the io_uring backend run
@@ -246,6 +254,44 @@ impl Handler for TestHandler {
                 }
             }
             (Some("ping"), None, None) => conn.ping(b"server ping").unwrap(),
+            (Some(kind @ ("push" | "push-text")), Some(n), Some(size)) => {
+                let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
+                let kind = if kind == "push" {
+                    MessageKind::Binary
+                } else {
+                    MessageKind::Text
+                };
+                let (conn, recorder) = (conn.clone(), self.recorder.clone());
+                self.runtime.spawn(async move {
+                    for i in 0..n {
+                        let payload = push_payload(kind, i, size);
+                        if let Err(error) = conn.send_when_ready(kind, payload).await {
+                            let ended = format!("push ended after {i}: {error}");
+                            recorder.push(Seen::Message(conn.id(), ended));
+                            return;
+                        }
+                        recorder
+                            .pushed
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    recorder.push(Seen::Message(conn.id(), format!("pushed {n}")));
+                });
+            }
+            (Some("req"), _, _) => {
+                let pushed = self
+                    .recorder
+                    .pushed
+                    .load(std::sync::atomic::Ordering::SeqCst);
+                let reply = format!("{text} after {pushed}");
+                if let Err(error) = conn.reply(Message::Text(&reply)) {
+                    self.recorder
+                        .push(Seen::Message(conn.id(), format!("reply failed: {error}")));
+                }
+            }
+            (Some("bye"), None, None) => {
+                conn.reply(Message::Text("last")).unwrap();
+                conn.close(CloseCode::NORMAL, "bye").unwrap();
+            }
             (Some("count"), None, None) => conn.send_text(&count.to_string()).unwrap(),
             (Some("flood-and-close"), Some(n), Some(size)) => {
                 let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
@@ -281,6 +327,27 @@ impl Handler for TestHandler {
 
     fn on_drain(&self, conn: &Conn, _: &mut State) {
         self.recorder.push(Seen::Drain(conn.id()));
+    }
+}
+
+/// The `i`th message of a `push` (binary: `i` as 4 big-endian bytes, then
+/// zeros) or `push-text` (`push i `, then compressible text), `size` bytes.
+pub fn push_payload(kind: MessageKind, i: usize, size: usize) -> rapidws::Bytes {
+    match kind {
+        MessageKind::Binary => {
+            let mut payload = vec![0u8; size.max(4)];
+            payload[..4].copy_from_slice(&(i as u32).to_be_bytes());
+            payload.into()
+        }
+        MessageKind::Text => {
+            let mut text = format!("push {i} ");
+            let filler = "all work and no play makes jack a dull boy ";
+            while text.len() < size {
+                text.push_str(filler);
+            }
+            text.truncate(size.max(text.find(' ').unwrap() + 1));
+            text.into()
+        }
     }
 }
 

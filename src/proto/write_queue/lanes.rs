@@ -42,8 +42,8 @@ pub(super) struct Spill {
     pub(super) segments: VecDeque<Bytes>,
     /// The reply lane: whole frames, in the order they were pushed.
     pub(super) urgent: BytesMut,
-    /// Where the last frame of `urgent` starts, if it is a pong of which
-    /// nothing has been written: what a newer pong may replace.
+    /// Where the pongs at the end of `urgent` start, if it ends with pongs
+    /// of which nothing has been written: what a newer pong may replace.
     pub(super) pong: Option<usize>,
     /// Bytes from the ordered lane's front that go out before the reply
     /// lane (see the module docs).
@@ -151,7 +151,7 @@ impl Spill {
         }
     }
 
-    /// Drops the first `n` bytes of the reply lane; a pong they reach can no
+    /// Drops the first `n` bytes of the reply lane; pongs they reach can no
     /// longer be replaced.
     pub(super) fn advance_urgent(&mut self, n: usize) {
         self.urgent.advance(n);

@@ -13,9 +13,10 @@
 //! has not started on the wire, so that a small answer does not wait behind
 //! megabytes of pushes. They never land inside a message (not even a
 //! fragmented one), and among themselves they keep their order. A pong
-//! queued while writes are blocked replaces an unsent one (RFC 6455 §5.5.3
-//! lets an endpoint answer only the most recent ping), so a peer that pings
-//! without reading grows nothing. How the lanes are kept is in `lanes.rs`.
+//! queued while writes are blocked, or behind 4 KiB of unsent pongs,
+//! replaces them (RFC 6455 §5.5.3 lets an endpoint answer only the most
+//! recent ping), so a peer that pings without reading grows nothing. How the
+//! lanes are kept is in `lanes.rs`.
 //!
 //! The queue also knows which end of the connection writes into it: a
 //! client's queue ([`WriteQueue::with_role`]) masks every frame pushed into
@@ -43,6 +44,11 @@ const COPY_BELOW: usize = 512;
 /// Copies at least this long are checked for "4K aliasing" (see
 /// [`WriteQueue::push_frame`]); shorter ones do not use the string-copy path.
 const ALIASING_CHECK_FROM: usize = 2048;
+
+/// The most bytes of unsent pongs a queue holds (see
+/// [`WriteQueue::push_pong`]): room for dozens of answers to pings that
+/// arrive together, not for a flood.
+pub const PONG_BUDGET: usize = 4096;
 
 /// How many slices [`WriteQueue::write_with`] hands one write at most.
 pub const MAX_IOVECS: usize = 64;
@@ -323,26 +329,30 @@ impl WriteQueue {
         }
     }
 
-    /// Queues the answer to a ping: a reply (see [`WriteQueue::push_reply`])
-    /// that, while writes are blocked ([`WriteQueue::is_blocked`]), replaces
-    /// the pong before it if no byte of that one has been written. A peer
-    /// that pings and does not read gets the answer to its latest ping.
+    /// Queues the answer to a ping, as a reply (see [`WriteQueue::push_reply`])
+    /// unless the queue is empty and writes are not blocked. Unsent pongs at the end of the reply lane
+    /// are replaced by the newest one while writes are blocked
+    /// ([`WriteQueue::is_blocked`]), and whenever they reach
+    /// [`PONG_BUDGET`] bytes: a peer that pings and does not read gets the
+    /// answer to its latest ping, and costs no more than that. (RFC 6455
+    /// §5.5.3 allows answering only the most recent ping; pings that do get
+    /// read out in time each get their pong, as Autobahn's case 2.10 wants.)
     pub fn push_pong(&mut self, payload: &[u8]) {
         debug_assert!(payload.len() <= 125);
         let blocked = self.len.flag(LenAndFlags::BLOCKED);
-        if !blocked && self.lane_for(OpCode::Pong) == Lane::Ordered {
+        if self.is_empty() && !blocked {
             self.push_frame(true, 0, OpCode::Pong, payload);
             return self.keep_ahead_of_replies();
         }
         let masks = self.len.masks();
         let spill = self.spill_mut();
         let mut replaced = 0;
-        if let (true, Some(at)) = (blocked, spill.pong) {
-            replaced = spill.urgent.len() - at;
-            spill.urgent.truncate(at);
+        let run = spill.pong.unwrap_or(spill.urgent.len());
+        if blocked || spill.urgent.len() - run >= PONG_BUDGET {
+            replaced = spill.urgent.len() - run;
+            spill.urgent.truncate(run);
         }
-        let at = spill.urgent.len();
-        spill.pong = Some(at);
+        spill.pong = Some(run);
         let n = if masks {
             put_masked_frame(&mut spill.urgent, true, 0, OpCode::Pong, payload)
         } else {

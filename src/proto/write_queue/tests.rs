@@ -607,3 +607,32 @@ fn random_traffic_keeps_frames_whole_and_each_lane_in_order() {
         assert!(q.is_empty() && q.spill.is_none());
     }
 }
+
+#[test]
+fn unsent_pongs_never_pass_their_budget() {
+    // Writes not blocked, but nothing written either: a flood of pings.
+    let mut q = WriteQueue::new();
+    q.push_frame(true, 0, OpCode::Text, b"x");
+    for i in 0..100_000u32 {
+        q.push_pong(&i.to_be_bytes());
+        assert!(
+            q.reply_len() <= PONG_BUDGET + 6,
+            "{} at ping {i}",
+            q.reply_len()
+        );
+    }
+    let mut wire = Vec::new();
+    q.drain_into(&mut wire);
+    let frames = server_frames(&wire);
+    let last = &frames.last().unwrap().1;
+    assert_eq!(
+        last,
+        &99_999u32.to_be_bytes(),
+        "the latest ping is answered"
+    );
+    let pongs: Vec<u32> = frames[1..]
+        .iter()
+        .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+        .collect();
+    assert!(pongs.windows(2).all(|w| w[0] < w[1]), "in the pings' order");
+}

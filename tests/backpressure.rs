@@ -1,0 +1,205 @@
+//! Requests answered while the server pushes, on every backend: producers
+//! that wait for the reader, replies that jump the queue, and a connection
+//! that keeps reading while its writes are blocked without growing memory.
+//!
+//! The server is the test handler (`push`, `req`, `bye` commands, see
+//! `common`); clients are tokio-tungstenite or raw sockets.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use rapidws::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+backend_tests!(
+    a_slow_reader_gets_every_reply_in_order_while_the_server_pushes,
+    a_ping_flood_from_a_client_that_never_reads_grows_no_memory,
+    a_producer_waits_for_the_reader_and_ends_when_the_connection_closes,
+    a_reply_never_overtakes_the_close,
+);
+
+/// The client reads slowly (a pause after every push) while 200 pushes of
+/// 64 KiB fill a 256 KiB queue; 40 requests sent meanwhile all get their
+/// reply, in order, and every push arrives, in order.
+async fn a_slow_reader_gets_every_reply_in_order_while_the_server_pushes(backend: Backend) {
+    let server = start(backend, Config::default().max_outbound_bytes(256 * 1024)).await;
+    let (mut write, mut read) = server.client().await.split();
+    write.send(WsMessage::text("push 200 65536")).await.unwrap();
+    let requests = tokio::spawn(async move {
+        for i in 0..40 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            write
+                .send(WsMessage::text(format!("req {i}")))
+                .await
+                .unwrap();
+        }
+        write
+    });
+    let (mut pushes, mut replies, mut overtook) = (0u32, 0u32, 0);
+    let reading = async {
+        while pushes < 200 || replies < 40 {
+            match read.next().await.expect("open").expect("a message") {
+                WsMessage::Binary(payload) => {
+                    let n = u32::from_be_bytes(payload[..4].try_into().unwrap());
+                    assert_eq!((n, payload.len()), (pushes, 65536), "pushes in order");
+                    pushes += 1;
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                }
+                WsMessage::Text(text) => {
+                    let (request, after) = text.split_once(" after ").expect("a reply");
+                    assert_eq!(request, format!("req {replies}"), "replies in order");
+                    // Pushes queued before the reply that arrive after it:
+                    // the reply jumped the queue.
+                    if after.parse::<u32>().unwrap() > pushes {
+                        overtook += 1;
+                    }
+                    replies += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reading)
+        .await
+        .expect("every push and reply within 30 s");
+    assert!(overtook > 0, "no reply went ahead of a queued push");
+    let mut write = requests.await.unwrap();
+    write.send(WsMessage::Close(None)).await.unwrap();
+    assert!(!server.recorder.saw(|seen| matches!(
+        seen,
+        Seen::Message(_, m) if m.starts_with("reply failed")
+    )));
+}
+
+/// A client pings as fast as it can and reads nothing. The server keeps
+/// reading (the client's writes never stall) and answers only the latest
+/// ping while its writes are blocked: its queue stays tiny.
+async fn a_ping_flood_from_a_client_that_never_reads_grows_no_memory(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut stream = raw_upgraded(server.addr).await;
+    let mut pings = Vec::new();
+    for i in 0..100_000u32 {
+        pings.extend(client_frame(true, 0x9, &i.to_be_bytes()));
+    }
+    // 10 MB of pings, then 20 MB more: far more pongs (18 MB) than the
+    // kernel's buffers hold.
+    let mut flood = async |rounds| {
+        for _ in 0..rounds {
+            stream.write_all(&pings).await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), flood(10))
+        .await
+        .expect("the server kept reading");
+    let conn = server.recorder.conns.lock().unwrap()[0].clone();
+    // The server takes in the last pings.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = conn.queued_bytes();
+    tokio::time::timeout(Duration::from_secs(30), flood(20))
+        .await
+        .expect("the server kept reading");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let then = conn.queued_bytes();
+    // What is left is what was owed when the writes blocked (on io_uring,
+    // the pongs of one reactor turn's reads, in flight) and one pong.
+    assert!(
+        then <= first + 1024,
+        "{first} bytes queued after 10 MB of pings, {then} after 30 MB"
+    );
+    assert!(then < 1 << 20, "{then} bytes queued");
+    assert!(conn.is_open());
+}
+
+/// A producer waits while a peer does not read (the queue and the kernel's
+/// buffers full), goes on once it reads, and ends when the connection
+/// closes.
+async fn a_producer_waits_for_the_reader_and_ends_when_the_connection_closes(backend: Backend) {
+    let server = start(backend, Config::default().max_outbound_bytes(128 * 1024)).await;
+    let mut stream = raw_upgraded(server.addr).await;
+    stream
+        .write_all(&client_frame(true, 0x1, b"push 100000 16384"))
+        .await
+        .unwrap();
+    let pushed = || server.recorder.pushed.load(Ordering::SeqCst);
+    // The socket buffers fill, then the queue: the producer stops.
+    let last = settled_pushes(&server).await;
+    assert!(last < 100_000);
+    // Read 16 MiB: the producer is woken and goes on.
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..16 {
+        stream.read_exact(&mut buf).await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || pushed() > last + 100).await,
+        "the producer did not resume: {} pushes",
+        pushed()
+    );
+    drop(stream);
+    let ended = eventually(Duration::from_secs(10), || {
+        server
+            .recorder
+            .saw(|seen| matches!(seen, Seen::Message(_, m) if m.starts_with("push ended after")))
+    })
+    .await;
+    assert!(ended, "the producer outlived its connection");
+}
+
+/// `bye` is answered with a reply, then a close: the reply goes ahead of
+/// the queued pushes but the close after all of them, and nothing follows
+/// the close.
+async fn a_reply_never_overtakes_the_close(backend: Backend) {
+    let server = start(backend, Config::default().max_outbound_bytes(256 * 1024)).await;
+    let mut client = server.client().await;
+    send_text(&mut client, "push 400 65536").await;
+    // Not reading: pushes queue up behind the kernel's full buffers.
+    settled_pushes(&server).await;
+    send_text(&mut client, "bye").await;
+    let mut seen = Vec::new();
+    let reading = async {
+        loop {
+            match client.next().await {
+                Some(Ok(WsMessage::Binary(_))) => seen.push('p'),
+                Some(Ok(WsMessage::Text(text))) => {
+                    assert_eq!(text.as_str(), "last");
+                    seen.push('r');
+                }
+                Some(Ok(WsMessage::Close(frame))) => {
+                    assert_eq!(u16::from(frame.unwrap().code), 1000);
+                    seen.push('c');
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => break,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("closed within 10 s");
+    let seen: String = seen.into_iter().collect();
+    assert!(seen.ends_with('c'), "{seen}: the close comes last");
+    assert_eq!(seen.matches('r').count(), 1, "{seen}");
+    assert!(
+        seen.find('r') < seen.rfind('p'),
+        "{seen}: the reply went ahead of queued pushes"
+    );
+}
+
+/// Waits until the `push` task stops (no new push for 300 ms, after at least
+/// one), and returns how many it queued.
+async fn settled_pushes(server: &TestServer) -> usize {
+    let mut last = 0;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = server.recorder.pushed.load(Ordering::SeqCst);
+        if now == last && now > 0 {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the producer never stopped: {last} pushes");
+}
