@@ -7,7 +7,10 @@
 //!
 //! The client (tests/interop/deflate_client.py) sends text and binary
 //! messages from empty to 1 MiB, checks every echo, and reports what was
-//! negotiated and how each echo arrived (RSV1, bytes on the wire).
+//! negotiated and how each echo arrived (RSV1, bytes on the wire). A second
+//! one (tests/interop/push_client.py) reads compressed pushes slowly while
+//! its requests' replies jump the server's queue, and checks every push
+//! and reply.
 
 mod common;
 
@@ -26,6 +29,8 @@ backend_tests!(
     small_windows_as_the_client_asks,
     window_8_is_declined_and_the_next_offer_taken,
     no_compression_unless_configured_and_allowed,
+    replies_overtake_compressed_pushes_with_context_takeover_uncompressed,
+    replies_are_compressed_when_each_message_stands_alone,
 );
 
 /// The interop client's python, set up once per test binary.
@@ -48,10 +53,13 @@ fn python() -> &'static PathBuf {
 /// wss server is reached directly, with an ssl context that trusts the
 /// test's certificate.
 async fn run_client(server: &TestServer, path: &str, offers: &[&str]) -> Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/interop/deflate_client.py"
-    );
+    run_script(server, "deflate_client.py", path, offers).await
+}
+
+/// Runs `script` (in tests/interop) against `path` on `server` with
+/// `offers`, as [`run_client`] does.
+async fn run_script(server: &TestServer, script: &str, path: &str, offers: &[&str]) -> Value {
+    let script = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut command = Command::new(python());
     match server.tls_addr {
         #[cfg(feature = "rustls")]
@@ -202,4 +210,49 @@ async fn no_compression_unless_configured_and_allowed(backend: Backend) {
         Value::Null,
         "refused by the upgrade hook"
     );
+}
+
+/// With context takeover, each compressed push depends on the ones before:
+/// a reply that overtakes them goes uncompressed, and the independent
+/// decoder reads every push, in order, exactly.
+async fn replies_overtake_compressed_pushes_with_context_takeover_uncompressed(backend: Backend) {
+    let keep = DeflateConfig::default().server_context_takeover(true);
+    let config = deflate_on(keep).max_outbound_bytes(256 * 1024);
+    let server = start(backend, config).await;
+    let report = run_script(&server, "push_client.py", "/", &["client_max_window_bits"]).await;
+    let response = report["response"].as_str().unwrap();
+    assert!(
+        !response.contains("server_no_context_takeover"),
+        "{response}"
+    );
+    assert_eq!(
+        (report["pushes"].as_u64(), report["replies"].as_u64()),
+        (Some(400), Some(40))
+    );
+    assert_eq!(report["pushes_compressed"], true);
+    let replies = report["replies_compressed"].as_array().unwrap();
+    assert!(replies.iter().all(|r| r == false), "{replies:?}");
+    assert!(report["overtook"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// Without context takeover every message stands alone: replies are
+/// compressed too, and still overtake.
+async fn replies_are_compressed_when_each_message_stands_alone(backend: Backend) {
+    let config = deflate_on(DeflateConfig::default()).max_outbound_bytes(256 * 1024);
+    let server = start(backend, config).await;
+    let report = run_script(&server, "push_client.py", "/", &["client_max_window_bits"]).await;
+    assert!(
+        report["response"]
+            .as_str()
+            .unwrap()
+            .contains("server_no_context_takeover")
+    );
+    assert_eq!(
+        (report["pushes"].as_u64(), report["replies"].as_u64()),
+        (Some(400), Some(40))
+    );
+    assert_eq!(report["pushes_compressed"], true);
+    let replies = report["replies_compressed"].as_array().unwrap();
+    assert!(replies.iter().all(|r| r == true), "{replies:?}");
+    assert!(report["overtook"].as_u64().unwrap() > 0, "{report}");
 }

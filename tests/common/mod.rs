@@ -331,7 +331,9 @@ impl Handler for TestHandler {
 }
 
 /// The `i`th message of a `push` (binary: `i` as 4 big-endian bytes, then
-/// zeros) or `push-text` (`push i `, then compressible text), `size` bytes.
+/// zeros) or `push-text` (`push i `, then letters from a generator seeded
+/// with `i`, as tests/interop/push_client.py makes them), `size` bytes (or
+/// the prefix, if longer).
 pub fn push_payload(kind: MessageKind, i: usize, size: usize) -> rapidws::Bytes {
     match kind {
         MessageKind::Binary => {
@@ -340,12 +342,14 @@ pub fn push_payload(kind: MessageKind, i: usize, size: usize) -> rapidws::Bytes 
             payload.into()
         }
         MessageKind::Text => {
+            // Pseudo-random letters: they compress (to about 60%), but not
+            // to nothing, so pushes fill the queue even when compressed.
             let mut text = format!("push {i} ");
-            let filler = "all work and no play makes jack a dull boy ";
+            let mut x = i as u32;
             while text.len() < size {
-                text.push_str(filler);
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345) & 0x7fff_ffff;
+                text.push(char::from(b'a' + ((x >> 16) % 26) as u8));
             }
-            text.truncate(size.max(text.find(' ').unwrap() + 1));
             text.into()
         }
     }
