@@ -1,9 +1,12 @@
 //! `stream`: the "WebSocket Stream Benchmark" pattern. The server pushes large
-//! binary messages on a timer; on the same connection the client sends a small
-//! text request every interval and measures each echo's round-trip time.
+//! binary messages on a timer; on the same connection the client sends a
+//! small text request every interval, a fixed number of them, and matches
+//! each echo to its request by content (its number), as that benchmark's
+//! client does. A reply that has not come 5 s after the last request counts
+//! as missing.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::io;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -19,21 +22,30 @@ use crate::stats::{SharedStats, Stats};
 use crate::wire::{self, FrameReader};
 use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
 
+/// How long replies may come after the last request before the ones
+/// missing count as lost.
+const GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Args, Debug, Clone)]
 pub struct StreamArgs {
     #[command(flatten)]
     pub target: TargetArgs,
+    /// `--warmup`: pushes run this long before the first request;
+    /// `--duration` is not used (the run lasts `--requests` intervals).
     #[command(flatten)]
     pub window: Window,
     /// Connections.
     #[arg(long, default_value_t = 1)]
     pub conns: usize,
     /// Microseconds between requests on each connection.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 10_000)]
     pub interval_us: u64,
-    /// Request payload bytes (text).
-    #[arg(long, default_value_t = 16)]
+    /// Request payload bytes (text): its number, padded.
+    #[arg(long, default_value_t = 36)]
     pub size: usize,
+    /// Requests per connection.
+    #[arg(long, default_value_t = 1000)]
+    pub requests: u64,
 }
 
 #[derive(Default)]
@@ -42,64 +54,108 @@ struct Pushes {
     bytes: Cell<u64>,
 }
 
+/// Requests sent and not answered yet, by number.
+type Pending = RefCell<HashMap<u64, Instant>>;
+
 pub async fn run(args: StreamArgs) -> io::Result<()> {
     let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
     let stats = Stats::shared();
     let pushes = Rc::new(Pushes::default());
     let target = args.target.target();
     let sources = args.target.sources();
+    let mut connections = Vec::new();
     for i in 0..args.conns {
         let (stream, buf) = wire::open(&target, sources.nth(i)).await?;
         let (read, write) = stream.into_plain()?.into_split();
-        let sent = Rc::new(RefCell::new(VecDeque::new()));
-        let request = wire::masked_frame(wire::TEXT, &vec![b'r'; args.size], [9, 8, 7, 6]);
-        let every = Duration::from_micros(args.interval_us.max(1));
-        let (p, s, q) = (phase.clone(), stats.clone(), sent.clone());
+        let pending = Rc::new(Pending::default());
+        let (p, s, pushes, q) = (
+            phase.clone(),
+            stats.clone(),
+            pushes.clone(),
+            pending.clone(),
+        );
         tokio::task::spawn_local(async move {
-            let result = send_requests(write, request, every, &q).await;
+            let result = read_replies(read, buf, &q, &p, &s, &pushes).await;
             note_failure(result, &p, &s);
         });
-        let (p, s, pushes) = (phase.clone(), stats.clone(), pushes.clone());
-        tokio::task::spawn_local(async move {
-            let result = read_replies(read, buf, &sent, &p, &s, &pushes).await;
-            note_failure(result, &p, &s);
-        });
+        connections.push((write, pending));
     }
-    let secs = args.window.run(&phase).await;
+    tokio::time::sleep(Duration::from_secs_f64(args.window.warmup)).await;
+    phase.set(Phase::Measure);
+    emit(&json!({ "event": "measure" }));
+    let start = Instant::now();
+    let every = Duration::from_micros(args.interval_us.max(1));
+    let senders: Vec<_> = connections
+        .into_iter()
+        .map(|(write, pending)| {
+            let (size, count) = (args.size, args.requests);
+            tokio::task::spawn_local(async move {
+                send_requests(write, size, count, every, &pending).await
+            })
+        })
+        .collect();
+    let mut writers = Vec::new();
+    for sender in senders {
+        match sender.await.expect("sender task") {
+            Ok(write) => writers.push(write),
+            Err(error) => stats.borrow_mut().error(error),
+        }
+    }
+    // Pushes are counted while requests go out.
+    let secs = start.elapsed().as_secs_f64();
+    let (pushed, pushed_bytes) = (pushes.messages.get(), pushes.bytes.get());
+    let all_answered = || stats.borrow().completed >= args.requests * args.conns as u64;
+    let deadline = Instant::now() + GRACE;
+    while !all_answered() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    phase.set(Phase::Stop);
     let mut result = stats.borrow().summary(secs);
+    let answered = stats.borrow().completed;
     result["mode"] = json!("stream");
     result["conns"] = json!(args.conns);
-    result["pushes_per_sec"] = json!(pushes.messages.get() as f64 / secs);
-    result["push_mb_per_sec"] = json!(pushes.bytes.get() as f64 / secs / 1e6);
+    result["requests"] = json!(args.requests * args.conns as u64);
+    let requests = args.requests * args.conns as u64;
+    result["missing"] = json!(requests - answered.min(requests));
+    result["pushes_per_sec"] = json!(pushed as f64 / secs);
+    result["push_mb_per_sec"] = json!(pushed_bytes as f64 / secs / 1e6);
     // The connection tasks end with the process, right after this returns.
+    drop(writers);
     emit(&result);
     Ok(())
 }
 
+/// Sends `count` requests, one per `every`: text of `size` bytes that
+/// starts with the request's number.
 async fn send_requests(
     mut write: OwnedWriteHalf,
-    request: Vec<u8>,
+    size: usize,
+    count: u64,
     every: Duration,
-    sent: &RefCell<VecDeque<Instant>>,
-) -> io::Result<()> {
+    pending: &Pending,
+) -> io::Result<OwnedWriteHalf> {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
+    for n in 0..count {
         ticks.tick().await;
-        sent.borrow_mut().push_back(Instant::now());
-        write.write_all(&request).await?;
+        let text = format!("{n:0>size$}", size = size.max(20));
+        let frame = wire::masked_frame(wire::TEXT, text.as_bytes(), [9, 8, 7, 6]);
+        pending.borrow_mut().insert(n, Instant::now());
+        write.write_all(&frame).await?;
     }
+    Ok(write)
 }
 
 async fn read_replies(
     mut read: OwnedReadHalf,
     mut buf: BytesMut,
-    sent: &RefCell<VecDeque<Instant>>,
+    pending: &Pending,
     phase: &SharedPhase,
     stats: &SharedStats,
     pushes: &Pushes,
 ) -> io::Result<()> {
     let mut reader = FrameReader::default();
+    let mut text = Vec::new();
     loop {
         buf.reserve(256 * 1024);
         if read.read_buf(&mut buf).await? == 0 {
@@ -107,14 +163,20 @@ async fn read_replies(
         }
         let now = Instant::now();
         let measuring = phase.get() == Phase::Measure;
-        while let Some(seen) = reader.next(&mut buf).map_err(io::Error::other)? {
+        while let Some(seen) = reader
+            .next_with_payload(&mut buf, &mut text)
+            .map_err(io::Error::other)?
+        {
             match seen.opcode {
                 wire::TEXT => {
-                    let sent_at = sent.borrow_mut().pop_front();
-                    let sent_at = sent_at.ok_or_else(|| io::Error::other("unsolicited text"))?;
-                    if measuring {
-                        stats.borrow_mut().record(now - sent_at);
-                    }
+                    let number = std::str::from_utf8(&text)
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .ok_or_else(|| io::Error::other("a reply that is no request's"))?;
+                    let sent_at = pending.borrow_mut().remove(&number);
+                    let sent_at =
+                        sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))?;
+                    stats.borrow_mut().record(now - sent_at);
                 }
                 wire::BINARY if measuring => {
                     pushes.messages.set(pushes.messages.get() + 1);

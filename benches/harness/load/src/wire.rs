@@ -275,6 +275,25 @@ impl FrameReader {
     /// The next complete message in `buf`, consuming what it has read.
     /// `Err` on a frame header no WebSocket server may send.
     pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Seen>, &'static str> {
+        self.next_keeping(buf, None)
+    }
+
+    /// [`FrameReader::next`], keeping the payload of text messages (their
+    /// first 4 KiB) in `text`, which holds the last text message's once
+    /// it is returned.
+    pub fn next_with_payload(
+        &mut self,
+        buf: &mut BytesMut,
+        text: &mut Vec<u8>,
+    ) -> Result<Option<Seen>, &'static str> {
+        self.next_keeping(buf, Some(text))
+    }
+
+    fn next_keeping(
+        &mut self,
+        buf: &mut BytesMut,
+        mut text: Option<&mut Vec<u8>>,
+    ) -> Result<Option<Seen>, &'static str> {
         loop {
             if !self.in_frame {
                 let Some((fin, opcode, header, len)) = parse_header(buf)? else {
@@ -288,9 +307,17 @@ impl FrameReader {
                 if opcode < 0x8 {
                     let (first, so_far) = self.message.take().unwrap_or((opcode, 0));
                     self.message = Some((first, so_far + len));
+                    if let (Some(text), 0) = (text.as_deref_mut(), so_far) {
+                        text.clear();
+                    }
                 }
             }
             let take = self.remaining.min(buf.len() as u64) as usize;
+            let texting = self.opcode < 0x8 && matches!(self.message, Some((TEXT, _)));
+            if let (Some(text), true) = (text.as_deref_mut(), texting) {
+                let room = 4096usize.saturating_sub(text.len()).min(take);
+                text.extend_from_slice(&buf[..room]);
+            }
             buf.advance(take);
             self.remaining -= take as u64;
             if self.remaining > 0 {
@@ -383,6 +410,28 @@ mod tests {
             }
             assert_eq!(seen, expected, "chunk size {chunk}");
             assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn keeps_text_payloads_across_fragments_and_splits() {
+        let mut stream = server_frame(TEXT, b"00012");
+        stream.extend(server_frame(0x80 | 0x9, b"ping"));
+        stream.extend(server_frame(0x80, b"345"));
+        stream.extend(server_frame(0x80 | BINARY, &[7; 500]));
+        stream.extend(server_frame(0x80 | TEXT, b"next"));
+        for split in [1, 3, 7, 600, stream.len()] {
+            let (mut reader, mut text) = (FrameReader::default(), Vec::new());
+            let (mut buf, mut texts) = (BytesMut::new(), Vec::new());
+            for chunk in stream.chunks(split) {
+                buf.extend_from_slice(chunk);
+                while let Some(message) = reader.next_with_payload(&mut buf, &mut text).unwrap() {
+                    if message.opcode == TEXT {
+                        texts.push(String::from_utf8(text.clone()).unwrap());
+                    }
+                }
+            }
+            assert_eq!(texts, ["00012345", "next"], "split {split}");
         }
     }
 
