@@ -37,9 +37,12 @@ pub struct Config {
 ///
 /// Under both policies the server's memory stays bounded: a send that finds
 /// the queue full is refused with [`SendError::QueueFull`](crate::SendError)
-/// and queues nothing, and a connection does not read from its peer while its
-/// own writes are blocked, so a peer that sends requests but never reads the
-/// answers is slowed down by TCP itself rather than buffered for.
+/// and queues nothing, and a connection whose queue is full stops reading
+/// from its peer until it has drained to half, so a peer that sends requests
+/// but never reads the answers is slowed down by TCP itself rather than
+/// buffered for. (Below the bound it keeps reading while its writes are
+/// blocked, so requests are answered while pushes drain.) A producer that
+/// awaits [`Conn::ready`](crate::Conn::ready) never gets here.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SlowConsumer {
     /// Wait for the peer (the default): sends are refused until the queue has
@@ -120,7 +123,10 @@ impl Config {
     /// The soft bound on bytes queued for one connection (default 4 MiB). A send
     /// is refused with `SendError::QueueFull` once this many bytes wait, so the
     /// queue never exceeds the bound by more than one message. What else
-    /// happens then is [`Config::slow_consumer`]'s policy. See `Conn`.
+    /// happens then is [`Config::slow_consumer`]'s policy. Reading pauses at
+    /// the bound and resumes at half; producers waiting in `Conn::ready` wait
+    /// from half and are woken at a quarter; replies have a bound of their
+    /// own of the same size. See `Conn`.
     pub fn max_outbound_bytes(mut self, bytes: usize) -> Self {
         self.max_outbound_bytes = bytes;
         self
