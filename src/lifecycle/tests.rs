@@ -341,20 +341,9 @@ fn eof_or_a_read_error_without_a_close_is_1006() {
 }
 
 /// Writes through a socket that takes `budget` bytes, then would block.
-fn write_some(h: &mut Harness, mut budget: usize) -> bool {
-    let wire = &mut h.wire;
-    h.life.write_in_place(&h.env.core.pool, |slices| {
-        let n = slices.iter().map(|s| s.len()).sum::<usize>().min(budget);
-        if n == 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        for s in slices {
-            let k = s.len().min(budget);
-            wire.extend_from_slice(&s[..k]);
-            budget -= k;
-        }
-        Ok(n)
-    })
+fn write_some(h: &mut Harness, budget: usize) -> bool {
+    let write = crate::proto::write_queue::write_at_most(budget, &mut h.wire);
+    h.life.write_in_place(&h.env.core.pool, write)
 }
 
 #[test]

@@ -67,24 +67,29 @@ def messages():
     ]
 
 
+def open_client(args, offers, **more):
+    """Connects to args.url with `offers` (no other extension, no size limit);
+    for wss, trusting args.cafile. `more` goes to `connect` (e.g. `sock`)."""
+    if args.cafile:
+        more["ssl"] = ssl.create_default_context(cafile=args.cafile)
+    return connect(
+        args.url,
+        extensions=offers,
+        compression=None,
+        max_size=None,
+        open_timeout=10,
+        **more,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--offer", action="append", default=[])
     parser.add_argument("--cafile", help="for wss: trust this certificate (PEM)")
     args = parser.parse_args()
-    tls = {}
-    if args.cafile:
-        tls["ssl"] = ssl.create_default_context(cafile=args.cafile)
     offers = [] if args.offer == ["none"] else [factory(o) for o in args.offer or [""]]
-    with connect(
-        args.url,
-        extensions=offers,
-        compression=None,
-        max_size=None,
-        open_timeout=10,
-        **tls,
-    ) as ws:
+    with open_client(args, offers) as ws:
         response = ws.response.headers.get("Sec-WebSocket-Extensions")
         negotiated = {}
         recording = None

@@ -18,13 +18,11 @@ non-zero on a wrong or missing message.
 import argparse
 import json
 import socket
-import ssl
 import sys
 import threading
 import time
 
-from deflate_client import Recording, factory
-from websockets.sync.client import connect
+from deflate_client import Recording, factory, open_client
 
 def push_text(i, size):
     """The server's `push-text` message number i (see `push_payload`)."""
@@ -55,9 +53,6 @@ def main():
     parser.add_argument("--size", type=int, default=30000)
     parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args()
-    tls = {}
-    if args.cafile:
-        tls["ssl"] = ssl.create_default_context(cafile=args.cafile)
     offers = [factory(o) for o in args.offer or [""]]
     # A small receive buffer of fixed size (no autotuning): the pushes back
     # up in the server, not in this socket.
@@ -65,15 +60,7 @@ def main():
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     sock.connect((host, int(port)))
-    with connect(
-        args.url,
-        sock=sock,
-        extensions=offers,
-        compression=None,
-        max_size=None,
-        open_timeout=10,
-        **tls,
-    ) as ws:
+    with open_client(args, offers, sock=sock) as ws:
         response = ws.response.headers.get("Sec-WebSocket-Extensions")
         frames = Frames(ws.protocol.extensions[0])
         ws.protocol.extensions = [frames]

@@ -821,5 +821,26 @@ fn put_frame_with(
     Some(n + payload_len)
 }
 
+/// For tests: a non-blocking vectored write into `wire` that takes `budget`
+/// bytes in all, then would block, as a socket whose peer stops reading.
+#[cfg(test)]
+pub(crate) fn write_at_most(
+    mut budget: usize,
+    wire: &mut Vec<u8>,
+) -> impl FnMut(&[IoSlice<'_>]) -> io::Result<usize> + '_ {
+    move |slices| {
+        let n = slices.iter().map(|s| s.len()).sum::<usize>().min(budget);
+        if n == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        for s in slices {
+            let k = s.len().min(budget);
+            wire.extend_from_slice(&s[..k]);
+            budget -= k;
+        }
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -156,19 +156,27 @@ fn append_moves_everything_in_order() {
 /// Every frame in `bytes`, checked to be masked, as (header, unmasked
 /// payload).
 fn client_frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
+    frames(bytes, DecodeRules::SERVER)
+}
+
+/// Every frame in `bytes`, decoded by `rules` (RSV1 allowed), as (header,
+/// unmasked payload); panics on a frame cut short or malformed.
+fn frames(bytes: &[u8], rules: DecodeRules) -> Vec<(FrameHeader, Vec<u8>)> {
+    let rules = DecodeRules {
+        allowed_rsv: RSV1_BITS,
+        ..rules
+    };
     let mut frames = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
-        let rules = DecodeRules {
-            allowed_rsv: RSV1_BITS,
-            ..DecodeRules::SERVER
-        };
         let (header, len) = decode_header(rest, rules)
-            .expect("a masked frame")
+            .expect("a well-formed frame")
             .expect("a whole frame");
         let end = len + header.payload_len as usize;
         let mut payload = rest[len..end].to_vec();
-        apply_mask(&mut payload, header.mask.unwrap(), 0);
+        if let Some(key) = header.mask {
+            apply_mask(&mut payload, key, 0);
+        }
         frames.push((header, payload));
         rest = &rest[end..];
     }
@@ -254,24 +262,9 @@ fn the_copy_buffer_can_be_taken_out_and_given_back() {
     assert!(q.needs_buffer());
 }
 
-/// Every frame in a server's `bytes`, as (header, payload); panics on a
-/// frame cut short or malformed.
+/// Every frame in a server's `bytes`, as (header, payload).
 fn server_frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
-    let mut frames = Vec::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let rules = DecodeRules {
-            allowed_rsv: RSV1_BITS,
-            ..DecodeRules::CLIENT
-        };
-        let (header, len) = decode_header(rest, rules)
-            .expect("a well-formed frame")
-            .expect("a whole frame");
-        let end = len + header.payload_len as usize;
-        frames.push((header, rest[len..end].to_vec()));
-        rest = &rest[end..];
-    }
-    frames
+    frames(bytes, DecodeRules::CLIENT)
 }
 
 /// The first byte of each frame's payload, as a char: tests tag payloads.
@@ -556,20 +549,8 @@ fn random_traffic_keeps_frames_whole_and_each_lane_in_order() {
                     taken.drain_into(&mut wire);
                 }
                 _ => {
-                    let mut budget = rng.random_range(0..50_000);
-                    let written = q.write_with(|slices| {
-                        let n: usize = slices.iter().map(|s| s.len()).sum::<usize>().min(budget);
-                        if n == 0 {
-                            return Err(io::ErrorKind::WouldBlock.into());
-                        }
-                        for s in slices {
-                            let k = s.len().min(budget);
-                            wire.extend_from_slice(&s[..k]);
-                            budget -= k;
-                        }
-                        Ok(n)
-                    });
-                    written.unwrap();
+                    let budget = rng.random_range(0..50_000);
+                    q.write_with(write_at_most(budget, &mut wire)).unwrap();
                 }
             }
         }

@@ -528,6 +528,19 @@ fn uring_targets(out: &mut String, summaries: &Summaries, measurements: &[Measur
     );
 }
 
+/// The server with the highest finite value, or ("-", NaN) if none has one.
+fn highest<'a>(values: impl Iterator<Item = (&'a str, f64)>) -> (&'a str, f64) {
+    values
+        .filter(|(_, v)| v.is_finite())
+        .fold(("-", f64::NAN), |best, (p, v)| {
+            if best.1.is_nan() || v > best.1 {
+                (p, v)
+            } else {
+                best
+            }
+        })
+}
+
 /// The issue-5 target: each rapidws backend's deflate echo against the best
 /// of gws, quickws and gorilla with their compression on, on the medians over
 /// rounds; and, with no target, the memory of an idle connection with
@@ -538,17 +551,11 @@ fn deflate_targets(out: &mut String, summaries: &Summaries) {
             .get(&(7, variant.into(), server.into()))
             .map_or(f64::NAN, |s| s.median(metric))
     };
-    let (peer, peer_rate) = DEFLATE_PEERS
-        .iter()
-        .map(|&p| (p, get(DEFLATE_ECHO, p, "per_sec")))
-        .filter(|(_, v)| v.is_finite())
-        .fold(("-", f64::NAN), |best, (p, v)| {
-            if best.1.is_nan() || v > best.1 {
-                (p, v)
-            } else {
-                best
-            }
-        });
+    let (peer, peer_rate) = highest(
+        DEFLATE_PEERS
+            .iter()
+            .map(|&p| (p, get(DEFLATE_ECHO, p, "per_sec"))),
+    );
     let verdict = |ok: bool| if ok { "**met**" } else { "**not met**" };
     let _ = writeln!(out, "| target | measured (medians) | |");
     let _ = writeln!(out, "|---|---|---|");
@@ -601,18 +608,8 @@ fn stream_targets(out: &mut String, summaries: &Summaries) {
                 |s| if max { s.max(metric) } else { s.median(metric) },
             )
     };
-    let (peer, peer_rate) = STREAM_SERVERS
-        .iter()
-        .filter(|s| !s.starts_with("rapidws"))
-        .map(|&p| (p, stat(heavy, p, "push_mb_per_sec", false)))
-        .filter(|(_, v)| v.is_finite())
-        .fold(("-", f64::NAN), |best, (p, v)| {
-            if best.1.is_nan() || v > best.1 {
-                (p, v)
-            } else {
-                best
-            }
-        });
+    let peers = STREAM_SERVERS.iter().filter(|s| !s.starts_with("rapidws"));
+    let (peer, peer_rate) = highest(peers.map(|&p| (p, stat(heavy, p, "push_mb_per_sec", false))));
     let verdict = |ok: bool| if ok { "**met**" } else { "**not met**" };
     let _ = writeln!(out, "| target | measured | |");
     let _ = writeln!(out, "|---|---|---|");
