@@ -1039,6 +1039,33 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_send_when_ready_sends_nothing_and_leaves_no_harm() {
+        use std::future::Future;
+        let (conn, _) = conn(10);
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        conn.send_binary(&[0u8; 50]).unwrap();
+        {
+            let send = conn.send_when_ready(MessageKind::Binary, Bytes::from_static(b"lost"));
+            let mut send = std::pin::pin!(send);
+            assert!(send.as_mut().poll(&mut cx).is_pending());
+            let mut ready = std::pin::pin!(conn.ready());
+            assert!(ready.as_mut().poll(&mut cx).is_pending());
+        }
+        let waiting = {
+            let mut outbox = conn.shared().lock();
+            let n = outbox.queue.len();
+            outbox.queue.advance(n);
+            outbox.take_waiting_if_room(5)
+        };
+        assert_eq!(waiting.as_ref().map(|w| w.len()), Some(1), "one task, once");
+        wake_all(waiting);
+        assert_eq!(conn.queued_bytes(), 0, "the dropped send queued nothing");
+        assert!(conn.shared().lock().waiting.is_none());
+    }
+
+    #[test]
     fn rejects_invalid_text_and_long_pings() {
         let (conn, _) = conn(1 << 20);
         assert_eq!(
