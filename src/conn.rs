@@ -121,10 +121,7 @@ impl Conn {
     /// echo the message `on_message` received). With permessage-deflate
     /// negotiated, it is compressed unless shorter than the configured minimum.
     pub fn send(&self, message: Message<'_>) -> Result<(), SendError> {
-        let opcode = match message {
-            Message::Text(_) => OpCode::Text,
-            Message::Binary(_) => OpCode::Binary,
-        };
+        let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
         self.enqueue(payload.len(), |outbox| {
             if !outbox.push_compressed(opcode, payload) {
@@ -157,10 +154,7 @@ impl Conn {
     /// that order: a reply that overtakes them is sent uncompressed, which
     /// leaves the compressor's order and the wire's the same.
     pub fn reply(&self, message: Message<'_>) -> Result<(), SendError> {
-        let opcode = match message {
-            Message::Text(_) => OpCode::Text,
-            Message::Binary(_) => OpCode::Binary,
-        };
+        let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
         self.enqueue_as(Sender::Reply, payload.len(), |outbox| {
             if !outbox.push_compressed_reply(opcode, payload) {
@@ -206,21 +200,12 @@ impl Conn {
         kind: MessageKind,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let opcode = match kind {
-            MessageKind::Text => {
-                utf8::validate(&payload).map_err(|_| SendError::InvalidUtf8)?;
-                OpCode::Text
-            }
-            MessageKind::Binary => OpCode::Binary,
-        };
+        let opcode = shared_opcode(kind, &payload)?;
         loop {
             self.ready().await?;
+            let payload = payload.clone();
             let sent = self.enqueue_as(Sender::Waiting, 0, |outbox| {
-                if !outbox.push_compressed(opcode, &payload) {
-                    outbox
-                        .queue
-                        .push_frame_shared(true, 0, opcode, payload.clone());
-                }
+                outbox.push_shared(opcode, payload);
             });
             match sent {
                 Err(SendError::QueueFull) => continue,
@@ -235,18 +220,8 @@ impl Conn {
     /// compressed for this connection instead (each connection's compressor
     /// has its own state), so nothing is shared then.
     pub fn send_shared(&self, kind: MessageKind, payload: Bytes) -> Result<(), SendError> {
-        let opcode = match kind {
-            MessageKind::Text => {
-                utf8::validate(&payload).map_err(|_| SendError::InvalidUtf8)?;
-                OpCode::Text
-            }
-            MessageKind::Binary => OpCode::Binary,
-        };
-        self.enqueue(0, |outbox| {
-            if !outbox.push_compressed(opcode, &payload) {
-                outbox.queue.push_frame_shared(true, 0, opcode, payload);
-            }
-        })
+        let opcode = shared_opcode(kind, &payload)?;
+        self.enqueue(0, |outbox| outbox.push_shared(opcode, payload))
     }
 
     /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
@@ -374,6 +349,22 @@ impl Conn {
     }
 }
 
+/// The opcode a data message of `kind` is sent with.
+fn data_opcode(kind: MessageKind) -> OpCode {
+    match kind {
+        MessageKind::Text => OpCode::Text,
+        MessageKind::Binary => OpCode::Binary,
+    }
+}
+
+/// The opcode for a shared payload of `kind`, once text is checked for UTF-8.
+fn shared_opcode(kind: MessageKind, payload: &[u8]) -> Result<OpCode, SendError> {
+    if kind == MessageKind::Text {
+        utf8::validate(payload).map_err(|_| SendError::InvalidUtf8)?;
+    }
+    Ok(data_opcode(kind))
+}
+
 /// Who queues a frame through [`Conn::enqueue_as`].
 #[derive(Clone, Copy)]
 enum Sender {
@@ -451,6 +442,13 @@ impl Outbox {
 }
 
 impl Outbox {
+    /// Queues a shared payload: compressed if worth it, else without a copy.
+    fn push_shared(&mut self, opcode: OpCode, payload: Bytes) {
+        if !self.push_compressed(opcode, &payload) {
+            self.queue.push_frame_shared(true, 0, opcode, payload);
+        }
+    }
+
     /// [`Outbox::push_compressed`] for a reply, which may overtake compressed
     /// messages: only if this side compresses each message on its own.
     fn push_compressed_reply(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
@@ -1000,6 +998,16 @@ mod tests {
         }
     }
 
+    /// What the driver does once the peer read everything: the queue is
+    /// written out, and the tasks waiting for room are taken (the bound is
+    /// 10 in these tests: woken at 5 or less).
+    fn write_out(conn: &Conn) -> Option<Waiters> {
+        let mut outbox = conn.shared().lock();
+        let n = outbox.queue.len();
+        outbox.queue.advance(n);
+        outbox.take_waiting_if_room(5)
+    }
+
     #[test]
     fn send_when_ready_waits_for_room_and_fails_once_closed() {
         use std::future::Future;
@@ -1015,13 +1023,7 @@ mod tests {
             !conn.shared().lock().wants_drain,
             "no on_drain for a waiter"
         );
-        // The driver wrote the queue out and found the waiter.
-        let waiting = {
-            let mut outbox = conn.shared().lock();
-            let n = outbox.queue.len();
-            outbox.queue.advance(n);
-            outbox.take_waiting_if_room(5)
-        };
+        let waiting = write_out(&conn);
         wake_all(waiting);
         assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
         assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
@@ -1053,12 +1055,7 @@ mod tests {
             let mut ready = std::pin::pin!(conn.ready());
             assert!(ready.as_mut().poll(&mut cx).is_pending());
         }
-        let waiting = {
-            let mut outbox = conn.shared().lock();
-            let n = outbox.queue.len();
-            outbox.queue.advance(n);
-            outbox.take_waiting_if_room(5)
-        };
+        let waiting = write_out(&conn);
         assert_eq!(waiting.as_ref().map(|w| w.len()), Some(1), "one task, once");
         wake_all(waiting);
         assert_eq!(conn.queued_bytes(), 0, "the dropped send queued nothing");

@@ -424,7 +424,10 @@ impl<H: Handler> Lifecycle<H> {
     /// (pongs queued meanwhile replace each other, see
     /// `WriteQueue::push_pong`). Reading goes on.
     pub(crate) fn write_blocked(&mut self) {
-        self.write_waited = true;
+        if std::mem::replace(&mut self.write_waited, true) {
+            // Already said for this write: the queue is still marked.
+            return;
+        }
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch
                 .conn()

@@ -131,9 +131,14 @@ impl LenAndFlags {
         self.0 -= n;
     }
 
-    /// No bytes, same role and fragment state; not blocked.
-    fn emptied(self) -> Self {
-        LenAndFlags(self.0 & (Self::MASKS | Self::FRAGMENT_OPEN))
+    /// These flags with `n` bytes (which must have none).
+    fn with_bytes(self, n: usize) -> Self {
+        LenAndFlags(self.0 | n)
+    }
+
+    /// No bytes, the same flags.
+    fn without_bytes(self) -> Self {
+        LenAndFlags(self.0 & Self::FLAGS)
     }
 }
 
@@ -196,7 +201,7 @@ impl WriteQueue {
     pub fn push_frame(&mut self, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) {
         let before = self.ordered_len();
         if self.len.masks() {
-            let n = put_masked_frame(&mut self.tail, fin, rsv, opcode, payload);
+            let n = put_frame(&mut self.tail, true, fin, rsv, opcode, payload);
             self.len.add(n);
             return self.pushed(before, Pushed { opcode, fin });
         }
@@ -285,11 +290,7 @@ impl WriteQueue {
                 let masks = self.len.masks();
                 let spill = self.spill_mut();
                 spill.pong = None;
-                let n = if masks {
-                    put_masked_frame(&mut spill.urgent, true, rsv, opcode, payload)
-                } else {
-                    put_frame(&mut spill.urgent, true, rsv, opcode, payload)
-                };
+                let n = put_frame(&mut spill.urgent, masks, true, rsv, opcode, payload);
                 self.len.add(n);
             }
         }
@@ -353,11 +354,7 @@ impl WriteQueue {
             spill.urgent.truncate(run);
         }
         spill.pong = Some(run);
-        let n = if masks {
-            put_masked_frame(&mut spill.urgent, true, 0, OpCode::Pong, payload)
-        } else {
-            put_frame(&mut spill.urgent, true, 0, OpCode::Pong, payload)
-        };
+        let n = put_frame(&mut spill.urgent, masks, true, 0, OpCode::Pong, payload);
         self.len.sub(replaced);
         self.len.add(n);
     }
@@ -556,7 +553,9 @@ impl WriteQueue {
         if self.spill.is_none() {
             // Nothing to overtake: the whole queue goes, buffer and all.
             let taken = std::mem::take(self);
-            self.len = taken.len.emptied();
+            // What stays keeps the role, the open fragment and whether
+            // writes are blocked, as the spill's branch below does.
+            self.len = taken.len.without_bytes();
             return WriteQueue {
                 len: role.with_bytes(taken.len()),
                 ..taken
@@ -727,12 +726,6 @@ impl WriteQueue {
     }
 }
 
-impl LenAndFlags {
-    fn with_bytes(self, n: usize) -> Self {
-        LenAndFlags(self.0 | n)
-    }
-}
-
 /// A frame's first byte and mask key.
 #[derive(Clone, Copy)]
 struct Frame {
@@ -742,41 +735,29 @@ struct Frame {
     key: Option<[u8; 4]>,
 }
 
-/// Appends an unmasked frame to `buf`; returns its length.
-fn put_frame(buf: &mut BytesMut, fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> usize {
-    let mut header = [0u8; MAX_HEADER_LEN];
-    let n = encode_header(&mut header, fin, rsv, opcode, payload.len() as u64, None);
-    buf.reserve(n + payload.len());
-    buf.extend_from_slice(&header[..n]);
-    buf.extend_from_slice(payload);
-    n + payload.len()
-}
-
-/// Appends a client's frame to `buf`: the payload is copied behind a header
-/// with a new key, then masked where it landed. (The 4 KiB aliasing detour
-/// of the server's copy is not taken: masking rewrites the bytes anyway.)
-fn put_masked_frame(
+/// Appends a whole frame to `buf` and returns its length. With `masks` (a
+/// client's frame) the payload is copied behind a header with a new key,
+/// then masked where it landed. (The 4 KiB aliasing detour of the server's
+/// ordered copy is not taken here: replies are small, and masking rewrites
+/// the bytes anyway.)
+fn put_frame(
     buf: &mut BytesMut,
+    masks: bool,
     fin: bool,
     rsv: u8,
     opcode: OpCode,
     payload: &[u8],
 ) -> usize {
-    let key = random::mask_key();
+    let key = masks.then(random::mask_key);
     let mut header = [0u8; MAX_HEADER_LEN];
-    let n = encode_header(
-        &mut header,
-        fin,
-        rsv,
-        opcode,
-        payload.len() as u64,
-        Some(key),
-    );
+    let n = encode_header(&mut header, fin, rsv, opcode, payload.len() as u64, key);
     buf.reserve(n + payload.len());
     buf.extend_from_slice(&header[..n]);
     let start = buf.len();
     buf.extend_from_slice(payload);
-    apply_mask(&mut buf[start..], key, 0);
+    if let Some(key) = key {
+        apply_mask(&mut buf[start..], key, 0);
+    }
     n + payload.len()
 }
 
