@@ -204,3 +204,88 @@ async fn settled_pushes(server: &TestServer) -> usize {
     }
     panic!("the producer never stopped: {last} pushes");
 }
+
+/// Tokio polls its I/O driver only when a worker runs out of tasks or every
+/// `event_interval` task polls. A producer that keeps the runtime busy must
+/// not keep a connection's requests unread: the group looks at its epoll
+/// whenever the producer's sends wake it. With `event_interval(u32::MAX)`
+/// and a producer that never lets the runtime idle, the driver never runs
+/// once the pushes start, so only that look can see the request.
+#[test]
+fn a_producer_that_keeps_the_runtime_busy_does_not_keep_requests_unread() {
+    use std::future::poll_fn;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Poll;
+
+    use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+
+    struct Busy(Arc<AtomicBool>);
+    impl Handler for Busy {
+        type State = ();
+        fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+            Ok(())
+        }
+        fn on_open(&self, conn: &Conn, _: &mut ()) {
+            let (conn, stop) = (conn.clone(), self.0.clone());
+            // Never idle: wakes itself on every poll, and every 64th poll
+            // pushes 16 bytes if there is room (which wakes the group).
+            let mut polls = 0u64;
+            tokio::spawn(poll_fn(move |cx| {
+                if stop.load(Ordering::SeqCst) || !conn.is_open() {
+                    return Poll::Ready(());
+                }
+                polls += 1;
+                if polls % 64 == 0 && conn.poll_ready(cx).is_ready() {
+                    let _ = conn.send_binary(&[7; 16]);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }));
+        }
+        fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+            conn.reply(message).expect("room for a reply");
+        }
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .event_interval(u32::MAX)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = server_runtime
+        .block_on(rapidws::tokio::Server::bind(
+            "127.0.0.1:0",
+            Busy(stop.clone()),
+            Config::default(),
+        ))
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    server_runtime.spawn(server.serve());
+    let client_runtime = tokio::runtime::Runtime::new().unwrap();
+    let answered = client_runtime.block_on(async {
+        let url = format!("ws://{addr}/");
+        let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        // The pushes are flowing: the producer is spinning.
+        match client.next().await.unwrap().unwrap() {
+            WsMessage::Binary(push) => assert_eq!(push.len(), 16),
+            other => panic!("unexpected {other:?}"),
+        }
+        client.send(WsMessage::text("req 1")).await.unwrap();
+        let reply = async {
+            loop {
+                match client.next().await.unwrap().unwrap() {
+                    WsMessage::Binary(_) => continue,
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reply).await
+    });
+    stop.store(true, Ordering::SeqCst);
+    server_runtime.shutdown_background();
+    let reply = answered.expect("the request was answered while the producer spun");
+    assert_eq!(reply, WsMessage::text("req 1"));
+}

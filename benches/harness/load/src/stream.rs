@@ -46,6 +46,12 @@ pub struct StreamArgs {
     /// Requests per connection.
     #[arg(long, default_value_t = 1000)]
     pub requests: u64,
+    /// Writes every reply (`reply <sent_s> <rtt_us>`) and every read
+    /// (`read <at_s> <bytes>`) to this file, times in seconds from the
+    /// first request: to tell one stall from many slow replies, and a
+    /// server that stopped reading from a client that read slowly.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 #[derive(Default)]
@@ -57,10 +63,37 @@ struct Pushes {
 /// Requests sent and not answered yet, by number.
 type Pending = RefCell<HashMap<u64, Instant>>;
 
+/// What `--trace` writes out.
+#[derive(Default)]
+struct Trace {
+    /// When each answered request was sent, and its round trip.
+    replies: Vec<(Instant, Duration)>,
+    /// When each read returned, and its size.
+    reads: Vec<(Instant, usize)>,
+}
+
+impl Trace {
+    fn write(&self, path: &std::path::Path, start: Instant) -> io::Result<()> {
+        let secs = |at: &Instant| at.saturating_duration_since(start).as_secs_f64();
+        let mut lines = String::new();
+        for (sent, rtt) in &self.replies {
+            lines += &format!("reply {:.6} {}\n", secs(sent), rtt.as_micros());
+        }
+        for (at, bytes) in &self.reads {
+            lines += &format!("read {:.6} {bytes}\n", secs(at));
+        }
+        std::fs::write(path, lines)
+    }
+}
+
+/// Kept only with `--trace`.
+type SharedTrace = Rc<Option<RefCell<Trace>>>;
+
 pub async fn run(args: StreamArgs) -> io::Result<()> {
     let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
     let stats = Stats::shared();
     let pushes = Rc::new(Pushes::default());
+    let trace: SharedTrace = Rc::new(args.trace.as_ref().map(|_| RefCell::default()));
     let target = args.target.target();
     let sources = args.target.sources();
     let mut connections = Vec::new();
@@ -68,14 +101,15 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
         let (stream, buf) = wire::open(&target, sources.nth(i)).await?;
         let (read, write) = stream.into_plain()?.into_split();
         let pending = Rc::new(Pending::default());
-        let (p, s, pushes, q) = (
+        let (p, s, pushes, q, t) = (
             phase.clone(),
             stats.clone(),
             pushes.clone(),
             pending.clone(),
+            trace.clone(),
         );
         tokio::task::spawn_local(async move {
-            let result = read_replies(read, buf, &q, &p, &s, &pushes).await;
+            let result = read_replies(read, buf, &q, &p, &s, &pushes, &t).await;
             note_failure(result, &p, &s);
         });
         connections.push((write, pending));
@@ -119,6 +153,9 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     result["missing"] = json!(requests - answered.min(requests));
     result["pushes_per_sec"] = json!(pushed as f64 / secs);
     result["push_mb_per_sec"] = json!(pushed_bytes as f64 / secs / 1e6);
+    if let (Some(path), Some(trace)) = (&args.trace, trace.as_ref()) {
+        trace.borrow().write(path, start)?;
+    }
     // The connection tasks end with the process, right after this returns.
     drop(writers);
     emit(&result);
@@ -153,15 +190,20 @@ async fn read_replies(
     phase: &SharedPhase,
     stats: &SharedStats,
     pushes: &Pushes,
+    trace: &SharedTrace,
 ) -> io::Result<()> {
     let mut reader = FrameReader::default();
     let mut text = Vec::new();
     loop {
         buf.reserve(256 * 1024);
-        if read.read_buf(&mut buf).await? == 0 {
+        let got = read.read_buf(&mut buf).await?;
+        if got == 0 {
             return Err(io::Error::other("server closed the connection"));
         }
         let now = Instant::now();
+        if let Some(trace) = trace.as_ref() {
+            trace.borrow_mut().reads.push((now, got));
+        }
         let measuring = phase.get() == Phase::Measure;
         while let Some(seen) = reader
             .next_with_payload(&mut buf, &mut text)
@@ -177,6 +219,9 @@ async fn read_replies(
                     let sent_at =
                         sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))?;
                     stats.borrow_mut().record(now - sent_at);
+                    if let Some(trace) = trace.as_ref() {
+                        trace.borrow_mut().replies.push((sent_at, now - sent_at));
+                    }
                 }
                 wire::BINARY if measuring => {
                     pushes.messages.set(pushes.messages.get() + 1);

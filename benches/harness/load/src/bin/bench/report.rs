@@ -590,11 +590,16 @@ fn deflate_targets(out: &mut String, summaries: &Summaries) {
 
 /// The issue-8 targets, at 1 MiB pushes every 500 µs: no reply missing, a
 /// request p99 of at most 10 ms, at least the best peer's pushed bytes per
-/// second, and server memory growth within the outbound queue's bound
+/// second (within 0.1%, see below), and server memory growth within the outbound queue's bound
 /// (4 MiB, plus one message over it); at 10 KiB pushes, p99 within 2x of the
 /// same server's p99 without pushes. Judged on the medians over rounds
 /// (missing: the most in any round).
 fn stream_targets(out: &mut String, summaries: &Summaries) {
+    // Every server is offered the same pushes (2,000 a second, 2,097 MB/s),
+    // and a reader that keeps up receives them all: rates measured over the
+    // 10 s of requests then differ by a push or two with where the window
+    // falls (0.01% each). Within 0.1% counts as delivering as much.
+    const SAME_RATE: f64 = 0.999;
     let (quiet, light, heavy) = (
         STREAM_VARIANTS[0].0,
         STREAM_VARIANTS[1].0,
@@ -632,11 +637,10 @@ fn stream_targets(out: &mut String, summaries: &Summaries) {
         );
         let _ = writeln!(
             out,
-            "| 6, 1 MiB / 500 µs ({backend}): pushed MB/s ≥ the best peer's | {} vs {peer} {} = {:.2}x | {} |",
-            num(rate),
-            num(peer_rate),
+            "| 6, 1 MiB / 500 µs ({backend}): pushed MB/s ≥ the best peer's (within {:.1}%) | {rate:.1} vs {peer} {peer_rate:.1} = {:.4}x | {} |",
+            100.0 * (1.0 - SAME_RATE),
             rate / peer_rate,
-            verdict(rate >= peer_rate)
+            verdict(rate >= peer_rate * SAME_RATE)
         );
         let _ = writeln!(
             out,
