@@ -17,6 +17,11 @@ for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     cargo clippy --quiet --lib --no-default-features --features "$list" -- -D warnings
 done
 
+# `socket` is `tokio` plus the async socket API: checked alone, not in every
+# combination.
+echo "features: [socket]"
+cargo clippy --quiet --lib --no-default-features --features socket -- -D warnings
+
 # `cargo tree -e normal`: the library's own dependencies, not dev-dependencies.
 deps_of() {
     cargo tree -e normal --prefix none --no-default-features --features "$1" |

@@ -200,17 +200,46 @@ impl Conn {
         kind: MessageKind,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let opcode = shared_opcode(kind, &payload)?;
+        shared_opcode(kind, &payload)?;
         loop {
             self.ready().await?;
-            let payload = payload.clone();
-            let sent = self.enqueue_as(Sender::Waiting, 0, |outbox| {
-                outbox.push_shared(opcode, payload);
-            });
-            match sent {
+            match self.send_after_ready(kind, payload.clone()) {
                 Err(SendError::QueueFull) => continue,
                 other => return other,
             }
+        }
+    }
+
+    /// The send that follows [`Conn::ready`] (`send_when_ready`,
+    /// `Sink::start_send`): refused with `QueueFull` only if other tasks
+    /// filled the whole bound since, and never setting off the slow-consumer
+    /// policy.
+    pub(crate) fn send_after_ready(
+        &self,
+        kind: MessageKind,
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let opcode = shared_opcode(kind, &payload)?;
+        self.enqueue_as(Sender::Waiting, 0, |outbox| {
+            outbox.push_shared(opcode, payload);
+        })
+    }
+
+    /// Stops reading from the peer after the message being delivered, until
+    /// [`Conn::resume_reading`]: for a consumer that cannot keep up (the
+    /// async socket's inbox uses it). Frames already read stay in the read
+    /// buffer, and TCP's flow control slows the peer down. Pings are not
+    /// answered meanwhile, so keep pauses shorter than the peer's patience.
+    pub fn pause_reading(&self) {
+        self.shared.reading_paused.store(true, Ordering::Release);
+    }
+
+    /// Reading goes on after [`Conn::pause_reading`]; the connection's driver
+    /// is woken for it.
+    pub fn resume_reading(&self) {
+        if self.shared.reading_paused.swap(false, Ordering::AcqRel) {
+            self.shared.attention.store(true, Ordering::Release);
+            self.shared.wake.wake();
         }
     }
 
@@ -690,6 +719,9 @@ pub(crate) struct ConnShared {
     /// Set with a close request or abort, so the backend can notice between two
     /// callbacks without taking the lock.
     attention: AtomicBool,
+    /// `Conn::pause_reading`: no frame is handled, and nothing read, until
+    /// `Conn::resume_reading`.
+    reading_paused: AtomicBool,
     outbox: Mutex<Outbox>,
 }
 
@@ -706,6 +738,7 @@ impl ConnShared {
             outbound,
             wake,
             attention: AtomicBool::new(false),
+            reading_paused: AtomicBool::new(false),
             outbox: Mutex::new(Outbox {
                 queue: WriteQueue::new(),
                 sending: 0,
@@ -731,6 +764,11 @@ impl ConnShared {
     /// How sends, close requests and aborts wake the backend.
     pub(crate) fn wake(&self) -> &ConnWake {
         &self.wake
+    }
+
+    /// Whether the application paused reading (`Conn::pause_reading`).
+    pub(crate) fn is_reading_paused(&self) -> bool {
+        self.reading_paused.load(Ordering::Acquire)
     }
 
     /// Whether a close request or abort arrived; clears the flag.
@@ -798,6 +836,23 @@ mod tests {
             ConnWake::Waker(Waker::from(wakes.clone())),
         );
         (Conn::from_shared(shared), wakes)
+    }
+
+    #[test]
+    fn resuming_reading_wakes_the_driver_only_after_a_pause() {
+        let (conn, wakes) = conn(1 << 20);
+        let woken = || wakes.0.load(Ordering::SeqCst);
+        conn.resume_reading();
+        assert_eq!(woken(), 0, "nothing was paused");
+        conn.pause_reading();
+        assert!(conn.shared().is_reading_paused());
+        assert_eq!(woken(), 0, "the driver finds the pause at the next frame");
+        conn.resume_reading();
+        assert!(!conn.shared().is_reading_paused());
+        assert_eq!(woken(), 1);
+        assert!(conn.shared().take_attention(), "the driver looks again");
+        conn.resume_reading();
+        assert_eq!(woken(), 1, "once per pause");
     }
 
     #[test]

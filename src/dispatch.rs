@@ -49,7 +49,8 @@ struct App<H: Handler> {
 pub(crate) enum Input {
     /// Everything but a partial frame was handled.
     Done,
-    /// The outbound queue is full: whole frames are left, for later.
+    /// The outbound queue is full, or the application paused reading
+    /// (`Conn::pause_reading`): whole frames are left, for later.
     Held,
 }
 
@@ -184,7 +185,8 @@ impl<H: Handler> Dispatch<H> {
         loop {
             let (event, waiting) = {
                 let mut outbox = self.app.conn.shared().lock();
-                if outbox.queued() >= max && self.session.has_unread(input) {
+                let full = outbox.queued() >= max || self.app.conn.shared().is_reading_paused();
+                if full && self.session.has_unread(input) {
                     return Input::Held;
                 }
                 let event = self.session.read(input, outbox.queue());

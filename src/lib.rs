@@ -35,6 +35,8 @@ pub mod config;
 pub mod handshake;
 pub mod pool;
 pub mod proto;
+#[cfg(feature = "socket")]
+pub mod socket;
 #[cfg(feature = "tokio")]
 pub mod stream;
 #[cfg(feature = "tokio")]

@@ -575,8 +575,9 @@ impl<H: Handler> Lifecycle<H> {
                 wake_all(waiting);
                 state
             };
-            // Hysteresis: paused at the bound, going again at half of it.
-            if bytes >= max {
+            // Hysteresis: paused at the bound, going again at half of it;
+            // and paused for as long as the application says.
+            if bytes >= max || dispatch.conn().shared().is_reading_paused() {
                 self.paused = true;
             } else if bytes <= low_water {
                 self.paused = false;

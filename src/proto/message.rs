@@ -73,6 +73,36 @@ pub enum OwnedMessage {
     Binary(Bytes),
 }
 
+impl From<String> for OwnedMessage {
+    fn from(text: String) -> Self {
+        OwnedMessage::Text(text)
+    }
+}
+
+impl From<&str> for OwnedMessage {
+    fn from(text: &str) -> Self {
+        OwnedMessage::Text(text.to_owned())
+    }
+}
+
+impl From<Bytes> for OwnedMessage {
+    fn from(data: Bytes) -> Self {
+        OwnedMessage::Binary(data)
+    }
+}
+
+impl From<Vec<u8>> for OwnedMessage {
+    fn from(data: Vec<u8>) -> Self {
+        OwnedMessage::Binary(data.into())
+    }
+}
+
+impl From<&[u8]> for OwnedMessage {
+    fn from(data: &[u8]) -> Self {
+        OwnedMessage::Binary(Bytes::copy_from_slice(data))
+    }
+}
+
 impl OwnedMessage {
     /// Borrows it back as a [`Message`], e.g. to send it with `Conn::send`.
     pub fn as_message(&self) -> Message<'_> {

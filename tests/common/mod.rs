@@ -383,6 +383,17 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
         recorder: recorder.clone(),
         runtime: tokio::runtime::Handle::current(),
     };
+    serve(backend, handler, config, recorder).await
+}
+
+/// Starts a server on `backend` with any handler; `recorder` is the one
+/// the handler records into, if it does (else a fresh one).
+pub async fn serve<H: Handler>(
+    backend: Backend,
+    handler: H,
+    config: Config,
+    recorder: Arc<Recorder>,
+) -> TestServer {
     match backend {
         Backend::Tokio => {
             let server = rapidws::tokio::Server::bind("127.0.0.1:0", handler, config)
@@ -397,7 +408,7 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
             }
         }
         #[cfg(all(target_os = "linux", feature = "uring"))]
-        Backend::Uring => start_uring(config, |server| server.threads(2)).await,
+        Backend::Uring => serve_uring(handler, config, |server| server.threads(2), recorder),
         Backend::Stream => {
             let server = rapidws::stream::Server::new(handler, config);
             // The servers' own backlog (4096): with a short one, a flood of
@@ -470,6 +481,17 @@ pub async fn start_uring(
         recorder: recorder.clone(),
         runtime: tokio::runtime::Handle::current(),
     };
+    serve_uring(handler, config, tweak, recorder)
+}
+
+/// [`start_uring`] with any handler.
+#[cfg(all(target_os = "linux", feature = "uring"))]
+pub fn serve_uring<H: Handler>(
+    handler: H,
+    config: Config,
+    tweak: impl FnOnce(rapidws::uring::Server<H>) -> rapidws::uring::Server<H>,
+    recorder: Arc<Recorder>,
+) -> TestServer {
     let server = rapidws::uring::Server::bind("127.0.0.1:0", handler, config).expect("bind");
     let server = tweak(server);
     let (done, served) = tokio::sync::oneshot::channel();

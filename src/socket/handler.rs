@@ -1,0 +1,142 @@
+//! [`SocketHandler`]: the [`Handler`] that gives each connection to an async
+//! function as a [`WebSocket`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+
+use super::WebSocket;
+use super::inbox::Inbox;
+use crate::conn::Conn;
+use crate::handler::{Accept, Handler, Reject};
+use crate::handshake::Request;
+use crate::proto::{CloseCode, Message};
+
+/// What an inbox holds before the connection stops reading, by default.
+pub const DEFAULT_INBOX_LIMIT: usize = 1 << 20;
+
+type Upgrade<T> = dyn Fn(&Request<'_>, &mut Accept) -> Result<T, Reject> + Send + Sync;
+type Serve<T> = dyn Fn(WebSocket, T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync;
+
+/// A [`Handler`] that spawns an async function for each new connection and
+/// hands it the connection as a [`WebSocket`]. `T` is what the upgrade hook
+/// passes on to the function (the request's path, a user found from a
+/// token), `()` with [`SocketHandler::new`].
+///
+/// The function runs on a tokio runtime: the one current when the handler
+/// was made (so make it inside the runtime you serve from), or the one given
+/// with [`SocketHandler::runtime`] (needed with io_uring when the handler is
+/// made outside a runtime). Without either, connections are closed with
+/// 1011 and an error is logged.
+pub struct SocketHandler<T = ()> {
+    upgrade: Box<Upgrade<T>>,
+    serve: Box<Serve<T>>,
+    runtime: Option<Handle>,
+    inbox_limit: usize,
+}
+
+impl<T> std::fmt::Debug for SocketHandler<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketHandler")
+            .field("inbox_limit", &self.inbox_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SocketHandler<()> {
+    /// Accepts every upgrade (no subprotocol) and runs `serve` for each
+    /// connection.
+    pub fn new<F, Fut>(serve: F) -> Self
+    where
+        F: Fn(WebSocket) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        SocketHandler::with_upgrade(|_, _| Ok(()), move |socket, ()| serve(socket))
+    }
+}
+
+impl<T: Send + 'static> SocketHandler<T> {
+    /// `upgrade` decides on each request as `Handler::on_upgrade` does (it
+    /// may choose a subprotocol or refuse permessage-deflate through
+    /// `accept`, or answer with a [`Reject`]); what it returns is given to
+    /// `serve` with the socket.
+    pub fn with_upgrade<U, F, Fut>(upgrade: U, serve: F) -> Self
+    where
+        U: Fn(&Request<'_>, &mut Accept) -> Result<T, Reject> + Send + Sync + 'static,
+        F: Fn(WebSocket, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        SocketHandler {
+            upgrade: Box::new(upgrade),
+            serve: Box::new(move |socket, value| Box::pin(serve(socket, value))),
+            runtime: Handle::try_current().ok(),
+            inbox_limit: DEFAULT_INBOX_LIMIT,
+        }
+    }
+
+    /// Runs the functions on this runtime.
+    pub fn runtime(mut self, runtime: Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Bytes of received messages a socket may hold before its connection
+    /// stops reading (each message counts 64 bytes more than its payload);
+    /// reading goes on when the socket has taken it down to half. Default
+    /// 1 MiB. A message longer than this is still delivered, alone.
+    pub fn inbox_limit(mut self, bytes: usize) -> Self {
+        self.inbox_limit = bytes;
+        self
+    }
+}
+
+/// A [`SocketHandler`] connection's state: what the upgrade hook returned
+/// until the function starts, then the socket's inbox.
+pub struct SocketState<T> {
+    value: Option<T>,
+    inbox: Option<Arc<Inbox>>,
+}
+
+impl<T: Send + 'static> Handler for SocketHandler<T> {
+    type State = SocketState<T>;
+
+    fn on_upgrade(
+        &self,
+        request: &Request<'_>,
+        accept: &mut Accept,
+    ) -> Result<SocketState<T>, Reject> {
+        Ok(SocketState {
+            value: Some((self.upgrade)(request, accept)?),
+            inbox: None,
+        })
+    }
+
+    fn on_open(&self, conn: &Conn, state: &mut SocketState<T>) {
+        let runtime = self.runtime.clone().or_else(|| Handle::try_current().ok());
+        let (Some(runtime), Some(value)) = (runtime, state.value.take()) else {
+            tracing::error!(
+                id = conn.id(),
+                "SocketHandler has no tokio runtime to run the socket on (see SocketHandler::runtime)"
+            );
+            let _ = conn.close(CloseCode::INTERNAL_ERROR, "no runtime for the socket");
+            return;
+        };
+        let inbox = Arc::new(Inbox::new(self.inbox_limit));
+        state.inbox = Some(inbox.clone());
+        runtime.spawn((self.serve)(WebSocket::new(conn.clone(), inbox), value));
+    }
+
+    fn on_message(&self, conn: &Conn, state: &mut SocketState<T>, message: Message<'_>) {
+        if let Some(inbox) = &state.inbox {
+            inbox.push(message.into_owned(), conn);
+        }
+    }
+
+    fn on_close(&self, _conn: &Conn, state: &mut SocketState<T>, code: CloseCode, reason: &str) {
+        if let Some(inbox) = &state.inbox {
+            inbox.end(code, reason);
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The async socket API (`rapidws::socket`) on every backend, against
+//! tokio-tungstenite clients and raw sockets: echo through `recv`/`send`
+//! and through the `Stream`/`Sink` halves, cancel-safety of `recv`, the
+//! inbox's bound pausing the peer, how the socket ends.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use rapidws::socket::{Error, SocketHandler, WebSocket};
+use rapidws::{CloseCode, Config, OwnedMessage};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+backend_tests!(
+    echoes_through_recv_and_send,
+    echoes_through_the_stream_and_sink_halves,
+    recv_is_cancel_safe,
+    a_full_inbox_stops_reading_until_the_socket_catches_up,
+    dropping_the_socket_closes_the_connection,
+    a_failed_connection_yields_its_error_then_ends,
+);
+
+/// Starts `backend` serving `serve` through a `SocketHandler`.
+async fn start_sockets<F, Fut>(backend: Backend, config: Config, serve: F) -> TestServer
+where
+    F: Fn(WebSocket) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    common::serve(backend, SocketHandler::new(serve), config, Arc::default()).await
+}
+
+/// What a server function reports to its test.
+type Report = mpsc::UnboundedSender<String>;
+
+async fn echo_and_report(mut socket: WebSocket, report: Report) {
+    while let Some(message) = socket.recv().await {
+        match message {
+            Ok(message) => socket.send(message).await.expect("room to echo"),
+            Err(Error::Failed { code, reason }) => {
+                let _ = report.send(format!("failed {} ({reason})", code.0));
+            }
+            Err(error) => panic!("a receive never fails with {error}"),
+        }
+    }
+    let code = socket.close_code().map(|code| code.0);
+    let _ = report.send(format!("ended {code:?}"));
+}
+
+/// Text with multi-byte UTF-8 and binary up to 1 MiB come back as sent; the
+/// client's close (4000) ends the socket's stream, and `close_code` says so.
+async fn echoes_through_recv_and_send(backend: Backend) {
+    let (report, mut reports) = mpsc::unbounded_channel();
+    let server = start_sockets(backend, Config::default(), move |socket| {
+        echo_and_report(socket, report.clone())
+    })
+    .await;
+    let mut client = server.client().await;
+    let text = "héllo wörld, 你好, 🦀".repeat(100);
+    client.send(WsMessage::text(text.clone())).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::text(text));
+    for len in [0, 1, 125, 126, 65536, 1 << 20] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        client.send(WsMessage::binary(data.clone())).await.unwrap();
+        assert_eq!(next(&mut client).await, WsMessage::binary(data));
+    }
+    client
+        .close(Some(CloseFrame {
+            code: 4000.into(),
+            reason: "done".into(),
+        }))
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), reports.recv()).await;
+    assert_eq!(ended.unwrap().as_deref(), Some("ended Some(4000)"));
+}
+
+/// A reader task forwards what the read half yields to a writer task that
+/// sends it through the write half's `Sink`: 1,000 messages in order.
+async fn echoes_through_the_stream_and_sink_halves(backend: Backend) {
+    let server = start_sockets(backend, Config::default(), |socket| async move {
+        let (mut read, mut write) = socket.split();
+        let (forward, mut forwarded) = mpsc::channel::<OwnedMessage>(16);
+        let writer = tokio::spawn(async move {
+            while let Some(message) = forwarded.recv().await {
+                write.send(message).await.expect("sink open");
+            }
+            SinkExt::close(&mut write).await.unwrap();
+        });
+        while let Some(Ok(message)) = read.next().await {
+            if forward.send(message).await.is_err() {
+                break;
+            }
+        }
+        drop(forward);
+        let _ = writer.await;
+    })
+    .await;
+    let (mut write, mut read) = server.client().await.split();
+    let sending = tokio::spawn(async move {
+        for i in 0..1000u32 {
+            write
+                .send(WsMessage::text(format!("message {i}")))
+                .await
+                .unwrap();
+        }
+        write
+    });
+    for i in 0..1000u32 {
+        let echoed = tokio::time::timeout(Duration::from_secs(10), read.next())
+            .await
+            .expect("an echo within 10 s");
+        assert_eq!(
+            echoed.unwrap().unwrap(),
+            WsMessage::text(format!("message {i}"))
+        );
+    }
+    drop(sending.await.unwrap());
+}
+
+/// The server drops `recv` futures at random points (a race against a
+/// timer of 0-63 µs, or a yield); every one of 5,000 messages still arrives
+/// once, in order (the way tokio-websockets tests its cancel-safety).
+async fn recv_is_cancel_safe(backend: Backend) {
+    let server = start_sockets(backend, Config::default(), |mut socket| async move {
+        let (mut expected, mut cancelled, mut seed) = (0u32, 0u32, 0x9e37_79b9u32);
+        while expected < 5000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let wait = async {
+                if seed % 4 == 0 {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(Duration::from_micros(u64::from(seed % 64))).await;
+                }
+            };
+            tokio::select! {
+                message = socket.recv() => {
+                    let Some(Ok(OwnedMessage::Text(text))) = message else {
+                        panic!("the stream ended early");
+                    };
+                    assert_eq!(text, expected.to_string(), "in order, none lost");
+                    expected += 1;
+                }
+                () = wait => cancelled += 1,
+            }
+        }
+        let _ = socket
+            .send(format!("all {expected}, {cancelled} cancelled"))
+            .await;
+    })
+    .await;
+    let mut client = server.client().await;
+    for i in 0..5000u32 {
+        client.feed(WsMessage::text(i.to_string())).await.unwrap();
+        if i % 100 == 99 {
+            client.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    client.flush().await.unwrap();
+    let WsMessage::Text(verdict) = next(&mut client).await else {
+        panic!("a text verdict");
+    };
+    let cancelled: u32 = verdict
+        .strip_prefix("all 5000, ")
+        .and_then(|rest| rest.strip_suffix(" cancelled"))
+        .unwrap_or_else(|| panic!("{verdict}"))
+        .parse()
+        .unwrap();
+    assert!(cancelled > 0, "no recv was ever dropped: {verdict}");
+}
+
+/// A socket that does not read, with a 64 KiB inbox: the client's sends
+/// stall (the server stopped reading, and TCP's window closed) long before
+/// its 64 MiB are out: its count of messages sent stops moving. Once the
+/// socket reads, every message arrives, in order.
+async fn a_full_inbox_stops_reading_until_the_socket_catches_up(backend: Backend) {
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let handler = SocketHandler::new(move |mut socket: WebSocket| {
+        let mut gate = gate.clone();
+        async move {
+            gate.wait_for(|&open| open).await.unwrap();
+            let mut n = 0u32;
+            while n < 1024 {
+                let Some(Ok(OwnedMessage::Binary(data))) = socket.recv().await else {
+                    panic!("1,024 messages");
+                };
+                assert_eq!(data.len(), 65536);
+                assert_eq!(u32::from_be_bytes(data[..4].try_into().unwrap()), n);
+                n += 1;
+            }
+            socket.send(format!("got {n}")).await.unwrap();
+        }
+    })
+    .inbox_limit(64 * 1024);
+    let server = common::serve(backend, handler, Config::default(), Arc::default()).await;
+    let (mut write, mut read) = server.client().await.split();
+    let sent = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = sent.clone();
+    let sending = tokio::spawn(async move {
+        for n in 0..1024u32 {
+            let mut data = vec![0u8; 65536];
+            data[..4].copy_from_slice(&n.to_be_bytes());
+            write.send(WsMessage::binary(data)).await.unwrap();
+            counted.store(n + 1, std::sync::atomic::Ordering::SeqCst);
+        }
+        write
+    });
+    let count = || sent.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stalled_at = count();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(), stalled_at, "the client's sends went on");
+    assert!(
+        stalled_at < 1024,
+        "64 MiB went out to a socket that reads nothing"
+    );
+    go.send(true).unwrap();
+    let verdict = tokio::time::timeout(Duration::from_secs(30), read.next()).await;
+    assert_eq!(
+        verdict.unwrap().unwrap().unwrap(),
+        WsMessage::text("got 1024")
+    );
+    drop(sending.await.unwrap());
+}
+
+/// A function that returns drops its socket: the client gets a close with
+/// 1000; one that panics: 1011.
+async fn dropping_the_socket_closes_the_connection(backend: Backend) {
+    let server = start_sockets(backend, Config::default(), |mut socket| async move {
+        match socket.recv().await {
+            Some(Ok(OwnedMessage::Text(text))) if text == "panic" => panic!("asked to"),
+            _ => {}
+        }
+    })
+    .await;
+    for (ask, code) in [("return", 1000), ("panic", 1011)] {
+        let mut client = server.client().await;
+        client.send(WsMessage::text(ask)).await.unwrap();
+        assert_eq!(expect_close(&mut client).await.0, code, "after {ask}");
+    }
+}
+
+/// Invalid UTF-8 from the client fails the connection with 1007: the
+/// socket's stream yields that error once, then ends.
+async fn a_failed_connection_yields_its_error_then_ends(backend: Backend) {
+    let (report, mut reports) = mpsc::unbounded_channel();
+    let server = start_sockets(backend, Config::default(), move |socket| {
+        echo_and_report(socket, report.clone())
+    })
+    .await;
+    let mut stream = raw_upgraded(server.addr).await;
+    stream
+        .write_all(&client_frame(true, 0x1, &[0xff, 0xfe]))
+        .await
+        .unwrap();
+    let mut reply = [0u8; 4];
+    stream.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[0], 0x88, "a close frame");
+    assert_eq!(u16::from_be_bytes([reply[2], reply[3]]), 1007);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv()).await;
+        seen.push(report.unwrap().unwrap());
+    }
+    let failed = format!("failed {} (", CloseCode::INVALID_PAYLOAD.0);
+    assert!(seen[0].starts_with(&failed), "{seen:?}");
+    assert_eq!(seen[1], "ended Some(1007)");
+}
