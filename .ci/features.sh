@@ -17,10 +17,12 @@ for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     cargo clippy --quiet --lib --no-default-features --features "$list" -- -D warnings
 done
 
-# `socket` is `tokio` plus the async socket API: checked alone, not in every
-# combination.
-echo "features: [socket]"
-cargo clippy --quiet --lib --no-default-features --features socket -- -D warnings
+# `socket` and `hyper` are `tokio` plus one module each: checked alone, not
+# in every combination.
+for extra in socket hyper; do
+    echo "features: [$extra]"
+    cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
+done
 
 # `cargo tree -e normal`: the library's own dependencies, not dev-dependencies.
 deps_of() {

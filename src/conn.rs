@@ -227,16 +227,18 @@ impl Conn {
 
     /// Stops reading from the peer after the message being delivered, until
     /// [`Conn::resume_reading`]: for a consumer that cannot keep up (the
-    /// async socket's inbox uses it). Frames already read stay in the read
-    /// buffer, and TCP's flow control slows the peer down. Pings are not
-    /// answered meanwhile, so keep pauses shorter than the peer's patience.
-    pub fn pause_reading(&self) {
+    /// async socket's inbox). Frames already read stay in the read buffer,
+    /// and TCP's flow control slows the peer down. Pings are not answered
+    /// meanwhile. Ignored once a close frame was sent or received, so the
+    /// close handshake always completes. Crate-only for now: the inbox is
+    /// its one user, and a second one would have to share the flag.
+    pub(crate) fn pause_reading(&self) {
         self.shared.reading_paused.store(true, Ordering::Release);
     }
 
     /// Reading goes on after [`Conn::pause_reading`]; the connection's driver
     /// is woken for it.
-    pub fn resume_reading(&self) {
+    pub(crate) fn resume_reading(&self) {
         if self.shared.reading_paused.swap(false, Ordering::AcqRel) {
             self.shared.attention.store(true, Ordering::Release);
             self.shared.wake.wake();

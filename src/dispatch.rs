@@ -49,9 +49,11 @@ struct App<H: Handler> {
 pub(crate) enum Input {
     /// Everything but a partial frame was handled.
     Done,
-    /// The outbound queue is full, or the application paused reading
-    /// (`Conn::pause_reading`): whole frames are left, for later.
+    /// The outbound queue is full: whole frames are left, for later.
     Held,
+    /// The application paused reading (`Conn::pause_reading`, the async
+    /// socket's full inbox): whole frames are left, for later.
+    Paused,
 }
 
 /// A callback panicked.
@@ -185,9 +187,13 @@ impl<H: Handler> Dispatch<H> {
         loop {
             let (event, waiting) = {
                 let mut outbox = self.app.conn.shared().lock();
-                let full = outbox.queued() >= max || self.app.conn.shared().is_reading_paused();
-                if full && self.session.has_unread(input) {
-                    return Input::Held;
+                if self.session.has_unread(input) {
+                    if outbox.queued() >= max {
+                        return Input::Held;
+                    }
+                    if self.is_reading_paused() {
+                        return Input::Paused;
+                    }
                 }
                 let event = self.session.read(input, outbox.queue());
                 let mut waiting = None;
@@ -290,6 +296,13 @@ impl<H: Handler> Dispatch<H> {
     /// True once the peer's close frame has arrived (see `Session::peer_closed`).
     pub(crate) fn peer_closed(&self) -> bool {
         self.session.peer_closed()
+    }
+
+    /// The application paused reading (`Conn::pause_reading`). Only while
+    /// open: once a close frame was sent or received no message is delivered
+    /// any more, and the close handshake needs the peer's frames read.
+    pub(crate) fn is_reading_paused(&self) -> bool {
+        self.is_open() && self.app.conn.shared().is_reading_paused()
     }
 
     /// True until a close frame was sent or received, or the connection ended.

@@ -33,6 +33,8 @@ mod upgrade;
 
 pub mod config;
 pub mod handshake;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 pub mod pool;
 pub mod proto;
 #[cfg(feature = "socket")]

@@ -115,7 +115,8 @@ pub(crate) struct Lifecycle<H: Handler> {
     /// not handed to the handler (and the driver does not read) until it
     /// has drained to half of that. Blocked writes alone do not pause: the
     /// bounded queue, not a stopped reader, protects the server, and a
-    /// request is answered while pushes drain.
+    /// request is answered while pushes drain. (The application's own
+    /// pause, `Conn::pause_reading`, is kept apart: see `is_paused`.)
     paused: bool,
     /// [`Lifecycle::receive`] left whole frames in the driver's buffer (the
     /// queue was full), or bytes arrived while paused: they go before any
@@ -296,9 +297,17 @@ impl<H: Handler> Lifecycle<H> {
             }
             Stage::Open(open) => {
                 self.held = false;
-                if !open.dispatch.is_closed() && open.dispatch.input(input) == Input::Held {
-                    self.held = true;
-                    self.paused = true;
+                if !open.dispatch.is_closed() {
+                    match open.dispatch.input(input) {
+                        Input::Done => {}
+                        Input::Held => {
+                            self.held = true;
+                            self.paused = true;
+                        }
+                        // The application's pause is not the queue's
+                        // hysteresis: it ends when the application says.
+                        Input::Paused => self.held = true,
+                    }
                 }
                 if open.dispatch.is_closed() {
                     // Nothing after the close (or a failure) is read.
@@ -575,9 +584,8 @@ impl<H: Handler> Lifecycle<H> {
                 wake_all(waiting);
                 state
             };
-            // Hysteresis: paused at the bound, going again at half of it;
-            // and paused for as long as the application says.
-            if bytes >= max || dispatch.conn().shared().is_reading_paused() {
+            // Hysteresis: paused at the bound, going again at half of it.
+            if bytes >= max {
                 self.paused = true;
             } else if bytes <= low_water {
                 self.paused = false;
@@ -641,22 +649,29 @@ impl<H: Handler> Lifecycle<H> {
         match &self.stage {
             _ if lingering => !self.is_done(),
             Stage::Handshake(handshake) => !handshake.refused,
-            Stage::Open(open) => !self.paused && !open.dispatch.is_closed(),
+            Stage::Open(open) => {
+                !self.paused && !open.dispatch.is_reading_paused() && !open.dispatch.is_closed()
+            }
             Stage::Done => false,
         }
     }
 
     /// Reading is paused: the outbound queue reached `max_outbound_bytes`
-    /// and has not drained to half of that yet.
+    /// and has not drained to half of that yet, or the application paused
+    /// it (`Conn::pause_reading`) and the connection is still open.
     pub(crate) fn is_paused(&self) -> bool {
-        self.paused
+        self.paused || self.app_paused()
+    }
+
+    fn app_paused(&self) -> bool {
+        matches!(&self.stage, Stage::Open(open) if open.dispatch.is_reading_paused())
     }
 
     /// Bytes the driver kept (left by [`Lifecycle::receive`] while the queue
     /// was full, or arrived while paused) are due: call `receive` with them
     /// before reading more.
     pub(crate) fn holds_input(&self) -> bool {
-        self.held && !self.paused && matches!(self.stage, Stage::Open(_))
+        self.held && !self.is_paused() && matches!(self.stage, Stage::Open(_))
     }
 
     /// The driver holds bytes it took and has not finished with.

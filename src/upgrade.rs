@@ -5,8 +5,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::handler::{Accept, Handler};
-use crate::handshake::{header_buffer, negotiate, parse_request, write_accept, write_error};
+use crate::handler::{Accept, Handler, Reject};
+use crate::handshake::{
+    Request, header_buffer, negotiate, parse_request, write_accept, write_error,
+};
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
 use crate::server::ServerCore;
@@ -75,34 +77,75 @@ pub(crate) fn answer<H: Handler>(
             return Answer::Refused;
         }
     };
+    match decide(&request, handler, core) {
+        Decision::Refused(reject) => {
+            write_error(out, reject.status(), reject.reason());
+            Answer::Refused
+        }
+        Decision::Accepted {
+            state,
+            accept,
+            deflate,
+        } => {
+            let protocol = accept.chosen_protocol();
+            write_accept(out, request.key(), protocol, deflate.as_ref());
+            Answer::Accepted {
+                state,
+                head_len,
+                deflate,
+            }
+        }
+    }
+}
+
+/// What the server decided on a checked request.
+pub(crate) enum Decision<S> {
+    /// Upgrade: the hook's state, its `Accept` (the subprotocol chosen),
+    /// and the permessage-deflate parameters agreed, if any.
+    Accepted {
+        state: S,
+        accept: Accept,
+        deflate: Option<DeflateParams>,
+    },
+    /// Answer with this status and reason.
+    Refused(Reject),
+}
+
+/// Refuses the request with 503 if the server is at its connection limit,
+/// asks the handler's upgrade hook (a panic there is a 500), checks the
+/// subprotocol it chose, and negotiates permessage-deflate if the config
+/// enables it: every server's decision, whoever parsed the request.
+pub(crate) fn decide<H: Handler>(
+    request: &Request<'_>,
+    handler: &H,
+    core: &ServerCore,
+) -> Decision<H::State> {
     if !core.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
-        write_error(out, 503, "connection limit reached, try again later");
-        return Answer::Refused;
+        return Decision::Refused(Reject::new(
+            503,
+            "connection limit reached, try again later",
+        ));
     }
     let mut accept = Accept::default();
     let decision = catch_unwind(AssertUnwindSafe(|| {
-        handler.on_upgrade(&request, &mut accept)
+        handler.on_upgrade(request, &mut accept)
     }));
-    let refuse = |out: &mut WriteQueue, status: u16, reason: &str| {
-        write_error(out, status, reason);
-        Answer::Refused
-    };
+    let internal_error = || Decision::Refused(Reject::new(500, "internal server error"));
     match decision {
         Err(_) => {
             tracing::error!("on_upgrade panicked; answered 500");
-            refuse(out, 500, "internal server error")
+            internal_error()
         }
-        Ok(Err(reject)) => refuse(out, reject.status(), reject.reason()),
+        Ok(Err(reject)) => Decision::Refused(reject),
         Ok(Ok(state)) => {
-            let protocol = accept.chosen_protocol();
-            if let Some(chosen) = protocol {
+            if let Some(chosen) = accept.chosen_protocol() {
                 if !request.protocols().any(|offered| offered == chosen) {
                     tracing::error!(
                         protocol = chosen,
                         "on_upgrade chose a subprotocol the client did not offer; answered 500"
                     );
-                    return refuse(out, 500, "internal server error");
+                    return internal_error();
                 }
             }
             let deflate = core
@@ -110,10 +153,9 @@ pub(crate) fn answer<H: Handler>(
                 .deflate()
                 .filter(|_| accept.allows_permessage_deflate())
                 .and_then(|config| negotiate(request.extension_offers(), config));
-            write_accept(out, request.key(), protocol, deflate.as_ref());
-            Answer::Accepted {
+            Decision::Accepted {
                 state,
-                head_len,
+                accept,
                 deflate,
             }
         }

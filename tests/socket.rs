@@ -24,6 +24,7 @@ backend_tests!(
     a_full_inbox_stops_reading_until_the_socket_catches_up,
     dropping_the_socket_closes_the_connection,
     a_failed_connection_yields_its_error_then_ends,
+    a_close_completes_while_the_inbox_is_full,
 );
 
 /// Starts `backend` serving `serve` through a `SocketHandler`.
@@ -273,4 +274,70 @@ async fn a_failed_connection_yields_its_error_then_ends(backend: Backend) {
     let failed = format!("failed {} (", CloseCode::INVALID_PAYLOAD.0);
     assert!(seen[0].starts_with(&failed), "{seen:?}");
     assert_eq!(seen[1], "ended Some(1007)");
+}
+
+/// The socket's inbox (64 KiB) is full and its task never reads again; the
+/// task starts the close. The server still reads what the client sent (and
+/// drops it: nothing is delivered after a close) up to the client's close
+/// reply, so TCP ends at once, not after the 30 s close timeout.
+async fn a_close_completes_while_the_inbox_is_full(backend: Backend) {
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let handler = SocketHandler::new(move |socket: WebSocket| {
+        let mut gate = gate.clone();
+        async move {
+            gate.wait_for(|&open| open).await.unwrap();
+            socket.close(CloseCode::NORMAL, "").unwrap();
+            // Held, not read and not dropped (dropping would lift the pause).
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        }
+    })
+    .inbox_limit(64 * 1024);
+    let config = Config::default().close_timeout(Duration::from_secs(30));
+    let server = common::serve(backend, handler, config, Arc::default()).await;
+    let (mut read, mut write) = raw_upgraded(server.addr).await.into_split();
+    let (closed, close_seen) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        // 4 MiB: more than the inbox, the read buffer and (on a paused
+        // connection) the kernel's buffers take, so this may block until
+        // the server reads again.
+        let frame = client_frame(true, 0x2, &[5u8; 16 * 1024]);
+        for _ in 0..256 {
+            write.write_all(&frame).await.unwrap();
+        }
+        close_seen.await.unwrap();
+        write
+            .write_all(&client_frame(true, 0x8, &1000u16.to_be_bytes()))
+            .await
+            .unwrap();
+        write
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    go.send(true).unwrap();
+    let mut received = Vec::new();
+    let mut closed = Some(closed);
+    let ended = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = read.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                return;
+            }
+            received.extend_from_slice(&chunk[..n]);
+            if received.first() == Some(&0x88) {
+                if let Some(closed) = closed.take() {
+                    closed.send(()).unwrap();
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), ended)
+        .await
+        .expect("TCP ended soon after the close handshake, not after the close timeout");
+    assert_eq!(
+        &received[..4],
+        &[0x88, 2, 0x03, 0xe8],
+        "the server's close, 1000"
+    );
+    drop(writer.await.unwrap());
 }

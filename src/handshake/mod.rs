@@ -16,8 +16,8 @@ pub use client::{
     parse_response,
 };
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
-pub use negotiate::negotiate;
+pub use negotiate::{negotiate, write_response_value};
 pub use request::{
-    HandshakeError, HeaderBuffer, MAX_HEADERS, Request, header_buffer, parse_request,
+    HandshakeError, HeaderBuffer, MAX_HEADERS, Request, check_request, header_buffer, parse_request,
 };
 pub use response::{accept_key, status_text, write_accept, write_error};

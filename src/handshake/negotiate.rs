@@ -16,7 +16,15 @@ use super::extensions::{Param, parse_extensions};
 /// The response's extension header line, `Sec-WebSocket-Extensions: ...`
 /// with its CRLF, passed piece by piece to `put` (no allocation).
 pub(crate) fn write_response_header(params: &DeflateParams, mut put: impl FnMut(&[u8])) {
-    put(b"Sec-WebSocket-Extensions: permessage-deflate");
+    put(b"Sec-WebSocket-Extensions: ");
+    write_response_value(params, &mut put);
+    put(b"\r\n");
+}
+
+/// The value of the response's `Sec-WebSocket-Extensions` for `params`
+/// (`permessage-deflate; ...`), piece by piece.
+pub fn write_response_value(params: &DeflateParams, mut put: impl FnMut(&[u8])) {
+    put(b"permessage-deflate");
     if params.server_no_context_takeover {
         put(b"; server_no_context_takeover");
     }
@@ -31,7 +39,6 @@ pub(crate) fn write_response_header(params: &DeflateParams, mut put: impl FnMut(
         }
         put(&[b'0' + bits % 10]);
     }
-    put(b"\r\n");
 }
 
 /// Picks the first acceptable permessage-deflate offer among the values of the

@@ -177,7 +177,19 @@ pub fn parse_request<'a>(
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(HandshakeError::Malformed);
     };
-    let headers: &'a [httparse::Header<'a>] = req.headers;
+    let request = check_request(method, target, version, req.headers)?;
+    Ok(Some((request, head_len)))
+}
+
+/// The RFC 6455 §4.2.1 checks on a request head parsed elsewhere (hyper's,
+/// for example): `version` is the HTTP/1 minor version (1 for HTTP/1.1), and
+/// `headers` every header field in order.
+pub fn check_request<'a>(
+    method: &'a str,
+    target: &'a str,
+    version: u8,
+    headers: &'a [httparse::Header<'a>],
+) -> Result<Request<'a>, HandshakeError> {
     if method != "GET" {
         return Err(HandshakeError::MethodNotAllowed);
     }
@@ -202,13 +214,12 @@ pub fn parse_request<'a>(
     if !fields.host {
         return Err(HandshakeError::MissingHost);
     }
-    let request = Request {
+    Ok(Request {
         method,
         target,
         headers,
         key,
-    };
-    Ok(Some((request, head_len)))
+    })
 }
 
 /// The header fields the upgrade checks need, found in one pass: names are

@@ -45,13 +45,26 @@
 //!   wait and does not flush. There is nothing to flush: the driver writes
 //!   whatever is queued as soon as the socket takes it, so `poll_flush` is
 //!   ready at once.
-//! - The stream ends (`None`) after the close handshake, whoever started
-//!   it; if the connection failed instead (a protocol error, invalid UTF-8,
-//!   a message over the limit, an internal error, or TCP ending without a
-//!   close), it yields one [`Error::Failed`] first. [`WebSocket::close_code`]
+//! - The stream ends (`None`) when the connection is over. If it ended with
+//!   a failure code (1002 protocol error, 1006 TCP ended without a close,
+//!   1007 invalid data, 1009 too big, 1011 internal error: sent by the
+//!   server when it failed the connection, or by the peer in its own close
+//!   frame), it yields one [`Error::Failed`] first. [`WebSocket::close_code`]
 //!   tells how it ended.
+//! - Keep calling `recv` (or drop the read half): a full inbox stops the
+//!   connection reading, and the peer's close frame, pings included, wait
+//!   behind the messages it holds. A task that only sends should drop its
+//!   [`ReadHalf`]; then messages are discarded and reading never pauses.
+//!   With [`Config::idle_timeout`](crate::Config::idle_timeout) set, a
+//!   connection paused this way long enough counts as idle and is closed.
+//! - A task that echoes (`recv`, then `send` waiting for room) and a peer
+//!   that writes everything before it reads can wait for each other once
+//!   both bounded queues are full: read and write in separate tasks
+//!   ([`WebSocket::split`]) when the peer may do that.
 //! - Dropping the socket (both halves, once split) closes the connection
 //!   with 1000, after what is queued; with 1011 if the task is panicking.
+//!   A close we start (here, by the server's shutdown or its idle timeout)
+//!   completes even while the inbox is full: reading resumes for it.
 
 mod handler;
 mod inbox;
@@ -74,9 +87,10 @@ use inbox::{Ending, Inbox, Taken};
 /// Why a socket's stream or sink failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
-    /// The connection failed rather than closing: `code` is what
-    /// `Handler::on_close` reports (1002, 1007, 1009, 1011 sent by the
-    /// server, or 1006 when TCP ended without a close handshake).
+    /// The connection ended with a failure code: `code` and `reason` are
+    /// what `Handler::on_close` reports (1002, 1007, 1009 or 1011 sent by
+    /// the server or by the peer, or 1006 when TCP ended without a close
+    /// handshake).
     Failed { code: CloseCode, reason: String },
     /// A send was refused.
     Send(SendError),
@@ -124,6 +138,8 @@ impl Drop for Shared {
 
 /// An open WebSocket connection, as an async value: see the module docs.
 pub struct WebSocket {
+    // Dropped in this order: the read half abandons the inbox (lifting a
+    // pause) before the last `Shared` closes the connection.
     read: ReadHalf,
     write: WriteHalf,
 }
@@ -156,8 +172,9 @@ impl WebSocket {
 
     /// Sends a message once the connection's queue has room (see
     /// [`Conn::send_when_ready`]). Text goes out as text, binary as binary;
-    /// a binary payload is not copied. Cancel-safe: if the future is
-    /// dropped before it finishes, nothing was sent.
+    /// a binary payload is not copied. Cancel-safe in that a future dropped
+    /// before it finishes sent nothing (the message it held is dropped with
+    /// it).
     pub async fn send(&mut self, message: impl Into<OwnedMessage>) -> Result<(), Error> {
         self.write.send(message).await
     }
@@ -183,7 +200,7 @@ impl WebSocket {
 
     /// Owned halves, for a reader task and a writer task. The connection
     /// closes when both are dropped; dropping only the read half discards
-    /// messages that arrive from then on.
+    /// the messages it held and those that arrive from then on.
     pub fn split(self) -> (ReadHalf, WriteHalf) {
         (self.read, self.write)
     }

@@ -59,6 +59,7 @@ use crate::handler::Handler;
 use crate::lifecycle::Env;
 use crate::proto::deflate::DeflateParams;
 use crate::server::{ServerCore, ServerHandle};
+use crate::upgrade::Decision;
 
 pub(crate) use connection::{Start, serve};
 
@@ -133,6 +134,44 @@ impl<H: Handler> Server<H> {
         let live = self.env.core.enter();
         let start = Start::Upgraded { state, deflate };
         serve(stream, peer, start, live, self.env.clone(), Instant::now())
+    }
+
+    /// [`Server::serve_upgraded`] for a stream that comes later (hyper hands
+    /// the upgraded IO over after the `101` is written): the connection
+    /// counts from this call, so the limit and shutdown see it at once. If
+    /// `stream` fails, the connection never opens (no `on_open`, no
+    /// `on_close`).
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    pub(crate) fn serve_upgraded_later<S, F>(
+        &self,
+        stream: F,
+        peer: SocketAddr,
+        state: H::State,
+        deflate: Option<DeflateParams>,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: Future<Output = std::io::Result<S>> + Send + 'static,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let live = self.env.core.enter();
+        let env = self.env.clone();
+        async move {
+            match stream.await {
+                Ok(stream) => {
+                    let start = Start::Upgraded { state, deflate };
+                    serve(stream, peer, start, live, env, Instant::now()).await;
+                }
+                Err(error) => tracing::debug!(%peer, %error, "the upgraded stream never came"),
+            }
+        }
+    }
+
+    /// What the server decides on a checked upgrade request (limit, hook,
+    /// subprotocol, permessage-deflate), for integrations that parse
+    /// requests themselves.
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    pub(crate) fn decide(&self, request: &crate::handshake::Request<'_>) -> Decision<H::State> {
+        crate::upgrade::decide(request, &*self.env.handler, &self.env.core)
     }
 
     /// Resolves once a shutdown was asked for (here or through a
