@@ -232,12 +232,14 @@ impl Conn {
     /// meanwhile. Ignored once a close frame was sent or received, so the
     /// close handshake always completes. Crate-only for now: the inbox is
     /// its one user, and a second one would have to share the flag.
+    #[cfg_attr(not(feature = "socket"), allow(dead_code))]
     pub(crate) fn pause_reading(&self) {
         self.shared.reading_paused.store(true, Ordering::Release);
     }
 
     /// Reading goes on after [`Conn::pause_reading`]; the connection's driver
     /// is woken for it.
+    #[cfg_attr(not(feature = "socket"), allow(dead_code))]
     pub(crate) fn resume_reading(&self) {
         if self.shared.reading_paused.swap(false, Ordering::AcqRel) {
             self.shared.attention.store(true, Ordering::Release);

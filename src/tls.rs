@@ -3,8 +3,13 @@
 //! handshake and the upgrade request together, counted from the accept; a
 //! peer that sends plain HTTP, garbage, or nothing gets its connection closed
 //! and a log line (at debug level: a public port sees scanners all day).
+//!
+//! With `Server::also_plain`, the first byte decides: 0x16 starts a TLS
+//! handshake record, anything else is taken for a plain HTTP request and
+//! the connection goes to a connection group, as on a server without TLS.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -14,6 +19,10 @@ use crate::handler::Handler;
 use crate::lifecycle::Env;
 use crate::server::{LiveGuard, deadline_from};
 use crate::stream::{self, Start};
+use crate::tokio::group::{GroupShared, Incoming};
+
+/// The first byte of a TLS record carrying a handshake message.
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// Serves one accepted TCP connection as wss.
 pub(crate) async fn serve<H: Handler>(
@@ -22,6 +31,7 @@ pub(crate) async fn serve<H: Handler>(
     peer: SocketAddr,
     live: LiveGuard,
     env: Env<H>,
+    plain: Option<Arc<GroupShared>>,
 ) {
     let started = Instant::now();
     let tcp = match tokio::net::TcpStream::from_std(tcp) {
@@ -32,6 +42,41 @@ pub(crate) async fn serve<H: Handler>(
         }
     };
     let deadline = deadline_from(started, env.core.config.handshake_timeout);
+    if let Some(group) = plain {
+        let mut first = [0u8; 1];
+        let peeked = tokio::time::timeout_at(deadline.into(), tcp.peek(&mut first));
+        let peeked = tokio::select! {
+            biased;
+            () = env.core.abort_requested() => return,
+            peeked = peeked => peeked,
+        };
+        match peeked {
+            Ok(Ok(1..)) if first[0] == TLS_HANDSHAKE => {}
+            Ok(Ok(1..)) => {
+                // Plain ws: a group serves it, from the request on.
+                match tcp.into_std() {
+                    Ok(stream) => group.hand_over(Incoming {
+                        stream: mio::net::TcpStream::from_std(stream),
+                        peer,
+                        live,
+                    }),
+                    Err(error) => {
+                        tracing::debug!(%peer, %error, "could not hand a plain connection over");
+                    }
+                }
+                return;
+            }
+            Ok(Ok(_)) => return,
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "reading the first byte failed; connection closed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "nothing sent within the handshake timeout; connection closed");
+                return;
+            }
+        }
+    }
     let handshake = tokio::time::timeout_at(deadline.into(), acceptor.accept(tcp));
     let tls = tokio::select! {
         biased;

@@ -181,7 +181,7 @@ impl Drop for Child {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_echo_example_serves_wss_with_a_pem_certificate_and_key() {
+async fn the_echo_example_serves_wss_and_ws_with_a_pem_certificate_and_key() {
     let identity = tls::identity();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -201,6 +201,7 @@ async fn the_echo_example_serves_wss_with_a_pem_certificate_and_key() {
             .arg(&identity.cert_pem)
             .arg("--tls-key")
             .arg(&identity.key_pem)
+            .arg("--also-plain")
             .spawn()
             .unwrap(),
     );
@@ -215,10 +216,17 @@ async fn the_echo_example_serves_wss_with_a_pem_certificate_and_key() {
     let tls = tls.expect("the example listens with TLS");
     let url = format!("wss://localhost:{port}/");
     let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
-    client.send(Ws::text("echo over wss")).await.unwrap();
     assert_eq!(
-        client.next().await.unwrap().unwrap(),
-        Ws::text("echo over wss")
+        echo(&mut client, "echo over wss".into()).await,
+        "echo over wss"
+    );
+    // `--also-plain`: plain ws on the same port.
+    let (mut plain, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    assert_eq!(
+        echo(&mut plain, "echo over ws".into()).await,
+        "echo over ws"
     );
 }
 
@@ -236,4 +244,86 @@ fn the_echo_example_refuses_wss_on_io_uring_with_exit_code_2() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not available yet"), "{stderr}");
     assert!(stderr.contains("--backend tokio"), "{stderr}");
+}
+
+/// `Server::also_plain`: one port serves wss (tokio-tungstenite over
+/// rustls) and plain ws (tokio-tungstenite over TCP) side by side, and a
+/// peer that sends nothing is closed at the handshake timeout rather than
+/// holding its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_port_serves_ws_and_wss_when_asked() {
+    log();
+    let timeout = Duration::from_millis(600);
+    let handler = TestHandler {
+        recorder: Default::default(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let config = Config::default().handshake_timeout(timeout);
+    let server = rapidws::tokio::Server::bind("127.0.0.1:0", handler, config)
+        .await
+        .unwrap()
+        .tls(tls::server_config())
+        .also_plain();
+    let addr = server.local_addr().unwrap();
+    let handle = server.handle();
+    let served = tokio::spawn(server.serve());
+    let tls = tls::connect(addr).await.expect("TLS handshake");
+    let (mut wss, _) =
+        tokio_tungstenite::client_async(format!("wss://localhost:{}/", addr.port()), tls)
+            .await
+            .expect("wss upgrade");
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .expect("plain upgrade on the TLS port");
+    for round in 0..3 {
+        assert_eq!(
+            echo(&mut wss, format!("wss {round}")).await,
+            format!("wss {round}")
+        );
+        assert_eq!(
+            echo(&mut ws, format!("ws {round}")).await,
+            format!("ws {round}")
+        );
+    }
+    // Sends nothing: closed once the handshake timeout is up.
+    let started = Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut answer))
+        .await
+        .expect("closed at the handshake timeout")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= timeout && took < timeout * 4,
+        "closed after {took:?}"
+    );
+    assert!(
+        answer.is_empty(),
+        "nothing is answered to a peer that said nothing"
+    );
+    // The other two are still served.
+    assert_eq!(echo(&mut wss, "still".into()).await, "still");
+    handle.shutdown();
+    assert_eq!(expect_close(&mut ws).await.0, 1001);
+    match wss.next().await.unwrap().unwrap() {
+        Ws::Close(Some(frame)) => assert_eq!(u16::from(frame.code), 1001),
+        other => panic!("expected a close, got {other:?}"),
+    }
+    // Their replies come with the end of TCP: the server need not wait.
+    drop((ws, wss));
+    served.await.unwrap().unwrap();
+}
+
+/// Sends `text` and returns the text that comes back, on any stream.
+async fn echo<S>(client: &mut tokio_tungstenite::WebSocketStream<S>, text: String) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    client.send(Ws::text(text)).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), client.next()).await;
+    match reply.expect("an echo within 10 s").unwrap().unwrap() {
+        Ws::Text(text) => text.to_string(),
+        other => panic!("expected text, got {other:?}"),
+    }
 }

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// The private key for --tls-cert (PEM).
     #[arg(long, requires = "tls_cert", value_name = "PEM")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// With --tls-cert: also serve plain ws on the same port (the first
+    /// byte tells a TLS handshake from an HTTP request).
+    #[arg(long, requires = "tls_cert")]
+    pub also_plain: bool,
 }
 
 impl ServeArgs {
@@ -174,10 +178,15 @@ async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Re
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
     #[cfg(feature = "rustls")]
     let server = match args.tls_config()? {
+        Some(config) if args.also_plain => server.tls(config).also_plain(),
         Some(config) => server.tls(config),
         None => server,
     };
-    let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
+    let scheme = match (&args.tls_cert, args.also_plain) {
+        (None, _) => "ws",
+        (Some(_), false) => "wss",
+        (Some(_), true) => "ws+wss",
+    };
     shut_down_on_ctrl_c(&tokio::runtime::Handle::current(), server.handle());
     tracing::info!(addr = %args.addr, backend = "tokio", scheme, "{name} server listening");
     server.serve().await.map_err(|error| error.to_string())

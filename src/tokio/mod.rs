@@ -30,7 +30,7 @@
 //! ```
 
 mod connection;
-mod group;
+pub(crate) mod group;
 #[allow(unsafe_code)] // recv into spare capacity; AsyncFd registration
 mod sys;
 
@@ -61,6 +61,9 @@ pub struct Server<H: Handler> {
     /// Set by [`Server::tls`]: every connection is wss.
     #[cfg(feature = "rustls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Set by [`Server::also_plain`]: with TLS, plain ws on the same port.
+    #[cfg(feature = "rustls")]
+    also_plain: bool,
 }
 
 impl<H: Handler> std::fmt::Debug for Server<H> {
@@ -87,6 +90,8 @@ impl<H: Handler> Server<H> {
             core: ServerCore::new(config),
             #[cfg(feature = "rustls")]
             tls: None,
+            #[cfg(feature = "rustls")]
+            also_plain: false,
         }
     }
 
@@ -99,6 +104,19 @@ impl<H: Handler> Server<H> {
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        self
+    }
+
+    /// With [`Server::tls`], also serves plain ws on the same port (the
+    /// "one port for ws and wss" case): the first byte a peer sends tells a
+    /// TLS handshake (0x16, a handshake record) from an HTTP request. The
+    /// wait for that byte counts against `handshake_timeout`, so a peer that
+    /// sends nothing is closed then; plain connections are then served like
+    /// those of a server without TLS (by a connection group). Without
+    /// [`Server::tls`] it changes nothing. (With the `rustls` feature.)
+    #[cfg(feature = "rustls")]
+    pub fn also_plain(mut self) -> Self {
+        self.also_plain = true;
         self
     }
 
@@ -127,6 +145,8 @@ impl<H: Handler> Server<H> {
             core,
             #[cfg(feature = "rustls")]
             tls,
+            #[cfg(feature = "rustls")]
+            also_plain,
         } = self;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
@@ -162,12 +182,14 @@ impl<H: Handler> Server<H> {
                                 handler: handler.clone(),
                             };
                             let stream = std::net::TcpStream::from(stream);
+                            let plain = also_plain.then(|| groups.least_loaded().clone());
                             tokio::spawn(crate::tls::serve(
                                 acceptor.clone(),
                                 stream,
                                 peer,
                                 live,
                                 env,
+                                plain,
                             ));
                             continue;
                         }
@@ -210,7 +232,7 @@ impl<H: Handler> Server<H> {
 struct Groups(Vec<Arc<GroupShared>>);
 
 impl Groups {
-    fn least_loaded(&self) -> &GroupShared {
+    fn least_loaded(&self) -> &Arc<GroupShared> {
         self.0
             .iter()
             .min_by_key(|group| group.load())
