@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+use rapidws::{Accept, Conn, Handler, HttpResponse, Message, Reject, Request};
 
 mod support;
 
@@ -19,12 +19,33 @@ mod support;
 struct Args {
     #[command(flatten)]
     serve: support::ServeArgs,
+    /// Answer requests that are not WebSocket upgrades on the same port: a
+    /// demo page at `/` (it connects back and echoes), `ok` at `/healthz`,
+    /// 404 elsewhere.
+    #[arg(long)]
+    http_fallback: bool,
 }
 
-struct Echo;
+/// The demo page: a socket to this server, a text box, the echoes.
+const PAGE: &str = include_str!("assets/page.html");
+
+struct Echo {
+    http_fallback: bool,
+}
 
 impl Handler for Echo {
     type State = ();
+
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        if !self.http_fallback {
+            return None;
+        }
+        Some(match (request.method(), request.path()) {
+            ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
+            ("GET" | "HEAD", "/healthz") => HttpResponse::text(200, "ok\n"),
+            _ => HttpResponse::text(404, "not found\n"),
+        })
+    }
 
     fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
         Ok(())
@@ -44,5 +65,6 @@ fn main() -> ExitCode {
         )
         .init();
     let args = Args::parse();
-    support::serve("echo", &args.serve, |_| Echo)
+    let http_fallback = args.http_fallback;
+    support::serve("echo", &args.serve, |_| Echo { http_fallback })
 }

@@ -65,6 +65,18 @@ pub trait Handler: Send + Sync + 'static {
         let _ = (conn, state, code, reason);
     }
 
+    /// A request that is not a WebSocket upgrade (no `Upgrade: websocket`)
+    /// arrived: answer it with `Some(response)` (a health check, a page),
+    /// after which the server closes the connection; `None` (the default)
+    /// refuses it as a bad upgrade (400, or 405 for a method other than
+    /// GET), as before. `request` is not checked as an upgrade, and its
+    /// [`key`](Request::key) is empty. One request per connection: there is
+    /// no keep-alive. A panic here is answered with 500.
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        let _ = request;
+        None
+    }
+
     /// The outbound queue, which had refused a send with
     /// [`SendError::QueueFull`](crate::SendError::QueueFull), has been written out
     /// completely: sending may resume.
@@ -108,6 +120,57 @@ impl Accept {
     /// [`Accept::permessage_deflate`]).
     pub fn allows_permessage_deflate(&self) -> bool {
         !self.no_deflate
+    }
+}
+
+/// The answer to a plain HTTP request ([`Handler::on_http`]): a status, a
+/// content type and a body, sent with `Content-Length` and
+/// `Connection: close`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpResponse {
+    status: u16,
+    content_type: Cow<'static, str>,
+    body: bytes::Bytes,
+}
+
+impl HttpResponse {
+    /// A response with `status` (100 to 599; anything else is sent as 500).
+    pub fn new(
+        status: u16,
+        content_type: impl Into<Cow<'static, str>>,
+        body: impl Into<bytes::Bytes>,
+    ) -> Self {
+        HttpResponse {
+            status: if (100..=599).contains(&status) {
+                status
+            } else {
+                500
+            },
+            content_type: content_type.into(),
+            body: body.into(),
+        }
+    }
+
+    /// `text/plain; charset=utf-8`.
+    pub fn text(status: u16, body: impl Into<bytes::Bytes>) -> Self {
+        HttpResponse::new(status, "text/plain; charset=utf-8", body)
+    }
+
+    /// 200, `text/html; charset=utf-8`.
+    pub fn html(body: impl Into<bytes::Bytes>) -> Self {
+        HttpResponse::new(200, "text/html; charset=utf-8", body)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    pub fn content_type(&self) -> &str {
+        &self.content_type
+    }
+
+    pub fn body(&self) -> &[u8] {
+        &self.body
     }
 }
 

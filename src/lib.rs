@@ -49,7 +49,7 @@ pub mod uring;
 pub use bytes::Bytes;
 pub use config::{Config, SlowConsumer};
 pub use conn::{Conn, Ready, SendError};
-pub use handler::{Accept, Handler, Reject};
+pub use handler::{Accept, Handler, HttpResponse, Reject};
 pub use handshake::Request;
 pub use proto::deflate::DeflateConfig;
 pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};

@@ -5,9 +5,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::handler::{Accept, Handler, Reject};
+use crate::handler::{Accept, Handler, HttpResponse, Reject};
 use crate::handshake::{
-    Request, header_buffer, negotiate, parse_request, write_accept, write_error,
+    Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
+    write_http_response,
 };
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
@@ -28,7 +29,8 @@ pub(crate) enum Answer<S> {
         head_len: usize,
         deflate: Option<DeflateParams>,
     },
-    /// An HTTP error response is queued; close after writing it.
+    /// A response is queued (an error, or the handler's answer to a plain
+    /// HTTP request); close after writing it.
     Refused,
 }
 
@@ -57,7 +59,7 @@ pub(crate) fn answer<H: Handler>(
         return Answer::Incomplete;
     }
     let mut headers = header_buffer();
-    let Some(parsed) = parse_request(buf, &mut headers, max_head_len).transpose() else {
+    let Some(parsed) = parse_head(buf, &mut headers, max_head_len).transpose() else {
         return Answer::Incomplete;
     };
     // The response goes into a pooled buffer, which the connection's queue
@@ -69,8 +71,17 @@ pub(crate) fn answer<H: Handler>(
             pool.give(unused);
         }
     }
-    let (request, head_len) = match parsed {
-        Ok(parsed) => parsed,
+    let checked = parsed.and_then(|(head, head_len)| {
+        if !head.wants_websocket() {
+            if let Some(answered) = answer_http(&head, handler, out) {
+                return Ok(Err(answered));
+            }
+        }
+        Ok(Ok((head.check()?, head_len)))
+    });
+    let (request, head_len) = match checked {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(answered)) => return answered,
         Err(e) => {
             tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
             write_error(out, e.status(), e.reason());
@@ -96,6 +107,31 @@ pub(crate) fn answer<H: Handler>(
             }
         }
     }
+}
+
+/// The handler's answer to a request that is not an upgrade, queued, if it
+/// gives one (`Handler::on_http`; a panic there is a 500).
+fn answer_http<H: Handler>(
+    head: &Head<'_>,
+    handler: &H,
+    out: &mut WriteQueue,
+) -> Option<Answer<H::State>> {
+    let request = head.as_request();
+    let response = match catch_unwind(AssertUnwindSafe(|| handler.on_http(&request))) {
+        Ok(response) => response?,
+        Err(_) => {
+            tracing::error!("on_http panicked; answered 500");
+            HttpResponse::text(500, "internal server error\n")
+        }
+    };
+    write_http_response(
+        out,
+        response.status(),
+        response.content_type(),
+        response.body(),
+        head.is_head(),
+    );
+    Some(Answer::Refused)
 }
 
 /// What the server decided on a checked request.

@@ -170,16 +170,6 @@ async fn the_handshake_timeout_counts_from_the_connect() {
     assert!(took >= timeout && took < timeout * 3, "408 after {took:?}");
 }
 
-/// Kills a child process when the test ends, however it ends.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_echo_example_serves_wss_and_ws_with_a_pem_certificate_and_key() {
     let identity = tls::identity();

@@ -18,6 +18,7 @@ pub use client::{
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use negotiate::{negotiate, write_response_value};
 pub use request::{
-    HandshakeError, HeaderBuffer, MAX_HEADERS, Request, check_request, header_buffer, parse_request,
+    HandshakeError, Head, HeaderBuffer, MAX_HEADERS, Request, check_request, header_buffer,
+    parse_head, parse_request,
 };
-pub use response::{accept_key, status_text, write_accept, write_error};
+pub use response::{accept_key, status_text, write_accept, write_error, write_http_response};

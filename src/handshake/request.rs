@@ -142,7 +142,8 @@ impl<'a> Request<'a> {
         values(self.headers, "sec-websocket-extensions")
     }
 
-    /// The `Sec-WebSocket-Key` (already checked to be 16 bytes in base64).
+    /// The `Sec-WebSocket-Key` (already checked to be 16 bytes in base64;
+    /// empty in the request `Handler::on_http` sees).
     pub fn key(&self) -> &'a [u8] {
         self.key
     }
@@ -158,6 +159,57 @@ pub fn parse_request<'a>(
     headers: &'a mut HeaderBuffer<'a>,
     max_head_len: usize,
 ) -> Result<Option<(Request<'a>, usize)>, HandshakeError> {
+    match parse_head(buf, headers, max_head_len)? {
+        None => Ok(None),
+        Some((head, head_len)) => Ok(Some((head.check()?, head_len))),
+    }
+}
+
+/// An HTTP/1.x request head, parsed but not yet checked as an upgrade.
+#[derive(Debug)]
+pub struct Head<'a> {
+    method: &'a str,
+    target: &'a str,
+    /// The HTTP/1 minor version.
+    version: u8,
+    headers: &'a [httparse::Header<'a>],
+}
+
+impl<'a> Head<'a> {
+    /// Whether the client asks for a WebSocket (`Upgrade: websocket`); a
+    /// request without it is plain HTTP, for the handler's `on_http`.
+    pub fn wants_websocket(&self) -> bool {
+        values(self.headers, "upgrade").any(|value| value_has_token(value, "websocket"))
+    }
+
+    /// The RFC 6455 checks ([`check_request`]).
+    pub fn check(&self) -> Result<Request<'a>, HandshakeError> {
+        check_request(self.method, self.target, self.version, self.headers)
+    }
+
+    /// The request as it is, for `on_http`: no check, and no key.
+    pub fn as_request(&self) -> Request<'a> {
+        Request {
+            method: self.method,
+            target: self.target,
+            headers: self.headers,
+            key: b"",
+        }
+    }
+
+    /// Whether it is a `HEAD` request (answered without a body).
+    pub fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+}
+
+/// Parses a request head at the start of `buf`, without the upgrade checks:
+/// `Ok(None)` while incomplete, else the head and its length.
+pub fn parse_head<'a>(
+    buf: &'a [u8],
+    headers: &'a mut HeaderBuffer<'a>,
+    max_head_len: usize,
+) -> Result<Option<(Head<'a>, usize)>, HandshakeError> {
     let mut req = httparse::Request::new(headers);
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -177,8 +229,13 @@ pub fn parse_request<'a>(
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(HandshakeError::Malformed);
     };
-    let request = check_request(method, target, version, req.headers)?;
-    Ok(Some((request, head_len)))
+    let head = Head {
+        method,
+        target,
+        version,
+        headers: req.headers,
+    };
+    Ok(Some((head, head_len)))
 }
 
 /// The RFC 6455 §4.2.1 checks on a request head parsed elsewhere (hyper's,

@@ -82,9 +82,42 @@ pub fn write_error(out: &mut WriteQueue, status: u16, reason: &str) {
     out.push_raw(b"\n");
 }
 
+/// Queues a plain HTTP response (the handler's answer to a request that is
+/// not an upgrade): status, `Content-Type`, `Content-Length`,
+/// `Connection: close` (the server closes after it), and the body unless
+/// `head_only` (a `HEAD` request).
+pub fn write_http_response(
+    out: &mut WriteQueue,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) {
+    // One line: a handler's text must not be able to add header fields.
+    let content_type = content_type.split(['\r', '\n']).next().unwrap_or("");
+    let mut head = HeadWriter(out);
+    let _ = write!(
+        head,
+        "HTTP/1.1 {status} {}\r\n\
+         Content-Type: {content_type}\r\n\
+         Content-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        status_text(status),
+        body.len(),
+    );
+    if !head_only {
+        out.push_raw(body);
+    }
+}
+
 /// The reason phrase for the statuses a WebSocket server uses.
 pub fn status_text(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -175,5 +208,30 @@ mod tests {
         let t = text(&q);
         assert!(!t.contains("Set-Cookie"));
         assert!(t.ends_with("\r\n\r\nno\n"));
+    }
+
+    #[test]
+    fn plain_responses_carry_length_and_close_and_no_body_for_head() {
+        let mut q = WriteQueue::new();
+        write_http_response(
+            &mut q,
+            200,
+            "text/html\r\nSet-Cookie: x=1",
+            b"<p>hi</p>",
+            false,
+        );
+        assert_eq!(
+            text(&q),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 9\r\n\
+             Connection: close\r\n\r\n<p>hi</p>"
+        );
+        let mut q = WriteQueue::new();
+        write_http_response(&mut q, 404, "text/plain", b"missing\n", true);
+        let t = text(&q);
+        assert!(t.starts_with("HTTP/1.1 404 Not Found\r\n"), "{t}");
+        assert!(
+            t.ends_with("Content-Length: 8\r\nConnection: close\r\n\r\n"),
+            "{t}"
+        );
     }
 }

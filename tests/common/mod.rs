@@ -34,6 +34,16 @@ impl std::io::Write for Log {
     }
 }
 
+/// Kills a child process when the test ends, however it ends.
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The echo example, as `cargo test` builds it (with the run's features)
 /// beside the test binaries.
 pub fn echo_example() -> std::path::PathBuf {

@@ -196,3 +196,20 @@ fn a_request_without_query_has_none() {
     assert_eq!(req.path(), "/");
     assert_eq!(req.query(), None);
 }
+
+#[test]
+fn a_head_without_upgrade_websocket_is_plain_http() {
+    let plain = b"POST /healthz?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\n";
+    let mut headers = header_buffer();
+    let (head, len) = parse_head(plain, &mut headers, 8192).unwrap().unwrap();
+    assert_eq!(len, plain.len());
+    assert!(!head.wants_websocket());
+    let request = head.as_request();
+    assert_eq!((request.method(), request.path()), ("POST", "/healthz"));
+    assert_eq!((request.query(), request.key()), (Some("x=1"), &b""[..]));
+    assert_eq!(head.check().unwrap_err(), HandshakeError::MethodNotAllowed);
+    let upgrade = b"GET / HTTP/1.1\r\nUpgrade: keep, WebSocket\r\n\r\n";
+    let mut headers = header_buffer();
+    let (head, _) = parse_head(upgrade, &mut headers, 8192).unwrap().unwrap();
+    assert!(head.wants_websocket());
+}

@@ -1,0 +1,147 @@
+//! Plain HTTP on the WebSocket port (`Handler::on_http`), on every backend:
+//! a health check and a page answered beside the upgrades, `HEAD` without a
+//! body, the old refusals when the handler gives no answer, 500 for a
+//! panic; and the echo example's `--http-fallback`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures_util::SinkExt;
+use rapidws::{Accept, Config, Conn, Handler, HttpResponse, Message, Reject, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+backend_tests!(
+    plain_requests_are_answered_beside_upgrades,
+    without_an_answer_the_refusals_stay,
+);
+
+/// Answers `/healthz` and `/panic` (by panicking); nothing else.
+struct Site;
+
+impl Handler for Site {
+    type State = ();
+
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        match request.path() {
+            "/healthz" => Some(HttpResponse::text(200, "ok\n")),
+            "/who" => {
+                let agent = request.header_str("user-agent").unwrap_or("?").to_owned();
+                Some(HttpResponse::text(
+                    200,
+                    format!("{} {agent}\n", request.method()),
+                ))
+            }
+            "/panic" => panic!("asked to"),
+            _ => None,
+        }
+    }
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+/// Sends `head` and reads until the server closes.
+async fn http(addr: SocketAddr, head: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .expect("answered and closed within 10 s")
+        .unwrap();
+    String::from_utf8(response).unwrap()
+}
+
+async fn plain_requests_are_answered_beside_upgrades(backend: Backend) {
+    let server = common::serve(backend, Site, Config::default(), Arc::default()).await;
+    let health = http(server.addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(
+        health,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: 3\r\nConnection: close\r\n\r\nok\n"
+    );
+    let who = http(
+        server.addr,
+        "POST /who HTTP/1.1\r\nHost: x\r\nUser-Agent: t/1\r\n\r\n",
+    )
+    .await;
+    assert!(who.ends_with("\r\n\r\nPOST t/1\n"), "{who}");
+    let head = http(server.addr, "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(head.contains("Content-Length: 3\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+    let panicked = http(server.addr, "GET /panic HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(panicked.starts_with("HTTP/1.1 500 "), "{panicked}");
+    // Upgrades on the same port are served as ever.
+    let mut client = server.client().await;
+    client
+        .send(WsMessage::text("still a websocket"))
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut client).await,
+        WsMessage::text("still a websocket")
+    );
+}
+
+async fn without_an_answer_the_refusals_stay(backend: Backend) {
+    let server = common::serve(backend, Site, Config::default(), Arc::default()).await;
+    let get = http(server.addr, "GET /other HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(get.starts_with("HTTP/1.1 400 "), "{get}");
+    let post = http(server.addr, "POST /other HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
+    assert!(post.contains("Allow: GET\r\n"), "{post}");
+}
+
+/// `echo --http-fallback`: the demo page at `/`, `ok` at `/healthz`, 404
+/// elsewhere, and the echo on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_echo_example_answers_http_with_its_page() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _echo = Child(
+        std::process::Command::new(echo_example())
+            .args(["--addr", &addr.to_string(), "--http-fallback"])
+            .spawn()
+            .unwrap(),
+    );
+    let mut listening = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listening, "the example listens");
+    let page = http(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    assert!(
+        page.contains("Content-Type: text/html; charset=utf-8\r\n"),
+        "{page}"
+    );
+    assert!(page.contains("<title>rapidws echo</title>"), "{page}");
+    assert!(page.contains("new WebSocket(url)"), "{page}");
+    let health = http(addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    let missing = http(addr, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        .await
+        .unwrap();
+    client.send(WsMessage::text("echo")).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::text("echo"));
+}
