@@ -17,6 +17,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use common::*;
 use rapidws::Config;
@@ -59,6 +60,18 @@ async fn run_client(server: &TestServer, path: &str, offers: &[&str]) -> Value {
 /// Runs `script` (in tests/interop) against `path` on `server` with
 /// `offers`, as [`run_client`] does.
 async fn run_script(server: &TestServer, script: &str, path: &str, offers: &[&str]) -> Value {
+    run_script_with(server, script, path, offers, async {}).await
+}
+
+/// [`run_script`], with a line written to the script's stdin once `go`
+/// resolves.
+async fn run_script_with(
+    server: &TestServer,
+    script: &str,
+    path: &str,
+    offers: &[&str],
+    go: impl std::future::Future<Output = ()>,
+) -> Value {
     let script = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut command = Command::new(python());
     match server.tls_addr {
@@ -75,9 +88,18 @@ async fn run_script(server: &TestServer, script: &str, path: &str, offers: &[&st
     for offer in offers {
         command.arg("--offer").arg(offer);
     }
-    let out = tokio::task::spawn_blocking(move || command.output().expect("python runs"))
-        .await
-        .unwrap();
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("python runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    go.await;
+    // The script may have ended already (a failure it reports below).
+    let _ = std::io::Write::write_all(&mut stdin, b"go\n");
+    drop(stdin);
+    let out = out.await.unwrap();
     assert!(
         out.status.success(),
         "interop client failed: {}{}",
@@ -85,6 +107,34 @@ async fn run_script(server: &TestServer, script: &str, path: &str, offers: &[&st
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("one JSON line")
+}
+
+/// `push_client.py`, told to read once the server's push task has stopped
+/// for room (its count of pushes still for 300 ms): the queue is full.
+async fn run_push_client(server: &TestServer) -> Value {
+    let pushed = || {
+        server
+            .recorder
+            .pushed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let queue_full = async {
+        let mut last = usize::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = pushed();
+            if now > 0 && now == last {
+                return;
+            }
+            last = now;
+        }
+    };
+    // Bounded: a script that failed early is reported by `run_script_with`.
+    let go = async {
+        let _ = tokio::time::timeout(Duration::from_secs(30), queue_full).await;
+    };
+    let offers = ["client_max_window_bits"];
+    run_script_with(server, "push_client.py", "/", &offers, go).await
 }
 
 fn deflate_on(deflate: DeflateConfig) -> Config {
@@ -219,7 +269,7 @@ async fn replies_overtake_compressed_pushes_with_context_takeover_uncompressed(b
     let keep = DeflateConfig::default().server_context_takeover(true);
     let config = deflate_on(keep).max_outbound_bytes(256 * 1024);
     let server = start(backend, config).await;
-    let report = run_script(&server, "push_client.py", "/", &["client_max_window_bits"]).await;
+    let report = run_push_client(&server).await;
     let response = report["response"].as_str().unwrap();
     assert!(
         !response.contains("server_no_context_takeover"),
@@ -240,7 +290,7 @@ async fn replies_overtake_compressed_pushes_with_context_takeover_uncompressed(b
 async fn replies_are_compressed_when_each_message_stands_alone(backend: Backend) {
     let config = deflate_on(DeflateConfig::default()).max_outbound_bytes(256 * 1024);
     let server = start(backend, config).await;
-    let report = run_script(&server, "push_client.py", "/", &["client_max_window_bits"]).await;
+    let report = run_push_client(&server).await;
     assert!(
         report["response"]
             .as_str()

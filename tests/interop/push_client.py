@@ -4,9 +4,10 @@ the queue, checked by an independent permessage-deflate decoder.
 Asks the test server for 400 text pushes of 30000 bytes (`push-text`:
 pseudo-random letters, which compress to about 60%, so that each is long
 enough to be overtaken on its own) and sends 40 requests meanwhile (`req I
-yyy...`, long enough to be worth compressing). It reads nothing for the
-first 1.2 s (through a small receive buffer), so that the server's queue
-fills and the first requests' replies overtake queued pushes, then reads
+yyy...`, long enough to be worth compressing). It reads nothing (through a
+small receive buffer) until the test says on stdin that the server's push
+task is waiting for room, so the queue is full when the first requests
+arrive and their replies overtake queued pushes; then it reads
 everything. Every push must arrive in order with its exact text, which the
 decoder produces only if the server compressed them in the order they reach
 the wire; every reply must arrive, in order. Prints one JSON line; exits
@@ -71,11 +72,14 @@ def main():
                 time.sleep(0.1 if i < 10 else 0.02)
                 ws.send(f"req {i} " + "y" * 100)
 
+        # Not reading until the test sees the push task wait for room: the
+        # server's buffers and queue are full, and the first requests'
+        # replies have pushes to overtake (a fixed wait was not always
+        # enough on a loaded machine, where the pushes come slowly).
+        sys.stdin.readline()
         sender = threading.Thread(target=requests)
         sender.start()
-        # Not reading for a while: the server's buffers and queue fill, and
-        # the first requests' replies have pushes to overtake.
-        time.sleep(1.2)
+        time.sleep(0.3)
         pushes, replies, overtook, reply_rsv1, push_rsv1 = 0, 0, 0, [], []
         while pushes < args.pushes or replies < args.requests:
             message = ws.recv(timeout=30)
