@@ -23,13 +23,21 @@ backend_tests!(
     a_reply_never_overtakes_the_close,
 );
 
-/// The client reads slowly (a pause after every push) while 200 pushes of
-/// 64 KiB fill a 256 KiB queue; 40 requests sent meanwhile all get their
-/// reply, in order, and every push arrives, in order.
+/// 400 pushes of 64 KiB fill a 256 KiB queue (and every buffer on the
+/// way: the client reads nothing until the producer waits for room); then
+/// 40 requests go out while the client reads slowly (a pause after every
+/// push). Every reply arrives, in order, the first ones ahead of queued
+/// pushes, and every push arrives, in order.
 async fn a_slow_reader_gets_every_reply_in_order_while_the_server_pushes(backend: Backend) {
     let server = start(backend, Config::default().max_outbound_bytes(256 * 1024)).await;
     let (mut write, mut read) = server.client().await.split();
-    write.send(WsMessage::text("push 200 65536")).await.unwrap();
+    write.send(WsMessage::text("push 400 65536")).await.unwrap();
+    // Waiting for the producer to stop, rather than for a fixed time: on a
+    // loaded machine the pushes may not have filled the queue by then.
+    assert!(
+        settled_pushes(&server).await < 400,
+        "the buffers took every push"
+    );
     let requests = tokio::spawn(async move {
         for i in 0..40 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -42,7 +50,7 @@ async fn a_slow_reader_gets_every_reply_in_order_while_the_server_pushes(backend
     });
     let (mut pushes, mut replies, mut overtook) = (0u32, 0u32, 0);
     let reading = async {
-        while pushes < 200 || replies < 40 {
+        while pushes < 400 || replies < 40 {
             match read.next().await.expect("open").expect("a message") {
                 WsMessage::Binary(payload) => {
                     let n = u32::from_be_bytes(payload[..4].try_into().unwrap());
