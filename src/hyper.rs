@@ -55,7 +55,7 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
 use crate::handler::Handler;
-use crate::handshake::{accept_key, check_request, write_response_value};
+use crate::handshake::{accept_key, check_request, error_header, first_line, write_response_value};
 use crate::upgrade::Decision;
 
 /// Answers `request` for `server` (see the module docs): a `101` whose
@@ -151,7 +151,7 @@ pub fn upgrade<H: Handler, B>(
 /// An error response like the standalone server's: the status, a one-line
 /// plain-text reason, and the header RFC 6455 or RFC 9110 asks for.
 fn refusal(status: u16, reason: &str) -> Response<Full<Bytes>> {
-    let line = reason.split(['\r', '\n']).next().unwrap_or("");
+    let line = first_line(reason);
     let mut response = Response::new(Full::new(Bytes::from(format!("{line}\n"))));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -160,17 +160,9 @@ fn refusal(status: u16, reason: &str) -> Response<Full<Bytes>> {
         ::hyper::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    match status {
-        426 => {
-            fields.insert(
-                HeaderName::from_static("sec-websocket-version"),
-                HeaderValue::from_static("13"),
-            );
-        }
-        405 => {
-            fields.insert(::hyper::header::ALLOW, HeaderValue::from_static("GET"));
-        }
-        _ => {}
+    if let Some((name, value)) = error_header(status) {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("a valid field name");
+        fields.insert(name, HeaderValue::from_static(value));
     }
     response
 }

@@ -649,9 +649,7 @@ impl<H: Handler> Lifecycle<H> {
         match &self.stage {
             _ if lingering => !self.is_done(),
             Stage::Handshake(handshake) => !handshake.refused,
-            Stage::Open(open) => {
-                !self.paused && !open.dispatch.is_reading_paused() && !open.dispatch.is_closed()
-            }
+            Stage::Open(open) => !self.is_paused() && !open.dispatch.is_closed(),
             Stage::Done => false,
         }
     }

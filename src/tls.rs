@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::handler::Handler;
 use crate::lifecycle::Env;
-use crate::server::{LiveGuard, deadline_from};
+use crate::server::{LiveGuard, ServerCore, deadline_from};
 use crate::stream::{self, Start};
 use crate::tokio::group::{GroupShared, Incoming};
 
@@ -44,11 +44,8 @@ pub(crate) async fn serve<H: Handler>(
     let deadline = deadline_from(started, env.core.config.handshake_timeout);
     if let Some(group) = plain {
         let mut first = [0u8; 1];
-        let peeked = tokio::time::timeout_at(deadline.into(), tcp.peek(&mut first));
-        let peeked = tokio::select! {
-            biased;
-            () = env.core.abort_requested() => return,
-            peeked = peeked => peeked,
+        let Some(peeked) = in_time(&env.core, deadline, tcp.peek(&mut first)).await else {
+            return;
         };
         match peeked {
             Ok(Ok(1..)) if first[0] == TLS_HANDSHAKE => {}
@@ -77,26 +74,38 @@ pub(crate) async fn serve<H: Handler>(
             }
         }
     }
-    let handshake = tokio::time::timeout_at(deadline.into(), acceptor.accept(tcp));
-    let tls = tokio::select! {
-        biased;
-        // A shutdown gives the handshake its time (the upgrade then gets
-        // 503); an abort does not.
-        () = env.core.abort_requested() => return,
-        done = handshake => match done {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(error)) => {
-                tracing::debug!(%peer, %error, "TLS handshake failed; connection closed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake timed out; connection closed");
-                return;
-            }
-        },
+    let Some(handshake) = in_time(&env.core, deadline, acceptor.accept(tcp)).await else {
+        return;
+    };
+    let tls = match handshake {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "TLS handshake failed; connection closed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out; connection closed");
+            return;
+        }
     };
     let start = Start::Request {
         prefix: BytesMut::new(),
     };
     stream::serve(tls, peer, start, live, env, started).await;
+}
+
+/// `work` bounded by the handshake's `deadline` (`Err` once it passed), or
+/// `None` if the server aborts first. A shutdown gives the handshake its
+/// time (the upgrade then gets 503); an abort does not.
+async fn in_time<T>(
+    core: &ServerCore,
+    deadline: Instant,
+    work: impl Future<Output = T>,
+) -> Option<Result<T, tokio::time::error::Elapsed>> {
+    let work = tokio::time::timeout_at(deadline.into(), work);
+    tokio::select! {
+        biased;
+        () = core.abort_requested() => None,
+        done = work => Some(done),
+    }
 }

@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::handler::{Accept, Handler, HttpResponse, Reject};
 use crate::handshake::{
-    Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
+    HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
     write_http_response,
 };
 use crate::proto::WriteQueue;
@@ -71,22 +71,18 @@ pub(crate) fn answer<H: Handler>(
             pool.give(unused);
         }
     }
-    let checked = parsed.and_then(|(head, head_len)| {
-        if !head.wants_websocket() {
-            if let Some(answered) = answer_http(&head, handler, out) {
-                return Ok(Err(answered));
-            }
+    let (head, head_len) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(out, e),
+    };
+    if !head.wants_websocket() {
+        if let Some(answered) = answer_http(&head, handler, out) {
+            return answered;
         }
-        Ok(Ok((head.check()?, head_len)))
-    });
-    let (request, head_len) = match checked {
-        Ok(Ok(checked)) => checked,
-        Ok(Err(answered)) => return answered,
-        Err(e) => {
-            tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
-            write_error(out, e.status(), e.reason());
-            return Answer::Refused;
-        }
+    }
+    let request = match head.check() {
+        Ok(request) => request,
+        Err(e) => return refuse(out, e),
     };
     match decide(&request, handler, core) {
         Decision::Refused(reject) => {
@@ -107,6 +103,13 @@ pub(crate) fn answer<H: Handler>(
             }
         }
     }
+}
+
+/// Queues the response for a request that failed to parse or to check.
+fn refuse<S>(out: &mut WriteQueue, e: HandshakeError) -> Answer<S> {
+    tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
+    write_error(out, e.status(), e.reason());
+    Answer::Refused
 }
 
 /// The handler's answer to a request that is not an upgrade, queued, if it

@@ -21,4 +21,7 @@ pub use request::{
     HandshakeError, Head, HeaderBuffer, MAX_HEADERS, Request, check_request, header_buffer,
     parse_head, parse_request,
 };
-pub use response::{accept_key, status_text, write_accept, write_error, write_http_response};
+pub use response::{
+    accept_key, error_header, first_line, status_text, write_accept, write_error,
+    write_http_response,
+};

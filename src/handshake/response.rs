@@ -59,9 +59,7 @@ pub fn write_accept(
 /// closes the connection. A 426 carries `Sec-WebSocket-Version: 13` and a 405
 /// carries `Allow: GET`, as RFC 6455 and RFC 9110 ask.
 pub fn write_error(out: &mut WriteQueue, status: u16, reason: &str) {
-    // One line, no control characters: the reason ends up in an HTTP body, but
-    // a handler-supplied text should not be able to break the response.
-    let clean = reason.split(['\r', '\n']).next().unwrap_or("");
+    let clean = first_line(reason);
     let mut head = HeadWriter(out);
     let _ = write!(
         head,
@@ -72,14 +70,29 @@ pub fn write_error(out: &mut WriteQueue, status: u16, reason: &str) {
         status_text(status),
         clean.len() + 1,
     );
-    match status {
-        426 => out.push_raw(b"Sec-WebSocket-Version: 13\r\n"),
-        405 => out.push_raw(b"Allow: GET\r\n"),
-        _ => {}
+    if let Some((name, value)) = error_header(status) {
+        let _ = write!(head, "{name}: {value}\r\n");
     }
     out.push_raw(b"\r\n");
     out.push_raw(clean.as_bytes());
     out.push_raw(b"\n");
+}
+
+/// The header field an error response with `status` must carry: a 426
+/// names the version we speak (RFC 6455 §4.4), a 405 the method we allow
+/// (RFC 9110 §15.5.6). Every server path adds it, raw or through hyper.
+pub fn error_header(status: u16) -> Option<(&'static str, &'static str)> {
+    match status {
+        426 => Some(("Sec-WebSocket-Version", "13")),
+        405 => Some(("Allow", "GET")),
+        _ => None,
+    }
+}
+
+/// The first line of `text`: what a reason or a content type may put in a
+/// response, so that a handler's text cannot add header fields or break it.
+pub fn first_line(text: &str) -> &str {
+    text.split(['\r', '\n']).next().unwrap_or("")
 }
 
 /// Queues a plain HTTP response (the handler's answer to a request that is
@@ -93,8 +106,7 @@ pub fn write_http_response(
     body: &[u8],
     head_only: bool,
 ) {
-    // One line: a handler's text must not be able to add header fields.
-    let content_type = content_type.split(['\r', '\n']).next().unwrap_or("");
+    let content_type = first_line(content_type);
     let mut head = HeadWriter(out);
     let _ = write!(
         head,
