@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Runs the Autobahn TestSuite cases against the echo example and checks the
-# results strictly. Usage: autobahn/run.sh [BACKEND...]   (default: tokio uring tls)
+# Runs the Autobahn TestSuite cases against the echo examples and checks the
+# results strictly. Usage: autobahn/run.sh [TARGET...]
+# (default: tokio uring tls axum-ws axum-stream)
 #
-# `tls` is wss: the echo example on the tokio backend with a certificate made
-# here (openssl), behind a TLS bridge (socat, installed with apt-get if it is
-# missing) that kosoku, which speaks no TLS, connects to in plain TCP.
+# - `tokio`, `uring`: the echo example on that backend;
+# - `tls` is wss: the echo example on the tokio backend with a certificate
+#   made here (openssl), behind a TLS bridge (socat, installed with apt-get
+#   if it is missing) that kosoku, which speaks no TLS, connects to in plain
+#   TCP;
+# - `axum-ws`, `axum-stream`: the axum_echo example's `/ws` (a Handler) and
+#   `/stream` (the async socket).
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
@@ -16,7 +21,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls axum-ws axum-stream); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -24,9 +29,10 @@ if [[ ! -x "$venv/bin/kosoku" ]]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check kosoku==0.1.0
 fi
 
-echo "autobahn: building the echo example"
-(cd "$root" && cargo build --quiet --release --features uring,rustls --example echo)
+echo "autobahn: building the echo examples"
+(cd "$root" && cargo build --quiet --release --features uring,rustls --example echo --example axum_echo)
 echo_bin="$root/target/release/examples/echo"
+axum_bin="$root/target/release/examples/axum_echo"
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -73,7 +79,12 @@ for backend in "${backends[@]}"; do
     # that comes back uncompressed, which the default 64-byte minimum does
     # for their 16-byte messages.
     serve=(--addr "$addr" --deflate --deflate-min-size 0)
-    if [[ "$backend" == tls ]]; then
+    server_bin="$echo_bin"
+    path=""
+    if [[ "$backend" == axum-* ]]; then
+        server_bin="$axum_bin"
+        path="/${backend#axum-}"
+    elif [[ "$backend" == tls ]]; then
         command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
             -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
@@ -82,7 +93,7 @@ for backend in "${backends[@]}"; do
     else
         serve+=(--backend "$backend")
     fi
-    RUST_LOG=warn "$echo_bin" "${serve[@]}" >"$reports/server.log" 2>&1 &
+    RUST_LOG=warn "$server_bin" "${serve[@]}" >"$reports/server.log" 2>&1 &
     server_pid=$!
     if ! wait_listening "$port" "$server_pid"; then
         echo "autobahn: the $backend echo server did not start:" >&2
@@ -105,8 +116,9 @@ for backend in "${backends[@]}"; do
         addr="127.0.0.1:$plain_port"
     fi
 
-    echo "autobahn: running all cases against the $backend backend at $addr"
-    "$venv/bin/kosoku" --parallelism 16 --outdir "$reports" "$addr" >"$reports/kosoku.log" 2>&1 || true
+    echo "autobahn: running all cases against $backend at ws://$addr$path"
+    "$venv/bin/kosoku" --parallelism 16 --outdir "$reports" "ws://$addr$path" \
+        >"$reports/kosoku.log" 2>&1 || true
     cleanup
 
     python3 "$here/check.py" --backend "$backend" \

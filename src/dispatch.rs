@@ -19,6 +19,7 @@ use crate::proto::deflate::DeflateParams;
 use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
 use crate::server::{Registration, ServerCore};
 use crate::slot_waker::ConnWake;
+use crate::upgrade::Settings;
 
 /// One upgraded connection: its protocol state and the application side.
 ///
@@ -66,6 +67,9 @@ pub(crate) struct Accepted<'r, S> {
     pub(crate) response: &'r mut WriteQueue,
     pub(crate) state: S,
     pub(crate) deflate: Option<DeflateParams>,
+    /// Settings this connection uses instead of the server's, if the upgrade
+    /// set its own (the axum extractor's builder).
+    pub(crate) settings: Option<&'r Settings>,
 }
 
 impl<H: Handler> App<H> {
@@ -126,13 +130,18 @@ impl<H: Handler> Dispatch<H> {
             response,
             state,
             deflate,
+            settings,
         } = accepted;
+        let (limits, compression) = match settings {
+            Some(settings) => (settings.limits, settings.deflate.as_ref()),
+            None => (core.config.limits, core.config.deflate()),
+        };
         let (conn, registration) = core.open_connection(peer, wake);
         {
             let mut outbox = conn.shared().lock();
             outbox.begin_with(response);
             #[cfg(feature = "deflate")]
-            if let (Some(params), Some(config)) = (&deflate, core.config.deflate()) {
+            if let (Some(params), Some(config)) = (&deflate, compression) {
                 outbox.set_compressor(crate::proto::deflate::Compressor::new(
                     Role::Server,
                     params,
@@ -140,12 +149,10 @@ impl<H: Handler> Dispatch<H> {
                 ));
             }
         }
-        let session = Session::with_deflate(
-            Role::Server,
-            core.config.limits,
-            core.pool.clone(),
-            deflate.as_ref(),
-        );
+        #[cfg(not(feature = "deflate"))]
+        let _ = compression;
+        let session =
+            Session::with_deflate(Role::Server, limits, core.pool.clone(), deflate.as_ref());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }

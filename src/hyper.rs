@@ -14,49 +14,22 @@
 //! ```no_run
 //! use std::convert::Infallible;
 //! use std::net::SocketAddr;
-//!
-//! use http_body_util::Full;
-//! use hyper::body::{Bytes, Incoming};
-//! use hyper::{Request, Response};
-//! use rapidws::{Accept, Conn, Handler, Message, Reject};
-//!
-//! struct Echo;
-//! impl Handler for Echo {
-//!     type State = ();
-//!     fn on_upgrade(&self, _: &rapidws::Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-//!         Ok(())
-//!     }
-//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-//!         let _ = conn.send(message);
-//!     }
-//! }
-//!
-//! async fn route(
-//!     ws: &rapidws::stream::Server<Echo>,
-//!     request: Request<Incoming>,
-//!     peer: SocketAddr,
-//! ) -> Result<Response<Full<Bytes>>, Infallible> {
-//!     if request.uri().path() == "/ws" {
-//!         return Ok(rapidws::hyper::upgrade(ws, request, peer));
-//!     }
-//!     Ok(Response::new(Full::new(Bytes::from_static(b"ok\n"))))
-//! }
-//! ```
-//!
-//! Serve the hyper connection `with_upgrades()`, or the upgraded IO never
-//! comes (the connection is then dropped without `on_open`).
 
 use std::net::SocketAddr;
 
 use ::hyper::body::Bytes;
 use ::hyper::header::{HeaderName, HeaderValue};
-use ::hyper::{Request, Response, StatusCode, Version};
+use ::hyper::upgrade::OnUpgrade;
+use ::hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
-use crate::handler::Handler;
-use crate::handshake::{accept_key, check_request, error_header, first_line, write_response_value};
-use crate::upgrade::Decision;
+use crate::handler::{Accept, Handler};
+use crate::handshake::{
+    HandshakeError, accept_key, check_request, error_header, first_line, write_response_value,
+};
+use crate::proto::deflate::DeflateParams;
+use crate::upgrade::{Decision, Settings};
 
 /// Answers `request` for `server` (see the module docs): a `101` whose
 /// connection is served once hyper hands it over, or an error response.
@@ -67,90 +40,177 @@ pub fn upgrade<H: Handler, B>(
     mut request: Request<B>,
     peer: SocketAddr,
 ) -> Response<Full<Bytes>> {
-    let version = match request.version() {
-        Version::HTTP_11 => 1,
-        Version::HTTP_10 => 0,
-        // Refused by the check as "not HTTP/1.1" (400).
-        _ => u8::MAX,
+    let upgraded = ::hyper::upgrade::on(&mut request);
+    let head = HeadRef {
+        method: request.method(),
+        uri: request.uri(),
+        version: request.version(),
+        headers: request.headers(),
     };
-    let headers: Vec<httparse::Header<'_>> = request
-        .headers()
-        .iter()
-        .map(|(name, value)| httparse::Header {
-            name: name.as_str(),
-            value: value.as_bytes(),
-        })
-        .collect();
-    let target = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |target| target.as_str());
-    let checked = match check_request(request.method().as_str(), target, version, &headers) {
-        Ok(checked) => checked,
+    match decide(server, &head, Accept::default(), None) {
+        Answer::Accepted {
+            state,
+            deflate,
+            response,
+        } => {
+            spawn(server, upgraded, peer, state, deflate, None);
+            response
+        }
+        Answer::Refused(response) => response,
+    }
+}
+
+/// An upgrade request's head as hyper gives it.
+pub(crate) struct HeadRef<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) uri: &'a Uri,
+    pub(crate) version: Version,
+    pub(crate) headers: &'a HeaderMap,
+}
+
+impl HeadRef<'_> {
+    /// Runs the RFC 6455 checks ([`check_request`]) and gives the checked
+    /// request to `then`.
+    pub(crate) fn check<R>(
+        &self,
+        then: impl FnOnce(&crate::handshake::Request<'_>) -> R,
+    ) -> Result<R, HandshakeError> {
+        let version = match self.version {
+            Version::HTTP_11 => 1,
+            Version::HTTP_10 => 0,
+            // Refused by the check as "not HTTP/1.1" (400).
+            _ => u8::MAX,
+        };
+        let headers: Vec<httparse::Header<'_>> = self
+            .headers
+            .iter()
+            .map(|(name, value)| httparse::Header {
+                name: name.as_str(),
+                value: value.as_bytes(),
+            })
+            .collect();
+        let target = self
+            .uri
+            .path_and_query()
+            .map_or("/", |target| target.as_str());
+        let checked = check_request(self.method.as_str(), target, version, &headers)?;
+        Ok(then(&checked))
+    }
+}
+
+/// What `server` answers to an upgrade request.
+pub(crate) enum Answer<S> {
+    /// The `101`, and what serving the connection needs.
+    Accepted {
+        state: S,
+        deflate: Option<DeflateParams>,
+        response: Response<Full<Bytes>>,
+    },
+    /// An error response.
+    Refused(Response<Full<Bytes>>),
+}
+
+/// The standalone server's checks and decision on a request hyper parsed:
+/// the `101` to answer with, or the error response. The upgrade hook starts
+/// from `accept`; `settings` are the connection's own, if any.
+pub(crate) fn decide<H: Handler>(
+    server: &crate::stream::Server<H>,
+    head: &HeadRef<'_>,
+    accept: Accept,
+    settings: Option<&Settings>,
+) -> Answer<H::State> {
+    let decision = head.check(|checked| {
+        let decision = server.decide(checked, accept, settings);
+        (decision, accept_key(checked.key()))
+    });
+    let (decision, key) = match decision {
+        Ok(decided) => decided,
         Err(error) => {
             tracing::debug!(
                 status = error.status(),
                 reason = error.reason(),
                 "refused upgrade"
             );
-            return refusal(error.status(), error.reason());
+            return Answer::Refused(refusal(error.status(), error.reason()));
         }
     };
-    let (state, response, deflate) = match server.decide(&checked) {
-        Decision::Refused(reject) => return refusal(reject.status(), reject.reason()),
+    match decision {
+        Decision::Refused(reject) => Answer::Refused(refusal(reject.status(), reject.reason())),
         Decision::Accepted {
             state,
             accept,
             deflate,
         } => {
-            let mut response = Response::new(Full::default());
-            *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-            let fields = response.headers_mut();
-            fields.insert(
-                ::hyper::header::UPGRADE,
-                HeaderValue::from_static("websocket"),
-            );
-            fields.insert(
-                ::hyper::header::CONNECTION,
-                HeaderValue::from_static("Upgrade"),
-            );
-            let key = accept_key(checked.key());
-            fields.insert(
-                HeaderName::from_static("sec-websocket-accept"),
-                HeaderValue::from_bytes(&key).expect("base64 is a valid header value"),
-            );
-            if let Some(protocol) = accept.chosen_protocol() {
-                // The client offered it, so it is a valid header value.
-                if let Ok(value) = HeaderValue::from_str(protocol) {
-                    fields.insert(HeaderName::from_static("sec-websocket-protocol"), value);
-                }
+            let response = switching(&key, accept.chosen_protocol(), deflate.as_ref());
+            Answer::Accepted {
+                state,
+                deflate,
+                response,
             }
-            if let Some(params) = &deflate {
-                let mut value = Vec::with_capacity(96);
-                write_response_value(params, |piece| value.extend_from_slice(piece));
-                fields.insert(
-                    HeaderName::from_static("sec-websocket-extensions"),
-                    HeaderValue::from_bytes(&value).expect("ASCII parameters"),
-                );
-            }
-            (state, response, deflate)
         }
-    };
-    drop(headers);
-    let upgraded = ::hyper::upgrade::on(&mut request);
+    }
+}
+
+/// Serves the connection on a task of the current runtime once hyper hands
+/// over the upgraded IO.
+pub(crate) fn spawn<H: Handler>(
+    server: &crate::stream::Server<H>,
+    upgraded: OnUpgrade,
+    peer: SocketAddr,
+    state: H::State,
+    deflate: Option<DeflateParams>,
+    settings: Option<Box<Settings>>,
+) {
     let stream = async move {
         upgraded
             .await
             .map(TokioIo::new)
             .map_err(std::io::Error::other)
     };
-    tokio::spawn(server.serve_upgraded_later(stream, peer, state, deflate));
+    tokio::spawn(server.serve_upgraded_later(stream, peer, state, deflate, settings));
+}
+
+/// The `101` with this `Sec-WebSocket-Accept`.
+fn switching(
+    key: &[u8],
+    protocol: Option<&str>,
+    deflate: Option<&DeflateParams>,
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::default());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let fields = response.headers_mut();
+    fields.insert(
+        ::hyper::header::UPGRADE,
+        HeaderValue::from_static("websocket"),
+    );
+    fields.insert(
+        ::hyper::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
+    fields.insert(
+        HeaderName::from_static("sec-websocket-accept"),
+        HeaderValue::from_bytes(key).expect("base64 is a valid header value"),
+    );
+    if let Some(protocol) = protocol {
+        // The client offered it, so it is a valid header value.
+        if let Ok(value) = HeaderValue::from_str(protocol) {
+            fields.insert(HeaderName::from_static("sec-websocket-protocol"), value);
+        }
+    }
+    if let Some(params) = deflate {
+        let mut value = Vec::with_capacity(96);
+        write_response_value(params, |piece| value.extend_from_slice(piece));
+        fields.insert(
+            HeaderName::from_static("sec-websocket-extensions"),
+            HeaderValue::from_bytes(&value).expect("ASCII parameters"),
+        );
+    }
     response
 }
 
 /// An error response like the standalone server's: the status, a one-line
 /// plain-text reason, and the header RFC 6455 or RFC 9110 asks for.
-fn refusal(status: u16, reason: &str) -> Response<Full<Bytes>> {
+pub(crate) fn refusal(status: u16, reason: &str) -> Response<Full<Bytes>> {
     let line = first_line(reason);
     let mut response = Response::new(Full::new(Bytes::from(format!("{line}\n"))));
     *response.status_mut() =

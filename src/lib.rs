@@ -31,6 +31,8 @@ mod timer;
 mod tls;
 mod upgrade;
 
+#[cfg(feature = "axum")]
+pub mod axum;
 pub mod config;
 pub mod handshake;
 #[cfg(feature = "hyper")]

@@ -39,7 +39,7 @@ use crate::proto::deflate::DeflateParams;
 use crate::read_buf::DRAIN_LIMIT;
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_from};
 use crate::slot_waker::ConnWake;
-use crate::upgrade::{self, Answer};
+use crate::upgrade::{self, Answer, Settings};
 
 /// What a server loop shares with all its connections.
 pub(crate) struct Env<H> {
@@ -170,6 +170,7 @@ impl<H: Handler> Open<H> {
         mut response: WriteQueue,
         state: H::State,
         deflate: Option<DeflateParams>,
+        settings: Option<&Settings>,
         env: &Env<H>,
     ) -> Self {
         let accepted = Accepted {
@@ -177,6 +178,7 @@ impl<H: Handler> Open<H> {
             response: &mut response,
             state,
             deflate,
+            settings,
         };
         let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
         Open {
@@ -223,18 +225,19 @@ impl<H: Handler> Lifecycle<H> {
 
     /// A connection whose upgrade was answered elsewhere (the caller checked
     /// the request, ran the upgrade hook and sent the `101`): it opens at
-    /// once, calling `on_open`. The hyper upgrade will start here; today the
-    /// tests do.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// once, calling `on_open`. The stream driver starts hyper's and axum's
+    /// upgrades here; `settings` are the connection's own, if the upgrade
+    /// set any.
     pub(crate) fn upgraded(
         peer: SocketAddr,
         live: LiveGuard,
         wake: ConnWake,
         state: H::State,
         deflate: Option<DeflateParams>,
+        settings: Option<&Settings>,
         env: &Env<H>,
     ) -> Self {
-        let open = Open::upgrade(peer, wake, WriteQueue::new(), state, deflate, env);
+        let open = Open::upgrade(peer, wake, WriteQueue::new(), state, deflate, settings, env);
         Lifecycle::new(Stage::Open(open), live)
     }
 
@@ -348,7 +351,9 @@ impl<H: Handler> Lifecycle<H> {
             response,
             ..
         } = *handshake;
-        self.stage = Stage::Open(Open::upgrade(peer, wake, response, state, deflate, env));
+        self.stage = Stage::Open(Open::upgrade(
+            peer, wake, response, state, deflate, None, env,
+        ));
     }
 
     fn fail(&mut self, failure: impl FnOnce() -> String) {

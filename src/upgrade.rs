@@ -10,9 +10,20 @@ use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
     write_http_response,
 };
-use crate::proto::WriteQueue;
-use crate::proto::deflate::DeflateParams;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
+use crate::proto::{Limits, WriteQueue};
 use crate::server::ServerCore;
+
+/// Settings one connection uses instead of its server's: the axum
+/// extractor's builder sets them per upgrade. Read once when the connection
+/// opens (the session copies the limits, the compressor its settings), so a
+/// connection keeps nothing of them.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) limits: Limits,
+    /// The permessage-deflate settings; `None`: not offered.
+    pub(crate) deflate: Option<DeflateConfig>,
+}
 
 /// Room for a response: a `101` with a subprotocol and permessage-deflate
 /// parameters, or an error with its reason, fits.
@@ -84,7 +95,13 @@ pub(crate) fn answer<H: Handler>(
         Ok(request) => request,
         Err(e) => return refuse(out, e),
     };
-    match decide(&request, handler, core) {
+    match decide(
+        &request,
+        handler,
+        core,
+        Accept::default(),
+        core.config.deflate(),
+    ) {
         Decision::Refused(reject) => {
             write_error(out, reject.status(), reject.reason());
             Answer::Refused
@@ -151,13 +168,17 @@ pub(crate) enum Decision<S> {
 }
 
 /// Refuses the request with 503 if the server is at its connection limit,
-/// asks the handler's upgrade hook (a panic there is a 500), checks the
-/// subprotocol it chose, and negotiates permessage-deflate if the config
-/// enables it: every server's decision, whoever parsed the request.
+/// asks the handler's upgrade hook (a panic there is a 500) with `accept` as
+/// it starts, checks the subprotocol chosen, and negotiates
+/// permessage-deflate if `deflate` is set: every server's decision, whoever
+/// parsed the request. `deflate` is the server's setting
+/// (`core.config.deflate()`) unless the upgrade has its own.
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
     core: &ServerCore,
+    mut accept: Accept,
+    deflate: Option<&DeflateConfig>,
 ) -> Decision<H::State> {
     if !core.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
@@ -166,7 +187,6 @@ pub(crate) fn decide<H: Handler>(
             "connection limit reached, try again later",
         ));
     }
-    let mut accept = Accept::default();
     let decision = catch_unwind(AssertUnwindSafe(|| {
         handler.on_upgrade(request, &mut accept)
     }));
@@ -187,9 +207,7 @@ pub(crate) fn decide<H: Handler>(
                     return internal_error();
                 }
             }
-            let deflate = core
-                .config
-                .deflate()
+            let deflate = deflate
                 .filter(|_| accept.allows_permessage_deflate())
                 .and_then(|config| negotiate(request.extension_offers(), config));
             Decision::Accepted {

@@ -106,27 +106,7 @@ async fn without_an_answer_the_refusals_stay(backend: Backend) {
 /// elsewhere, and the echo on the same port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_echo_example_answers_http_with_its_page() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let _echo = Child(
-        std::process::Command::new(echo_example())
-            .args(["--addr", &addr.to_string(), "--http-fallback"])
-            .spawn()
-            .unwrap(),
-    );
-    let mut listening = false;
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            listening = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(listening, "the example listens");
+    let (_echo, addr) = start_example("echo", &["--http-fallback"]).await;
     let page = http(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
     assert!(

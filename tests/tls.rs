@@ -173,37 +173,12 @@ async fn the_handshake_timeout_counts_from_the_connect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_echo_example_serves_wss_and_ws_with_a_pem_certificate_and_key() {
     let identity = tls::identity();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let _echo = Child(
-        std::process::Command::new(echo_example())
-            .args([
-                "--addr",
-                &addr.to_string(),
-                "--backend",
-                "tokio",
-                "--tls-cert",
-            ])
-            .arg(&identity.cert_pem)
-            .arg("--tls-key")
-            .arg(&identity.key_pem)
-            .arg("--also-plain")
-            .spawn()
-            .unwrap(),
-    );
-    let mut tls = None;
-    for _ in 0..100 {
-        if let Ok(stream) = tls::connect(addr).await {
-            tls = Some(stream);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let tls = tls.expect("the example listens with TLS");
+    let (cert, key) = (identity.cert_pem.to_str(), identity.key_pem.to_str());
+    let args = ["--backend", "tokio", "--tls-cert", cert.unwrap()];
+    let args = [&args[..], &["--tls-key", key.unwrap(), "--also-plain"]].concat();
+    let (_echo, addr) = start_example("echo", &args).await;
+    let port = addr.port();
+    let tls = tls::connect(addr).await.expect("a TLS handshake");
     let url = format!("wss://localhost:{port}/");
     let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
     assert_eq!(

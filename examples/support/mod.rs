@@ -84,24 +84,34 @@ impl ServeArgs {
     /// crypto provider, HTTP/1.1 by ALPN).
     #[cfg(feature = "rustls")]
     fn tls_config(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
-            return Ok(None);
-        };
-        let chain = CertificateDer::pem_file_iter(cert)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|error| format!("cannot read --tls-cert {}: {error}", cert.display()))?;
-        let key = PrivateKeyDer::from_pem_file(key)
-            .map_err(|error| format!("cannot read --tls-key {}: {error}", key.display()))?;
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
-            .map_err(|error| format!("cannot use the certificate and key: {error}"))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Some(std::sync::Arc::new(config)))
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => tls_server_config(cert, key).map(Some),
+            _ => Ok(None),
+        }
     }
+}
+
+/// The rustls configuration for a certificate chain and its key, both PEM
+/// files (ring as the crypto provider, HTTP/1.1 by ALPN).
+#[cfg(feature = "rustls")]
+pub fn tls_server_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|error| format!("cannot read --tls-cert {}: {error}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|error| format!("cannot read --tls-key {}: {error}", key.display()))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(|error| format!("cannot use the certificate and key: {error}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(std::sync::Arc::new(config))
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -541,7 +541,7 @@ fn an_upgraded_connection_opens_at_once() {
         core: ServerCore::new(Config::default()),
         handler: Arc::new(Echo::default()),
     };
-    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), (), None, &env);
+    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), (), None, None, &env);
     assert_eq!(*env.handler.seen.lock().unwrap(), ["open"]);
     assert_eq!(life.deadline(), None);
     let mut input = BytesMut::from(&masked(OpCode::Text, b"hi")[..]);

@@ -17,8 +17,9 @@ use crate::proto::{CloseCode, Message};
 /// What an inbox holds before the connection stops reading, by default.
 pub const DEFAULT_INBOX_LIMIT: usize = 1 << 20;
 
-type Upgrade<T> = dyn Fn(&Request<'_>, &mut Accept) -> Result<T, Reject> + Send + Sync;
-type Serve<T> = dyn Fn(WebSocket, T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync;
+pub(crate) type Upgrade<T> = dyn Fn(&Request<'_>, &mut Accept) -> Result<T, Reject> + Send + Sync;
+pub(crate) type Serve<T> =
+    dyn Fn(WebSocket, T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync;
 
 /// A [`Handler`] that spawns an async function for each new connection and
 /// hands it the connection as a [`WebSocket`]. `T` is what the upgrade hook
@@ -76,6 +77,18 @@ impl<T: Send + 'static> SocketHandler<T> {
         }
     }
 
+    /// A handler whose functions run on the runtime of the task that opens
+    /// each connection (the stream driver's, for hyper and axum upgrades).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn from_parts(upgrade: Box<Upgrade<T>>, serve: Box<Serve<T>>) -> Self {
+        SocketHandler {
+            upgrade,
+            serve,
+            runtime: None,
+            inbox_limit: DEFAULT_INBOX_LIMIT,
+        }
+    }
+
     /// Runs the functions on this runtime.
     pub fn runtime(mut self, runtime: Handle) -> Self {
         self.runtime = Some(runtime);
@@ -97,6 +110,15 @@ impl<T: Send + 'static> SocketHandler<T> {
 pub struct SocketState<T> {
     value: Option<T>,
     inbox: Option<Arc<Inbox>>,
+}
+
+impl<T> SocketState<T> {
+    /// Replaces what the upgrade hook returned, before the connection opens
+    /// (the axum extractor puts each request's function here).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn set_value(&mut self, value: T) {
+        self.value = Some(value);
+    }
 }
 
 impl<T: Send + 'static> Handler for SocketHandler<T> {

@@ -39,6 +39,7 @@ pub(crate) enum Start<S> {
     Upgraded {
         state: S,
         deflate: Option<crate::proto::deflate::DeflateParams>,
+        settings: Option<Box<crate::upgrade::Settings>>,
     },
 }
 
@@ -64,8 +65,13 @@ pub(crate) async fn serve<S, H>(
             let life = Lifecycle::accept(peer, live, wake, &env, started);
             (life, prefix)
         }
-        Start::Upgraded { state, deflate } => {
-            let life = Lifecycle::upgraded(peer, live, wake, state, deflate, &env);
+        Start::Upgraded {
+            state,
+            deflate,
+            settings,
+        } => {
+            let settings = settings.as_deref();
+            let life = Lifecycle::upgraded(peer, live, wake, state, deflate, settings, &env);
             (life, BytesMut::new())
         }
     };

@@ -55,11 +55,11 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::Config;
-use crate::handler::Handler;
+use crate::handler::{Accept, Handler};
 use crate::lifecycle::Env;
 use crate::proto::deflate::DeflateParams;
 use crate::server::{ServerCore, ServerHandle};
-use crate::upgrade::Decision;
+use crate::upgrade::{Decision, Settings};
 
 pub(crate) use connection::{Start, serve};
 
@@ -132,7 +132,11 @@ impl<H: Handler> Server<H> {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let live = self.env.core.enter();
-        let start = Start::Upgraded { state, deflate };
+        let start = Start::Upgraded {
+            state,
+            deflate,
+            settings: None,
+        };
         serve(stream, peer, start, live, self.env.clone(), Instant::now())
     }
 
@@ -140,7 +144,7 @@ impl<H: Handler> Server<H> {
     /// the upgraded IO over after the `101` is written): the connection
     /// counts from this call, so the limit and shutdown see it at once. If
     /// `stream` fails, the connection never opens (no `on_open`, no
-    /// `on_close`).
+    /// `on_close`). `settings`: the connection's own, if the upgrade set any.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn serve_upgraded_later<S, F>(
         &self,
@@ -148,6 +152,7 @@ impl<H: Handler> Server<H> {
         peer: SocketAddr,
         state: H::State,
         deflate: Option<DeflateParams>,
+        settings: Option<Box<Settings>>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
         F: Future<Output = std::io::Result<S>> + Send + 'static,
@@ -158,7 +163,11 @@ impl<H: Handler> Server<H> {
         async move {
             match stream.await {
                 Ok(stream) => {
-                    let start = Start::Upgraded { state, deflate };
+                    let start = Start::Upgraded {
+                        state,
+                        deflate,
+                        settings,
+                    };
                     serve(stream, peer, start, live, env, Instant::now()).await;
                 }
                 Err(error) => tracing::debug!(%peer, %error, "the upgraded stream never came"),
@@ -168,10 +177,27 @@ impl<H: Handler> Server<H> {
 
     /// What the server decides on a checked upgrade request (limit, hook,
     /// subprotocol, permessage-deflate), for integrations that parse
-    /// requests themselves.
+    /// requests themselves: the hook starts from `accept`, and `settings`
+    /// (the upgrade's own, if any) replace the server's deflate settings.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
-    pub(crate) fn decide(&self, request: &crate::handshake::Request<'_>) -> Decision<H::State> {
-        crate::upgrade::decide(request, &*self.env.handler, &self.env.core)
+    pub(crate) fn decide(
+        &self,
+        request: &crate::handshake::Request<'_>,
+        accept: Accept,
+        settings: Option<&Settings>,
+    ) -> Decision<H::State> {
+        let deflate = match settings {
+            Some(settings) => settings.deflate.as_ref(),
+            None => self.env.core.config.deflate(),
+        };
+        let handler = &*self.env.handler;
+        crate::upgrade::decide(request, handler, &self.env.core, accept, deflate)
+    }
+
+    /// The server's settings (the base an upgrade's own settings start from).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn config(&self) -> &Config {
+        &self.env.core.config
     }
 
     /// Resolves once a shutdown was asked for (here or through a

@@ -47,19 +47,50 @@ impl Drop for Child {
 /// The echo example, as `cargo test` builds it (with the run's features)
 /// beside the test binaries.
 pub fn echo_example() -> std::path::PathBuf {
+    example("echo")
+}
+
+/// An example, as `cargo test` builds it beside the test binaries.
+pub fn example(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let echo = exe
+    let path = exe
         .parent()
         .unwrap()
         .parent()
         .unwrap()
-        .join("examples/echo");
+        .join("examples")
+        .join(name);
     assert!(
-        echo.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example echo`)",
-        echo.display()
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples (or run `cargo build --example {name}`)",
+        path.display()
     );
-    echo
+    path
+}
+
+/// Starts an example with `args` and `--addr` on a free loopback port, and
+/// waits until it listens (at most 10 s).
+pub async fn start_example(name: &str, args: &[&str]) -> (Child, SocketAddr) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Child(
+        std::process::Command::new(example(name))
+            .args(["--addr", &addr.to_string()])
+            .args(args)
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..200 {
+        if TcpStream::connect(addr).await.is_ok() {
+            return (child, addr);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{name} does not listen on {addr}");
 }
 
 /// The backends the tests run against.
@@ -530,7 +561,10 @@ impl Drop for TestServer {
 }
 
 /// Reads the next message that is not a ping or pong, with a timeout.
-pub async fn next(client: &mut Client) -> tungstenite::Message {
+pub async fn next<S>(client: &mut WebSocketStream<S>) -> tungstenite::Message
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     loop {
         let message = tokio::time::timeout(Duration::from_secs(10), client.next())
             .await

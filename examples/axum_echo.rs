@@ -1,0 +1,232 @@
+//! An axum app on one port: a demo page, a health check, and two echo
+//! endpoints, one per rapidws API.
+//!
+//! ```text
+//! cargo run --release --example axum_echo -- --addr 127.0.0.1:9002 [--deflate] \
+//!     [--tls-cert PEM --tls-key PEM]
+//! ```
+//! - `GET /`: a page that connects back (to `/ws`, or `?path=/stream`) and
+//!   shows the echoes;
+//! - `GET /healthz`: `ok`;
+//! - `/ws`: echoes every message through a [`Handler`] (the callback API);
+//! - `/stream`: echoes through the async socket (`recv`/`send`).
+//!
+//! `--deflate` offers permessage-deflate on both with the library's
+//! defaults. With `--tls-cert` and `--tls-key` everything is served over
+//! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C shuts
+//! down gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, State};
+use axum::response::{Html, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use clap::Parser;
+use rapidws::axum::{Sockets, WebSocketUpgrade};
+use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+
+// Only its TLS configuration is used here.
+#[allow(dead_code)]
+mod support;
+
+#[derive(Parser, Debug)]
+#[command(about = "rapidws inside axum: a page, /healthz, /ws and /stream on one port")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9002")]
+    addr: SocketAddr,
+    /// Offer permessage-deflate (RFC 7692) on /ws and /stream, with the
+    /// library's defaults.
+    #[arg(long)]
+    deflate: bool,
+    /// With --deflate: send messages shorter than this uncompressed
+    /// (default: the library's, 64 bytes).
+    #[arg(long, requires = "deflate", value_name = "BYTES")]
+    deflate_min_size: Option<usize>,
+    /// Serve https and wss with this certificate chain (PEM, with --tls-key).
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+    /// The private key for --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The demo page (the echo example's): a socket back to this server.
+const PAGE: &str = include_str!("assets/page.html");
+
+/// `/ws`: the callback API.
+struct Echo;
+
+impl Handler for Echo {
+    type State = ();
+
+    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+
+    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
+        if let Err(error) = conn.send(message) {
+            tracing::debug!(id = conn.id(), %error, "echo not sent");
+        }
+    }
+}
+
+/// What the routes share.
+#[derive(Clone)]
+struct App {
+    echo: Arc<rapidws::stream::Server<Echo>>,
+}
+
+async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.serve(&app.echo)
+}
+
+async fn stream(upgrade: WebSocketUpgrade) -> Response {
+    upgrade.on_upgrade(|mut socket| async move {
+        while let Some(received) = socket.recv().await {
+            let message = match received {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::debug!(%error, "stream socket failed");
+                    break;
+                }
+            };
+            if let Err(error) = socket.send(message).await {
+                tracing::debug!(%error, "echo not sent");
+                break;
+            }
+        }
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = Config::default();
+    let config = match (args.deflate, args.deflate_min_size) {
+        (false, _) => config,
+        (true, None) => config.permessage_deflate(DeflateConfig::default()),
+        (true, Some(bytes)) => {
+            config.permessage_deflate(DeflateConfig::default().compress_min_size(bytes))
+        }
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(support::tls_server_config(cert, key)?),
+        _ => None,
+    };
+    let echo = Arc::new(rapidws::stream::Server::new(Echo, config.clone()));
+    let sockets = Sockets::new(config);
+    let app = Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/ws", get(ws))
+        .route("/stream", get(stream))
+        .layer(Extension(sockets.clone()))
+        .with_state(App { echo: echo.clone() });
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(
+        "axum_echo on {scheme}://{}/ (/ws, /stream, /healthz)",
+        args.addr
+    );
+    let served = match tls {
+        None => {
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY");
+                }
+            });
+            let service = app.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, service)
+                .with_graceful_shutdown(ctrl_c())
+                .await
+                .map_err(|error| format!("serving failed: {error}"))
+        }
+        Some(tls) => serve_tls(listener, tls, app).await,
+    };
+    // The upgraded connections outlive axum's: close them with 1001.
+    tokio::join!(echo.shutdown(), sockets.shutdown());
+    served
+}
+
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        tracing::info!("shutting down");
+    }
+}
+
+/// https: rustls in front of the same app, one task per connection (axum's
+/// `serve` takes only plain listeners).
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+) -> Result<(), String> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tower::Service;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let shutdown = ctrl_c();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, for example: wait, go on.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
+                    Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                };
+            let service = hyper::service::service_fn(move |mut request| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                app.clone().call(request)
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,461 @@
+//! The axum extractor (`rapidws::axum::WebSocketUpgrade`) in a real axum
+//! app served by `axum::serve`: both endpoints (a `Handler`, an async
+//! closure) beside plain routes on one port, the builder's subprotocols,
+//! permessage-deflate and limits, `Option<WebSocketUpgrade>`, `Sockets` in
+//! the extensions, bad upgrades answered like the standalone server's; and
+//! the `axum_echo` example over http and https. Clients: tokio-tungstenite
+//! and raw HTTP.
+#![cfg(feature = "axum")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use common::*;
+use futures_util::SinkExt;
+use rapidws::axum::{Sockets, WebSocketUpgrade};
+use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// Echoes, and reports the peer address it was given in a first message.
+struct Echo;
+
+impl Handler for Echo {
+    type State = ();
+
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        if request.query() == Some("deny") {
+            return Err(Reject::forbidden("denied by the hook"));
+        }
+        Ok(())
+    }
+
+    fn on_open(&self, conn: &Conn, _: &mut ()) {
+        let _ = conn.send_text(&format!("peer {}", conn.peer_addr()));
+    }
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    echo: Arc<rapidws::stream::Server<Echo>>,
+    opened: Arc<AtomicUsize>,
+}
+
+async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.serve(&app.echo)
+}
+
+/// The async socket: echoes, after telling the subprotocol chosen.
+async fn stream(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
+    let upgrade = upgrade.protocols(["v2.chat", "v1.chat"]);
+    let chosen = upgrade.selected_protocol().unwrap_or("none").to_owned();
+    upgrade.on_upgrade(move |mut socket| async move {
+        app.opened.fetch_add(1, Ordering::SeqCst);
+        if socket.send(format!("protocol {chosen}")).await.is_err() {
+            return;
+        }
+        while let Some(Ok(message)) = socket.recv().await {
+            if socket.send(message).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// The builder's own settings: deflate offered, messages up to 1 KiB.
+async fn small(upgrade: WebSocketUpgrade) -> Response {
+    upgrade
+        .permessage_deflate(DeflateConfig::default())
+        .max_message_size(1024)
+        .on_upgrade(|mut socket| async move {
+            while let Some(Ok(message)) = socket.recv().await {
+                if socket.send(message).await.is_err() {
+                    break;
+                }
+            }
+        })
+}
+
+/// One route for both: a page, or an upgrade.
+async fn either(upgrade: Option<WebSocketUpgrade>) -> Response {
+    match upgrade {
+        Some(upgrade) => upgrade.on_upgrade(|socket| async move {
+            let _ = socket.close(CloseCode::from(4000), "bye");
+        }),
+        None => "a page\n".into_response(),
+    }
+}
+
+struct Served {
+    addr: SocketAddr,
+    opened: Arc<AtomicUsize>,
+    sockets: Sockets,
+}
+
+/// An axum app on a free port, served by `axum::serve` with the peer's
+/// address as `ConnectInfo`.
+async fn serve_app(config: Config) -> Served {
+    let echo = Arc::new(rapidws::stream::Server::new(Echo, config.clone()));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let sockets = Sockets::new(config);
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/ws", get(ws))
+        .route("/stream", get(stream))
+        .route("/small", get(small))
+        .route("/either", get(either))
+        .layer(Extension(sockets.clone()))
+        .with_state(App {
+            echo,
+            opened: opened.clone(),
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    Served {
+        addr,
+        opened,
+        sockets,
+    }
+}
+
+/// Sends `head` and reads the response: to the end of the connection, or
+/// to the end of the head for a `101`.
+async fn raw_http(addr: SocketAddr, head: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let reading = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let Ok(n) = stream.read(&mut chunk).await else {
+                return;
+            };
+            response.extend_from_slice(&chunk[..n]);
+            let upgraded = response.starts_with(b"HTTP/1.1 101")
+                && response.windows(4).any(|w| w == b"\r\n\r\n");
+            if n == 0 || upgraded {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the response within 10 s");
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> String {
+    format!(
+        "{method} {path} {version}\r\nHost: localhost\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade, close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
+    )
+}
+
+async fn echoes<S>(client: &mut tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    for text in ["hello", "héllo wörld 🦀"] {
+        client.send(WsMessage::text(text)).await.unwrap();
+        assert_eq!(next(client).await, WsMessage::text(text));
+    }
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    client.send(WsMessage::binary(data.clone())).await.unwrap();
+    assert_eq!(next(client).await, WsMessage::binary(data));
+}
+
+#[tokio::test]
+async fn both_apis_beside_plain_routes_on_one_port() {
+    let served = serve_app(Config::default()).await;
+    let addr = served.addr;
+    let health = raw_http(
+        addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+
+    let (mut client, response) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        .await
+        .expect("/ws upgraded");
+    assert_eq!(response.status(), 101);
+    let WsMessage::Text(peer) = next(&mut client).await else {
+        panic!("the peer address first");
+    };
+    let tokio_tungstenite::MaybeTlsStream::Plain(local) = client.get_ref() else {
+        panic!("plain TCP");
+    };
+    // The handler saw the client's address (axum's ConnectInfo).
+    assert_eq!(
+        peer.as_str(),
+        format!("peer {}", local.local_addr().unwrap())
+    );
+    echoes(&mut client).await;
+    client.close(None).await.unwrap();
+
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/stream"))
+        .await
+        .expect("/stream upgraded");
+    assert_eq!(next(&mut client).await, WsMessage::text("protocol none"));
+    echoes(&mut client).await;
+    client.close(None).await.unwrap();
+    assert_eq!(served.opened.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_builder_chooses_the_protocol_in_its_own_order() {
+    let served = serve_app(Config::default()).await;
+    let mut request = format!("ws://{}/stream", served.addr)
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v1.chat, v2.chat, other".parse().unwrap(),
+    );
+    let (mut client, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"],
+        "v2.chat",
+        "the endpoint's first choice, not the client's"
+    );
+    assert_eq!(next(&mut client).await, WsMessage::text("protocol v2.chat"));
+    // Offered nothing it speaks: upgraded without a protocol (the client
+    // decides whether to go on; tungstenite would not).
+    let extra = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: other\r\n";
+    let head = upgrade_head("GET", "/stream", "HTTP/1.1", extra);
+    let response = raw_http(served.addr, &head).await.to_ascii_lowercase();
+    assert!(response.starts_with("http/1.1 101"), "{response}");
+    assert!(!response.contains("sec-websocket-protocol"), "{response}");
+}
+
+#[tokio::test]
+async fn the_builder_sets_deflate_and_limits_per_upgrade() {
+    let served = serve_app(Config::default()).await;
+    let offer = "Sec-WebSocket-Version: 13\r\n\
+                 Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
+    // The server's config has no deflate; /small turns it on.
+    let plain = raw_http(served.addr, &upgrade_head("GET", "/ws", "HTTP/1.1", offer)).await;
+    assert!(plain.starts_with("HTTP/1.1 101"), "{plain}");
+    assert!(
+        !plain
+            .to_ascii_lowercase()
+            .contains("sec-websocket-extensions"),
+        "{plain}"
+    );
+    let small = raw_http(
+        served.addr,
+        &upgrade_head("GET", "/small", "HTTP/1.1", offer),
+    )
+    .await;
+    let lower = small.to_ascii_lowercase();
+    assert!(lower.starts_with("http/1.1 101"), "{small}");
+    assert!(
+        lower.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{small}"
+    );
+    assert!(
+        lower.contains("sec-websocket-extensions: permessage-deflate"),
+        "{small}"
+    );
+    // Messages up to 1 KiB: one byte more closes with 1009.
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/small", served.addr))
+        .await
+        .unwrap();
+    client.send(WsMessage::binary(vec![1; 1024])).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::binary(vec![1; 1024]));
+    client.send(WsMessage::binary(vec![1; 1025])).await.unwrap();
+    assert_eq!(expect_close(&mut client).await.0, 1009);
+    // The server's own limit (64 MiB by default) still holds on /stream.
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/stream", served.addr))
+        .await
+        .unwrap();
+    next(&mut client).await;
+    client.send(WsMessage::binary(vec![2; 4096])).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::binary(vec![2; 4096]));
+}
+
+#[tokio::test]
+async fn an_optional_upgrade_serves_a_page_and_a_socket_on_one_route() {
+    let served = serve_app(Config::default()).await;
+    let page = raw_http(
+        served.addr,
+        "GET /either HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.ends_with("a page\n"), "{page}");
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/either", served.addr))
+        .await
+        .unwrap();
+    assert_eq!(expect_close(&mut client).await, (4000, "bye".to_owned()));
+    // An upgrade that is there but bad is refused, not served the page.
+    let bad = raw_http(
+        served.addr,
+        &upgrade_head("GET", "/either", "HTTP/1.1", "Sec-WebSocket-Version: 7\r\n"),
+    )
+    .await;
+    assert!(bad.starts_with("HTTP/1.1 426"), "{bad}");
+}
+
+#[tokio::test]
+async fn bad_upgrades_get_the_standalone_servers_statuses() {
+    let served = serve_app(Config::default()).await;
+    let version = "Sec-WebSocket-Version: 13\r\n";
+    for path in ["/ws", "/stream"] {
+        let cases = [
+            // A plain request to a WebSocket route.
+            (
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+                "400",
+                "missing or invalid upgrade: websocket",
+            ),
+            (
+                upgrade_head("GET", path, "HTTP/1.1", "Sec-WebSocket-Version: 8\r\n"),
+                "426",
+                "sec-websocket-version: 13",
+            ),
+            (
+                upgrade_head("GET", path, "HTTP/1.1", version).replace(
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                    "Sec-WebSocket-Key: x",
+                ),
+                "400",
+                "sec-websocket-key must be 16 bytes",
+            ),
+            (
+                upgrade_head("GET", path, "HTTP/1.0", version),
+                "400",
+                "requires http/1.1",
+            ),
+        ];
+        for (head, status, expected) in cases {
+            let response = raw_http(served.addr, &head).await;
+            let lower = response.to_ascii_lowercase();
+            assert_eq!(&lower[9..12], status, "{head:?} got {response}");
+            assert!(lower.contains(expected), "{head:?} got {response}");
+            assert!(lower.contains("content-type: text/plain"), "{response}");
+        }
+    }
+    // The handler's hook refuses, as on the standalone server.
+    let denied = raw_http(
+        served.addr,
+        &upgrade_head("GET", "/ws?deny", "HTTP/1.1", version),
+    )
+    .await;
+    assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+    assert!(denied.ends_with("denied by the hook\n"), "{denied}");
+    // A huge header: hyper's own limit answers, before any upgrade.
+    let huge = format!(
+        "GET /ws HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    let response = raw_http(served.addr, &huge).await;
+    assert!(response.starts_with("HTTP/1.1 431"), "{:.200}", response);
+    // Nothing was opened, and everyone else is still served.
+    assert_eq!(served.opened.load(Ordering::SeqCst), 0);
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/stream", served.addr))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::text("protocol none"));
+    client.send(WsMessage::text("still here")).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::text("still here"));
+}
+
+#[tokio::test]
+async fn the_sockets_in_the_extensions_count_and_shut_down() {
+    let served = serve_app(Config::default().max_connections(1)).await;
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/stream", served.addr))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::text("protocol none"));
+    assert_eq!(served.sockets.handle().connections(), 1);
+    // Its config's limit: one connection.
+    let full = raw_http(
+        served.addr,
+        &upgrade_head(
+            "GET",
+            "/stream",
+            "HTTP/1.1",
+            "Sec-WebSocket-Version: 13\r\n",
+        ),
+    )
+    .await;
+    assert!(full.starts_with("HTTP/1.1 503"), "{full}");
+    served.sockets.handle().shutdown();
+    assert_eq!(expect_close(&mut client).await.0, 1001);
+}
+
+#[tokio::test]
+async fn the_axum_echo_example_serves_its_page_and_both_endpoints() {
+    let (_example, addr) = start_example("axum_echo", &["--deflate"]).await;
+    let page = raw_http(
+        addr,
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("text/html"), "{page}");
+    assert!(page.contains("new WebSocket(url)"), "{page}");
+    let health = raw_http(
+        addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    let offer = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n";
+    for path in ["/ws", "/stream"] {
+        let response = raw_http(addr, &upgrade_head("GET", path, "HTTP/1.1", offer)).await;
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("sec-websocket-extensions: permessage-deflate"),
+            "--deflate on {path}: {response}"
+        );
+        let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}{path}"))
+            .await
+            .unwrap();
+        echoes(&mut client).await;
+        client.close(None).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_axum_echo_example_serves_https_and_wss() {
+    let identity = tls::identity();
+    let (cert, key) = (identity.cert_pem.to_str(), identity.key_pem.to_str());
+    let args = ["--tls-cert", cert.unwrap(), "--tls-key", key.unwrap()];
+    let (_example, addr) = start_example("axum_echo", &args).await;
+    let mut health = tls::connect(addr).await.expect("a TLS handshake");
+    health
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let _ = health.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("ok\n"), "{response}");
+    for path in ["/ws", "/stream"] {
+        let tls = tls::connect(addr).await.unwrap();
+        let url = format!("wss://localhost:{}{path}", addr.port());
+        let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
+        echoes(&mut client).await;
+    }
+}
