@@ -30,7 +30,7 @@ use clap::Parser;
 use rapidws::axum::{Sockets, WebSocketUpgrade};
 use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
 
-// Only its TLS configuration is used here.
+// Only its logging and TLS configuration are used here.
 #[allow(dead_code)]
 mod support;
 
@@ -105,11 +105,7 @@ async fn stream(upgrade: WebSocketUpgrade) -> Response {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    support::log_to_stderr();
     let args = Args::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -59,11 +59,7 @@ impl Handler for Echo {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    support::log_to_stderr();
     let args = Args::parse();
     let http_fallback = args.http_fallback;
     support::serve("echo", &args.serve, |_| Echo { http_fallback })

@@ -93,11 +93,7 @@ impl Handler for Feed {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    support::log_to_stderr();
     let args = Args::parse();
     let payload = Bytes::from(vec![0x5a; args.push_size]);
     let every = Duration::from_micros(args.push_every_us.max(1));

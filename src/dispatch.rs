@@ -87,6 +87,12 @@ impl<H: Handler> App<H> {
         .map_err(|_| Panicked("on_message"))
     }
 
+    /// The handler's answer; a panic counts as no.
+    fn has_unhandled_messages(&self) -> bool {
+        let (handler, state) = (&self.handler, &self.state);
+        catch_unwind(AssertUnwindSafe(|| handler.has_unhandled_messages(state))).unwrap_or(false)
+    }
+
     fn on_drain(&mut self) -> Result<(), Panicked> {
         if self.closed {
             return Ok(());
@@ -159,7 +165,10 @@ impl<H: Handler> Dispatch<H> {
 
     /// Calls `on_open`. The `101` response should already be in the queue, so
     /// anything `on_open` sends follows it.
-    pub(crate) fn open(handler: Arc<H>, session: Session, conn: Conn, state: H::State) -> Self {
+    /// Failures the session finds are held, then answered at once unless
+    /// the handler has messages to catch up on (see `input`).
+    pub(crate) fn open(handler: Arc<H>, mut session: Session, conn: Conn, state: H::State) -> Self {
+        session.hold_failures();
         conn.shared().lock().schedule_flush();
         let mut dispatch = Dispatch {
             session,
@@ -204,9 +213,11 @@ impl<H: Handler> Dispatch<H> {
                 }
                 let event = self.session.read(input, outbox.queue());
                 let mut waiting = None;
-                if matches!(event, Err(_) | Ok(Some(Event::Closed { .. }))) {
+                if matches!(event, Ok(Some(Event::Closed { .. }))) {
                     // The close frame is in the queue: no data frame may follow
                     // it, so senders are turned away before the lock is released.
+                    // (A failure's close is queued by `release_failure`, which
+                    // turns them away under the same lock.)
                     waiting = outbox.close_sends();
                 }
                 (event, waiting)
@@ -232,7 +243,18 @@ impl<H: Handler> Dispatch<H> {
                     return Input::Done;
                 }
                 Err(error) => {
-                    tracing::debug!(id = self.app.conn.id(), %error, "failing connection");
+                    let id = self.app.conn.id();
+                    if self.session.held_failure().is_some() {
+                        if self.app.has_unhandled_messages() {
+                            // Sends stay open for the replies; `attend`
+                            // answers the failure when the handler closes.
+                            tracing::debug!(id, %error, "failing connection once the handler has caught up");
+                            self.app.on_close(error.code, error.reason);
+                            return Input::Done;
+                        }
+                        self.release_failure(error.reason);
+                    }
+                    tracing::debug!(id, %error, "failing connection");
                     self.finish(error.code, error.reason);
                     return Input::Done;
                 }
@@ -252,8 +274,31 @@ impl<H: Handler> Dispatch<H> {
             return;
         }
         if let Some((code, reason)) = outbox.take_close_request() {
-            self.session.close(code, &reason, outbox.queue());
+            if self.session.release_failure(&reason, outbox.queue()) {
+                let waiting = outbox.close_sends();
+                drop(outbox);
+                wake_all(waiting);
+            } else {
+                self.session.close(code, &reason, outbox.queue());
+            }
         }
+    }
+
+    /// Whether a protocol failure waits for the handler to catch up (see
+    /// `Handler::has_unhandled_messages`): nothing is read meanwhile.
+    pub(crate) fn holds_failure(&self) -> bool {
+        self.session.held_failure().is_some()
+    }
+
+    /// Answers a held failure now (the handler caught up, or the close
+    /// timeout passed): its close frame is queued and sends are refused.
+    pub(crate) fn release_failure(&mut self, reason: &str) {
+        let waiting = {
+            let mut outbox = self.app.conn.shared().lock();
+            self.session.release_failure(reason, outbox.queue());
+            outbox.close_sends()
+        };
+        wake_all(waiting);
     }
 
     /// The peer showed it is alive: bytes arrived (`input` calls this), a
@@ -297,7 +342,7 @@ impl<H: Handler> Dispatch<H> {
     /// True once nothing more is to be read: the close handshake is complete, or
     /// the connection failed. Write the queue out, then end TCP.
     pub(crate) fn is_closed(&self) -> bool {
-        self.session.is_closed() || self.app.closed
+        (self.session.is_closed() || self.app.closed) && !self.holds_failure()
     }
 
     /// True once the peer's close frame has arrived (see `Session::peer_closed`).

@@ -83,6 +83,21 @@ pub trait Handler: Send + Sync + 'static {
     fn on_drain(&self, conn: &Conn, state: &mut Self::State) {
         let _ = (conn, state);
     }
+
+    /// Whether messages delivered to `on_message` still wait in a queue of
+    /// the handler's own to be handled (by an async task, as with
+    /// [`SocketHandler`](crate::socket::SocketHandler)). Asked when the peer
+    /// breaks the protocol: while true, the close frame answering the
+    /// failure waits until the handler calls [`Conn::close`] (with any code:
+    /// the failure's goes out) or the close timeout passes, so the replies
+    /// to the messages the peer sent before its bad frame reach it first.
+    /// Nothing more is read meanwhile, and `on_close` is called with the
+    /// failure at once, as always. The default, false, suits callbacks: each
+    /// message was handled before the next frame was read.
+    fn has_unhandled_messages(&self, state: &Self::State) -> bool {
+        let _ = state;
+        false
+    }
 }
 
 /// The upgrade hook's additions to the `101 Switching Protocols` response.

@@ -574,6 +574,15 @@ impl<H: Handler> Lifecycle<H> {
                 ending.deadline = Some(deadline_from(now, close_timeout));
                 continue;
             }
+            if expired && dispatch.holds_failure() {
+                // The handler did not catch up in time: the failure's close
+                // goes now, with a close timeout of its own.
+                dispatch.release_failure("protocol error");
+                if let Some(ending) = self.ending.as_deref_mut() {
+                    ending.deadline = None;
+                }
+                continue;
+            }
             let outbound = dispatch.conn().shared().outbound();
             let (max, low_water) = (outbound.max_bytes, outbound.low_water());
             let (flushed, queued, bytes) = {
@@ -654,7 +663,9 @@ impl<H: Handler> Lifecycle<H> {
         match &self.stage {
             _ if lingering => !self.is_done(),
             Stage::Handshake(handshake) => !handshake.refused,
-            Stage::Open(open) => !self.is_paused() && !open.dispatch.is_closed(),
+            Stage::Open(open) => {
+                !self.is_paused() && !open.dispatch.is_closed() && !open.dispatch.holds_failure()
+            }
             Stage::Done => false,
         }
     }

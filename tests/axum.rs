@@ -12,7 +12,6 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -23,7 +22,6 @@ use futures_util::SinkExt;
 use rapidws::axum::{Sockets, WebSocketUpgrade};
 use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -134,39 +132,6 @@ async fn serve_app(config: Config) -> Served {
     }
 }
 
-/// Sends `head` and reads the response: to the end of the connection, or
-/// to the end of the head for a `101`.
-async fn raw_http(addr: SocketAddr, head: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    let reading = async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            let Ok(n) = stream.read(&mut chunk).await else {
-                return;
-            };
-            response.extend_from_slice(&chunk[..n]);
-            let upgraded = response.starts_with(b"HTTP/1.1 101")
-                && response.windows(4).any(|w| w == b"\r\n\r\n");
-            if n == 0 || upgraded {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), reading)
-        .await
-        .expect("the response within 10 s");
-    String::from_utf8_lossy(&response).into_owned()
-}
-
-fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> String {
-    format!(
-        "{method} {path} {version}\r\nHost: localhost\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade, close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
-    )
-}
-
 async fn echoes<S>(client: &mut tokio_tungstenite::WebSocketStream<S>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -184,13 +149,7 @@ where
 async fn both_apis_beside_plain_routes_on_one_port() {
     let served = serve_app(Config::default()).await;
     let addr = served.addr;
-    let health = raw_http(
-        addr,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    assert_healthy(addr).await;
 
     let (mut client, response) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
         .await
@@ -240,7 +199,7 @@ async fn the_builder_chooses_the_protocol_in_its_own_order() {
     // decides whether to go on; tungstenite would not).
     let extra = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: other\r\n";
     let head = upgrade_head("GET", "/stream", "HTTP/1.1", extra);
-    let response = raw_http(served.addr, &head).await.to_ascii_lowercase();
+    let response = http_exchange(served.addr, &head).await.to_ascii_lowercase();
     assert!(response.starts_with("http/1.1 101"), "{response}");
     assert!(!response.contains("sec-websocket-protocol"), "{response}");
 }
@@ -251,7 +210,7 @@ async fn the_builder_sets_deflate_and_limits_per_upgrade() {
     let offer = "Sec-WebSocket-Version: 13\r\n\
                  Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
     // The server's config has no deflate; /small turns it on.
-    let plain = raw_http(served.addr, &upgrade_head("GET", "/ws", "HTTP/1.1", offer)).await;
+    let plain = http_exchange(served.addr, &upgrade_head("GET", "/ws", "HTTP/1.1", offer)).await;
     assert!(plain.starts_with("HTTP/1.1 101"), "{plain}");
     assert!(
         !plain
@@ -259,7 +218,7 @@ async fn the_builder_sets_deflate_and_limits_per_upgrade() {
             .contains("sec-websocket-extensions"),
         "{plain}"
     );
-    let small = raw_http(
+    let small = http_exchange(
         served.addr,
         &upgrade_head("GET", "/small", "HTTP/1.1", offer),
     )
@@ -294,7 +253,7 @@ async fn the_builder_sets_deflate_and_limits_per_upgrade() {
 #[tokio::test]
 async fn an_optional_upgrade_serves_a_page_and_a_socket_on_one_route() {
     let served = serve_app(Config::default()).await;
-    let page = raw_http(
+    let page = http_exchange(
         served.addr,
         "GET /either HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
@@ -306,7 +265,7 @@ async fn an_optional_upgrade_serves_a_page_and_a_socket_on_one_route() {
         .unwrap();
     assert_eq!(expect_close(&mut client).await, (4000, "bye".to_owned()));
     // An upgrade that is there but bad is refused, not served the page.
-    let bad = raw_http(
+    let bad = http_exchange(
         served.addr,
         &upgrade_head("GET", "/either", "HTTP/1.1", "Sec-WebSocket-Version: 7\r\n"),
     )
@@ -346,7 +305,7 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
             ),
         ];
         for (head, status, expected) in cases {
-            let response = raw_http(served.addr, &head).await;
+            let response = http_exchange(served.addr, &head).await;
             let lower = response.to_ascii_lowercase();
             assert_eq!(&lower[9..12], status, "{head:?} got {response}");
             assert!(lower.contains(expected), "{head:?} got {response}");
@@ -354,7 +313,7 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
         }
     }
     // The handler's hook refuses, as on the standalone server.
-    let denied = raw_http(
+    let denied = http_exchange(
         served.addr,
         &upgrade_head("GET", "/ws?deny", "HTTP/1.1", version),
     )
@@ -366,7 +325,7 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
         "GET /ws HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(1 << 20)
     );
-    let response = raw_http(served.addr, &huge).await;
+    let response = http_exchange(served.addr, &huge).await;
     assert!(response.starts_with("HTTP/1.1 431"), "{:.200}", response);
     // Nothing was opened, and everyone else is still served.
     assert_eq!(served.opened.load(Ordering::SeqCst), 0);
@@ -387,7 +346,7 @@ async fn the_sockets_in_the_extensions_count_and_shut_down() {
     assert_eq!(next(&mut client).await, WsMessage::text("protocol none"));
     assert_eq!(served.sockets.handle().connections(), 1);
     // Its config's limit: one connection.
-    let full = raw_http(
+    let full = http_exchange(
         served.addr,
         &upgrade_head(
             "GET",
@@ -405,7 +364,7 @@ async fn the_sockets_in_the_extensions_count_and_shut_down() {
 #[tokio::test]
 async fn the_axum_echo_example_serves_its_page_and_both_endpoints() {
     let (_example, addr) = start_example("axum_echo", &["--deflate"]).await;
-    let page = raw_http(
+    let page = http_exchange(
         addr,
         "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
@@ -413,15 +372,10 @@ async fn the_axum_echo_example_serves_its_page_and_both_endpoints() {
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("text/html"), "{page}");
     assert!(page.contains("new WebSocket(url)"), "{page}");
-    let health = raw_http(
-        addr,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    assert_healthy(addr).await;
     let offer = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n";
     for path in ["/ws", "/stream"] {
-        let response = raw_http(addr, &upgrade_head("GET", path, "HTTP/1.1", offer)).await;
+        let response = http_exchange(addr, &upgrade_head("GET", path, "HTTP/1.1", offer)).await;
         assert!(
             response
                 .to_ascii_lowercase()

@@ -9,9 +9,8 @@ mod common;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::{expect_close, next};
+use common::{assert_healthy, expect_close, http_exchange, next, upgrade_head};
 use futures_util::SinkExt;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -21,8 +20,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rapidws::socket::{SocketHandler, WebSocket};
 use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 /// Echoes; picks the `chat` subprotocol when offered; refuses `/ws?deny`.
@@ -92,48 +90,10 @@ fn route<H: Handler>(
     }
 }
 
-/// Sends `head` and returns the response: up to the end of the connection
-/// (error responses close it: the requests say `Connection: close`), or up
-/// to the end of the head for a `101`.
-async fn raw_http(addr: SocketAddr, head: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    let reading = async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = stream.read(&mut chunk).await.unwrap();
-            response.extend_from_slice(&chunk[..n]);
-            let upgraded = response.starts_with(b"HTTP/1.1 101")
-                && response.windows(4).any(|w| w == b"\r\n\r\n");
-            if n == 0 || upgraded {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), reading)
-        .await
-        .expect("the response within 10 s");
-    String::from_utf8(response).unwrap()
-}
-
-fn upgrade_head(method: &str, version: &str, extra: &str) -> String {
-    format!(
-        "{method} /ws {version}\r\nHost: localhost\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade, close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
-    )
-}
-
 #[tokio::test]
 async fn http_routes_and_websockets_share_a_port() {
     let addr = hyper_server(rapidws::stream::Server::new(Echo, Config::default())).await;
-    let health = raw_http(
-        addr,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    assert_healthy(addr).await;
     let (mut client, response) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
         .await
         .expect("upgraded through hyper");
@@ -154,7 +114,7 @@ async fn the_101_carries_the_accept_key_the_protocol_and_deflate() {
     let addr = hyper_server(rapidws::stream::Server::new(Echo, config)).await;
     let extra = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: other, chat\r\n\
                  Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
-    let response = raw_http(addr, &upgrade_head("GET", "HTTP/1.1", extra)).await;
+    let response = http_exchange(addr, &upgrade_head("GET", "/ws", "HTTP/1.1", extra)).await;
     let head = response.to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{response}");
     // RFC 6455's example key and its answer.
@@ -185,24 +145,24 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
             None,
         ),
         (
-            upgrade_head("POST", "HTTP/1.1", version),
+            upgrade_head("POST", "/ws", "HTTP/1.1", version),
             "405",
             Some("allow: get"),
         ),
         (
-            upgrade_head("GET", "HTTP/1.1", "Sec-WebSocket-Version: 8\r\n"),
+            upgrade_head("GET", "/ws", "HTTP/1.1", "Sec-WebSocket-Version: 8\r\n"),
             "426",
             Some("sec-websocket-version: 13"),
         ),
-        (upgrade_head("GET", "HTTP/1.0", version), "400", None),
+        (upgrade_head("GET", "/ws", "HTTP/1.0", version), "400", None),
         (
-            upgrade_head("GET", "HTTP/1.1", version).replace("/ws ", "/ws?deny "),
+            upgrade_head("GET", "/ws", "HTTP/1.1", version).replace("/ws ", "/ws?deny "),
             "403",
             None,
         ),
     ];
     for (head, status, header) in cases {
-        let response = raw_http(addr, &head).await;
+        let response = http_exchange(addr, &head).await;
         let lower = response.to_ascii_lowercase();
         // hyper answers an HTTP/1.0 request in HTTP/1.0.
         let status_line = lower.lines().next().unwrap_or("");
@@ -221,7 +181,7 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
         "GET /ws HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(1 << 20)
     );
-    let response = raw_http(addr, &huge).await;
+    let response = http_exchange(addr, &huge).await;
     assert!(
         response.starts_with("HTTP/1.1 431"),
         "{}",

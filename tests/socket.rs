@@ -24,6 +24,8 @@ backend_tests!(
     a_full_inbox_stops_reading_until_the_socket_catches_up,
     dropping_the_socket_closes_the_connection,
     a_failed_connection_yields_its_error_then_ends,
+    replies_to_messages_before_a_bad_frame_go_out_before_its_close,
+    a_failure_waits_for_the_socket_at_most_the_close_timeout,
     a_close_completes_while_the_inbox_is_full,
 );
 
@@ -274,6 +276,69 @@ async fn a_failed_connection_yields_its_error_then_ends(backend: Backend) {
     let failed = format!("failed {} (", CloseCode::INVALID_PAYLOAD.0);
     assert!(seen[0].starts_with(&failed), "{seen:?}");
     assert_eq!(seen[1], "ended Some(1007)");
+}
+
+/// Messages and a bad frame in one write (Autobahn's 3.2, 5.15): the
+/// socket's task echoes the messages before the failure's close frame goes
+/// out, as a pipelining peer expects, and nothing after the bad frame is
+/// read.
+async fn replies_to_messages_before_a_bad_frame_go_out_before_its_close(backend: Backend) {
+    let (report, mut reports) = mpsc::unbounded_channel();
+    let server = start_sockets(backend, Config::default(), move |socket| {
+        echo_and_report(socket, report.clone())
+    })
+    .await;
+    let mut stream = raw_upgraded(server.addr).await;
+    let mut burst = Vec::new();
+    for i in 0..3u8 {
+        burst.extend(client_frame(true, 0x1, format!("request {i}").as_bytes()));
+    }
+    // A reserved opcode (1002), then a message that must not be delivered.
+    burst.extend(client_frame(true, 0x5, b""));
+    burst.extend(client_frame(true, 0x1, b"after the failure"));
+    stream.write_all(&burst).await.unwrap();
+    let received = tokio::time::timeout(Duration::from_secs(10), read_to_close(&mut stream))
+        .await
+        .expect("the server closes within 10 s");
+    let frames = server_frames(&received);
+    let texts: Vec<(u8, Vec<u8>)> = (0..3u8)
+        .map(|i| (0x1, format!("request {i}").into_bytes()))
+        .collect();
+    assert_eq!(&frames[..3], &texts[..], "the echoes first: {frames:?}");
+    assert_eq!(frames.len(), 4, "then only the close: {frames:?}");
+    assert_eq!(frames[3].0, 0x8);
+    assert_eq!(close_code_of(&received), 1002);
+    let failed = tokio::time::timeout(Duration::from_secs(10), reports.recv()).await;
+    assert!(failed.unwrap().unwrap().starts_with("failed 1002"));
+}
+
+/// A socket that never takes its messages does not hold a failed
+/// connection open: the close frame goes out at the close timeout.
+async fn a_failure_waits_for_the_socket_at_most_the_close_timeout(backend: Backend) {
+    let server = start_sockets(
+        backend,
+        Config::default().close_timeout(Duration::from_millis(400)),
+        |socket: WebSocket| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        },
+    )
+    .await;
+    let mut stream = raw_upgraded(server.addr).await;
+    let mut burst = client_frame(true, 0x1, b"never read");
+    burst.extend(client_frame(true, 0x5, b""));
+    let started = std::time::Instant::now();
+    stream.write_all(&burst).await.unwrap();
+    let received = tokio::time::timeout(Duration::from_secs(10), read_to_close(&mut stream))
+        .await
+        .expect("the server closes within 10 s");
+    let waited = started.elapsed();
+    assert_eq!(server_frames(&received).len(), 1, "only the close");
+    assert_eq!(close_code_of(&received), 1002);
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed after {waited:?}"
+    );
 }
 
 /// The socket's inbox (64 KiB) is full and its task never reads again; the

@@ -8,6 +8,15 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use rapidws::{Config, Handler};
 
+/// Logs to stderr at the level `RUST_LOG` asks for (default `info`).
+pub fn log_to_stderr() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+}
+
 /// Where and how to serve.
 #[derive(Args, Debug)]
 pub struct ServeArgs {

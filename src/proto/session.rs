@@ -167,6 +167,11 @@ pub struct Session {
     release_assembly: bool,
     /// The peer's close frame arrived (whoever sent the first one).
     peer_closed: bool,
+    /// Failures `read` finds are held, not answered at once (see
+    /// [`Session::hold_failures`]).
+    hold_failures: bool,
+    /// The code of a failure held and not answered yet.
+    held: Option<CloseCode>,
     assembly: BytesMut,
     pool: Arc<BufferPool>,
     /// Present when permessage-deflate was negotiated. Inline, not boxed: it
@@ -200,6 +205,8 @@ impl Session {
             consume: 0,
             release_assembly: false,
             peer_closed: false,
+            hold_failures: false,
+            held: None,
             assembly: BytesMut::new(),
             pool,
             inflater: None,
@@ -293,7 +300,11 @@ impl Session {
                             self.state = State::Closed;
                             self.frame = None;
                             self.fragmented = None;
-                            write_close(out, CloseCode::INVALID_PAYLOAD, INVALID_TEXT);
+                            if self.hold_failures {
+                                self.held = Some(CloseCode::INVALID_PAYLOAD);
+                            } else {
+                                write_close(out, CloseCode::INVALID_PAYLOAD, INVALID_TEXT);
+                            }
                             return Err(ProtocolError {
                                 code: CloseCode::INVALID_PAYLOAD,
                                 reason: INVALID_TEXT,
@@ -343,16 +354,62 @@ impl Session {
         reason: &'static str,
         out: &mut WriteQueue,
     ) -> ProtocolError {
-        if self.state == State::Open {
+        // A held failure is overtaken: this one's close goes out instead.
+        if self.state == State::Open || self.held.take().is_some() {
             write_close(out, code, close::truncate_reason(reason));
         }
         self.end_reading();
         ProtocolError { code, reason }
     }
 
+    /// A failure found by `read`: answered with its close frame at once, or
+    /// held (see [`Session::hold_failures`]).
+    fn fail_read(
+        &mut self,
+        code: CloseCode,
+        reason: &'static str,
+        out: &mut WriteQueue,
+    ) -> ProtocolError {
+        if self.hold_failures && self.state == State::Open {
+            self.held = Some(code);
+            self.end_reading();
+            return ProtocolError { code, reason };
+        }
+        self.fail(code, reason, out)
+    }
+
+    /// From now on, a protocol failure that [`Session::read`] finds ends
+    /// reading as usual but queues no close frame: the failure is held
+    /// ([`Session::held_failure`]) until [`Session::release_failure`]. For
+    /// a caller whose application has not yet handled every message that
+    /// arrived before the failure: its replies to them can go out first, as
+    /// a peer that pipelines requests expects. Failures the caller starts
+    /// ([`Session::fail`]) are never held.
+    pub fn hold_failures(&mut self) {
+        self.hold_failures = true;
+    }
+
+    /// The close code of a held failure not answered yet.
+    pub fn held_failure(&self) -> Option<CloseCode> {
+        self.held
+    }
+
+    /// Answers a held failure: queues its close frame (its own code, with
+    /// `reason`). Returns false, queueing nothing, if none is held.
+    pub fn release_failure(&mut self, reason: &str, out: &mut WriteQueue) -> bool {
+        match self.held.take() {
+            Some(code) => {
+                write_close(out, code, close::truncate_reason(reason));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Ends the session without sending anything, because the connection is
     /// already gone (TCP closed, or the close handshake timed out).
     pub fn abandon(&mut self) {
+        self.held = None;
         self.end_reading();
     }
 
@@ -431,7 +488,7 @@ impl Session {
             match decode_header(input, self.rules) {
                 Ok(None) => return Ok(Step::NeedMore),
                 Ok(Some((header, header_len))) => self.start_frame(header, header_len, out)?,
-                Err(e) => return Err(self.fail(e.close_code(), e.reason(), out)),
+                Err(e) => return Err(self.fail_read(e.close_code(), e.reason(), out)),
             }
         }
         let Some(frame) = self.frame.as_mut() else {
@@ -479,7 +536,7 @@ impl Session {
                 self.assembly.extend_from_slice(piece);
             }
             if fragmented.text && self.utf8.feed(&self.assembly[before..]).is_err() {
-                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+                return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
             input.advance(start + avail);
             frame.header_len = 0;
@@ -503,11 +560,11 @@ impl Session {
                     return Err(self.fail_inflate(failure, out));
                 }
                 if fragmented.text && self.utf8.feed(&self.assembly[before..]).is_err() {
-                    return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+                    return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
                 }
             }
             if fragmented.text && self.utf8.finish().is_err() {
-                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+                return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
             self.release_assembly = true;
             if self.state == State::CloseSent {
@@ -523,7 +580,7 @@ impl Session {
         let text = opcode == OpCode::Text;
         if avail < frame.payload_len - frame.done {
             if text && self.utf8.feed(&input[start..start + avail]).is_err() {
-                return Err(self.fail(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
+                return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
             frame.kept += avail;
             frame.done += avail;
@@ -556,7 +613,7 @@ impl Session {
         let len = header.payload_len;
         let compressed = header.rsv & RSV1 != 0;
         if compressed && (header.opcode.is_control() || header.opcode == OpCode::Continuation) {
-            return Err(self.fail(
+            return Err(self.fail_read(
                 CloseCode::PROTOCOL_ERROR,
                 "RSV1 set on a control or continuation frame",
                 out,
@@ -564,13 +621,13 @@ impl Session {
         }
         if !header.opcode.is_control() {
             if len > self.limits.max_frame_size as u64 {
-                return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, FRAME_TOO_BIG, out));
+                return Err(self.fail_read(CloseCode::MESSAGE_TOO_BIG, FRAME_TOO_BIG, out));
             }
             let len = len as usize;
             let max_message = self.limits.max_message_size;
             match (header.opcode, self.fragmented.as_mut()) {
                 (OpCode::Continuation, None) => {
-                    return Err(self.fail(
+                    return Err(self.fail_read(
                         CloseCode::PROTOCOL_ERROR,
                         "continuation frame without a message to continue",
                         out,
@@ -579,12 +636,16 @@ impl Session {
                 (OpCode::Continuation, Some(fragmented)) => {
                     let max_message = wire_limit(max_message, fragmented.compressed);
                     if len > max_message - fragmented.len {
-                        return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
+                        return Err(self.fail_read(
+                            CloseCode::MESSAGE_TOO_BIG,
+                            MESSAGE_TOO_BIG,
+                            out,
+                        ));
                     }
                     fragmented.len += len;
                 }
                 (_, Some(_)) => {
-                    return Err(self.fail(
+                    return Err(self.fail_read(
                         CloseCode::PROTOCOL_ERROR,
                         "new data frame inside a fragmented message",
                         out,
@@ -592,7 +653,11 @@ impl Session {
                 }
                 (opcode, None) => {
                     if len > wire_limit(max_message, compressed) {
-                        return Err(self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out));
+                        return Err(self.fail_read(
+                            CloseCode::MESSAGE_TOO_BIG,
+                            MESSAGE_TOO_BIG,
+                            out,
+                        ));
                     }
                     self.utf8 = Utf8Validator::new();
                     if !header.fin || compressed {
@@ -639,7 +704,7 @@ impl Session {
             OpCode::Pong => Ok(Step::Ready(Ready::Pong(payload))),
             _ => {
                 let (code, reason) = match close::parse_close_payload(&input[payload.clone()]) {
-                    Err(bad) => return Err(self.fail(bad.close_code(), bad.reason(), out)),
+                    Err(bad) => return Err(self.fail_read(bad.close_code(), bad.reason(), out)),
                     Ok(Some((code, _))) => (code, payload.start + 2..payload.end),
                     Ok(None) => (CloseCode::NO_STATUS, payload.end..payload.end),
                 };
@@ -664,8 +729,12 @@ impl Session {
 impl Session {
     fn fail_inflate(&mut self, failure: InflateFailure, out: &mut WriteQueue) -> ProtocolError {
         match failure {
-            InflateFailure::TooBig => self.fail(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out),
-            InflateFailure::Invalid => self.fail(CloseCode::INVALID_PAYLOAD, INVALID_DEFLATE, out),
+            InflateFailure::TooBig => {
+                self.fail_read(CloseCode::MESSAGE_TOO_BIG, MESSAGE_TOO_BIG, out)
+            }
+            InflateFailure::Invalid => {
+                self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_DEFLATE, out)
+            }
         }
     }
 }

@@ -156,6 +156,13 @@ impl<T: Send + 'static> Handler for SocketHandler<T> {
         }
     }
 
+    fn has_unhandled_messages(&self, state: &SocketState<T>) -> bool {
+        state
+            .inbox
+            .as_ref()
+            .is_some_and(|inbox| inbox.has_messages())
+    }
+
     fn on_close(&self, _conn: &Conn, state: &mut SocketState<T>, code: CloseCode, reason: &str) {
         if let Some(inbox) = &state.inbox {
             inbox.end(code, reason);

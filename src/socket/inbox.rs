@@ -144,6 +144,11 @@ impl Inbox {
         Poll::Pending
     }
 
+    /// Whether messages wait to be taken.
+    pub(crate) fn has_messages(&self) -> bool {
+        !self.lock().messages.is_empty()
+    }
+
     /// How the connection ended, if it has and everything was taken.
     pub(crate) fn ending(&self) -> Option<Ending> {
         let state = self.lock();

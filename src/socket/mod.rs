@@ -234,6 +234,12 @@ impl ReadHalf {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Taken::Message(message)) => Poll::Ready(Some(Ok(message))),
             Poll::Ready(Taken::Ended(Ending { code, reason })) => {
+                if is_failure(code) {
+                    // Every message before the failure was taken (and
+                    // answered): the failure's close may go out now, if it
+                    // waited for us (`Handler::has_unhandled_messages`).
+                    let _ = shared.conn.close(code, &reason);
+                }
                 if is_failure(code) && !std::mem::replace(&mut self.failure_told, true) {
                     Poll::Ready(Some(Err(Error::Failed { code, reason })))
                 } else {
@@ -259,6 +265,12 @@ impl Drop for ReadHalf {
         // Nobody reads any more: what comes is dropped, and a pause the
         // inbox set must not stop the close handshake.
         self.shared.inbox.abandon(&self.shared.conn);
+        // Nor a failure that waited for the messages to be taken.
+        if let Some(Ending { code, reason }) = self.shared.inbox.ending() {
+            if is_failure(code) {
+                let _ = self.shared.conn.close(code, &reason);
+            }
+        }
     }
 }
 

@@ -629,6 +629,52 @@ pub async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
     response
 }
 
+/// Sends `head` and reads the response: to the end of the connection, or
+/// to the end of the head for a `101`.
+pub async fn http_exchange(addr: SocketAddr, head: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let reading = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let Ok(n) = stream.read(&mut chunk).await else {
+                return;
+            };
+            response.extend_from_slice(&chunk[..n]);
+            let upgraded = response.starts_with(b"HTTP/1.1 101")
+                && response.windows(4).any(|w| w == b"\r\n\r\n");
+            if n == 0 || upgraded {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the response within 10 s");
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// An upgrade request head for `path` (RFC 6455's sample key), with
+/// `extra` header lines; it asks the server to close after answering.
+pub fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> String {
+    format!(
+        "{method} {path} {version}\r\nHost: localhost\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade, close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
+    )
+}
+
+/// `GET /healthz` answers 200 `ok`.
+pub async fn assert_healthy(addr: SocketAddr) {
+    let health = http_exchange(
+        addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+}
+
 /// Opens a raw, upgraded connection (the 101 is read and checked).
 pub async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
     raw_upgraded_with(addr, "").await.0

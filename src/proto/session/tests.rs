@@ -222,6 +222,56 @@ fn frame_errors_fail_with_1002_and_a_close_frame() {
 }
 
 #[test]
+fn a_held_failure_queues_nothing_until_released() {
+    // Frame errors and invalid UTF-8 (found after the message's borrow).
+    for (wire, code) in [
+        (vec![0x83, 0x80, 1, 2, 3, 4], 1002),
+        (frame(true, OpCode::Text, b"ok\xFFok"), 1007),
+    ] {
+        let mut h = Harness::new();
+        h.session.hold_failures();
+        let mut wire_before = frame(true, OpCode::Text, b"first");
+        wire_before.extend(&wire);
+        wire_before.extend(frame(true, OpCode::Text, b"never read"));
+        assert_eq!(
+            h.feed(&wire_before),
+            [Ev::Text("first".into()), Ev::Failed(code)]
+        );
+        assert!(h.sent().is_empty(), "no close frame while held");
+        assert_eq!(h.session.held_failure(), Some(CloseCode(code)));
+        assert!(!h.session.is_open());
+        assert_eq!(h.feed(&frame(true, OpCode::Text, b"more")), []);
+        // Released with the failure's own code, whatever reason is given.
+        assert!(h.session.release_failure("caught up", &mut h.out));
+        assert!(!h.session.release_failure("twice", &mut h.out));
+        let sent = h.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].1[..2], close_payload(code)[..]);
+        assert_eq!(&sent[0].1[2..], b"caught up");
+        assert_eq!(h.session.held_failure(), None);
+    }
+}
+
+#[test]
+fn a_failure_the_caller_starts_is_never_held_and_overtakes_a_held_one() {
+    let mut h = Harness::new();
+    h.session.hold_failures();
+    h.session
+        .fail(CloseCode::INTERNAL_ERROR, "handler panicked", &mut h.out);
+    assert_eq!(h.sent()[0].1[..2], close_payload(1011)[..]);
+
+    let mut h = Harness::new();
+    h.session.hold_failures();
+    assert_eq!(h.feed(&[0x83, 0x80, 1, 2, 3, 4]), [Ev::Failed(1002)]);
+    h.session
+        .fail(CloseCode::INTERNAL_ERROR, "handler panicked", &mut h.out);
+    assert_eq!(h.sent()[0].1[..2], close_payload(1011)[..]);
+    assert_eq!(h.session.held_failure(), None);
+    assert!(!h.session.release_failure("late", &mut h.out));
+    assert!(h.sent().is_empty());
+}
+
+#[test]
 fn invalid_utf8_fails_with_1007() {
     let mut h = Harness::new();
     assert_eq!(
