@@ -5,7 +5,7 @@
 #   doc tests (the permessage-deflate interop tests set up their Python client
 #   themselves; the hostile-peer tests are integration tests), the load
 #   harness's own checks, the Autobahn TestSuite cases against the echo
-#   examples (tokio, io_uring, wss, axum's /ws and /stream), checked strictly, a smoke run of every
+#   examples (tokio, io_uring, wss on both, axum's /ws and /stream), checked strictly, a smoke run of every
 #   fuzz target, and Miri over
 #   the sans-I/O unit tests.
 # Everything it needs beyond Rust (stable and nightly) and Python 3 it
@@ -41,7 +41,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 (cd benches/harness/go && go vet ./...)
 
 step "Autobahn TestSuite (strict)"
-autobahn/run.sh tokio uring tls axum-ws axum-stream
+autobahn/run.sh tokio uring tls tls-uring axum-ws axum-stream
 
 step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
 fuzz/run.sh "$FUZZ_SMOKE_SECONDS"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the Autobahn TestSuite cases against the echo examples and checks the
 # results strictly. Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls axum-ws axum-stream)
+# (default: tokio uring tls tls-uring axum-ws axum-stream)
 #
 # - `tokio`, `uring`: the echo example on that backend;
 # - `tls` is wss: the echo example on the tokio backend with a certificate
 #   made here (openssl), behind a TLS bridge (socat, installed with apt-get
 #   if it is missing) that kosoku, which speaks no TLS, connects to in plain
-#   TCP;
+#   TCP; `tls-uring` the same on the io_uring backend (rustls inside the
+#   reactor);
 # - `axum-ws`, `axum-stream`: the axum_echo example's `/ws` (a Handler) and
 #   `/stream` (the async socket).
 #
@@ -21,7 +22,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls axum-ws axum-stream); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -84,12 +85,14 @@ for backend in "${backends[@]}"; do
     if [[ "$backend" == axum-* ]]; then
         server_bin="$axum_bin"
         path="/${backend#axum-}"
-    elif [[ "$backend" == tls ]]; then
+    elif [[ "$backend" == tls* ]]; then
         command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
             -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
             -keyout "$reports/key.pem" -out "$reports/cert.pem" 2>/dev/null
-        serve+=(--backend tokio --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
+        tls_backend=tokio
+        [[ "$backend" == tls-uring ]] && tls_backend=uring
+        serve+=(--backend "$tls_backend" --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
     else
         serve+=(--backend "$backend")
     fi
@@ -100,7 +103,7 @@ for backend in "${backends[@]}"; do
         cat "$reports/server.log" >&2
         exit 1
     fi
-    if [[ "$backend" == tls ]]; then
+    if [[ "$backend" == tls* ]]; then
         # kosoku connects here in plain TCP; socat verifies the server's
         # certificate and carries each connection over TLS.
         plain_port="$(free_port)"

@@ -43,7 +43,7 @@ pub struct ServeArgs {
     #[arg(long, requires = "deflate", value_name = "BYTES")]
     pub deflate_min_size: Option<usize>,
     /// Serve wss with this certificate chain (PEM; with --tls-key and
-    /// `--features rustls`, on --backend tokio).
+    /// `--features rustls`).
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<std::path::PathBuf>,
     /// The private key for --tls-cert (PEM).
@@ -76,16 +76,17 @@ impl ServeArgs {
     /// Why this build cannot serve the TLS asked for, if it cannot.
     fn tls_missing(&self) -> Option<&'static str> {
         self.tls_cert.as_ref()?;
-        match self.backend {
-            Backend::Uring => Some(
-                "wss on --backend uring is not available yet (rustls inside the io_uring \
-                 reactor is issue 9); use --backend tokio",
-            ),
-            Backend::Tokio if cfg!(feature = "rustls") => None,
-            Backend::Tokio => Some(
+        if !cfg!(feature = "rustls") {
+            return Some(
                 "this build has no TLS: build it with `--features rustls` \
                  (e.g. cargo run --release --features rustls --example echo -- --tls-cert ...)",
-            ),
+            );
+        }
+        match self.backend {
+            Backend::Uring if self.also_plain => {
+                Some("--also-plain is for --backend tokio; io_uring serves either ws or wss")
+            }
+            _ => None,
         }
     }
 
@@ -223,8 +224,13 @@ fn serve_uring<H: Handler>(
     if let Some(threads) = args.threads {
         server = server.threads(threads);
     }
+    #[cfg(feature = "rustls")]
+    if let Some(config) = args.tls_config()? {
+        server = server.tls(config);
+    }
+    let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
     shut_down_on_ctrl_c(runtime.handle(), server.handle());
-    tracing::info!(addr = %args.addr, backend = "uring", "{name} server listening");
+    tracing::info!(addr = %args.addr, backend = "uring", scheme, "{name} server listening");
     // Blocks this thread; the reactors run on threads of their own.
     server.serve().map_err(|error| error.to_string())
 }

@@ -11,8 +11,13 @@
 //! whatever the callbacks and the protocol queued during the turn is moved
 //! out of the connection's queue and sent with one send; a partial send is
 //! sent on from where it stopped before anything newer.
+//!
+//! With TLS (`tls.rs`), received bytes are decrypted before the lifecycle
+//! sees them, and what the lifecycle queued is encrypted before the send;
+//! records of the session's own (the handshake, close_notify) go out
+//! between the lifecycle's writes.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
@@ -20,10 +25,12 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::ring::{Op, Outgoing, Received, Ring};
+use super::tls::Tls;
 use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::{Action, Env, Lifecycle};
+use crate::proto::WriteQueue;
 use crate::read_buf;
 use crate::server::LiveGuard;
 use crate::slot_waker::ConnWake;
@@ -65,15 +72,24 @@ pub(crate) struct Connection<H: Handler> {
     cancelling: bool,
     /// A send is in flight.
     sending: bool,
+    /// The send in flight carries what the lifecycle took (`take_queue`),
+    /// not only TLS records of the session's own.
+    sending_taken: bool,
+    /// TLS: end our side of TCP once close_notify has been sent.
+    shut_down_after_send: bool,
+    /// wss: the TLS session. Boxed: most connections have none.
+    tls: Option<Box<Tls>>,
     life: Lifecycle<H>,
 }
 
 impl<H: Handler> Connection<H> {
-    /// Starts serving an accepted connection: arms its receive. Its `Conn`
-    /// will wake the reactor through `wake`.
+    /// Starts serving an accepted connection (over `tls`, for wss): arms
+    /// its receive. Its `Conn` will wake the reactor through `wake`. The
+    /// handshake timeout covers the TLS handshake too.
     pub(crate) fn accept(
         stream: TcpStream,
         peer: SocketAddr,
+        tls: Option<Box<Tls>>,
         live: LiveGuard,
         wake: ConnWake,
         env: &Env<H>,
@@ -85,6 +101,9 @@ impl<H: Handler> Connection<H> {
             receiving: false,
             cancelling: false,
             sending: false,
+            sending_taken: false,
+            shut_down_after_send: false,
+            tls,
             life: Lifecycle::accept(peer, live, wake, env, Instant::now()),
         };
         connection.receive(io);
@@ -107,7 +126,28 @@ impl<H: Handler> Connection<H> {
             // The reactor gives the buffer back afterwards, whatever happens here.
             Ok(Received::Data { buffer, len }) => {
                 let chunk = io.ring.received(buffer, len);
-                self.take(chunk, env);
+                match &mut self.tls {
+                    None => self.take(chunk, env),
+                    Some(tls) => {
+                        let pool = &env.core.pool;
+                        let mut plain = BytesMut::new();
+                        let handshaking = tls.is_handshaking();
+                        match tls.open(chunk, &mut plain, pool) {
+                            Ok(()) if !plain.is_empty() => self.take(&mut plain, env),
+                            Ok(()) => {}
+                            Err(error) => {
+                                if handshaking {
+                                    let peer = self.stream.peer_addr().ok();
+                                    tracing::debug!(?peer, %error, "TLS handshake failed; connection closed");
+                                }
+                                self.life.read_failed(&error);
+                            }
+                        }
+                        // What the lifecycle left was copied by `take`.
+                        plain.clear();
+                        read_buf::release(&mut plain, pool);
+                    }
+                }
             }
             Ok(Received::End) => self.life.receive_eof(),
             // Out of provided buffers, or cancelled by us: armed again by the
@@ -127,6 +167,7 @@ impl<H: Handler> Connection<H> {
         io: &mut Io<'_>,
     ) {
         self.sending = false;
+        let taken = std::mem::take(&mut self.sending_taken);
         let written = match result {
             Ok(0) => Err(io::ErrorKind::WriteZero.into()),
             other => other,
@@ -134,7 +175,10 @@ impl<H: Handler> Connection<H> {
         let failed = match written {
             Ok(n) => {
                 outgoing.queue.advance(n);
-                self.life.sent(n);
+                if self.tls.is_none() {
+                    // With TLS, plaintext counts as sent once sealed.
+                    self.life.sent(n);
+                }
                 false
             }
             Err(error) => {
@@ -145,12 +189,17 @@ impl<H: Handler> Connection<H> {
         if !outgoing.queue.is_empty() && !failed && !self.life.is_done() {
             // A partial send: the rest goes before anything queued since.
             self.sending = true;
+            self.sending_taken = taken;
             io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
             return;
         }
         let unsent = outgoing.queue.len();
         outgoing.queue.advance(unsent);
-        self.life.write_finished(unsent);
+        if taken {
+            // Unsent records are not the lifecycle's bytes: it counted them.
+            self.life
+                .write_finished(if self.tls.is_some() { 0 } else { unsent });
+        }
         if let Some(buf) = outgoing.queue.take_buffer() {
             env.core.pool.give(buf);
         }
@@ -161,9 +210,15 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn advance(&mut self, env: &Env<H>, io: &mut Io<'_>) -> Progress {
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
+        let overdue = self.life.deadline().is_some_and(|deadline| now >= deadline);
+        if overdue && self.tls.as_ref().is_some_and(|tls| tls.is_handshaking()) {
+            let peer = self.stream.peer_addr().ok();
+            tracing::debug!(?peer, "TLS handshake timed out; connection closed");
+        }
         loop {
             match self.life.poll(env, now) {
                 Action::Close => {
+                    self.say_goodbye();
                     self.end(env, io);
                     if self.receiving || self.sending {
                         return Progress::Pending;
@@ -171,7 +226,16 @@ impl<H: Handler> Connection<H> {
                     return Progress::Done;
                 }
                 Action::ShutDown => {
-                    let _ = self.stream.shutdown(Shutdown::Write);
+                    match &mut self.tls {
+                        // close_notify first, sent below.
+                        Some(tls) => {
+                            tls.close();
+                            self.shut_down_after_send = true;
+                        }
+                        None => {
+                            let _ = self.stream.shutdown(Shutdown::Write);
+                        }
+                    }
                     self.read_buf.clear();
                     read_buf::release(&mut self.read_buf, &env.core.pool);
                 }
@@ -183,7 +247,30 @@ impl<H: Handler> Connection<H> {
                         io.spare.push(outgoing);
                         break;
                     }
+                    if let Some(tls) = &mut self.tls {
+                        let sealed = tls
+                            .seal(&mut outgoing.queue)
+                            .and_then(|n| tls.take_records(&mut outgoing.queue).map(|()| n));
+                        let failed = match sealed {
+                            Ok(n) => {
+                                self.life.sent(n);
+                                false
+                            }
+                            Err(error) => {
+                                self.life.write_failed(&error);
+                                true
+                            }
+                        };
+                        // Before the handshake is done, rustls keeps the
+                        // plaintext and there may be no record to send yet.
+                        if failed || outgoing.queue.is_empty() {
+                            self.life.write_finished(0);
+                            io.spare.push(outgoing);
+                            continue;
+                        }
+                    }
                     self.sending = true;
+                    self.sending_taken = true;
                     io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
                 }
                 Action::Wait if self.life.holds_input() => {
@@ -194,6 +281,7 @@ impl<H: Handler> Connection<H> {
                 Action::Wait => break,
             }
         }
+        self.send_records(io);
         if self.life.is_paused() && self.receiving {
             // A peer that does not read its replies stops being read from.
             if !std::mem::replace(&mut self.cancelling, true) {
@@ -203,6 +291,55 @@ impl<H: Handler> Connection<H> {
             self.receive(io);
         }
         Progress::Pending
+    }
+
+    /// TLS records of the session's own (the handshake, alerts,
+    /// close_notify) go out when no send is in flight; then, after
+    /// close_notify, our side of TCP ends.
+    fn send_records(&mut self, io: &mut Io<'_>) {
+        let Some(tls) = &mut self.tls else {
+            return;
+        };
+        if self.sending || self.life.is_done() {
+            return;
+        }
+        if tls.wants_write() {
+            let mut outgoing = io.spare.pop().unwrap_or_else(Outgoing::new);
+            match tls.take_records(&mut outgoing.queue) {
+                Ok(()) if !outgoing.queue.is_empty() => {
+                    self.sending = true;
+                    io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
+                    return;
+                }
+                Ok(()) => {}
+                Err(error) => self.life.write_failed(&error),
+            }
+            io.spare.push(outgoing);
+        }
+        if std::mem::take(&mut self.shut_down_after_send) {
+            let _ = self.stream.shutdown(Shutdown::Write);
+        }
+    }
+
+    /// TLS: one attempt, without waiting, to send close_notify before the
+    /// socket closes (as the stream driver makes one attempt to end its
+    /// stream), unless a send is still out or our FIN went already; a peer
+    /// that reads on after the close handshake then sees the end of TLS,
+    /// not a truncation.
+    fn say_goodbye(&mut self) {
+        let Some(tls) = &mut self.tls else {
+            return;
+        };
+        if self.sending || self.shut_down_after_send || tls.is_handshaking() {
+            return;
+        }
+        tls.close();
+        let mut records = WriteQueue::new();
+        if tls.take_records(&mut records).is_ok() && self.stream.set_nonblocking(true).is_ok() {
+            let mut bytes = Vec::new();
+            records.drain_into(&mut bytes);
+            let _ = (&self.stream).write(&bytes);
+        }
     }
 
     /// Ends the connection now (the server gives up on it, or its lifecycle

@@ -41,6 +41,11 @@ mod connection;
 mod reactor;
 #[allow(unsafe_code)] // memory the kernel reads and writes
 mod ring;
+#[cfg(feature = "rustls")]
+mod tls;
+#[cfg(not(feature = "rustls"))]
+#[path = "tls_absent.rs"]
+mod tls;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -71,6 +76,8 @@ pub struct Server<H: Handler> {
     core: Arc<ServerCore>,
     threads: usize,
     buffers: u16,
+    /// wss: every connection's TLS configuration.
+    tls: Option<Arc<tls::ServerConfig>>,
 }
 
 impl<H: Handler> std::fmt::Debug for Server<H> {
@@ -102,7 +109,18 @@ impl<H: Handler> Server<H> {
             core: ServerCore::new(config),
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
+            tls: None,
         })
+    }
+
+    /// Serves wss: every connection starts with a TLS handshake (rustls,
+    /// run inside the reactor: see `tls.rs`), within the handshake timeout.
+    /// The crypto provider is the one `config` was built with. Advertise
+    /// `http/1.1` by ALPN if clients ask for it.
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(config);
+        self
     }
 
     /// How many reactor threads serve connections (default: one per CPU).
@@ -149,6 +167,7 @@ impl<H: Handler> Server<H> {
             core,
             threads,
             buffers,
+            tls,
         } = self;
         let addr = listener.local_addr()?;
         let mut listeners = vec![listener];
@@ -158,6 +177,7 @@ impl<H: Handler> Server<H> {
         let setup = Arc::new(Setup {
             ring_entries: RING_ENTRIES,
             buffers,
+            tls,
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut reactors = Reactors(Vec::new());

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
+use super::tls::{ServerConfig, Tls};
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
@@ -124,12 +125,15 @@ pub(crate) struct Reactor<H: Handler> {
     /// when the next one is due.
     sweep: Option<(Sweep, Instant)>,
     seen: ShutdownSeen,
+    tls: Option<Arc<ServerConfig>>,
 }
 
 /// The reactor's settings.
 pub(crate) struct Setup {
     pub(crate) ring_entries: u32,
     pub(crate) buffers: u16,
+    /// wss: every connection's TLS configuration.
+    pub(crate) tls: Option<Arc<ServerConfig>>,
 }
 
 impl<H: Handler> Reactor<H> {
@@ -163,6 +167,7 @@ impl<H: Handler> Reactor<H> {
             timers: BTreeSet::new(),
             sweep,
             seen: ShutdownSeen::default(),
+            tls: setup.tls.clone(),
         })
     }
 
@@ -504,8 +509,15 @@ impl<H: Handler> Reactor<H> {
         // Sends from other threads, close requests and aborts list this
         // slot on the reactor's woken list.
         let wake = ConnWake::Slot(SlotWake::new(self.shared.clone(), slot));
+        let tls = match self.tls.as_ref().map(Tls::new).transpose() {
+            Ok(tls) => tls,
+            Err(error) => {
+                tracing::error!(%peer, %error, "cannot start a TLS session");
+                return;
+            }
+        };
         let mut io = self.parts.io(slot);
-        let connection = Connection::accept(stream, peer, live, wake, &self.env, &mut io);
+        let connection = Connection::accept(stream, peer, tls, live, wake, &self.env, &mut io);
         self.refile_timer(slot, None, connection.deadline());
         self.slots.insert(connection);
         if self.seen.shutdown() {

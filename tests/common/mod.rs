@@ -105,6 +105,10 @@ pub enum Backend {
     /// plain connections reach it through a TLS bridge (`tls::bridge`).
     #[cfg(feature = "rustls")]
     Tls,
+    /// The io_uring server with TLS (rustls inside the reactor), reached
+    /// through a TLS bridge like `Tls`.
+    #[cfg(all(target_os = "linux", feature = "uring", feature = "rustls"))]
+    UringTls,
 }
 
 /// Generates one `#[tokio::test]` per backend for each listed test function
@@ -145,6 +149,15 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Tls).await
+                }
+            )*
+        }
+        #[cfg(all(target_os = "linux", feature = "uring", feature = "rustls"))]
+        mod uring_tls_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::UringTls).await
                 }
             )*
         }
@@ -507,6 +520,26 @@ pub async fn serve<H: Handler>(
                 served,
                 tls_addr: Some(tls_addr),
             }
+        }
+        #[cfg(all(target_os = "linux", feature = "uring", feature = "rustls"))]
+        Backend::UringTls => {
+            let tweak =
+                |server: rapidws::uring::Server<H>| server.threads(2).tls(tls::server_config());
+            let mut server = serve_uring(handler, config, tweak, recorder);
+            let tls_addr = server.addr;
+            let (addr, bridge) = tls::bridge(tls_addr).await;
+            let served = std::mem::replace(&mut server.served, tokio::spawn(async { Ok(()) }));
+            server.served = tokio::spawn(async move {
+                let served = served
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                bridge.abort();
+                let _ = bridge.await;
+                served
+            });
+            server.addr = addr;
+            server.tls_addr = Some(tls_addr);
+            server
         }
     }
 }

@@ -49,6 +49,21 @@ where
     accept_loop(args, handle);
 }
 
+/// Serves the axum app `app` makes with `axum::serve` (TCP_NODELAY on every
+/// connection), on a default multi-threaded runtime.
+pub fn serve_axum(app: impl FnOnce(Args) -> axum::Router) {
+    use axum::serve::ListenerExt;
+    let args = Args::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    runtime.block_on(async move {
+        let addr = args.addr;
+        let listener = TcpListener::bind(addr).await.expect("bind").tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app(args)).await.expect("serve");
+    });
+}
+
 /// [`serve`] for a library that works over any async stream: with
 /// `--tls-cert` and `--tls-key`, each connection is TLS (tokio-rustls, ring)
 /// first.

@@ -38,6 +38,9 @@ impl Load {
         if raw {
             command.arg("--raw");
         }
+        if server.path != "/" {
+            command.arg("--path").arg(server.path);
+        }
         if let Some(ca) = &server.tls_ca {
             command.arg("--tls-ca").arg(ca);
         }

@@ -19,6 +19,9 @@ pub struct Server {
     deflate_args: Option<&'static [&'static str]>,
     /// Push binary for the stream scenario; takes `--addr --push-size --push-every-us`.
     push: Option<PathBuf>,
+    /// The path WebSocket clients ask for (`/` for most servers; the axum
+    /// apps serve their socket at `/ws`).
+    pub path: &'static str,
     /// Raw TCP: no upgrade; the load generator gets `--raw`.
     pub raw: bool,
     /// wss: started with `--tls-cert`/`--tls-key` (the harness's own
@@ -81,6 +84,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             args: &[],
             deflate_args: Some(&["--deflate"]),
             push: Some(examples.join("stream")),
+            path: "/",
             raw: false,
             tls: false,
         },
@@ -90,8 +94,29 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             args: &["--backend", "uring"],
             deflate_args: Some(&["--backend", "uring", "--deflate"]),
             push: Some(examples.join("stream")),
+            path: "/",
             raw: false,
             tls: false,
+        },
+        Server {
+            name: "rapidws-axum",
+            echo: examples.join("axum_echo"),
+            args: &[],
+            deflate_args: Some(&["--deflate"]),
+            push: None,
+            path: "/ws",
+            raw: false,
+            tls: false,
+        },
+        Server {
+            name: "rapidws-axum-wss",
+            echo: examples.join("axum_echo"),
+            args: &[],
+            deflate_args: None,
+            push: None,
+            path: "/ws",
+            raw: false,
+            tls: true,
         },
         Server {
             name: "rapidws-tokio-wss",
@@ -99,6 +124,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             args: &[],
             deflate_args: None,
             push: None,
+            path: "/",
             raw: false,
             tls: true,
         },
@@ -115,6 +141,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         args: &[],
         deflate_args: None,
         push: None,
+        path: "/",
         raw: true,
         tls: false,
     }]);
@@ -142,6 +169,25 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             args: &[],
             deflate_args,
             push: Some(bin),
+            path: "/",
+            raw: false,
+            tls: false,
+        });
+    }
+    // The axum peers (issue 9): axum's own ws (tokio-tungstenite
+    // underneath) and sockudo-ws's axum integration, at `/ws` of an
+    // `axum::serve` app like rapidws-axum's.
+    for (name, bin) in [
+        ("axum-ws", harness_bin.join("axum-ws")),
+        ("sockudo-axum", harness_bin.join("sockudo-axum")),
+    ] {
+        servers.push(Server {
+            name,
+            echo: bin.clone(),
+            args: &[],
+            deflate_args: None,
+            push: Some(bin),
+            path: "/ws",
             raw: false,
             tls: false,
         });
@@ -158,6 +204,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             args: &[],
             deflate_args: None,
             push: None,
+            path: "/",
             raw: false,
             tls: true,
         });
@@ -176,6 +223,8 @@ pub enum Role {
 pub struct Running {
     child: Child,
     pub addr: SocketAddr,
+    /// The server's WebSocket path.
+    pub path: &'static str,
     /// wss: the certificate the load generator trusts (`--tls-ca`).
     pub tls_ca: Option<PathBuf>,
 }
@@ -235,6 +284,7 @@ impl Running {
         let mut running = Running {
             child,
             addr,
+            path: server.path,
             tls_ca,
         };
         running.wait_ready()?;

@@ -1,0 +1,22 @@
+//! axum's built-in WebSocket (`axum::extract::ws`, tokio-tungstenite
+//! underneath) with its defaults: an `axum::serve` app whose `/ws` route
+//! upgrades and echoes (and pushes, in push mode).
+
+use axum::extract::ws::{Message, WebSocketUpgrade};
+use axum::routing::get;
+
+fn main() {
+    rapidws_baselines::serve_axum(|args| {
+        axum::Router::new().route(
+            "/ws",
+            get(move |upgrade: WebSocketUpgrade| async move {
+                upgrade.on_upgrade(move |socket| async move {
+                    let payload = bytes::Bytes::from(vec![0x5a; args.push_size]);
+                    let is_data = |m: &Message| matches!(m, Message::Text(_) | Message::Binary(_));
+                    let push = || Message::Binary(payload.clone());
+                    rapidws_baselines::echo_and_push(socket, args, is_data, push).await;
+                })
+            }),
+        )
+    });
+}

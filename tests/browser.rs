@@ -1,0 +1,271 @@
+//! A real browser: headless Chromium (Debian's `chromium`, installed here
+//! with apt-get if it is missing) opens the demo page over https from a
+//! self-signed certificate (`--ignore-certificate-errors`) in its self-test
+//! mode: on each path it exchanges text (multi-byte UTF-8, empty, 72 KB) and
+//! binary messages up to 1 MiB, checks every echo, requires
+//! permessage-deflate in `ws.extensions`, and closes with 4000. The test
+//! reads the page's verdict over the DevTools protocol (a WebSocket too),
+//! polling `#verdict` with `Runtime.evaluate`: a DOM dump with a virtual
+//! time budget would let the page's timers run ahead of its sockets.
+//!
+//! Against `axum_echo --deflate` (`/ws` and `/stream`) and the echo
+//! example's `--http-fallback`.
+#![cfg(all(feature = "axum", feature = "rustls"))]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+/// Chromium's path, installed from Debian's packages on first use (one
+/// install at a time: the tests of this file run in parallel).
+fn chromium() -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let path = PathBuf::from("/usr/bin/chromium");
+    let _one_at_a_time = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !path.exists() {
+        eprintln!("installing chromium with apt-get");
+        let run = |args: &[&str]| {
+            let status = std::process::Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .expect("apt-get runs");
+            assert!(status.success(), "apt-get {args:?} failed: {status}");
+        };
+        run(&["update", "-qq"]);
+        run(&["install", "-y", "-qq", "chromium"]);
+    }
+    assert!(
+        path.exists(),
+        "{} after installing chromium",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Opens `url` in headless Chromium and returns the text the page puts in
+/// `#verdict` (within 90 s).
+async fn verdict_of(url: &str) -> String {
+    let port = free_port();
+    let profile =
+        std::env::temp_dir().join(format!("rapidws-chromium-{}-{port}", std::process::id()));
+    let _browser = Child(
+        std::process::Command::new(chromium())
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--ignore-certificate-errors",
+                "--remote-debugging-address=127.0.0.1",
+            ])
+            .arg(format!("--remote-debugging-port={port}"))
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("chromium starts"),
+    );
+    let devtools: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let target = page_target(devtools, url).await;
+    let (mut cdp, _) = tokio_tungstenite::connect_async(&target)
+        .await
+        .expect("the DevTools socket");
+    let started = Instant::now();
+    let mut id = 0u64;
+    let verdict = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "no verdict from {url} within 90 s"
+        );
+        id += 1;
+        let call = serde_json::json!({
+            "id": id,
+            "method": "Runtime.evaluate",
+            "params": {
+                "expression": "(document.getElementById('verdict') || {}).textContent || ''",
+                "returnByValue": true,
+            },
+        });
+        cdp.send(WsMessage::text(call.to_string())).await.unwrap();
+        let value = loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), cdp.next())
+                .await
+                .expect("DevTools answers")
+                .expect("DevTools socket open")
+                .unwrap();
+            let WsMessage::Text(text) = message else {
+                continue;
+            };
+            let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if reply["id"] == id {
+                break reply["result"]["result"]["value"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+        };
+        if !value.is_empty() {
+            break value;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let log = page_log(&mut cdp, id + 1).await;
+    drop(cdp);
+    let _ = std::fs::remove_dir_all(&profile);
+    format!("{verdict}\n--- page log ---\n{log}")
+}
+
+/// The page's own log (`#log`), for the failure message.
+async fn page_log<S>(cdp: &mut tokio_tungstenite::WebSocketStream<S>, id: u64) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let call = serde_json::json!({
+        "id": id,
+        "method": "Runtime.evaluate",
+        "params": {"expression": "document.getElementById('log').textContent", "returnByValue": true},
+    });
+    if cdp.send(WsMessage::text(call.to_string())).await.is_err() {
+        return String::new();
+    }
+    while let Ok(Some(Ok(message))) =
+        tokio::time::timeout(Duration::from_secs(10), cdp.next()).await
+    {
+        if let WsMessage::Text(text) = message {
+            let reply: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if reply["id"] == id {
+                return reply["result"]["result"]["value"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+        }
+    }
+    String::new()
+}
+
+/// The DevTools WebSocket of the page showing `url`, once Chromium lists it.
+async fn page_target(devtools: SocketAddr, url: &str) -> String {
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "Chromium's DevTools did not list the page within 30 s"
+        );
+        if tokio::net::TcpStream::connect(devtools).await.is_ok() {
+            if let Some(body) = devtools_get(devtools, "/json/list").await {
+                let targets: serde_json::Value =
+                    serde_json::from_str(body.trim()).unwrap_or_default();
+                let page = targets.as_array().into_iter().flatten().find(|target| {
+                    target["type"] == "page"
+                        && target["url"]
+                            .as_str()
+                            .is_some_and(|at| at.starts_with(url.split('?').next().unwrap()))
+                });
+                if let Some(socket) = page.and_then(|page| page["webSocketDebuggerUrl"].as_str()) {
+                    return socket.to_owned();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The body of a GET to Chromium's DevTools HTTP endpoint, which keeps the
+/// connection open: read up to its `Content-Length`.
+async fn devtools_get(addr: SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    // Chromium builds the socket URLs it lists from this Host.
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    let reading = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            response.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&response);
+            let (head, body) = text.split_once("\r\n\r\n")?;
+            let length = head.lines().find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse::<usize>().ok())?
+            })?;
+            if body.len() >= length {
+                return Some(body[..length].to_owned());
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading).await.ok()?
+}
+
+fn tls_args() -> Vec<String> {
+    let identity = tls::identity();
+    vec![
+        "--tls-cert".into(),
+        identity.cert_pem.display().to_string(),
+        "--tls-key".into(),
+        identity.key_pem.display().to_string(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_passes_the_self_test_on_axum_echo_over_wss() {
+    let mut args = vec!["--deflate".to_owned()];
+    args.extend(tls_args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_server, addr) = start_example("axum_echo", &args).await;
+    let url = format!(
+        "https://localhost:{}/?test&paths=/ws,/stream&deflate=1",
+        addr.port()
+    );
+    let verdict = verdict_of(&url).await;
+    eprintln!("{verdict}");
+    assert!(verdict.starts_with("PASS "), "{verdict}");
+    assert!(verdict.contains("/ws [permessage-deflate"), "{verdict}");
+    assert!(verdict.contains("/stream [permessage-deflate"), "{verdict}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_passes_the_self_test_on_the_standalone_http_fallback() {
+    let mut args = vec![
+        "--http-fallback".to_owned(),
+        "--deflate".to_owned(),
+        "--backend".to_owned(),
+        "tokio".to_owned(),
+    ];
+    args.extend(tls_args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_server, addr) = start_example("echo", &args).await;
+    let url = format!(
+        "https://localhost:{}/?test&paths=/ws&deflate=1",
+        addr.port()
+    );
+    let verdict = verdict_of(&url).await;
+    eprintln!("{verdict}");
+    assert!(verdict.starts_with("PASS "), "{verdict}");
+    assert!(verdict.contains("/ws [permessage-deflate"), "{verdict}");
+}
