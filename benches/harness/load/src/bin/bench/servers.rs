@@ -119,6 +119,16 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             tls: true,
         },
         Server {
+            name: "rapidws-uring-wss",
+            echo: examples.join("echo"),
+            args: &["--backend", "uring"],
+            deflate_args: None,
+            push: None,
+            path: "/",
+            raw: false,
+            tls: true,
+        },
+        Server {
             name: "rapidws-tokio-wss",
             echo: examples.join("echo"),
             args: &[],
