@@ -17,9 +17,9 @@ for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     cargo clippy --quiet --lib --no-default-features --features "$list" -- -D warnings
 done
 
-# `socket`, `hyper` and `axum` are `tokio` plus a module or two each: checked alone, not
+# `socket`, `hyper`, `axum` and `http2` are `tokio` plus a module or two each: checked alone, not
 # in every combination.
-for extra in socket hyper axum; do
+for extra in socket hyper axum http2; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

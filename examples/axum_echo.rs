@@ -11,6 +11,10 @@
 //! - `/ws`: echoes every message through a [`Handler`] (the callback API);
 //! - `/stream`: echoes through the async socket (`recv`/`send`).
 //!
+//! HTTP/1.1 and HTTP/2 (h2 by ALPN over TLS, prior knowledge in plain), and
+//! WebSockets over either: an HTTP/2 extended CONNECT (RFC 8441) is upgraded
+//! by the same extractor.
+//!
 //! `--deflate` offers permessage-deflate on both with the library's
 //! defaults. With `--tls-cert` and `--tls-key` everything is served over
 //! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C shuts
@@ -141,8 +145,9 @@ async fn run(args: Args) -> Result<(), String> {
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/ws", get(ws))
-        .route("/stream", get(stream))
+        // CONNECT too: WebSockets over HTTP/2 (RFC 8441) are extended CONNECTs.
+        .route("/ws", get(ws).connect(ws))
+        .route("/stream", get(stream).connect(stream))
         .layer(Extension(sockets.clone()))
         .with_state(App { echo: echo.clone() });
     let listener = tokio::net::TcpListener::bind(args.addr)
@@ -167,7 +172,11 @@ async fn run(args: Args) -> Result<(), String> {
                 .await
                 .map_err(|error| format!("serving failed: {error}"))
         }
-        Some(tls) => serve_tls(listener, tls, app).await,
+        Some(mut tls) => {
+            // HTTP/2 (and WebSockets over it) for clients that offer h2.
+            Arc::make_mut(&mut tls).alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            serve_tls(listener, tls, app).await
+        }
     };
     // The upgraded connections outlive axum's: close them with 1001.
     tokio::join!(echo.shutdown(), sockets.shutdown());
@@ -218,7 +227,9 @@ async fn serve_tls(
                 request.extensions_mut().insert(ConnectInfo(peer));
                 app.clone().call(request)
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // WebSockets over HTTP/2 when the client chose h2 by ALPN.
+            builder.http2().enable_connect_protocol();
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection failed");

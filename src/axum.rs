@@ -68,7 +68,7 @@ use ::hyper::{HeaderMap, Method, Uri, Version};
 use crate::config::Config;
 use crate::handler::{Accept, Handler};
 use crate::handshake::HandshakeError;
-use crate::hyper::{Answer, HeadRef, decide, refusal, spawn};
+use crate::hyper::{Answer, HeadRef, decide, extended_protocol, refusal, spawn};
 use crate::proto::deflate::DeflateConfig;
 use crate::server::ServerHandle;
 use crate::socket::{SocketHandler, WebSocket};
@@ -203,6 +203,8 @@ pub struct WebSocketUpgrade {
     uri: Uri,
     version: Version,
     headers: HeaderMap,
+    /// HTTP/2: the extended CONNECT's `:protocol`.
+    protocol: Option<String>,
     upgraded: OnUpgrade,
     peer: SocketAddr,
     sockets: Option<Sockets>,
@@ -242,6 +244,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade {
             uri: parts.uri.clone(),
             version: parts.version,
             headers: parts.headers.clone(),
+            protocol: extended_protocol(&parts.extensions).map(str::to_owned),
             upgraded,
             peer,
             sockets: parts.extensions.get::<Sockets>().cloned(),
@@ -263,7 +266,10 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for WebSocketUpgrade {
                 .split(|&b| b == b',')
                 .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"websocket"))
         });
-        if !upgrade {
+        // HTTP/2: an extended CONNECT with any `:protocol` is meant as one.
+        let connect =
+            parts.method == Method::CONNECT && extended_protocol(&parts.extensions).is_some();
+        if !upgrade && !connect {
             return Ok(None);
         }
         <Self as FromRequestParts<S>>::from_request_parts(parts, state)
@@ -280,6 +286,7 @@ fn check(parts: &Parts) -> Result<(), Rejection> {
         uri: &parts.uri,
         version: parts.version,
         headers: &parts.headers,
+        protocol: extended_protocol(&parts.extensions),
     };
     head.check(|_| ()).map_err(Rejection::from)
 }
@@ -379,6 +386,7 @@ impl WebSocketUpgrade {
             uri: &self.uri,
             version: self.version,
             headers: &self.headers,
+            protocol: self.protocol.as_deref(),
         };
         match decide(server, &head, accept, settings.as_deref()) {
             Answer::Accepted {

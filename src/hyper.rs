@@ -26,7 +26,8 @@ use hyper_util::rt::TokioIo;
 
 use crate::handler::{Accept, Handler};
 use crate::handshake::{
-    HandshakeError, accept_key, check_request, error_header, first_line, write_response_value,
+    HandshakeError, accept_key, check_extended_connect, check_request, error_header, first_line,
+    write_response_value,
 };
 use crate::proto::deflate::DeflateParams;
 use crate::upgrade::{Decision, Settings};
@@ -46,6 +47,7 @@ pub fn upgrade<H: Handler, B>(
         uri: request.uri(),
         version: request.version(),
         headers: request.headers(),
+        protocol: extended_protocol(request.extensions()),
     };
     match decide(server, &head, Accept::default(), None) {
         Answer::Accepted {
@@ -66,11 +68,30 @@ pub(crate) struct HeadRef<'a> {
     pub(crate) uri: &'a Uri,
     pub(crate) version: Version,
     pub(crate) headers: &'a HeaderMap,
+    /// HTTP/2: the `:protocol` of an extended CONNECT (RFC 8441).
+    pub(crate) protocol: Option<&'a str>,
+}
+
+/// The `:protocol` pseudo-header hyper keeps in a request's extensions
+/// (HTTP/2 extended CONNECT, feature `http2`).
+pub(crate) fn extended_protocol(extensions: &::hyper::http::Extensions) -> Option<&str> {
+    #[cfg(feature = "http2")]
+    {
+        extensions
+            .get::<::hyper::ext::Protocol>()
+            .map(::hyper::ext::Protocol::as_str)
+    }
+    #[cfg(not(feature = "http2"))]
+    {
+        let _ = extensions;
+        None
+    }
 }
 
 impl HeadRef<'_> {
-    /// Runs the RFC 6455 checks ([`check_request`]) and gives the checked
-    /// request to `then`.
+    /// Runs the RFC 6455 checks ([`check_request`]), or over HTTP/2 the RFC
+    /// 8441 ones ([`check_extended_connect`]), and gives the checked request
+    /// to `then`.
     pub(crate) fn check<R>(
         &self,
         then: impl FnOnce(&crate::handshake::Request<'_>) -> R,
@@ -93,7 +114,12 @@ impl HeadRef<'_> {
             .uri
             .path_and_query()
             .map_or("/", |target| target.as_str());
-        let checked = check_request(self.method.as_str(), target, version, &headers)?;
+        let method = self.method.as_str();
+        let checked = if self.version == Version::HTTP_2 {
+            check_extended_connect(method, self.protocol, target, &headers)?
+        } else {
+            check_request(method, target, version, &headers)?
+        };
         Ok(then(&checked))
     }
 }
@@ -119,9 +145,11 @@ pub(crate) fn decide<H: Handler>(
     accept: Accept,
     settings: Option<&Settings>,
 ) -> Answer<H::State> {
+    // HTTP/2 has no key: its answer is a 200 without an accept key.
+    let http2 = head.version == Version::HTTP_2;
     let decision = head.check(|checked| {
         let decision = server.decide(checked, accept, settings);
-        (decision, accept_key(checked.key()))
+        (decision, (!http2).then(|| accept_key(checked.key())))
     });
     let (decision, key) = match decision {
         Ok(decided) => decided,
@@ -141,7 +169,7 @@ pub(crate) fn decide<H: Handler>(
             accept,
             deflate,
         } => {
-            let response = switching(&key, accept.chosen_protocol(), deflate.as_ref());
+            let response = switching(key.as_ref(), accept.chosen_protocol(), deflate.as_ref());
             Answer::Accepted {
                 state,
                 deflate,
@@ -170,27 +198,32 @@ pub(crate) fn spawn<H: Handler>(
     tokio::spawn(server.serve_upgraded_later(stream, peer, state, deflate, settings));
 }
 
-/// The `101` with this `Sec-WebSocket-Accept`.
+/// The `101` with this `Sec-WebSocket-Accept`; without one (HTTP/2), the
+/// `200` that opens the stream (RFC 8441 §5).
 fn switching(
-    key: &[u8],
+    key: Option<&[u8; 28]>,
     protocol: Option<&str>,
     deflate: Option<&DeflateParams>,
 ) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::default());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    if key.is_some() {
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    }
     let fields = response.headers_mut();
-    fields.insert(
-        ::hyper::header::UPGRADE,
-        HeaderValue::from_static("websocket"),
-    );
-    fields.insert(
-        ::hyper::header::CONNECTION,
-        HeaderValue::from_static("Upgrade"),
-    );
-    fields.insert(
-        HeaderName::from_static("sec-websocket-accept"),
-        HeaderValue::from_bytes(key).expect("base64 is a valid header value"),
-    );
+    if let Some(key) = key {
+        fields.insert(
+            ::hyper::header::UPGRADE,
+            HeaderValue::from_static("websocket"),
+        );
+        fields.insert(
+            ::hyper::header::CONNECTION,
+            HeaderValue::from_static("Upgrade"),
+        );
+        fields.insert(
+            HeaderName::from_static("sec-websocket-accept"),
+            HeaderValue::from_bytes(key).expect("base64 is a valid header value"),
+        );
+    }
     if let Some(protocol) = protocol {
         // The client offered it, so it is a valid header value.
         if let Ok(value) = HeaderValue::from_str(protocol) {

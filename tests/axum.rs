@@ -3,8 +3,10 @@
 //! closure) beside plain routes on one port, the builder's subprotocols,
 //! permessage-deflate and limits, `Option<WebSocketUpgrade>`, `Sockets` in
 //! the extensions, bad upgrades answered like the standalone server's; and
-//! the `axum_echo` example over http and https. Clients: tokio-tungstenite
-//! and raw HTTP.
+//! the `axum_echo` example over http and https; WebSockets over HTTP/2
+//! (RFC 8441) with hyper's own h2 client, bad extended CONNECTs included.
+//! Clients: tokio-tungstenite (over TCP, or over hyper's h2 stream) and raw
+//! HTTP.
 #![cfg(feature = "axum")]
 
 mod common;
@@ -12,6 +14,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -112,9 +115,10 @@ async fn serve_app(config: Config) -> Served {
     let sockets = Sockets::new(config);
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/ws", get(ws))
-        .route("/stream", get(stream))
-        .route("/small", get(small))
+        // CONNECT too: WebSockets over HTTP/2 are extended CONNECTs.
+        .route("/ws", get(ws).connect(ws))
+        .route("/stream", get(stream).connect(stream))
+        .route("/small", get(small).connect(small))
         .route("/either", get(either))
         .layer(Extension(sockets.clone()))
         .with_state(App {
@@ -412,4 +416,160 @@ async fn the_axum_echo_example_serves_https_and_wss() {
         let (mut client, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
         echoes(&mut client).await;
     }
+}
+
+/// An HTTP/2 extended CONNECT (RFC 8441) from hyper's own h2 client, over a
+/// connection of its own (h2c, prior knowledge: `axum::serve` speaks both):
+/// the response, and for a `200` the h2 stream as a tungstenite client.
+#[cfg(feature = "http2")]
+async fn h2_connect(
+    addr: std::net::SocketAddr,
+    path: &str,
+    protocol: Option<&'static str>,
+    headers: &[(&str, &str)],
+) -> (
+    hyper::StatusCode,
+    hyper::HeaderMap,
+    Option<tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("an h2 connection");
+    tokio::spawn(connection);
+    let mut attempts = 0;
+    let mut response = loop {
+        let mut request = hyper::Request::builder()
+            .method(hyper::Method::CONNECT)
+            .uri(format!("http://{addr}{path}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut request = request
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .unwrap();
+        if let Some(protocol) = protocol {
+            request
+                .extensions_mut()
+                .insert(hyper::ext::Protocol::from_static(protocol));
+        }
+        match sender.send_request(request).await {
+            Ok(response) => break response,
+            // The server's SETTINGS (which enable the extended CONNECT) may
+            // not have arrived yet.
+            Err(error) if attempts < 50 => {
+                attempts += 1;
+                let _ = error;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("the extended CONNECT: {error}"),
+        }
+    };
+    let (status, headers) = (response.status(), response.headers().clone());
+    if status != hyper::StatusCode::OK {
+        return (status, headers, None);
+    }
+    let upgraded = hyper::upgrade::on(&mut response)
+        .await
+        .expect("the h2 stream");
+    let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        TokioIo::new(upgraded),
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+        None,
+    )
+    .await;
+    (status, headers, Some(socket))
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn websockets_over_http2_are_served_by_both_apis() {
+    let served = serve_app(Config::default()).await;
+    let version = [("sec-websocket-version", "13")];
+    let (status, _, socket) = h2_connect(served.addr, "/ws", Some("websocket"), &version).await;
+    assert_eq!(status, 200);
+    let mut socket = socket.unwrap();
+    let WsMessage::Text(peer) = next(&mut socket).await else {
+        panic!("the peer address first");
+    };
+    assert!(peer.starts_with("peer 127.0.0.1:"), "{peer}");
+    echoes(&mut socket).await;
+    socket.close(None).await.unwrap();
+
+    let offer = [
+        ("sec-websocket-version", "13"),
+        ("sec-websocket-protocol", "v1.chat, v2.chat"),
+    ];
+    let (status, headers, socket) =
+        h2_connect(served.addr, "/stream", Some("websocket"), &offer).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["sec-websocket-protocol"], "v2.chat");
+    assert!(
+        !headers.contains_key("sec-websocket-accept"),
+        "no key over h2"
+    );
+    let mut socket = socket.unwrap();
+    assert_eq!(next(&mut socket).await, WsMessage::text("protocol v2.chat"));
+    echoes(&mut socket).await;
+    socket
+        .close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+            code: 4000.into(),
+            reason: "bye".into(),
+        }))
+        .await
+        .unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(10), async {
+        use futures_util::StreamExt;
+        socket.next().await
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(&echoed, Some(Ok(WsMessage::Close(Some(frame)))) if u16::from(frame.code) == 4000),
+        "{echoed:?}"
+    );
+
+    // permessage-deflate is negotiated over h2 as over HTTP/1.1.
+    let deflate = [
+        ("sec-websocket-version", "13"),
+        (
+            "sec-websocket-extensions",
+            "permessage-deflate; client_max_window_bits",
+        ),
+    ];
+    let (status, headers, _) = h2_connect(served.addr, "/small", Some("websocket"), &deflate).await;
+    assert_eq!(status, 200);
+    let extensions = headers["sec-websocket-extensions"].to_str().unwrap();
+    assert!(extensions.starts_with("permessage-deflate"), "{extensions}");
+}
+
+#[cfg(feature = "http2")]
+#[tokio::test]
+async fn bad_http2_upgrades_get_a_status_and_a_reason() {
+    let served = serve_app(Config::default()).await;
+    let version = [("sec-websocket-version", "13")];
+    // A CONNECT without :protocol is a plain tunnel request: it has no
+    // :path (RFC 9113 §8.5), so it never reaches a WebSocket route.
+    let (status, _, socket) = h2_connect(served.addr, "/ws", None, &version).await;
+    assert_eq!(status, 404);
+    assert!(socket.is_none());
+    // An extended CONNECT for another protocol reaches the extractor.
+    let (status, _, socket) = h2_connect(served.addr, "/ws", Some("h2c-tunnel"), &version).await;
+    assert_eq!(status, 400);
+    assert!(socket.is_none());
+    // The wrong version.
+    let old = [("sec-websocket-version", "8")];
+    let (status, headers, _) = h2_connect(served.addr, "/stream", Some("websocket"), &old).await;
+    assert_eq!(status, 426);
+    assert_eq!(headers["sec-websocket-version"], "13");
+    // Nothing was opened, and everyone else is still served, over either
+    // protocol.
+    assert_eq!(served.opened.load(Ordering::SeqCst), 0);
+    let (status, _, socket) = h2_connect(served.addr, "/stream", Some("websocket"), &version).await;
+    assert_eq!(status, 200);
+    let mut socket = socket.unwrap();
+    assert_eq!(next(&mut socket).await, WsMessage::text("protocol none"));
+    assert_healthy(served.addr).await;
 }

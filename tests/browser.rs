@@ -219,7 +219,9 @@ async fn devtools_get(addr: SocketAddr, path: &str) -> Option<String> {
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(10), reading).await.ok()?
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .ok()?
 }
 
 fn tls_args() -> Vec<String> {

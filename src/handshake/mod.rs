@@ -18,8 +18,8 @@ pub use client::{
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use negotiate::{negotiate, write_response_value};
 pub use request::{
-    HandshakeError, Head, HeaderBuffer, MAX_HEADERS, Request, check_request, header_buffer,
-    parse_head, parse_request,
+    HandshakeError, Head, HeaderBuffer, MAX_HEADERS, Request, check_extended_connect,
+    check_request, header_buffer, parse_head, parse_request,
 };
 pub use response::{
     accept_key, error_header, first_line, status_text, write_accept, write_error,

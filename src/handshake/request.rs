@@ -44,6 +44,9 @@ pub enum HandshakeError {
     UnsupportedVersion,
     /// `Sec-WebSocket-Key` missing, repeated, or not 16 bytes of base64 (400).
     InvalidKey,
+    /// An HTTP/2 request that is not an extended CONNECT with
+    /// `:protocol = websocket` (RFC 8441) (400).
+    NotExtendedConnect,
 }
 
 impl HandshakeError {
@@ -75,6 +78,9 @@ impl HandshakeError {
             }
             HandshakeError::UnsupportedVersion => "unsupported Sec-WebSocket-Version, use 13",
             HandshakeError::InvalidKey => "Sec-WebSocket-Key must be 16 bytes in base64",
+            HandshakeError::NotExtendedConnect => {
+                "a WebSocket over HTTP/2 must be a CONNECT with :protocol websocket"
+            }
         }
     }
 }
@@ -98,7 +104,7 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The request method (always `GET` once checked).
+    /// The request method (`GET` once checked; `CONNECT` over HTTP/2).
     pub fn method(&self) -> &'a str {
         self.method
     }
@@ -276,6 +282,33 @@ pub fn check_request<'a>(
         target,
         headers,
         key,
+    })
+}
+
+/// The RFC 8441 checks on an HTTP/2 request (parsed elsewhere, hyper's h2):
+/// an extended CONNECT whose `:protocol` pseudo-header is `websocket`, with
+/// `Sec-WebSocket-Version: 13`. HTTP/2 has no `Upgrade`, `Connection` or
+/// `Sec-WebSocket-Key` (the answer is a `200` without
+/// `Sec-WebSocket-Accept`), so the checked request's [`key`](Request::key)
+/// is empty. `target` is the `:path`.
+pub fn check_extended_connect<'a>(
+    method: &'a str,
+    protocol: Option<&str>,
+    target: &'a str,
+    headers: &'a [httparse::Header<'a>],
+) -> Result<Request<'a>, HandshakeError> {
+    let websocket = protocol.is_some_and(|protocol| protocol.eq_ignore_ascii_case("websocket"));
+    if method != "CONNECT" || !websocket {
+        return Err(HandshakeError::NotExtendedConnect);
+    }
+    if header(headers, "sec-websocket-version").map(trim) != Some(b"13") {
+        return Err(HandshakeError::UnsupportedVersion);
+    }
+    Ok(Request {
+        method,
+        target,
+        headers,
+        key: b"",
     })
 }
 

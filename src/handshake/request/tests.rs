@@ -213,3 +213,42 @@ fn a_head_without_upgrade_websocket_is_plain_http() {
     let (head, _) = parse_head(upgrade, &mut headers, 8192).unwrap().unwrap();
     assert!(head.wants_websocket());
 }
+
+#[test]
+fn an_extended_connect_is_checked_as_rfc_8441_asks() {
+    let version = [httparse::Header {
+        name: "sec-websocket-version",
+        value: b"13",
+    }];
+    let ok = check_extended_connect("CONNECT", Some("websocket"), "/chat?room=1", &version)
+        .expect("a valid extended CONNECT");
+    assert_eq!(
+        (ok.method(), ok.path(), ok.query()),
+        ("CONNECT", "/chat", Some("room=1"))
+    );
+    assert_eq!(ok.key(), b"");
+    for (method, protocol) in [
+        ("CONNECT", None),
+        ("CONNECT", Some("h2c")),
+        ("GET", Some("websocket")),
+    ] {
+        assert_eq!(
+            check_extended_connect(method, protocol, "/", &version).map(|_| ()),
+            Err(HandshakeError::NotExtendedConnect),
+            "{method} {protocol:?}"
+        );
+    }
+    assert_eq!(HandshakeError::NotExtendedConnect.status(), 400);
+    let old = [httparse::Header {
+        name: "sec-websocket-version",
+        value: b"8",
+    }];
+    assert_eq!(
+        check_extended_connect("CONNECT", Some("websocket"), "/", &old).map(|_| ()),
+        Err(HandshakeError::UnsupportedVersion)
+    );
+    assert_eq!(
+        check_extended_connect("CONNECT", Some("websocket"), "/", &[]).map(|_| ()),
+        Err(HandshakeError::UnsupportedVersion)
+    );
+}
