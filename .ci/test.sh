@@ -5,7 +5,8 @@
 #   doc tests (the permessage-deflate interop tests set up their Python client
 #   themselves; the hostile-peer tests are integration tests), the load
 #   harness's own checks, the Autobahn TestSuite cases against the echo
-#   examples (tokio, io_uring, wss on both, axum's /ws and /stream), checked strictly, a smoke run of every
+#   examples (tokio, io_uring, wss on both, axum's /ws and /stream over
+#   HTTP/1.1 and HTTP/2), checked strictly, a smoke run of every
 #   fuzz target, and Miri over
 #   the sans-I/O unit tests.
 # Everything it needs beyond Rust (stable and nightly) and Python 3 it
@@ -18,9 +19,11 @@ step() { printf '\n== %s\n' "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
+cargo fmt --manifest-path autobahn/h2-bridge/Cargo.toml -- --check
 
 step "cargo clippy --all-targets --all-features -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --manifest-path autobahn/h2-bridge/Cargo.toml -- -D warnings
 
 step "cargo doc: no broken links, private items included"
 RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps --document-private-items
@@ -41,7 +44,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 (cd benches/harness/go && go vet ./...)
 
 step "Autobahn TestSuite (strict)"
-autobahn/run.sh tokio uring tls tls-uring axum-ws axum-stream
+autobahn/run.sh tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream
 
 step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
 fuzz/run.sh "$FUZZ_SMOKE_SECONDS"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Autobahn TestSuite cases against the echo examples and checks the
 # results strictly. Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls tls-uring axum-ws axum-stream)
+# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream)
 #
 # - `tokio`, `uring`: the echo example on that backend;
 # - `tls` is wss: the echo example on the tokio backend with a certificate
@@ -10,7 +10,11 @@
 #   TCP; `tls-uring` the same on the io_uring backend (rustls inside the
 #   reactor);
 # - `axum-ws`, `axum-stream`: the axum_echo example's `/ws` (a Handler) and
-#   `/stream` (the async socket).
+#   `/stream` (the async socket);
+# - `axum-h2-ws`, `axum-h2-stream`: the same over HTTP/2 (RFC 8441), through
+#   autobahn/h2-bridge, which turns each of kosoku's HTTP/1.1 upgrades into
+#   an extended CONNECT on an h2 connection and carries the frames as they
+#   are.
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
@@ -22,7 +26,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -32,6 +36,10 @@ fi
 
 echo "autobahn: building the echo examples"
 (cd "$root" && cargo build --quiet --release --features uring,rustls --example echo --example axum_echo)
+if [[ " ${backends[*]} " == *" axum-h2-"* ]]; then
+    cargo build --quiet --release --manifest-path "$here/h2-bridge/Cargo.toml"
+fi
+h2_bridge_bin="$here/h2-bridge/target/release/h2-bridge"
 echo_bin="$root/target/release/examples/echo"
 axum_bin="$root/target/release/examples/axum_echo"
 
@@ -84,7 +92,7 @@ for backend in "${backends[@]}"; do
     path=""
     if [[ "$backend" == axum-* ]]; then
         server_bin="$axum_bin"
-        path="/${backend#axum-}"
+        path="/${backend##*-}"
     elif [[ "$backend" == tls* ]]; then
         command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
@@ -114,6 +122,18 @@ for backend in "${backends[@]}"; do
         if ! wait_listening "$plain_port" "$bridge_pid"; then
             echo "autobahn: the TLS bridge did not start:" >&2
             cat "$reports/socat.log" >&2
+            exit 1
+        fi
+        addr="127.0.0.1:$plain_port"
+    fi
+
+    if [[ "$backend" == axum-h2-* ]]; then
+        plain_port="$(free_port)"
+        "$h2_bridge_bin" "127.0.0.1:$plain_port" "$addr" 2>"$reports/bridge.log" &
+        bridge_pid=$!
+        if ! wait_listening "$plain_port" "$bridge_pid"; then
+            echo "autobahn: the h2 bridge did not start:" >&2
+            cat "$reports/bridge.log" >&2
             exit 1
         fi
         addr="127.0.0.1:$plain_port"
