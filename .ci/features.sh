@@ -17,9 +17,10 @@ for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     cargo clippy --quiet --lib --no-default-features --features "$list" -- -D warnings
 done
 
-# `socket`, `hyper`, `axum` and `http2` are `tokio` plus a module or two each: checked alone, not
-# in every combination.
-for extra in socket hyper axum http2; do
+# `socket`, `hyper`, `axum`, `http2` and `client` are `tokio` plus a module or two each:
+# checked alone, not in every combination; `client` with TLS and each kind
+# of default roots too.
+for extra in socket hyper axum http2 client client,rustls client,webpki-roots client,native-roots; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

@@ -6,7 +6,9 @@
 #   themselves; the hostile-peer tests are integration tests), the load
 #   harness's own checks, the Autobahn TestSuite cases against the echo
 #   examples (tokio, io_uring, wss on both, axum's /ws and /stream over
-#   HTTP/1.1 and HTTP/2), checked strictly, a smoke run of every
+#   HTTP/1.1 and HTTP/2) and the client side (the autobahn_client example
+#   against kosoku's fuzzing server), and the gateway example in front of
+#   the echo example, checked strictly, a smoke run of every
 #   fuzz target, and Miri over
 #   the sans-I/O unit tests.
 # Everything it needs beyond Rust (stable and nightly) and Python 3 it
@@ -44,7 +46,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 (cd benches/harness/go && go vet ./...)
 
 step "Autobahn TestSuite (strict)"
-autobahn/run.sh tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream
+autobahn/run.sh tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client gateway
 
 step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
 fuzz/run.sh "$FUZZ_SMOKE_SECONDS"

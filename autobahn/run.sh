@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the Autobahn TestSuite cases against the echo examples and checks the
-# results strictly. Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream)
+# Runs the Autobahn TestSuite cases against the echo examples (and our
+# client against Autobahn's fuzzing server) and checks the results strictly.
+# Usage: autobahn/run.sh [TARGET...]
+# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client)
 #
 # - `tokio`, `uring`: the echo example on that backend;
 # - `tls` is wss: the echo example on the tokio backend with a certificate
@@ -14,7 +15,12 @@
 # - `axum-h2-ws`, `axum-h2-stream`: the same over HTTP/2 (RFC 8441), through
 #   autobahn/h2-bridge, which turns each of kosoku's HTTP/1.1 upgrades into
 #   an extended CONNECT on an h2 connection and carries the frames as they
-#   are.
+#   are;
+# - `client`: the client side. kosoku runs as the fuzzing server
+#   (`-m fuzzingserver`) and the autobahn_client example (`--deflate`: the
+#   cases of sections 12 and 13 need it) drives every case through it;
+# - `gateway`: the gateway example in front of the echo example (tokio),
+#   permessage-deflate on both of its sides.
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
@@ -26,7 +32,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client gateway); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -35,13 +41,16 @@ if [[ ! -x "$venv/bin/kosoku" ]]; then
 fi
 
 echo "autobahn: building the echo examples"
-(cd "$root" && cargo build --quiet --release --features uring,rustls --example echo --example axum_echo)
+(cd "$root" && cargo build --quiet --release --features uring,rustls \
+    --example echo --example axum_echo --example autobahn_client --example gateway)
 if [[ " ${backends[*]} " == *" axum-h2-"* ]]; then
     cargo build --quiet --release --manifest-path "$here/h2-bridge/Cargo.toml"
 fi
 h2_bridge_bin="$here/h2-bridge/target/release/h2-bridge"
 echo_bin="$root/target/release/examples/echo"
 axum_bin="$root/target/release/examples/axum_echo"
+client_bin="$root/target/release/examples/autobahn_client"
+gateway_bin="$root/target/release/examples/gateway"
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -63,6 +72,7 @@ wait_listening() {
 
 server_pid=""
 bridge_pid=""
+# The gateway is the "bridge" of its target: stopped first, like the others.
 cleanup() {
     for pid in "$bridge_pid" "$server_pid"; do
         if [[ -n "$pid" ]]; then
@@ -83,6 +93,30 @@ for backend in "${backends[@]}"; do
     rm -rf "$reports"
     mkdir -p "$reports"
 
+    if [[ "$backend" == client ]]; then
+        "$venv/bin/kosoku" -m fuzzingserver --outdir "$reports" "$addr" \
+            >"$reports/kosoku.log" 2>&1 &
+        server_pid=$!
+        if ! wait_listening "$port" "$server_pid"; then
+            echo "autobahn: kosoku's fuzzing server did not start:" >&2
+            cat "$reports/kosoku.log" >&2
+            exit 1
+        fi
+        echo "autobahn: running all cases with the autobahn_client example against ws://$addr"
+        RUST_LOG=warn "$client_bin" --url "ws://$addr" --agent rapidws --deflate --parallel 8 \
+            >"$reports/client.log" 2>&1 || status=1
+        # kosoku writes its reports and exits once the client asked for them.
+        for _ in $(seq 1 300); do
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        cleanup
+        python3 "$here/check.py" --backend "$backend" \
+            --index "$reports/index.json" \
+            --expected "$here/expected-failures.txt" || status=1
+        continue
+    fi
+
     # Every message is compressed (--deflate-min-size 0): kosoku's 12.x/13.x
     # cases error out ("Strings must be encoded before hashing") on an echo
     # that comes back uncompressed, which the default 64-byte minimum does
@@ -101,6 +135,8 @@ for backend in "${backends[@]}"; do
         tls_backend=tokio
         [[ "$backend" == tls-uring ]] && tls_backend=uring
         serve+=(--backend "$tls_backend" --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
+    elif [[ "$backend" == gateway ]]; then
+        serve+=(--backend tokio)
     else
         serve+=(--backend "$backend")
     fi
@@ -122,6 +158,19 @@ for backend in "${backends[@]}"; do
         if ! wait_listening "$plain_port" "$bridge_pid"; then
             echo "autobahn: the TLS bridge did not start:" >&2
             cat "$reports/socat.log" >&2
+            exit 1
+        fi
+        addr="127.0.0.1:$plain_port"
+    fi
+
+    if [[ "$backend" == gateway ]]; then
+        plain_port="$(free_port)"
+        RUST_LOG=warn "$gateway_bin" --addr "127.0.0.1:$plain_port" --upstream "ws://$addr/" \
+            --deflate --deflate-min-size 0 --upstream-deflate >"$reports/gateway.log" 2>&1 &
+        bridge_pid=$!
+        if ! wait_listening "$plain_port" "$bridge_pid"; then
+            echo "autobahn: the gateway did not start:" >&2
+            cat "$reports/gateway.log" >&2
             exit 1
         fi
         addr="127.0.0.1:$plain_port"

@@ -23,7 +23,7 @@ use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
 use crate::proto::write_queue::Written;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, WriteQueue, utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, Role, WriteQueue, utf8};
 use crate::slot_waker::ConnWake;
 
 /// Why a send or close was refused. Nothing was queued.
@@ -226,21 +226,21 @@ impl Conn {
     }
 
     /// Stops reading from the peer after the message being delivered, until
-    /// [`Conn::resume_reading`]: for a consumer that cannot keep up (the
-    /// async socket's inbox). Frames already read stay in the read buffer,
-    /// and TCP's flow control slows the peer down. Pings are not answered
-    /// meanwhile. Ignored once a close frame was sent or received, so the
-    /// close handshake always completes. Crate-only for now: the inbox is
-    /// its one user, and a second one would have to share the flag.
-    #[cfg_attr(not(feature = "socket"), allow(dead_code))]
-    pub(crate) fn pause_reading(&self) {
+    /// [`Conn::resume_reading`]: for a consumer that cannot keep up (a
+    /// gateway whose other side is slow; the async socket's full inbox).
+    /// Frames already read stay in the read buffer, and TCP's flow control
+    /// slows the peer down. Pings are not answered meanwhile. Ignored once a
+    /// close frame was sent or received, so the close handshake always
+    /// completes. A connection served as a [`WebSocket`](crate::socket)
+    /// pauses and resumes itself as its inbox fills and empties: do not call
+    /// these on it.
+    pub fn pause_reading(&self) {
         self.shared.reading_paused.store(true, Ordering::Release);
     }
 
     /// Reading goes on after [`Conn::pause_reading`]; the connection's driver
     /// is woken for it.
-    #[cfg_attr(not(feature = "socket"), allow(dead_code))]
-    pub(crate) fn resume_reading(&self) {
+    pub fn resume_reading(&self) {
         if self.shared.reading_paused.swap(false, Ordering::AcqRel) {
             self.shared.attention.store(true, Ordering::Release);
             self.shared.wake.wake();
@@ -552,9 +552,14 @@ impl Outbox {
 
     /// Puts `first` (the `101`) at the head of the still empty queue; its
     /// pooled buffer becomes the queue's, so what `on_open` sends joins it.
+    /// (A client has no `101` to send: an empty `first` leaves the queue,
+    /// and its role, as they are.)
     pub(crate) fn begin_with(&mut self, first: &mut WriteQueue) {
         debug_assert!(self.queue.is_empty());
-        std::mem::swap(&mut self.queue, first);
+        if !first.is_empty() {
+            debug_assert_eq!(first.role(), self.queue.role());
+            std::mem::swap(&mut self.queue, first);
+        }
     }
 
     /// Nothing queued and nothing being written.
@@ -735,6 +740,7 @@ impl ConnShared {
         peer: SocketAddr,
         outbound: Arc<Outbound>,
         wake: ConnWake,
+        role: Role,
     ) -> Arc<ConnShared> {
         Arc::new(ConnShared {
             id,
@@ -744,7 +750,7 @@ impl ConnShared {
             attention: AtomicBool::new(false),
             reading_paused: AtomicBool::new(false),
             outbox: Mutex::new(Outbox {
-                queue: WriteQueue::new(),
+                queue: WriteQueue::with_role(role),
                 sending: 0,
                 phase: Phase::Open,
                 close_request: None,
@@ -838,6 +844,7 @@ mod tests {
             "127.0.0.1:1".parse().unwrap(),
             Arc::new(outbound),
             ConnWake::Waker(Waker::from(wakes.clone())),
+            crate::proto::Role::Server,
         );
         (Conn::from_shared(shared), wakes)
     }

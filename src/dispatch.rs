@@ -70,6 +70,8 @@ pub(crate) struct Accepted<'r, S> {
     /// Settings this connection uses instead of the server's, if the upgrade
     /// set its own (the axum extractor's builder).
     pub(crate) settings: Option<&'r Settings>,
+    /// Which end this is: a server, or a client (whose frames are masked).
+    pub(crate) role: Role,
 }
 
 impl<H: Handler> App<H> {
@@ -137,28 +139,24 @@ impl<H: Handler> Dispatch<H> {
             state,
             deflate,
             settings,
+            role,
         } = accepted;
         let (limits, compression) = match settings {
             Some(settings) => (settings.limits, settings.deflate.as_ref()),
             None => (core.config.limits, core.config.deflate()),
         };
-        let (conn, registration) = core.open_connection(peer, wake);
+        let (conn, registration) = core.open_connection(peer, wake, role);
         {
             let mut outbox = conn.shared().lock();
             outbox.begin_with(response);
             #[cfg(feature = "deflate")]
             if let (Some(params), Some(config)) = (&deflate, compression) {
-                outbox.set_compressor(crate::proto::deflate::Compressor::new(
-                    Role::Server,
-                    params,
-                    config,
-                ));
+                outbox.set_compressor(crate::proto::deflate::Compressor::new(role, params, config));
             }
         }
         #[cfg(not(feature = "deflate"))]
         let _ = compression;
-        let session =
-            Session::with_deflate(Role::Server, limits, core.pool.clone(), deflate.as_ref());
+        let session = Session::with_deflate(role, limits, core.pool.clone(), deflate.as_ref());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }
@@ -348,6 +346,11 @@ impl<H: Handler> Dispatch<H> {
     /// True once the peer's close frame has arrived (see `Session::peer_closed`).
     pub(crate) fn peer_closed(&self) -> bool {
         self.session.peer_closed()
+    }
+
+    /// Which end of the connection this is.
+    pub(crate) fn role(&self) -> Role {
+        self.session.role()
     }
 
     /// The application paused reading (`Conn::pause_reading`). Only while

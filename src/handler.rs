@@ -6,7 +6,7 @@ use crate::conn::Conn;
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 
-/// What a server does with its connections.
+/// What a server (or a client) does with its connections.
 ///
 /// One handler serves every connection; per-connection data lives in
 /// [`Handler::State`], created by the upgrade hook and handed back to every
@@ -45,8 +45,22 @@ pub trait Handler: Send + Sync + 'static {
     /// Decides on an upgrade request: return the new connection's state to
     /// accept it (optionally choosing a subprotocol with
     /// [`Accept::protocol`]), or a [`Reject`] to answer with an HTTP error.
-    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept)
-    -> Result<Self::State, Reject>;
+    ///
+    /// Every server needs it. The default, for handlers only a client uses
+    /// (a client connection's state is given to `Client::connect`), refuses
+    /// every upgrade with 500 and logs why.
+    fn on_upgrade(
+        &self,
+        request: &Request<'_>,
+        accept: &mut Accept,
+    ) -> Result<Self::State, Reject> {
+        let _ = accept;
+        tracing::error!(
+            path = request.path(),
+            "upgrade refused: this handler does not implement Handler::on_upgrade"
+        );
+        Err(Reject::new(500, "the server's handler takes no upgrades"))
+    }
 
     /// The connection is open; `conn` may already send.
     fn on_open(&self, conn: &Conn, state: &mut Self::State) {

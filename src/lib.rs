@@ -33,6 +33,8 @@ mod upgrade;
 
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod config;
 pub mod handshake;
 #[cfg(feature = "hyper")]

@@ -34,8 +34,8 @@ use crate::handler::Handler;
 use crate::handshake::{HandshakeError, write_error};
 use crate::keepalive::Sweep;
 use crate::pool::BufferPool;
-use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
+use crate::proto::{Role, WriteQueue};
 use crate::read_buf::DRAIN_LIMIT;
 use crate::server::{LiveGuard, Registration, ServerCore, deadline_from};
 use crate::slot_waker::ConnWake;
@@ -161,6 +161,17 @@ struct Open<H: Handler> {
     _registration: Registration,
 }
 
+/// A connection whose upgrade was done elsewhere: a server's answered by
+/// hyper or axum, or a client's whose `101` was read and checked.
+pub(crate) struct Opened<'s, S> {
+    pub(crate) state: S,
+    /// The permessage-deflate parameters agreed, if any.
+    pub(crate) deflate: Option<DeflateParams>,
+    /// The connection's own settings, if the upgrade set any.
+    pub(crate) settings: Option<&'s Settings>,
+    pub(crate) role: Role,
+}
+
 impl<H: Handler> Open<H> {
     /// Counts the connection as open, puts the `101` in `response` (if any)
     /// at the head of its queue, and calls `on_open`.
@@ -168,17 +179,16 @@ impl<H: Handler> Open<H> {
         peer: SocketAddr,
         wake: ConnWake,
         mut response: WriteQueue,
-        state: H::State,
-        deflate: Option<DeflateParams>,
-        settings: Option<&Settings>,
+        opened: Opened<'_, H::State>,
         env: &Env<H>,
     ) -> Self {
         let accepted = Accepted {
             peer,
             response: &mut response,
-            state,
-            deflate,
-            settings,
+            state: opened.state,
+            deflate: opened.deflate,
+            settings: opened.settings,
+            role: opened.role,
         };
         let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
         Open {
@@ -223,21 +233,19 @@ impl<H: Handler> Lifecycle<H> {
         Lifecycle::new(Stage::Handshake(Box::new(handshake)), live)
     }
 
-    /// A connection whose upgrade was answered elsewhere (the caller checked
-    /// the request, ran the upgrade hook and sent the `101`): it opens at
-    /// once, calling `on_open`. The stream driver starts hyper's and axum's
-    /// upgrades here; `settings` are the connection's own, if the upgrade
-    /// set any.
+    /// A connection whose upgrade was done elsewhere: a server's whose
+    /// request was checked and answered (hyper's and axum's upgrades), or a
+    /// client's whose response was read and checked (`client`). It opens at
+    /// once, calling `on_open`.
     pub(crate) fn upgraded(
         peer: SocketAddr,
         live: LiveGuard,
         wake: ConnWake,
-        state: H::State,
-        deflate: Option<DeflateParams>,
-        settings: Option<&Settings>,
+        opened: Opened<'_, H::State>,
         env: &Env<H>,
     ) -> Self {
-        let open = Open::upgrade(peer, wake, WriteQueue::new(), state, deflate, settings, env);
+        let response = WriteQueue::with_role(opened.role);
+        let open = Open::upgrade(peer, wake, response, opened, env);
         Lifecycle::new(Stage::Open(open), live)
     }
 
@@ -351,9 +359,13 @@ impl<H: Handler> Lifecycle<H> {
             response,
             ..
         } = *handshake;
-        self.stage = Stage::Open(Open::upgrade(
-            peer, wake, response, state, deflate, None, env,
-        ));
+        let opened = Opened {
+            state,
+            deflate,
+            settings: None,
+            role: Role::Server,
+        };
+        self.stage = Stage::Open(Open::upgrade(peer, wake, response, opened, env));
     }
 
     fn fail(&mut self, failure: impl FnOnce() -> String) {
@@ -620,13 +632,25 @@ impl<H: Handler> Lifecycle<H> {
                 continue;
             }
             if dispatch.is_closed() {
-                if dispatch.peer_closed() {
+                if dispatch.peer_closed() && dispatch.role() == Role::Server {
                     // Both close frames are through and ours is written: the
                     // peer may send nothing more, so the socket is closed at
                     // once (the server closes TCP first, RFC 6455 §7.1.1).
                     // Waiting for its FIN would cost a shutdown, a read and a
                     // wake-up per connection.
                     return self.close();
+                }
+                if dispatch.peer_closed() {
+                    // A client waits for the server to close TCP first (RFC
+                    // 6455 §7.1.1), reading and discarding, within the close
+                    // deadline; then it closes too.
+                    let ending = self.ending.get_or_insert_with(Box::default);
+                    ending.discarded = Some(0);
+                    ending
+                        .deadline
+                        .get_or_insert(deadline_from(now, close_timeout));
+                    self.held = false;
+                    return Action::Wait;
                 }
                 // A failure, or our close unanswered: FIN, then wait for the
                 // peer's (see `poll_handshake`), within the close deadline.

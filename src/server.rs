@@ -88,9 +88,10 @@ impl ServerCore {
         self: &Arc<Self>,
         peer: std::net::SocketAddr,
         wake: ConnWake,
+        role: crate::proto::Role,
     ) -> (Conn, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let shared = ConnShared::new(id, peer, self.outbound.clone(), wake);
+        let shared = ConnShared::new(id, peer, self.outbound.clone(), wake, role);
         self.open.fetch_add(1, Ordering::Relaxed);
         let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);

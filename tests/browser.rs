@@ -16,48 +16,15 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-/// Chromium's path, installed from Debian's packages on first use (one
-/// install at a time: the tests of this file run in parallel).
+/// Chromium's path, installed from Debian's packages on first use.
 fn chromium() -> PathBuf {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let path = PathBuf::from("/usr/bin/chromium");
-    let _one_at_a_time = INSTALL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !path.exists() {
-        eprintln!("installing chromium with apt-get");
-        let run = |args: &[&str]| {
-            let status = std::process::Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()
-                .expect("apt-get runs");
-            assert!(status.success(), "apt-get {args:?} failed: {status}");
-        };
-        run(&["update", "-qq"]);
-        run(&["install", "-y", "-qq", "chromium"]);
-    }
-    assert!(
-        path.exists(),
-        "{} after installing chromium",
-        path.display()
-    );
-    path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    debian_binary("/usr/bin/chromium", "chromium")
 }
 
 /// Opens `url` in headless Chromium and returns the text the page puts in

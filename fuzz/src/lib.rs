@@ -613,3 +613,62 @@ fn round_trip(payload: &[u8], keep_context: bool) {
         assert_eq!(&inflated[..], message);
     }
 }
+
+/// The proxy answers' readers (HTTP CONNECT, and SOCKS5's method choice,
+/// username/password answer and CONNECT reply) on arbitrary bytes: the
+/// first byte picks the reader. Checked: no panic; the same answer twice;
+/// "more" only below the reader's bound; "done" with a length within the
+/// input, whose every shorter prefix asks for more (or is malformed); a
+/// CONNECT refused only for a status outside 2xx, and only once its head is
+/// complete.
+pub fn proxy_reply(data: &[u8]) {
+    use rapidws::client::proxy::{self, ProxyError, Read};
+    let Some((&selector, answer)) = data.split_first() else {
+        return;
+    };
+    let reader: fn(&[u8]) -> Result<Read, ProxyError> = match selector % 5 {
+        0 => proxy::read_connect_response,
+        1 => |b| proxy::read_socks_method(b, true).map(|m| m.map_or(Read::More, |_| Read::Done(2))),
+        2 => {
+            |b| proxy::read_socks_method(b, false).map(|m| m.map_or(Read::More, |_| Read::Done(2)))
+        }
+        3 => proxy::read_socks_auth,
+        _ => proxy::read_socks_connect,
+    };
+    let bound = if selector % 5 == 0 {
+        proxy::MAX_CONNECT_HEAD
+    } else {
+        // The longest SOCKS5 reply: a 255-byte name and a port.
+        4 + 1 + 255 + 2
+    };
+    let result = reader(answer);
+    assert_eq!(result, reader(answer), "the same answer twice");
+    match result {
+        Ok(Read::More) => assert!(answer.len() < bound, "more wanted past the bound"),
+        Ok(Read::Done(n)) => {
+            assert!(
+                n > 0 && n <= answer.len(),
+                "done with {n} of {}",
+                answer.len()
+            );
+            for cut in 0..n {
+                let prefix = reader(&answer[..cut]);
+                assert!(
+                    matches!(prefix, Ok(Read::More) | Err(ProxyError::Malformed(_))),
+                    "a prefix of {cut} bytes: {prefix:?}"
+                );
+            }
+        }
+        Err(ProxyError::Refused { status }) => {
+            assert!(selector % 5 == 0 && !(200..300).contains(&status));
+            // Refused only once the head is complete: one byte less of the
+            // shortest refused prefix asks for more.
+            let refused =
+                |k: usize| matches!(reader(&answer[..k]), Err(ProxyError::Refused { .. }));
+            let first = (1..=answer.len()).find(|&k| refused(k)).unwrap();
+            let before = reader(&answer[..first - 1]);
+            assert_eq!(before, Ok(Read::More), "refused at {first} bytes");
+        }
+        Err(_) => {}
+    }
+}

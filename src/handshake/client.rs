@@ -114,7 +114,9 @@ impl<'a> ClientRequest<'a> {
         Ok(handshake)
     }
 
-    fn check(&self) -> Result<(), ClientRequestError> {
+    /// Checks the request without writing it: the host, the target, the
+    /// subprotocols and the extra headers (see [`ClientRequestError`]).
+    pub fn check(&self) -> Result<(), ClientRequestError> {
         if self.host.is_empty() || !self.host.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(ClientRequestError::InvalidHost);
         }

@@ -541,7 +541,13 @@ fn an_upgraded_connection_opens_at_once() {
         core: ServerCore::new(Config::default()),
         handler: Arc::new(Echo::default()),
     };
-    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), (), None, None, &env);
+    let opened = Opened {
+        state: (),
+        deflate: None,
+        settings: None,
+        role: Role::Server,
+    };
+    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), opened, &env);
     assert_eq!(*env.handler.seen.lock().unwrap(), ["open"]);
     assert_eq!(life.deadline(), None);
     let mut input = BytesMut::from(&masked(OpCode::Text, b"hi")[..]);
@@ -567,4 +573,108 @@ fn dropping_a_connection_ends_it_for_the_server() {
         *env.handler.seen.lock().unwrap(),
         ["open", "close 1006 connection dropped"]
     );
+}
+
+/// A client's connection, opened after its handshake: the harness plays
+/// the server, sending unmasked frames.
+fn client(config: Config) -> Harness {
+    let env = Env {
+        core: ServerCore::new(config),
+        handler: Arc::new(Echo::default()),
+    };
+    let opened = Opened {
+        state: (),
+        deflate: None,
+        settings: None,
+        role: Role::Client,
+    };
+    let life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), opened, &env);
+    Harness {
+        env,
+        life,
+        now: Instant::now(),
+        wire: Vec::new(),
+        input: BytesMut::new(),
+        fins: 0,
+    }
+}
+
+/// The frames in `wire`, unmasked: (opcode, payload), each checked to be
+/// masked.
+fn client_frames(mut wire: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while !wire.is_empty() {
+        assert!(wire[1] & 0x80 != 0, "a client's frames are masked");
+        let len = usize::from(wire[1] & 0x7f);
+        assert!(len < 126, "short frames only here");
+        let key = &wire[2..6];
+        let payload = wire[6..6 + len]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect();
+        frames.push((wire[0] & 0x0f, payload));
+        wire = &wire[6 + len..];
+    }
+    frames
+}
+
+#[test]
+fn a_client_masks_and_refuses_masked_frames() {
+    let mut h = client(Config::default());
+    h.receive(&unmasked(OpCode::Text, b"from the server"));
+    assert_eq!(h.run(), Action::Wait);
+    let echoed = client_frames(&h.written());
+    assert_eq!(echoed, [(1, b"from the server".to_vec())]);
+
+    // A masked frame from the server fails the connection with 1002.
+    h.receive(&masked(OpCode::Text, b"masked"));
+    assert_eq!(h.run(), Action::Wait);
+    let close = client_frames(&h.written());
+    assert_eq!(close[0].0, 8);
+    assert_eq!(close[0].1[..2], 1002u16.to_be_bytes());
+    assert_eq!(h.fins, 1, "a failure ends TCP from our side too");
+}
+
+#[test]
+fn a_client_waits_for_the_server_to_close_tcp_first() {
+    let mut h = client(Config::default());
+    h.life
+        .conn()
+        .unwrap()
+        .close(CloseCode(4000), "done")
+        .unwrap();
+    assert_eq!(h.run(), Action::Wait);
+    let close = client_frames(&h.written());
+    assert_eq!(close, [(8, [&4000u16.to_be_bytes()[..], b"done"].concat())]);
+    // The server's answer completes the handshake: no FIN from the client
+    // (RFC 6455 §7.1.1), it reads on until the server's.
+    h.receive(&unmasked(OpCode::Close, &4000u16.to_be_bytes()));
+    assert_eq!(h.run(), Action::Wait);
+    assert_eq!(h.fins, 0);
+    assert!(h.life.wants_read());
+    assert_eq!(h.seen(), ["open", "close 4000 "]);
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.fins, 0);
+}
+
+#[test]
+fn a_client_closes_tcp_itself_if_the_server_does_not() {
+    let timeout = Duration::from_secs(5);
+    let mut h = client(Config::default().close_timeout(timeout));
+    // The server closes first; the client answers and waits for its FIN.
+    h.receive(&unmasked(OpCode::Close, &1001u16.to_be_bytes()));
+    assert_eq!(h.run(), Action::Wait);
+    let answer = client_frames(&h.written());
+    assert_eq!(answer, [(8, 1001u16.to_be_bytes().to_vec())]);
+    assert_eq!(h.seen(), ["open", "close 1001 "]);
+    let deadline = h.life.deadline().expect("bounded by the close timeout");
+    assert_eq!(deadline, h.now + timeout);
+    // Bytes after the close are read and dropped.
+    h.receive(b"late bytes");
+    assert_eq!(h.run(), Action::Wait);
+    h.later(timeout);
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.fins, 0);
 }

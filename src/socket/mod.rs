@@ -67,7 +67,7 @@
 //!   completes even while the inbox is full: reading resumes for it.
 
 mod handler;
-mod inbox;
+pub(crate) mod inbox;
 
 use std::future::poll_fn;
 use std::pin::Pin;

@@ -18,10 +18,13 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
 
+use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
-use crate::lifecycle::{Action, Env, Lifecycle};
+use crate::lifecycle::{Action, Env, Lifecycle, Opened};
+use crate::proto::Role;
 use crate::read_buf;
 use crate::server::{LiveGuard, ShutdownSeen};
 use crate::slot_waker::ConnWake;
@@ -35,11 +38,17 @@ pub(crate) enum Start<S> {
     /// The upgrade request comes next; `prefix` holds its first bytes,
     /// already read from the stream.
     Request { prefix: BytesMut },
-    /// The upgrade was answered elsewhere.
+    /// The upgrade was done elsewhere (see [`Opened`]).
     Upgraded {
         state: S,
         deflate: Option<crate::proto::deflate::DeflateParams>,
         settings: Option<Box<crate::upgrade::Settings>>,
+        role: Role,
+        /// Bytes read from the stream after the handshake: the first frames.
+        prefix: BytesMut,
+        /// Gets the connection's handle once it is open (the client hands
+        /// it out).
+        opened: Option<oneshot::Sender<Conn>>,
     },
 }
 
@@ -69,10 +78,22 @@ pub(crate) async fn serve<S, H>(
             state,
             deflate,
             settings,
+            role,
+            prefix,
+            opened,
         } => {
             let settings = settings.as_deref();
-            let life = Lifecycle::upgraded(peer, live, wake, state, deflate, settings, &env);
-            (life, BytesMut::new())
+            let start = Opened {
+                state,
+                deflate,
+                settings,
+                role,
+            };
+            let life = Lifecycle::upgraded(peer, live, wake, start, &env);
+            if let (Some(opened), Some(conn)) = (opened, life.conn()) {
+                let _ = opened.send(conn.clone());
+            }
+            (life, prefix)
         }
     };
     let mut connection = Connection {

@@ -57,6 +57,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::config::Config;
 use crate::handler::{Accept, Handler};
 use crate::lifecycle::Env;
+use crate::proto::Role;
 use crate::proto::deflate::DeflateParams;
 use crate::server::{ServerCore, ServerHandle};
 use crate::upgrade::{Decision, Settings};
@@ -136,6 +137,9 @@ impl<H: Handler> Server<H> {
             state,
             deflate,
             settings: None,
+            role: Role::Server,
+            prefix: BytesMut::new(),
+            opened: None,
         };
         serve(stream, peer, start, live, self.env.clone(), Instant::now())
     }
@@ -167,6 +171,9 @@ impl<H: Handler> Server<H> {
                         state,
                         deflate,
                         settings,
+                        role: Role::Server,
+                        prefix: BytesMut::new(),
+                        opened: None,
                     };
                     serve(stream, peer, start, live, env, Instant::now()).await;
                 }

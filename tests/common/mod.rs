@@ -833,3 +833,42 @@ pub fn resident_bytes() -> u64 {
         .expect("VmRSS in /proc/self/status");
     kib * 1024
 }
+
+/// A program from Debian's packages: `path` once `package` is installed
+/// (with apt-get, the first time; one install at a time, since tests run in
+/// parallel).
+pub fn debian_binary(path: &str, package: &str) -> std::path::PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let path = std::path::PathBuf::from(path);
+    let _one_at_a_time = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !path.exists() {
+        eprintln!("installing {package} with apt-get");
+        let run = |args: &[&str]| {
+            let status = std::process::Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .expect("apt-get runs");
+            assert!(status.success(), "apt-get {args:?} failed: {status}");
+        };
+        run(&["update", "-qq"]);
+        run(&["install", "-y", "-qq", package]);
+    }
+    assert!(
+        path.exists(),
+        "{} after installing {package}",
+        path.display()
+    );
+    path
+}
+
+/// A free loopback port (free when asked: bind it soon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -1,0 +1,263 @@
+//! A WebSocket gateway: both roles in one process. Every client that
+//! connects gets an upstream connection of its own; messages go both ways
+//! with their opcodes, close codes are passed on, and memory stays bounded.
+//!
+//! ```text
+//! cargo run --release --example gateway -- --addr 127.0.0.1:9003 --upstream ws://127.0.0.1:9001/
+//! ```
+//!
+//! `--deflate` and `--deflate-min-size` set permessage-deflate on the side
+//! facing clients (as the echo example's), `--upstream-deflate` offers it
+//! upstream. The request's path and query are appended to the upstream URL's
+//! path.
+//!
+//! How it stays bounded: a message is forwarded with a plain send into the
+//! other side's bounded queue. When that queue holds half its limit, the
+//! side the message came from stops reading (`Conn::pause_reading`) until
+//! the queue has drained (`Conn::ready`), so a slow reader on one side slows
+//! the writer on the other through TCP, and no queue grows without bound.
+//! Until its upstream connection is open, a client's connection does not
+//! read at all.
+//!
+//! Close codes go across as they are (1005, "no code", as 1000; 1006, "gone
+//! without a close", as 1001). An upstream that cannot be reached closes the
+//! client with 1014 (bad gateway). When a client breaks the protocol after
+//! sending requests, its close waits for the replies still due from
+//! upstream (one per message sent, as from a request/response or echo
+//! server), at most the close timeout.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use clap::Parser;
+use rapidws::client::{Client, Request as UpstreamRequest};
+use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+use tokio::runtime::Handle;
+
+mod support;
+
+#[derive(Parser, Debug)]
+#[command(about = "rapidws gateway: clients in, one upstream connection each")]
+struct Args {
+    #[command(flatten)]
+    serve: support::ServeArgs,
+    /// The upstream server's URL (ws:// or wss://).
+    #[arg(long, value_name = "URL")]
+    upstream: String,
+    /// Offer permessage-deflate upstream, with the library's defaults.
+    #[arg(long)]
+    upstream_deflate: bool,
+}
+
+/// One client and its upstream connection.
+struct Pair {
+    client: Conn,
+    upstream: OnceLock<Conn>,
+    /// Messages sent upstream that no upstream message has answered yet
+    /// (saturating at zero: an upstream may also speak unasked).
+    awaiting: AtomicUsize,
+    /// The client's connection ended with this code and reason, and the
+    /// upstream one waits for the replies due.
+    ending: Mutex<Option<(CloseCode, String)>>,
+}
+
+impl Pair {
+    /// Closes the upstream connection with the client's code, once.
+    fn close_upstream(&self) {
+        let Some((code, reason)) = self.ending.lock().unwrap().take() else {
+            return;
+        };
+        // The client's own close frame (if the protocol failure was held)
+        // goes out with the failure's code.
+        let _ = self.client.close(CloseCode::NORMAL, "");
+        if let Some(upstream) = self.upstream.get() {
+            let _ = upstream.close(passed_on(code), &reason);
+        }
+    }
+}
+
+/// The code one side's close is passed to the other with.
+fn passed_on(code: CloseCode) -> CloseCode {
+    match code {
+        CloseCode::NO_STATUS => CloseCode::NORMAL,
+        code if code.is_sendable() => code,
+        _ => CloseCode::GOING_AWAY,
+    }
+}
+
+/// Sends `message` from `from` to `to`; once `to`'s queue holds half its
+/// limit, `from` stops reading until it has drained.
+fn forward(message: Message<'_>, from: &Conn, to: &Conn, runtime: &Handle) {
+    if let Err(error) = to.send(message) {
+        tracing::debug!(from = from.id(), to = to.id(), %error, "not forwarded");
+        return;
+    }
+    if to.queued_bytes() >= HALF_QUEUE {
+        from.pause_reading();
+        let (from, to) = (from.clone(), to.clone());
+        runtime.spawn(async move {
+            // Resolves when the queue has room again, or fails once `to`
+            // closes: either way `from` may read on.
+            let _ = to.ready().await;
+            from.resume_reading();
+        });
+    }
+}
+
+/// Half of `max_outbound_bytes` (the default, 4 MiB).
+const HALF_QUEUE: usize = 2 << 20;
+
+/// The side facing clients.
+struct Clients {
+    upstream: Client<Upstream>,
+    url: String,
+    runtime: Handle,
+    close_timeout: Duration,
+}
+
+/// A client's connection: the upstream URL until it opens, then its pair.
+enum Side {
+    Opening(String),
+    Open(Arc<Pair>),
+    Closed,
+}
+
+impl Side {
+    fn pair(&self) -> Option<&Arc<Pair>> {
+        match self {
+            Side::Open(pair) => Some(pair),
+            _ => None,
+        }
+    }
+}
+
+impl Handler for Clients {
+    type State = Side;
+
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Side, Reject> {
+        // The client's path and query, after the upstream URL's path.
+        let target = request.path().trim_start_matches('/');
+        let base = self.url.trim_end_matches('/');
+        Ok(Side::Opening(format!("{base}/{target}")))
+    }
+
+    fn on_open(&self, conn: &Conn, side: &mut Side) {
+        let Side::Opening(url) = std::mem::replace(side, Side::Closed) else {
+            return;
+        };
+        // Nothing is read from the client until its upstream is open.
+        conn.pause_reading();
+        let pair = Arc::new(Pair {
+            client: conn.clone(),
+            upstream: OnceLock::new(),
+            awaiting: AtomicUsize::new(0),
+            ending: Mutex::new(None),
+        });
+        *side = Side::Open(pair.clone());
+        let upstream = self.upstream.clone();
+        self.runtime.spawn(async move {
+            let request = UpstreamRequest::new(url.as_str());
+            match upstream.connect_with(request, pair.clone()).await {
+                Ok((conn, _)) => {
+                    let _ = pair.upstream.set(conn);
+                    pair.client.resume_reading();
+                    if pair.ending.lock().unwrap().is_some() {
+                        // The client left while we connected.
+                        pair.close_upstream();
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%url, %error, "upstream unavailable");
+                    let _ = pair
+                        .client
+                        .close(CloseCode::BAD_GATEWAY, "upstream unavailable");
+                }
+            }
+        });
+    }
+
+    fn on_message(&self, conn: &Conn, side: &mut Side, message: Message<'_>) {
+        let Some(pair) = side.pair() else { return };
+        let Some(upstream) = pair.upstream.get() else {
+            return;
+        };
+        pair.awaiting.fetch_add(1, Ordering::AcqRel);
+        forward(message, conn, upstream, &self.runtime);
+    }
+
+    fn has_unhandled_messages(&self, side: &Side) -> bool {
+        side.pair().is_some_and(|pair| {
+            pair.awaiting.load(Ordering::Acquire) > 0
+                && pair.upstream.get().is_some_and(Conn::is_open)
+        })
+    }
+
+    fn on_close(&self, _: &Conn, side: &mut Side, code: CloseCode, reason: &str) {
+        let Side::Open(pair) = std::mem::replace(side, Side::Closed) else {
+            return;
+        };
+        *pair.ending.lock().unwrap() = Some((code, reason.to_owned()));
+        if pair.awaiting.load(Ordering::Acquire) == 0 || pair.upstream.get().is_none() {
+            pair.close_upstream();
+            return;
+        }
+        // Replies are still due: they close it when they are in, or this
+        // does, after the close timeout.
+        let timeout = self.close_timeout;
+        self.runtime.spawn(async move {
+            tokio::time::sleep(timeout).await;
+            pair.close_upstream();
+        });
+    }
+}
+
+/// The upstream side: each connection's state is its pair.
+struct Upstream {
+    runtime: Handle,
+}
+
+impl Handler for Upstream {
+    type State = Arc<Pair>;
+
+    fn on_message(&self, conn: &Conn, pair: &mut Arc<Pair>, message: Message<'_>) {
+        forward(message, conn, &pair.client, &self.runtime);
+        let answered = pair
+            .awaiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if answered == Ok(1) && pair.ending.lock().unwrap().is_some() {
+            pair.close_upstream();
+        }
+    }
+
+    fn on_close(&self, _: &Conn, pair: &mut Arc<Pair>, code: CloseCode, reason: &str) {
+        let _ = pair.client.close(passed_on(code), reason);
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    support::log_to_stderr();
+    let args = Args::parse();
+    let mut upstream_config = Config::default();
+    if args.upstream_deflate {
+        upstream_config = upstream_config.permessage_deflate(DeflateConfig::default());
+    }
+    // wss upstreams: ring as rustls's provider, the web PKI roots.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let close_timeout = Duration::from_secs(5);
+    let url = args.upstream.clone();
+    support::serve("gateway", &args.serve, move |runtime| {
+        let upstream = Client::with_handler(
+            Upstream {
+                runtime: runtime.clone(),
+            },
+            upstream_config,
+        );
+        Clients {
+            upstream,
+            url,
+            runtime,
+            close_timeout,
+        }
+    })
+}

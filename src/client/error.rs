@@ -1,0 +1,152 @@
+//! Why a client could not connect: one variant per kind of failure, so a
+//! caller can match on it (retry on `Connect`, give up on `Status(401)`).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+
+use super::url::UrlError;
+use crate::handshake::{ClientHandshakeError, ClientRequestError};
+
+/// Which step ran out of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Resolving the name and connecting TCP (to the server or the proxy):
+    /// `Client::connect_timeout`.
+    Connect,
+    /// The proxy's answer (HTTP CONNECT or SOCKS5): part of the connect
+    /// timeout.
+    Proxy,
+    /// The TLS handshake and the upgrade: `Config::handshake_timeout`.
+    Handshake,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::Connect => "connecting",
+            Stage::Proxy => "waiting for the proxy",
+            Stage::Handshake => "the handshake",
+        })
+    }
+}
+
+/// A response other than `101 Switching Protocols`: the status, the header
+/// fields, and the start of the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    /// Every header field, in order, as `(name, value)`.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, up to `Content-Length` and at most [`MAX_REFUSAL_BODY`]
+    /// bytes, as far as it came within the handshake timeout.
+    pub body: Bytes,
+}
+
+/// The most of a refusal's body that is kept.
+pub const MAX_REFUSAL_BODY: usize = 64 * 1024;
+
+impl Refusal {
+    /// The first value of header `name` (matched case-insensitively), e.g.
+    /// a redirect's `Location`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL is not one a client can connect to (see [`UrlError`]), or
+    /// its scheme is not `ws` or `wss`.
+    Url(UrlError),
+    /// The URL's scheme is `wss` but TLS is not available: the crate was
+    /// built without `rustls`, or no roots were given (a `ClientConfig`, or
+    /// the `webpki-roots` or `native-roots` feature).
+    TlsUnavailable(&'static str),
+    /// The request could not be written: an extra header or a subprotocol
+    /// is not valid.
+    Request(ClientRequestError),
+    /// The host name did not resolve (or resolved to no address).
+    Dns { host: String, error: io::Error },
+    /// TCP could not connect to any of the host's addresses (refused,
+    /// unreachable); the error is the last address's.
+    Connect { addr: SocketAddr, error: io::Error },
+    /// A step took longer than its timeout.
+    Timeout(Stage),
+    /// The TLS handshake failed: a certificate that is not valid for the
+    /// host or not trusted, a protocol error (`error.get_ref()` holds
+    /// rustls's error).
+    Tls(io::Error),
+    /// The proxy refused the tunnel or broke its protocol.
+    Proxy(super::proxy::ProxyError),
+    /// The server answered with a status other than 101.
+    Status(Box<Refusal>),
+    /// The server's `101` does not complete the upgrade: a wrong
+    /// `Sec-WebSocket-Accept`, a subprotocol or extension that was not
+    /// offered, a malformed head.
+    Handshake(ClientHandshakeError),
+    /// The connection failed or ended during the handshake.
+    Io(io::Error),
+    /// The runtime is shutting down, or the client is: the connection
+    /// was not opened.
+    Closed,
+}
+
+impl Error {
+    /// The HTTP status, for [`Error::Status`] (and a proxy's refusal).
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Status(refusal) => Some(refusal.status),
+            Error::Proxy(proxy) => proxy.status(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Url(e) => write!(f, "{e}"),
+            Error::TlsUnavailable(why) => write!(f, "wss is not available: {why}"),
+            Error::Request(e) => write!(f, "invalid request: {e}"),
+            Error::Dns { host, error } => write!(f, "could not resolve {host}: {error}"),
+            Error::Connect { addr, error } => write!(f, "could not connect to {addr}: {error}"),
+            Error::Timeout(stage) => write!(f, "timed out {stage}"),
+            Error::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            Error::Proxy(e) => write!(f, "proxy: {e}"),
+            Error::Status(refusal) => {
+                write!(f, "the server answered {} instead of 101", refusal.status)
+            }
+            Error::Handshake(e) => write!(f, "bad upgrade response: {e}"),
+            Error::Io(e) => write!(f, "connection failed during the handshake: {e}"),
+            Error::Closed => f.write_str("the client or its runtime is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Url(e) => Some(e),
+            Error::Request(e) => Some(e),
+            Error::Dns { error, .. } | Error::Connect { error, .. } => Some(error),
+            Error::Tls(e) | Error::Io(e) => Some(e),
+            Error::Proxy(e) => Some(e),
+            Error::Handshake(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<UrlError> for Error {
+    fn from(e: UrlError) -> Self {
+        Error::Url(e)
+    }
+}

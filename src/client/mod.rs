@@ -1,0 +1,503 @@
+//! The client: connect to a `ws://` or `wss://` URL (directly, through an
+//! HTTP CONNECT or SOCKS5 proxy, or over a stream you already have) and use
+//! the connection as an async [`WebSocket`] or through a [`Handler`], on the
+//! same core as the server.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), rapidws::client::Error> {
+//! use rapidws::Message;
+//!
+//! let (mut socket, response) = rapidws::client::connect("ws://127.0.0.1:9001/").await?;
+//! println!("subprotocol: {:?}", response.protocol());
+//! socket.send(Message::Text("hello")).await.ok();
+//! while let Some(Ok(message)) = socket.recv().await {
+//!     println!("{message:?}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A [`Client`] holds what its connections share: the [`Config`] (limits,
+//! timeouts, keepalive, the permessage-deflate offer with every parameter),
+//! the connect timeout, `TCP_NODELAY`, the TLS config and the proxy. Each
+//! [`Request`] says what one connection asks for: the URL, extra headers,
+//! subprotocols. Make one client and share it (it is cheap to clone); its
+//! [`Client::shutdown`] closes every connection it opened with 1001.
+//!
+//! How a connection is made, and what bounds each step:
+//! 1. the URL is parsed ([`Error::Url`]);
+//! 2. the host is resolved on the runtime and TCP connected, trying each
+//!    address in turn ([`Error::Dns`], [`Error::Connect`]); through a
+//!    proxy, the proxy is, and then it opens the tunnel ([`Error::Proxy`]).
+//!    [`Client::connect_timeout`] (10 s) bounds all of it;
+//! 3. for `wss`, the TLS handshake with the URL's host as the server name
+//!    ([`Error::Tls`]);
+//! 4. the upgrade request, and the response read and checked
+//!    ([`Error::Status`] for an answer other than 101, with its headers and
+//!    the start of its body; [`Error::Handshake`] for a `101` that breaks
+//!    the protocol). [`Config::handshake_timeout`] bounds steps 3 and 4;
+//! 5. the connection opens: a task on the current tokio runtime drives it
+//!    (the stream driver: masking, pongs, the close handshake, limits and
+//!    close codes are the core's, as on a server), and `connect` returns.
+//!
+//! Once open, a client connection is a server connection with the other
+//! role: its frames are masked, it fails a masked frame from the server
+//! (1002), and after the close handshake it waits for the server to close
+//! TCP first (RFC 6455 §7.1.1), at most `close_timeout`.
+
+mod error;
+pub mod proxy;
+mod sockets;
+#[cfg(feature = "rustls")]
+mod tls;
+mod upgrade;
+pub mod url;
+
+pub use error::{Error, MAX_REFUSAL_BODY, Refusal, Stage};
+pub use proxy::{Proxy, ProxyError};
+pub use sockets::{Slot, Sockets};
+pub use upgrade::Response;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+
+use self::url::{Host, Url};
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::handler::Handler;
+use crate::lifecycle::Env;
+use crate::proto::Role;
+use crate::server::{ServerCore, ServerHandle};
+use crate::socket::WebSocket;
+use crate::socket::inbox::Inbox;
+use crate::stream::{Start, serve};
+
+/// Connects with a client shared by the whole process (default [`Config`],
+/// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
+/// feature): [`Client::connect`] on it.
+pub async fn connect(request: impl Into<Request>) -> Result<(WebSocket, Response), Error> {
+    static DEFAULT: OnceLock<Client> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| Client::new(Config::default()))
+        .connect(request)
+        .await
+}
+
+/// What one connection asks for: the URL, extra headers, subprotocols,
+/// and the stream to use, if the caller has one.
+pub struct Request {
+    url: String,
+    headers: Vec<(String, String)>,
+    protocols: Vec<String>,
+    stream: Option<Box<dyn Io>>,
+}
+
+/// A stream a connection can run over.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for S {}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("url", &self.url)
+            .field("headers", &self.headers)
+            .field("protocols", &self.protocols)
+            .field("stream", &self.stream.is_some())
+            .finish()
+    }
+}
+
+impl Request {
+    /// A request for `url` (`ws://host[:port][/path][?query]` or `wss://`).
+    /// It is parsed when the connection is made.
+    pub fn new(url: impl Into<String>) -> Self {
+        Request {
+            url: url.into(),
+            headers: Vec::new(),
+            protocols: Vec::new(),
+            stream: None,
+        }
+    }
+
+    /// An extra header field (`Origin`, `Authorization`, `User-Agent`, ...).
+    /// The handshake's own (`Host`, `Upgrade`, `Connection`,
+    /// `Sec-WebSocket-*`) are refused with [`Error::Request`].
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Offers a subprotocol (in order of preference, one call each); read
+    /// the server's choice from [`Response::protocol`].
+    pub fn protocol(mut self, protocol: impl Into<String>) -> Self {
+        self.protocols.push(protocol.into());
+        self
+    }
+
+    /// Runs the connection over `stream`, a byte stream that already
+    /// reaches the server (a Unix socket, a tunnel): no name is resolved
+    /// and no TCP or proxy connection made. The URL still gives the `Host`
+    /// header and the path, and `wss` still runs TLS over the stream. The
+    /// connection's `Conn::peer_addr` is then `0.0.0.0:0`.
+    pub fn over(mut self, stream: impl Io) -> Self {
+        self.stream = Some(Box::new(stream));
+        self
+    }
+}
+
+/// What the upgrade request carries besides the URL (a [`Request`]
+/// without its stream, which need not be `Sync`).
+pub(crate) struct Asked {
+    headers: Vec<(String, String)>,
+    protocols: Vec<String>,
+}
+
+impl Asked {
+    pub(crate) fn protocols(&self) -> Vec<&str> {
+        self.protocols.iter().map(String::as_str).collect()
+    }
+
+    pub(crate) fn header_pairs(&self) -> Vec<(&str, &str)> {
+        let pairs = self.headers.iter();
+        pairs.map(|(n, v)| (n.as_str(), v.as_str())).collect()
+    }
+
+    /// Fails before anything is connected if the request cannot be written.
+    fn check(&self, url: &Url, config: &Config) -> Result<(), Error> {
+        let host = upgrade::host_header(url);
+        let (protocols, headers) = (self.protocols(), self.header_pairs());
+        upgrade::client_request(&host, url, &protocols, &headers, config)
+            .check()
+            .map_err(Error::Request)
+    }
+}
+
+impl From<&str> for Request {
+    fn from(url: &str) -> Self {
+        Request::new(url)
+    }
+}
+
+impl From<String> for Request {
+    fn from(url: String) -> Self {
+        Request::new(url)
+    }
+}
+
+impl From<&String> for Request {
+    fn from(url: &String) -> Self {
+        Request::new(url.as_str())
+    }
+}
+
+/// Which proxy connections go through.
+#[derive(Clone, Debug)]
+enum ProxyChoice {
+    Direct,
+    Fixed(Proxy),
+    FromEnv,
+}
+
+#[derive(Clone)]
+struct Options {
+    connect_timeout: Duration,
+    nodelay: bool,
+    proxy: ProxyChoice,
+    #[cfg(feature = "rustls")]
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Opens client connections and drives them; see the module docs.
+///
+/// `Client<Sockets>` ([`Client::new`]) hands out [`WebSocket`]s;
+/// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
+/// connection, as a server does, with the state given to
+/// [`Client::connect_with`].
+pub struct Client<H: Handler = Sockets> {
+    env: Env<H>,
+    options: Options,
+}
+
+impl<H: Handler> Clone for Client<H> {
+    fn clone(&self) -> Self {
+        Client {
+            env: self.env.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+impl<H: Handler> std::fmt::Debug for Client<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("connect_timeout", &self.options.connect_timeout)
+            .field("nodelay", &self.options.nodelay)
+            .field("proxy", &self.options.proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client<Sockets> {
+    /// A client whose connections are [`WebSocket`]s.
+    pub fn new(config: Config) -> Self {
+        Client::with_handler(Sockets::default(), config)
+    }
+
+    /// Bytes of received messages a socket may hold before its connection
+    /// stops reading (as `SocketHandler::inbox_limit`; default 1 MiB).
+    pub fn inbox_limit(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.env.handler).inbox_limit = bytes;
+        self
+    }
+
+    /// Connects and returns the open socket and the server's `101`.
+    pub async fn connect(
+        &self,
+        request: impl Into<Request>,
+    ) -> Result<(WebSocket, Response), Error> {
+        let inbox = Arc::new(Inbox::new(self.env.handler.inbox_limit));
+        let slot = Slot {
+            inbox: inbox.clone(),
+        };
+        let (conn, response) = self.connect_with(request, slot).await?;
+        Ok((WebSocket::new(conn, inbox), response))
+    }
+}
+
+impl<H: Handler> Client<H> {
+    /// A client that runs `handler` for each connection: `on_open`,
+    /// `on_message`, `on_drain`, `on_close` as on a server (`on_upgrade` is
+    /// never called; the state comes with [`Client::connect_with`]).
+    pub fn with_handler(handler: H, config: Config) -> Self {
+        Client {
+            env: Env {
+                core: ServerCore::new(config),
+                handler: Arc::new(handler),
+            },
+            options: Options {
+                connect_timeout: Duration::from_secs(10),
+                nodelay: true,
+                proxy: ProxyChoice::Direct,
+                #[cfg(feature = "rustls")]
+                tls: None,
+            },
+        }
+    }
+
+    /// How long resolving, connecting TCP and opening a proxy's tunnel may
+    /// take together (default 10 s). The TLS handshake and the upgrade are
+    /// bounded by `Config::handshake_timeout`.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets `TCP_NODELAY` on new connections (default on: a WebSocket
+    /// message is written whole, so Nagle's delay only adds latency).
+    pub fn nodelay(mut self, nodelay: bool) -> Self {
+        self.options.nodelay = nodelay;
+        self
+    }
+
+    /// The TLS config for `wss` (its roots, client certificates, crypto
+    /// provider). ALPN is set to `http/1.1`. Without it, a config is made
+    /// from the `webpki-roots` or `native-roots` feature's roots.
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, config: Arc<rustls::ClientConfig>) -> Self {
+        self.options.tls = Some(tls::with_alpn(&config));
+        self
+    }
+
+    /// Connects through `proxy` (see [`Proxy::new`]).
+    pub fn proxy(mut self, proxy: Proxy) -> Self {
+        self.options.proxy = ProxyChoice::Fixed(proxy);
+        self
+    }
+
+    /// Takes the proxy from the environment at each connect, as curl does:
+    /// `https_proxy`/`HTTPS_PROXY` for `wss`, `http_proxy` for `ws`, then
+    /// `all_proxy`/`ALL_PROXY`, unless `no_proxy`/`NO_PROXY` names the
+    /// host. Off unless called.
+    pub fn proxy_from_env(mut self) -> Self {
+        self.options.proxy = ProxyChoice::FromEnv;
+        self
+    }
+
+    /// A handle to the client's connections: count them, or shut them
+    /// down.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.env.core.clone())
+    }
+
+    /// Closes every open connection of this client with 1001 and waits for
+    /// them, at most `shutdown_timeout`; connects after this fail with
+    /// [`Error::Closed`].
+    pub async fn shutdown(&self) {
+        self.handle().shutdown();
+        self.env.core.finish_shutdown().await;
+    }
+
+    /// Connects, opens the connection with `state`, and returns its
+    /// [`Conn`] and the server's `101`. `on_open` has run when this
+    /// returns. Must be called within a tokio runtime, which drives the
+    /// connection.
+    pub async fn connect_with(
+        &self,
+        request: impl Into<Request>,
+        state: H::State,
+    ) -> Result<(Conn, Response), Error> {
+        let Request {
+            url,
+            headers,
+            protocols,
+            stream,
+        } = request.into();
+        let request = Asked { headers, protocols };
+        if self.env.core.is_shutting_down() {
+            return Err(Error::Closed);
+        }
+        let url = Url::parse(&url)?;
+        if url.scheme != "ws" && url.scheme != "wss" {
+            return Err(Error::Url(url::UrlError::scheme()));
+        }
+        request.check(&url, &self.env.core.config)?;
+        match stream {
+            Some(stream) => {
+                let peer = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+                self.secure(stream, peer, &url, &request, state).await
+            }
+            None => {
+                let (tcp, peer) = self.dial(&url).await?;
+                self.secure(tcp, peer, &url, &request, state).await
+            }
+        }
+    }
+
+    /// Resolves, connects TCP and opens the proxy's tunnel, if any.
+    async fn dial(&self, url: &Url) -> Result<(TcpStream, SocketAddr), Error> {
+        let deadline = Instant::now() + self.options.connect_timeout;
+        let proxy = match &self.options.proxy {
+            ProxyChoice::Direct => None,
+            ProxyChoice::Fixed(proxy) => Some(proxy.clone()),
+            ProxyChoice::FromEnv => Proxy::from_env(url).transpose()?,
+        };
+        let port = url.port_or(default_port(url));
+        let (host, to) = match &proxy {
+            Some(proxy) => (&proxy.host, proxy.port),
+            None => (&url.host, port),
+        };
+        let (mut tcp, peer) = timeout_at(deadline, connect_tcp(host, to))
+            .await
+            .map_err(|_| Error::Timeout(Stage::Connect))??;
+        tcp.set_nodelay(self.options.nodelay).map_err(Error::Io)?;
+        if let Some(proxy) = proxy {
+            timeout_at(deadline, proxy.tunnel(&mut tcp, &url.host, port))
+                .await
+                .map_err(|_| Error::Timeout(Stage::Proxy))??;
+        }
+        Ok((tcp, peer))
+    }
+
+    /// Runs TLS over `stream` for `wss`, then the upgrade.
+    async fn secure<S: Io>(
+        &self,
+        stream: S,
+        peer: SocketAddr,
+        url: &Url,
+        request: &Asked,
+        state: H::State,
+    ) -> Result<(Conn, Response), Error> {
+        let deadline = Instant::now() + self.env.core.config.handshake_timeout;
+        if url.scheme == "ws" {
+            return self.open(stream, peer, url, request, state, deadline).await;
+        }
+        #[cfg(feature = "rustls")]
+        {
+            let config = match &self.options.tls {
+                Some(config) => config.clone(),
+                None => tls::default_config()?,
+            };
+            let stream = timeout_at(deadline, tls::handshake(config, &url.host, stream))
+                .await
+                .map_err(|_| Error::Timeout(Stage::Handshake))??;
+            self.open(stream, peer, url, request, state, deadline).await
+        }
+        #[cfg(not(feature = "rustls"))]
+        {
+            let _ = (stream, peer, request, state, deadline);
+            Err(Error::TlsUnavailable(
+                "rapidws was built without the rustls feature",
+            ))
+        }
+    }
+
+    /// The upgrade, then the connection's task.
+    async fn open<S: Io>(
+        &self,
+        mut stream: S,
+        peer: SocketAddr,
+        url: &Url,
+        request: &Asked,
+        state: H::State,
+        deadline: Instant,
+    ) -> Result<(Conn, Response), Error> {
+        let config = &self.env.core.config;
+        let upgraded = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
+        let (opened, conn) = oneshot::channel();
+        let start = Start::Upgraded {
+            state,
+            deflate: upgraded.response.deflate().copied(),
+            settings: None,
+            role: Role::Client,
+            prefix: upgraded.prefix,
+            opened: Some(opened),
+        };
+        let live = self.env.core.enter();
+        let now = std::time::Instant::now();
+        tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
+        let conn = conn.await.map_err(|_| Error::Closed)?;
+        Ok((conn, upgraded.response))
+    }
+}
+
+fn default_port(url: &Url) -> u16 {
+    if url.scheme == "wss" { 443 } else { 80 }
+}
+
+/// Connects TCP to `host:port`, trying each address the name resolves to.
+async fn connect_tcp(host: &Host, port: u16) -> Result<(TcpStream, SocketAddr), Error> {
+    let addrs: Vec<SocketAddr> = match host {
+        Host::V4(ip) => vec![SocketAddr::from((*ip, port))],
+        Host::V6(ip) => vec![SocketAddr::from((*ip, port))],
+        Host::Name(name) => {
+            let dns = |error| Error::Dns {
+                host: name.clone(),
+                error,
+            };
+            let found = tokio::net::lookup_host((name.as_str(), port))
+                .await
+                .map_err(dns)?
+                .collect::<Vec<_>>();
+            if found.is_empty() {
+                let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address found");
+                return Err(dns(none));
+            }
+            found
+        }
+    };
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok((stream, addr)),
+            Err(error) => last = Some(Error::Connect { addr, error }),
+        }
+    }
+    Err(last.expect("at least one address was tried"))
+}

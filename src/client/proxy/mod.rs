@@ -1,0 +1,261 @@
+//! Proxies a client connects through: HTTP CONNECT (with Basic
+//! credentials) and SOCKS5 (with a username and password), given
+//! explicitly or taken from the environment when the caller opts in. The
+//! answers are read by the sans-I/O readers in `reply.rs`; this file only
+//! moves their bytes.
+
+mod reply;
+
+pub use reply::ProxyError;
+#[doc(hidden)]
+pub use reply::{
+    MAX_CONNECT_HEAD, Read, connect_request, read_connect_response, read_socks_auth,
+    read_socks_connect, read_socks_method, socks_auth, socks_connect, socks_connect_ip,
+    socks_greeting,
+};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::error::Error;
+use super::url::{Host, Url};
+
+/// A proxy to reach WebSocket servers through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proxy {
+    kind: Kind,
+    pub(crate) host: Host,
+    pub(crate) port: u16,
+    credentials: Option<(String, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// HTTP CONNECT.
+    Http,
+    /// SOCKS5; `remote_dns`: the proxy resolves the name (`socks5h`).
+    Socks5 { remote_dns: bool },
+}
+
+impl Proxy {
+    /// A proxy from its URL: `http://[user:password@]host[:port]` (port 80
+    /// by default) for HTTP CONNECT, `socks5://[user:password@]host[:port]`
+    /// (port 1080) for SOCKS5 with names resolved here, `socks5h://...` for
+    /// SOCKS5 with names resolved by the proxy. Credentials are
+    /// percent-decoded.
+    pub fn new(url: &str) -> Result<Proxy, Error> {
+        let url = Url::parse(url)?;
+        let (kind, default_port) = match url.scheme.as_str() {
+            "http" => (Kind::Http, 80),
+            "socks5" => (Kind::Socks5 { remote_dns: false }, 1080),
+            "socks5h" => (Kind::Socks5 { remote_dns: true }, 1080),
+            other => return Err(Error::Proxy(ProxyError::UnsupportedScheme(other.into()))),
+        };
+        Ok(Proxy {
+            kind,
+            port: url.port_or(default_port),
+            host: url.host,
+            credentials: url.credentials,
+        })
+    }
+
+    /// The proxy the environment names for `target`, as curl reads it:
+    /// `https_proxy` or `HTTPS_PROXY` for `wss`, `http_proxy` for `ws`
+    /// (lower case only, as curl: `HTTP_PROXY` can be set by a CGI
+    /// request's `Proxy:` header), then `all_proxy` or `ALL_PROXY`; none if
+    /// `no_proxy` or `NO_PROXY` matches the host. An empty variable counts
+    /// as unset.
+    pub(crate) fn from_env(target: &Url) -> Option<Result<Proxy, Error>> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let scheme_var = if target.scheme == "wss" {
+            var("https_proxy").or_else(|| var("HTTPS_PROXY"))
+        } else {
+            var("http_proxy")
+        };
+        let url = scheme_var.or_else(|| var("all_proxy").or_else(|| var("ALL_PROXY")))?;
+        let no_proxy = var("no_proxy")
+            .or_else(|| var("NO_PROXY"))
+            .unwrap_or_default();
+        if bypasses(&no_proxy, &target.host) {
+            return None;
+        }
+        Some(Proxy::new(&url))
+    }
+
+    /// Opens a tunnel to `host:port` over `stream`, a connection to this
+    /// proxy.
+    pub(crate) async fn tunnel<S>(
+        &self,
+        stream: &mut S,
+        host: &Host,
+        port: u16,
+    ) -> Result<(), Error>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let credentials = self
+            .credentials
+            .as_ref()
+            .map(|(user, password)| (user.as_str(), password.as_str()));
+        let mut buf = BytesMut::with_capacity(512);
+        match self.kind {
+            Kind::Http => {
+                write(stream, &connect_request(host, port, credentials)).await?;
+                read_until(stream, &mut buf, read_connect_response).await?;
+            }
+            Kind::Socks5 { remote_dns } => {
+                write(stream, &socks_greeting(credentials.is_some())).await?;
+                let wants_auth = loop {
+                    match read_socks_method(&buf, credentials.is_some()).map_err(Error::Proxy)? {
+                        Some(wants) => break wants,
+                        None => read_more(stream, &mut buf).await?,
+                    }
+                };
+                let _ = buf.split_to(2);
+                if let (true, Some((user, password))) = (wants_auth, credentials) {
+                    write(stream, &socks_auth(user, password).map_err(Error::Proxy)?).await?;
+                    read_until(stream, &mut buf, read_socks_auth).await?;
+                }
+                let request = match host {
+                    Host::Name(name) if !remote_dns => {
+                        let ip = resolve_one(name, port).await?;
+                        socks_connect_ip(ip, port)
+                    }
+                    _ => socks_connect(host, port).map_err(Error::Proxy)?,
+                };
+                write(stream, &request).await?;
+                read_until(stream, &mut buf, read_socks_connect).await?;
+            }
+        }
+        if !buf.is_empty() {
+            // The server cannot have spoken yet: nothing was sent to it.
+            return Err(Error::Proxy(ProxyError::Malformed(
+                "bytes after the answer, before the client spoke",
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `no_proxy` (comma- or space-separated: `*`, host names, which
+/// also match their subdomains, with or without a leading dot, and IP
+/// addresses; a `:port` is ignored) names `host`.
+pub(crate) fn bypasses(no_proxy: &str, host: &Host) -> bool {
+    let host = match host {
+        Host::Name(name) => name.trim_end_matches('.').to_owned(),
+        Host::V4(ip) => ip.to_string(),
+        Host::V6(ip) => ip.to_string(),
+    };
+    no_proxy
+        .split([',', ' '])
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .any(|entry| {
+            if entry == "*" {
+                return true;
+            }
+            let entry = entry
+                .strip_prefix('[')
+                .map_or(entry, |e| e.split(']').next().unwrap_or(e));
+            let entry = match entry.rsplit_once(':') {
+                // host:port, not an IPv6 address.
+                Some((name, port))
+                    if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    name
+                }
+                _ => entry,
+            };
+            let entry = entry.trim_start_matches('.').to_ascii_lowercase();
+            host == entry || host.ends_with(&format!(".{entry}"))
+        })
+}
+
+async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> Result<(), Error> {
+    stream.write_all(bytes).await.map_err(Error::Io)?;
+    stream.flush().await.map_err(Error::Io)
+}
+
+async fn read_more<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut BytesMut) -> Result<(), Error> {
+    buf.reserve(512);
+    match stream.read_buf(buf).await {
+        Ok(0) => Err(Error::Proxy(ProxyError::Malformed(
+            "the proxy closed the connection",
+        ))),
+        Ok(_) => Ok(()),
+        Err(error) => Err(Error::Io(error)),
+    }
+}
+
+/// Reads until `reader` is done, then drops the answer from `buf`.
+async fn read_until<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    reader: fn(&[u8]) -> Result<Read, ProxyError>,
+) -> Result<(), Error> {
+    loop {
+        match reader(buf).map_err(Error::Proxy)? {
+            Read::Done(n) => {
+                let _ = buf.split_to(n);
+                return Ok(());
+            }
+            Read::More => read_more(stream, buf).await?,
+        }
+    }
+}
+
+async fn resolve_one(name: &str, port: u16) -> Result<std::net::IpAddr, Error> {
+    let dns = |error| Error::Dns {
+        host: name.to_owned(),
+        error,
+    };
+    let mut addrs = tokio::net::lookup_host((name, port)).await.map_err(dns)?;
+    addrs.next().map(|addr| addr.ip()).ok_or_else(|| {
+        dns(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no address",
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(s: &str) -> Host {
+        Url::parse(&format!("ws://{s}/")).unwrap().host
+    }
+
+    #[test]
+    fn proxy_urls() {
+        let p = Proxy::new("http://user:pa%20ss@proxy.local:3128").unwrap();
+        assert_eq!(p.kind, Kind::Http);
+        assert_eq!(p.port, 3128);
+        assert_eq!(p.credentials, Some(("user".into(), "pa ss".into())));
+        assert_eq!(Proxy::new("http://proxy").unwrap().port, 80);
+        let s = Proxy::new("socks5://127.0.0.1").unwrap();
+        assert_eq!((s.kind, s.port), (Kind::Socks5 { remote_dns: false }, 1080));
+        let h = Proxy::new("socks5h://[::1]:9050").unwrap();
+        assert_eq!((h.kind, h.port), (Kind::Socks5 { remote_dns: true }, 9050));
+        assert!(matches!(
+            Proxy::new("https://proxy"),
+            Err(Error::Proxy(ProxyError::UnsupportedScheme(s))) if s == "https"
+        ));
+        assert!(matches!(Proxy::new("proxy:3128"), Err(Error::Url(_))));
+    }
+
+    #[test]
+    fn no_proxy_matching() {
+        assert!(bypasses("*", &host("anything.example")));
+        assert!(bypasses("localhost,127.0.0.1", &host("127.0.0.1")));
+        assert!(bypasses("example.com", &host("example.com")));
+        assert!(bypasses("example.com", &host("api.example.com")));
+        assert!(bypasses(".example.com", &host("api.example.com")));
+        assert!(bypasses("Example.COM:443", &host("example.com")));
+        assert!(bypasses("[::1]", &host("[::1]")));
+        assert!(bypasses(" a.test  b.test ", &host("b.test")));
+        assert!(!bypasses("example.com", &host("notexample.com")));
+        assert!(!bypasses("", &host("example.com")));
+        assert!(!bypasses("127.0.0.1", &host("127.0.0.2")));
+    }
+}

@@ -1,0 +1,191 @@
+//! The client's upgrade over a connected stream: the request written by
+//! `handshake::ClientRequest`, the response read until its head is complete
+//! and checked by `handshake::ClientHandshake`. Plumbing only: every rule is
+//! in the sans-I/O handshake.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, timeout_at};
+
+use super::Asked;
+use super::error::{Error, MAX_REFUSAL_BODY, Refusal, Stage};
+use super::url::Url;
+use crate::config::Config;
+use crate::handshake::{ClientHandshakeError, ClientRequest, header_buffer, parse_response};
+use crate::proto::WriteQueue;
+use crate::proto::deflate::DeflateParams;
+
+/// The server's `101`, as the client keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    headers: Vec<(String, Vec<u8>)>,
+    protocol: Option<String>,
+    deflate: Option<DeflateParams>,
+}
+
+impl Response {
+    /// The subprotocol the server chose (one of those offered), if any.
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+
+    /// The permessage-deflate parameters agreed, if it was offered
+    /// (`Config::permessage_deflate`) and the server accepted.
+    pub fn deflate(&self) -> Option<&DeflateParams> {
+        self.deflate.as_ref()
+    }
+
+    /// The first value of header `name` (matched case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Every header field of the `101`, in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+}
+
+/// The `Host` header's value for `url`.
+pub(crate) fn host_header(url: &Url) -> String {
+    url.authority(if url.scheme == "wss" { 443 } else { 80 })
+}
+
+/// The sans-I/O request for `url` with the caller's additions.
+pub(crate) fn client_request<'a>(
+    host: &'a str,
+    url: &'a Url,
+    protocols: &'a [&'a str],
+    headers: &'a [(&'a str, &'a str)],
+    config: &Config,
+) -> ClientRequest<'a> {
+    let request = ClientRequest::new(host, &url.target)
+        .protocols(protocols)
+        .headers(headers);
+    match config.deflate() {
+        Some(deflate) => request.permessage_deflate(*deflate),
+        None => request,
+    }
+}
+
+/// An upgrade that went through.
+pub(crate) struct Upgraded {
+    pub(crate) response: Response,
+    /// Bytes that came after the `101`: the server's first frames.
+    pub(crate) prefix: BytesMut,
+}
+
+/// Writes the upgrade request for `url` over `stream` and reads the answer,
+/// all before `deadline`.
+pub(crate) async fn upgrade<S>(
+    stream: &mut S,
+    url: &Url,
+    request: &Asked,
+    config: &Config,
+    deadline: Instant,
+) -> Result<Upgraded, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let host = host_header(url);
+    let protocols = request.protocols();
+    let headers = request.header_pairs();
+    let client_request = client_request(&host, url, &protocols, &headers, config);
+    let mut queue = WriteQueue::new();
+    let handshake = client_request.write(&mut queue).map_err(Error::Request)?;
+    let mut bytes = Vec::new();
+    queue.drain_into(&mut bytes);
+
+    let timed_out = |_| Error::Timeout(Stage::Handshake);
+    timeout_at(deadline, async {
+        stream.write_all(&bytes).await?;
+        stream.flush().await
+    })
+    .await
+    .map_err(timed_out)?
+    .map_err(Error::Io)?;
+
+    let max_head = config.max_handshake_size;
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        let n = timeout_at(deadline, read_some(stream, &mut buf, max_head))
+            .await
+            .map_err(timed_out)?
+            .map_err(Error::Io)?;
+        let mut fields = header_buffer();
+        let parsed = parse_response(&buf, &mut fields, max_head).map_err(Error::Handshake)?;
+        let Some((response, head_len)) = parsed else {
+            if n == 0 {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection during the handshake",
+                )));
+            }
+            continue;
+        };
+        let headers: Vec<(String, Vec<u8>)> = response
+            .headers()
+            .map(|(n, v)| (n.to_owned(), v.to_vec()))
+            .collect();
+        if response.status() != 101 {
+            let status = response.status();
+            let body = read_body(stream, buf.split_off(head_len), &headers, deadline).await;
+            return Err(Error::Status(Box::new(Refusal {
+                status,
+                headers,
+                body,
+            })));
+        }
+        let accepted = handshake.check(&response).map_err(|e| match e {
+            ClientHandshakeError::NotSwitching { .. } => unreachable!("checked above"),
+            e => Error::Handshake(e),
+        })?;
+        let response = Response {
+            headers,
+            protocol: accepted.protocol.map(str::to_owned),
+            deflate: accepted.deflate,
+        };
+        let prefix = buf.split_off(head_len);
+        return Ok(Upgraded { response, prefix });
+    }
+}
+
+/// Reads once into `buf`, at most up to `max` bytes in all (plus one, so
+/// that a head over the limit shows).
+async fn read_some<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    max: usize,
+) -> std::io::Result<usize> {
+    let room = (max + 1).saturating_sub(buf.len()).clamp(1, 4096);
+    buf.reserve(room);
+    let mut limited = (&mut *stream).take(room as u64);
+    limited.read_buf(buf).await
+}
+
+/// The body of a refusal: up to its `Content-Length` (or what already came,
+/// without one), at most `MAX_REFUSAL_BODY` bytes, as far as it arrives
+/// before `deadline`.
+async fn read_body<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    mut body: BytesMut,
+    headers: &[(String, Vec<u8>)],
+    deadline: Instant,
+) -> Bytes {
+    let length = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok());
+    let want = length.unwrap_or(body.len()).min(MAX_REFUSAL_BODY);
+    while body.len() < want {
+        let more = timeout_at(deadline, read_some(stream, &mut body, want - 1)).await;
+        if !matches!(more, Ok(Ok(n)) if n > 0) {
+            break;
+        }
+    }
+    body.truncate(want);
+    body.freeze()
+}

@@ -1,0 +1,111 @@
+"""Echo server for the client's interop tests (Python `websockets`).
+
+Prints its port, then serves: every message is sent back as it came. When a
+connection ends it prints one JSON line: the client's offer, what was
+negotiated, and for each message received whether it arrived compressed and
+how many bytes it took on the wire.
+
+    python echo_server.py [--tls CERT KEY] [--deflate SPEC] [--protocol P]
+
+A SPEC is a comma-separated list of the server's permessage-deflate
+settings: server_no_context_takeover, client_no_context_takeover,
+server_max_window_bits=N, client_max_window_bits=N. `--deflate ""` accepts
+offers with websockets' defaults; no `--deflate` refuses compression.
+"""
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+
+from websockets.asyncio.server import serve
+from websockets.extensions.base import Extension
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+
+
+def factory(spec):
+    kwargs = {}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        if name.endswith("no_context_takeover"):
+            kwargs[name] = True
+        elif name.endswith("max_window_bits"):
+            kwargs[name] = int(value)
+        else:
+            sys.exit(f"unknown parameter {name}")
+    return ServerPerMessageDeflateFactory(**kwargs)
+
+
+class Recording(Extension):
+    """Wraps the negotiated extension to see each received frame as it came."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.frames = []
+
+    def decode(self, frame, *, max_size=None):
+        data = frame.opcode.name in ("TEXT", "BINARY", "CONT")
+        self.frames.append({"data": data, "rsv1": frame.rsv1, "wire_len": len(frame.data)})
+        return self.inner.decode(frame, max_size=max_size)
+
+    def encode(self, frame):
+        return self.inner.encode(frame)
+
+
+async def echo(ws):
+    offer = ws.request.headers.get("Sec-WebSocket-Extensions")
+    negotiated = {}
+    recording = None
+    if ws.protocol.extensions:
+        deflate = ws.protocol.extensions[0]
+        negotiated = {
+            "server_no_context_takeover": deflate.local_no_context_takeover,
+            "client_no_context_takeover": deflate.remote_no_context_takeover,
+            "server_max_window_bits": deflate.local_max_window_bits,
+            "client_max_window_bits": deflate.remote_max_window_bits,
+        }
+        recording = Recording(deflate)
+        ws.protocol.extensions = [recording]
+    try:
+        async for message in ws:
+            await ws.send(message)
+    finally:
+        line = {
+            "offer": offer,
+            "negotiated": negotiated,
+            "protocol": ws.subprotocol,
+            "frames": recording.frames if recording else [],
+        }
+        print(json.dumps(line), flush=True)
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
+    parser.add_argument("--deflate")
+    parser.add_argument("--protocol")
+    args = parser.parse_args()
+    extensions = [] if args.deflate is None else [factory(args.deflate)]
+    context = None
+    if args.tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*args.tls)
+    more = {"subprotocols": [args.protocol]} if args.protocol else {}
+    async with serve(
+        echo,
+        "127.0.0.1",
+        0,
+        extensions=extensions,
+        compression=None,
+        ssl=context,
+        max_size=None,
+        **more,
+    ) as server:
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Future()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
