@@ -5,11 +5,9 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), rapidws::client::Error> {
-//! use rapidws::Message;
-//!
 //! let (mut socket, response) = rapidws::client::connect("ws://127.0.0.1:9001/").await?;
 //! println!("subprotocol: {:?}", response.protocol());
-//! socket.send(Message::Text("hello")).await.ok();
+//! socket.send("hello").await.ok();
 //! while let Some(Ok(message)) = socket.recv().await {
 //!     println!("{message:?}");
 //! }
