@@ -85,6 +85,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Checks that the bridge started in the background just before (its pid
+# in $!) listens on $plain_port; kosoku connects there instead.
+bridge_started() { # NAME LOG
+    bridge_pid=$!
+    if ! wait_listening "$plain_port" "$bridge_pid"; then
+        echo "autobahn: the $1 did not start:" >&2
+        cat "$2" >&2
+        exit 1
+    fi
+    addr="127.0.0.1:$plain_port"
+}
+
 status=0
 for backend in "${backends[@]}"; do
     port="$(free_port)"
@@ -154,38 +166,20 @@ for backend in "${backends[@]}"; do
         socat "TCP-LISTEN:$plain_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
             "OPENSSL:127.0.0.1:$port,cafile=$reports/cert.pem,commonname=localhost,nodelay" \
             2>"$reports/socat.log" &
-        bridge_pid=$!
-        if ! wait_listening "$plain_port" "$bridge_pid"; then
-            echo "autobahn: the TLS bridge did not start:" >&2
-            cat "$reports/socat.log" >&2
-            exit 1
-        fi
-        addr="127.0.0.1:$plain_port"
+        bridge_started "TLS bridge" "$reports/socat.log"
     fi
 
     if [[ "$backend" == gateway ]]; then
         plain_port="$(free_port)"
         RUST_LOG=warn "$gateway_bin" --addr "127.0.0.1:$plain_port" --upstream "ws://$addr/" \
             --deflate --deflate-min-size 0 --upstream-deflate >"$reports/gateway.log" 2>&1 &
-        bridge_pid=$!
-        if ! wait_listening "$plain_port" "$bridge_pid"; then
-            echo "autobahn: the gateway did not start:" >&2
-            cat "$reports/gateway.log" >&2
-            exit 1
-        fi
-        addr="127.0.0.1:$plain_port"
+        bridge_started gateway "$reports/gateway.log"
     fi
 
     if [[ "$backend" == axum-h2-* ]]; then
         plain_port="$(free_port)"
         "$h2_bridge_bin" "127.0.0.1:$plain_port" "$addr" 2>"$reports/bridge.log" &
-        bridge_pid=$!
-        if ! wait_listening "$plain_port" "$bridge_pid"; then
-            echo "autobahn: the h2 bridge did not start:" >&2
-            cat "$reports/bridge.log" >&2
-            exit 1
-        fi
-        addr="127.0.0.1:$plain_port"
+        bridge_started "h2 bridge" "$reports/bridge.log"
     fi
 
     echo "autobahn: running all cases against $backend at ws://$addr$path"

@@ -640,27 +640,17 @@ impl<H: Handler> Lifecycle<H> {
                     // wake-up per connection.
                     return self.close();
                 }
-                if dispatch.peer_closed() {
+                let client_done = dispatch.peer_closed();
+                self.linger(deadline_from(now, close_timeout));
+                return if client_done {
                     // A client waits for the server to close TCP first (RFC
-                    // 6455 §7.1.1), reading and discarding, within the close
-                    // deadline; then it closes too.
-                    let ending = self.ending.get_or_insert_with(Box::default);
-                    ending.discarded = Some(0);
-                    ending
-                        .deadline
-                        .get_or_insert(deadline_from(now, close_timeout));
-                    self.held = false;
-                    return Action::Wait;
-                }
-                // A failure, or our close unanswered: FIN, then wait for the
-                // peer's (see `poll_handshake`), within the close deadline.
-                let ending = self.ending.get_or_insert_with(Box::default);
-                ending.discarded = Some(0);
-                ending
-                    .deadline
-                    .get_or_insert(deadline_from(now, close_timeout));
-                self.held = false;
-                return Action::ShutDown;
+                    // 6455 §7.1.1), then closes too.
+                    Action::Wait
+                } else {
+                    // A failure, or our close unanswered: FIN first (see
+                    // `poll_handshake`).
+                    Action::ShutDown
+                };
             }
             if expired {
                 dispatch.abnormal("close handshake timed out");
@@ -668,6 +658,15 @@ impl<H: Handler> Lifecycle<H> {
             }
             return Action::Wait;
         }
+    }
+
+    /// From now on, bytes that arrive are read and dropped until the peer's
+    /// FIN, at most until the close deadline (`deadline`, unless one is set).
+    fn linger(&mut self, deadline: Instant) {
+        let ending = self.ending.get_or_insert_with(Box::default);
+        ending.discarded = Some(0);
+        ending.deadline.get_or_insert(deadline);
+        self.held = false;
     }
 
     /// Drops the protocol state (running `on_close` if it has not run) and

@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -249,20 +249,6 @@ async fn against_tokio_tungstenite() {
 }
 
 // ---- Python `websockets` as the server ----
-
-fn python() -> &'static std::path::PathBuf {
-    static PYTHON: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/setup.sh");
-        let out = Command::new("bash").arg(setup).output().expect("bash runs");
-        assert!(
-            out.status.success(),
-            "tests/interop/setup.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
 
 /// A Python echo server and the lines it prints (one JSON per connection).
 struct PythonServer {

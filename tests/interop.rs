@@ -14,9 +14,7 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
@@ -33,21 +31,6 @@ backend_tests!(
     replies_overtake_compressed_pushes_with_context_takeover_uncompressed,
     replies_are_compressed_when_each_message_stands_alone,
 );
-
-/// The interop client's python, set up once per test binary.
-fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/setup.sh");
-        let out = Command::new("bash").arg(setup).output().expect("bash runs");
-        assert!(
-            out.status.success(),
-            "tests/interop/setup.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
 
 /// Runs the client against `path` on `server` with `offers` (see the
 /// script) and returns its report; fails the test if an echo differed. A

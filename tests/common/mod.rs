@@ -872,3 +872,22 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The Python of tests/interop/.venv, with `websockets` installed by
+/// tests/interop/setup.sh on first use.
+pub fn python() -> &'static std::path::PathBuf {
+    static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/setup.sh");
+        let out = std::process::Command::new("bash")
+            .arg(setup)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "tests/interop/setup.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}

@@ -17,9 +17,10 @@ import json
 import ssl
 import sys
 
-from websockets.extensions.base import Extension
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from websockets.sync.client import connect
+
+from recording import Recording
 
 
 def factory(spec):
@@ -35,22 +36,6 @@ def factory(spec):
         else:
             sys.exit(f"unknown offer parameter {name}")
     return ClientPerMessageDeflateFactory(**kwargs)
-
-
-class Recording(Extension):
-    """Wraps the negotiated extension to see each received frame as it came."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.name = inner.name
-        self.frames = []
-
-    def decode(self, frame, *, max_size=None):
-        self.frames.append({"rsv1": frame.rsv1, "wire_len": len(frame.data)})
-        return self.inner.decode(frame, max_size=max_size)
-
-    def encode(self, frame):
-        return self.inner.encode(frame)
 
 
 def messages():

@@ -20,8 +20,9 @@ import ssl
 import sys
 
 from websockets.asyncio.server import serve
-from websockets.extensions.base import Extension
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+
+from recording import Recording
 
 
 def factory(spec):
@@ -35,23 +36,6 @@ def factory(spec):
         else:
             sys.exit(f"unknown parameter {name}")
     return ServerPerMessageDeflateFactory(**kwargs)
-
-
-class Recording(Extension):
-    """Wraps the negotiated extension to see each received frame as it came."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.name = inner.name
-        self.frames = []
-
-    def decode(self, frame, *, max_size=None):
-        data = frame.opcode.name in ("TEXT", "BINARY", "CONT")
-        self.frames.append({"data": data, "rsv1": frame.rsv1, "wire_len": len(frame.data)})
-        return self.inner.decode(frame, max_size=max_size)
-
-    def encode(self, frame):
-        return self.inner.encode(frame)
 
 
 async def echo(ws):
