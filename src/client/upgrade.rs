@@ -148,7 +148,9 @@ where
             protocol: accepted.protocol.map(str::to_owned),
             deflate: accepted.deflate,
         };
-        let prefix = buf.split_off(head_len);
+        // Only what came after the head, in a buffer of its size: the
+        // read buffer's capacity is not kept for the connection's life.
+        let prefix = BytesMut::from(&buf[head_len..]);
         return Ok(Upgraded { response, prefix });
     }
 }

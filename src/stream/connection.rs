@@ -107,7 +107,10 @@ pub(crate) async fn serve<S, H>(
         seen: ShutdownSeen::default(),
         life,
     };
-    if !read_buf.is_empty() {
+    if read_buf.is_empty() {
+        // Not kept across the connection's life (its capacity would be).
+        drop(read_buf);
+    } else {
         connection.life.receive(&mut read_buf, &env, started);
         connection.read_buf = read_buf;
     }
