@@ -63,17 +63,20 @@ struct Pair {
 }
 
 impl Pair {
-    /// Closes the upstream connection with the client's code, once.
+    /// Closes the upstream connection with the client's code, once. Before
+    /// the upstream connection is open this does nothing: the task that
+    /// opens it sees the ending and calls this again.
     fn close_upstream(&self) {
+        let Some(upstream) = self.upstream.get() else {
+            return;
+        };
         let Some((code, reason)) = self.ending.lock().unwrap().take() else {
             return;
         };
         // The client's own close frame (if the protocol failure was held)
         // goes out with the failure's code.
         let _ = self.client.close(CloseCode::NORMAL, "");
-        if let Some(upstream) = self.upstream.get() {
-            let _ = upstream.close(passed_on(code), &reason);
-        }
+        let _ = upstream.close(passed_on(code), reason_for_close(&reason));
     }
 }
 
@@ -86,27 +89,46 @@ fn passed_on(code: CloseCode) -> CloseCode {
     }
 }
 
-/// Sends `message` from `from` to `to`; once `to`'s queue holds half its
-/// limit, `from` stops reading until it has drained.
-fn forward(message: Message<'_>, from: &Conn, to: &Conn, runtime: &Handle) {
+/// Sends `message` from `from` to `to`, true if it was queued; once `to`'s
+/// queue holds half its limit, `from` stops reading until it has drained.
+/// A side that drains nothing for `STALL_LIMIT` is closed with 1008: its
+/// peer is not reading, and the pause would otherwise hold both
+/// connections for good.
+fn forward(message: Message<'_>, from: &Conn, to: &Conn, runtime: &Handle) -> bool {
     if let Err(error) = to.send(message) {
         tracing::debug!(from = from.id(), to = to.id(), %error, "not forwarded");
-        return;
+        return false;
     }
-    if to.queued_bytes() >= HALF_QUEUE {
+    if to.queued_bytes() >= MAX_OUTBOUND / 2 {
         from.pause_reading();
         let (from, to) = (from.clone(), to.clone());
         runtime.spawn(async move {
             // Resolves when the queue has room again, or fails once `to`
             // closes: either way `from` may read on.
-            let _ = to.ready().await;
+            if tokio::time::timeout(STALL_LIMIT, to.ready()).await.is_err() {
+                let _ = to.close(CloseCode::POLICY_VIOLATION, "not reading");
+            }
             from.resume_reading();
         });
     }
+    true
 }
 
-/// Half of `max_outbound_bytes` (the default, 4 MiB).
-const HALF_QUEUE: usize = 2 << 20;
+/// Each connection's outbound bound (the library's default, set on both
+/// sides so that half of it is where reading pauses).
+const MAX_OUTBOUND: usize = 4 << 20;
+
+/// How long a side may drain nothing while the other waits for it.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// A close reason as it may be sent (at most 123 bytes, cut at a character).
+fn reason_for_close(reason: &str) -> &str {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
 
 /// The side facing clients.
 struct Clients {
@@ -137,9 +159,12 @@ impl Handler for Clients {
 
     fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Side, Reject> {
         // The client's path and query, after the upstream URL's path.
-        let target = request.path().trim_start_matches('/');
+        let path = request.path().trim_start_matches('/');
         let base = self.url.trim_end_matches('/');
-        Ok(Side::Opening(format!("{base}/{target}")))
+        Ok(Side::Opening(match request.query() {
+            Some(query) => format!("{base}/{path}?{query}"),
+            None => format!("{base}/{path}"),
+        }))
     }
 
     fn on_open(&self, conn: &Conn, side: &mut Side) {
@@ -182,8 +207,14 @@ impl Handler for Clients {
         let Some(upstream) = pair.upstream.get() else {
             return;
         };
+        // Counted before it goes: its reply may come before `forward`
+        // returns.
         pair.awaiting.fetch_add(1, Ordering::AcqRel);
-        forward(message, conn, upstream, &self.runtime);
+        if !forward(message, conn, upstream, &self.runtime) {
+            let _ = pair
+                .awaiting
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
     }
 
     fn has_unhandled_messages(&self, side: &Side) -> bool {
@@ -231,14 +262,14 @@ impl Handler for Upstream {
     }
 
     fn on_close(&self, _: &Conn, pair: &mut Arc<Pair>, code: CloseCode, reason: &str) {
-        let _ = pair.client.close(passed_on(code), reason);
+        let _ = pair.client.close(passed_on(code), reason_for_close(reason));
     }
 }
 
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
     let args = Args::parse();
-    let mut upstream_config = Config::default();
+    let mut upstream_config = Config::default().max_outbound_bytes(MAX_OUTBOUND);
     if args.upstream_deflate {
         upstream_config = upstream_config.permessage_deflate(DeflateConfig::default());
     }

@@ -642,15 +642,15 @@ impl<H: Handler> Lifecycle<H> {
                 }
                 let client_done = dispatch.peer_closed();
                 self.linger(deadline_from(now, close_timeout));
-                return if client_done {
+                if client_done {
                     // A client waits for the server to close TCP first (RFC
-                    // 6455 §7.1.1), then closes too.
-                    Action::Wait
-                } else {
-                    // A failure, or our close unanswered: FIN first (see
-                    // `poll_handshake`).
-                    Action::ShutDown
-                };
+                    // 6455 §7.1.1), then closes too (at once if its FIN has
+                    // come already: the loop's linger check says).
+                    continue;
+                }
+                // A failure, or our close unanswered: FIN first (see
+                // `poll_handshake`).
+                return Action::ShutDown;
             }
             if expired {
                 dispatch.abnormal("close handshake timed out");

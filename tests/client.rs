@@ -821,3 +821,45 @@ async fn against_gws_with_compression() {
     assert_eq!(socket.close_code(), Some(CloseCode(4002)));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `ws://user:password@host/`: the credentials go as `Authorization: Basic`,
+/// unless the request brings its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_credentials_become_basic_authorization() {
+    for (own, expected) in [
+        (None, "Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="),
+        (Some("Bearer token"), "Authorization: Bearer token"),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = tcp.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+            }
+            tcp.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        let mut request = Request::new(format!("ws://Aladdin:open%20sesame@{addr}/"));
+        if let Some(own) = own {
+            request = request.header("Authorization", own);
+        }
+        let error = socket_client().connect(request).await.unwrap_err();
+        assert_eq!(error.status(), Some(403));
+        let request = seen.await.unwrap();
+        let authorizations: Vec<_> = request
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+            .collect();
+        assert_eq!(authorizations, [expected], "{request}");
+        assert!(
+            request.contains(&format!("Host: {addr}\r\n")),
+            "no credentials in Host"
+        );
+    }
+}

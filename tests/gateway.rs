@@ -34,7 +34,9 @@ async fn messages_and_close_codes_cross_both_ways() {
     let (_gateway, addr) = gateway_for(&server.url("/")).await;
     let url = format!("ws://{addr}/");
 
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
     let messages = [
         Ws::text("hello through the gateway"),
         Ws::binary(vec![1u8, 2, 3]),
@@ -49,13 +51,18 @@ async fn messages_and_close_codes_cross_both_ways() {
     ws.send(Ws::text("close 4321 bye")).await.unwrap();
     match next(&mut ws).await {
         Ws::Close(Some(frame)) => {
-            assert_eq!((u16::from(frame.code), frame.reason.as_str()), (4321, "bye"));
+            assert_eq!(
+                (u16::from(frame.code), frame.reason.as_str()),
+                (4321, "bye")
+            );
         }
         other => panic!("expected a close, got {other:?}"),
     }
 
     // The client closes with 4001: the upstream hears 4001.
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
     ws.send(Ws::text("one")).await.unwrap();
     assert_eq!(next(&mut ws).await, Ws::text("one"));
     ws.close(Some(CloseFrame {
@@ -114,8 +121,14 @@ async fn a_client_that_does_not_read_stalls_the_upstream() {
     let stalled = pushed();
     let grown = resident_of(&gateway).saturating_sub(before);
     eprintln!("stalled after {stalled} of {PUSHES} pushes; the gateway grew {grown} bytes");
-    assert!(stalled < PUSHES * 3 / 4, "the upstream was held back: {stalled}");
-    assert!(grown < 24 << 20, "the gateway holds at most its queues: {grown}");
+    assert!(
+        stalled < PUSHES * 3 / 4,
+        "the upstream was held back: {stalled}"
+    );
+    assert!(
+        grown < 24 << 20,
+        "the gateway holds at most its queues: {grown}"
+    );
 
     for i in 0..PUSHES {
         match next(&mut ws).await {

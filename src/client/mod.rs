@@ -158,6 +158,25 @@ pub(crate) struct Asked {
 }
 
 impl Asked {
+    /// `ws://user:password@host/`: the credentials go in an `Authorization:
+    /// Basic` header, unless the request has one of its own.
+    fn add_url_credentials(&mut self, url: &Url) {
+        let Some((user, password)) = &url.credentials else {
+            return;
+        };
+        let has_own = self
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+        if !has_own {
+            use base64::Engine;
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            self.headers
+                .push(("Authorization".to_owned(), format!("Basic {token}")));
+        }
+    }
+
     pub(crate) fn protocols(&self) -> Vec<&str> {
         self.protocols.iter().map(String::as_str).collect()
     }
@@ -213,6 +232,9 @@ struct Options {
 }
 
 /// Opens client connections and drives them; see the module docs.
+///
+/// A connection's `Conn::peer_addr` is the address its TCP connection went
+/// to: the server's, or the proxy's when it went through one.
 ///
 /// `Client<Sockets>` ([`Client::new`]) hands out [`WebSocket`]s;
 /// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
@@ -365,6 +387,8 @@ impl<H: Handler> Client<H> {
         if url.scheme != "ws" && url.scheme != "wss" {
             return Err(Error::Url(url::UrlError::scheme()));
         }
+        let mut request = request;
+        request.add_url_credentials(&url);
         request.check(&url, &self.env.core.config)?;
         match stream {
             Some(stream) => {
@@ -391,7 +415,7 @@ impl<H: Handler> Client<H> {
             Some(proxy) => (&proxy.host, proxy.port),
             None => (&url.host, port),
         };
-        let (mut tcp, peer) = timeout_at(deadline, connect_tcp(host, to))
+        let (mut tcp, peer) = timeout_at(deadline, connect_tcp(host, to, deadline))
             .await
             .map_err(|_| Error::Timeout(Stage::Connect))??;
         tcp.set_nodelay(self.options.nodelay).map_err(Error::Io)?;
@@ -460,8 +484,23 @@ impl<H: Handler> Client<H> {
         let live = self.env.core.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
-        let conn = conn.await.map_err(|_| Error::Closed)?;
+        let mut opening = Opening(conn);
+        let conn = (&mut opening.0).await.map_err(|_| Error::Closed)?;
         Ok((conn, upgraded.response))
+    }
+}
+
+/// The channel a connection's task sends its `Conn` back on. Dropped
+/// before the `Conn` was taken (the connect was cancelled after the task
+/// started), it closes the connection, which nobody else could; if the task
+/// has not sent it yet, the task closes it when its send fails.
+struct Opening(oneshot::Receiver<Conn>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Ok(conn) = self.0.try_recv() {
+            let _ = conn.close(crate::CloseCode::GOING_AWAY, "connect cancelled");
+        }
     }
 }
 
@@ -469,8 +508,15 @@ fn default_port(url: &Url) -> u16 {
     if url.scheme == "wss" { 443 } else { 80 }
 }
 
-/// Connects TCP to `host:port`, trying each address the name resolves to.
-async fn connect_tcp(host: &Host, port: u16) -> Result<(TcpStream, SocketAddr), Error> {
+/// Connects TCP to `host:port`, trying each address the name resolves to
+/// in turn. Each attempt gets an equal share of the time left before
+/// `deadline`, so one address that drops packets (a broken IPv6 route)
+/// does not use up the time of the others.
+async fn connect_tcp(
+    host: &Host,
+    port: u16,
+    deadline: Instant,
+) -> Result<(TcpStream, SocketAddr), Error> {
     let addrs: Vec<SocketAddr> = match host {
         Host::V4(ip) => vec![SocketAddr::from((*ip, port))],
         Host::V6(ip) => vec![SocketAddr::from((*ip, port))],
@@ -491,10 +537,14 @@ async fn connect_tcp(host: &Host, port: u16) -> Result<(TcpStream, SocketAddr), 
         }
     };
     let mut last = None;
-    for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(stream) => return Ok((stream, addr)),
-            Err(error) => last = Some(Error::Connect { addr, error }),
+    let count = addrs.len() as u32;
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let share = left / (count - i as u32);
+        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok((stream, addr)),
+            Ok(Err(error)) => last = Some(Error::Connect { addr, error }),
+            Err(_) => last = Some(Error::Timeout(Stage::Connect)),
         }
     }
     Err(last.expect("at least one address was tried"))

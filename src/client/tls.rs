@@ -26,11 +26,14 @@ pub(crate) fn with_alpn(config: &ClientConfig) -> Arc<ClientConfig> {
 /// The config a client without one of its own uses: the roots the enabled
 /// features give, with the process's default crypto provider. Made once.
 pub(crate) fn default_config() -> Result<Arc<ClientConfig>, Error> {
-    static DEFAULT: OnceLock<Result<Arc<ClientConfig>, &'static str>> = OnceLock::new();
-    DEFAULT
-        .get_or_init(make_default)
-        .clone()
-        .map_err(Error::TlsUnavailable)
+    // Only a config that could be made is kept: a crypto provider installed
+    // after a first failed attempt is used by the next one.
+    static DEFAULT: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if let Some(config) = DEFAULT.get() {
+        return Ok(config.clone());
+    }
+    let config = make_default().map_err(Error::TlsUnavailable)?;
+    Ok(DEFAULT.get_or_init(|| config).clone())
 }
 
 fn make_default() -> Result<Arc<ClientConfig>, &'static str> {
@@ -82,5 +85,16 @@ where
     TlsConnector::from(config)
         .connect(name, stream)
         .await
-        .map_err(Error::Tls)
+        .map_err(|error| {
+            // rustls's own errors (a certificate, a protocol violation) are
+            // TLS errors; a reset or an early end of the stream is I/O.
+            let from_rustls = error
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+            if from_rustls {
+                Error::Tls(error)
+            } else {
+                Error::Io(error)
+            }
+        })
 }

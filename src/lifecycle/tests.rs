@@ -678,3 +678,16 @@ fn a_client_closes_tcp_itself_if_the_server_does_not() {
     assert_eq!(h.run(), Action::Close);
     assert_eq!(h.fins, 0);
 }
+
+#[test]
+fn a_client_that_has_the_servers_fin_already_closes_at_once() {
+    let mut h = client(Config::default());
+    // The server's close and its FIN arrive together, before our answer is
+    // written.
+    h.receive(&unmasked(OpCode::Close, &1000u16.to_be_bytes()));
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Close, "nothing left to wait for");
+    let answer = client_frames(&h.written());
+    assert_eq!(answer, [(8, 1000u16.to_be_bytes().to_vec())]);
+    assert_eq!(h.fins, 0);
+}

@@ -91,7 +91,11 @@ pub(crate) async fn serve<S, H>(
             };
             let life = Lifecycle::upgraded(peer, live, wake, start, &env);
             if let (Some(opened), Some(conn)) = (opened, life.conn()) {
-                let _ = opened.send(conn.clone());
+                if opened.send(conn.clone()).is_err() {
+                    // Whoever asked for the connection is gone (a client's
+                    // cancelled connect): nobody could close it.
+                    let _ = conn.close(crate::CloseCode::GOING_AWAY, "nobody took the connection");
+                }
             }
             (life, prefix)
         }

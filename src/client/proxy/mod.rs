@@ -14,6 +14,8 @@ pub use reply::{
     socks_greeting,
 };
 
+use std::net::IpAddr;
+
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -72,7 +74,11 @@ impl Proxy {
         } else {
             var("http_proxy")
         };
-        let url = scheme_var.or_else(|| var("all_proxy").or_else(|| var("ALL_PROXY")))?;
+        let mut url = scheme_var.or_else(|| var("all_proxy").or_else(|| var("ALL_PROXY")))?;
+        if !url.contains("://") {
+            // `proxy:3128`, as curl takes it.
+            url = format!("http://{}", url.trim());
+        }
         let no_proxy = var("no_proxy")
             .or_else(|| var("NO_PROXY"))
             .unwrap_or_default();
@@ -137,14 +143,17 @@ impl Proxy {
     }
 }
 
-/// Whether `no_proxy` (comma- or space-separated: `*`, host names, which
-/// also match their subdomains, with or without a leading dot, and IP
-/// addresses; a `:port` is ignored) names `host`.
+/// Whether `no_proxy` names `host`. Entries are separated by commas or
+/// spaces: `*` (every host); a name, which also matches its subdomains
+/// (`example.com`, `.example.com` and `*.example.com` all match
+/// `api.example.com`); an IP address, matched exactly; or a network in
+/// CIDR form (`10.0.0.0/8`, `fd00::/8`). A `:port` after a name or an
+/// address is ignored.
 pub(crate) fn bypasses(no_proxy: &str, host: &Host) -> bool {
-    let host = match host {
-        Host::Name(name) => name.trim_end_matches('.').to_owned(),
-        Host::V4(ip) => ip.to_string(),
-        Host::V6(ip) => ip.to_string(),
+    let ip: Option<IpAddr> = match host {
+        Host::Name(_) => None,
+        Host::V4(ip) => Some((*ip).into()),
+        Host::V6(ip) => Some((*ip).into()),
     };
     no_proxy
         .split([',', ' '])
@@ -154,21 +163,50 @@ pub(crate) fn bypasses(no_proxy: &str, host: &Host) -> bool {
             if entry == "*" {
                 return true;
             }
-            let entry = entry
-                .strip_prefix('[')
-                .map_or(entry, |e| e.split(']').next().unwrap_or(e));
-            let entry = match entry.rsplit_once(':') {
-                // host:port, not an IPv6 address.
-                Some((name, port))
-                    if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
-                {
-                    name
-                }
-                _ => entry,
+            if let Some((network, bits)) = entry.split_once('/') {
+                return ip.is_some_and(|ip| in_network(ip, network, bits));
+            }
+            let entry = match entry.strip_prefix('[') {
+                Some(bracketed) => bracketed.split(']').next().unwrap_or(bracketed),
+                None => match entry.rsplit_once(':') {
+                    // host:port, not an IPv6 address.
+                    Some((name, port))
+                        if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
+                    {
+                        name
+                    }
+                    _ => entry,
+                },
             };
-            let entry = entry.trim_start_matches('.').to_ascii_lowercase();
-            host == entry || host.ends_with(&format!(".{entry}"))
+            match (ip, host) {
+                (Some(ip), _) => entry.parse::<IpAddr>() == Ok(ip),
+                (None, Host::Name(name)) => {
+                    let name = name.trim_end_matches('.');
+                    let entry = entry.trim_start_matches('*').trim_start_matches('.');
+                    let entry = entry.trim_end_matches('.').to_ascii_lowercase();
+                    !entry.is_empty() && (name == entry || name.ends_with(&format!(".{entry}")))
+                }
+                (None, _) => false,
+            }
         })
+}
+
+/// Whether `ip` is in `network/bits`.
+fn in_network(ip: IpAddr, network: &str, bits: &str) -> bool {
+    let (Ok(network), Ok(bits)) = (network.parse::<IpAddr>(), bits.parse::<u32>()) else {
+        return false;
+    };
+    match (ip, network) {
+        (IpAddr::V4(ip), IpAddr::V4(network)) if bits <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(network) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(network)) if bits <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(network) & mask
+        }
+        _ => false,
+    }
 }
 
 async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> Result<(), Error> {
@@ -204,7 +242,7 @@ async fn read_until<S: AsyncRead + Unpin>(
     }
 }
 
-async fn resolve_one(name: &str, port: u16) -> Result<std::net::IpAddr, Error> {
+async fn resolve_one(name: &str, port: u16) -> Result<IpAddr, Error> {
     let dns = |error| Error::Dns {
         host: name.to_owned(),
         error,
@@ -257,5 +295,19 @@ mod tests {
         assert!(!bypasses("example.com", &host("notexample.com")));
         assert!(!bypasses("", &host("example.com")));
         assert!(!bypasses("127.0.0.1", &host("127.0.0.2")));
+        // Addresses match exactly, never as a suffix; names never match an
+        // address.
+        assert!(!bypasses("0.0.1", &host("127.0.0.1")));
+        assert!(!bypasses("localhost", &host("127.0.0.1")));
+        assert!(bypasses("*.example.com", &host("api.example.com")));
+        assert!(!bypasses("*.example.com", &host("example.org")));
+        // Networks.
+        assert!(bypasses("10.0.0.0/8", &host("10.1.2.3")));
+        assert!(!bypasses("10.0.0.0/8", &host("11.1.2.3")));
+        assert!(bypasses("192.168.1.0/24,fd00::/8", &host("[fd12::1]")));
+        assert!(!bypasses("fd00::/8", &host("[fe80::1]")));
+        assert!(bypasses("0.0.0.0/0", &host("1.2.3.4")));
+        assert!(!bypasses("10.0.0.0/8", &host("ten.example")));
+        assert!(!bypasses("10.0.0.0/33", &host("10.0.0.1")));
     }
 }

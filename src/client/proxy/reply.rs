@@ -39,6 +39,9 @@ pub enum ProxyError {
     Malformed(&'static str),
     /// Credentials or a host name too long for SOCKS5 (255 bytes each).
     TooLong,
+    /// SOCKS5 credentials with an empty username or password (RFC 1929
+    /// wants 1 to 255 bytes each).
+    EmptyCredentials,
 }
 
 impl ProxyError {
@@ -73,6 +76,9 @@ impl fmt::Display for ProxyError {
             }
             ProxyError::Malformed(why) => write!(f, "malformed answer: {why}"),
             ProxyError::TooLong => f.write_str("credentials or host name too long for SOCKS5"),
+            ProxyError::EmptyCredentials => {
+                f.write_str("SOCKS5 needs a non-empty username and password")
+            }
         }
     }
 }
@@ -170,6 +176,9 @@ pub fn read_socks_method(buf: &[u8], with_credentials: bool) -> Result<Option<bo
 /// RFC 1929's request: the username and password.
 pub fn socks_auth(user: &str, password: &str) -> Result<Vec<u8>, ProxyError> {
     let (u, p) = (user.as_bytes(), password.as_bytes());
+    if u.is_empty() || p.is_empty() {
+        return Err(ProxyError::EmptyCredentials);
+    }
     let ulen = u8::try_from(u.len()).map_err(|_| ProxyError::TooLong)?;
     let plen = u8::try_from(p.len()).map_err(|_| ProxyError::TooLong)?;
     let mut out = vec![1, ulen];
@@ -179,12 +188,13 @@ pub fn socks_auth(user: &str, password: &str) -> Result<Vec<u8>, ProxyError> {
     Ok(out)
 }
 
-/// The answer to the username and password.
+/// The answer to the username and password: status 0 is success. Its
+/// version byte should be 1; some servers write 5, and like curl this
+/// reads only the status.
 pub fn read_socks_auth(buf: &[u8]) -> Result<Read, ProxyError> {
     match *buf {
-        [1, 0, ..] => Ok(Read::Done(2)),
-        [1, _, ..] => Err(ProxyError::AuthenticationFailed),
-        [_, _, ..] => Err(ProxyError::Malformed("not a username/password answer")),
+        [_, 0, ..] => Ok(Read::Done(2)),
+        [_, _, ..] => Err(ProxyError::AuthenticationFailed),
         _ => Ok(Read::More),
     }
 }
@@ -329,7 +339,14 @@ mod tests {
             socks_auth("al", "pw").unwrap(),
             [1, 2, b'a', b'l', 2, b'p', b'w']
         );
-        assert_eq!(socks_auth(&"u".repeat(256), ""), Err(ProxyError::TooLong));
+        assert_eq!(socks_auth(&"u".repeat(256), "p"), Err(ProxyError::TooLong));
+        assert_eq!(socks_auth("alice", ""), Err(ProxyError::EmptyCredentials));
+        assert_eq!(socks_auth("", "pw"), Err(ProxyError::EmptyCredentials));
+        assert_eq!(
+            read_socks_auth(&[5, 0]),
+            Ok(Read::Done(2)),
+            "a version 5 answer"
+        );
         assert_eq!(read_socks_auth(&[1]), Ok(Read::More));
         assert_eq!(read_socks_auth(&[1, 0]), Ok(Read::Done(2)));
         assert_eq!(
