@@ -1,5 +1,6 @@
 //! The load generator's modes and the pieces they share. See `bin/rapidws-load.rs`.
 
+pub mod client;
 pub mod deflate;
 pub mod echo;
 pub mod handshake;
@@ -29,6 +30,8 @@ pub enum Mode {
     Stream(stream::StreamArgs),
     /// Echo with permessage-deflate negotiated (fails if the server declines).
     Deflate(deflate::DeflateArgs),
+    /// Closed-loop echo through a client library (rapidws, tokio-tungstenite, fastwebsockets).
+    Client(client::ClientArgs),
 }
 
 impl Mode {
@@ -39,6 +42,7 @@ impl Mode {
             Mode::Handshake(args) => handshake::run(args).await,
             Mode::Stream(args) => stream::run(args).await,
             Mode::Deflate(args) => deflate::run(args).await,
+            Mode::Client(args) => client::run(args).await,
         }
     }
 }

@@ -5,8 +5,9 @@ use std::fmt::Write;
 
 use crate::chart::{self, Panel};
 use crate::scenarios::{
-    DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS, Measurement, SCENARIOS, STREAM_SERVERS,
-    STREAM_VARIANTS, count_label, slope_metric,
+    CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS,
+    Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_variant, count_label,
+    slope_metric,
 };
 
 const US: &str = "rapidws-tokio";
@@ -672,6 +673,76 @@ pub struct Context<'a> {
     pub chart_path: &'a str,
 }
 
+/// Scenario 8's table: one row per client library and depth.
+fn client_table(out: &mut String, summaries: &Summaries) {
+    let _ = writeln!(
+        out,
+        "| client | depth | msgs/s | range | rapidws ÷ this | p50 µs | p99 µs | server CPU % |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &depth in &CLIENT_DEPTHS {
+        let ours = client_rate(summaries, "rapidws", depth);
+        for &lib in &CLIENT_LIBS {
+            let variant = client_variant(lib, depth);
+            let Some(s) = summaries.get(&(8, variant.clone(), CLIENT_SERVER.into())) else {
+                continue;
+            };
+            let name = variant.split(',').next().unwrap_or(lib);
+            let _ = writeln!(
+                out,
+                "| {name} | {depth} | {} | {} | {} | {} | {} | {} |",
+                num(s.median("per_sec")),
+                s.range("per_sec"),
+                format_ratio(ours.unwrap_or(f64::NAN) / s.median("per_sec")),
+                num(s.median("p50_us")),
+                num(s.median("p99_us")),
+                num(s.median("server_cpu_pct")),
+            );
+            failures(out, &[(name, s)]);
+        }
+    }
+}
+
+/// The median rate of `lib`'s client at `depth` in scenario 8.
+fn client_rate(summaries: &Summaries, lib: &str, depth: usize) -> Option<f64> {
+    let key = (8, client_variant(lib, depth), CLIENT_SERVER.to_string());
+    summaries.get(&key).map(|s| s.median("per_sec"))
+}
+
+/// Issue 10's target: at each depth, the rapidws client at least 2x the
+/// best other client.
+fn client_targets(out: &mut String, summaries: &Summaries) {
+    let _ = writeln!(out, "| target | measured | met |");
+    let _ = writeln!(out, "|---|---|---|");
+    for &depth in &CLIENT_DEPTHS {
+        let ours = client_rate(summaries, "rapidws", depth);
+        let others = CLIENT_LIBS[1..]
+            .iter()
+            .filter_map(|&lib| client_rate(summaries, lib, depth).map(|rate| (lib, rate)));
+        let best = others.fold(None, |best: Option<(&str, f64)>, (lib, rate)| match best {
+            Some((_, r)) if r >= rate => best,
+            _ => Some((lib, rate)),
+        });
+        let (Some(ours), Some((lib, theirs))) = (ours, best) else {
+            let _ = writeln!(
+                out,
+                "| client, depth {depth}: ≥ 2x the best other client | not measured | – |"
+            );
+            continue;
+        };
+        let ratio = ours / theirs;
+        let _ = writeln!(
+            out,
+            "| client, depth {depth}: ≥ 2x the best other client | {} vs {} ({}) = {} | {} |",
+            num(ours),
+            num(theirs),
+            client_variant(lib, depth).split(',').next().unwrap_or(lib),
+            format_ratio(ratio),
+            if ratio >= 2.0 { "yes" } else { "no" },
+        );
+    }
+}
+
 pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &Context) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Benchmarks\n");
@@ -698,6 +769,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
         "\n## Targets (issue 8: requests while the server pushes)\n"
     );
     stream_targets(&mut out, summaries);
+    let _ = writeln!(out, "\n## Targets (issue 10: the client)\n");
+    client_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
         match scenario.number {
@@ -705,7 +778,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
             4 => idle_table(&mut out, summaries),
             5 => handshake_table(&mut out, summaries),
             6 => stream_table(&mut out, summaries),
-            _ => deflate_table(&mut out, summaries),
+            7 => deflate_table(&mut out, summaries),
+            _ => client_table(&mut out, summaries),
         }
     }
     if let Some(notes) = &context.notes {

@@ -1,4 +1,4 @@
-//! The seven scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+//! The eight scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -92,7 +92,7 @@ pub struct Scenario {
     pub needs_deflate: bool,
 }
 
-pub const SCENARIOS: [Scenario; 7] = [
+pub const SCENARIOS: [Scenario; 8] = [
     Scenario {
         number: 1,
         title: "Echo, 100 connections x 1 KiB binary, depth 8",
@@ -142,6 +142,13 @@ pub const SCENARIOS: [Scenario; 7] = [
         needs_push: false,
         needs_deflate: true,
     },
+    Scenario {
+        number: 8,
+        title: "Clients: one client core's echo through each client library, 100 connections x 1 KiB binary, against rapidws-tokio",
+        raw_too: false,
+        needs_push: false,
+        needs_deflate: false,
+    },
 ];
 
 impl Scenario {
@@ -149,6 +156,7 @@ impl Scenario {
         (self.raw_too || !server.raw)
             && (!self.needs_push || server.supports_stream())
             && (self.number != 6 || STREAM_SERVERS.contains(&server.name.trim_end_matches("@before")))
+            && (self.number != 8 || server.name == CLIENT_SERVER)
             && (!self.needs_deflate || server.supports_deflate())
             // wss: the echo (1) and idle memory (4) scenarios only.
             && (!server.tls || matches!(self.number, 1 | 4))
@@ -180,6 +188,22 @@ impl Scenario {
                 .iter()
                 .map(|&(variant, push)| measure(variant, stream(server, settings, push)))
                 .collect(),
+            8 => {
+                // Every library at each depth, the order turned each round.
+                let mut variants: Vec<_> = CLIENT_DEPTHS
+                    .iter()
+                    .flat_map(|&depth| CLIENT_LIBS.iter().map(move |&lib| (lib, depth)))
+                    .collect();
+                let turn = round % variants.len();
+                variants.rotate_left(turn);
+                variants
+                    .into_iter()
+                    .map(|(lib, depth)| {
+                        let variant = client_variant(lib, depth);
+                        measure(&variant, client_echo(server, settings, lib, depth))
+                    })
+                    .collect()
+            }
             _ => {
                 // `applies_to` lets through only servers with deflate settings.
                 let Some(server) = server.with_deflate() else {
@@ -221,6 +245,25 @@ pub fn count_label(count: usize) -> String {
     } else {
         count.to_string()
     }
+}
+
+/// Scenario 8's server: the one all client libraries talk to.
+pub const CLIENT_SERVER: &str = "rapidws-tokio";
+
+/// Scenario 8's client libraries (`rapidws-load client --lib`), ours first.
+pub const CLIENT_LIBS: [&str; 3] = ["rapidws", "tungstenite", "fastwebsockets"];
+
+/// Scenario 8's depths.
+pub const CLIENT_DEPTHS: [usize; 2] = [8, 1];
+
+/// Scenario 8's variant name for `lib` at `depth`: `rapidws, depth 8`.
+pub fn client_variant(lib: &str, depth: usize) -> String {
+    let lib = if lib == "tungstenite" {
+        "tokio-tungstenite"
+    } else {
+        lib
+    };
+    format!("{lib}, depth {depth}")
 }
 
 /// Requests per run of scenario 6.
@@ -400,6 +443,18 @@ fn idle(
         let _ = holder.command("exit");
     }
     Ok(metrics)
+}
+
+/// Scenario 8: the closed-loop echo through a client library.
+fn client_echo(
+    server: &Server,
+    settings: &Settings,
+    lib: &str,
+    depth: usize,
+) -> io::Result<BTreeMap<String, f64>> {
+    let mut args = strings(&["--lib", lib, "--conns", "100", "--size", "1024"]);
+    args.extend(strings(&["--depth", &depth.to_string()]));
+    Ok(timed_run(server, settings, Role::Echo, "client", args)?.0)
 }
 
 fn handshake(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {

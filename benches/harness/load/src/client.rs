@@ -1,0 +1,266 @@
+//! `client`: the closed-loop echo of `echo`, driven through a real client
+//! library instead of raw frames: rapidws's (`rapidws::client`, its async
+//! socket), tokio-tungstenite's, or fastwebsockets's. Each library is used
+//! the way its documentation shows: rapidws's `send` waits for room and the
+//! driver writes what is queued; tokio-tungstenite's `send` writes and
+//! flushes each message; fastwebsockets's `write_frame` writes each frame.
+//! The figure is what one client core pushes through the server.
+
+use std::collections::VecDeque;
+use std::io;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
+
+use crate::echo::LoopArgs;
+use crate::stats::{SharedStats, Stats};
+use crate::{Phase, SharedPhase, emit, note_failure};
+
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    pub shape: LoopArgs,
+    /// The client library.
+    #[arg(long, value_enum)]
+    pub lib: Lib,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Lib {
+    Rapidws,
+    Tungstenite,
+    Fastwebsockets,
+}
+
+impl Lib {
+    fn name(self) -> &'static str {
+        match self {
+            Lib::Rapidws => "rapidws",
+            Lib::Tungstenite => "tokio-tungstenite",
+            Lib::Fastwebsockets => "fastwebsockets",
+        }
+    }
+}
+
+pub async fn run(args: ClientArgs) -> io::Result<()> {
+    let shape = &args.shape;
+    let target = &shape.target;
+    if target.raw || target.tls_ca.is_some() || target.sources != 1 {
+        return Err(io::Error::other(
+            "client: plain ws to one address only (no --raw, --tls-ca, --sources)",
+        ));
+    }
+    let url = format!("ws://{}{}", target.addr, target.path);
+    let payload = Bytes::from(
+        (0..shape.size)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect::<Vec<_>>(),
+    );
+    let phase: SharedPhase = Rc::new(std::cell::Cell::new(Phase::Warmup));
+    let stats = Stats::shared();
+    let rapidws = rapidws::client::Client::new(rapidws::Config::default());
+    // Every connection is open before the clock starts.
+    let mut loops: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>>>>> =
+        Vec::with_capacity(shape.conns);
+    for _ in 0..shape.conns {
+        let (payload, depth) = (payload.clone(), shape.depth);
+        let (phase, stats) = (phase.clone(), stats.clone());
+        match args.lib {
+            Lib::Rapidws => {
+                let (socket, _) = rapidws
+                    .connect(url.as_str())
+                    .await
+                    .map_err(io::Error::other)?;
+                loops.push(Box::pin(rapidws_loop(socket, payload, depth, phase, stats)));
+            }
+            Lib::Tungstenite => {
+                let tcp = tokio::net::TcpStream::connect(target.addr).await?;
+                tcp.set_nodelay(true)?;
+                let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+                    .await
+                    .map_err(io::Error::other)?;
+                loops.push(Box::pin(tungstenite_loop(ws, payload, depth, phase, stats)));
+            }
+            Lib::Fastwebsockets => {
+                let ws = fastwebsockets_connect(target.addr, &target.path).await?;
+                loops.push(Box::pin(fastwebsockets_loop(
+                    ws, payload, depth, phase, stats,
+                )));
+            }
+        }
+    }
+    for one in loops {
+        let (phase, stats) = (phase.clone(), stats.clone());
+        tokio::task::spawn_local(async move {
+            note_failure(one.await, &phase, &stats);
+        });
+    }
+    let secs = shape.window.run(&phase).await;
+    let mut result = stats.borrow().summary(secs);
+    result["mode"] = json!("client");
+    result["lib"] = json!(args.lib.name());
+    result["conns"] = json!(shape.conns);
+    result["size"] = json!(shape.size);
+    result["depth"] = json!(shape.depth);
+    emit(&result);
+    Ok(())
+}
+
+/// Records the round trip of the oldest message in flight.
+fn echoed(
+    sent: &mut VecDeque<Instant>,
+    phase: &SharedPhase,
+    stats: &SharedStats,
+) -> io::Result<()> {
+    let sent_at = sent
+        .pop_front()
+        .ok_or_else(|| io::Error::other("unsolicited"))?;
+    if phase.get() == Phase::Measure {
+        stats.borrow_mut().record(sent_at.elapsed());
+    }
+    Ok(())
+}
+
+fn check_len(len: usize, payload: &Bytes) -> io::Result<()> {
+    if len == payload.len() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "echo of {len} bytes, sent {}",
+            payload.len()
+        )))
+    }
+}
+
+async fn rapidws_loop(
+    mut socket: rapidws::socket::WebSocket,
+    payload: Bytes,
+    depth: usize,
+    phase: SharedPhase,
+    stats: SharedStats,
+) -> io::Result<()> {
+    let mut sent = VecDeque::with_capacity(depth);
+    for _ in 0..depth {
+        sent.push_back(Instant::now());
+        socket
+            .send(payload.clone())
+            .await
+            .map_err(io::Error::other)?;
+    }
+    while phase.get() != Phase::Stop {
+        match socket.recv().await {
+            Some(Ok(rapidws::OwnedMessage::Binary(echo))) => check_len(echo.len(), &payload)?,
+            Some(Ok(_)) => return Err(io::Error::other("a text echo")),
+            Some(Err(error)) => return Err(io::Error::other(error)),
+            None => return Err(io::Error::other("server closed the connection")),
+        }
+        echoed(&mut sent, &phase, &stats)?;
+        sent.push_back(Instant::now());
+        socket
+            .send(payload.clone())
+            .await
+            .map_err(io::Error::other)?;
+    }
+    Ok(())
+}
+
+async fn tungstenite_loop(
+    mut ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    payload: Bytes,
+    depth: usize,
+    phase: SharedPhase,
+    stats: SharedStats,
+) -> io::Result<()> {
+    use tokio_tungstenite::tungstenite::Message;
+    let mut sent = VecDeque::with_capacity(depth);
+    for _ in 0..depth {
+        sent.push_back(Instant::now());
+        ws.send(Message::Binary(payload.clone()))
+            .await
+            .map_err(io::Error::other)?;
+    }
+    while phase.get() != Phase::Stop {
+        match ws.next().await {
+            Some(Ok(Message::Binary(echo))) => check_len(echo.len(), &payload)?,
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(other)) => return Err(io::Error::other(format!("unexpected {other:?}"))),
+            Some(Err(error)) => return Err(io::Error::other(error)),
+            None => return Err(io::Error::other("server closed the connection")),
+        }
+        echoed(&mut sent, &phase, &stats)?;
+        sent.push_back(Instant::now());
+        ws.send(Message::Binary(payload.clone()))
+            .await
+            .map_err(io::Error::other)?;
+    }
+    Ok(())
+}
+
+type FastSocket = fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Spawns hyper's connection task for fastwebsockets's handshake.
+struct Spawn;
+
+impl<F> hyper::rt::Executor<F> for Spawn
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::task::spawn(future);
+    }
+}
+
+async fn fastwebsockets_connect(addr: std::net::SocketAddr, path: &str) -> io::Result<FastSocket> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let request = hyper::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("Host", addr.to_string())
+        .header("Upgrade", "websocket")
+        .header("Connection", "upgrade")
+        .header(
+            "Sec-WebSocket-Key",
+            fastwebsockets::handshake::generate_key(),
+        )
+        .header("Sec-WebSocket-Version", "13")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(io::Error::other)?;
+    let (ws, _) = fastwebsockets::handshake::client(&Spawn, request, tcp)
+        .await
+        .map_err(io::Error::other)?;
+    Ok(ws)
+}
+
+async fn fastwebsockets_loop(
+    mut ws: FastSocket,
+    payload: Bytes,
+    depth: usize,
+    phase: SharedPhase,
+    stats: SharedStats,
+) -> io::Result<()> {
+    use fastwebsockets::{Frame, OpCode, Payload};
+    let frame = || Frame::binary(Payload::Borrowed(&payload[..]));
+    let mut sent = VecDeque::with_capacity(depth);
+    for _ in 0..depth {
+        sent.push_back(Instant::now());
+        ws.write_frame(frame()).await.map_err(io::Error::other)?;
+    }
+    while phase.get() != Phase::Stop {
+        let echo = ws.read_frame().await.map_err(io::Error::other)?;
+        match echo.opcode {
+            OpCode::Binary => check_len(echo.payload.len(), &payload)?,
+            OpCode::Ping | OpCode::Pong => continue,
+            other => return Err(io::Error::other(format!("unexpected {other:?}"))),
+        }
+        echoed(&mut sent, &phase, &stats)?;
+        sent.push_back(Instant::now());
+        ws.write_frame(frame()).await.map_err(io::Error::other)?;
+    }
+    Ok(())
+}
