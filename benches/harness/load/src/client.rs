@@ -264,3 +264,76 @@ async fn fastwebsockets_loop(
     }
     Ok(())
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct ClientIdleArgs {
+    #[command(flatten)]
+    pub target: crate::TargetArgs,
+    /// The client library.
+    #[arg(long, value_enum)]
+    pub lib: Lib,
+    /// Connections held first ...
+    #[arg(long, default_value_t = 1000)]
+    pub from: usize,
+    /// ... and then: the figure is this process's RSS slope between the two.
+    #[arg(long, default_value_t = 6000)]
+    pub to: usize,
+}
+
+/// `client-idle`: the memory of an idle client connection. Opens `from`
+/// connections with the library and holds them, reads this process's RSS
+/// after 2 s, opens up to `to`, reads it again, and prints the slope as
+/// `{"event":"idle","bytes_per_conn":...}`.
+pub async fn idle(args: ClientIdleArgs) -> io::Result<()> {
+    let target = &args.target;
+    let url = format!("ws://{}{}", target.addr, target.path);
+    let rapidws = rapidws::client::Client::new(rapidws::Config::default());
+    let mut held: Vec<Box<dyn std::any::Any>> = Vec::with_capacity(args.to);
+    let mut marks = Vec::new();
+    for step in [args.from, args.to] {
+        while held.len() < step {
+            held.push(match args.lib {
+                Lib::Rapidws => {
+                    let (socket, _) = rapidws
+                        .connect(url.as_str())
+                        .await
+                        .map_err(io::Error::other)?;
+                    Box::new(socket)
+                }
+                Lib::Tungstenite => {
+                    let tcp = tokio::net::TcpStream::connect(target.addr).await?;
+                    tcp.set_nodelay(true)?;
+                    let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+                        .await
+                        .map_err(io::Error::other)?;
+                    Box::new(ws)
+                }
+                Lib::Fastwebsockets => {
+                    Box::new(fastwebsockets_connect(target.addr, &target.path).await?)
+                }
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        marks.push(resident_bytes()?);
+    }
+    let slope = (marks[1] as f64 - marks[0] as f64) / (args.to - args.from).max(1) as f64;
+    emit(&json!({
+        "event": "idle",
+        "lib": args.lib.name(),
+        "bytes_per_conn": slope,
+        "rss_from": marks[0],
+        "rss_to": marks[1],
+    }));
+    Ok(())
+}
+
+/// This process's resident memory (`VmRSS`).
+fn resident_bytes() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| io::Error::other("no VmRSS in /proc/self/status"))
+}

@@ -32,6 +32,8 @@ pub enum Mode {
     Deflate(deflate::DeflateArgs),
     /// Closed-loop echo through a client library (rapidws, tokio-tungstenite, fastwebsockets).
     Client(client::ClientArgs),
+    /// The memory of an idle client connection, per library (this process's RSS slope).
+    ClientIdle(client::ClientIdleArgs),
 }
 
 impl Mode {
@@ -43,6 +45,7 @@ impl Mode {
             Mode::Stream(args) => stream::run(args).await,
             Mode::Deflate(args) => deflate::run(args).await,
             Mode::Client(args) => client::run(args).await,
+            Mode::ClientIdle(args) => client::idle(args).await,
         }
     }
 }

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use crate::chart::{self, Panel};
 use crate::scenarios::{
     CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS,
-    Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_variant, count_label,
-    slope_metric,
+    Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_idle_variant, client_variant,
+    count_label, slope_metric,
 };
 
 const US: &str = "rapidws-tokio";
@@ -703,6 +703,26 @@ fn client_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
+/// Scenario 8's idle memory: one row per client library.
+fn client_idle_table(out: &mut String, summaries: &Summaries) {
+    let _ = writeln!(out, "\n| client | bytes per idle connection | range |");
+    let _ = writeln!(out, "|---|---:|---:|");
+    for &lib in &CLIENT_LIBS {
+        let variant = client_idle_variant(lib);
+        let Some(s) = summaries.get(&(8, variant.clone(), CLIENT_SERVER.into())) else {
+            continue;
+        };
+        let name = variant.split(',').next().unwrap_or(lib);
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} |",
+            num(s.median("client_bytes_per_conn")),
+            s.range("client_bytes_per_conn"),
+        );
+        failures(out, &[(name, s)]);
+    }
+}
+
 /// The median rate of `lib`'s client at `depth` in scenario 8.
 fn client_rate(summaries: &Summaries, lib: &str, depth: usize) -> Option<f64> {
     let key = (8, client_variant(lib, depth), CLIENT_SERVER.to_string());
@@ -779,7 +799,10 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
             5 => handshake_table(&mut out, summaries),
             6 => stream_table(&mut out, summaries),
             7 => deflate_table(&mut out, summaries),
-            _ => client_table(&mut out, summaries),
+            _ => {
+                client_table(&mut out, summaries);
+                client_idle_table(&mut out, summaries);
+            }
         }
     }
     if let Some(notes) = &context.notes {

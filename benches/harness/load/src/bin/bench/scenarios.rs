@@ -196,13 +196,18 @@ impl Scenario {
                     .collect();
                 let turn = round % variants.len();
                 variants.rotate_left(turn);
-                variants
+                let mut measured: Vec<_> = variants
                     .into_iter()
                     .map(|(lib, depth)| {
                         let variant = client_variant(lib, depth);
                         measure(&variant, client_echo(server, settings, lib, depth))
                     })
-                    .collect()
+                    .collect();
+                for lib in CLIENT_LIBS {
+                    let variant = client_idle_variant(lib);
+                    measured.push(measure(&variant, client_idle(server, settings, lib)));
+                }
+                measured
             }
             _ => {
                 // `applies_to` lets through only servers with deflate settings.
@@ -265,6 +270,14 @@ pub fn client_variant(lib: &str, depth: usize) -> String {
     };
     format!("{lib}, depth {depth}")
 }
+
+/// Scenario 8's idle-memory variant name for `lib`: `rapidws, idle`.
+pub fn client_idle_variant(lib: &str) -> String {
+    client_variant(lib, 0).replace("depth 0", "idle")
+}
+
+/// Scenario 8's idle connections: the client's RSS slope between these.
+pub const CLIENT_IDLE_STEPS: [usize; 2] = [1000, 6000];
 
 /// Requests per run of scenario 6.
 pub const STREAM_REQUESTS: u64 = 1000;
@@ -455,6 +468,33 @@ fn client_echo(
     let mut args = strings(&["--lib", lib, "--conns", "100", "--size", "1024"]);
     args.extend(strings(&["--depth", &depth.to_string()]));
     Ok(timed_run(server, settings, Role::Echo, "client", args)?.0)
+}
+
+/// Scenario 8: the memory of an idle client connection, measured by the
+/// client process itself.
+fn client_idle(
+    server: &Server,
+    settings: &Settings,
+    lib: &str,
+) -> io::Result<BTreeMap<String, f64>> {
+    let running = Running::start(server, Role::Echo)?;
+    let [from, to] = CLIENT_IDLE_STEPS;
+    let args = strings(&[
+        "--lib",
+        lib,
+        "--from",
+        &from.to_string(),
+        "--to",
+        &to.to_string(),
+    ]);
+    let mut holder = settings
+        .load
+        .spawn(&running, server.raw, "client-idle", &args)?;
+    let done = holder.expect("idle", settings.timeout())?;
+    let mut metrics = BTreeMap::new();
+    let slope = done["bytes_per_conn"].as_f64().unwrap_or(f64::NAN);
+    metrics.insert("client_bytes_per_conn".into(), slope);
+    Ok(metrics)
 }
 
 fn handshake(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {
