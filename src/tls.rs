@@ -31,7 +31,7 @@ pub(crate) async fn serve<H: Handler>(
     peer: SocketAddr,
     live: LiveGuard,
     env: Env<H>,
-    plain: Option<Arc<GroupShared>>,
+    plain: Option<Arc<GroupShared<H::State>>>,
 ) {
     let started = Instant::now();
     let tcp = match tokio::net::TcpStream::from_std(tcp) {
@@ -56,6 +56,7 @@ pub(crate) async fn serve<H: Handler>(
                         stream: mio::net::TcpStream::from_std(stream),
                         peer,
                         live,
+                        opened: None,
                     }),
                     Err(error) => {
                         tracing::debug!(%peer, %error, "could not hand a plain connection over");

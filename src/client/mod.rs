@@ -34,9 +34,12 @@
 //!    ([`Error::Status`] for an answer other than 101, with its headers and
 //!    the start of its body; [`Error::Handshake`] for a `101` that breaks
 //!    the protocol). [`Config::handshake_timeout`] bounds steps 3 and 4;
-//! 5. the connection opens: a task on the current tokio runtime drives it
-//!    (the stream driver: masking, pongs, the close handshake, limits and
-//!    close codes are the core's, as on a server), and `connect` returns.
+//! 5. the connection opens on the current tokio runtime, and `connect`
+//!    returns. A plain `ws` connection joins one of the client's connection
+//!    groups, as a tokio server's accepted sockets do (an idle one costs
+//!    about 650 bytes); `wss`, and a stream of the caller's, get a task of
+//!    their own (the stream driver). Either way masking, pongs, the close
+//!    handshake, limits and close codes are the core's, as on a server.
 //!
 //! Once open, a client connection is a server connection with the other
 //! role: its frames are masked, it fails a masked frame from the server
@@ -75,6 +78,8 @@ use crate::server::{ServerCore, ServerHandle};
 use crate::socket::WebSocket;
 use crate::socket::inbox::Inbox;
 use crate::stream::{Start, serve};
+use crate::tokio::Groups;
+use crate::tokio::group::{Incoming, Opening};
 
 /// Connects with a client shared by the whole process (default [`Config`],
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
@@ -243,6 +248,10 @@ struct Options {
 pub struct Client<H: Handler = Sockets> {
     env: Env<H>,
     options: Options,
+    /// The connection groups plain `ws` connections join (as a tokio
+    /// server's accepted sockets do), started on the first one's runtime;
+    /// they end with their last connection once every clone is gone.
+    groups: Arc<OnceLock<Groups<H::State>>>,
 }
 
 impl<H: Handler> Clone for Client<H> {
@@ -250,6 +259,7 @@ impl<H: Handler> Clone for Client<H> {
         Client {
             env: self.env.clone(),
             options: self.options.clone(),
+            groups: self.groups.clone(),
         }
     }
 }
@@ -308,6 +318,7 @@ impl<H: Handler> Client<H> {
                 #[cfg(feature = "rustls")]
                 tls: None,
             },
+            groups: Arc::new(OnceLock::new()),
         }
     }
 
@@ -397,6 +408,9 @@ impl<H: Handler> Client<H> {
             }
             None => {
                 let (tcp, peer) = self.dial(&url).await?;
+                if url.scheme == "ws" {
+                    return self.join_group(tcp, peer, &url, &request, state).await;
+                }
                 self.secure(tcp, peer, &url, &request, state).await
             }
         }
@@ -460,6 +474,49 @@ impl<H: Handler> Client<H> {
         }
     }
 
+    /// The upgrade over plain TCP, then the socket joins one of the client's
+    /// connection groups: it costs what an accepted connection of a tokio
+    /// server costs.
+    async fn join_group(
+        &self,
+        mut tcp: TcpStream,
+        peer: SocketAddr,
+        url: &Url,
+        request: &Asked,
+        state: H::State,
+    ) -> Result<(Conn, Response), Error> {
+        let config = &self.env.core.config;
+        let deadline = Instant::now() + config.handshake_timeout;
+        let upgraded = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
+        let groups = match self.groups.get() {
+            Some(groups) => groups,
+            None => {
+                let groups = Groups::spawn(&self.env.core, &self.env.handler).map_err(Error::Io)?;
+                // Two first connects may race: the loser's groups end at once.
+                let _ = self.groups.set(groups);
+                self.groups.get().expect("just set")
+            }
+        };
+        let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(Error::Io)?);
+        let (conn, handout) = oneshot::channel();
+        let opening = Opening {
+            state,
+            deflate: upgraded.response.deflate().copied(),
+            role: Role::Client,
+            prefix: upgraded.prefix,
+            conn,
+        };
+        groups.least_loaded().hand_over(Incoming {
+            stream,
+            peer,
+            live: self.env.core.enter(),
+            opened: Some(Box::new(opening)),
+        });
+        let mut handout = Handout(handout);
+        let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
+        Ok((conn, upgraded.response))
+    }
+
     /// The upgrade, then the connection's task.
     async fn open<S: Io>(
         &self,
@@ -484,8 +541,8 @@ impl<H: Handler> Client<H> {
         let live = self.env.core.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
-        let mut opening = Opening(conn);
-        let conn = (&mut opening.0).await.map_err(|_| Error::Closed)?;
+        let mut handout = Handout(conn);
+        let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
         Ok((conn, upgraded.response))
     }
 }
@@ -494,9 +551,9 @@ impl<H: Handler> Client<H> {
 /// before the `Conn` was taken (the connect was cancelled after the task
 /// started), it closes the connection, which nobody else could; if the task
 /// has not sent it yet, the task closes it when its send fails.
-struct Opening(oneshot::Receiver<Conn>);
+struct Handout(oneshot::Receiver<Conn>);
 
-impl Drop for Opening {
+impl Drop for Handout {
     fn drop(&mut self) {
         if let Ok(conn) = self.0.try_recv() {
             let _ = conn.close(crate::CloseCode::GOING_AWAY, "connect cancelled");

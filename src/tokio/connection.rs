@@ -19,14 +19,16 @@ use bytes::BytesMut;
 use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
-use crate::lifecycle::{Action, Env, Lifecycle};
+use crate::lifecycle::{Action, Env, Lifecycle, Opened};
 use crate::pool::BufferPool;
 use crate::read_buf;
 use crate::server::LiveGuard;
 use crate::slot_waker::ConnWake;
 use crate::timer::Timer;
 
+use super::group::Opening;
 use super::sys::recv_into_spare;
+use tokio::sync::oneshot;
 
 /// Reads one connection may do in one turn before the others get theirs.
 const READS_PER_TURN: usize = 16;
@@ -70,6 +72,57 @@ impl<H: Handler> Connection<H> {
             },
             timer: Timer::default(),
             life: Lifecycle::accept(peer, live, wake, env, now),
+        }
+    }
+
+    /// A connection whose handshake was done before it came (a client's):
+    /// it opens at once, calling `on_open`, with the bytes read after the
+    /// handshake in its read buffer (see [`Connection::receive_pending`]).
+    /// Returns its `Conn`, and where it was asked for.
+    pub(crate) fn opened(
+        stream: mio::net::TcpStream,
+        peer: SocketAddr,
+        live: LiveGuard,
+        wake: ConnWake,
+        opening: Opening<H::State>,
+        env: &Env<H>,
+    ) -> (Self, Option<(Conn, oneshot::Sender<Conn>)>) {
+        let Opening {
+            state,
+            deflate,
+            role,
+            prefix,
+            conn: to,
+        } = opening;
+        let opened = Opened {
+            state,
+            deflate,
+            settings: None,
+            role,
+        };
+        let life = Lifecycle::upgraded(peer, live, wake, opened, env);
+        let conn = life.conn().map(|conn| (conn.clone(), to));
+        let connection = Connection {
+            socket: Socket {
+                stream,
+                read_buf: prefix,
+                readable: false,
+                writable: false,
+                read_closed: false,
+            },
+            timer: Timer::default(),
+            life,
+        };
+        (connection, conn)
+    }
+
+    /// Hands bytes already in the read buffer (frames that came with a
+    /// client's `101`) to the lifecycle; the next turn writes what they
+    /// caused.
+    pub(crate) fn receive_pending(&mut self, env: &Env<H>) {
+        if !self.socket.read_buf.is_empty() {
+            let now = std::time::Instant::now();
+            self.life.receive(&mut self.socket.read_buf, env, now);
         }
     }
 

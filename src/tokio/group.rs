@@ -26,14 +26,19 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
+use bytes::BytesMut;
 use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep, sleep};
 
 use super::connection::{Connection, Progress};
+use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
+use crate::proto::Role;
+use crate::proto::deflate::DeflateParams;
 use crate::server::{LiveGuard, ServerCore, ShutdownSeen};
 use crate::slab::Slab;
 use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
@@ -45,28 +50,43 @@ const EVENTS_PER_POLL: usize = 256;
 /// task may run before it yields to the runtime's other tasks.
 const ROUNDS_PER_POLL: usize = 8;
 
-/// The part of a group other tasks see: the accept loop hands connections over
-/// here, and wakers put slots on the woken list.
-pub(crate) struct GroupShared {
+/// The part of a group other tasks see: the accept loop (or a client) hands
+/// connections over here, and wakers put slots on the woken list. `S` is
+/// the handler's connection state.
+pub(crate) struct GroupShared<S> {
     waker: AtomicWaker,
     woken: Mutex<Vec<u32>>,
-    incoming: Mutex<Vec<Incoming>>,
+    incoming: Mutex<Vec<Incoming<S>>>,
     /// Cleared when the server stops accepting: the task ends once it is empty.
     accepting: AtomicBool,
     /// Connections handed over and not yet finished, to balance the groups.
     connections: AtomicUsize,
 }
 
-/// An accepted connection on its way to a group.
-pub(crate) struct Incoming {
+/// A connection on its way to a group: accepted (its request comes next), or
+/// `opened` elsewhere (a client's, whose `101` was read).
+pub(crate) struct Incoming<S> {
     pub(crate) stream: mio::net::TcpStream,
     pub(crate) peer: SocketAddr,
     pub(crate) live: LiveGuard,
+    /// Boxed: the handler's state need not be `Unpin`, and most incoming
+    /// connections have none.
+    pub(crate) opened: Option<Box<Opening<S>>>,
 }
 
-impl GroupShared {
+/// A connection whose handshake is done: how it opens, the bytes read after
+/// the handshake, and where its `Conn` goes once it is open.
+pub(crate) struct Opening<S> {
+    pub(crate) state: S,
+    pub(crate) deflate: Option<DeflateParams>,
+    pub(crate) role: Role,
+    pub(crate) prefix: BytesMut,
+    pub(crate) conn: oneshot::Sender<Conn>,
+}
+
+impl<S> GroupShared<S> {
     /// Gives the group a new connection.
-    pub(crate) fn hand_over(&self, incoming: Incoming) {
+    pub(crate) fn hand_over(&self, incoming: Incoming<S>) {
         self.connections.fetch_add(1, Ordering::Relaxed);
         lock(&self.incoming).push(incoming);
         self.waker.wake();
@@ -84,7 +104,7 @@ impl GroupShared {
     }
 }
 
-impl WokenList for GroupShared {
+impl<S: Send + 'static> WokenList for GroupShared<S> {
     fn push_woken(&self, slot: u32) {
         lock(&self.woken).push(slot);
         self.waker.wake();
@@ -92,7 +112,7 @@ impl WokenList for GroupShared {
 }
 
 /// Wakes the group's task (for a shutdown or an abort).
-impl Wake for GroupShared {
+impl<S: Send + 'static> Wake for GroupShared<S> {
     fn wake(self: Arc<Self>) {
         self.waker.wake();
     }
@@ -107,7 +127,7 @@ struct Slot<H: Handler> {
 pub(crate) fn spawn<H: Handler>(
     core: Arc<ServerCore>,
     handler: Arc<H>,
-) -> io::Result<Arc<GroupShared>> {
+) -> io::Result<Arc<GroupShared<H::State>>> {
     let epoll = super::sys::watch_epoll(mio::Poll::new()?)?;
     let shared = Arc::new(GroupShared {
         waker: AtomicWaker::new(),
@@ -138,13 +158,13 @@ pub(crate) fn spawn<H: Handler>(
 }
 
 struct Group<H: Handler> {
-    shared: Arc<GroupShared>,
+    shared: Arc<GroupShared<H::State>>,
     epoll: AsyncFd<mio::Poll>,
     events: Events,
     /// Reusable lists, so a turn allocates nothing.
     ready: Vec<mio::event::Event>,
     woken: Vec<u32>,
-    incoming: Vec<Incoming>,
+    incoming: Vec<Incoming<H::State>>,
     slots: Slab<Slot<H>>,
     live: usize,
     env: Env<H>,
@@ -205,6 +225,7 @@ impl<H: Handler> Group<H> {
             mut stream,
             peer,
             live,
+            opened,
         } in incoming.drain(..)
         {
             let slot = self.slots.next_slot();
@@ -217,7 +238,24 @@ impl<H: Handler> Group<H> {
             }
             let waker = SlotWake::waker(self.shared.clone(), slot);
             let wake = ConnWake::Waker(Waker::from(waker.clone()));
-            let connection = Connection::accept(stream, peer, live, wake, &self.env);
+            let connection = match opened {
+                None => Connection::accept(stream, peer, live, wake, &self.env),
+                Some(opening) => {
+                    let (mut connection, conn) =
+                        Connection::opened(stream, peer, live, wake, *opening, &self.env);
+                    if let Some((conn, to)) = conn {
+                        if to.send(conn.clone()).is_err() {
+                            // Whoever asked for it is gone (a cancelled
+                            // connect): nobody could close it.
+                            let _ = conn
+                                .close(crate::CloseCode::GOING_AWAY, "nobody took the connection");
+                        }
+                    }
+                    // Frames that came with the `101`.
+                    connection.receive_pending(&self.env);
+                    connection
+                }
+            };
             self.slots.insert(Slot { connection, waker });
             self.live += 1;
             // Starts the handshake timer.

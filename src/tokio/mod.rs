@@ -151,12 +151,7 @@ impl<H: Handler> Server<H> {
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
         let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
-        let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        let mut groups = Groups(Vec::new());
-        for _ in 0..workers.max(1) {
-            // On failure, the groups already started are told to end.
-            groups.0.push(group::spawn(core.clone(), handler.clone())?);
-        }
+        let groups = Groups::spawn(&core, &handler)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {
@@ -193,9 +188,12 @@ impl<H: Handler> Server<H> {
                             ));
                             continue;
                         }
-                        groups
-                            .least_loaded()
-                            .hand_over(Incoming { stream, peer, live });
+                        groups.least_loaded().hand_over(Incoming {
+                            stream,
+                            peer,
+                            live,
+                            opened: None,
+                        });
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                         ready.clear_ready();
@@ -229,10 +227,24 @@ impl<H: Handler> Server<H> {
 /// The server's connection groups. However `serve` ends (even by being
 /// dropped), the groups are told that no more connections will come, so each
 /// task ends with its last connection.
-struct Groups(Vec<Arc<GroupShared>>);
+pub(crate) struct Groups<S>(Vec<Arc<GroupShared<S>>>);
 
-impl Groups {
-    fn least_loaded(&self) -> &Arc<GroupShared> {
+impl<S> Groups<S> {
+    /// One group per worker thread of the current runtime, each a task on it.
+    pub(crate) fn spawn<H: Handler<State = S>>(
+        core: &Arc<ServerCore>,
+        handler: &Arc<H>,
+    ) -> io::Result<Self> {
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        let mut groups = Groups(Vec::new());
+        for _ in 0..workers.max(1) {
+            // On failure, the groups already started are told to end.
+            groups.0.push(group::spawn(core.clone(), handler.clone())?);
+        }
+        Ok(groups)
+    }
+
+    pub(crate) fn least_loaded(&self) -> &Arc<GroupShared<S>> {
         self.0
             .iter()
             .min_by_key(|group| group.load())
@@ -240,7 +252,7 @@ impl Groups {
     }
 }
 
-impl Drop for Groups {
+impl<S> Drop for Groups<S> {
     fn drop(&mut self) {
         for group in &self.0 {
             group.stop_accepting();
