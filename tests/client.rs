@@ -863,3 +863,53 @@ async fn url_credentials_become_basic_authorization() {
         );
     }
 }
+
+/// The client's keepalive: pings while the server is quiet, and the idle
+/// close (1001) when it answers nothing, bounded by the close timeout, as
+/// on a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_pings_and_the_idle_timeout() {
+    // A server that reads (and records) everything but never answers.
+    let (addr, sent) = fake_server(|key| switching(key, "").into_bytes()).await;
+    let config = Config::default()
+        .ping_interval(Duration::from_millis(100))
+        .idle_timeout(Duration::from_millis(400))
+        .close_timeout(Duration::from_millis(300));
+    let started = Instant::now();
+    let (mut socket, _) = Client::new(config)
+        .connect(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    // The server answers not even the close: after the close timeout the
+    // connection fails (1006), which the socket reports once.
+    let error = socket.recv().await.unwrap().unwrap_err();
+    assert!(error.to_string().contains("1006"), "{error}");
+    assert!(socket.recv().await.is_none());
+    assert_eq!(socket.close_code(), Some(CloseCode::ABNORMAL));
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(400), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(8), "{elapsed:?}");
+    // Masked pings (0x89), then the masked close frame (0x88) with 1001.
+    let sent = tokio::time::timeout(Duration::from_secs(10), sent)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut frames = Vec::new();
+    let mut rest = &sent[..];
+    while rest.len() >= 6 {
+        let len = usize::from(rest[1] & 0x7f);
+        let key = [rest[2], rest[3], rest[4], rest[5]];
+        let payload: Vec<u8> = rest[6..6 + len]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect();
+        frames.push((rest[0], payload));
+        rest = &rest[6 + len..];
+    }
+    let pings = frames.iter().filter(|(b0, _)| *b0 == 0x89).count();
+    assert!(pings >= 2, "{frames:?}");
+    let (last, payload) = frames.last().unwrap();
+    assert_eq!(*last, 0x88);
+    assert_eq!(payload[..2], 1001u16.to_be_bytes());
+}
