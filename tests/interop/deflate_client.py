@@ -20,7 +20,7 @@ import sys
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from websockets.sync.client import connect
 
-from recording import Recording
+from recording import Recording, record
 
 
 def factory(spec):
@@ -76,18 +76,7 @@ def main():
     offers = [] if args.offer == ["none"] else [factory(o) for o in args.offer or [""]]
     with open_client(args, offers) as ws:
         response = ws.response.headers.get("Sec-WebSocket-Extensions")
-        negotiated = {}
-        recording = None
-        if ws.protocol.extensions:
-            deflate = ws.protocol.extensions[0]
-            negotiated = {
-                "server_no_context_takeover": deflate.remote_no_context_takeover,
-                "client_no_context_takeover": deflate.local_no_context_takeover,
-                "server_max_window_bits": deflate.remote_max_window_bits,
-                "client_max_window_bits": deflate.local_max_window_bits,
-            }
-            recording = Recording(deflate)
-            ws.protocol.extensions = [recording]
+        negotiated, recording = record(ws.protocol, server=False)
         for message in messages():
             ws.send(message)
             echo = ws.recv(timeout=10)

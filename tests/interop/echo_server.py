@@ -22,7 +22,7 @@ import sys
 from websockets.asyncio.server import serve
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
-from recording import Recording
+from recording import record
 
 
 def factory(spec):
@@ -40,18 +40,7 @@ def factory(spec):
 
 async def echo(ws):
     offer = ws.request.headers.get("Sec-WebSocket-Extensions")
-    negotiated = {}
-    recording = None
-    if ws.protocol.extensions:
-        deflate = ws.protocol.extensions[0]
-        negotiated = {
-            "server_no_context_takeover": deflate.local_no_context_takeover,
-            "client_no_context_takeover": deflate.remote_no_context_takeover,
-            "server_max_window_bits": deflate.local_max_window_bits,
-            "client_max_window_bits": deflate.remote_max_window_bits,
-        }
-        recording = Recording(deflate)
-        ws.protocol.extensions = [recording]
+    negotiated, recording = record(ws.protocol, server=True)
     try:
         async for message in ws:
             await ws.send(message)

@@ -21,3 +21,23 @@ class Recording(Extension):
 
     def encode(self, frame):
         return self.inner.encode(frame)
+
+
+def record(protocol, *, server):
+    """Wraps the connection's negotiated permessage-deflate, if any, in a
+    Recording. Returns what was negotiated, named from the server's and the
+    client's sides (`server`: whether this end is the server), and the
+    Recording (None without deflate)."""
+    if not protocol.extensions:
+        return {}, None
+    deflate = protocol.extensions[0]
+    ours, theirs = ("local", "remote") if server else ("remote", "local")
+    negotiated = {
+        "server_no_context_takeover": getattr(deflate, f"{ours}_no_context_takeover"),
+        "client_no_context_takeover": getattr(deflate, f"{theirs}_no_context_takeover"),
+        "server_max_window_bits": getattr(deflate, f"{ours}_max_window_bits"),
+        "client_max_window_bits": getattr(deflate, f"{theirs}_max_window_bits"),
+    }
+    recording = Recording(deflate)
+    protocol.extensions = [recording]
+    return negotiated, recording

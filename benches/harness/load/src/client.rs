@@ -75,7 +75,7 @@ pub async fn run(args: ClientArgs) -> io::Result<()> {
                     .connect(url.as_str())
                     .await
                     .map_err(io::Error::other)?;
-                loops.push(Box::pin(rapidws_loop(socket, payload, depth, phase, stats)));
+                loops.push(Box::pin(closed_loop(socket, payload, depth, phase, stats)));
             }
             Lib::Tungstenite => {
                 let tcp = tokio::net::TcpStream::connect(target.addr).await?;
@@ -83,13 +83,11 @@ pub async fn run(args: ClientArgs) -> io::Result<()> {
                 let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
                     .await
                     .map_err(io::Error::other)?;
-                loops.push(Box::pin(tungstenite_loop(ws, payload, depth, phase, stats)));
+                loops.push(Box::pin(closed_loop(ws, payload, depth, phase, stats)));
             }
             Lib::Fastwebsockets => {
                 let ws = fastwebsockets_connect(target.addr, &target.path).await?;
-                loops.push(Box::pin(fastwebsockets_loop(
-                    ws, payload, depth, phase, stats,
-                )));
+                loops.push(Box::pin(closed_loop(ws, payload, depth, phase, stats)));
             }
         }
     }
@@ -136,66 +134,91 @@ fn check_len(len: usize, payload: &Bytes) -> io::Result<()> {
     }
 }
 
-async fn rapidws_loop(
-    mut socket: rapidws::socket::WebSocket,
-    payload: Bytes,
-    depth: usize,
-    phase: SharedPhase,
-    stats: SharedStats,
-) -> io::Result<()> {
-    let mut sent = VecDeque::with_capacity(depth);
-    for _ in 0..depth {
-        sent.push_back(Instant::now());
-        socket
-            .send(payload.clone())
-            .await
-            .map_err(io::Error::other)?;
-    }
-    while phase.get() != Phase::Stop {
-        match socket.recv().await {
-            Some(Ok(rapidws::OwnedMessage::Binary(echo))) => check_len(echo.len(), &payload)?,
-            Some(Ok(_)) => return Err(io::Error::other("a text echo")),
-            Some(Err(error)) => return Err(io::Error::other(error)),
-            None => return Err(io::Error::other("server closed the connection")),
-        }
-        echoed(&mut sent, &phase, &stats)?;
-        sent.push_back(Instant::now());
-        socket
-            .send(payload.clone())
-            .await
-            .map_err(io::Error::other)?;
-    }
-    Ok(())
+/// What the closed loop needs from a client library: send the payload as
+/// a binary message, and wait for the next echo's length.
+trait Echoer {
+    async fn send(&mut self, payload: &Bytes) -> io::Result<()>;
+    async fn echo_len(&mut self) -> io::Result<usize>;
 }
 
-async fn tungstenite_loop(
-    mut ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+impl Echoer for rapidws::socket::WebSocket {
+    async fn send(&mut self, payload: &Bytes) -> io::Result<()> {
+        rapidws::socket::WebSocket::send(self, payload.clone())
+            .await
+            .map_err(io::Error::other)
+    }
+
+    async fn echo_len(&mut self) -> io::Result<usize> {
+        match self.recv().await {
+            Some(Ok(rapidws::OwnedMessage::Binary(echo))) => Ok(echo.len()),
+            Some(Ok(_)) => Err(io::Error::other("a text echo")),
+            Some(Err(error)) => Err(io::Error::other(error)),
+            None => Err(io::Error::other("server closed the connection")),
+        }
+    }
+}
+
+impl Echoer for tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    async fn send(&mut self, payload: &Bytes) -> io::Result<()> {
+        use tokio_tungstenite::tungstenite::Message;
+        SinkExt::send(self, Message::Binary(payload.clone()))
+            .await
+            .map_err(io::Error::other)
+    }
+
+    async fn echo_len(&mut self) -> io::Result<usize> {
+        use tokio_tungstenite::tungstenite::Message;
+        loop {
+            return match self.next().await {
+                Some(Ok(Message::Binary(echo))) => Ok(echo.len()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(other)) => Err(io::Error::other(format!("unexpected {other:?}"))),
+                Some(Err(error)) => Err(io::Error::other(error)),
+                None => Err(io::Error::other("server closed the connection")),
+            };
+        }
+    }
+}
+
+impl Echoer for FastSocket {
+    async fn send(&mut self, payload: &Bytes) -> io::Result<()> {
+        use fastwebsockets::{Frame, Payload};
+        let frame = Frame::binary(Payload::Borrowed(&payload[..]));
+        self.write_frame(frame).await.map_err(io::Error::other)
+    }
+
+    async fn echo_len(&mut self) -> io::Result<usize> {
+        use fastwebsockets::OpCode;
+        loop {
+            let echo = self.read_frame().await.map_err(io::Error::other)?;
+            return match echo.opcode {
+                OpCode::Binary => Ok(echo.payload.len()),
+                OpCode::Ping | OpCode::Pong => continue,
+                other => Err(io::Error::other(format!("unexpected {other:?}"))),
+            };
+        }
+    }
+}
+
+/// Keeps `depth` messages in flight on one connection: each echo is
+/// answered with a new message. Records each round trip.
+async fn closed_loop(
+    mut client: impl Echoer,
     payload: Bytes,
     depth: usize,
     phase: SharedPhase,
     stats: SharedStats,
 ) -> io::Result<()> {
-    use tokio_tungstenite::tungstenite::Message;
     let mut sent = VecDeque::with_capacity(depth);
     for _ in 0..depth {
         sent.push_back(Instant::now());
-        ws.send(Message::Binary(payload.clone()))
-            .await
-            .map_err(io::Error::other)?;
+        client.send(&payload).await?;
     }
     while phase.get() != Phase::Stop {
-        match ws.next().await {
-            Some(Ok(Message::Binary(echo))) => check_len(echo.len(), &payload)?,
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            Some(Ok(other)) => return Err(io::Error::other(format!("unexpected {other:?}"))),
-            Some(Err(error)) => return Err(io::Error::other(error)),
-            None => return Err(io::Error::other("server closed the connection")),
-        }
+        check_len(client.echo_len().await?, &payload)?;
         echoed(&mut sent, &phase, &stats)?;
         sent.push_back(Instant::now());
-        ws.send(Message::Binary(payload.clone()))
-            .await
-            .map_err(io::Error::other)?;
+        client.send(&payload).await?;
     }
     Ok(())
 }
@@ -235,34 +258,6 @@ async fn fastwebsockets_connect(addr: std::net::SocketAddr, path: &str) -> io::R
         .await
         .map_err(io::Error::other)?;
     Ok(ws)
-}
-
-async fn fastwebsockets_loop(
-    mut ws: FastSocket,
-    payload: Bytes,
-    depth: usize,
-    phase: SharedPhase,
-    stats: SharedStats,
-) -> io::Result<()> {
-    use fastwebsockets::{Frame, OpCode, Payload};
-    let frame = || Frame::binary(Payload::Borrowed(&payload[..]));
-    let mut sent = VecDeque::with_capacity(depth);
-    for _ in 0..depth {
-        sent.push_back(Instant::now());
-        ws.write_frame(frame()).await.map_err(io::Error::other)?;
-    }
-    while phase.get() != Phase::Stop {
-        let echo = ws.read_frame().await.map_err(io::Error::other)?;
-        match echo.opcode {
-            OpCode::Binary => check_len(echo.payload.len(), &payload)?,
-            OpCode::Ping | OpCode::Pong => continue,
-            other => return Err(io::Error::other(format!("unexpected {other:?}"))),
-        }
-        echoed(&mut sent, &phase, &stats)?;
-        sent.push_back(Instant::now());
-        ws.write_frame(frame()).await.map_err(io::Error::other)?;
-    }
-    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
