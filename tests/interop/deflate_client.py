@@ -20,22 +20,11 @@ import sys
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from websockets.sync.client import connect
 
-from recording import Recording, record
+from recording import Recording, deflate_settings, record
 
 
 def factory(spec):
-    kwargs = {}
-    for item in filter(None, spec.split(",")):
-        name, _, value = item.partition("=")
-        if name.endswith("no_context_takeover"):
-            kwargs[name] = True
-        elif name == "client_max_window_bits":
-            kwargs[name] = int(value) if value else True
-        elif name == "server_max_window_bits":
-            kwargs[name] = int(value)
-        else:
-            sys.exit(f"unknown offer parameter {name}")
-    return ClientPerMessageDeflateFactory(**kwargs)
+    return ClientPerMessageDeflateFactory(**deflate_settings(spec))
 
 
 def messages():

@@ -17,25 +17,15 @@ import argparse
 import asyncio
 import json
 import ssl
-import sys
 
 from websockets.asyncio.server import serve
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
-from recording import record
+from recording import deflate_settings, record
 
 
 def factory(spec):
-    kwargs = {}
-    for item in filter(None, spec.split(",")):
-        name, _, value = item.partition("=")
-        if name.endswith("no_context_takeover"):
-            kwargs[name] = True
-        elif name.endswith("max_window_bits"):
-            kwargs[name] = int(value)
-        else:
-            sys.exit(f"unknown parameter {name}")
-    return ServerPerMessageDeflateFactory(**kwargs)
+    return ServerPerMessageDeflateFactory(**deflate_settings(spec))
 
 
 async def echo(ws):

@@ -1,5 +1,8 @@
 """What the interop scripts share: an extension wrapper that records each
-received frame as it came off the wire."""
+received frame as it came off the wire, and the permessage-deflate settings
+their command lines give."""
+
+import sys
 
 from websockets.extensions.base import Extension
 
@@ -41,3 +44,20 @@ def record(protocol, *, server):
     recording = Recording(deflate)
     protocol.extensions = [recording]
     return negotiated, recording
+
+
+def deflate_settings(spec):
+    """The keyword arguments a comma-separated SPEC asks of websockets'
+    permessage-deflate factories: `server_no_context_takeover`,
+    `client_no_context_takeover`, `server_max_window_bits=N`, and
+    `client_max_window_bits` with or without `=N`."""
+    kwargs = {}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        if name in ("server_no_context_takeover", "client_no_context_takeover"):
+            kwargs[name] = True
+        elif name in ("server_max_window_bits", "client_max_window_bits"):
+            kwargs[name] = int(value) if value else True
+        else:
+            sys.exit(f"unknown permessage-deflate parameter {name}")
+    return kwargs

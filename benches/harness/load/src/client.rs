@@ -78,11 +78,7 @@ pub async fn run(args: ClientArgs) -> io::Result<()> {
                 loops.push(Box::pin(closed_loop(socket, payload, depth, phase, stats)));
             }
             Lib::Tungstenite => {
-                let tcp = tokio::net::TcpStream::connect(target.addr).await?;
-                tcp.set_nodelay(true)?;
-                let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
-                    .await
-                    .map_err(io::Error::other)?;
+                let ws = tungstenite_connect(target.addr, &url).await?;
                 loops.push(Box::pin(closed_loop(ws, payload, depth, phase, stats)));
             }
             Lib::Fastwebsockets => {
@@ -158,7 +154,7 @@ impl Echoer for rapidws::socket::WebSocket {
     }
 }
 
-impl Echoer for tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+impl Echoer for TungsteniteSocket {
     async fn send(&mut self, payload: &Bytes) -> io::Result<()> {
         use tokio_tungstenite::tungstenite::Message;
         SinkExt::send(self, Message::Binary(payload.clone()))
@@ -221,6 +217,20 @@ async fn closed_loop(
         client.send(&payload).await?;
     }
     Ok(())
+}
+
+type TungsteniteSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+async fn tungstenite_connect(
+    addr: std::net::SocketAddr,
+    url: &str,
+) -> io::Result<TungsteniteSocket> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (ws, _) = tokio_tungstenite::client_async(url, tcp)
+        .await
+        .map_err(io::Error::other)?;
+    Ok(ws)
 }
 
 type FastSocket = fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
@@ -295,14 +305,7 @@ pub async fn idle(args: ClientIdleArgs) -> io::Result<()> {
                         .map_err(io::Error::other)?;
                     Box::new(socket)
                 }
-                Lib::Tungstenite => {
-                    let tcp = tokio::net::TcpStream::connect(target.addr).await?;
-                    tcp.set_nodelay(true)?;
-                    let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
-                        .await
-                        .map_err(io::Error::other)?;
-                    Box::new(ws)
-                }
+                Lib::Tungstenite => Box::new(tungstenite_connect(target.addr, &url).await?),
                 Lib::Fastwebsockets => {
                     Box::new(fastwebsockets_connect(target.addr, &target.path).await?)
                 }
