@@ -98,3 +98,18 @@ where
             }
         })
 }
+
+#[cfg(all(test, any(feature = "webpki-roots", feature = "native-roots")))]
+mod tests {
+    use super::*;
+
+    /// With roots from a feature and a provider installed, the default
+    /// config is made (and kept): ALPN `http/1.1`.
+    #[test]
+    fn the_default_config_comes_from_the_enabled_roots() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = default_config().expect("roots and a provider");
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert!(Arc::ptr_eq(&config, &default_config().unwrap()), "made once");
+    }
+}
