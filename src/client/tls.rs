@@ -110,6 +110,9 @@ mod tests {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let config = default_config().expect("roots and a provider");
         assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
-        assert!(Arc::ptr_eq(&config, &default_config().unwrap()), "made once");
+        assert!(
+            Arc::ptr_eq(&config, &default_config().unwrap()),
+            "made once"
+        );
     }
 }

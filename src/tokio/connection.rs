@@ -21,17 +21,28 @@ use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::{Action, Env, Lifecycle, Opened};
 use crate::pool::BufferPool;
+use crate::proto::Role;
+use crate::proto::deflate::DeflateParams;
 use crate::read_buf;
 use crate::server::LiveGuard;
 use crate::slot_waker::ConnWake;
 use crate::timer::Timer;
 
-use super::group::Opening;
 use super::sys::recv_into_spare;
 use tokio::sync::oneshot;
 
 /// Reads one connection may do in one turn before the others get theirs.
 const READS_PER_TURN: usize = 16;
+
+/// A connection whose handshake is done: how it opens, the bytes read after
+/// the handshake, and where its `Conn` goes once it is open.
+pub(crate) struct Opening<S> {
+    pub(crate) state: S,
+    pub(crate) deflate: Option<DeflateParams>,
+    pub(crate) role: Role,
+    pub(crate) prefix: BytesMut,
+    pub(crate) conn: oneshot::Sender<Conn>,
+}
 
 /// Whether the group keeps the connection after a turn.
 #[derive(Debug, PartialEq, Eq)]

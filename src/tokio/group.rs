@@ -26,19 +26,15 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
-use bytes::BytesMut;
 use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep, sleep};
 
+pub(crate) use super::connection::Opening;
 use super::connection::{Connection, Progress};
-use crate::conn::Conn;
 use crate::handler::Handler;
 use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
-use crate::proto::Role;
-use crate::proto::deflate::DeflateParams;
 use crate::server::{LiveGuard, ServerCore, ShutdownSeen};
 use crate::slab::Slab;
 use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
@@ -72,16 +68,6 @@ pub(crate) struct Incoming<S> {
     /// Boxed: the handler's state need not be `Unpin`, and most incoming
     /// connections have none.
     pub(crate) opened: Option<Box<Opening<S>>>,
-}
-
-/// A connection whose handshake is done: how it opens, the bytes read after
-/// the handshake, and where its `Conn` goes once it is open.
-pub(crate) struct Opening<S> {
-    pub(crate) state: S,
-    pub(crate) deflate: Option<DeflateParams>,
-    pub(crate) role: Role,
-    pub(crate) prefix: BytesMut,
-    pub(crate) conn: oneshot::Sender<Conn>,
 }
 
 impl<S> GroupShared<S> {
