@@ -4,7 +4,9 @@
 //! the way its documentation shows: rapidws's `send` waits for room and the
 //! driver writes what is queued; tokio-tungstenite's `send` writes and
 //! flushes each message; fastwebsockets's `write_frame` writes each frame.
-//! The figure is what one client core pushes through the server.
+//! The figures are what one client core pushes through the server, and the
+//! client process's own CPU time in the measured window (`client_cpu_secs`),
+//! which says whether the client's core or the server's was the limit.
 
 use std::collections::VecDeque;
 use std::io;
@@ -93,8 +95,9 @@ pub async fn run(args: ClientArgs) -> io::Result<()> {
             note_failure(one.await, &phase, &stats);
         });
     }
-    let secs = shape.window.run(&phase).await;
-    let mut result = stats.borrow().summary(secs);
+    let measured = shape.window.run(&phase).await;
+    let mut result = stats.borrow().summary(measured.secs);
+    result["client_cpu_secs"] = json!(measured.cpu_secs);
     result["mode"] = json!("client");
     result["lib"] = json!(args.lib.name());
     result["conns"] = json!(shape.conns);

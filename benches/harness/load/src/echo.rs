@@ -106,7 +106,7 @@ where
             note_failure(result, &phase, &stats);
         });
     }
-    let secs = shape.window.run(&phase).await;
+    let secs = shape.window.run(&phase).await.secs;
     let mut result = stats.borrow().summary(secs);
     result["mode"] = json!(mode);
     result["conns"] = json!(shape.conns);

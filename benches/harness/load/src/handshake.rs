@@ -62,7 +62,7 @@ pub async fn run(args: HandshakeArgs) -> io::Result<()> {
             }
         });
     }
-    let secs = args.window.run(&phase).await;
+    let secs = args.window.run(&phase).await.secs;
     let mut result = stats.borrow().summary(secs);
     result["mode"] = json!("handshake");
     result["concurrency"] = json!(args.concurrency);

@@ -119,16 +119,42 @@ pub type SharedPhase = Rc<Cell<Phase>>;
 
 impl Window {
     /// Runs warm-up then the window, announcing the window's start on stdout.
-    /// Returns the measured seconds.
-    pub async fn run(&self, phase: &SharedPhase) -> f64 {
+    /// Returns the measured seconds and this process's CPU time in them.
+    pub async fn run(&self, phase: &SharedPhase) -> Measured {
         tokio::time::sleep(Duration::from_secs_f64(self.warmup)).await;
         phase.set(Phase::Measure);
         emit(&serde_json::json!({ "event": "measure" }));
-        let start = std::time::Instant::now();
+        let (start, cpu) = (std::time::Instant::now(), process_cpu_secs());
         tokio::time::sleep(Duration::from_secs_f64(self.duration)).await;
         phase.set(Phase::Stop);
-        start.elapsed().as_secs_f64()
+        Measured {
+            secs: start.elapsed().as_secs_f64(),
+            cpu_secs: process_cpu_secs() - cpu,
+        }
     }
+}
+
+/// A measured window: its wall time, and the CPU time (user and system, all
+/// threads) the load generator itself spent in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    pub secs: f64,
+    pub cpu_secs: f64,
+}
+
+/// This process's CPU time so far, user plus system, every thread.
+pub fn process_cpu_secs() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `rusage` into the pointer we pass, which
+    // points at a zeroed struct of that type we own.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return f64::NAN;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// Records a connection task's failure, unless it ended because the run stopped.

@@ -673,15 +673,16 @@ pub struct Context<'a> {
     pub chart_path: &'a str,
 }
 
-/// Scenario 8's table: one row per client library and depth.
+/// Scenario 8's table: one row per client library and depth, with the
+/// client process's own CPU: how busy its core was, and its cost per message.
 fn client_table(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(
         out,
-        "| client | depth | msgs/s | range | rapidws ÷ this | p50 µs | p99 µs | server CPU % |"
+        "| client | depth | msgs/s | range | rapidws ÷ this | p50 µs | p99 µs | server CPU % | client CPU % | client CPU µs/msg |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &depth in &CLIENT_DEPTHS {
-        let ours = client_rate(summaries, "rapidws", depth);
+        let ours = client_metric(summaries, "rapidws", depth, "per_sec");
         for &lib in &CLIENT_LIBS {
             let variant = client_variant(lib, depth);
             let Some(s) = summaries.get(&(8, variant.clone(), CLIENT_SERVER.into())) else {
@@ -690,13 +691,15 @@ fn client_table(out: &mut String, summaries: &Summaries) {
             let name = variant.split(',').next().unwrap_or(lib);
             let _ = writeln!(
                 out,
-                "| {name} | {depth} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {depth} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 num(s.median("per_sec")),
                 s.range("per_sec"),
                 format_ratio(ours.unwrap_or(f64::NAN) / s.median("per_sec")),
                 num(s.median("p50_us")),
                 num(s.median("p99_us")),
                 num(s.median("server_cpu_pct")),
+                num(s.median("client_cpu_pct")),
+                num(s.median("client_cpu_us_per_msg")),
             );
             failures(out, &[(name, s)]);
         }
@@ -723,10 +726,10 @@ fn client_idle_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
-/// The median rate of `lib`'s client at `depth` in scenario 8.
-fn client_rate(summaries: &Summaries, lib: &str, depth: usize) -> Option<f64> {
+/// The median of `metric` for `lib`'s client at `depth` in scenario 8.
+fn client_metric(summaries: &Summaries, lib: &str, depth: usize, metric: &str) -> Option<f64> {
     let key = (8, client_variant(lib, depth), CLIENT_SERVER.to_string());
-    summaries.get(&key).map(|s| s.median("per_sec"))
+    summaries.get(&key).map(|s| s.median(metric))
 }
 
 /// Issue 10's target: at each depth, the rapidws client at least 2x the
@@ -735,25 +738,23 @@ fn client_targets(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "| target | measured | met |");
     let _ = writeln!(out, "|---|---|---|");
     for &depth in &CLIENT_DEPTHS {
-        let ours = client_rate(summaries, "rapidws", depth);
-        let others = CLIENT_LIBS[1..]
-            .iter()
-            .filter_map(|&lib| client_rate(summaries, lib, depth).map(|rate| (lib, rate)));
+        let ours = client_metric(summaries, "rapidws", depth, "per_sec");
+        let others = CLIENT_LIBS[1..].iter().filter_map(|&lib| {
+            client_metric(summaries, lib, depth, "per_sec").map(|rate| (lib, rate))
+        });
         let best = others.fold(None, |best: Option<(&str, f64)>, (lib, rate)| match best {
             Some((_, r)) if r >= rate => best,
             _ => Some((lib, rate)),
         });
+        let target = format!("client, depth {depth}: ≥ 2x the best other client");
         let (Some(ours), Some((lib, theirs))) = (ours, best) else {
-            let _ = writeln!(
-                out,
-                "| client, depth {depth}: ≥ 2x the best other client | not measured | – |"
-            );
+            let _ = writeln!(out, "| {target} | not measured | – |");
             continue;
         };
         let ratio = ours / theirs;
         let _ = writeln!(
             out,
-            "| client, depth {depth}: ≥ 2x the best other client | {} vs {} ({}) = {} | {} |",
+            "| {target} | {} vs {} ({}) = {} | {} |",
             num(ours),
             num(theirs),
             client_variant(lib, depth).split(',').next().unwrap_or(lib),

@@ -467,7 +467,15 @@ fn client_echo(
 ) -> io::Result<BTreeMap<String, f64>> {
     let mut args = strings(&["--lib", lib, "--conns", "100", "--size", "1024"]);
     args.extend(strings(&["--depth", &depth.to_string()]));
-    Ok(timed_run(server, settings, Role::Echo, "client", args)?.0)
+    let (mut metrics, timed, _) = timed_run(server, settings, Role::Echo, "client", args)?;
+    // The client's own CPU in the window: whether its core was the limit,
+    // and what a message cost it.
+    let client_cpu = timed.result["client_cpu_secs"].as_f64().unwrap_or(f64::NAN);
+    let window = timed.result["secs"].as_f64().unwrap_or(f64::NAN);
+    let completed = timed.result["completed"].as_f64().unwrap_or(f64::NAN);
+    metrics.insert("client_cpu_pct".into(), 100.0 * client_cpu / window);
+    metrics.insert("client_cpu_us_per_msg".into(), 1e6 * client_cpu / completed);
+    Ok(metrics)
 }
 
 /// Scenario 8: the memory of an idle client connection, measured by the
