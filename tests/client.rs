@@ -446,6 +446,13 @@ async fn python_wss_server() {
 async fn fake_server(
     answer: impl Fn(&str) -> Vec<u8> + Send + 'static,
 ) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    fake_server_in_parts(move |key| vec![answer(key)]).await
+}
+
+/// [`fake_server`] whose answer goes out in parts, 50 ms apart.
+async fn fake_server_in_parts(
+    answer: impl Fn(&str) -> Vec<Vec<u8>> + Send + 'static,
+) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -465,7 +472,12 @@ async fn fake_server(
             .unwrap()
             .trim()
             .to_owned();
-        tcp.write_all(&answer(&key)).await.unwrap();
+        for (i, part) in answer(&key).into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tcp.write_all(&part).await.unwrap();
+        }
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
         rest
@@ -667,6 +679,53 @@ async fn first_frames_in_the_same_read_as_the_101() {
     );
     assert!(socket.recv().await.is_none());
     assert_eq!(socket.close_code(), Some(CloseCode::NORMAL));
+}
+
+/// `100 Continue` and `103 Early Hints` before the `101` are skipped,
+/// whether they come with it or apart from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informational_responses_before_the_101_are_skipped() {
+    let interim = b"HTTP/1.1 100 Continue\r\n\r\n\
+        HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+        .to_vec();
+    let opened = |key: &str| {
+        let mut answer = switching(key, "").into_bytes();
+        answer.extend_from_slice(&[0x81, 2]);
+        answer.extend_from_slice(b"hi");
+        answer
+    };
+    for apart in [false, true] {
+        let interim = interim.clone();
+        let (addr, _) = fake_server_in_parts(move |key| {
+            if apart {
+                vec![interim.clone(), opened(key)]
+            } else {
+                vec![[interim.clone(), opened(key)].concat()]
+            }
+        })
+        .await;
+        let (mut socket, response) = socket_client()
+            .connect(format!("ws://{addr}/"))
+            .await
+            .unwrap_or_else(|e| panic!("apart: {apart}: {e:?}"));
+        assert_eq!(response.protocol(), None);
+        assert_eq!(
+            socket.recv().await.unwrap().unwrap(),
+            OwnedMessage::Text("hi".into()),
+            "apart: {apart}"
+        );
+    }
+    // A final status other than 101 after them is still a refusal.
+    let (addr, _) = fake_server(|_| {
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno"
+            .to_vec()
+    })
+    .await;
+    let error = connect_to(addr, &socket_client()).await.unwrap_err();
+    let Error::Status(refusal) = &error else {
+        panic!("expected a status error, got {error:?}");
+    };
+    assert_eq!((refusal.status, &refusal.body[..]), (403, &b"no"[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

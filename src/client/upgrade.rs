@@ -110,22 +110,31 @@ where
 
     let max_head = config.max_handshake_size;
     let mut buf = BytesMut::with_capacity(1024);
+    let mut ended = false;
     loop {
-        let n = timeout_at(deadline, read_some(stream, &mut buf, max_head))
-            .await
-            .map_err(timed_out)?
-            .map_err(Error::Io)?;
         let mut fields = header_buffer();
         let parsed = parse_response(&buf, &mut fields, max_head).map_err(Error::Handshake)?;
         let Some((response, head_len)) = parsed else {
-            if n == 0 {
+            if ended {
                 return Err(Error::Io(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the server closed the connection during the handshake",
                 )));
             }
+            let n = timeout_at(deadline, read_some(stream, &mut buf, max_head))
+                .await
+                .map_err(timed_out)?
+                .map_err(Error::Io)?;
+            ended = n == 0;
             continue;
         };
+        if is_interim(response.status()) {
+            // An informational response (`100 Continue`, `103 Early
+            // Hints`): HTTP/1.1 clients skip it and read on (RFC 9110,
+            // 15.2). Each is bounded like any head, and all by `deadline`.
+            let _ = buf.split_to(head_len);
+            continue;
+        }
         let headers: Vec<(String, Vec<u8>)> = response
             .headers()
             .map(|(n, v)| (n.to_owned(), v.to_vec()))
@@ -153,6 +162,11 @@ where
         let prefix = BytesMut::from(&buf[head_len..]);
         return Ok(Upgraded { response, prefix });
     }
+}
+
+/// A `1xx` other than `101`: a response before the real one.
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
 }
 
 /// Reads once into `buf`, at most up to `max` bytes in all (plus one, so
