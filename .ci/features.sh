@@ -19,8 +19,10 @@ done
 
 # `socket`, `hyper`, `axum`, `http2` and `client` are `tokio` plus a module or two each:
 # checked alone, not in every combination; `client` with TLS and each kind
-# of default roots too.
-for extra in socket hyper axum http2 client client,rustls client,webpki-roots client,native-roots; do
+# of default roots too. `pubsub` is a module on any driver: alone, on each
+# backend, and without deflate.
+for extra in socket hyper axum http2 client client,rustls client,webpki-roots client,native-roots \
+    pubsub pubsub,tokio pubsub,uring pubsub,tokio,deflate pubsub,uring,deflate; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done
@@ -42,4 +44,5 @@ forbid() {
     echo "--features $build: none of $*"
 }
 forbid uring tokio mio zlib-rs rustls
+forbid uring,pubsub tokio mio zlib-rs rustls
 forbid tokio io-uring zlib-rs rustls

@@ -23,7 +23,7 @@ use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
 use crate::proto::write_queue::Written;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, Role, WriteQueue, utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, Role, WriteQueue, utf8};
 use crate::slot_waker::ConnWake;
 
 /// Why a send or close was refused. Nothing was queued.
@@ -110,6 +110,12 @@ impl Conn {
     /// A number unique among this server's connections.
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Tells connections apart across servers (ids are unique only within
+    /// one): the address of the shared state, fixed while a handle lives.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
     }
 
     /// The peer's address.
@@ -257,6 +263,24 @@ impl Conn {
         self.enqueue(0, |outbox| outbox.push_shared(opcode, payload))
     }
 
+    /// Queues a message framed once for many connections (pub/sub): the
+    /// shared compressed frame if this connection's compressor can take
+    /// one, else the shared plain frame; a client's connection frames it
+    /// itself (its frames are masked). When the queue is full the message
+    /// is not queued: with `close_on_full` the connection is also asked to
+    /// close with that code. `Config::slow_consumer` plays no part.
+    pub(crate) fn send_prepared(
+        &self,
+        message: &Prepared,
+        close_on_full: Option<CloseCode>,
+    ) -> Result<(), SendError> {
+        let sender = Sender::Published { close_on_full };
+        // A small frame is copied into the queue's buffer; a large one is
+        // queued by reference and needs none of it.
+        let copied = message.frame().len().min(512);
+        self.enqueue_as(sender, copied, |outbox| outbox.push_prepared(message))
+    }
+
     /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
     /// the protocol; nothing is reported for it.
     pub fn ping(&self, payload: &[u8]) -> Result<(), SendError> {
@@ -344,10 +368,18 @@ impl Conn {
                 _ => outbox.queued(),
             };
             if held >= outbound.max_bytes {
-                match (sender, outbound.on_full) {
-                    (Sender::Keepalive | Sender::Waiting, _) => {}
-                    (_, SlowConsumer::Pause) => outbox.wants_drain = true,
-                    (_, SlowConsumer::Close(code)) => {
+                let close = match (sender, outbound.on_full) {
+                    (Sender::Keepalive | Sender::Waiting, _) => None,
+                    (Sender::Published { close_on_full }, _) => close_on_full,
+                    (_, SlowConsumer::Pause) => {
+                        outbox.wants_drain = true;
+                        None
+                    }
+                    (_, SlowConsumer::Close(code)) => Some(code),
+                };
+                match close {
+                    None => {}
+                    Some(code) => {
                         outbox.request_close(code, "outbound queue full: peer reads too slowly");
                         let waiting = outbox.waiting.take();
                         drop(outbox);
@@ -373,6 +405,82 @@ impl Conn {
         Ok(())
     }
 
+    /// Records that this connection joined `name` in `membership` (a
+    /// pub/sub topic); false if it had already. Refused once the
+    /// connection is closing: nothing would reach it.
+    #[cfg(feature = "pubsub")]
+    pub(crate) fn join(
+        &self,
+        membership: &Arc<dyn Membership>,
+        name: &Arc<str>,
+    ) -> Result<bool, SendError> {
+        let mut outbox = self.shared.lock();
+        if outbox.phase != Phase::Open {
+            return Err(SendError::Closed);
+        }
+        let joined = outbox.joined.get_or_insert_with(Box::default);
+        let names = match joined.iter_mut().find(|(m, _)| same(m, membership)) {
+            Some((_, names)) => names,
+            None => {
+                joined.push((membership.clone(), Vec::new()));
+                &mut joined.last_mut().expect("just pushed").1
+            }
+        };
+        if names.iter().any(|known| **known == **name) {
+            return Ok(false);
+        }
+        names.push(name.clone());
+        Ok(true)
+    }
+
+    /// Records that this connection left `name` in `membership`; false if
+    /// it was not there.
+    #[cfg(feature = "pubsub")]
+    pub(crate) fn part(&self, membership: &Arc<dyn Membership>, name: &str) -> bool {
+        let mut outbox = self.shared.lock();
+        let Some(joined) = outbox.joined.as_mut() else {
+            return false;
+        };
+        let Some(at) = joined.iter().position(|(m, _)| same(m, membership)) else {
+            return false;
+        };
+        let names = &mut joined[at].1;
+        let Some(found) = names.iter().position(|known| &**known == name) else {
+            return false;
+        };
+        names.swap_remove(found);
+        if names.is_empty() {
+            joined.swap_remove(at);
+            if joined.is_empty() {
+                outbox.joined = None;
+            }
+        }
+        true
+    }
+
+    /// The names this connection joined in `membership`.
+    #[cfg(feature = "pubsub")]
+    pub(crate) fn joined(&self, membership: &Arc<dyn Membership>) -> Vec<Arc<str>> {
+        let outbox = self.shared.lock();
+        let joined = outbox.joined.as_deref().into_iter().flatten();
+        joined
+            .filter(|(m, _)| same(m, membership))
+            .flat_map(|(_, names)| names.iter().cloned())
+            .collect()
+    }
+
+    /// Lets go of every membership: the connection ended. Called by the
+    /// connection's end (after sends were closed, so nothing joins again).
+    pub(crate) fn leave_all(&self) {
+        #[cfg(feature = "pubsub")]
+        {
+            let joined = self.shared.lock().joined.take();
+            for (membership, names) in joined.into_iter().flat_map(|j| *j) {
+                membership.leave(self, names);
+            }
+        }
+    }
+
     pub(crate) fn from_shared(shared: Arc<ConnShared>) -> Conn {
         Conn { shared }
     }
@@ -380,6 +488,26 @@ impl Conn {
     pub(crate) fn shared(&self) -> &ConnShared {
         &self.shared
     }
+}
+
+/// Something that holds connections by name (a pub/sub's topics) and must
+/// let go of a connection when it ends. The connection keeps the names it
+/// joined, so that its end knows what to leave, and so that "which topics
+/// is this connection in" is answered without a search.
+#[cfg(feature = "pubsub")]
+pub(crate) trait Membership: Send + Sync {
+    /// `conn` ended: drop it from `names`.
+    fn leave(&self, conn: &Conn, names: Vec<Arc<str>>);
+}
+
+/// The memberships a connection joined, with the names in each.
+#[cfg(feature = "pubsub")]
+type Joined = Vec<(Arc<dyn Membership>, Vec<Arc<str>>)>;
+
+/// The same membership (compared by address, not by vtable).
+#[cfg(feature = "pubsub")]
+fn same(a: &Arc<dyn Membership>, b: &Arc<dyn Membership>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// The opcode a data message of `kind` is sent with.
@@ -409,6 +537,8 @@ enum Sender {
     Waiting,
     /// The keepalive sweep's ping.
     Keepalive,
+    /// A pub/sub delivery: a full queue drops it, or closes with the code.
+    Published { close_on_full: Option<CloseCode> },
 }
 
 /// The future of [`Conn::ready`].
@@ -482,6 +612,24 @@ impl Outbox {
         }
     }
 
+    /// Queues a message framed once for many connections (see
+    /// [`Conn::send_prepared`]).
+    fn push_prepared(&mut self, message: &Prepared) {
+        let opcode = message.opcode();
+        if self.queue.role() == Role::Client {
+            if !self.push_compressed(opcode, message.payload()) {
+                self.queue.push_frame(true, 0, opcode, message.payload());
+            }
+            return;
+        }
+        let compressed = self
+            .deflate
+            .as_ref()
+            .and_then(|c| message.compressed_frame(c));
+        let frame = compressed.unwrap_or_else(|| message.frame().clone());
+        self.queue.push_prepared(opcode, frame);
+    }
+
     /// [`Outbox::push_compressed`] for a reply, which may overtake compressed
     /// messages: only if this side compresses each message on its own.
     fn push_compressed_reply(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
@@ -541,6 +689,10 @@ pub(crate) struct Outbox {
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
     deflate: Option<Compressor>,
+    /// The pub/sub topics this connection is in (boxed: most connections
+    /// are in none, and every one would carry the room).
+    #[cfg(feature = "pubsub")]
+    joined: Option<Box<Joined>>,
 }
 
 /// The driver's side of the outbox: what the connection's life does with it.
@@ -759,6 +911,8 @@ impl ConnShared {
                 wants_drain: false,
                 waiting: None,
                 deflate: None,
+                #[cfg(feature = "pubsub")]
+                joined: None,
             }),
         })
     }

@@ -402,6 +402,7 @@ impl<H: Handler> Dispatch<H> {
         }
         let waiting = self.app.conn.shared().lock().close_sends();
         wake_all(waiting);
+        self.app.conn.leave_all();
         self.app.on_close(code, reason);
     }
 }
@@ -413,6 +414,7 @@ impl<H: Handler> Drop for Dispatch<H> {
         let shared = self.app.conn.shared();
         let waiting = shared.lock().clear(shared.pool());
         wake_all(waiting);
+        self.app.conn.leave_all();
         self.app.on_close(CloseCode::ABNORMAL, "connection dropped");
     }
 }

@@ -41,6 +41,8 @@ pub mod handshake;
 pub mod hyper;
 pub mod pool;
 pub mod proto;
+#[cfg(feature = "pubsub")]
+pub mod pubsub;
 #[cfg(feature = "socket")]
 pub mod socket;
 #[cfg(feature = "tokio")]

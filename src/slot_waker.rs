@@ -9,7 +9,13 @@
 //! wake that comes after its connection ended (a `Conn` kept by the
 //! application) lists the slot at most once more, which gives whoever has the
 //! slot by then a turn with nothing to do.
+//!
+//! A loop also takes [`Job`]s from other threads (pub/sub deliveries): one
+//! hand-off per loop, run on the loop's thread at the start of its next
+//! turn, so that the sends they make to its connections go out with that
+//! turn's writes.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Wake, Waker};
@@ -18,6 +24,47 @@ use std::task::{Wake, Waker};
 pub(crate) trait WokenList: Send + Sync + 'static {
     /// Adds `slot` to the list and makes sure the loop runs to look at it.
     fn push_woken(&self, slot: u32);
+
+    /// Hands the loop `job`, to run on its thread at the start of its next
+    /// turn, and makes sure that turn comes.
+    fn post(&self, job: Job);
+}
+
+/// Work for a server loop's thread (see the module docs).
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+/// The jobs posted to a loop and not run yet.
+#[derive(Default)]
+pub(crate) struct Posted {
+    /// Set after a push: a loop with nothing posted pays one atomic load
+    /// per turn, not a lock.
+    any: AtomicBool,
+    jobs: Mutex<Vec<Job>>,
+}
+
+impl Posted {
+    /// Adds a job; the caller then wakes the loop.
+    pub(crate) fn push(&self, job: Job) {
+        lock(&self.jobs).push(job);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Runs the jobs posted so far, in order, with `spare` as the list to
+    /// run them from (kept by the loop, so a turn allocates nothing);
+    /// false if there were none. A job that panics is logged and costs
+    /// only itself.
+    pub(crate) fn run(&self, spare: &mut Vec<Job>) -> bool {
+        if !self.any.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        std::mem::swap(&mut *lock(&self.jobs), spare);
+        for job in spare.drain(..) {
+            if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                tracing::error!("a job posted to a server loop panicked");
+            }
+        }
+        true
+    }
 }
 
 /// Wakes one slot of a server loop.
@@ -68,8 +115,11 @@ impl Wake for SlotWake {
 
 /// How a connection's shared state wakes its server loop.
 pub(crate) enum ConnWake {
-    /// A waker (tokio: the group's waker for the connection's slot).
+    /// A task's waker (the stream driver: one task per connection).
     Waker(Waker),
+    /// The slot's wake state, shared with the loop (a tokio group, whose
+    /// timers and socket use it as their `Waker` too).
+    Shared(Arc<SlotWake>),
     /// The slot's wake state itself (io_uring: no separate allocation).
     Slot(SlotWake),
 }
@@ -78,7 +128,18 @@ impl ConnWake {
     pub(crate) fn wake(&self) {
         match self {
             ConnWake::Waker(waker) => waker.wake_by_ref(),
+            ConnWake::Shared(slot) => SlotWake::wake(slot),
             ConnWake::Slot(slot) => slot.wake(),
+        }
+    }
+
+    /// The loop serving the connection, if it is served by one (a tokio
+    /// group or an io_uring reactor; not a task of its own).
+    pub(crate) fn list(&self) -> Option<&Arc<dyn WokenList>> {
+        match self {
+            ConnWake::Waker(_) => None,
+            ConnWake::Shared(slot) => Some(&slot.list),
+            ConnWake::Slot(slot) => Some(&slot.list),
         }
     }
 
@@ -107,6 +168,28 @@ mod tests {
         fn push_woken(&self, slot: u32) {
             lock(&self.0).push(slot);
         }
+
+        fn post(&self, job: Job) {
+            job();
+        }
+    }
+
+    #[test]
+    fn posted_jobs_run_once_in_order_and_a_panic_costs_only_its_job() {
+        let posted = Posted::default();
+        let mut spare = Vec::new();
+        assert!(!posted.run(&mut spare), "nothing posted");
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        for n in 0..3 {
+            let ran = ran.clone();
+            posted.push(Box::new(move || {
+                assert_ne!(n, 1, "the second job panics");
+                lock(&ran).push(n);
+            }));
+        }
+        assert!(posted.run(&mut spare));
+        assert_eq!(*lock(&ran), [0, 2]);
+        assert!(!posted.run(&mut spare), "each job runs once");
     }
 
     #[test]

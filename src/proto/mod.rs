@@ -13,6 +13,7 @@
 //! | `close.rs` | close codes and close payloads |
 //! | `write_queue.rs` | outbound frames, corked, ready for `writev`; masked in a client's queue |
 //! | `message.rs` | the message types handlers see |
+//! | `prepared.rs` | a server message framed once (and compressed once) for many connections |
 //! | `role.rs` | client or server: masking and the frames each refuses |
 //! | `session.rs` | the state machine tying them together |
 //! | `deflate/` | permessage-deflate: negotiation, bounded inflate, compression |
@@ -23,6 +24,7 @@ pub mod frame;
 #[allow(unsafe_code)] // the AVX2 masking loop, behind a run-time check
 pub mod mask;
 pub mod message;
+pub mod prepared;
 pub mod random;
 pub mod role;
 pub mod session;
@@ -32,6 +34,7 @@ pub mod write_queue;
 pub use close::CloseCode;
 pub use frame::OpCode;
 pub use message::{Message, MessageKind, OwnedMessage};
+pub use prepared::Prepared;
 pub use role::Role;
 pub use session::{Event, Limits, ProtocolError, Session};
 pub use write_queue::WriteQueue;

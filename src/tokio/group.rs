@@ -37,7 +37,7 @@ use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
 use crate::server::{LiveGuard, ServerCore, ShutdownSeen};
 use crate::slab::Slab;
-use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
+use crate::slot_waker::{ConnWake, Job, Posted, SlotWake, WokenList, lock};
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -52,6 +52,8 @@ const ROUNDS_PER_POLL: usize = 8;
 pub(crate) struct GroupShared<S> {
     waker: AtomicWaker,
     woken: Mutex<Vec<u32>>,
+    /// Jobs from other threads (pub/sub deliveries), run first each round.
+    posted: Posted,
     incoming: Mutex<Vec<Incoming<S>>>,
     /// Cleared when the server stops accepting: the task ends once it is empty.
     accepting: AtomicBool,
@@ -95,6 +97,11 @@ impl<S: Send + 'static> WokenList for GroupShared<S> {
         lock(&self.woken).push(slot);
         self.waker.wake();
     }
+
+    fn post(&self, job: Job) {
+        self.posted.push(job);
+        self.waker.wake();
+    }
 }
 
 /// Wakes the group's task (for a shutdown or an abort).
@@ -118,6 +125,7 @@ pub(crate) fn spawn<H: Handler>(
     let shared = Arc::new(GroupShared {
         waker: AtomicWaker::new(),
         woken: Mutex::new(Vec::new()),
+        posted: Posted::default(),
         incoming: Mutex::new(Vec::new()),
         accepting: AtomicBool::new(true),
         connections: AtomicUsize::new(0),
@@ -129,6 +137,7 @@ pub(crate) fn spawn<H: Handler>(
         events: Events::with_capacity(EVENTS_PER_POLL),
         ready: Vec::new(),
         woken: Vec::new(),
+        jobs: Vec::new(),
         incoming: Vec::new(),
         slots: Slab::default(),
         live: 0,
@@ -150,6 +159,7 @@ struct Group<H: Handler> {
     /// Reusable lists, so a turn allocates nothing.
     ready: Vec<mio::event::Event>,
     woken: Vec<u32>,
+    jobs: Vec<Job>,
     incoming: Vec<Incoming<H::State>>,
     slots: Slab<Slot<H>>,
     live: usize,
@@ -183,7 +193,10 @@ impl<H: Handler> Future for Group<H> {
         // readable (see `run_ready`).
         let mut look_anyway = true;
         for _ in 0..ROUNDS_PER_POLL {
+            // Posted jobs first: the connections they send to are then
+            // woken, and write in this round with everything else.
             let busy = group.take_incoming()
+                | group.shared.posted.run(&mut group.jobs)
                 | group.run_woken()
                 | group.run_ready(cx, std::mem::take(&mut look_anyway));
             if !busy {
@@ -223,7 +236,7 @@ impl<H: Handler> Group<H> {
                 continue;
             }
             let waker = SlotWake::waker(self.shared.clone(), slot);
-            let wake = ConnWake::Waker(Waker::from(waker.clone()));
+            let wake = ConnWake::Shared(waker.clone());
             let connection = match opened {
                 None => Connection::accept(stream, peer, live, wake, &self.env),
                 Some(opening) => {

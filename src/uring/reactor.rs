@@ -30,7 +30,7 @@ use crate::keepalive::Sweep;
 use crate::lifecycle::Env;
 use crate::server::{MAX_BACKOFF, MIN_BACKOFF, ShutdownSeen, concerns_one_connection};
 use crate::slab::Slab;
-use crate::slot_waker::{ConnWake, SlotWake, WokenList, lock};
+use crate::slot_waker::{ConnWake, Job, Posted, SlotWake, WokenList, lock};
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
@@ -38,6 +38,8 @@ const REACTOR: u32 = u32::MAX;
 /// What other threads see of a reactor.
 pub(crate) struct Shared {
     woken: Mutex<Vec<u32>>,
+    /// Jobs from other threads (pub/sub deliveries), run first each turn.
+    posted: Posted,
     /// The reactor is running, not waiting in the kernel: wakers need not
     /// write the eventfd, the reactor looks at the woken list before it waits.
     awake: AtomicBool,
@@ -51,6 +53,7 @@ impl Shared {
     pub(crate) fn new() -> io::Result<Arc<Shared>> {
         Ok(Arc::new(Shared {
             woken: Mutex::new(Vec::new()),
+            posted: Posted::default(),
             awake: AtomicBool::new(true),
             eventfd: File::from(ring::eventfd()?),
             stop: AtomicBool::new(false),
@@ -73,6 +76,12 @@ impl WokenList for Shared {
             // overflow at one write per wait) nor fail.
             let _ = (&self.eventfd).write(&1u64.to_ne_bytes());
         }
+    }
+
+    fn post(&self, job: Job) {
+        self.posted.push(job);
+        // The reactor's own entry: it runs a turn, which runs the job.
+        self.push_woken(REACTOR);
     }
 }
 
@@ -117,6 +126,7 @@ pub(crate) struct Reactor<H: Handler> {
     received: Vec<Completion>,
     dirty: Vec<u32>,
     woken: Vec<u32>,
+    jobs: Vec<Job>,
     /// The connections' deadlines, soonest first: an entry is added or
     /// removed whenever a connection's deadline changes, so an open idle
     /// connection (which has none) costs nothing here.
@@ -164,6 +174,7 @@ impl<H: Handler> Reactor<H> {
             received: Vec::new(),
             dirty: Vec::new(),
             woken: Vec::new(),
+            jobs: Vec::new(),
             timers: BTreeSet::new(),
             sweep,
             seen: ShutdownSeen::default(),
@@ -211,6 +222,9 @@ impl<H: Handler> Reactor<H> {
                 self.on_completion(completion);
             }
             (self.completions, self.received) = (completions, received);
+            // Posted jobs first: the connections they send to are woken,
+            // and write in this turn with everything else.
+            self.shared.posted.run(&mut self.jobs);
             self.take_woken();
             self.expire_timers();
             self.sweep_if_due();

@@ -25,6 +25,20 @@ impl Compressor {
     }
 }
 
+/// The parameters of a compressed message: none exist without the feature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeflateKey {}
+
+impl Compressor {
+    pub fn alone(&self) -> Option<DeflateKey> {
+        match *self {}
+    }
+}
+
+pub fn compress_alone(key: DeflateKey, _payload: &[u8], _out: &mut BytesMut) -> bool {
+    match key {}
+}
+
 /// Decompression is not compiled in (the `deflate` feature is off).
 pub enum Inflater {}
 

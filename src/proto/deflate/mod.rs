@@ -38,12 +38,14 @@ mod params;
 mod zlib;
 
 #[cfg(not(feature = "deflate"))]
-pub use absent::{Compressor, Inflater};
+pub use absent::{Compressor, DeflateKey, Inflater, compress_alone};
 #[cfg(feature = "deflate")]
-pub use compress::Compressor;
+pub use compress::{Compressor, compress_alone};
 #[cfg(feature = "deflate")]
 pub use inflate::Inflater;
 pub use params::DeflateParams;
+#[cfg(feature = "deflate")]
+pub use zlib::DeflateKey;
 
 /// Why inflating a message stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,9 +22,10 @@ const INFLATE_WINDOW_BITS: u8 = 15;
 /// a time on a thread, so a couple cover every connection it serves.
 const KEEP_PER_THREAD: usize = 2;
 
-/// What a deflate stream was made with; only an equal stream is reused.
+/// What a deflate stream was made with; only an equal stream is reused, and
+/// messages compressed alone with equal keys are interchangeable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct DeflateKey {
+pub struct DeflateKey {
     pub(super) window_bits: u8,
     pub(super) level: u8,
     pub(super) mem_level: u8,

@@ -242,6 +242,31 @@ impl WriteQueue {
         self.pushed(before, Pushed { opcode, fin });
     }
 
+    /// Queues a whole data frame made elsewhere (a [`Prepared`] message's,
+    /// shared by many connections) in the ordered lane: a small one is
+    /// copied into the tail, so that many of them go out as one slice; a
+    /// larger one is queued as a segment of its own, a reference to the
+    /// same bytes. Only for a server's queue: the bytes go out as they
+    /// are, unmasked.
+    ///
+    /// [`Prepared`]: super::Prepared
+    pub fn push_prepared(&mut self, opcode: OpCode, frame: Bytes) {
+        debug_assert!(!self.len.masks(), "a prepared frame in a client's queue");
+        let before = self.ordered_len();
+        self.len.add(frame.len());
+        if frame.len() < COPY_BELOW {
+            self.tail.extend_from_slice(&frame);
+        } else {
+            let head = self.tail.split().freeze();
+            let segments = &mut self.spill_with(before).segments;
+            if !head.is_empty() {
+                segments.push_back(head);
+            }
+            segments.push_back(frame);
+        }
+        self.pushed(before, Pushed { opcode, fin: true });
+    }
+
     /// Queues a frame whose payload `write` appends to the buffer it is given,
     /// for payloads produced in place (compressed messages). `expected_len`
     /// guesses the payload's length, to place it behind a header of the right

@@ -617,3 +617,57 @@ fn unsent_pongs_never_pass_their_budget() {
         .collect();
     assert!(pongs.windows(2).all(|w| w[0] < w[1]), "in the pings' order");
 }
+
+#[test]
+fn prepared_frames_go_out_whole_in_order_and_large_ones_uncopied() {
+    use crate::proto::Prepared;
+    let small = Prepared::new(OpCode::Text, b"small news");
+    let large = Prepared::new(OpCode::Binary, &[7u8; 4000]);
+    let mut q = WriteQueue::new();
+    q.push_frame(true, 0, OpCode::Text, b"before");
+    q.push_prepared(OpCode::Text, small.frame().clone());
+    q.push_prepared(OpCode::Binary, large.frame().clone());
+    q.push_prepared(OpCode::Text, small.frame().clone());
+    q.push_frame(true, 0, OpCode::Text, b"after");
+    let mut slices = [IoSlice::new(&[]); 8];
+    let n = q.io_slices(&mut slices);
+    assert!(
+        slices[..n]
+            .iter()
+            .any(|s| s.as_ptr() == large.frame().as_ptr() && s.len() == large.frame().len()),
+        "the large frame is queued by reference"
+    );
+    let mut expected = Vec::new();
+    let mut plain = WriteQueue::new();
+    plain.push_frame(true, 0, OpCode::Text, b"before");
+    plain.push_frame(true, 0, OpCode::Text, b"small news");
+    plain.push_frame(true, 0, OpCode::Binary, &[7u8; 4000]);
+    plain.push_frame(true, 0, OpCode::Text, b"small news");
+    plain.push_frame(true, 0, OpCode::Text, b"after");
+    plain.drain_into(&mut expected);
+    assert_eq!(q.len(), expected.len());
+    assert_eq!(drain(&mut q, 1000), expected);
+}
+
+#[test]
+fn replies_overtake_prepared_frames_not_yet_started() {
+    use crate::proto::Prepared;
+    let news = Prepared::new(OpCode::Binary, &[1u8; 20_000]);
+    let mut q = WriteQueue::new();
+    for _ in 0..3 {
+        q.push_prepared(OpCode::Binary, news.frame().clone());
+    }
+    q.push_reply(0, OpCode::Text, b"answer");
+    let mut out = Vec::new();
+    q.drain_into(&mut out);
+    let mut expected = Vec::new();
+    let mut reply = WriteQueue::new();
+    reply.push_frame(true, 0, OpCode::Text, b"answer");
+    reply.drain_into(&mut expected);
+    assert_eq!(
+        &out[..expected.len()],
+        &expected[..],
+        "the reply goes first"
+    );
+    assert_eq!(out.len(), expected.len() + 3 * news.frame().len());
+}

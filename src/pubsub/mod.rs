@@ -1,0 +1,352 @@
+//! Topics: subscribe connections, publish a message to all of a topic's
+//! subscribers, framed once (feature `pubsub`).
+//!
+//! ```no_run
+//! use rapidws::pubsub::PubSub;
+//! use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+//!
+//! struct Chat {
+//!     rooms: PubSub,
+//! }
+//!
+//! impl Handler for Chat {
+//!     type State = ();
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//!     fn on_open(&self, conn: &Conn, _: &mut ()) {
+//!         let _ = self.rooms.subscribe(conn, "lobby");
+//!     }
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         // Everyone in the lobby but the sender.
+//!         self.rooms.publish_except("lobby", message, conn);
+//!     }
+//! }
+//! ```
+//!
+//! **Framed once.** A publish frames its message once ([`Prepared`]); every
+//! server connection's queue takes a reference to the same bytes. With
+//! permessage-deflate, subscribers that compress each message on its own
+//! (no server context takeover: rapidws's default) share one compressed
+//! frame per distinct set of parameters, made by the first of them to need
+//! it. A subscriber that keeps its compression context gets the message
+//! uncompressed: its compressed messages would depend on what that one
+//! connection was sent before, so nothing could be shared, and compressing
+//! for each such subscriber costs a compression per subscriber per message.
+//! RFC 7692 lets any message go uncompressed.
+//!
+//! **Fan-out.** A topic's subscribers are kept by the server loop that
+//! serves them (a tokio connection group, an io_uring reactor). A publish
+//! hands each loop that has subscribers one job, from any thread; the loop
+//! runs it at the start of its next turn, queues the message for each of
+//! its subscribers, and writes each connection once in that turn, with
+//! whatever else was queued for it (many publishes to one subscriber go out
+//! in one write). Connections with a task of their own (the stream driver:
+//! wss on tokio, hyper and axum upgrades) are sent to from the publishing
+//! thread; their queue is the hand-off.
+//!
+//! **Bounded.** A subscriber whose queue holds `max_outbound_bytes` is not
+//! sent the message: by default it is dropped for that subscriber and
+//! counted ([`Stats::dropped`]); with [`Overflow::Close`] the subscriber is
+//! closed with the given code instead. `Config::slow_consumer` plays no
+//! part, and nothing a publish queues waits anywhere but in the bounded
+//! queues of connections.
+//!
+//! **Life.** Subscriptions end with their connection (when it closes, or
+//! when its close starts: no message could reach it after that).
+//!
+//! [`Prepared`]: crate::proto::Prepared
+
+mod registry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::conn::{Conn, Membership, SendError};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
+use registry::{Local, Registry, Route, route_of};
+
+/// The longest topic name, in bytes.
+pub const MAX_TOPIC_LEN: usize = 1024;
+
+/// What happens to a published message for a subscriber whose outbound
+/// queue is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// That subscriber misses the message; it is counted in
+    /// [`Stats::dropped`]. The default: one slow reader costs itself
+    /// messages, and nobody else anything.
+    #[default]
+    Drop,
+    /// That subscriber is closed with this code (1008 or 1013, typically),
+    /// after what is already queued for it; counted in [`Stats::closed`].
+    Close(CloseCode),
+}
+
+/// Why a subscription was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubSubError {
+    /// The topic name is empty.
+    EmptyTopic,
+    /// The topic name is longer than [`MAX_TOPIC_LEN`] bytes.
+    TopicTooLong,
+    /// The connection is closing or closed.
+    Closed,
+}
+
+impl std::fmt::Display for PubSubError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PubSubError::EmptyTopic => "empty topic name",
+            PubSubError::TopicTooLong => "topic name longer than 1024 bytes",
+            PubSubError::Closed => "connection closed",
+        })
+    }
+}
+
+impl std::error::Error for PubSubError {}
+
+/// Counts since the `PubSub` was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Publishes that had at least one subscriber.
+    pub published: u64,
+    /// Messages queued for a subscriber.
+    pub delivered: u64,
+    /// Messages a subscriber missed because its queue was full
+    /// ([`Overflow::Drop`]).
+    pub dropped: u64,
+    /// Subscribers closed because their queue was full
+    /// ([`Overflow::Close`]).
+    pub closed: u64,
+}
+
+/// Topics and their subscribers. Cheap to clone (a handle); share one
+/// between the handler, other tasks and threads. See the module docs.
+#[derive(Clone, Default)]
+pub struct PubSub {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    registry: Registry,
+    overflow: Overflow,
+    published: AtomicU64,
+    delivered: AtomicU64,
+    dropped: AtomicU64,
+    closed: AtomicU64,
+}
+
+impl std::fmt::Debug for PubSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PubSub")
+            .field("overflow", &self.inner.overflow)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PubSub {
+    /// No topics yet; full subscriber queues drop messages
+    /// ([`Overflow::Drop`]).
+    pub fn new() -> PubSub {
+        PubSub::default()
+    }
+
+    /// No topics yet; full subscriber queues are handled by `overflow`.
+    pub fn with_overflow(overflow: Overflow) -> PubSub {
+        PubSub {
+            inner: Arc::new(Inner {
+                overflow,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Subscribes `conn` to `topic`, from a callback or any thread. Returns
+    /// false if it was subscribed already.
+    pub fn subscribe(&self, conn: &Conn, topic: &str) -> Result<bool, PubSubError> {
+        check_topic(topic)?;
+        let (name, added) = self.inner.registry.add(topic, conn);
+        if !added {
+            return Ok(false);
+        }
+        // Recorded on the connection after the registry: if the connection
+        // has started closing, it ends (or has ended) without this topic
+        // in its list, so the registry entry is taken back here.
+        match conn.join(&self.membership(), &name) {
+            Ok(_) => Ok(true),
+            Err(_) => {
+                self.inner
+                    .registry
+                    .remove(topic, conn.key(), &route_of(conn));
+                Err(PubSubError::Closed)
+            }
+        }
+    }
+
+    /// Unsubscribes `conn` from `topic`; false if it was not subscribed.
+    pub fn unsubscribe(&self, conn: &Conn, topic: &str) -> bool {
+        if !conn.part(&self.membership(), topic) {
+            return false;
+        }
+        self.inner
+            .registry
+            .remove(topic, conn.key(), &route_of(conn));
+        true
+    }
+
+    /// The topics `conn` is subscribed to here, in no particular order.
+    pub fn topics(&self, conn: &Conn) -> Vec<Arc<str>> {
+        conn.joined(&self.membership())
+    }
+
+    /// How many connections are subscribed to `topic` now.
+    pub fn subscribers(&self, topic: &str) -> usize {
+        self.inner.registry.count(topic)
+    }
+
+    /// How many topics have at least one subscriber.
+    pub fn topic_count(&self) -> usize {
+        self.inner.registry.topics()
+    }
+
+    /// Publishes `message` to every subscriber of `topic`, from anywhere (a
+    /// callback, another task, another thread). Returns how many
+    /// subscribers it was handed to; each gets it in its loop's next turn,
+    /// unless its queue is full then (see [`Overflow`]). A publisher's
+    /// messages reach each subscriber in the order they were published.
+    pub fn publish(&self, topic: &str, message: Message<'_>) -> usize {
+        self.publish_frame(topic, data_opcode(message.kind()), message.as_bytes(), None)
+    }
+
+    /// [`PubSub::publish`] to everyone but `except` (typically the sender).
+    pub fn publish_except(&self, topic: &str, message: Message<'_>, except: &Conn) -> usize {
+        let opcode = data_opcode(message.kind());
+        self.publish_frame(topic, opcode, message.as_bytes(), Some(except))
+    }
+
+    /// [`PubSub::publish`] for a payload given as bytes: text is checked
+    /// for UTF-8 ([`SendError::InvalidUtf8`] if it is not).
+    pub fn publish_bytes(
+        &self,
+        topic: &str,
+        kind: MessageKind,
+        payload: &[u8],
+    ) -> Result<usize, SendError> {
+        if kind == MessageKind::Text {
+            utf8::validate(payload).map_err(|_| SendError::InvalidUtf8)?;
+        }
+        Ok(self.publish_frame(topic, data_opcode(kind), payload, None))
+    }
+
+    /// Counts since this `PubSub` was made.
+    pub fn stats(&self) -> Stats {
+        let inner = &self.inner;
+        Stats {
+            published: inner.published.load(Ordering::Relaxed),
+            delivered: inner.delivered.load(Ordering::Relaxed),
+            dropped: inner.dropped.load(Ordering::Relaxed),
+            closed: inner.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn membership(&self) -> Arc<dyn Membership> {
+        self.inner.clone()
+    }
+
+    fn publish_frame(
+        &self,
+        topic: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        except: Option<&Conn>,
+    ) -> usize {
+        let mut targets = Vec::new();
+        let mut reached = self.inner.registry.targets(topic, &mut targets);
+        if reached == 0 {
+            return 0;
+        }
+        let except = except.map(|conn| {
+            if conn
+                .joined(&self.membership())
+                .iter()
+                .any(|t| **t == *topic)
+            {
+                reached -= 1;
+            }
+            conn.key()
+        });
+        self.inner.published.fetch_add(1, Ordering::Relaxed);
+        let message = Arc::new(Prepared::new(opcode, payload));
+        for local in targets {
+            match &local.route {
+                Route::Loop(list) => {
+                    let (inner, message) = (self.inner.clone(), message.clone());
+                    let list = list.clone();
+                    list.post(Box::new(move || inner.deliver(&local, &message, except)));
+                }
+                Route::Direct => self.inner.deliver(&local, &message, except),
+            }
+        }
+        reached
+    }
+}
+
+impl Inner {
+    /// Queues `message` for `local`'s subscribers (but `except`), on their
+    /// loop's thread (or, for `Route::Direct`, the publisher's).
+    fn deliver(&self, local: &Local, message: &Prepared, except: Option<usize>) {
+        let close_on_full = match self.overflow {
+            Overflow::Drop => None,
+            Overflow::Close(code) => Some(code),
+        };
+        let (mut delivered, mut full) = (0u64, 0u64);
+        let subscribers = local.lock();
+        for conn in &subscribers.conns {
+            if Some(conn.key()) == except {
+                continue;
+            }
+            match conn.send_prepared(message, close_on_full) {
+                Ok(()) => delivered += 1,
+                Err(SendError::QueueFull) => full += 1,
+                // Closing: its end takes it off the topic.
+                Err(_) => {}
+            }
+        }
+        drop(subscribers);
+        self.delivered.fetch_add(delivered, Ordering::Relaxed);
+        let counter = match self.overflow {
+            Overflow::Drop => &self.dropped,
+            Overflow::Close(_) => &self.closed,
+        };
+        counter.fetch_add(full, Ordering::Relaxed);
+    }
+}
+
+impl Membership for Inner {
+    fn leave(&self, conn: &Conn, names: Vec<Arc<str>>) {
+        let route = route_of(conn);
+        for name in names {
+            self.registry.remove(&name, conn.key(), &route);
+        }
+    }
+}
+
+fn check_topic(topic: &str) -> Result<(), PubSubError> {
+    if topic.is_empty() {
+        Err(PubSubError::EmptyTopic)
+    } else if topic.len() > MAX_TOPIC_LEN {
+        Err(PubSubError::TopicTooLong)
+    } else {
+        Ok(())
+    }
+}
+
+fn data_opcode(kind: MessageKind) -> OpCode {
+    match kind {
+        MessageKind::Text => OpCode::Text,
+        MessageKind::Binary => OpCode::Binary,
+    }
+}
