@@ -19,6 +19,7 @@ use crate::proto::{CloseCode, Limits};
 pub struct Config {
     pub(crate) limits: Limits,
     pub(crate) max_handshake_size: usize,
+    pub(crate) max_http_body_size: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
@@ -64,6 +65,7 @@ impl Default for Config {
         Config {
             limits: Limits::default(),
             max_handshake_size: 8 * 1024,
+            max_http_body_size: 64 * 1024,
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(10),
@@ -96,6 +98,16 @@ impl Config {
     /// The largest HTTP upgrade request head (default 8 KiB); larger gets 431.
     pub fn max_handshake_size(mut self, bytes: usize) -> Self {
         self.max_handshake_size = bytes;
+        self
+    }
+
+    /// The largest body of a plain HTTP request the handler answers
+    /// (`Handler::on_http`; default 64 KiB). The body is read whole, within
+    /// the handshake timeout, before the handler is asked; a
+    /// `Content-Length` over this gets 413 without reading it, and a body
+    /// without a `Content-Length` (chunked) gets 411.
+    pub fn max_http_body_size(mut self, bytes: usize) -> Self {
+        self.max_http_body_size = bytes;
         self
     }
 

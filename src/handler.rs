@@ -84,8 +84,10 @@ pub trait Handler: Send + Sync + 'static {
     /// after which the server closes the connection; `None` (the default)
     /// refuses it as a bad upgrade (400, or 405 for a method other than
     /// GET), as before. `request` is not checked as an upgrade, and its
-    /// [`key`](Request::key) is empty. One request per connection: there is
-    /// no keep-alive. A panic here is answered with 500.
+    /// [`key`](Request::key) is empty. Its [`body`](Request::body) is read
+    /// whole first: up to `Config::max_http_body_size` (413 above it), given
+    /// by `Content-Length` (411 for a chunked body). One request per
+    /// connection: there is no keep-alive. A panic here is answered with 500.
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
         let _ = request;
         None

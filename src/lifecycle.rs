@@ -154,6 +154,9 @@ struct Handshake {
     /// Bytes of the request seen so far: they stay in the driver's buffer
     /// until the head is complete, and only a new line is worth parsing.
     seen: usize,
+    /// Where a plain HTTP request's body ends, once its head said so (0:
+    /// no body awaited): nothing is parsed again until it is all here.
+    body_end: usize,
 }
 
 struct Open<H: Handler> {
@@ -229,6 +232,7 @@ impl<H: Handler> Lifecycle<H> {
             response: WriteQueue::new(),
             refused: false,
             seen: 0,
+            body_end: 0,
         };
         Lifecycle::new(Stage::Handshake(Box::new(handshake)), live)
     }
@@ -284,10 +288,18 @@ impl<H: Handler> Lifecycle<H> {
                     input.clear();
                     return;
                 }
+                if input.len() < handshake.body_end {
+                    return;
+                }
                 let (handler, core) = (&*env.handler, &*env.core);
                 let out = &mut handshake.response;
                 match upgrade::answer(input, handshake.seen, handler, core, out) {
                     Answer::Incomplete => handshake.seen = input.len(),
+                    Answer::Body { end } => {
+                        // Parsed again, from the start, once it is all here.
+                        handshake.body_end = end;
+                        handshake.seen = 0;
+                    }
                     Answer::Refused => {
                         refuse(handshake, core, now);
                         input.clear();
@@ -721,7 +733,9 @@ impl<H: Handler> Lifecycle<H> {
     /// pass), or the frame in progress (see `Session::bytes_wanted`).
     pub(crate) fn bytes_wanted(&self, env: &Env<H>) -> usize {
         match &self.stage {
-            Stage::Handshake(_) => env.core.config.max_handshake_size + 1,
+            Stage::Handshake(handshake) => {
+                (env.core.config.max_handshake_size + 1).max(handshake.body_end)
+            }
             Stage::Open(open) => open.dispatch.bytes_wanted(),
             Stage::Done => 0,
         }

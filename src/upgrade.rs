@@ -43,6 +43,9 @@ pub(crate) enum Answer<S> {
     /// A response is queued (an error, or the handler's answer to a plain
     /// HTTP request); close after writing it.
     Refused,
+    /// A plain HTTP request's head is complete and its body is not: call
+    /// again, from the start, once the first `end` bytes are here.
+    Body { end: usize },
 }
 
 /// Parses the request in `buf`, refuses it with 503 if the server is at its
@@ -87,7 +90,20 @@ pub(crate) fn answer<H: Handler>(
         Err(e) => return refuse(out, e),
     };
     if !head.wants_websocket() {
-        if let Some(answered) = answer_http(&head, handler, out) {
+        // Plain HTTP: its body, bounded, is read whole before the handler
+        // sees the request.
+        let body_len = match head.body_len() {
+            Ok(n) if n > core.config.max_http_body_size => {
+                return refuse(out, HandshakeError::BodyTooLarge);
+            }
+            Ok(n) => n,
+            Err(e) => return refuse(out, e),
+        };
+        let end = head_len + body_len;
+        if buf.len() < end {
+            return Answer::Body { end };
+        }
+        if let Some(answered) = answer_http(&head, &buf[head_len..end], handler, out) {
             return answered;
         }
     }
@@ -131,12 +147,13 @@ fn refuse<S>(out: &mut WriteQueue, e: HandshakeError) -> Answer<S> {
 
 /// The handler's answer to a request that is not an upgrade, queued, if it
 /// gives one (`Handler::on_http`; a panic there is a 500).
-fn answer_http<H: Handler>(
-    head: &Head<'_>,
+fn answer_http<'a, H: Handler>(
+    head: &Head<'a>,
+    body: &'a [u8],
     handler: &H,
     out: &mut WriteQueue,
 ) -> Option<Answer<H::State>> {
-    let request = head.as_request();
+    let request = head.as_request(body);
     let response = match catch_unwind(AssertUnwindSafe(|| handler.on_http(&request))) {
         Ok(response) => response?,
         Err(_) => {

@@ -1,7 +1,8 @@
 //! Plain HTTP on the WebSocket port (`Handler::on_http`), on every backend:
 //! a health check and a page answered beside the upgrades, `HEAD` without a
 //! body, the old refusals when the handler gives no answer, 500 for a
-//! panic; and the echo example's `--http-fallback`.
+//! panic, request bodies (whole, in pieces, bounded: 413, 411, 400); and
+//! the echo example's `--http-fallback`.
 
 mod common;
 
@@ -18,6 +19,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 backend_tests!(
     plain_requests_are_answered_beside_upgrades,
     without_an_answer_the_refusals_stay,
+    request_bodies_are_read_whole_and_bounded,
 );
 
 /// Answers `/healthz` and `/panic` (by panicking); nothing else.
@@ -41,6 +43,12 @@ impl Handler for Site {
                 ))
             }
             "/panic" => panic!("asked to"),
+            "/body" => {
+                let body = request.body();
+                let mut answer = format!("{} bytes: ", body.len()).into_bytes();
+                answer.extend_from_slice(body);
+                Some(HttpResponse::new(200, "application/octet-stream", answer))
+            }
             _ => None,
         }
     }
@@ -91,6 +99,71 @@ async fn plain_requests_are_answered_beside_upgrades(backend: Backend) {
         next(&mut client).await,
         WsMessage::text("still a websocket")
     );
+}
+
+/// The status line and body of a response.
+fn status_and_body(response: &str) -> (&str, &str) {
+    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    (head.lines().next().unwrap(), body)
+}
+
+async fn request_bodies_are_read_whole_and_bounded(backend: Backend) {
+    let config = Config::default().max_http_body_size(100_000);
+    let server = common::serve(backend, Site, config, Arc::default()).await;
+    let post =
+        |length: &str, body: &str| format!("POST /body HTTP/1.1\r\nHost: x\r\n{length}\r\n{body}");
+    // Whole, in one write; with no body; binary without a line break.
+    let answer = http(server.addr, &post("Content-Length: 5\r\n", "hello")).await;
+    assert_eq!(
+        status_and_body(&answer),
+        ("HTTP/1.1 200 OK", "5 bytes: hello")
+    );
+    let answer = http(server.addr, &post("", "")).await;
+    assert_eq!(status_and_body(&answer), ("HTTP/1.1 200 OK", "0 bytes: "));
+
+    // The head, then the body in pieces, the last one bare of any newline.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(post("Content-Length: 11\r\n", "").as_bytes())
+        .await
+        .unwrap();
+    for piece in ["hel", "lo ", "world"] {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        stream.write_all(piece.as_bytes()).await.unwrap();
+    }
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert_eq!(status_and_body(&response).1, "11 bytes: hello world");
+
+    // Larger than a read and than the head limit, at the limit exactly.
+    let big = "x".repeat(100_000);
+    let answer = http(server.addr, &post("Content-Length: 100000\r\n", &big)).await;
+    assert_eq!(status_and_body(&answer).1, format!("100000 bytes: {big}"));
+
+    // Refusals, each with its status and reason, without reading a body.
+    let too_big = http(server.addr, &post("Content-Length: 100001\r\n", "")).await;
+    assert_eq!(
+        status_and_body(&too_big),
+        ("HTTP/1.1 413 Content Too Large", "request body too large\n")
+    );
+    let chunked = http(
+        server.addr,
+        &post("Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+    )
+    .await;
+    assert!(chunked.starts_with("HTTP/1.1 411 "), "{chunked}");
+    assert!(
+        chunked.ends_with("no chunked transfer coding)\n"),
+        "{chunked}"
+    );
+    let bad = http(server.addr, &post("Content-Length: 5, 6\r\n", "hello")).await;
+    assert_eq!(
+        status_and_body(&bad),
+        ("HTTP/1.1 400 Bad Request", "invalid Content-Length\n")
+    );
+
+    // And the server goes on serving upgrades.
+    assert_healthy(server.addr).await;
 }
 
 async fn without_an_answer_the_refusals_stay(backend: Backend) {

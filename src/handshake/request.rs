@@ -47,6 +47,14 @@ pub enum HandshakeError {
     /// An HTTP/2 request that is not an extended CONNECT with
     /// `:protocol = websocket` (RFC 8441) (400).
     NotExtendedConnect,
+    /// A plain HTTP request whose `Content-Length` is over the server's
+    /// `max_http_body_size` (413).
+    BodyTooLarge,
+    /// A plain HTTP request with a `Transfer-Encoding` (chunked): only bodies
+    /// with a `Content-Length` are read (411).
+    LengthRequired,
+    /// A `Content-Length` that is not one decimal number (400).
+    BadContentLength,
 }
 
 impl HandshakeError {
@@ -57,6 +65,8 @@ impl HandshakeError {
             HandshakeError::MethodNotAllowed => 405,
             HandshakeError::UnsupportedVersion => 426,
             HandshakeError::TimedOut => 408,
+            HandshakeError::BodyTooLarge => 413,
+            HandshakeError::LengthRequired => 411,
             _ => 400,
         }
     }
@@ -81,6 +91,11 @@ impl HandshakeError {
             HandshakeError::NotExtendedConnect => {
                 "a WebSocket over HTTP/2 must be a CONNECT with :protocol websocket"
             }
+            HandshakeError::BodyTooLarge => "request body too large",
+            HandshakeError::LengthRequired => {
+                "a request body needs a Content-Length (no chunked transfer coding)"
+            }
+            HandshakeError::BadContentLength => "invalid Content-Length",
         }
     }
 }
@@ -101,6 +116,7 @@ pub struct Request<'a> {
     target: &'a str,
     headers: &'a [httparse::Header<'a>],
     key: &'a [u8],
+    body: &'a [u8],
 }
 
 impl<'a> Request<'a> {
@@ -153,6 +169,13 @@ impl<'a> Request<'a> {
     pub fn key(&self) -> &'a [u8] {
         self.key
     }
+
+    /// The request's body: for a plain HTTP request (`Handler::on_http`),
+    /// its `Content-Length` bytes, read whole before the handler is asked
+    /// (at most `Config::max_http_body_size`); empty for an upgrade.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
 }
 
 /// Parses the request head at the start of `buf`.
@@ -193,14 +216,45 @@ impl<'a> Head<'a> {
         check_request(self.method, self.target, self.version, self.headers)
     }
 
-    /// The request as it is, for `on_http`: no check, and no key.
-    pub fn as_request(&self) -> Request<'a> {
+    /// The request as it is, for `on_http`: no check, no key, and `body`.
+    pub fn as_request(&self, body: &'a [u8]) -> Request<'a> {
         Request {
             method: self.method,
             target: self.target,
             headers: self.headers,
             key: b"",
+            body,
         }
+    }
+
+    /// How long the body that follows the head is: its `Content-Length`
+    /// (0 without one). Refused are a `Transfer-Encoding` (411: bodies of
+    /// unknown length are not read) and a `Content-Length` that is not one
+    /// number (several equal ones are one, as RFC 9112 allows).
+    pub fn body_len(&self) -> Result<usize, HandshakeError> {
+        if header(self.headers, "transfer-encoding").is_some() {
+            return Err(HandshakeError::LengthRequired);
+        }
+        let mut length = None;
+        for value in values(self.headers, "content-length") {
+            for part in value.split(|&b| b == b',') {
+                let digits = trim(part);
+                if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit)
+                {
+                    return Err(HandshakeError::BadContentLength);
+                }
+                let n: u64 = std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| d.parse().ok())
+                    .ok_or(HandshakeError::BadContentLength)?;
+                if length.is_some_and(|known| known != n) {
+                    return Err(HandshakeError::BadContentLength);
+                }
+                length = Some(n);
+            }
+        }
+        // Over `usize` is over any limit too.
+        Ok(length.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))
     }
 
     /// Whether it is a `HEAD` request (answered without a body).
@@ -282,6 +336,7 @@ pub fn check_request<'a>(
         target,
         headers,
         key,
+        body: b"",
     })
 }
 
@@ -309,6 +364,7 @@ pub fn check_extended_connect<'a>(
         target,
         headers,
         key: b"",
+        body: b"",
     })
 }
 

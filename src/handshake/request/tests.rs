@@ -204,7 +204,7 @@ fn a_head_without_upgrade_websocket_is_plain_http() {
     let (head, len) = parse_head(plain, &mut headers, 8192).unwrap().unwrap();
     assert_eq!(len, plain.len());
     assert!(!head.wants_websocket());
-    let request = head.as_request();
+    let request = head.as_request(b"");
     assert_eq!((request.method(), request.path()), ("POST", "/healthz"));
     assert_eq!((request.query(), request.key()), (Some("x=1"), &b""[..]));
     assert_eq!(head.check().unwrap_err(), HandshakeError::MethodNotAllowed);
@@ -250,5 +250,52 @@ fn an_extended_connect_is_checked_as_rfc_8441_asks() {
     assert_eq!(
         check_extended_connect("CONNECT", Some("websocket"), "/", &[]).map(|_| ()),
         Err(HandshakeError::UnsupportedVersion)
+    );
+}
+
+#[test]
+fn a_plain_requests_body_length_comes_from_content_length_only() {
+    let length_of = |extra: &str| {
+        let head = format!("POST /publish/a HTTP/1.1\r\nHost: a\r\n{extra}\r\n");
+        let mut headers = header_buffer();
+        let (head, _) = parse_head(head.as_bytes(), &mut headers, 8192)
+            .unwrap()
+            .unwrap();
+        head.body_len()
+    };
+    assert_eq!(length_of(""), Ok(0));
+    assert_eq!(length_of("Content-Length: 12\r\n"), Ok(12));
+    assert_eq!(length_of("Content-Length:  7 \r\n"), Ok(7));
+    // Repeated, equal: one length (RFC 9112 §6.3); different: refused.
+    assert_eq!(length_of("Content-Length: 5, 5\r\n"), Ok(5));
+    assert_eq!(
+        length_of("Content-Length: 5\r\nContent-Length: 5\r\n"),
+        Ok(5)
+    );
+    for bad in [
+        "Content-Length: 5, 6\r\n",
+        "Content-Length: 5\r\nContent-Length: 6\r\n",
+        "Content-Length: -1\r\n",
+        "Content-Length: +1\r\n",
+        "Content-Length: 0x10\r\n",
+        "Content-Length: \r\n",
+        "Content-Length: 12345678901234567890123\r\n",
+    ] {
+        assert_eq!(
+            length_of(bad),
+            Err(HandshakeError::BadContentLength),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        length_of("Transfer-Encoding: chunked\r\n"),
+        Err(HandshakeError::LengthRequired)
+    );
+    assert_eq!(HandshakeError::LengthRequired.status(), 411);
+    assert_eq!(HandshakeError::BodyTooLarge.status(), 413);
+    // Over usize on no target, but larger than any limit.
+    assert_eq!(
+        length_of("Content-Length: 99999999999999999\r\n"),
+        Ok(99_999_999_999_999_999)
     );
 }
