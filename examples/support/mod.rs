@@ -152,9 +152,21 @@ impl Backend {
 /// runtime handle for the handler's own tasks: on the tokio backend, the
 /// server's runtime; on io_uring, where callbacks run on the reactor threads
 /// outside any runtime, a one-thread runtime beside them.
+#[allow(dead_code)] // examples with a configuration of their own use `serve_with`
 pub fn serve<H: Handler>(
     name: &str,
     args: &ServeArgs,
+    make: impl FnOnce(tokio::runtime::Handle) -> H,
+) -> ExitCode {
+    serve_with(name, args, args.config(), make)
+}
+
+/// [`serve`] with a configuration of the example's own (built on
+/// [`ServeArgs::config`]).
+pub fn serve_with<H: Handler>(
+    name: &str,
+    args: &ServeArgs,
+    config: Config,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
 ) -> ExitCode {
     if let Some(missing) = args.backend.missing().or_else(|| args.tls_missing()) {
@@ -180,8 +192,8 @@ pub fn serve<H: Handler>(
     };
     let handler = make(runtime.handle().clone());
     let served = match args.backend {
-        Backend::Tokio => runtime.block_on(serve_tokio(name, args, handler)),
-        Backend::Uring => serve_uring(name, args, handler, &runtime),
+        Backend::Tokio => runtime.block_on(serve_tokio(name, args, config, handler)),
+        Backend::Uring => serve_uring(name, args, config, handler, &runtime),
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -192,8 +204,13 @@ pub fn serve<H: Handler>(
     }
 }
 
-async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Result<(), String> {
-    let server = rapidws::tokio::Server::bind(args.addr, handler, args.config())
+async fn serve_tokio<H: Handler>(
+    name: &str,
+    args: &ServeArgs,
+    config: Config,
+    handler: H,
+) -> Result<(), String> {
+    let server = rapidws::tokio::Server::bind(args.addr, handler, config)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
     #[cfg(feature = "rustls")]
@@ -216,10 +233,11 @@ async fn serve_tokio<H: Handler>(name: &str, args: &ServeArgs, handler: H) -> Re
 fn serve_uring<H: Handler>(
     name: &str,
     args: &ServeArgs,
+    config: Config,
     handler: H,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<(), String> {
-    let mut server = rapidws::uring::Server::bind(args.addr, handler, args.config())
+    let mut server = rapidws::uring::Server::bind(args.addr, handler, config)
         .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
     if let Some(threads) = args.threads {
         server = server.threads(threads);
@@ -239,6 +257,7 @@ fn serve_uring<H: Handler>(
 fn serve_uring<H: Handler>(
     _: &str,
     _: &ServeArgs,
+    _: Config,
     _: H,
     _: &tokio::runtime::Runtime,
 ) -> Result<(), String> {

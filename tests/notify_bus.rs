@@ -1,0 +1,319 @@
+//! The notify_bus example as its issue's command line starts it, on both
+//! backends: WebSockets and HTTP on one port, subscriptions from the query
+//! and from messages, publishing by POST with the count delivered, every
+//! bad input answered with a 4xx and a reason while subscribers go on
+//! receiving; and permessage-deflate subscribers with and without context
+//! takeover reading every publication with Python `websockets`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{Client, next, send_text, start_example};
+use futures_util::SinkExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+/// Sends one HTTP request and returns the status line and the body.
+async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (String, Vec<u8>) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer (413) before taking the whole body.
+    let _ = stream.write_all(body).await;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .expect("answered within 10 s")
+        .unwrap();
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole response");
+    let head = String::from_utf8(response[..split].to_vec()).unwrap();
+    let status = head.lines().next().unwrap().to_owned();
+    (status, response[split + 4..].to_vec())
+}
+
+async fn publish(addr: SocketAddr, topic: &str, body: &[u8]) -> (String, String) {
+    let (status, body) = http(addr, "POST", &format!("/publish/{topic}"), body).await;
+    (status, String::from_utf8(body).unwrap())
+}
+
+async fn subscribe(addr: SocketAddr, query: &str) -> Client {
+    let url = format!("ws://{addr}/ws{query}");
+    tokio_tungstenite::connect_async(url)
+        .await
+        .expect("upgrade")
+        .0
+}
+
+async fn text(client: &mut Client) -> String {
+    match next(client).await {
+        WsMessage::Text(text) => text.to_string(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// Sends `command` and waits until the bus has done it: commands on one
+/// connection are done in order, and an unknown one is answered, so its
+/// answer comes after the command's effect.
+async fn command(client: &mut Client, command: &str) {
+    send_text(client, command).await;
+    send_text(client, "sync").await;
+    assert!(text(client).await.starts_with("error: unknown command"));
+}
+
+async fn one_port_for_everything(backend: &str) {
+    let (_bus, addr) = start_example(
+        "notify_bus",
+        &["--backend", backend, "--max-message-size", "100000"],
+    )
+    .await;
+    // The page, and the counters.
+    let (status, page) = http(addr, "GET", "/", b"").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(String::from_utf8(page).unwrap().contains("/publish/"));
+
+    let mut both = subscribe(addr, "?topics=a,b%20c").await;
+    let mut only_a = subscribe(addr, "?topics=a").await;
+    let (status, answer) = publish(addr, "a", b"to a").await;
+    assert_eq!(
+        (status.as_str(), answer.as_str()),
+        ("HTTP/1.1 200 OK", "{\"delivered\": 2}\n")
+    );
+    assert_eq!(text(&mut both).await, "to a");
+    assert_eq!(text(&mut only_a).await, "to a");
+    // A percent-encoded topic, and a body that is not UTF-8: binary.
+    let (_, answer) = publish(addr, "b%20c", &[0xff, 0x00, 0xfe]).await;
+    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(
+        next(&mut both).await,
+        WsMessage::Binary(vec![0xff, 0x00, 0xfe].into())
+    );
+    let (_, answer) = publish(addr, "nobody", b"x").await;
+    assert_eq!(answer, "{\"delivered\": 0}\n");
+
+    // Subscriptions change by message.
+    command(&mut only_a, "subscribe:late").await;
+    let (_, answer) = publish(addr, "late", b"late news").await;
+    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(text(&mut only_a).await, "late news");
+    command(&mut only_a, "unsubscribe:a").await;
+    let (_, answer) = publish(addr, "a", b"a again").await;
+    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(text(&mut both).await, "a again");
+    // Commands that cannot be done are answered on the socket.
+    send_text(&mut only_a, "unsubscribe:a").await;
+    assert_eq!(text(&mut only_a).await, "error: not subscribed to a");
+    send_text(&mut only_a, "subscribe:").await;
+    assert_eq!(text(&mut only_a).await, "error: empty topic name");
+    send_text(&mut only_a, "dance").await;
+    assert!(
+        text(&mut only_a)
+            .await
+            .starts_with("error: unknown command")
+    );
+
+    // Bad input over HTTP: a 4xx with a reason each.
+    let long = "t".repeat(1025);
+    for (method, path, body, want_status, want_reason) in [
+        ("POST", "/publish/", &b"x"[..], 400, "empty topic name"),
+        (
+            "POST",
+            &*format!("/publish/{long}"),
+            b"x",
+            400,
+            "longer than 1024",
+        ),
+        ("POST", "/publish/%zz", b"x", 400, "percent-encoded"),
+        ("POST", "/publish/big", &[b'x'; 100_001], 413, "too large"),
+        ("GET", "/publish/a", b"", 405, "POST"),
+        ("GET", "/nope", b"", 404, "not found"),
+        ("GET", "/ws?topics=a", b"", 400, "Upgrade"),
+    ] {
+        let (status, reason) = http(addr, method, path, body).await;
+        let reason = String::from_utf8(reason).unwrap();
+        assert!(
+            status.starts_with(&format!("HTTP/1.1 {want_status} ")),
+            "{method} {path}: {status}"
+        );
+        assert!(reason.contains(want_reason), "{method} {path}: {reason}");
+    }
+    // A refused upgrade: an empty topic in the list is skipped, a broken
+    // one is not.
+    let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?topics=ok,%E2"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("400"), "{refused}");
+    let wrong_path = tokio_tungstenite::connect_async(format!("ws://{addr}/elsewhere"))
+        .await
+        .unwrap_err();
+    assert!(wrong_path.to_string().contains("404"), "{wrong_path}");
+
+    // Nothing above disturbed the subscribers.
+    let (_, answer) = publish(addr, "a", b"still here").await;
+    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(text(&mut both).await, "still here");
+    // The largest body the limit allows goes through.
+    let largest = "y".repeat(100_000);
+    let (_, answer) = publish(addr, "late", largest.as_bytes()).await;
+    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(text(&mut only_a).await, largest);
+
+    let (_, stats) = http(addr, "GET", "/stats", b"").await;
+    let stats: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    assert_eq!(stats["dropped"], 0);
+    assert!(stats["delivered"].as_u64().unwrap() >= 7, "{stats}");
+    both.close(None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_port_for_everything_on_tokio() {
+    one_port_for_everything("tokio").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_port_for_everything_on_uring() {
+    one_port_for_everything("uring").await;
+}
+
+/// What the test publishes to the deflate subscribers: text that
+/// compresses, the same again, binary, an empty message, short text (below
+/// the compression minimum), and 100 kB.
+fn publications() -> Vec<Vec<u8>> {
+    let quote = "Habe nun, ach! Philosophie, Juristerei und Medizin, und leider auch Theologie! ";
+    vec![
+        quote.repeat(3).into_bytes(),
+        quote.repeat(3).into_bytes(),
+        (0..6000u32).map(|i| (i % 251) as u8 | 0x80).collect(),
+        Vec::new(),
+        b"short".to_vec(),
+        "κόσμε ".repeat(300).into_bytes(),
+        "x".repeat(100_000).into_bytes(),
+    ]
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for &byte in data {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    u64::from(hash)
+}
+
+/// Starts `subscriber.py` for `topic` with `offer`; returns it once it is
+/// subscribed (it printed `ready`), with its stdout.
+async fn python_subscriber(
+    addr: SocketAddr,
+    topic: &str,
+    offer: &str,
+    count: usize,
+) -> (
+    tokio::process::Child,
+    tokio::io::BufReader<tokio::process::ChildStdout>,
+) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/subscriber.py");
+    let mut child = tokio::process::Command::new(common::python())
+        .arg(script)
+        .arg(format!("ws://{addr}/ws?topics={topic}"))
+        .args(["--count", &count.to_string(), "--offer", offer])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(20), out.read_line(&mut line))
+        .await
+        .expect("ready within 20 s")
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, out)
+}
+
+async fn deflate_subscribers(backend: &str) {
+    let (_bus, addr) = start_example(
+        "notify_bus",
+        &[
+            "--backend",
+            backend,
+            "--deflate",
+            "--deflate-context-takeover",
+        ],
+    )
+    .await;
+    let published = publications();
+    // One subscriber whose server side starts every message afresh (it
+    // shares the frames compressed once), one that lets the server keep
+    // its context (it gets the publications uncompressed), one without
+    // deflate.
+    let offers = ["server_no_context_takeover", "", "none"];
+    let mut subscribers = Vec::new();
+    for offer in offers {
+        subscribers.push(python_subscriber(addr, "d", offer, published.len()).await);
+    }
+    for body in &published {
+        let (status, answer) = publish(addr, "d", body).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(answer, "{\"delivered\": 3}\n");
+    }
+    for ((mut child, mut out), offer) in subscribers.into_iter().zip(offers) {
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(30), out.read_line(&mut line))
+            .await
+            .expect("a report within 30 s")
+            .unwrap();
+        assert!(child.wait().await.unwrap().success(), "{offer}: {line}");
+        let report: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
+        let messages = report["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), published.len(), "{offer}");
+        for (got, sent) in messages.iter().zip(&published) {
+            let text = std::str::from_utf8(sent).is_ok();
+            assert_eq!(got["text"], text, "{offer}");
+            assert_eq!(got["len"], sent.len(), "{offer}");
+            assert_eq!(got["hash"], fnv1a(sent), "{offer}");
+        }
+        let compressed: Vec<bool> = report["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["data"] == true)
+            .map(|f| f["rsv1"] == true)
+            .collect();
+        match offer {
+            "server_no_context_takeover" => {
+                assert_eq!(report["negotiated"]["server_no_context_takeover"], true);
+                // Everything from 64 bytes on is compressed; the empty and
+                // the short message are not.
+                assert_eq!(
+                    compressed,
+                    [true, true, true, false, false, true, true],
+                    "{report}"
+                );
+            }
+            "" => {
+                assert_eq!(report["negotiated"]["server_no_context_takeover"], false);
+                assert!(compressed.iter().all(|&c| !c), "{report}");
+                assert_eq!(compressed.len(), published.len());
+            }
+            _ => assert!(report["frames"].as_array().unwrap().is_empty(), "{report}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deflate_subscribers_with_and_without_context_takeover_on_tokio() {
+    deflate_subscribers("tokio").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deflate_subscribers_with_and_without_context_takeover_on_uring() {
+    deflate_subscribers("uring").await;
+}
