@@ -24,8 +24,6 @@
 //! it and counted in `/stats`) unless `--close-slow` asks to close it with
 //! 1008 instead.
 
-use std::fmt::Write as _;
-
 use clap::Parser;
 use rapidws::pubsub::{MAX_TOPIC_LEN, Overflow, PubSub, PubSubError};
 use rapidws::{
@@ -172,9 +170,7 @@ impl Bus {
 
     fn stats(&self) -> HttpResponse {
         let stats = self.pubsub.stats();
-        let mut json = String::new();
-        let _ = write!(
-            json,
+        let json = format!(
             "{{\"topics\": {}, \"published\": {}, \"delivered\": {}, \"dropped\": {}, \"closed\": {}}}\n",
             self.pubsub.topic_count(),
             stats.published,
