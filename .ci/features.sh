@@ -20,9 +20,9 @@ done
 # `socket`, `hyper`, `axum`, `http2` and `client` are `tokio` plus a module or two each:
 # checked alone, not in every combination; `client` with TLS and each kind
 # of default roots too. `pubsub` is a module on any driver: alone, on each
-# backend, and without deflate.
+# backend, and without deflate; `redis` (its bridge) alone and with io_uring.
 for extra in socket hyper axum http2 client client,rustls client,webpki-roots client,native-roots \
-    pubsub pubsub,tokio pubsub,uring pubsub,tokio,deflate pubsub,uring,deflate; do
+    pubsub pubsub,tokio pubsub,uring pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

@@ -3,7 +3,7 @@
 //! for all its subscribers (`rapidws::pubsub`).
 //!
 //! ```text
-//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate]
+//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379]
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
@@ -20,11 +20,17 @@
 //!   limit (413, `--max-message-size`), a body without a `Content-Length`
 //!   (411), another method on `/publish/` (405), any other path (404).
 //!
+//! With `--redis`, nodes started with the same Redis share their topics: a
+//! publish on one reaches the subscribers of all (Redis pub/sub: at most
+//! once; a node that cannot reach Redis goes on serving its own
+//! subscribers and counts the relays it lost, in `/stats`).
+//!
 //! A subscriber that reads too slowly misses messages (they are dropped for
 //! it and counted in `/stats`) unless `--close-slow` asks to close it with
 //! 1008 instead.
 
 use clap::Parser;
+use rapidws::pubsub::redis::Bridge;
 use rapidws::pubsub::{MAX_TOPIC_LEN, Overflow, PubSub, PubSubError};
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, Reject, Request,
@@ -44,6 +50,9 @@ struct Args {
     /// messages for it.
     #[arg(long)]
     close_slow: bool,
+    /// Share topics with other nodes through this Redis server.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 }
 
 /// Topics one connection may hold: enough for any page, and a bound on
@@ -54,6 +63,8 @@ const PAGE: &str = include_str!("assets/notify_bus.html");
 
 struct Bus {
     pubsub: PubSub,
+    /// Kept for as long as the bus runs: dropping it stops the relaying.
+    bridge: Option<Bridge>,
 }
 
 impl Handler for Bus {
@@ -170,8 +181,18 @@ impl Bus {
 
     fn stats(&self) -> HttpResponse {
         let stats = self.pubsub.stats();
+        let bridge = match &self.bridge {
+            None => String::new(),
+            Some(bridge) => {
+                let b = bridge.stats();
+                format!(
+                    ", \"bridge\": {{\"connected\": {}, \"relayed\": {}, \"received\": {}, \"lost\": {}, \"reconnects\": {}}}",
+                    b.connected, b.relayed, b.received, b.lost, b.reconnects
+                )
+            }
+        };
         let json = format!(
-            "{{\"topics\": {}, \"published\": {}, \"delivered\": {}, \"dropped\": {}, \"closed\": {}}}\n",
+            "{{\"topics\": {}, \"published\": {}, \"delivered\": {}, \"dropped\": {}, \"closed\": {}{bridge}}}\n",
             self.pubsub.topic_count(),
             stats.published,
             stats.delivered,
@@ -244,8 +265,19 @@ fn main() -> std::process::ExitCode {
     } else {
         Overflow::Drop
     };
-    support::serve_with("notify_bus", &args.serve, config, move |_runtime| Bus {
-        pubsub: PubSub::with_overflow(overflow),
+    let pubsub = PubSub::with_overflow(overflow);
+    let redis = args.redis.clone();
+    support::serve_with("notify_bus", &args.serve, config, move |runtime| {
+        // The bridge's task runs on the example's tokio runtime (on the
+        // io_uring backend, the one beside the reactors).
+        let bridge = redis.map(|url| {
+            let _entered = runtime.enter();
+            Bridge::start(&pubsub, &url).unwrap_or_else(|error| {
+                eprintln!("error: --redis {url}: {error}");
+                std::process::exit(2);
+            })
+        });
+        Bus { pubsub, bridge }
     })
 }
 

@@ -57,10 +57,12 @@
 //!
 //! [`Prepared`]: crate::proto::Prepared
 
+#[cfg(feature = "redis")]
+pub mod redis;
 mod registry;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::conn::{Conn, Membership, SendError};
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
@@ -121,6 +123,12 @@ pub struct Stats {
     pub closed: u64,
 }
 
+/// Where a node's own publishes go besides its subscribers: other nodes
+/// (the Redis bridge). Called on the publisher's thread; must not block.
+pub(crate) trait Relay: Send + Sync {
+    fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]);
+}
+
 /// Topics and their subscribers. Cheap to clone (a handle); share one
 /// between the handler, other tasks and threads. See the module docs.
 #[derive(Clone, Default)]
@@ -131,6 +139,9 @@ pub struct PubSub {
 #[derive(Default)]
 struct Inner {
     registry: Registry,
+    /// Where this node's own publishes also go (the Redis bridge), if
+    /// anywhere.
+    relay: RwLock<Option<Arc<dyn Relay>>>,
     overflow: Overflow,
     published: AtomicU64,
     delivered: AtomicU64,
@@ -218,12 +229,15 @@ impl PubSub {
     /// unless its queue is full then (see [`Overflow`]). A publisher's
     /// messages reach each subscriber in the order they were published.
     pub fn publish(&self, topic: &str, message: Message<'_>) -> usize {
-        self.publish_frame(topic, data_opcode(message.kind()), message.as_bytes(), None)
+        let opcode = data_opcode(message.kind());
+        self.relay(topic, opcode, message.as_bytes());
+        self.publish_frame(topic, opcode, message.as_bytes(), None)
     }
 
     /// [`PubSub::publish`] to everyone but `except` (typically the sender).
     pub fn publish_except(&self, topic: &str, message: Message<'_>, except: &Conn) -> usize {
         let opcode = data_opcode(message.kind());
+        self.relay(topic, opcode, message.as_bytes());
         self.publish_frame(topic, opcode, message.as_bytes(), Some(except))
     }
 
@@ -238,7 +252,9 @@ impl PubSub {
         if kind == MessageKind::Text {
             utf8::validate(payload).map_err(|_| SendError::InvalidUtf8)?;
         }
-        Ok(self.publish_frame(topic, data_opcode(kind), payload, None))
+        let opcode = data_opcode(kind);
+        self.relay(topic, opcode, payload);
+        Ok(self.publish_frame(topic, opcode, payload, None))
     }
 
     /// Counts since this `PubSub` was made.
@@ -250,6 +266,30 @@ impl PubSub {
             dropped: inner.dropped.load(Ordering::Relaxed),
             closed: inner.closed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Hands a publish of this node to the relay, if there is one.
+    fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]) {
+        if check_topic(topic).is_err() {
+            return; // nobody can be subscribed to it, anywhere
+        }
+        let relay = self.inner.relay.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(relay) = relay.as_ref() {
+            relay.relay(topic, opcode, payload);
+        }
+    }
+
+    /// Sets (or, with `None`, clears) where this node's publishes also go.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn set_relay(&self, relay: Option<Arc<dyn Relay>>) {
+        *self.inner.relay.write().unwrap_or_else(|p| p.into_inner()) = relay;
+    }
+
+    /// Publishes a message that came from another node: to this node's
+    /// subscribers only, never relayed again.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn publish_relayed(&self, topic: &str, opcode: OpCode, payload: &[u8]) -> usize {
+        self.publish_frame(topic, opcode, payload, None)
     }
 
     fn membership(&self) -> Arc<dyn Membership> {
