@@ -162,7 +162,7 @@ impl Conn {
     pub fn reply(&self, message: Message<'_>) -> Result<(), SendError> {
         let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
-        self.enqueue_as(Sender::Reply, payload.len(), |outbox| {
+        self.enqueue_as(Sender::Reply, Some(payload.len()), |outbox| {
             if !outbox.push_compressed_reply(opcode, payload) {
                 outbox.queue.push_reply(0, opcode, payload);
             }
@@ -226,7 +226,7 @@ impl Conn {
         payload: Bytes,
     ) -> Result<(), SendError> {
         let opcode = shared_opcode(kind, &payload)?;
-        self.enqueue_as(Sender::Waiting, 0, |outbox| {
+        self.enqueue_as(Sender::Waiting, Some(0), |outbox| {
             outbox.push_shared(opcode, payload);
         })
     }
@@ -275,10 +275,10 @@ impl Conn {
         close_on_full: Option<CloseCode>,
     ) -> Result<(), SendError> {
         let sender = Sender::Published { close_on_full };
-        // A small frame is copied into the queue's buffer; a large one is
-        // queued by reference and needs none of it.
-        let copied = message.frame().len().min(512);
-        self.enqueue_as(sender, copied, |outbox| outbox.push_prepared(message))
+        // The frame is queued by reference, or copied into a buffer the
+        // queue holds already: a subscriber with nothing queued takes no
+        // buffer for it (10,000 subscribers would hold 40 MiB of them).
+        self.enqueue_as(sender, None, |outbox| outbox.push_prepared(message))
     }
 
     /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
@@ -321,7 +321,7 @@ impl Conn {
     /// has plenty to read, and the slow-consumer policy is for the
     /// handler's sends, not ours).
     pub(crate) fn keepalive_ping(&self) {
-        let _ = self.enqueue_as(Sender::Keepalive, 0, |outbox| {
+        let _ = self.enqueue_as(Sender::Keepalive, Some(0), |outbox| {
             outbox.queue.push_frame(true, 0, OpCode::Ping, b"")
         });
     }
@@ -343,7 +343,7 @@ impl Conn {
         payload_len: usize,
         write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
-        self.enqueue_as(Sender::Application, payload_len, write)
+        self.enqueue_as(Sender::Application, Some(payload_len), write)
     }
 
     /// [`Conn::enqueue`] for `sender`: replies count against the replies
@@ -353,7 +353,7 @@ impl Conn {
     fn enqueue_as(
         &self,
         sender: Sender,
-        payload_len: usize,
+        payload_len: Option<usize>,
         write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
         let shared = &*self.shared;
@@ -390,7 +390,10 @@ impl Conn {
                 }
                 return Err(SendError::QueueFull);
             }
-            if outbox.queue.needs_buffer() {
+            // A pooled buffer for what the send copies into the queue
+            // (`None`: it copies nothing, and an idle queue stays without
+            // one).
+            if let Some(payload_len) = payload_len.filter(|_| outbox.queue.needs_buffer()) {
                 let buf = outbound.pool.take(payload_len + MAX_HEADER_LEN);
                 if let Some(unused) = outbox.queue.provide_buffer(buf) {
                     outbound.pool.give(unused);

@@ -316,3 +316,136 @@ async fn deflate_subscribers_with_and_without_context_takeover_on_tokio() {
 async fn deflate_subscribers_with_and_without_context_takeover_on_uring() {
     deflate_subscribers("uring").await;
 }
+
+/// The bus process's resident memory.
+fn resident_of(child: &common::Child) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// A raw subscriber: upgraded with `query`, nothing read beyond the `101`.
+async fn raw_subscriber(addr: SocketAddr, query: &str) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = common::upgrade_request(&format!("/ws{query}"), "");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101 "));
+    stream
+}
+
+/// 10,000 subscribers keep receiving every message while one subscriber
+/// reads nothing and 256 MiB are published to it: under `--close-slow` it
+/// is closed, otherwise its messages are dropped; either way the bus's
+/// memory grows by far less than what was published.
+async fn one_stuck_subscriber_among_ten_thousand_on(backend: &str, close_slow: bool) {
+    const SUBSCRIBERS: usize = 10_000;
+    const MESSAGES: usize = 20;
+    const FLOOD: usize = 256; // messages of 1 MiB
+    let mut args = vec!["--backend", backend, "--max-message-size", "2000000"];
+    if close_slow {
+        args.push("--close-slow");
+    }
+    let (bus, addr) = start_example("notify_bus", &args).await;
+    // Everyone on "all"; the stuck one also on "flood", with one reader.
+    let mut stuck = raw_subscriber(addr, "?topics=all,flood").await;
+    let mut flood_reader = subscribe(addr, "?topics=flood").await;
+    let mut readers = Vec::with_capacity(SUBSCRIBERS);
+    for _ in 0..SUBSCRIBERS {
+        readers.push(raw_subscriber(addr, "?topics=all").await);
+    }
+    let (_, stats) = http(addr, "GET", "/stats", b"").await;
+    assert!(String::from_utf8(stats).unwrap().contains("\"topics\": 2"));
+    let before = resident_of(&bus);
+
+    // Each reader counts bytes until it has every message: a 1 KiB text
+    // frame is 4 bytes of header and 1024 of payload.
+    let want = MESSAGES * (4 + 1024);
+    let counting: Vec<_> = readers
+        .into_iter()
+        .map(|mut reader| {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut got = 0;
+                while got < want {
+                    let n = reader.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "closed after {got} of {want} bytes");
+                    got += n;
+                }
+                got
+            })
+        })
+        .collect();
+    let flood = "f".repeat(1 << 20);
+    let message = "m".repeat(1024);
+    let (mut peak, mut sent) = (before, 0);
+    for i in 0..FLOOD {
+        let (status, _) = publish(addr, "flood", flood.as_bytes()).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        // The flood reader keeps up; the stuck one does not read at all.
+        assert_eq!(next(&mut flood_reader).await.len(), 1 << 20);
+        if i % (FLOOD / MESSAGES) == 0 && sent < MESSAGES {
+            sent += 1;
+            let (_, answer) = publish(addr, "all", message.as_bytes()).await;
+            let reached: usize = answer
+                .trim()
+                .trim_start_matches("{\"delivered\": ")
+                .trim_end_matches('}')
+                .parse()
+                .unwrap();
+            // The stuck one too, until it is closed.
+            assert!(reached >= SUBSCRIBERS, "{answer}");
+        }
+        peak = peak.max(resident_of(&bus));
+    }
+    assert_eq!(sent, MESSAGES);
+    for counted in counting {
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(60), counted)
+                .await
+                .expect("every reader gets every message within 60 s")
+                .unwrap(),
+            want
+        );
+    }
+    let growth = peak.saturating_sub(before);
+    // 256 MiB published to the stuck subscriber; what it holds is bounded
+    // by its queue (4 MiB) and the sockets' buffers.
+    assert!(growth < 64 << 20, "the bus grew by {} MiB", growth >> 20);
+    let (_, stats) = http(addr, "GET", "/stats", b"").await;
+    let stats: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    if close_slow {
+        assert_eq!(stats["closed"], 1, "{stats}");
+        // Its close frame could not reach it; the close timeout ended it.
+        let mut rest = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(20), stuck.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the stuck subscriber was disconnected");
+    } else {
+        assert!(stats["dropped"].as_u64().unwrap() > 0, "{stats}");
+        assert_eq!(stats["closed"], 0, "{stats}");
+    }
+    eprintln!(
+        "{backend}, close_slow {close_slow}: RSS {} MiB with {SUBSCRIBERS} subscribers, grew {} MiB over a {FLOOD} MiB flood; {stats}",
+        before >> 20,
+        growth >> 20
+    );
+}
+
+/// One test, the backends one after the other: 10,000 connections each,
+/// and a process may hold 20,000 descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stuck_subscriber_among_ten_thousand() {
+    one_stuck_subscriber_among_ten_thousand_on("tokio", false).await;
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    one_stuck_subscriber_among_ten_thousand_on("uring", true).await;
+}

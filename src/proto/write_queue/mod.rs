@@ -244,17 +244,19 @@ impl WriteQueue {
 
     /// Queues a whole data frame made elsewhere (a [`Prepared`] message's,
     /// shared by many connections) in the ordered lane: a small one is
-    /// copied into the tail, so that many of them go out as one slice; a
-    /// larger one is queued as a segment of its own, a reference to the
-    /// same bytes. Only for a server's queue: the bytes go out as they
-    /// are, unmasked.
+    /// copied into the tail if the tail has room for it already (so that
+    /// many of them go out as one slice); otherwise the frame is queued as
+    /// a segment of its own, a reference to the same bytes, and the queue
+    /// takes no buffer for it. Only for a server's queue: the bytes go out
+    /// as they are, unmasked.
     ///
     /// [`Prepared`]: super::Prepared
     pub fn push_prepared(&mut self, opcode: OpCode, frame: Bytes) {
         debug_assert!(!self.len.masks(), "a prepared frame in a client's queue");
         let before = self.ordered_len();
         self.len.add(frame.len());
-        if frame.len() < COPY_BELOW {
+        let room = self.tail.capacity() - self.tail.len();
+        if frame.len() < COPY_BELOW && frame.len() <= room {
             self.tail.extend_from_slice(&frame);
         } else {
             let head = self.tail.split().freeze();
