@@ -573,3 +573,45 @@ async fn bad_http2_upgrades_get_a_status_and_a_reason() {
     assert_eq!(next(&mut socket).await, WsMessage::text("protocol none"));
     assert_healthy(served.addr).await;
 }
+
+/// Pub/sub through the extractor's async socket: subscribed with the
+/// socket's `Conn`, published to from the test, from another connection's
+/// task (except itself), and gone from the topic when the client leaves.
+#[cfg(feature = "pubsub")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_through_the_extractors_socket() {
+    use rapidws::pubsub::PubSub;
+    let pubsub = PubSub::new();
+    let bus = pubsub.clone();
+    let chat = move |upgrade: WebSocketUpgrade| {
+        let bus = bus.clone();
+        async move {
+            upgrade.on_upgrade(move |mut socket| async move {
+                bus.subscribe(socket.conn(), "room").unwrap();
+                while let Some(Ok(message)) = socket.recv().await {
+                    if let rapidws::OwnedMessage::Text(text) = message {
+                        bus.publish_except("room", Message::Text(&text), socket.conn());
+                    }
+                }
+            })
+        }
+    };
+    let app = Router::new().route("/chat", get(chat));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("ws://{addr}/chat");
+    let mut a = tokio_tungstenite::connect_async(&url).await.unwrap().0;
+    let mut b = tokio_tungstenite::connect_async(&url).await.unwrap().0;
+    assert!(eventually(Duration::from_secs(5), || pubsub.subscribers("room") == 2).await);
+    assert_eq!(pubsub.publish("room", Message::Text("from the test")), 2);
+    assert_eq!(next(&mut a).await, WsMessage::text("from the test"));
+    assert_eq!(next(&mut b).await, WsMessage::text("from the test"));
+    a.send(WsMessage::text("from a")).await.unwrap();
+    assert_eq!(next(&mut b).await, WsMessage::text("from a"));
+    b.send(WsMessage::text("from b")).await.unwrap();
+    // a's next message is b's: its own was not sent back to it.
+    assert_eq!(next(&mut a).await, WsMessage::text("from b"));
+    a.close(None).await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || pubsub.subscribers("room") == 1).await);
+}
