@@ -17,16 +17,6 @@ async fn gateway_for(upstream: &str) -> (Child, std::net::SocketAddr) {
     start_example("gateway", &["--upstream", upstream, "--upstream-deflate"]).await
 }
 
-/// The gateway process's resident memory.
-fn resident_of(child: &Child) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib * 1024
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_and_close_codes_cross_both_ways() {

@@ -10,7 +10,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Client, next, send_text, start_example};
+use common::{Client, next, resident_of, send_text, start_example};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -317,16 +317,6 @@ async fn deflate_subscribers_with_and_without_context_takeover_on_uring() {
     deflate_subscribers("uring").await;
 }
 
-/// The bus process's resident memory.
-fn resident_of(child: &common::Child) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib * 1024
-}
 
 /// A raw subscriber: upgraded with `query`, nothing read beyond the `101`.
 async fn raw_subscriber(addr: SocketAddr, query: &str) -> tokio::net::TcpStream {

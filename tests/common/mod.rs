@@ -864,6 +864,17 @@ pub fn debian_binary(path: &str, package: &str) -> std::path::PathBuf {
     path
 }
 
+/// The resident memory of a child process (an example under test).
+pub fn resident_of(child: &Child) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in the child's status");
+    kib * 1024
+}
+
 /// A free loopback port (free when asked: bind it soon).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
