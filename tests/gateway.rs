@@ -17,7 +17,6 @@ async fn gateway_for(upstream: &str) -> (Child, std::net::SocketAddr) {
     start_example("gateway", &["--upstream", upstream, "--upstream-deflate"]).await
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_and_close_codes_cross_both_ways() {
     let server = start(Backend::Tokio, Config::default()).await;

@@ -317,7 +317,6 @@ async fn deflate_subscribers_with_and_without_context_takeover_on_uring() {
     deflate_subscribers("uring").await;
 }
 
-
 /// A raw subscriber: upgraded with `query`, nothing read beyond the `101`.
 async fn raw_subscriber(addr: SocketAddr, query: &str) -> tokio::net::TcpStream {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
