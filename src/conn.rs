@@ -19,11 +19,13 @@ use bytes::Bytes;
 
 use crate::config::SlowConsumer;
 use crate::pool::BufferPool;
+#[cfg(feature = "pubsub")]
+use crate::proto::Prepared;
 use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
 use crate::proto::write_queue::Written;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, Role, WriteQueue, utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, Role, WriteQueue, utf8};
 use crate::slot_waker::ConnWake;
 
 /// Why a send or close was refused. Nothing was queued.
@@ -114,6 +116,7 @@ impl Conn {
 
     /// Tells connections apart across servers (ids are unique only within
     /// one): the address of the shared state, fixed while a handle lives.
+    #[cfg(feature = "pubsub")]
     pub(crate) fn key(&self) -> usize {
         Arc::as_ptr(&self.shared) as usize
     }
@@ -269,6 +272,7 @@ impl Conn {
     /// itself (its frames are masked). When the queue is full the message
     /// is not queued: with `close_on_full` the connection is also asked to
     /// close with that code. `Config::slow_consumer` plays no part.
+    #[cfg(feature = "pubsub")]
     pub(crate) fn send_prepared(
         &self,
         message: &Prepared,
@@ -370,6 +374,7 @@ impl Conn {
             if held >= outbound.max_bytes {
                 let close = match (sender, outbound.on_full) {
                     (Sender::Keepalive | Sender::Waiting, _) => None,
+                    #[cfg(feature = "pubsub")]
                     (Sender::Published { close_on_full }, _) => close_on_full,
                     (_, SlowConsumer::Pause) => {
                         outbox.wants_drain = true;
@@ -541,6 +546,7 @@ enum Sender {
     /// The keepalive sweep's ping.
     Keepalive,
     /// A pub/sub delivery: a full queue drops it, or closes with the code.
+    #[cfg(feature = "pubsub")]
     Published { close_on_full: Option<CloseCode> },
 }
 
@@ -617,6 +623,7 @@ impl Outbox {
 
     /// Queues a message framed once for many connections (see
     /// [`Conn::send_prepared`]).
+    #[cfg(feature = "pubsub")]
     fn push_prepared(&mut self, message: &Prepared) {
         let opcode = message.opcode();
         if self.queue.role() == Role::Client {

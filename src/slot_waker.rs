@@ -26,7 +26,8 @@ pub(crate) trait WokenList: Send + Sync + 'static {
     fn push_woken(&self, slot: u32);
 
     /// Hands the loop `job`, to run on its thread at the start of its next
-    /// turn, and makes sure that turn comes.
+    /// turn, and makes sure that turn comes. (Only pub/sub posts jobs.)
+    #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
     fn post(&self, job: Job);
 }
 
@@ -44,6 +45,7 @@ pub(crate) struct Posted {
 
 impl Posted {
     /// Adds a job; the caller then wakes the loop.
+    #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
     pub(crate) fn push(&self, job: Job) {
         lock(&self.jobs).push(job);
         self.any.store(true, Ordering::Release);
@@ -135,6 +137,7 @@ impl ConnWake {
 
     /// The loop serving the connection, if it is served by one (a tokio
     /// group or an io_uring reactor; not a task of its own).
+    #[cfg(feature = "pubsub")]
     pub(crate) fn list(&self) -> Option<&Arc<dyn WokenList>> {
         match self {
             ConnWake::Waker(_) => None,
