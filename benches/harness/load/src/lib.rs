@@ -3,6 +3,7 @@
 pub mod client;
 pub mod deflate;
 pub mod echo;
+pub mod fanout;
 pub mod handshake;
 pub mod idle;
 pub mod stats;
@@ -34,6 +35,8 @@ pub enum Mode {
     Client(client::ClientArgs),
     /// The memory of an idle client connection, per library (this process's RSS slope).
     ClientIdle(client::ClientIdleArgs),
+    /// Pub/sub: subscribers on topics, a publisher at a fixed rate; deliveries/s and latency.
+    Fanout(fanout::FanoutArgs),
 }
 
 impl Mode {
@@ -46,6 +49,7 @@ impl Mode {
             Mode::Deflate(args) => deflate::run(args).await,
             Mode::Client(args) => client::run(args).await,
             Mode::ClientIdle(args) => client::idle(args).await,
+            Mode::Fanout(args) => fanout::run(args).await,
         }
     }
 }

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use crate::chart::{self, Panel};
 use crate::scenarios::{
     CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS,
-    Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_idle_variant, client_variant,
-    count_label, slope_metric,
+    FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_idle_variant,
+    client_variant, count_label, slope_metric,
 };
 
 const US: &str = "rapidws-tokio";
@@ -706,6 +706,93 @@ fn client_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
+/// Scenario 9's servers, ours first, each variant's rows by rate.
+fn fanout_rows<'a>(summaries: &'a Summaries, variant: &str) -> Vec<(&'a str, &'a Summary)> {
+    let mut rows: Vec<_> = summaries
+        .iter()
+        .filter(|((scenario, v, _), _)| *scenario == 9 && v == variant)
+        .map(|((_, _, server), summary)| (server.as_str(), summary))
+        .collect();
+    rows.sort_by(|a, b| b.1.median("per_sec").total_cmp(&a.1.median("per_sec")));
+    rows
+}
+
+/// Scenario 9's table: one per variant, a row per server.
+fn fanout_table(out: &mut String, summaries: &Summaries) {
+    for variant in &FANOUT_VARIANTS {
+        let rows = fanout_rows(summaries, variant.name);
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "**{}**\n", variant.name);
+        let _ = writeln!(
+            out,
+            "| server | deliveries/s | range | offered/s | rapidws-tokio ÷ this | p50 µs | p99 µs | server CPU % | server CPU µs/delivery | peak RSS MiB | bytes per subscriber |"
+        );
+        let _ = writeln!(
+            out,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let ours = summaries
+            .get(&(9, variant.name.to_string(), "rapidws-tokio".to_string()))
+            .map(|s| s.median("per_sec"));
+        for (server, s) in &rows {
+            let _ = writeln!(
+                out,
+                "| {server} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                num(s.median("per_sec")),
+                s.range("per_sec"),
+                num(s.median("expected_per_sec")),
+                format_ratio(ours.unwrap_or(f64::NAN) / s.median("per_sec")),
+                num(s.median("p50_us")),
+                num(s.median("p99_us")),
+                num(s.median("server_cpu_pct")),
+                num(s.median("server_cpu_us_per_delivery")),
+                num(s.median("peak_rss_mib")),
+                num(s.median("bytes_per_subscriber")),
+            );
+        }
+        failures(out, &rows);
+        let _ = writeln!(out);
+    }
+}
+
+/// Issue 11's target: in each shape, rapidws (the better backend) at least
+/// 3x the best peer's deliveries/s.
+fn fanout_targets(out: &mut String, summaries: &Summaries) {
+    let _ = writeln!(out, "| target | measured | met |");
+    let _ = writeln!(out, "|---|---|---|");
+    for variant in &FANOUT_VARIANTS {
+        let rows = fanout_rows(summaries, variant.name);
+        let best = |ours: bool| {
+            rows.iter()
+                .filter(|(server, _)| server.starts_with("rapidws") == ours)
+                .map(|(server, s)| (*server, s.median("per_sec")))
+                .fold(
+                    None,
+                    |best: Option<(&str, f64)>, (server, rate)| match best {
+                        Some((_, r)) if r >= rate => best,
+                        _ => Some((server, rate)),
+                    },
+                )
+        };
+        let target = format!("{}: ≥ 3x the best peer's deliveries/s", variant.name);
+        let (Some((ours, rate)), Some((peer, theirs))) = (best(true), best(false)) else {
+            let _ = writeln!(out, "| {target} | not measured | – |");
+            continue;
+        };
+        let ratio = rate / theirs;
+        let _ = writeln!(
+            out,
+            "| {target} | {ours} {} vs {peer} {} = {} | {} |",
+            num(rate),
+            num(theirs),
+            format_ratio(ratio),
+            if ratio >= 3.0 { "yes" } else { "no" },
+        );
+    }
+}
+
 /// Scenario 8's idle memory: one row per client library.
 fn client_idle_table(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "\n| client | bytes per idle connection | range |");
@@ -792,6 +879,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     stream_targets(&mut out, summaries);
     let _ = writeln!(out, "\n## Targets (issue 10: the client)\n");
     client_targets(&mut out, summaries);
+    let _ = writeln!(out, "\n## Targets (issue 11: pub/sub)\n");
+    fanout_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
         match scenario.number {
@@ -800,10 +889,11 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
             5 => handshake_table(&mut out, summaries),
             6 => stream_table(&mut out, summaries),
             7 => deflate_table(&mut out, summaries),
-            _ => {
+            8 => {
                 client_table(&mut out, summaries);
                 client_idle_table(&mut out, summaries);
             }
+            _ => fanout_table(&mut out, summaries),
         }
     }
     if let Some(notes) = &context.notes {

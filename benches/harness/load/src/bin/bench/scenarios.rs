@@ -1,4 +1,4 @@
-//! The eight scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+//! The nine scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -92,7 +92,7 @@ pub struct Scenario {
     pub needs_deflate: bool,
 }
 
-pub const SCENARIOS: [Scenario; 8] = [
+pub const SCENARIOS: [Scenario; 9] = [
     Scenario {
         number: 1,
         title: "Echo, 100 connections x 1 KiB binary, depth 8",
@@ -149,6 +149,13 @@ pub const SCENARIOS: [Scenario; 8] = [
         needs_push: false,
         needs_deflate: false,
     },
+    Scenario {
+        number: 9,
+        title: "Fan-out: publishes at a fixed rate to 10,000 subscribers, on one topic and on 1,000 topics",
+        raw_too: false,
+        needs_push: false,
+        needs_deflate: false,
+    },
 ];
 
 impl Scenario {
@@ -157,6 +164,7 @@ impl Scenario {
             && (!self.needs_push || server.supports_stream())
             && (self.number != 6 || STREAM_SERVERS.contains(&server.name.trim_end_matches("@before")))
             && (self.number != 8 || server.name == CLIENT_SERVER)
+            && (self.number != 9 || server.supports_fanout())
             && (!self.needs_deflate || server.supports_deflate())
             // wss: the echo (1) and idle memory (4) scenarios only.
             && (!server.tls || matches!(self.number, 1 | 4))
@@ -209,6 +217,10 @@ impl Scenario {
                 }
                 measured
             }
+            9 => FANOUT_VARIANTS
+                .iter()
+                .map(|v| measure(v.name, fanout(server, settings, v)))
+                .collect(),
             _ => {
                 // `applies_to` lets through only servers with deflate settings.
                 let Some(server) = server.with_deflate() else {
@@ -278,6 +290,36 @@ pub fn client_idle_variant(lib: &str) -> String {
 
 /// Scenario 8's idle connections: the client's RSS slope between these.
 pub const CLIENT_IDLE_STEPS: [usize; 2] = [1000, 6000];
+
+/// One shape of scenario 9.
+pub struct FanoutVariant {
+    pub name: &'static str,
+    pub subscribers: usize,
+    pub topics: usize,
+    /// Publishes per second, over all topics.
+    pub rate: u64,
+}
+
+/// Scenario 9's shapes: 10,000 subscribers either way; the offered
+/// deliveries are 10M/s on one topic and 1M/s over 1,000 topics, more than
+/// a single core delivers in either.
+pub const FANOUT_VARIANTS: [FanoutVariant; 2] = [
+    FanoutVariant {
+        name: "10k subscribers, 1 topic, 1k publishes/s",
+        subscribers: 10_000,
+        topics: 1,
+        rate: 1000,
+    },
+    FanoutVariant {
+        name: "1k topics x 10 subscribers, 100k publishes/s",
+        subscribers: 10_000,
+        topics: 1000,
+        rate: 100_000,
+    },
+];
+
+/// Payload bytes of scenario 9's messages (the timestamp and filler).
+pub const FANOUT_SIZE: usize = 64;
 
 /// Requests per run of scenario 6.
 pub const STREAM_REQUESTS: u64 = 1000;
@@ -475,6 +517,45 @@ fn client_echo(
     let completed = timed.result["completed"].as_f64().unwrap_or(f64::NAN);
     metrics.insert("client_cpu_pct".into(), 100.0 * client_cpu / window);
     metrics.insert("client_cpu_us_per_msg".into(), 1e6 * client_cpu / completed);
+    Ok(metrics)
+}
+
+/// Scenario 9: subscribers and a publisher at a fixed rate against the
+/// server's fan-out binary. Keeps the delivery rate and latency, what was
+/// offered, the server's CPU, and its memory per subscriber (connection
+/// and subscription: RSS growth over the run, divided by the subscribers).
+fn fanout(
+    server: &Server,
+    settings: &Settings,
+    variant: &FanoutVariant,
+) -> io::Result<BTreeMap<String, f64>> {
+    let args = strings(&[
+        "--subscribers",
+        &variant.subscribers.to_string(),
+        "--topics",
+        &variant.topics.to_string(),
+        "--rate",
+        &variant.rate.to_string(),
+        "--size",
+        &FANOUT_SIZE.to_string(),
+    ]);
+    let (mut metrics, timed, running) = timed_run(server, settings, Role::Fanout, "fanout", args)?;
+    let field = |name: &str| timed.result[name].as_f64().unwrap_or(f64::NAN);
+    metrics.insert("expected_per_sec".into(), field("expected_per_sec"));
+    metrics.insert(
+        "client_cpu_pct".into(),
+        100.0 * field("client_cpu_secs") / field("secs"),
+    );
+    metrics.insert(
+        "server_cpu_us_per_delivery".into(),
+        1e6 * timed.server_cpu_secs / field("completed"),
+    );
+    let peak = running.memory().1 as f64;
+    metrics.insert("peak_rss_mib".into(), peak / (1024.0 * 1024.0));
+    metrics.insert(
+        "bytes_per_subscriber".into(),
+        metrics["rss_growth_mib"] * 1024.0 * 1024.0 / variant.subscribers as f64,
+    );
     Ok(metrics)
 }
 

@@ -28,11 +28,19 @@ pub struct Server {
     /// certificate, `tls_identity`), and the load generator with `--tls-ca`.
     /// Only scenarios 1 and 4 run such servers.
     pub tls: bool,
+    /// The fan-out binary (scenario 9) and its arguments besides `--addr`,
+    /// for the servers that take part: topics at `/?topics=`, publishes as
+    /// text messages `<topic>\n<payload>`.
+    pub fanout: Option<(PathBuf, &'static [&'static str])>,
 }
 
 impl Server {
     pub fn supports_stream(&self) -> bool {
         self.push.is_some()
+    }
+
+    pub fn supports_fanout(&self) -> bool {
+        self.fanout.is_some()
     }
 
     pub fn supports_deflate(&self) -> bool {
@@ -66,7 +74,7 @@ pub fn tls_identity(dir: &Path) -> io::Result<(PathBuf, PathBuf)> {
 /// named `NAME@before`, for before/after figures from one run.
 pub fn compared(repo: &Path) -> Vec<Server> {
     let examples = repo.join("target/release/examples");
-    rapidws(&examples)
+    rapidws(&examples, None)
         .into_iter()
         .filter(|server| !server.tls)
         .map(|server| Server {
@@ -76,7 +84,9 @@ pub fn compared(repo: &Path) -> Vec<Server> {
         .collect()
 }
 
-fn rapidws(examples: &Path) -> Vec<Server> {
+fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
+    let fanout =
+        |args: &'static [&'static str]| harness_bin.map(|bin| (bin.join("rapidws-fanout"), args));
     vec![
         Server {
             name: "rapidws-tokio",
@@ -87,6 +97,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            fanout: fanout(&["--backend", "tokio"]),
         },
         Server {
             name: "rapidws-uring",
@@ -97,6 +108,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            fanout: fanout(&["--backend", "uring"]),
         },
         Server {
             name: "rapidws-axum",
@@ -107,6 +119,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: false,
+            fanout: None,
         },
         Server {
             name: "rapidws-axum-wss",
@@ -117,6 +130,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: true,
+            fanout: None,
         },
         Server {
             name: "rapidws-uring-wss",
@@ -127,6 +141,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            fanout: None,
         },
         Server {
             name: "rapidws-tokio-wss",
@@ -137,6 +152,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            fanout: None,
         },
     ]
 }
@@ -144,7 +160,7 @@ fn rapidws(examples: &Path) -> Vec<Server> {
 /// Every server the harness knows, given where the binaries were built.
 pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
     let examples = repo.join("target/release/examples");
-    let mut servers = rapidws(&examples);
+    let mut servers = rapidws(&examples, Some(harness_bin));
     servers.extend([Server {
         name: "raw-tcp-echo",
         echo: harness_bin.join("raw-tcp-echo"),
@@ -154,6 +170,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         path: "/",
         raw: true,
         tls: false,
+        fanout: None,
     }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
     // (settings in each one's main.go): they are the peers of issue 5. The
@@ -182,7 +199,13 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            fanout: None,
         });
+    }
+    // gws's Broadcaster (frames a message once for all receivers) is
+    // scenario 9's Go peer.
+    if let Some(gws) = servers.iter_mut().find(|s| s.name == "gws") {
+        gws.fanout = Some((go_bin.join("gws-fanout"), &[]));
     }
     // The axum peers (issue 9): axum's own ws (tokio-tungstenite
     // underneath) and sockudo-ws's axum integration, at `/ws` of an
@@ -200,6 +223,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: false,
+            fanout: None,
         });
     }
     // The wss peers: tokio-websockets over tokio-rustls, gws over Go's
@@ -217,6 +241,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            fanout: None,
         });
     }
     servers
@@ -226,7 +251,12 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
 #[derive(Clone, Copy, Debug)]
 pub enum Role {
     Echo,
-    Push { size: usize, every_us: u64 },
+    Push {
+        size: usize,
+        every_us: u64,
+    },
+    /// The fan-out binary (scenario 9).
+    Fanout,
 }
 
 /// A started server process, pinned to CPU 0.
@@ -271,6 +301,14 @@ impl Running {
                         .arg(key);
                     tls_ca = Some(cert.clone());
                 }
+            }
+            Role::Fanout => {
+                let (bin, args) = server
+                    .fanout
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other("no fan-out mode"))?;
+                command.arg(bin).args(*args);
+                command.arg("--addr").arg(addr.to_string());
             }
             Role::Push { size, every_us } => {
                 let push = server

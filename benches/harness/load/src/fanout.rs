@@ -1,0 +1,181 @@
+//! `fanout`: pub/sub. Subscribers connect to `<path>?topics=t<k>` (the
+//! `i`-th to topic `i % topics`), one publisher connection sends text
+//! messages `t<k>\n<payload>` at a fixed total rate, round-robin over the
+//! topics, and every fan-out server of the harness publishes `<payload>` to
+//! topic `t<k>`. Each payload starts with the time it was sent (16 hex
+//! digits of nanoseconds on this process's clock), so each subscriber
+//! records the publish-to-delivery latency of every message it reads.
+//! The figure is deliveries per second; the result also says how many
+//! were expected (publishes sent × subscribers per topic).
+
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use clap::Args;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::stats::{SharedStats, Stats};
+use crate::wire::{self, FrameReader};
+use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
+
+#[derive(Args, Debug, Clone)]
+pub struct FanoutArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub window: Window,
+    /// Subscriber connections.
+    #[arg(long, default_value_t = 10_000)]
+    pub subscribers: usize,
+    /// Topics; subscriber `i` is on topic `i % topics`.
+    #[arg(long, default_value_t = 1)]
+    pub topics: usize,
+    /// Publishes per second, over all topics.
+    #[arg(long, default_value_t = 100)]
+    pub rate: u64,
+    /// Payload bytes per message (at least 16: the timestamp).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+}
+
+/// The clock every timestamp is on.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+pub async fn run(args: FanoutArgs) -> io::Result<()> {
+    if args.size < 16 || args.topics == 0 || args.subscribers < args.topics {
+        return Err(io::Error::other(
+            "fanout: --size of at least 16, and at least one subscriber per topic",
+        ));
+    }
+    epoch();
+    let mut target = args.target.target();
+    let base = args.target.path.clone();
+    let sources = args.target.sources();
+    let mut subscribers = Vec::with_capacity(args.subscribers);
+    for i in 0..args.subscribers {
+        target.path = format!("{base}?topics=t{}", i % args.topics);
+        subscribers.push(wire::open(&target, sources.nth(i)).await?);
+    }
+    target.path = base;
+    let (publisher, _) = wire::open(&target, sources.nth(args.subscribers)).await?;
+
+    let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
+    let stats = Stats::shared();
+    for (stream, buf) in subscribers {
+        let (phase, stats) = (phase.clone(), stats.clone());
+        tokio::task::spawn_local(async move {
+            let result = subscribe(stream, buf, &phase, &stats).await;
+            note_failure(result, &phase, &stats);
+        });
+    }
+    let sent = Rc::new(Cell::new(0u64));
+    {
+        let (phase, stats, sent) = (phase.clone(), stats.clone(), sent.clone());
+        let args = args.clone();
+        tokio::task::spawn_local(async move {
+            let result = publish(publisher, &args, &phase, &sent).await;
+            note_failure(result, &phase, &stats);
+        });
+    }
+    // Publishes sent in the measured window: the count at its start and end.
+    let at_start = Rc::new(Cell::new(None));
+    {
+        let (phase, sent, at_start) = (phase.clone(), sent.clone(), at_start.clone());
+        tokio::task::spawn_local(async move {
+            while phase.get() == Phase::Warmup {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            at_start.set(Some(sent.get()));
+        });
+    }
+    let measured = args.window.run(&phase).await;
+    let published = sent.get() - at_start.get().unwrap_or(0);
+    let per_topic = args.subscribers as f64 / args.topics as f64;
+    let mut result = stats.borrow().summary(measured.secs);
+    result["mode"] = json!("fanout");
+    result["subscribers"] = json!(args.subscribers);
+    result["topics"] = json!(args.topics);
+    result["rate"] = json!(args.rate);
+    result["size"] = json!(args.size);
+    result["published"] = json!(published);
+    result["expected_per_sec"] = json!(published as f64 * per_topic / measured.secs);
+    result["client_cpu_secs"] = json!(measured.cpu_secs);
+    emit(&result);
+    Ok(())
+}
+
+/// Sends `args.rate` messages a second, in a write per millisecond.
+async fn publish(
+    mut stream: wire::Stream,
+    args: &FanoutArgs,
+    phase: &SharedPhase,
+    sent: &Cell<u64>,
+) -> io::Result<()> {
+    let start = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_millis(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let filler = vec![b'x'; args.size - 16];
+    let mut batch = Vec::new();
+    let mut topic = 0usize;
+    while phase.get() != Phase::Stop {
+        ticks.tick().await;
+        let due = (start.elapsed().as_secs_f64() * args.rate as f64) as u64;
+        batch.clear();
+        while sent.get() < due {
+            let now = epoch().elapsed().as_nanos() as u64;
+            let mut message = format!("t{topic}\n{now:016x}").into_bytes();
+            message.extend_from_slice(&filler);
+            let mask = (sent.get() as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+            batch.extend_from_slice(&wire::masked_frame(wire::TEXT, &message, mask));
+            topic = (topic + 1) % args.topics;
+            sent.set(sent.get() + 1);
+        }
+        if !batch.is_empty() {
+            stream.write_all(&batch).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads deliveries and records each one's latency from its timestamp.
+async fn subscribe(
+    mut stream: wire::Stream,
+    mut buf: BytesMut,
+    phase: &SharedPhase,
+    stats: &SharedStats,
+) -> io::Result<()> {
+    let mut reader = FrameReader::default();
+    let mut text = Vec::new();
+    loop {
+        while let Some(seen) = reader
+            .next_with_payload(&mut buf, &mut text)
+            .map_err(io::Error::other)?
+        {
+            if seen.opcode != wire::TEXT {
+                continue;
+            }
+            let sent_at = text
+                .get(..16)
+                .and_then(|hex| std::str::from_utf8(hex).ok())
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| io::Error::other("a delivery without a timestamp"))?;
+            if phase.get() == Phase::Measure {
+                let now = epoch().elapsed().as_nanos() as u64;
+                let latency = Duration::from_nanos(now.saturating_sub(sent_at));
+                stats.borrow_mut().record(latency);
+            }
+        }
+        buf.reserve(4096);
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(io::Error::other("the server closed a subscriber"));
+        }
+    }
+}
