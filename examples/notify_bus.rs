@@ -31,7 +31,7 @@
 
 use clap::Parser;
 use rapidws::pubsub::redis::Bridge;
-use rapidws::pubsub::{MAX_TOPIC_LEN, Overflow, PubSub, PubSubError};
+use rapidws::pubsub::{Overflow, PubSub, check_topic};
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, Reject, Request,
 };
@@ -83,7 +83,7 @@ impl Handler for Bus {
         for raw in listed.split(',').filter(|t| !t.is_empty()) {
             let topic = percent_decode(raw)
                 .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
-            check_topic(&topic).map_err(|why| Reject::new(400, why))?;
+            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
             if !topics.contains(&topic) {
                 topics.push(topic);
             }
@@ -144,7 +144,7 @@ impl Handler for Bus {
 
 impl Bus {
     fn subscribe(&self, conn: &Conn, topic: &str) -> Result<(), String> {
-        check_topic(topic)?;
+        check_topic(topic).map_err(|why| why.to_string())?;
         if self.pubsub.topics(conn).len() >= MAX_TOPICS_PER_CONNECTION {
             return Err("more than 256 topics".into());
         }
@@ -200,17 +200,6 @@ impl Bus {
             stats.closed
         );
         HttpResponse::new(200, "application/json", json)
-    }
-}
-
-/// Why a topic name is refused, if it is.
-fn check_topic(topic: &str) -> Result<(), String> {
-    if topic.is_empty() {
-        Err(PubSubError::EmptyTopic.to_string())
-    } else if topic.len() > MAX_TOPIC_LEN {
-        Err(PubSubError::TopicTooLong.to_string())
-    } else {
-        Ok(())
     }
 }
 

@@ -66,7 +66,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::conn::{Conn, Membership, SendError};
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
-use registry::{Local, Registry, Route, route_of};
+use registry::{Local, Registry, Route};
 
 /// The longest topic name, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
@@ -191,7 +191,7 @@ impl PubSub {
             Err(_) => {
                 self.inner
                     .registry
-                    .remove(topic, conn.key(), &route_of(conn));
+                    .remove(topic, conn.key(), &Route::of(conn));
                 Err(PubSubError::Closed)
             }
         }
@@ -204,7 +204,7 @@ impl PubSub {
         }
         self.inner
             .registry
-            .remove(topic, conn.key(), &route_of(conn));
+            .remove(topic, conn.key(), &Route::of(conn));
         true
     }
 
@@ -367,14 +367,17 @@ impl Inner {
 
 impl Membership for Inner {
     fn leave(&self, conn: &Conn, names: Vec<Arc<str>>) {
-        let route = route_of(conn);
+        let route = Route::of(conn);
         for name in names {
             self.registry.remove(&name, conn.key(), &route);
         }
     }
 }
 
-fn check_topic(topic: &str) -> Result<(), PubSubError> {
+/// Whether `topic` can be subscribed to: not empty, at most
+/// [`MAX_TOPIC_LEN`] bytes. `subscribe` checks the same; call this to check
+/// a name before there is a connection (an upgrade's query, say).
+pub fn check_topic(topic: &str) -> Result<(), PubSubError> {
     if topic.is_empty() {
         Err(PubSubError::EmptyTopic)
     } else if topic.len() > MAX_TOPIC_LEN {

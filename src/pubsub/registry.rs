@@ -34,7 +34,7 @@ pub(super) enum Route {
 }
 
 impl Route {
-    fn of(conn: &Conn) -> Route {
+    pub(super) fn of(conn: &Conn) -> Route {
         match conn.shared().wake().list() {
             Some(list) => Route::Loop(list.clone()),
             None => Route::Direct,
@@ -219,9 +219,4 @@ impl Registry {
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
             .sum()
     }
-}
-
-/// The route `conn` is delivered on (for a removal).
-pub(super) fn route_of(conn: &Conn) -> Route {
-    Route::of(conn)
 }
