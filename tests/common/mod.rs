@@ -825,12 +825,17 @@ pub fn set_soft_limit(soft: Option<u64>) -> u64 {
 
 /// This process's resident set size, in bytes.
 pub fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: u64 = status
+    resident_in("/proc/self/status")
+}
+
+/// `VmRSS` of the `/proc/<pid>/status` file at `status`, in bytes.
+fn resident_in(status: &str) -> u64 {
+    let text = std::fs::read_to_string(status).unwrap();
+    let kib: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status");
+        .unwrap_or_else(|| panic!("VmRSS in {status}"));
     kib * 1024
 }
 
@@ -866,13 +871,7 @@ pub fn debian_binary(path: &str, package: &str) -> std::path::PathBuf {
 
 /// The resident memory of a child process (an example under test).
 pub fn resident_of(child: &Child) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in the child's status");
-    kib * 1024
+    resident_in(&format!("/proc/{}/status", child.0.id()))
 }
 
 /// A free loopback port (free when asked: bind it soon).
