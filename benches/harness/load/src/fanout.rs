@@ -76,6 +76,7 @@ pub async fn run(args: FanoutArgs) -> io::Result<()> {
             note_failure(result, &phase, &stats);
         });
     }
+    // Publishes sent in the measured window.
     let sent = Rc::new(Cell::new(0u64));
     {
         let (phase, stats, sent) = (phase.clone(), stats.clone(), sent.clone());
@@ -85,19 +86,8 @@ pub async fn run(args: FanoutArgs) -> io::Result<()> {
             note_failure(result, &phase, &stats);
         });
     }
-    // Publishes sent in the measured window: the count at its start and end.
-    let at_start = Rc::new(Cell::new(None));
-    {
-        let (phase, sent, at_start) = (phase.clone(), sent.clone(), at_start.clone());
-        tokio::task::spawn_local(async move {
-            while phase.get() == Phase::Warmup {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            at_start.set(Some(sent.get()));
-        });
-    }
     let measured = args.window.run(&phase).await;
-    let published = sent.get() - at_start.get().unwrap_or(0);
+    let published = sent.get();
     let per_topic = args.subscribers as f64 / args.topics as f64;
     let mut result = stats.borrow().summary(measured.secs);
     result["mode"] = json!("fanout");
@@ -112,13 +102,15 @@ pub async fn run(args: FanoutArgs) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends `args.rate` messages a second, in a write per millisecond.
+/// Sends `args.rate` messages a second, in a write per millisecond;
+/// counts in `measured` those sent in the measured window.
 async fn publish(
     mut stream: wire::Stream,
     args: &FanoutArgs,
     phase: &SharedPhase,
-    sent: &Cell<u64>,
+    measured: &Cell<u64>,
 ) -> io::Result<()> {
+    let mut sent = 0u64;
     let start = Instant::now();
     let mut ticks = tokio::time::interval(Duration::from_millis(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -129,14 +121,17 @@ async fn publish(
         ticks.tick().await;
         let due = (start.elapsed().as_secs_f64() * args.rate as f64) as u64;
         batch.clear();
-        while sent.get() < due {
+        while sent < due {
             let now = epoch().elapsed().as_nanos() as u64;
             let mut message = format!("t{topic}\n{now:016x}").into_bytes();
             message.extend_from_slice(&filler);
-            let mask = (sent.get() as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+            let mask = (sent as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
             batch.extend_from_slice(&wire::masked_frame(wire::TEXT, &message, mask));
             topic = (topic + 1) % args.topics;
-            sent.set(sent.get() + 1);
+            sent += 1;
+            if phase.get() == Phase::Measure {
+                measured.set(measured.get() + 1);
+            }
         }
         if !batch.is_empty() {
             stream.write_all(&batch).await?;
