@@ -9,11 +9,9 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/lxzan/gws"
 
@@ -98,14 +96,7 @@ func main() {
 		},
 	}
 	srv := gws.NewServer(&hub{topics: make(map[string]map[*gws.Conn]struct{})}, opt)
-	// As in cmd/gws: close unreadable requests quietly, back off on accept errors.
-	srv.OnError = func(conn net.Conn, _ error) {
-		if conn == nil {
-			time.Sleep(5 * time.Millisecond)
-			return
-		}
-		_ = conn.Close()
-	}
+	srv.OnError = harness.QuietOnError
 	ln := cfg.Listen("gws-fanout")
 	cfg.Started("gws-fanout")
 	harness.Fatal("gws-fanout", srv.RunListener(ln))

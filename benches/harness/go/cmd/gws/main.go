@@ -6,8 +6,6 @@ package main
 
 import (
 	"compress/flate"
-	"net"
-	"time"
 
 	"github.com/lxzan/gws"
 
@@ -76,17 +74,7 @@ func serverOption(cfg *harness.Config) *gws.ServerOption {
 func main() {
 	cfg := harness.Parse()
 	srv := gws.NewServer(&echo{cfg: cfg}, serverOption(cfg))
-	// The default OnError logs every failed request and, when the request
-	// cannot even be read (e.g. the harness's connect-and-close readiness
-	// probe), leaves the socket open. Close it quietly instead; a nil conn is
-	// an Accept error, after which RunListener retries at once, so back off.
-	srv.OnError = func(conn net.Conn, _ error) {
-		if conn == nil {
-			time.Sleep(5 * time.Millisecond)
-			return
-		}
-		_ = conn.Close()
-	}
+	srv.OnError = harness.QuietOnError
 	// With -tls-cert and -tls-key: wss (the harness's wss peer).
 	ln := cfg.Listen("gws")
 	cfg.Started("gws")

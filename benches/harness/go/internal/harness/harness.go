@@ -118,3 +118,16 @@ func (c *Config) Listen(name string) net.Listener {
 	}
 	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
 }
+
+// QuietOnError is a gws server's OnError for the harness. gws's default
+// logs every failed request and, when the request cannot even be read
+// (e.g. the runner's connect-and-close readiness probe), leaves the socket
+// open; this closes it quietly instead. A nil conn is an Accept error,
+// after which gws's RunListener retries at once, so it backs off.
+func QuietOnError(conn net.Conn, _ error) {
+	if conn == nil {
+		time.Sleep(5 * time.Millisecond)
+		return
+	}
+	_ = conn.Close()
+}
