@@ -88,8 +88,7 @@ pub(crate) enum Action {
 /// - **When writing**: drivers that write in place call
 ///   [`Lifecycle::write_in_place`] with a non-blocking vectored write; drivers
 ///   whose writes own their buffers (io_uring) call [`Lifecycle::take_queue`],
-///   then report [`Lifecycle::sent`] as bytes go out,
-///   [`Lifecycle::write_blocked`] if the peer is not taking them, and
+///   then report [`Lifecycle::sent`] as bytes go out and
 ///   [`Lifecycle::write_finished`] (or [`Lifecycle::write_failed`] first)
 ///   once done with what they took.
 /// - **Then, every time**: [`Lifecycle::poll`] until it says
@@ -125,10 +124,6 @@ pub(crate) struct Lifecycle<H: Handler> {
     /// The driver holds bytes it took with [`Lifecycle::take_queue`] and has
     /// not finished with.
     writing: bool,
-    /// Bytes arrived while the write in progress was still out
-    /// ([`Lifecycle::write_blocked`]): when it finishes, writes still count
-    /// as blocked, until one goes through without that.
-    write_waited: bool,
     /// Counts the connection as live until it is dropped (after the driver's
     /// socket, which is declared before this in every driver).
     _live: LiveGuard,
@@ -261,7 +256,6 @@ impl<H: Handler> Lifecycle<H> {
             paused: false,
             held: false,
             writing: false,
-            write_waited: false,
             _live: live,
         }
     }
@@ -442,7 +436,6 @@ impl<H: Handler> Lifecycle<H> {
             Stage::Done => return,
         }
         self.writing = !into.is_empty();
-        self.write_waited = false;
     }
 
     /// `n` bytes of what was taken were written.
@@ -458,24 +451,6 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
-    /// What was taken is not going through at once: the peer is not reading
-    /// (pongs queued meanwhile replace each other, see
-    /// `WriteQueue::push_pong`). Reading goes on.
-    pub(crate) fn write_blocked(&mut self) {
-        if std::mem::replace(&mut self.write_waited, true) {
-            // Already said for this write: the queue is still marked.
-            return;
-        }
-        if let Stage::Open(open) = &mut self.stage {
-            open.dispatch
-                .conn()
-                .shared()
-                .lock()
-                .queue()
-                .set_blocked(true);
-        }
-    }
-
     /// The driver is done with what it took; `unsent` bytes of it were never
     /// written (after a failure).
     pub(crate) fn write_finished(&mut self, unsent: usize) {
@@ -483,13 +458,6 @@ impl<H: Handler> Lifecycle<H> {
         if let Stage::Open(open) = &mut self.stage {
             let mut outbox = open.dispatch.conn().shared().lock();
             outbox.no_longer_sending(unsent);
-            if unsent == 0 && !self.write_waited {
-                // The peer took everything at once: writes are not blocked.
-                // (One that had to wait proves little: the peer may have
-                // read a little, and a flood of pings, answered in order
-                // until the next write blocks, would pile up meanwhile.)
-                outbox.queue().set_blocked(false);
-            }
         }
     }
 
@@ -721,11 +689,6 @@ impl<H: Handler> Lifecycle<H> {
     /// before reading more.
     pub(crate) fn holds_input(&self) -> bool {
         self.held && !self.is_paused() && matches!(self.stage, Stage::Open(_))
-    }
-
-    /// The driver holds bytes it took and has not finished with.
-    pub(crate) fn is_writing(&self) -> bool {
-        self.writing
     }
 
     /// How many bytes, counted from the start of the read buffer, the next

@@ -13,7 +13,9 @@
 //! A loop also takes [`Job`]s from other threads (pub/sub deliveries): one
 //! hand-off per loop, run on the loop's thread at the start of its next
 //! turn, so that the sends they make to its connections go out with that
-//! turn's writes.
+//! turn's writes. The hand-off is bounded ([`POSTED_LIMIT`]): a loop that
+//! falls that far behind the threads posting to it refuses jobs until it
+//! catches up.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,10 +28,24 @@ pub(crate) trait WokenList: Send + Sync + 'static {
     fn push_woken(&self, slot: u32);
 
     /// Hands the loop `job`, to run on its thread at the start of its next
-    /// turn, and makes sure that turn comes. (Only pub/sub posts jobs.)
+    /// turn, and makes sure that turn comes; false (and `job` dropped) if
+    /// the jobs waiting already weigh [`POSTED_LIMIT`]. `bytes` is what the
+    /// job holds on to (a message). (Only pub/sub posts jobs.)
     #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
-    fn post(&self, job: Job);
+    fn post(&self, job: Job, bytes: usize) -> bool;
 }
+
+/// The most the jobs waiting for one loop may weigh: the bytes they hold,
+/// plus [`JOB_WEIGHT`] each. Enough for a burst of 100,000 small publishes,
+/// or 16 of a megabyte; a loop further behind than that is not going to
+/// deliver them soon, and memory must not grow with the backlog.
+#[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
+pub(crate) const POSTED_LIMIT: usize = 16 << 20;
+
+/// What a posted job weighs besides its bytes: its box and its place in
+/// the list, rounded up.
+#[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
+pub(crate) const JOB_WEIGHT: usize = 64;
 
 /// Work for a server loop's thread (see the module docs).
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -40,15 +56,40 @@ pub(crate) struct Posted {
     /// Set after a push: a loop with nothing posted pays one atomic load
     /// per turn, not a lock.
     any: AtomicBool,
-    jobs: Mutex<Vec<Job>>,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    jobs: Vec<Job>,
+    /// What `jobs` weigh (see [`POSTED_LIMIT`]).
+    weight: usize,
 }
 
 impl Posted {
-    /// Adds a job; the caller then wakes the loop.
+    /// A panic elsewhere cannot leave the list half-pushed, nor its weight
+    /// apart from it (both change together, after the push), so poisoning is
+    /// ignored.
+    fn lock_pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a job holding `bytes`, unless that would take the waiting jobs
+    /// past [`POSTED_LIMIT`] (one job is always taken); if added, the caller
+    /// then wakes the loop.
     #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
-    pub(crate) fn push(&self, job: Job) {
-        lock(&self.jobs).push(job);
+    pub(crate) fn push(&self, job: Job, bytes: usize) -> bool {
+        let weight = bytes.saturating_add(JOB_WEIGHT);
+        let mut pending = self.lock_pending();
+        if !pending.jobs.is_empty() && pending.weight.saturating_add(weight) > POSTED_LIMIT {
+            return false;
+        }
+        pending.jobs.push(job);
+        pending.weight += weight;
         self.any.store(true, Ordering::Release);
+        true
     }
 
     /// Runs the jobs posted so far, in order, with `spare` as the list to
@@ -59,7 +100,11 @@ impl Posted {
         if !self.any.swap(false, Ordering::AcqRel) {
             return false;
         }
-        std::mem::swap(&mut *lock(&self.jobs), spare);
+        {
+            let mut pending = self.lock_pending();
+            std::mem::swap(&mut pending.jobs, spare);
+            pending.weight = 0;
+        }
         for job in spare.drain(..) {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 tracing::error!("a job posted to a server loop panicked");
@@ -172,8 +217,9 @@ mod tests {
             lock(&self.0).push(slot);
         }
 
-        fn post(&self, job: Job) {
+        fn post(&self, job: Job, _: usize) -> bool {
             job();
+            true
         }
     }
 
@@ -185,14 +231,37 @@ mod tests {
         let ran = Arc::new(Mutex::new(Vec::new()));
         for n in 0..3 {
             let ran = ran.clone();
-            posted.push(Box::new(move || {
-                assert_ne!(n, 1, "the second job panics");
-                lock(&ran).push(n);
-            }));
+            assert!(posted.push(
+                Box::new(move || {
+                    assert_ne!(n, 1, "the second job panics");
+                    lock(&ran).push(n);
+                }),
+                100,
+            ));
         }
         assert!(posted.run(&mut spare));
         assert_eq!(*lock(&ran), [0, 2]);
         assert!(!posted.run(&mut spare), "each job runs once");
+    }
+
+    #[test]
+    fn posted_jobs_stop_at_their_limit_until_the_loop_runs_them() {
+        let posted = Posted::default();
+        let mut spare = Vec::new();
+        assert!(
+            posted.push(Box::new(|| {}), usize::MAX),
+            "one job always goes"
+        );
+        assert!(!posted.push(Box::new(|| {}), 0));
+        assert!(posted.run(&mut spare));
+        let each = 1000;
+        let fit = POSTED_LIMIT / (each + JOB_WEIGHT);
+        for n in 0..fit {
+            assert!(posted.push(Box::new(|| {}), each), "job {n}");
+        }
+        assert!(!posted.push(Box::new(|| {}), each), "past the limit");
+        assert!(posted.run(&mut spare));
+        assert!(posted.push(Box::new(|| {}), each), "room again");
     }
 
     #[test]

@@ -86,6 +86,13 @@ impl Local {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// How many subscribers this holds, `except` (a connection's key) aside.
+    pub(super) fn subscribers_but(&self, except: Option<usize>) -> usize {
+        let subscribers = self.lock();
+        let skipped = except.is_some_and(|key| subscribers.at.contains_key(&key));
+        subscribers.conns.len() - usize::from(skipped)
+    }
+
     fn add(&self, conn: &Conn) -> bool {
         let mut subscribers = self.lock();
         let Subscribers { conns, at } = &mut *subscribers;

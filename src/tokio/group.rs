@@ -98,9 +98,12 @@ impl<S: Send + 'static> WokenList for GroupShared<S> {
         self.waker.wake();
     }
 
-    fn post(&self, job: Job) {
-        self.posted.push(job);
+    fn post(&self, job: Job, bytes: usize) -> bool {
+        if !self.posted.push(job, bytes) {
+            return false;
+        }
         self.waker.wake();
+        true
     }
 }
 

@@ -387,12 +387,6 @@ impl<H: Handler> Connection<H> {
     fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
         let pool = &env.core.pool;
         let read_size = env.core.config.read_buffer_size;
-        if self.life.is_writing() {
-            // The reactor hands out send completions before receives, so a
-            // send still out did not go through at once: the peer is not
-            // reading (like a blocked write on tokio). Reading goes on.
-            self.life.write_blocked();
-        }
         if self.life.is_paused() || !self.read_buf.is_empty() {
             let wanted = self.life.bytes_wanted(env);
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);

@@ -78,10 +78,13 @@ impl WokenList for Shared {
         }
     }
 
-    fn post(&self, job: Job) {
-        self.posted.push(job);
+    fn post(&self, job: Job, bytes: usize) -> bool {
+        if !self.posted.push(job, bytes) {
+            return false;
+        }
         // The reactor's own entry: it runs a turn, which runs the job.
         self.push_woken(REACTOR);
+        true
     }
 }
 

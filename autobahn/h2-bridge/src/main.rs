@@ -3,7 +3,7 @@
 //! server (prior knowledge, no TLS), sends an extended CONNECT (RFC 8441)
 //! with the request's path and `Sec-WebSocket-*` fields, answers the client
 //! `101` with the key it sent and what the server chose (subprotocol,
-//! extensions), and then carries the bytes both ways, ends included. Any
+//! extensions), and then carries the bytes each way, ends included. Any
 //! other answer from the server goes back to the client as that status.
 //!
 //! `h2-bridge LISTEN_ADDR SERVER_ADDR`: for Autobahn over HTTP/2
@@ -116,8 +116,26 @@ async fn bridge(mut client: TcpStream, server: SocketAddr) -> Result<(), Error> 
     answer.push_str("\r\n");
     let upgraded = hyper::upgrade::on(&mut response).await?;
     client.write_all(answer.as_bytes()).await?;
-    let mut stream = TokioIo::new(upgraded);
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut stream).await;
+    let (mut from_server, mut to_server) = tokio::io::split(TokioIo::new(upgraded));
+    let (mut from_client, mut to_client) = client.into_split();
+    // Each way on its own: the server may reset its stream (RST_STREAM
+    // NO_ERROR, "stop sending") once it has ended it, while the client is
+    // still sending. That fails the client-to-server copy, and must not
+    // drop what the server sent before it.
+    let up = async {
+        let copied = tokio::io::copy(&mut from_client, &mut to_server).await;
+        let _ = to_server.shutdown().await;
+        copied
+    };
+    let down = async {
+        let copied = tokio::io::copy(&mut from_server, &mut to_client).await;
+        let _ = to_client.shutdown().await;
+        copied
+    };
+    // The client-to-server copy's failure is that reset; if anything went
+    // wrong before it, the case's report shows it.
+    let (_, down) = tokio::join!(up, down);
+    down?;
     Ok(())
 }
 

@@ -13,10 +13,10 @@
 //! has not started on the wire, so that a small answer does not wait behind
 //! megabytes of pushes. They never land inside a message (not even a
 //! fragmented one), and among themselves they keep their order. A pong
-//! queued while writes are blocked, or behind 4 KiB of unsent pongs,
-//! replaces them (RFC 6455 §5.5.3 lets an endpoint answer only the most
-//! recent ping), so a peer that pings without reading grows nothing. How the
-//! lanes are kept is in `lanes.rs`.
+//! queued behind 4 KiB of unsent pongs replaces them (RFC 6455 §5.5.3 lets
+//! an endpoint answer only the most recent ping), so a peer that pings
+//! without reading costs at most that. How the lanes are kept is in
+//! `lanes.rs`.
 //!
 //! The queue also knows which end of the connection writes into it: a
 //! client's queue ([`WriteQueue::with_role`]) masks every frame pushed into
@@ -77,9 +77,8 @@ pub struct WriteQueue {
 }
 
 /// How many bytes are queued, with three flags in the top bits of the same
-/// word: whether frames are masked (the client role), whether a fragmented
-/// message is open in the ordered lane, and whether the last write was
-/// blocked.
+/// word: whether frames are masked (the client role) and whether a
+/// fragmented message is open in the ordered lane.
 ///
 /// Fields of their own would cost 8 bytes in every server connection's
 /// `ConnShared`, which holds a queue, and could move it into the next
@@ -91,8 +90,7 @@ struct LenAndFlags(usize);
 impl LenAndFlags {
     const MASKS: usize = 1 << (usize::BITS - 1);
     const FRAGMENT_OPEN: usize = 1 << (usize::BITS - 2);
-    const BLOCKED: usize = 1 << (usize::BITS - 3);
-    const FLAGS: usize = Self::MASKS | Self::FRAGMENT_OPEN | Self::BLOCKED;
+    const FLAGS: usize = Self::MASKS | Self::FRAGMENT_OPEN;
 
     fn empty(role: Role) -> Self {
         match role {
@@ -122,7 +120,10 @@ impl LenAndFlags {
     }
 
     fn add(&mut self, n: usize) {
-        debug_assert!(self.bytes() + n < Self::BLOCKED, "a queue of 2^61 bytes");
+        debug_assert!(
+            self.bytes() + n < Self::FRAGMENT_OPEN,
+            "a queue of 2^62 bytes"
+        );
         self.0 += n;
     }
 
@@ -358,17 +359,17 @@ impl WriteQueue {
     }
 
     /// Queues the answer to a ping, as a reply (see [`WriteQueue::push_reply`])
-    /// unless the queue is empty and writes are not blocked. Unsent pongs at the end of the reply lane
-    /// are replaced by the newest one while writes are blocked
-    /// ([`WriteQueue::is_blocked`]), and whenever they reach
-    /// [`PONG_BUDGET`] bytes: a peer that pings and does not read gets the
-    /// answer to its latest ping, and costs no more than that. (RFC 6455
-    /// §5.5.3 allows answering only the most recent ping; pings that do get
-    /// read out in time each get their pong, as Autobahn's case 2.10 wants.)
+    /// unless the queue is empty. Unsent pongs at the end of the reply lane
+    /// are replaced by the newest one once they reach [`PONG_BUDGET`] bytes:
+    /// a peer that pings and does not read gets the answer to its latest
+    /// ping, and costs no more than that. (RFC 6455 §5.5.3 allows answering
+    /// only the most recent ping.) Below the budget every ping gets its pong,
+    /// as Autobahn's cases 2.10 and 2.11 want, however slowly writes go: a
+    /// write that would block says little about the peer on a stream with
+    /// little buffering of its own (an HTTP/2 stream takes a write or two).
     pub fn push_pong(&mut self, payload: &[u8]) {
         debug_assert!(payload.len() <= 125);
-        let blocked = self.len.flag(LenAndFlags::BLOCKED);
-        if self.is_empty() && !blocked {
+        if self.is_empty() {
             self.push_frame(true, 0, OpCode::Pong, payload);
             return self.keep_ahead_of_replies();
         }
@@ -376,7 +377,7 @@ impl WriteQueue {
         let spill = self.spill_mut();
         let mut replaced = 0;
         let run = spill.pong.unwrap_or(spill.urgent.len());
-        if blocked || spill.urgent.len() - run >= PONG_BUDGET {
+        if spill.urgent.len() - run >= PONG_BUDGET {
             replaced = spill.urgent.len() - run;
             spill.urgent.truncate(run);
         }
@@ -489,9 +490,8 @@ impl WriteQueue {
 
     /// Writes the queue through `write` (a non-blocking `writev`: it takes up
     /// to [`MAX_IOVECS`] slices and returns how many bytes it took) until the
-    /// queue is empty or `write` reports `WouldBlock`, which marks the queue
-    /// blocked (see [`WriteQueue::is_blocked`]). `Interrupted` is retried;
-    /// any other error, or a write of nothing, is returned as it is.
+    /// queue is empty or `write` reports `WouldBlock`. `Interrupted` is
+    /// retried; any other error, or a write of nothing, is returned as it is.
     pub fn write_with(
         &mut self,
         mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
@@ -510,29 +510,13 @@ impl WriteQueue {
                     bytes += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.set_blocked(true);
                     return Ok(Written { bytes, all: false });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        self.set_blocked(false);
         Ok(Written { bytes, all: true })
-    }
-
-    /// Whether the last write did not take everything (the peer is not
-    /// reading): pongs then replace each other (see
-    /// [`WriteQueue::push_pong`]).
-    pub fn is_blocked(&self) -> bool {
-        self.len.flag(LenAndFlags::BLOCKED)
-    }
-
-    /// Records whether writes are blocked, for a writer that does not use
-    /// [`WriteQueue::write_with`] (one whose writes own their buffers, see
-    /// [`WriteQueue::take_to_send`]).
-    pub fn set_blocked(&mut self, blocked: bool) {
-        self.len.set(LenAndFlags::BLOCKED, blocked);
     }
 
     /// Drops the first `n` bytes in the order [`WriteQueue::io_slices`] gives
@@ -580,8 +564,8 @@ impl WriteQueue {
         if self.spill.is_none() {
             // Nothing to overtake: the whole queue goes, buffer and all.
             let taken = std::mem::take(self);
-            // What stays keeps the role, the open fragment and whether
-            // writes are blocked, as the spill's branch below does.
+            // What stays keeps the role and the open fragment, as the
+            // spill's branch below does.
             self.len = taken.len.without_bytes();
             return WriteQueue {
                 len: role.with_bytes(taken.len()),

@@ -375,7 +375,7 @@ fn assert_valid_message_stream(frames: &[(FrameHeader, Vec<u8>)]) {
 }
 
 #[test]
-fn while_writes_are_blocked_a_pong_replaces_the_unsent_one() {
+fn pongs_behind_a_stuck_write_are_all_kept_up_to_the_budget() {
     let mut q = WriteQueue::new();
     q.push_frame_shared(true, 0, OpCode::Binary, big(b'a', 40_000));
     let mut calls = 0;
@@ -396,12 +396,12 @@ fn while_writes_are_blocked_a_pong_replaces_the_unsent_one() {
             all: false
         }
     );
-    assert!(q.is_blocked());
+    // Autobahn 2.10 over a stream slow to take writes: ten pings, ten pongs.
     let before = q.len();
-    for i in 0..10_000u32 {
+    for i in 0..10u32 {
         q.push_pong(&i.to_be_bytes());
     }
-    assert_eq!(q.len(), before + 6, "one pong waits");
+    assert_eq!(q.len(), before + 10 * 6, "ten pongs wait");
     let mut wire = vec![0u8; 0];
     let mut header = [0u8; MAX_HEADER_LEN];
     let n = encode_header(&mut header, true, 0, OpCode::Binary, 40_000, None);
@@ -409,9 +409,10 @@ fn while_writes_are_blocked_a_pong_replaces_the_unsent_one() {
     wire.extend_from_slice(&[b'a'; 100 - 4]);
     q.drain_into(&mut wire);
     let frames = server_frames(&wire);
-    assert_eq!(frames.len(), 2);
-    assert_eq!(frames[1].1, 9_999u32.to_be_bytes(), "the latest ping's");
-    assert!(!q.is_blocked() || q.is_empty());
+    assert_eq!(frames.len(), 11);
+    for (i, frame) in frames[1..].iter().enumerate() {
+        assert_eq!(frame.1, (i as u32).to_be_bytes());
+    }
 }
 
 #[test]
@@ -425,11 +426,10 @@ fn pongs_are_all_sent_while_writes_go_through_and_a_started_one_is_kept() {
     q.drain_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "0123456789");
 
-    // Blocked, with the first pong partly written: the next one is added.
+    // With the first pong partly written, the next ones are added after it.
     let mut q = WriteQueue::new();
     q.push_frame_shared(true, 0, OpCode::Binary, big(b'a', 40_000));
     q.advance(10);
-    q.set_blocked(true);
     q.push_pong(b"p");
     q.advance(40_004 - 10 + 1);
     q.push_pong(b"q");
@@ -437,7 +437,7 @@ fn pongs_are_all_sent_while_writes_go_through_and_a_started_one_is_kept() {
     let mut wire = vec![];
     q.drain_into(&mut wire);
     assert_eq!(&wire[..2], &[1, b'p'], "the rest of the first pong");
-    assert_eq!(tags(&server_frames(&wire[2..])), "r");
+    assert_eq!(tags(&server_frames(&wire[2..])), "qr");
 }
 
 #[test]
@@ -476,7 +476,6 @@ fn a_client_queue_masks_replies_and_pongs() {
     q.push_frame_shared(true, 0, OpCode::Binary, big(b'a', 40_000));
     q.push_frame_shared(true, 0, OpCode::Binary, big(b'b', 40_000));
     q.push_reply(0, OpCode::Text, b"reply");
-    q.set_blocked(true);
     q.push_pong(b"pong");
     assert!(q.push_reply_with(RSV1_BITS, OpCode::Text, 4, |buf| {
         buf.extend_from_slice(b"made");

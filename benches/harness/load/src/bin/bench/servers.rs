@@ -202,10 +202,15 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             fanout: None,
         });
     }
-    // gws's Broadcaster (frames a message once for all receivers) is
-    // scenario 9's Go peer.
-    if let Some(gws) = servers.iter_mut().find(|s| s.name == "gws") {
-        gws.fanout = Some((go_bin.join("gws-fanout"), &[]));
+    // Scenario 9's Go peers: gws's Broadcaster (frames a message once for
+    // all receivers), and nbio, which has no pub/sub: a loop over the
+    // topic's connections.
+    for server in servers.iter_mut() {
+        match server.name {
+            "gws" => server.fanout = Some((go_bin.join("gws-fanout"), &[])),
+            "nbio" => server.fanout = Some((go_bin.join("nbio-fanout"), &[])),
+            _ => {}
+        }
     }
     // The axum peers (issue 9): axum's own ws (tokio-tungstenite
     // underneath) and sockudo-ws's axum integration, at `/ws` of an
@@ -223,7 +228,9 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: false,
-            fanout: None,
+            // sockudo-ws's `PubSub` is scenario 9's Rust peer.
+            fanout: (name == "sockudo-axum")
+                .then(|| (harness_bin.join("sockudo-fanout"), &[] as &[&str])),
         });
     }
     // The wss peers: tokio-websockets over tokio-rustls, gws over Go's
