@@ -29,8 +29,8 @@ pub(crate) trait WokenList: Send + Sync + 'static {
 
     /// Hands the loop `job`, to run on its thread at the start of its next
     /// turn, and makes sure that turn comes; false (and `job` dropped) if
-    /// the jobs waiting already weigh [`POSTED_LIMIT`]. `bytes` is what the
-    /// job holds on to (a message). (Only pub/sub posts jobs.)
+    /// it would take the jobs waiting past [`POSTED_LIMIT`]. `bytes` is what
+    /// the job holds on to (a message). (Only pub/sub posts jobs.)
     #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
     fn post(&self, job: Job, bytes: usize) -> bool;
 }
@@ -81,7 +81,8 @@ impl Posted {
     /// then wakes the loop.
     #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
     pub(crate) fn push(&self, job: Job, bytes: usize) -> bool {
-        let weight = bytes.saturating_add(JOB_WEIGHT);
+        // At most the limit each: the sums cannot overflow.
+        let weight = bytes.saturating_add(JOB_WEIGHT).min(POSTED_LIMIT);
         let mut pending = self.lock_pending();
         if !pending.jobs.is_empty() && pending.weight.saturating_add(weight) > POSTED_LIMIT {
             return false;
@@ -100,16 +101,19 @@ impl Posted {
         if !self.any.swap(false, Ordering::AcqRel) {
             return false;
         }
-        {
+        // The jobs taken weigh until they have run: what waits and what
+        // runs together stay within the limit.
+        let taken = {
             let mut pending = self.lock_pending();
             std::mem::swap(&mut pending.jobs, spare);
-            pending.weight = 0;
-        }
+            pending.weight
+        };
         for job in spare.drain(..) {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 tracing::error!("a job posted to a server loop panicked");
             }
         }
+        self.lock_pending().weight -= taken;
         true
     }
 }
@@ -262,6 +266,25 @@ mod tests {
         assert!(!posted.push(Box::new(|| {}), each), "past the limit");
         assert!(posted.run(&mut spare));
         assert!(posted.push(Box::new(|| {}), each), "room again");
+    }
+
+    #[test]
+    fn jobs_being_run_still_count_against_the_limit() {
+        let posted = Arc::new(Posted::default());
+        let mut spare = Vec::new();
+        let during = Arc::new(Mutex::new(Vec::new()));
+        let (inner, seen) = (posted.clone(), during.clone());
+        let heavy = Box::new(move || {
+            // The loop is running a full batch: one job still goes (a
+            // message as large as the limit must get through), no more.
+            lock(&seen).push(inner.push(Box::new(|| {}), 10));
+            lock(&seen).push(inner.push(Box::new(|| {}), 10));
+        });
+        assert!(posted.push(heavy, POSTED_LIMIT));
+        assert!(posted.run(&mut spare));
+        assert_eq!(*lock(&during), [true, false]);
+        // Run, the batch weighs nothing: only the job that went remains.
+        assert!(posted.push(Box::new(|| {}), POSTED_LIMIT / 2));
     }
 
     #[test]

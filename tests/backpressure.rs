@@ -85,8 +85,9 @@ async fn a_slow_reader_gets_every_reply_in_order_while_the_server_pushes(backend
 }
 
 /// A client pings as fast as it can and reads nothing. The server keeps
-/// reading (the client's writes never stall) and answers only the latest
-/// ping while its writes are blocked: its queue stays tiny.
+/// reading (the client's writes never stall), and its unsent pongs are
+/// replaced by the newest once they reach 4 KiB (`PONG_BUDGET`): its queue
+/// stays tiny.
 async fn a_ping_flood_from_a_client_that_never_reads_grows_no_memory(backend: Backend) {
     let server = start(backend, Config::default()).await;
     let mut stream = raw_upgraded(server.addr).await;

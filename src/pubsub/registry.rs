@@ -41,7 +41,7 @@ impl Route {
         }
     }
 
-    fn same(&self, other: &Route) -> bool {
+    pub(super) fn same(&self, other: &Route) -> bool {
         match (self, other) {
             (Route::Loop(a), Route::Loop(b)) => std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b)),
             (Route::Direct, Route::Direct) => true,
@@ -84,13 +84,6 @@ impl Local {
 
     pub(super) fn count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
-    }
-
-    /// How many subscribers this holds, `except` (a connection's key) aside.
-    pub(super) fn subscribers_but(&self, except: Option<usize>) -> usize {
-        let subscribers = self.lock();
-        let skipped = except.is_some_and(|key| subscribers.at.contains_key(&key));
-        subscribers.conns.len() - usize::from(skipped)
     }
 
     fn add(&self, conn: &Conn) -> bool {

@@ -213,8 +213,9 @@ impl<H: Handler> Reactor<H> {
             let mut completions = std::mem::take(&mut self.completions);
             let mut received = std::mem::take(&mut self.received);
             self.parts.ring.complete(&mut completions);
-            // Sends first: a connection that receives while its send is still
-            // out then knows that the send did not go through at once.
+            // Sends first: the bytes they free count before a receive
+            // decides whether its connection pauses reading (queued and
+            // in-flight bytes at `max_outbound_bytes`).
             for completion in completions.drain(..) {
                 match completion {
                     Completion::Received { .. } => received.push(completion),

@@ -76,13 +76,13 @@ pub struct WriteQueue {
     len: LenAndFlags,
 }
 
-/// How many bytes are queued, with three flags in the top bits of the same
+/// How many bytes are queued, with two flags in the top bits of the same
 /// word: whether frames are masked (the client role) and whether a
 /// fragmented message is open in the ordered lane.
 ///
 /// Fields of their own would cost 8 bytes in every server connection's
 /// `ConnShared`, which holds a queue, and could move it into the next
-/// allocation size class for nothing: no queue can hold 2^61 bytes (on
+/// allocation size class for nothing: no queue can hold 2^62 bytes (on
 /// 64-bit targets), so the top bits are free.
 #[derive(Clone, Copy, Debug, Default)]
 struct LenAndFlags(usize);
