@@ -58,12 +58,13 @@
 //! counted ([`Stats::dropped`]); with [`Overflow::Close`] the subscriber is
 //! closed with the given code instead. `Config::slow_consumer` plays no
 //! part. The hand-off to a loop is bounded too: while the deliveries
-//! waiting for one loop weigh 16 MiB (their frames, plus 64 bytes each),
-//! publishes are not handed to it, and its subscribers miss them (counted
-//! in [`Stats::dropped`] under either policy, and not in what `publish`
-//! returns). A burst of 100,000 small publishes fits; a loop further
-//! behind than that would not deliver them soon anyway. Nothing else a
-//! publish makes waits anywhere.
+//! waiting for one loop, or being run by it, weigh 16 MiB (their frames,
+//! plus 64 bytes each), publishes are not handed to it (but one always
+//! is, so a message that large still gets through), and its subscribers
+//! miss them (counted in [`Stats::dropped`] under either policy, and not
+//! in what `publish` returns). A burst of 100,000 small publishes fits;
+//! a loop further behind than that would not deliver them soon anyway.
+//! Nothing else a publish makes waits anywhere.
 //!
 //! **Life.** Subscriptions end with their connection (when it closes, or
 //! when its close starts: no message could reach it after that).
