@@ -27,22 +27,31 @@ for extra in socket hyper axum http2 client client,rustls client,webpki-roots cl
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done
 
+# The sans-I/O core builds alone, with and without permessage-deflate.
+for list in "" deflate; do
+    echo "rapidws-core features: [${list}]"
+    cargo clippy --quiet -p rapidws-core --lib --no-default-features --features "$list" -- -D warnings
+done
+
 # `cargo tree -e normal`: the library's own dependencies, not dev-dependencies.
+# (A second argument names another package of the workspace.)
 deps_of() {
-    cargo tree -e normal --prefix none --no-default-features --features "$1" |
+    cargo tree -e normal --prefix none -p "${2:-rapidws}" --no-default-features --features "$1" |
         awk '{print $1}' | sort -u
 }
 forbid() {
     local build=$1; shift
-    local deps; deps=$(deps_of "$build")
+    local deps; deps=$(deps_of "$build" "${PACKAGE:-}")
     for crate in "$@"; do
         if grep -qx "$crate" <<<"$deps"; then
             echo "error: --no-default-features --features $build depends on $crate" >&2
             exit 1
         fi
     done
-    echo "--features $build: none of $*"
+    echo "${PACKAGE:-rapidws} --features $build: none of $*"
 }
 forbid uring tokio mio zlib-rs rustls
 forbid uring,pubsub tokio mio zlib-rs rustls
 forbid tokio io-uring zlib-rs rustls
+# The core: no runtime, no sockets, no TLS, whatever its features.
+PACKAGE=rapidws-core forbid deflate tokio mio io-uring socket2 rustls hyper

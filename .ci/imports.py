@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""No import circle between files in src/ (ARCHITECTURE.md, "Layers").
+"""No import circle between files or modules, in each crate of the workspace
+(`src/` and `core/src/`; ARCHITECTURE.md, "Layers"). Between the crates, cargo
+itself refuses a circle: `rapidws-core` cannot name `rapidws`.
 
 Every `crate::`, `super::` and `self::` path in a file (in `use` trees, braces
 expanded, and inline in code) is followed to the file that defines the item,
 through `pub use` re-exports. A file depends on the files whose items its own
-code uses. A `pub use` that only re-exports an item is a module's interface,
-not a use by its code, so it makes no edge; nor does a `mod` declaration.
-Prints each circle with its edges and exits 1 if there is one; prints the
-file count and `no import circle` otherwise.
+code uses, and also on every module its paths go through on the way (other
+than its own ancestors): `super::proxy::ProxyError` makes `client/error.rs`
+depend on `client/proxy/mod.rs` as well as on `client/proxy/reply.rs`, where
+`ProxyError` is defined, so two modules that import each other through a
+re-export are a circle too. A `pub use` that only re-exports an item is a
+module's interface, not a use by its code, so it makes no edge; nor does a
+`mod` declaration. A re-export of another crate (`pub use rapidws_core::proto`)
+leads out of the crate. Prints each circle with its edges and exits 1 if
+there is one; prints the file count and `no import circle` otherwise.
 """
 
 import os
 import re
 import sys
 
-ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOTS = sys.argv[1:] or [os.path.join(HERE, "src"), os.path.join(HERE, "core", "src")]
 ITEM = re.compile(
     r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+|const\s+|unsafe\s+)*"
     r"(?:fn|struct|enum|trait|type|const|static|mod|macro_rules!|union)\s+(\w+)",
@@ -40,8 +48,8 @@ def without_tests(text):
         text = text[: match.start()] + text[end:]
 
 
-def module_of(path):
-    rel = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+def module_of(root, path):
+    rel = os.path.relpath(path, root)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib"):
         rel = rel[:-1]
     return tuple(rel)
@@ -77,15 +85,15 @@ def expand(tree):
     return [tree]
 
 
-def main():
+def check(root):
     files = {}
-    for folder, _, names in os.walk(ROOT):
+    for folder, _, names in os.walk(root):
         for name in names:
             # `tests.rs` beside a module holds its tests.
             if name.endswith(".rs") and name != "tests.rs":
                 path = os.path.join(folder, name)
                 text = open(path, encoding="utf-8").read()
-                files[module_of(path)] = without_tests(COMMENT.sub("", text))
+                files[module_of(root, path)] = without_tests(COMMENT.sub("", text))
 
     defined = {m: set(ITEM.findall(text)) for m, text in files.items()}
     reexports = {}  # module -> {name: full path}
@@ -119,8 +127,14 @@ def main():
             base = list(module)
         return base + segs
 
+    def outside(module, target):
+        """A re-export whose path starts with another crate's name."""
+        head = target.split("::")[0]
+        return head not in ("crate", "self", "super") and (module + (head,)) not in files
+
     def resolve(segs, seen=()):
-        """The module (file) that defines the item `segs` names."""
+        """The module (file) that defines the item `segs` names; None for an
+        item of another crate."""
         for i in range(len(segs), -1, -1):
             module = tuple(segs[:i])
             if module in files:
@@ -130,6 +144,8 @@ def main():
                 name = rest[0]
                 target = reexports[module].get(name)
                 if target and name not in defined[module] and (module, name) not in seen:
+                    if outside(module, target):
+                        return None
                     found = resolve(absolute(module, target), seen + ((module, name),))
                     if found is not None:
                         return found
@@ -142,9 +158,17 @@ def main():
             head = path.split("::")[0]
             if head not in ("crate", "self", "super") and (module + (head,)) not in files:
                 continue  # an external crate or std
-            target = resolve(absolute(module, path))
-            if target is not None and target != module:
+            segs = absolute(module, path)
+            target = resolve(segs)
+            if target is None:
+                continue
+            if target != module:
                 edges[module].add(target)
+            # The modules the path goes through (a re-exporting parent).
+            for i in range(1, len(segs)):
+                through = tuple(segs[:i])
+                if through in files and through != module and module[: len(through)] != through:
+                    edges[module].add(through)
 
     # Tarjan's strongly connected components.
     index, low, stack, on_stack, circles = {}, {}, [], set(), []
@@ -186,10 +210,16 @@ def main():
             for b in sorted(edges[a]):
                 if b in component:
                     print(f"  {name(a)} -> {name(b)}")
+    where = os.path.relpath(root, HERE)
     if circles:
+        print(f"{where}: {len(circles)} import circle(s)")
         return 1
-    print(f"{len(files)} files in src/: no import circle")
+    print(f"{len(files)} files in {where}/: no import circle between files or modules")
     return 0
+
+
+def main():
+    return max(check(os.path.normpath(root)) for root in ROOTS)
 
 
 if __name__ == "__main__":

@@ -24,20 +24,20 @@ cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
 cargo fmt --manifest-path autobahn/h2-bridge/Cargo.toml -- --check
 
 step "cargo clippy --all-targets --all-features -D warnings"
-cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo clippy --manifest-path autobahn/h2-bridge/Cargo.toml -- -D warnings
 
 step "cargo doc: no broken links, private items included"
-RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps --document-private-items
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --document-private-items
 
-step "layers: no import circle between files in src/ (.ci/imports.py)"
+step "layers: no import circle between files or modules, in src/ and core/src/ (.ci/imports.py)"
 python3 .ci/imports.py
 
 step "cargo features: every combination builds clean, the slim builds stay slim (.ci/features.sh)"
 bash .ci/features.sh
 
-step "cargo test"
-cargo test --all-features
+step "cargo test (the workspace: rapidws-core and rapidws)"
+cargo test --workspace --all-features
 
 step "load harness: fmt, clippy, unit tests, go vet (it is not run here; see benches/harness/README.md)"
 cargo fmt --manifest-path benches/harness/Cargo.toml --all -- --check
@@ -58,5 +58,6 @@ step "Miri over the sans-I/O unit tests (a subset; the full command is in ARCHIT
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
     rustup component add --toolchain nightly miri rust-src
 fi
-cargo +nightly miri test --lib -- proto::mask proto::deflate proto::session proto::frame \
-    proto::utf8 proto::close pool:: keepalive:: read_buf:: handshake::extensions
+cargo +nightly miri test --workspace --lib -- proto::mask proto::deflate proto::session \
+    proto::frame proto::utf8 proto::close pool:: connection::keepalive:: driver::read_buf:: \
+    handshake::extensions

@@ -2,7 +2,12 @@
 # Runs the Autobahn TestSuite cases against the echo examples (and our
 # client against Autobahn's fuzzing server) and checks the results strictly.
 # Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client)
+# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client gateway)
+#
+# Targets run AUTOBAHN_JOBS at a time (default 2): each has its own server,
+# bridge and ports, and most of a run is kosoku waiting on timers and
+# round trips, so two at once on two cores take about half the wall time.
+# Each target's output is printed, whole, when it finishes.
 #
 # - `tokio`, `uring`: the echo example on that backend;
 # - `tls` is wss: the echo example on the tokio backend with a certificate
@@ -25,6 +30,7 @@
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (release) and starts it on a free loopback port;
 # - runs all 517 cases in parallel (the echo server offers permessage-deflate), reports in autobahn/reports/<backend>/;
+#   the target's own log in autobahn/reports/<backend>.log;
 # - fails unless every case is OK or INFORMATIONAL in both `behavior` and
 #   `behaviorClose`, except cases listed in autobahn/expected-failures.txt.
 set -euo pipefail
@@ -51,6 +57,10 @@ echo_bin="$root/target/release/examples/echo"
 axum_bin="$root/target/release/examples/axum_echo"
 client_bin="$root/target/release/examples/autobahn_client"
 gateway_bin="$root/target/release/examples/gateway"
+
+if [[ " ${backends[*]} " == *" tls"* ]]; then
+    command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
+fi
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -83,7 +93,6 @@ cleanup() {
     bridge_pid=""
     server_pid=""
 }
-trap cleanup EXIT
 
 # Checks that the bridge started in the background just before (its pid
 # in $!) listens on $plain_port; kosoku connects there instead.
@@ -97,8 +106,10 @@ bridge_started() { # NAME LOG
     addr="127.0.0.1:$plain_port"
 }
 
-status=0
-for backend in "${backends[@]}"; do
+# One target, start to end: its server (and bridge), kosoku, the check.
+# Runs in a subshell of its own, so its processes and trap are its own.
+run_one() {
+    local backend=$1 status=0
     port="$(free_port)"
     addr="127.0.0.1:$port"
     reports="$here/reports/$backend"
@@ -112,7 +123,7 @@ for backend in "${backends[@]}"; do
         if ! wait_listening "$port" "$server_pid"; then
             echo "autobahn: kosoku's fuzzing server did not start:" >&2
             cat "$reports/kosoku.log" >&2
-            exit 1
+            return 1
         fi
         echo "autobahn: running all cases with the autobahn_client example against ws://$addr"
         RUST_LOG=warn "$client_bin" --url "ws://$addr" --agent rapidws --deflate --parallel 8 \
@@ -126,7 +137,7 @@ for backend in "${backends[@]}"; do
         python3 "$here/check.py" --backend "$backend" \
             --index "$reports/index.json" \
             --expected "$here/expected-failures.txt" || status=1
-        continue
+        return "$status"
     fi
 
     # Every message is compressed (--deflate-min-size 0): kosoku's 12.x/13.x
@@ -140,7 +151,6 @@ for backend in "${backends[@]}"; do
         server_bin="$axum_bin"
         path="/${backend##*-}"
     elif [[ "$backend" == tls* ]]; then
-        command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
             -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
             -keyout "$reports/key.pem" -out "$reports/cert.pem" 2>/dev/null
@@ -157,7 +167,7 @@ for backend in "${backends[@]}"; do
     if ! wait_listening "$port" "$server_pid"; then
         echo "autobahn: the $backend echo server did not start:" >&2
         cat "$reports/server.log" >&2
-        exit 1
+        return 1
     fi
     if [[ "$backend" == tls* ]]; then
         # kosoku connects here in plain TCP; socat verifies the server's
@@ -190,5 +200,32 @@ for backend in "${backends[@]}"; do
     python3 "$here/check.py" --backend "$backend" \
         --index "$reports/index.json" \
         --expected "$here/expected-failures.txt" || status=1
+    return "$status"
+}
+
+mkdir -p "$here/reports"
+jobs_max="${AUTOBAHN_JOBS:-2}"
+pids=()
+for backend in "${backends[@]}"; do
+    while (($(jobs -rp | wc -l) >= jobs_max)); do
+        wait -n || true
+    done
+    echo "autobahn: starting $backend"
+    (
+        trap cleanup EXIT
+        run_one "$backend"
+    ) >"$here/reports/$backend.log" 2>&1 &
+    pids+=($!)
+done
+
+status=0
+for i in "${!backends[@]}"; do
+    backend=${backends[$i]}
+    result=0
+    wait "${pids[$i]}" || result=$?
+    echo
+    echo "== autobahn: $backend ($( ((result == 0)) && echo passed || echo FAILED))"
+    cat "$here/reports/$backend.log"
+    ((result == 0)) || status=1
 done
 exit "$status"

@@ -3,8 +3,8 @@
 //! ```text
 //! cargo run --release --example echo -- --addr 127.0.0.1:9001 --backend tokio
 //! ```
-//! `--backend uring` serves with the io_uring backend (Linux; build with
-//! `--features uring`). Logging follows
+//! `--backend uring` serves with the io_uring backend (Linux 6.0 or later).
+//! Logging follows
 //! `RUST_LOG` (default `info`). Ctrl-C shuts down gracefully.
 
 use std::process::ExitCode;

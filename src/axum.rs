@@ -65,14 +65,14 @@ use ::hyper::http::request::Parts;
 use ::hyper::upgrade::OnUpgrade;
 use ::hyper::{HeaderMap, Method, Uri, Version};
 
-use crate::config::Config;
-use crate::handler::{Accept, Handler};
+use crate::connection::config::Config;
+use crate::connection::endpoint::ServerHandle;
+use crate::connection::handler::{Accept, Handler};
+use crate::connection::upgrade::Settings;
 use crate::handshake::HandshakeError;
 use crate::hyper::{Answer, HeadRef, decide, extended_protocol, refusal, spawn};
 use crate::proto::deflate::DeflateConfig;
-use crate::server::ServerHandle;
 use crate::socket::{SocketHandler, WebSocket};
-use crate::upgrade::Settings;
 
 /// An upgrade's function, boxed: what the `on_upgrade` closures become.
 type Run = Box<dyn FnOnce(WebSocket) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;

@@ -24,13 +24,13 @@ use ::hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
-use crate::handler::{Accept, Handler};
+use crate::connection::handler::{Accept, Handler};
+use crate::connection::upgrade::{Decision, Settings};
 use crate::handshake::{
     HandshakeError, accept_key, check_extended_connect, check_request, error_header, first_line,
     write_response_value,
 };
 use crate::proto::deflate::DeflateParams;
-use crate::upgrade::{Decision, Settings};
 
 /// Answers `request` for `server` (see the module docs): a `101` whose
 /// connection is served once hyper hands it over, or an error response.

@@ -16,31 +16,15 @@
 // code (CI runs clippy with every feature).
 #![cfg_attr(not(all(feature = "tokio", feature = "uring")), allow(dead_code))]
 
-mod conn;
-mod dispatch;
-mod handler;
-mod keepalive;
-mod lifecycle;
-mod read_buf;
-mod server;
-mod slab;
-mod slot_waker;
-#[cfg(feature = "tokio")]
-mod timer;
-#[cfg(feature = "rustls")]
-mod tls;
-mod upgrade;
+mod connection;
+mod driver;
 
 #[cfg(feature = "axum")]
 pub mod axum;
 #[cfg(feature = "client")]
 pub mod client;
-pub mod config;
-pub mod handshake;
 #[cfg(feature = "hyper")]
 pub mod hyper;
-pub mod pool;
-pub mod proto;
 #[cfg(feature = "pubsub")]
 pub mod pubsub;
 #[cfg(feature = "socket")]
@@ -52,14 +36,17 @@ pub mod tokio;
 #[cfg(all(target_os = "linux", feature = "uring"))]
 pub mod uring;
 
+/// The sans-I/O core (the `rapidws-core` crate): protocol, handshakes, buffer pool.
+pub use rapidws_core::{handshake, pool, proto};
+
 pub use bytes::Bytes;
-pub use config::{Config, SlowConsumer};
-pub use conn::{Conn, Ready, SendError};
-pub use handler::{Accept, Handler, HttpResponse, Reject};
+pub use connection::config::{Config, SlowConsumer};
+pub use connection::conn::{Conn, Ready, SendError};
+pub use connection::endpoint::ServerHandle;
+pub use connection::handler::{Accept, Handler, HttpResponse, Reject};
 pub use handshake::Request;
 pub use proto::deflate::DeflateConfig;
 pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};
-pub use server::ServerHandle;
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times

@@ -215,7 +215,7 @@ impl Link {
     /// nothing was left to deliver.
     fn carry(&mut self, from: &mut WriteQueue, to: &mut Peer) -> bool {
         let before = self.in_flight.len();
-        from.drain_into(&mut self.in_flight);
+        from.move_into(&mut self.in_flight);
         self.wire.extend_from_slice(&self.in_flight[before..]);
         if self.in_flight.is_empty() {
             return false;
@@ -249,7 +249,7 @@ fn negotiated(settings: Settings) -> (DeflateParams, DeflateParams) {
         .write(&mut wire)
         .unwrap();
     let mut request = Vec::new();
-    wire.drain_into(&mut request);
+    wire.move_into(&mut request);
     let mut headers = header_buffer();
     let (parsed, _) = parse_request(&request, &mut headers, 8192)
         .unwrap()
@@ -258,7 +258,7 @@ fn negotiated(settings: Settings) -> (DeflateParams, DeflateParams) {
         .expect("our server accepts our client's offer");
     write_accept(&mut wire, parsed.key(), None, Some(&server));
     let mut response = Vec::new();
-    wire.drain_into(&mut response);
+    wire.move_into(&mut response);
     let accepted = handshake
         .read_response(&response, 8192)
         .unwrap()
@@ -493,14 +493,14 @@ fn each_role_refuses_the_other_roles_masking() {
         out.push_frame(true, 0, OpCode::Text, b"wrong way round");
         let mut input = BytesMut::new();
         let mut wire = Vec::new();
-        out.drain_into(&mut wire);
+        out.move_into(&mut wire);
         input.extend_from_slice(&wire);
         let mut session = Session::new(receiver, Limits::default(), pool.clone());
         let mut replies = WriteQueue::with_role(receiver);
         let error = session.read(&mut input, &mut replies).unwrap_err();
         assert_eq!(error.code, CloseCode::PROTOCOL_ERROR, "{receiver:?}");
         let mut close = Vec::new();
-        replies.drain_into(&mut close);
+        replies.move_into(&mut close);
         let keys = frames_on(&close, receiver == Role::Client, false);
         assert_eq!(keys.len(), usize::from(receiver == Role::Client));
     }

@@ -208,7 +208,7 @@ fn server_wire(
     let mut session = Session::new(rapidws::proto::Role::Server, Limits::default(), pool);
     assert!(session.close(CloseCode::NORMAL, "bye", &mut out));
     let mut bytes = Vec::new();
-    out.drain_into(&mut bytes);
+    out.move_into(&mut bytes);
     (bytes, expected)
 }
 

@@ -42,8 +42,7 @@ pub struct ServeArgs {
     /// (default: the library's, 64 bytes).
     #[arg(long, requires = "deflate", value_name = "BYTES")]
     pub deflate_min_size: Option<usize>,
-    /// Serve wss with this certificate chain (PEM; with --tls-key and
-    /// `--features rustls`).
+    /// Serve wss with this certificate chain (PEM; with --tls-key).
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<std::path::PathBuf>,
     /// The private key for --tls-cert (PEM).
@@ -128,8 +127,7 @@ pub fn tls_server_config(
 pub enum Backend {
     /// Connection groups on a multi-threaded tokio runtime.
     Tokio,
-    /// One io_uring reactor per thread (Linux 6.0 or later; build with
-    /// `--features uring`).
+    /// One io_uring reactor per thread (Linux 6.0 or later).
     Uring,
 }
 

@@ -57,7 +57,7 @@ impl Chunker {
 /// Every queued byte, in order.
 pub fn drain(queue: &mut WriteQueue) -> Vec<u8> {
     let mut bytes = Vec::new();
-    queue.drain_into(&mut bytes);
+    queue.move_into(&mut bytes);
     bytes
 }
 

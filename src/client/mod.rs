@@ -54,8 +54,8 @@ mod tls;
 mod upgrade;
 pub mod url;
 
-pub use error::{Error, MAX_REFUSAL_BODY, Refusal, Stage};
-pub use proxy::{Proxy, ProxyError};
+pub use error::{Error, MAX_REFUSAL_BODY, ProxyError, Refusal, Stage};
+pub use proxy::Proxy;
 pub use sockets::{Slot, Sockets};
 pub use upgrade::Response;
 
@@ -69,17 +69,18 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
 use self::url::{Host, Url};
-use crate::config::Config;
-use crate::conn::Conn;
-use crate::handler::Handler;
-use crate::lifecycle::Env;
+use crate::connection::config::Config;
+use crate::connection::conn::Conn;
+use crate::connection::endpoint::{Endpoint, ServerHandle};
+use crate::connection::handler::Handler;
+use crate::connection::lifecycle::Env;
+use crate::connection::upgrade::Upgraded;
 use crate::proto::Role;
-use crate::server::{ServerCore, ServerHandle};
 use crate::socket::WebSocket;
 use crate::socket::inbox::Inbox;
 use crate::stream::{Start, serve};
 use crate::tokio::Groups;
-use crate::tokio::group::{Incoming, Opening};
+use crate::tokio::group::Incoming;
 
 /// Connects with a client shared by the whole process (default [`Config`],
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
@@ -308,7 +309,7 @@ impl<H: Handler> Client<H> {
     pub fn with_handler(handler: H, config: Config) -> Self {
         Client {
             env: Env {
-                core: ServerCore::new(config),
+                endpoint: Endpoint::new(config),
                 handler: Arc::new(handler),
             },
             options: Options {
@@ -364,7 +365,7 @@ impl<H: Handler> Client<H> {
     /// A handle to the client's connections: count them, or shut them
     /// down.
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.env.core.clone())
+        ServerHandle::new(self.env.endpoint.clone())
     }
 
     /// Closes every open connection of this client with 1001 and waits for
@@ -372,7 +373,7 @@ impl<H: Handler> Client<H> {
     /// [`Error::Closed`].
     pub async fn shutdown(&self) {
         self.handle().shutdown();
-        self.env.core.finish_shutdown().await;
+        self.env.endpoint.finish_shutdown().await;
     }
 
     /// Connects, opens the connection with `state`, and returns its
@@ -391,7 +392,7 @@ impl<H: Handler> Client<H> {
             stream,
         } = request.into();
         let request = Asked { headers, protocols };
-        if self.env.core.is_shutting_down() {
+        if self.env.endpoint.is_shutting_down() {
             return Err(Error::Closed);
         }
         let url = Url::parse(&url)?;
@@ -400,7 +401,7 @@ impl<H: Handler> Client<H> {
         }
         let mut request = request;
         request.add_url_credentials(&url);
-        request.check(&url, &self.env.core.config)?;
+        request.check(&url, &self.env.endpoint.config)?;
         match stream {
             Some(stream) => {
                 let peer = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
@@ -450,7 +451,7 @@ impl<H: Handler> Client<H> {
         request: &Asked,
         state: H::State,
     ) -> Result<(Conn, Response), Error> {
-        let deadline = Instant::now() + self.env.core.config.handshake_timeout;
+        let deadline = Instant::now() + self.env.endpoint.config.handshake_timeout;
         if url.scheme == "ws" {
             return self.open(stream, peer, url, request, state, deadline).await;
         }
@@ -485,36 +486,29 @@ impl<H: Handler> Client<H> {
         request: &Asked,
         state: H::State,
     ) -> Result<(Conn, Response), Error> {
-        let config = &self.env.core.config;
+        let config = &self.env.endpoint.config;
         let deadline = Instant::now() + config.handshake_timeout;
-        let upgraded = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
+        let switched = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
         let groups = match self.groups.get() {
             Some(groups) => groups,
             None => {
-                let groups = Groups::spawn(&self.env.core, &self.env.handler).map_err(Error::Io)?;
+                let groups =
+                    Groups::spawn(&self.env.endpoint, &self.env.handler).map_err(Error::Io)?;
                 // Two first connects may race: the loser's groups end at once.
                 let _ = self.groups.set(groups);
                 self.groups.get().expect("just set")
             }
         };
         let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(Error::Io)?);
-        let (conn, handout) = oneshot::channel();
-        let opening = Opening {
-            state,
-            deflate: upgraded.response.deflate().copied(),
-            role: Role::Client,
-            prefix: upgraded.prefix,
-            conn,
-        };
+        let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
         groups.least_loaded().hand_over(Incoming {
             stream,
             peer,
-            live: self.env.core.enter(),
+            live: self.env.endpoint.enter(),
             opened: Some(Box::new(opening)),
         });
-        let mut handout = Handout(handout);
         let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
-        Ok((conn, upgraded.response))
+        Ok((conn, switched.response))
     }
 
     /// The upgrade, then the connection's task.
@@ -527,24 +521,38 @@ impl<H: Handler> Client<H> {
         state: H::State,
         deadline: Instant,
     ) -> Result<(Conn, Response), Error> {
-        let config = &self.env.core.config;
-        let upgraded = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
-        let (opened, conn) = oneshot::channel();
-        let start = Start::Upgraded {
-            state,
-            deflate: upgraded.response.deflate().copied(),
-            settings: None,
-            role: Role::Client,
-            prefix: upgraded.prefix,
-            opened: Some(opened),
-        };
-        let live = self.env.core.enter();
+        let config = &self.env.endpoint.config;
+        let switched = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
+        let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
+        let start = Start::Upgraded(Box::new(opening));
+        let live = self.env.endpoint.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
-        let mut handout = Handout(conn);
         let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
-        Ok((conn, upgraded.response))
+        Ok((conn, switched.response))
     }
+}
+
+/// A client connection whose `101` was read and checked, as a driver opens
+/// it, and where its `Conn` comes back once `on_open` has run: if nobody
+/// takes it any more (the connect was cancelled), it is closed with 1001,
+/// since nobody else could.
+fn opening<S>(state: S, prefix: bytes::BytesMut, response: &Response) -> (Upgraded<S>, Handout) {
+    let (to, from) = oneshot::channel::<Conn>();
+    let hand_out = move |conn: &Conn| {
+        if to.send(conn.clone()).is_err() {
+            let _ = conn.close(crate::CloseCode::GOING_AWAY, "nobody took the connection");
+        }
+    };
+    let upgraded = Upgraded {
+        state,
+        deflate: response.deflate().copied(),
+        settings: None,
+        role: Role::Client,
+        prefix,
+        hand_out: Some(Box::new(hand_out)),
+    };
+    (upgraded, Handout(from))
 }
 
 /// The channel a connection's task sends its `Conn` back on. Dropped

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use crate::conn::Conn;
-use crate::handler::Handler;
+use crate::connection::conn::Conn;
+use crate::connection::handler::Handler;
 use crate::proto::{CloseCode, Message};
 use crate::socket::DEFAULT_INBOX_LIMIT;
 use crate::socket::inbox::Inbox;

@@ -10,7 +10,7 @@ use tokio::time::{Instant, timeout_at};
 use super::Asked;
 use super::error::{Error, MAX_REFUSAL_BODY, Refusal, Stage};
 use super::url::Url;
-use crate::config::Config;
+use crate::connection::config::Config;
 use crate::handshake::{ClientHandshakeError, ClientRequest, header_buffer, parse_response};
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
@@ -71,8 +71,8 @@ pub(crate) fn client_request<'a>(
     }
 }
 
-/// An upgrade that went through.
-pub(crate) struct Upgraded {
+/// An upgrade that went through: the server answered `101 Switching Protocols`.
+pub(crate) struct Switched {
     pub(crate) response: Response,
     /// Bytes that came after the `101`: the server's first frames.
     pub(crate) prefix: BytesMut,
@@ -86,7 +86,7 @@ pub(crate) async fn upgrade<S>(
     request: &Asked,
     config: &Config,
     deadline: Instant,
-) -> Result<Upgraded, Error>
+) -> Result<Switched, Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -97,7 +97,7 @@ where
     let mut queue = WriteQueue::new();
     let handshake = client_request.write(&mut queue).map_err(Error::Request)?;
     let mut bytes = Vec::new();
-    queue.drain_into(&mut bytes);
+    queue.move_into(&mut bytes);
 
     let timed_out = |_| Error::Timeout(Stage::Handshake);
     timeout_at(deadline, async {
@@ -160,7 +160,7 @@ where
         // Only what came after the head, in a buffer of its size: the
         // read buffer's capacity is not kept for the connection's life.
         let prefix = BytesMut::from(&buf[head_len..]);
-        return Ok(Upgraded { response, prefix });
+        return Ok(Switched { response, prefix });
     }
 }
 

@@ -78,7 +78,7 @@ mod registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::conn::{Conn, Membership, SendError};
+use crate::connection::conn::{Conn, Membership, SendError};
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
 use registry::{Local, Registry, Route};
 

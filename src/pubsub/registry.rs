@@ -14,8 +14,8 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::conn::Conn;
-use crate::slot_waker::WokenList;
+use crate::connection::conn::Conn;
+use crate::connection::wake::WokenList;
 
 /// Shards of the topic map: enough that publishers and subscribers on a
 /// few dozen threads rarely meet on one lock.

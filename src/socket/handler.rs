@@ -9,8 +9,8 @@ use tokio::runtime::Handle;
 
 use super::WebSocket;
 use super::inbox::Inbox;
-use crate::conn::Conn;
-use crate::handler::{Accept, Handler, Reject};
+use crate::connection::conn::Conn;
+use crate::connection::handler::{Accept, Handler, Reject};
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 

@@ -78,7 +78,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
 
-use crate::conn::{Conn, SendError};
+use crate::connection::conn::{Conn, SendError};
 use crate::proto::{CloseCode, MessageKind, OwnedMessage};
 
 pub use handler::{DEFAULT_INBOX_LIMIT, SocketHandler, SocketState};

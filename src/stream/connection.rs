@@ -18,17 +18,16 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::oneshot;
 
-use crate::conn::Conn;
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::lifecycle::{Action, Env, Lifecycle, Opened};
-use crate::proto::Role;
-use crate::read_buf;
-use crate::server::{LiveGuard, ShutdownSeen};
-use crate::slot_waker::ConnWake;
-use crate::timer::Timer;
+use crate::connection::endpoint::LiveGuard;
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::upgrade::Upgraded;
+use crate::connection::wake::ConnWake;
+use crate::driver::read_buf;
+use crate::driver::shutdown::ShutdownSeen;
+use crate::driver::timer::Timer;
 
 /// Reads one connection may do in one poll before its task yields.
 const READS_PER_POLL: usize = 16;
@@ -38,18 +37,8 @@ pub(crate) enum Start<S> {
     /// The upgrade request comes next; `prefix` holds its first bytes,
     /// already read from the stream.
     Request { prefix: BytesMut },
-    /// The upgrade was done elsewhere (see [`Opened`]).
-    Upgraded {
-        state: S,
-        deflate: Option<crate::proto::deflate::DeflateParams>,
-        settings: Option<Box<crate::upgrade::Settings>>,
-        role: Role,
-        /// Bytes read from the stream after the handshake: the first frames.
-        prefix: BytesMut,
-        /// Gets the connection's handle once it is open (the client hands
-        /// it out).
-        opened: Option<oneshot::Sender<Conn>>,
-    },
+    /// The upgrade was done elsewhere.
+    Upgraded(Box<Upgraded<S>>),
 }
 
 /// Serves one connection over `stream` until it is over. `started` is when
@@ -74,31 +63,7 @@ pub(crate) async fn serve<S, H>(
             let life = Lifecycle::accept(peer, live, wake, &env, started);
             (life, prefix)
         }
-        Start::Upgraded {
-            state,
-            deflate,
-            settings,
-            role,
-            prefix,
-            opened,
-        } => {
-            let settings = settings.as_deref();
-            let start = Opened {
-                state,
-                deflate,
-                settings,
-                role,
-            };
-            let life = Lifecycle::upgraded(peer, live, wake, start, &env);
-            if let (Some(opened), Some(conn)) = (opened, life.conn()) {
-                if opened.send(conn.clone()).is_err() {
-                    // Whoever asked for the connection is gone (a client's
-                    // cancelled connect): nobody could close it.
-                    let _ = conn.close(crate::CloseCode::GOING_AWAY, "nobody took the connection");
-                }
-            }
-            (life, prefix)
-        }
+        Start::Upgraded(upgraded) => Lifecycle::upgraded(peer, live, wake, *upgraded, &env),
     };
     let mut connection = Connection {
         stream,
@@ -107,7 +72,7 @@ pub(crate) async fn serve<S, H>(
         unflushed: false,
         shutting_down: false,
         timer: Timer::default(),
-        keepalive: Sweep::new(&env.core.config).map(|sweep| (sweep, Timer::default(), started)),
+        keepalive: Sweep::new(&env.endpoint.config).map(|sweep| (sweep, Timer::default(), started)),
         seen: ShutdownSeen::default(),
         life,
     };
@@ -118,10 +83,10 @@ pub(crate) async fn serve<S, H>(
         connection.life.receive(&mut read_buf, &env, started);
         connection.read_buf = read_buf;
     }
-    let core = env.core.clone();
+    let endpoint = env.endpoint.clone();
     loop {
         // Re-armed after each shutdown or abort signal, so both are seen.
-        let signal = core.signaled();
+        let signal = endpoint.signaled();
         tokio::pin!(signal);
         signal.as_mut().enable();
         let over = poll_fn(|cx| {
@@ -159,16 +124,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
     /// Does everything that can be done now; ready once the connection is
     /// over.
     fn poll(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Poll<()> {
-        let core = &env.core;
+        let endpoint = &env.endpoint;
         // An open connection closes with 1001 (a handshake answers 503 when
         // it sees the flag), or drops at once after the timeout.
         let life = &self.life;
         self.seen
-            .act(core, |act| life.conn().into_iter().for_each(act));
+            .act(endpoint, |act| life.conn().into_iter().for_each(act));
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
         self.sweep_if_due(cx, now);
-        let pool = &core.pool;
+        let pool = &endpoint.pool;
         let mut reads = 0;
         // The stream took nothing more in this poll: it wakes the task when
         // it does. Reading goes on meanwhile.
@@ -234,7 +199,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             }
             reads += 1;
             let wanted = self.life.bytes_wanted(env);
-            let read_size = core.config.read_buffer_size;
+            let read_size = endpoint.config.read_buffer_size;
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
             let stream = Pin::new(&mut self.stream);
             match tokio_util::io::poll_read_buf(stream, cx, &mut self.read_buf) {

@@ -54,13 +54,12 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::config::Config;
-use crate::handler::{Accept, Handler};
-use crate::lifecycle::Env;
-use crate::proto::Role;
+use crate::connection::config::Config;
+use crate::connection::endpoint::{Endpoint, ServerHandle};
+use crate::connection::handler::{Accept, Handler};
+use crate::connection::lifecycle::Env;
+use crate::connection::upgrade::{Decision, Settings, Upgraded};
 use crate::proto::deflate::DeflateParams;
-use crate::server::{ServerCore, ServerHandle};
-use crate::upgrade::{Decision, Settings};
 
 pub(crate) use connection::{Start, serve};
 
@@ -81,7 +80,7 @@ impl<H: Handler> Server<H> {
     pub fn new(handler: H, config: Config) -> Self {
         Server {
             env: Env {
-                core: ServerCore::new(config),
+                endpoint: Endpoint::new(config),
                 handler: Arc::new(handler),
             },
         }
@@ -89,7 +88,7 @@ impl<H: Handler> Server<H> {
 
     /// A handle to shut the server down or count its connections.
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.env.core.clone())
+        ServerHandle::new(self.env.endpoint.clone())
     }
 
     /// Serves one connection over `stream`, whose upgrade request comes next
@@ -108,7 +107,7 @@ impl<H: Handler> Server<H> {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.core.enter();
+        let live = self.env.endpoint.enter();
         let start = Start::Request {
             prefix: BytesMut::from(prefix),
         };
@@ -132,15 +131,8 @@ impl<H: Handler> Server<H> {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.core.enter();
-        let start = Start::Upgraded {
-            state,
-            deflate,
-            settings: None,
-            role: Role::Server,
-            prefix: BytesMut::new(),
-            opened: None,
-        };
+        let live = self.env.endpoint.enter();
+        let start = Start::Upgraded(Box::new(Upgraded::server(state, deflate)));
         serve(stream, peer, start, live, self.env.clone(), Instant::now())
     }
 
@@ -162,19 +154,16 @@ impl<H: Handler> Server<H> {
         F: Future<Output = std::io::Result<S>> + Send + 'static,
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.core.enter();
+        let live = self.env.endpoint.enter();
         let env = self.env.clone();
         async move {
             match stream.await {
                 Ok(stream) => {
-                    let start = Start::Upgraded {
-                        state,
-                        deflate,
+                    let upgraded = Upgraded {
                         settings,
-                        role: Role::Server,
-                        prefix: BytesMut::new(),
-                        opened: None,
+                        ..Upgraded::server(state, deflate)
                     };
+                    let start = Start::Upgraded(Box::new(upgraded));
                     serve(stream, peer, start, live, env, Instant::now()).await;
                 }
                 Err(error) => tracing::debug!(%peer, %error, "the upgraded stream never came"),
@@ -195,22 +184,22 @@ impl<H: Handler> Server<H> {
     ) -> Decision<H::State> {
         let deflate = match settings {
             Some(settings) => settings.deflate.as_ref(),
-            None => self.env.core.config.deflate(),
+            None => self.env.endpoint.config.deflate(),
         };
         let handler = &*self.env.handler;
-        crate::upgrade::decide(request, handler, &self.env.core, accept, deflate)
+        crate::connection::upgrade::decide(request, handler, &self.env.endpoint, accept, deflate)
     }
 
     /// The server's settings (the base an upgrade's own settings start from).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn config(&self) -> &Config {
-        &self.env.core.config
+        &self.env.endpoint.config
     }
 
     /// Resolves once a shutdown was asked for (here or through a
     /// [`ServerHandle`]): an accept loop selects on it to stop accepting.
     pub async fn shutdown_requested(&self) {
-        self.env.core.shutdown_requested().await;
+        self.env.endpoint.shutdown_requested().await;
     }
 
     /// Shuts down gracefully: no new connection is upgraded (handshakes
@@ -218,6 +207,6 @@ impl<H: Handler> Server<H> {
     /// most `shutdown_timeout`, before dropping the rest.
     pub async fn shutdown(&self) {
         self.handle().shutdown();
-        self.env.core.finish_shutdown().await;
+        self.env.endpoint.finish_shutdown().await;
     }
 }

@@ -16,33 +16,21 @@ use std::task::Context;
 
 use bytes::BytesMut;
 
-use crate::conn::Conn;
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::lifecycle::{Action, Env, Lifecycle, Opened};
+use crate::connection::conn::Conn;
+use crate::connection::endpoint::LiveGuard;
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::upgrade::Upgraded;
+use crate::connection::wake::ConnWake;
+use crate::driver::read_buf;
+use crate::driver::timer::Timer;
 use crate::pool::BufferPool;
-use crate::proto::Role;
-use crate::proto::deflate::DeflateParams;
-use crate::read_buf;
-use crate::server::LiveGuard;
-use crate::slot_waker::ConnWake;
-use crate::timer::Timer;
 
 use super::sys::recv_into_spare;
-use tokio::sync::oneshot;
 
 /// Reads one connection may do in one turn before the others get theirs.
 const READS_PER_TURN: usize = 16;
-
-/// A connection whose handshake is done: how it opens, the bytes read after
-/// the handshake, and where its `Conn` goes once it is open.
-pub(crate) struct Opening<S> {
-    pub(crate) state: S,
-    pub(crate) deflate: Option<DeflateParams>,
-    pub(crate) role: Role,
-    pub(crate) prefix: BytesMut,
-    pub(crate) conn: oneshot::Sender<Conn>,
-}
 
 /// Whether the group keeps the connection after a turn.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,31 +77,16 @@ impl<H: Handler> Connection<H> {
     /// A connection whose handshake was done before it came (a client's):
     /// it opens at once, calling `on_open`, with the bytes read after the
     /// handshake in its read buffer (see [`Connection::receive_pending`]).
-    /// Returns its `Conn`, and where it was asked for.
     pub(crate) fn opened(
         stream: mio::net::TcpStream,
         peer: SocketAddr,
         live: LiveGuard,
         wake: ConnWake,
-        opening: Opening<H::State>,
+        upgraded: Upgraded<H::State>,
         env: &Env<H>,
-    ) -> (Self, Option<(Conn, oneshot::Sender<Conn>)>) {
-        let Opening {
-            state,
-            deflate,
-            role,
-            prefix,
-            conn: to,
-        } = opening;
-        let opened = Opened {
-            state,
-            deflate,
-            settings: None,
-            role,
-        };
-        let life = Lifecycle::upgraded(peer, live, wake, opened, env);
-        let conn = life.conn().map(|conn| (conn.clone(), to));
-        let connection = Connection {
+    ) -> Self {
+        let (life, prefix) = Lifecycle::upgraded(peer, live, wake, upgraded, env);
+        Connection {
             socket: Socket {
                 stream,
                 read_buf: prefix,
@@ -123,8 +96,7 @@ impl<H: Handler> Connection<H> {
             },
             timer: Timer::default(),
             life,
-        };
-        (connection, conn)
+        }
     }
 
     /// Hands bytes already in the read buffer (frames that came with a
@@ -151,7 +123,7 @@ impl<H: Handler> Connection<H> {
     /// far as the socket allows. `cx` carries the connection's own waker, for
     /// its timer.
     pub(crate) fn advance(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Progress {
-        let pool = &env.core.pool;
+        let pool = &env.endpoint.pool;
         let (socket, life) = (&mut self.socket, &mut self.life);
         let mut reads = 0;
         // One clock read per turn: a turn is short, and deadlines are far
@@ -188,7 +160,7 @@ impl<H: Handler> Connection<H> {
             }
             reads += 1;
             let wanted = life.bytes_wanted(env);
-            match socket.read(wanted, pool, env.core.config.read_buffer_size) {
+            match socket.read(wanted, pool, env.endpoint.config.read_buffer_size) {
                 Ok(0) => life.receive_eof(),
                 Ok(_) => life.receive(&mut socket.read_buf, env, now),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

@@ -14,7 +14,7 @@
 //! tasks, close requests, aborts and the connection's timers all use it.
 //!
 //! At shutdown the group asks its open connections to close; if the shutdown
-//! times out, it aborts them (`ServerCore::watch` wakes it for both).
+//! times out, it aborts them (`Endpoint::watch` wakes it for both).
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,14 +30,16 @@ use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep, sleep};
 
-pub(crate) use super::connection::Opening;
 use super::connection::{Connection, Progress};
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::lifecycle::Env;
-use crate::server::{LiveGuard, ServerCore, ShutdownSeen};
-use crate::slab::Slab;
-use crate::slot_waker::{ConnWake, Job, Posted, SlotWake, WokenList, lock};
+use crate::connection::endpoint::{Endpoint, LiveGuard};
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::lifecycle::Env;
+use crate::connection::upgrade::Upgraded;
+use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
+use crate::driver::mailbox::{Posted, lock};
+use crate::driver::shutdown::ShutdownSeen;
+use crate::driver::slab::Slab;
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -69,7 +71,7 @@ pub(crate) struct Incoming<S> {
     pub(crate) live: LiveGuard,
     /// Boxed: the handler's state need not be `Unpin`, and most incoming
     /// connections have none.
-    pub(crate) opened: Option<Box<Opening<S>>>,
+    pub(crate) opened: Option<Box<Upgraded<S>>>,
 }
 
 impl<S> GroupShared<S> {
@@ -121,7 +123,7 @@ struct Slot<H: Handler> {
 
 /// Starts a group's task on the current runtime.
 pub(crate) fn spawn<H: Handler>(
-    core: Arc<ServerCore>,
+    endpoint: Arc<Endpoint>,
     handler: Arc<H>,
 ) -> io::Result<Arc<GroupShared<H::State>>> {
     let epoll = super::sys::watch_epoll(mio::Poll::new()?)?;
@@ -133,7 +135,7 @@ pub(crate) fn spawn<H: Handler>(
         accepting: AtomicBool::new(true),
         connections: AtomicUsize::new(0),
     });
-    core.watch(Waker::from(shared.clone()));
+    endpoint.watch(Waker::from(shared.clone()));
     let group = Group {
         shared: shared.clone(),
         epoll,
@@ -144,8 +146,8 @@ pub(crate) fn spawn<H: Handler>(
         incoming: Vec::new(),
         slots: Slab::default(),
         live: 0,
-        sweep: Sweep::new(&core.config).map(|s| (s, Box::pin(sleep(s.period)))),
-        env: Env { core, handler },
+        sweep: Sweep::new(&endpoint.config).map(|s| (s, Box::pin(sleep(s.period)))),
+        env: Env { endpoint, handler },
         seen: ShutdownSeen::default(),
     };
     // The group paces itself (`ROUNDS_PER_POLL`, `READS_PER_TURN`); tokio's
@@ -182,7 +184,7 @@ impl<H: Handler> Future for Group<H> {
         // Open connections close with 1001 (handshakes in progress answer
         // 503 when they see the flag), or drop at once after the timeout.
         let slots = &group.slots;
-        let acted = group.seen.act(&group.env.core, |act| {
+        let acted = group.seen.act(&group.env.endpoint, |act| {
             slots
                 .iter()
                 .filter_map(|s| s.connection.conn())
@@ -242,17 +244,9 @@ impl<H: Handler> Group<H> {
             let wake = ConnWake::Shared(waker.clone());
             let connection = match opened {
                 None => Connection::accept(stream, peer, live, wake, &self.env),
-                Some(opening) => {
-                    let (mut connection, conn) =
-                        Connection::opened(stream, peer, live, wake, *opening, &self.env);
-                    if let Some((conn, to)) = conn {
-                        if to.send(conn.clone()).is_err() {
-                            // Whoever asked for it is gone (a cancelled
-                            // connect): nobody could close it.
-                            let _ = conn
-                                .close(crate::CloseCode::GOING_AWAY, "nobody took the connection");
-                        }
-                    }
+                Some(upgraded) => {
+                    let mut connection =
+                        Connection::opened(stream, peer, live, wake, *upgraded, &self.env);
                     // Frames that came with the `101`.
                     connection.receive_pending(&self.env);
                     connection

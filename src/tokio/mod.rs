@@ -33,6 +33,8 @@ mod connection;
 pub(crate) mod group;
 #[allow(unsafe_code)] // recv into spare capacity; AsyncFd registration
 mod sys;
+#[cfg(feature = "rustls")]
+pub(crate) mod tls;
 
 use std::io;
 use std::net::SocketAddr;
@@ -40,13 +42,13 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
-use crate::config::Config;
-use crate::handler::Handler;
+use crate::connection::config::Config;
+use crate::connection::endpoint::{Endpoint, ServerHandle};
+use crate::connection::handler::Handler;
 #[cfg(feature = "rustls")]
-use crate::lifecycle::Env;
-use crate::server::{
-    LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, ServerCore, ServerHandle, bind_first,
-    concerns_one_connection,
+use crate::connection::lifecycle::Env;
+use crate::driver::listen::{
+    LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
 };
 use group::{GroupShared, Incoming};
 
@@ -57,7 +59,7 @@ const ACCEPTS_PER_TURN: usize = 64;
 pub struct Server<H: Handler> {
     listener: TcpListener,
     handler: Arc<H>,
-    core: Arc<ServerCore>,
+    endpoint: Arc<Endpoint>,
     /// Set by [`Server::tls`]: every connection is wss.
     #[cfg(feature = "rustls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -87,7 +89,7 @@ impl<H: Handler> Server<H> {
         Server {
             listener,
             handler: Arc::new(handler),
-            core: ServerCore::new(config),
+            endpoint: Endpoint::new(config),
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]
@@ -127,7 +129,7 @@ impl<H: Handler> Server<H> {
 
     /// A handle to shut the server down or count its connections.
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.core.clone())
+        ServerHandle::new(self.endpoint.clone())
     }
 
     /// Accepts and serves connections until [`ServerHandle::shutdown`] is called,
@@ -142,7 +144,7 @@ impl<H: Handler> Server<H> {
         let Server {
             listener,
             handler,
-            core,
+            endpoint,
             #[cfg(feature = "rustls")]
             tls,
             #[cfg(feature = "rustls")]
@@ -151,12 +153,12 @@ impl<H: Handler> Server<H> {
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
         let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
-        let groups = Groups::spawn(&core, &handler)?;
+        let groups = Groups::spawn(&endpoint, &handler)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {
                 biased;
-                () = core.shutdown_requested() => break,
+                () = endpoint.shutdown_requested() => break,
                 ready = listener.readable() => ready?,
             };
             let mut accepted = 0;
@@ -169,16 +171,16 @@ impl<H: Handler> Server<H> {
                             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
                         }
                         // Counted before it is handed over, so a shutdown waits for it.
-                        let live = core.enter();
+                        let live = endpoint.enter();
                         #[cfg(feature = "rustls")]
                         if let Some(acceptor) = &tls {
                             let env = Env {
-                                core: core.clone(),
+                                endpoint: endpoint.clone(),
                                 handler: handler.clone(),
                             };
                             let stream = std::net::TcpStream::from(stream);
                             let plain = also_plain.then(|| groups.least_loaded().clone());
-                            tokio::spawn(crate::tls::serve(
+                            tokio::spawn(crate::tokio::tls::serve(
                                 acceptor.clone(),
                                 stream,
                                 peer,
@@ -206,7 +208,7 @@ impl<H: Handler> Server<H> {
                         tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
                         drop(ready);
                         tokio::select! {
-                            () = core.shutdown_requested() => break 'serving,
+                            () = endpoint.shutdown_requested() => break 'serving,
                             () = tokio::time::sleep(backoff) => {}
                         }
                         backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -219,7 +221,7 @@ impl<H: Handler> Server<H> {
         }
         drop(listener);
         drop(groups);
-        core.finish_shutdown().await;
+        endpoint.finish_shutdown().await;
         Ok(())
     }
 }
@@ -232,14 +234,16 @@ pub(crate) struct Groups<S>(Vec<Arc<GroupShared<S>>>);
 impl<S> Groups<S> {
     /// One group per worker thread of the current runtime, each a task on it.
     pub(crate) fn spawn<H: Handler<State = S>>(
-        core: &Arc<ServerCore>,
+        endpoint: &Arc<Endpoint>,
         handler: &Arc<H>,
     ) -> io::Result<Self> {
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
         let mut groups = Groups(Vec::new());
         for _ in 0..workers.max(1) {
             // On failure, the groups already started are told to end.
-            groups.0.push(group::spawn(core.clone(), handler.clone())?);
+            groups
+                .0
+                .push(group::spawn(endpoint.clone(), handler.clone())?);
         }
         Ok(groups)
     }

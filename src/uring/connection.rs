@@ -26,14 +26,14 @@ use bytes::BytesMut;
 
 use super::ring::{Op, Outgoing, Received, Ring};
 use super::tls::Tls;
-use crate::conn::Conn;
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::conn::Conn;
+use crate::connection::endpoint::LiveGuard;
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::wake::ConnWake;
+use crate::driver::read_buf;
 use crate::proto::WriteQueue;
-use crate::read_buf;
-use crate::server::LiveGuard;
-use crate::slot_waker::ConnWake;
 
 /// The reactor's means a connection acts through.
 pub(crate) struct Io<'a> {
@@ -129,7 +129,7 @@ impl<H: Handler> Connection<H> {
                 match &mut self.tls {
                     None => self.take(chunk, env),
                     Some(tls) => {
-                        let pool = &env.core.pool;
+                        let pool = &env.endpoint.pool;
                         let mut plain = BytesMut::new();
                         let handshaking = tls.is_handshaking();
                         match tls.open(chunk, &mut plain, pool) {
@@ -201,7 +201,7 @@ impl<H: Handler> Connection<H> {
                 .write_finished(if self.tls.is_some() { 0 } else { unsent });
         }
         if let Some(buf) = outgoing.queue.take_buffer() {
-            env.core.pool.give(buf);
+            env.endpoint.pool.give(buf);
         }
         io.spare.push(outgoing);
     }
@@ -237,7 +237,7 @@ impl<H: Handler> Connection<H> {
                         }
                     }
                     self.read_buf.clear();
-                    read_buf::release(&mut self.read_buf, &env.core.pool);
+                    read_buf::release(&mut self.read_buf, &env.endpoint.pool);
                 }
                 Action::Write if self.sending => break,
                 Action::Write => {
@@ -276,7 +276,7 @@ impl<H: Handler> Connection<H> {
                 Action::Wait if self.life.holds_input() => {
                     // Reading resumed: what waited goes first.
                     self.life.receive(&mut self.read_buf, env, now);
-                    read_buf::release(&mut self.read_buf, &env.core.pool);
+                    read_buf::release(&mut self.read_buf, &env.endpoint.pool);
                 }
                 Action::Wait => break,
             }
@@ -337,7 +337,7 @@ impl<H: Handler> Connection<H> {
         let mut records = WriteQueue::new();
         if tls.take_records(&mut records).is_ok() && self.stream.set_nonblocking(true).is_ok() {
             let mut bytes = Vec::new();
-            records.drain_into(&mut bytes);
+            records.move_into(&mut bytes);
             let _ = (&self.stream).write(&bytes);
         }
     }
@@ -348,7 +348,7 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn end(&mut self, env: &Env<H>, io: &mut Io<'_>) {
         self.life.end();
         self.read_buf.clear();
-        read_buf::release(&mut self.read_buf, &env.core.pool);
+        read_buf::release(&mut self.read_buf, &env.endpoint.pool);
         if self.receiving {
             io.ring.cancel(Op::Recv(io.slot));
         }
@@ -385,8 +385,8 @@ impl<H: Handler> Connection<H> {
 
     /// Handles bytes that just arrived, where they landed when it can.
     fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
-        let pool = &env.core.pool;
-        let read_size = env.core.config.read_buffer_size;
+        let pool = &env.endpoint.pool;
+        let read_size = env.endpoint.config.read_buffer_size;
         if self.life.is_paused() || !self.read_buf.is_empty() {
             let wanted = self.life.bytes_wanted(env);
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);

@@ -56,10 +56,11 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::Config;
-use crate::handler::Handler;
-use crate::lifecycle::Env;
-use crate::server::{LISTEN_BACKLOG, ServerCore, ServerHandle, bind_first, deadline_after};
+use crate::connection::config::Config;
+use crate::connection::endpoint::{Endpoint, ServerHandle, deadline_after};
+use crate::connection::handler::Handler;
+use crate::connection::lifecycle::Env;
+use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
 use reactor::{Reactor, Setup, Shared};
 
 /// Submission queue entries per ring (the completion queue has eight times
@@ -73,7 +74,7 @@ const DEFAULT_BUFFERS: u16 = 512;
 pub struct Server<H: Handler> {
     listener: TcpListener,
     handler: Arc<H>,
-    core: Arc<ServerCore>,
+    endpoint: Arc<Endpoint>,
     threads: usize,
     buffers: u16,
     /// wss: every connection's TLS configuration.
@@ -106,7 +107,7 @@ impl<H: Handler> Server<H> {
         Ok(Server {
             listener,
             handler: Arc::new(handler),
-            core: ServerCore::new(config),
+            endpoint: Endpoint::new(config),
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,
@@ -145,7 +146,7 @@ impl<H: Handler> Server<H> {
 
     /// A handle to shut the server down or count its connections.
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.core.clone())
+        ServerHandle::new(self.endpoint.clone())
     }
 
     /// Serves connections on this thread's behalf until
@@ -164,7 +165,7 @@ impl<H: Handler> Server<H> {
         let Server {
             listener,
             handler,
-            core,
+            endpoint,
             threads,
             buffers,
             tls,
@@ -184,7 +185,7 @@ impl<H: Handler> Server<H> {
         for (index, listener) in listeners.into_iter().enumerate() {
             let shared = Shared::new()?;
             let env = Env {
-                core: core.clone(),
+                endpoint: endpoint.clone(),
                 handler: handler.clone(),
             };
             let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
@@ -211,11 +212,11 @@ impl<H: Handler> Server<H> {
                 Err(_) => return Err(io::Error::other("a reactor thread died while starting")),
             }
         }
-        wait_for_shutdown(&core);
-        let shutdown_timeout = core.config.shutdown_timeout;
-        if !wait_until_idle(&core, deadline_after(shutdown_timeout)) {
-            core.abort_remaining();
-            wait_until_idle(&core, Instant::now() + Duration::from_secs(1));
+        wait_for_shutdown(&endpoint);
+        let shutdown_timeout = endpoint.config.shutdown_timeout;
+        if !wait_until_idle(&endpoint, deadline_after(shutdown_timeout)) {
+            endpoint.abort_remaining();
+            wait_until_idle(&endpoint, Instant::now() + Duration::from_secs(1));
         }
         // A reactor that failed started the shutdown; its error is `serve`'s.
         for (shared, _) in &reactors.0 {
@@ -283,16 +284,16 @@ impl Wake for Unpark {
     }
 }
 
-fn wait_for_shutdown(core: &ServerCore) {
-    core.watch(Waker::from(Arc::new(Unpark(thread::current()))));
-    while !core.is_shutting_down() {
+fn wait_for_shutdown(endpoint: &Endpoint) {
+    endpoint.watch(Waker::from(Arc::new(Unpark(thread::current()))));
+    while !endpoint.is_shutting_down() {
         thread::park();
     }
 }
 
 /// Waits until no connection is left, or `deadline`; true if none is left.
-fn wait_until_idle(core: &ServerCore, deadline: Instant) -> bool {
-    while core.live() > 0 {
+fn wait_until_idle(endpoint: &Endpoint, deadline: Instant) -> bool {
+    while endpoint.live() > 0 {
         let now = Instant::now();
         if now >= deadline {
             return false;

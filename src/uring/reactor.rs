@@ -25,12 +25,14 @@ use std::time::{Duration, Instant};
 use super::connection::{Connection, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use super::tls::{ServerConfig, Tls};
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::lifecycle::Env;
-use crate::server::{MAX_BACKOFF, MIN_BACKOFF, ShutdownSeen, concerns_one_connection};
-use crate::slab::Slab;
-use crate::slot_waker::{ConnWake, Job, Posted, SlotWake, WokenList, lock};
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::lifecycle::Env;
+use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
+use crate::driver::listen::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
+use crate::driver::mailbox::{Posted, lock};
+use crate::driver::shutdown::ShutdownSeen;
+use crate::driver::slab::Slab;
 
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
@@ -157,9 +159,9 @@ impl<H: Handler> Reactor<H> {
         env: Env<H>,
         setup: &Setup,
     ) -> io::Result<Self> {
-        let buffer_size = env.core.config.read_buffer_size;
+        let buffer_size = env.endpoint.config.read_buffer_size;
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
-        let sweep = Sweep::new(&env.core.config).map(|s| (s, Instant::now() + s.period));
+        let sweep = Sweep::new(&env.endpoint.config).map(|s| (s, Instant::now() + s.period));
         Ok(Reactor {
             slots: Slab::default(),
             marked: Vec::new(),
@@ -189,7 +191,7 @@ impl<H: Handler> Reactor<H> {
     pub(crate) fn run(mut self) {
         self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
         let reactor_waker = SlotWake::waker(self.shared.clone(), REACTOR);
-        self.env.core.watch(Waker::from(reactor_waker));
+        self.env.endpoint.watch(Waker::from(reactor_waker));
         self.arm_accept();
         while !self.shared.stop.load(Ordering::SeqCst) {
             let wait = self.may_wait();
@@ -206,7 +208,7 @@ impl<H: Handler> Reactor<H> {
                     .failure
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = Some(error);
-                self.env.core.begin_shutdown();
+                self.env.endpoint.begin_shutdown();
                 break;
             }
             self.shared.awake.store(true, Ordering::SeqCst);
@@ -451,7 +453,7 @@ impl<H: Handler> Reactor<H> {
     /// answer 503); after the shutdown timeout, drops every open connection.
     fn notice_shutdown(&mut self) {
         let slots = &self.slots;
-        let acted = self.seen.act(&self.env.core, |act| {
+        let acted = self.seen.act(&self.env.endpoint, |act| {
             slots.iter().filter_map(Connection::conn).for_each(act)
         });
         if !acted {
@@ -519,7 +521,7 @@ impl<H: Handler> Reactor<H> {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
-        let live = self.env.core.enter();
+        let live = self.env.endpoint.enter();
         let slot = self.slots.next_slot();
         if self.marked.len() <= slot as usize {
             self.marked.resize(slot as usize + 1, false);

@@ -29,7 +29,7 @@ const MAX_IOVECS: usize = 64;
 const BUFFER_GROUP: u16 = 0;
 
 /// How long dropping a ring waits for cancelled operations to complete.
-const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
+const CANCEL_WAIT_ON_DROP: Duration = Duration::from_secs(5);
 
 /// What an operation is, kept in its `user_data`: the kind in the high 32 bits,
 /// the connection's slot in the low 32.
@@ -552,7 +552,7 @@ impl Drop for Ring {
     /// the kernel no longer writes to memory about to be freed. If that takes
     /// too long, the memory is leaked rather than freed under the kernel.
     fn drop(&mut self) {
-        if self.cancel_all(DRAIN_ON_DROP) > 0 {
+        if self.cancel_all(CANCEL_WAIT_ON_DROP) > 0 {
             tracing::error!(
                 in_flight = self.in_flight,
                 "io_uring operations did not finish; leaking their memory"

@@ -6,7 +6,6 @@
 
 mod reply;
 
-pub use reply::ProxyError;
 #[doc(hidden)]
 pub use reply::{
     MAX_CONNECT_HEAD, Read, connect_request, read_connect_response, read_socks_auth,
@@ -19,7 +18,7 @@ use std::net::IpAddr;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::error::Error;
+use super::error::{Error, ProxyError};
 use super::url::{Host, Url};
 
 /// A proxy to reach WebSocket servers through.

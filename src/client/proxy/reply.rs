@@ -5,99 +5,15 @@
 //! said no; none of them can be made to panic or to wait for more than a
 //! bounded number of bytes (`fuzz/fuzz_targets/proxy_reply.rs`).
 
-use std::fmt;
 use std::net::IpAddr;
 
 use base64::Engine;
 
+use crate::client::error::ProxyError;
 use crate::client::url::Host;
 
 /// The longest CONNECT response head a client reads.
 pub const MAX_CONNECT_HEAD: usize = 8 * 1024;
-
-/// Why a proxy did not open the tunnel.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ProxyError {
-    /// The proxy URL's scheme is not `http`, `socks5` or `socks5h`.
-    UnsupportedScheme(String),
-    /// The HTTP proxy answered CONNECT with this status (407: it wants
-    /// credentials, or refused the ones given).
-    Refused { status: u16 },
-    /// The SOCKS5 proxy accepts none of the offered methods (no
-    /// authentication, or username and password when credentials are given).
-    NoAcceptableMethod,
-    /// The SOCKS5 proxy refused the username and password.
-    AuthenticationFailed,
-    /// The SOCKS5 proxy could not connect (the reply code: 1 general
-    /// failure, 2 not allowed, 3 network unreachable, 4 host unreachable, 5
-    /// connection refused, 6 TTL expired, 7 command not supported, 8 address
-    /// type not supported).
-    Socks { reply: u8 },
-    /// The answer is not the protocol's: not HTTP, not SOCKS5, a head over
-    /// [`MAX_CONNECT_HEAD`], or a field out of range.
-    Malformed(&'static str),
-    /// Credentials or a host name too long for SOCKS5 (255 bytes each).
-    TooLong,
-    /// SOCKS5 credentials with an empty username or password (RFC 1929
-    /// wants 1 to 255 bytes each).
-    EmptyCredentials,
-}
-
-impl ProxyError {
-    /// The HTTP status of a refused CONNECT.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            ProxyError::Refused { status } => Some(*status),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for ProxyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProxyError::UnsupportedScheme(s) => {
-                write!(f, "unsupported proxy scheme {s:?} (http, socks5, socks5h)")
-            }
-            ProxyError::Refused { status } => write!(f, "CONNECT refused with status {status}"),
-            ProxyError::NoAcceptableMethod => {
-                f.write_str("the SOCKS5 proxy accepts none of the offered methods")
-            }
-            ProxyError::AuthenticationFailed => {
-                f.write_str("the SOCKS5 proxy refused the username and password")
-            }
-            ProxyError::Socks { reply } => {
-                write!(
-                    f,
-                    "the SOCKS5 proxy could not connect: {}",
-                    socks_reply(*reply)
-                )
-            }
-            ProxyError::Malformed(why) => write!(f, "malformed answer: {why}"),
-            ProxyError::TooLong => f.write_str("credentials or host name too long for SOCKS5"),
-            ProxyError::EmptyCredentials => {
-                f.write_str("SOCKS5 needs a non-empty username and password")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ProxyError {}
-
-fn socks_reply(code: u8) -> &'static str {
-    match code {
-        1 => "general failure",
-        2 => "connection not allowed by ruleset",
-        3 => "network unreachable",
-        4 => "host unreachable",
-        5 => "connection refused",
-        6 => "TTL expired",
-        7 => "command not supported",
-        8 => "address type not supported",
-        _ => "unknown reply code",
-    }
-}
 
 /// How far a reader got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -757,7 +757,7 @@ fn fanout_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
-/// Issue 11's target: in each shape, rapidws (the better backend) at least
+/// Issue 19's target: in each shape, rapidws (the better backend) at least
 /// 3x the best peer's deliveries/s.
 fn fanout_targets(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "| target | measured | met |");
@@ -819,7 +819,7 @@ fn client_metric(summaries: &Summaries, lib: &str, depth: usize, metric: &str) -
     summaries.get(&key).map(|s| s.median(metric))
 }
 
-/// Issue 10's target: at each depth, the rapidws client at least 2x the
+/// Issue 18's target: at each depth, the rapidws client at least 2x the
 /// best other client.
 fn client_targets(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "| target | measured | met |");
@@ -874,12 +874,12 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     deflate_targets(&mut out, summaries);
     let _ = writeln!(
         out,
-        "\n## Targets (issue 8: requests while the server pushes)\n"
+        "\n## Targets (issue 16: requests while the server pushes)\n"
     );
     stream_targets(&mut out, summaries);
-    let _ = writeln!(out, "\n## Targets (issue 10: the client)\n");
+    let _ = writeln!(out, "\n## Targets (issue 18: the client)\n");
     client_targets(&mut out, summaries);
-    let _ = writeln!(out, "\n## Targets (issue 11: pub/sub)\n");
+    let _ = writeln!(out, "\n## Targets (issue 19: pub/sub)\n");
     fanout_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);

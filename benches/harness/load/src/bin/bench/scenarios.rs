@@ -324,7 +324,7 @@ pub const FANOUT_SIZE: usize = 64;
 /// Requests per run of scenario 6.
 pub const STREAM_REQUESTS: u64 = 1000;
 
-/// The servers scenario 6 compares (issue 8): rapidws on both backends, Go
+/// The servers scenario 6 compares (issue 16): rapidws on both backends, Go
 /// servers with a push goroutine beside their read loop (gorilla, gws), and
 /// tokio-tungstenite (a push task beside its read loop).
 pub const STREAM_SERVERS: [&str; 5] = [

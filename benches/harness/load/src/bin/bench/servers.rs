@@ -212,7 +212,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             _ => {}
         }
     }
-    // The axum peers (issue 9): axum's own ws (tokio-tungstenite
+    // The axum peers (issue 17): axum's own ws (tokio-tungstenite
     // underneath) and sockudo-ws's axum integration, at `/ws` of an
     // `axum::serve` app like rapidws-axum's.
     for (name, bin) in [

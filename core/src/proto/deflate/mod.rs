@@ -68,12 +68,13 @@ pub enum InflateFailure {
 /// memory level 8, and messages under 64 bytes sent uncompressed.
 ///
 /// ```
-/// use rapidws::proto::deflate::DeflateConfig;
+/// use rapidws_core::proto::deflate::DeflateConfig;
 /// let deflate = DeflateConfig::default()
 ///     .server_context_takeover(true)
 ///     .level(6)
 ///     .compress_min_size(256);
-/// let config = rapidws::Config::default().permessage_deflate(deflate);
+/// # let _ = deflate;
+/// // rapidws::Config::default().permessage_deflate(deflate)
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeflateConfig {

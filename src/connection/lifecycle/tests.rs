@@ -63,11 +63,11 @@ struct Harness {
 impl Harness {
     fn new(config: Config) -> Harness {
         let env = Env {
-            core: ServerCore::new(config),
+            endpoint: Endpoint::new(config),
             handler: Arc::new(Echo::default()),
         };
         let now = Instant::now();
-        let life = Lifecycle::accept(peer(), env.core.enter(), wake(), &env, now);
+        let life = Lifecycle::accept(peer(), env.endpoint.enter(), wake(), &env, now);
         Harness {
             env,
             life,
@@ -91,7 +91,7 @@ impl Harness {
             match self.life.poll(&self.env, self.now) {
                 Action::Write => {
                     let wire = &mut self.wire;
-                    let done = self.life.write_in_place(&self.env.core.pool, |slices| {
+                    let done = self.life.write_in_place(&self.env.endpoint.pool, |slices| {
                         slices.iter().for_each(|s| wire.extend_from_slice(s));
                         Ok(slices.iter().map(|s| s.len()).sum())
                     });
@@ -172,7 +172,7 @@ fn a_request_is_answered_and_the_frames_after_it_are_handled() {
         None,
         "an open connection has no deadline"
     );
-    assert_eq!(h.env.core.open(), 1);
+    assert_eq!(h.env.endpoint.open(), 1);
 }
 
 #[test]
@@ -212,7 +212,7 @@ fn the_linger_is_bounded_in_bytes_and_time() {
     let mut h = Harness::new(Config::default());
     h.receive(b"GET / HTTP/1.0\r\n\r\n");
     assert_eq!(h.run(), Action::Wait);
-    h.receive(&vec![0u8; DRAIN_LIMIT]);
+    h.receive(&vec![0u8; LINGER_LIMIT]);
     assert_eq!(h.run(), Action::Close, "a peer that keeps sending");
 
     let mut h = Harness::new(Config::default());
@@ -260,7 +260,7 @@ fn a_port_check_gets_no_answer_and_a_cut_request_gets_400() {
 fn a_shutdown_answers_handshakes_503() {
     let mut h = Harness::new(Config::default());
     h.receive(&REQUEST[..30]);
-    h.env.core.begin_shutdown();
+    h.env.endpoint.begin_shutdown();
     h.receive(&REQUEST[30..]);
     h.run();
     assert!(h.written().starts_with(b"HTTP/1.1 503 "));
@@ -275,7 +275,7 @@ fn a_complete_close_handshake_closes_at_once() {
     assert_eq!(h.written(), unmasked(OpCode::Close, &close_payload(1000)));
     assert_eq!(h.fins, 0);
     assert_eq!(h.seen(), ["open", "close 1000 "]);
-    assert_eq!(h.env.core.open(), 0);
+    assert_eq!(h.env.endpoint.open(), 0);
 }
 
 #[test]
@@ -344,7 +344,7 @@ fn eof_or_a_read_error_without_a_close_is_1006() {
 /// Writes through a socket that takes `budget` bytes, then would block.
 fn write_some(h: &mut Harness, budget: usize) -> bool {
     let write = crate::proto::write_queue::write_at_most(budget, &mut h.wire);
-    h.life.write_in_place(&h.env.core.pool, write)
+    h.life.write_in_place(&h.env.endpoint.pool, write)
 }
 
 #[test]
@@ -520,9 +520,9 @@ fn a_failed_write_ends_the_connection_with_1006() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Text, b"x"));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    let done = h
-        .life
-        .write_in_place(&h.env.core.pool, |_| Err(io::ErrorKind::BrokenPipe.into()));
+    let done = h.life.write_in_place(&h.env.endpoint.pool, |_| {
+        Err(io::ErrorKind::BrokenPipe.into())
+    });
     assert!(!done);
     assert_eq!(h.run(), Action::Close);
     assert_eq!(h.seen()[1], "close 1006 write failed: broken pipe");
@@ -542,24 +542,35 @@ fn an_abort_drops_the_connection_at_once() {
 #[test]
 fn an_upgraded_connection_opens_at_once() {
     let env = Env {
-        core: ServerCore::new(Config::default()),
+        endpoint: Endpoint::new(Config::default()),
         handler: Arc::new(Echo::default()),
     };
-    let opened = Opened {
-        state: (),
-        deflate: None,
-        settings: None,
-        role: Role::Server,
+    let handed = Arc::new(Mutex::new(Vec::new()));
+    let to = handed.clone();
+    let upgraded = Upgraded {
+        // A frame read after the handshake: the driver's first input.
+        prefix: BytesMut::from(&masked(OpCode::Text, b"hi")[..]),
+        hand_out: Some(Box::new(move |conn: &Conn| {
+            to.lock().unwrap().push(conn.id())
+        })),
+        ..Upgraded::server((), None)
     };
-    let mut life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), opened, &env);
+    let (mut life, mut input) =
+        Lifecycle::upgraded(peer(), env.endpoint.enter(), wake(), upgraded, &env);
     assert_eq!(*env.handler.seen.lock().unwrap(), ["open"]);
+    let id = life.conn().expect("open").id();
+    assert_eq!(
+        *handed.lock().unwrap(),
+        [id],
+        "handed out once, after on_open"
+    );
     assert_eq!(life.deadline(), None);
-    let mut input = BytesMut::from(&masked(OpCode::Text, b"hi")[..]);
+    assert_eq!(input, masked(OpCode::Text, b"hi"), "the prefix comes back");
     let now = Instant::now();
     life.receive(&mut input, &env, now);
     assert_eq!(life.poll(&env, now), Action::Write);
     let mut wire = Vec::new();
-    life.write_in_place(&env.core.pool, |slices| {
+    life.write_in_place(&env.endpoint.pool, |slices| {
         slices.iter().for_each(|s| wire.extend_from_slice(s));
         Ok(slices.iter().map(|s| s.len()).sum())
     });
@@ -569,10 +580,10 @@ fn an_upgraded_connection_opens_at_once() {
 #[test]
 fn dropping_a_connection_ends_it_for_the_server() {
     let h = Harness::open(Config::default());
-    assert_eq!((h.env.core.live(), h.env.core.open()), (1, 1));
+    assert_eq!((h.env.endpoint.live(), h.env.endpoint.open()), (1, 1));
     let Harness { env, life, .. } = h;
     drop(life);
-    assert_eq!((env.core.live(), env.core.open()), (0, 0));
+    assert_eq!((env.endpoint.live(), env.endpoint.open()), (0, 0));
     assert_eq!(
         *env.handler.seen.lock().unwrap(),
         ["open", "close 1006 connection dropped"]
@@ -583,16 +594,14 @@ fn dropping_a_connection_ends_it_for_the_server() {
 /// the server, sending unmasked frames.
 fn client(config: Config) -> Harness {
     let env = Env {
-        core: ServerCore::new(config),
+        endpoint: Endpoint::new(config),
         handler: Arc::new(Echo::default()),
     };
-    let opened = Opened {
-        state: (),
-        deflate: None,
-        settings: None,
+    let upgraded = Upgraded {
         role: Role::Client,
+        ..Upgraded::server((), None)
     };
-    let life = Lifecycle::upgraded(peer(), env.core.enter(), wake(), opened, &env);
+    let (life, _) = Lifecycle::upgraded(peer(), env.endpoint.enter(), wake(), upgraded, &env);
     Harness {
         env,
         life,

@@ -7,19 +7,19 @@
 //! only this connection, with 1011. The backend then writes the queue and asks
 //! whether the connection is over.
 
+use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use crate::conn::{Conn, wake_all};
-use crate::handler::Handler;
-use crate::keepalive::Sweep;
-use crate::proto::deflate::DeflateParams;
+use crate::connection::conn::{Conn, wake_all};
+use crate::connection::endpoint::{Endpoint, Registration};
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::upgrade::Upgraded;
+use crate::connection::wake::ConnWake;
 use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
-use crate::server::{Registration, ServerCore};
-use crate::slot_waker::ConnWake;
-use crate::upgrade::Settings;
 
 /// One upgraded connection: its protocol state and the application side.
 ///
@@ -51,28 +51,14 @@ pub(crate) enum Input {
     /// Everything but a partial frame was handled.
     Done,
     /// The outbound queue is full: whole frames are left, for later.
-    Held,
+    QueueFull,
     /// The application paused reading (`Conn::pause_reading`, the async
     /// socket's full inbox): whole frames are left, for later.
-    Paused,
+    ReadingPaused,
 }
 
 /// A callback panicked.
 struct Panicked(&'static str);
-
-/// What a backend knows about a connection whose upgrade was accepted.
-pub(crate) struct Accepted<'r, S> {
-    pub(crate) peer: std::net::SocketAddr,
-    /// The queued `101`, moved to the connection's own queue.
-    pub(crate) response: &'r mut WriteQueue,
-    pub(crate) state: S,
-    pub(crate) deflate: Option<DeflateParams>,
-    /// Settings this connection uses instead of the server's, if the upgrade
-    /// set its own (the axum extractor's builder).
-    pub(crate) settings: Option<&'r Settings>,
-    /// Which end this is: a server, or a client (whose frames are masked).
-    pub(crate) role: Role,
-}
 
 impl<H: Handler> App<H> {
     fn on_open(&mut self) -> Result<(), Panicked> {
@@ -127,25 +113,27 @@ impl<H: Handler> Dispatch<H> {
     /// follows it in the same write), sets up permessage-deflate if it was
     /// agreed, and calls `on_open`. Frames that came with the request go to
     /// [`Dispatch::input`] next.
+    /// (`upgraded`'s prefix and hand-out are the lifecycle's to take first.)
     pub(crate) fn upgrade(
-        core: &Arc<ServerCore>,
+        endpoint: &Arc<Endpoint>,
         handler: &Arc<H>,
-        accepted: Accepted<'_, H::State>,
+        peer: SocketAddr,
+        response: &mut WriteQueue,
+        upgraded: Upgraded<H::State>,
         wake: ConnWake,
     ) -> (Self, Registration) {
-        let Accepted {
-            peer,
-            response,
+        let Upgraded {
             state,
             deflate,
             settings,
             role,
-        } = accepted;
-        let (limits, compression) = match settings {
+            ..
+        } = upgraded;
+        let (limits, compression) = match settings.as_deref() {
             Some(settings) => (settings.limits, settings.deflate.as_ref()),
-            None => (core.config.limits, core.config.deflate()),
+            None => (endpoint.config.limits, endpoint.config.deflate()),
         };
-        let (conn, registration) = core.open_connection(peer, wake, role);
+        let (conn, registration) = endpoint.open_connection(peer, wake, role);
         {
             let mut outbox = conn.shared().lock();
             outbox.begin_with(response);
@@ -156,7 +144,7 @@ impl<H: Handler> Dispatch<H> {
         }
         #[cfg(not(feature = "deflate"))]
         let _ = compression;
-        let session = Session::with_deflate(role, limits, core.pool.clone(), deflate.as_ref());
+        let session = Session::with_deflate(role, limits, endpoint.pool.clone(), deflate.as_ref());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }
@@ -188,7 +176,7 @@ impl<H: Handler> Dispatch<H> {
 
     /// Handles the complete frames in `input`, leaving only a partial frame;
     /// or stops early, leaving whole frames too, once the outbound queue
-    /// holds `max_outbound_bytes`: then it returns [`Input::Held`], and
+    /// holds `max_outbound_bytes`: then it returns [`Input::QueueFull`], and
     /// the rest is to be handed over again once the queue has drained (so a
     /// handler that answers every message never finds the queue full). Call
     /// whenever bytes arrive: that is what keeps the connection from
@@ -203,10 +191,10 @@ impl<H: Handler> Dispatch<H> {
                 let mut outbox = self.app.conn.shared().lock();
                 if self.session.has_unread(input) {
                     if outbox.queued() >= max {
-                        return Input::Held;
+                        return Input::QueueFull;
                     }
                     if self.is_reading_paused() {
-                        return Input::Paused;
+                        return Input::ReadingPaused;
                     }
                 }
                 let event = self.session.read(input, outbox.queue());

@@ -5,14 +5,57 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::handler::{Accept, Handler, HttpResponse, Reject};
+use bytes::BytesMut;
+
+use crate::connection::conn::Conn;
+use crate::connection::endpoint::Endpoint;
+use crate::connection::handler::{Accept, Handler, HttpResponse, Reject};
 use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
     write_http_response,
 };
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
-use crate::proto::{Limits, WriteQueue};
-use crate::server::ServerCore;
+use crate::proto::{Limits, Role, WriteQueue};
+
+/// A connection whose upgrade was done elsewhere, as every driver takes it:
+/// a server's whose request was checked and answered by hyper or axum (or by
+/// the caller of `stream::Server::serve_upgraded`), or a client's whose `101`
+/// was read and checked. (A connection whose request comes next starts at
+/// `Lifecycle::accept` instead, and its lifecycle makes one of these when it
+/// accepts the request.)
+pub(crate) struct Upgraded<S> {
+    /// The handler's state for the connection.
+    pub(crate) state: S,
+    /// The permessage-deflate parameters agreed, if any.
+    pub(crate) deflate: Option<DeflateParams>,
+    /// The connection's own settings, if the upgrade set any.
+    pub(crate) settings: Option<Box<Settings>>,
+    /// Which end this is: a server, or a client (whose frames are masked).
+    pub(crate) role: Role,
+    /// Bytes read after the handshake (the first frames): the driver's
+    /// first input.
+    pub(crate) prefix: BytesMut,
+    /// Told the connection's handle once it is open (a client hands it out).
+    pub(crate) hand_out: Option<HandOut>,
+}
+
+/// Where an upgraded connection's `Conn` goes once `on_open` has run (see
+/// [`Upgraded::hand_out`]).
+pub(crate) type HandOut = Box<dyn FnOnce(&Conn) + Send>;
+
+impl<S> Upgraded<S> {
+    /// A server's connection whose `101` was sent, with nothing read after it.
+    pub(crate) fn server(state: S, deflate: Option<DeflateParams>) -> Self {
+        Upgraded {
+            state,
+            deflate,
+            settings: None,
+            role: Role::Server,
+            prefix: BytesMut::new(),
+            hand_out: None,
+        }
+    }
+}
 
 /// Settings one connection uses instead of its server's: the axum
 /// extractor's builder sets them per upgrade. Read once when the connection
@@ -61,11 +104,11 @@ pub(crate) fn answer<H: Handler>(
     buf: &[u8],
     arrived_from: usize,
     handler: &H,
-    core: &ServerCore,
+    endpoint: &Endpoint,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
-    let max_head_len = core.config.max_handshake_size;
-    let pool = &core.pool;
+    let max_head_len = endpoint.config.max_handshake_size;
+    let pool = &endpoint.pool;
     let new_line = buf
         .get(arrived_from..)
         .is_some_and(|new| new.contains(&b'\n'));
@@ -93,7 +136,7 @@ pub(crate) fn answer<H: Handler>(
         // Plain HTTP: its body, bounded, is read whole before the handler
         // sees the request.
         let body_len = match head.body_len() {
-            Ok(n) if n > core.config.max_http_body_size => {
+            Ok(n) if n > endpoint.config.max_http_body_size => {
                 return refuse(out, HandshakeError::BodyTooLarge);
             }
             Ok(n) => n,
@@ -114,9 +157,9 @@ pub(crate) fn answer<H: Handler>(
     match decide(
         &request,
         handler,
-        core,
+        endpoint,
         Accept::default(),
-        core.config.deflate(),
+        endpoint.config.deflate(),
     ) {
         Decision::Refused(reject) => {
             write_error(out, reject.status(), reject.reason());
@@ -189,15 +232,15 @@ pub(crate) enum Decision<S> {
 /// it starts, checks the subprotocol chosen, and negotiates
 /// permessage-deflate if `deflate` is set: every server's decision, whoever
 /// parsed the request. `deflate` is the server's setting
-/// (`core.config.deflate()`) unless the upgrade has its own.
+/// (`endpoint.config.deflate()`) unless the upgrade has its own.
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
-    core: &ServerCore,
+    endpoint: &Endpoint,
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
 ) -> Decision<H::State> {
-    if !core.has_room() {
+    if !endpoint.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
         return Decision::Refused(Reject::new(
             503,

@@ -1,39 +1,15 @@
-//! How a connection's server loop (a tokio group or an io_uring reactor) is
-//! told that the connection has something to do: its slot goes on the loop's
-//! woken list, once until the loop takes it, and the loop wakes.
-//!
-//! [`SlotWake`] is that state. An io_uring connection keeps it inline in its
-//! shared state (`Conn` sends, close requests and aborts call it directly), so
-//! it costs no allocation of its own; a tokio group wraps it in an `Arc` as the
-//! `Waker` its connections' sockets and timers use ([`SlotWake::waker`]). A
-//! wake that comes after its connection ended (a `Conn` kept by the
-//! application) lists the slot at most once more, which gives whoever has the
-//! slot by then a turn with nothing to do.
-//!
-//! A loop also takes [`Job`]s from other threads (pub/sub deliveries): one
-//! hand-off per loop, run on the loop's thread at the start of its next
-//! turn, so that the sends they make to its connections go out with that
-//! turn's writes. The hand-off is bounded ([`POSTED_LIMIT`]): a loop that
-//! falls that far behind the threads posting to it refuses jobs until it
-//! catches up.
+//! A server loop's mailbox: [`Job`]s other threads hand it (pub/sub
+//! deliveries), one hand-off per loop, run on the loop's thread at the start
+//! of its next turn, so that the sends they make to its connections go out
+//! with that turn's writes. The hand-off is bounded ([`POSTED_LIMIT`]): a
+//! loop that falls that far behind the threads posting to it refuses jobs
+//! until it catches up.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Wake, Waker};
+use std::sync::{Mutex, MutexGuard};
 
-/// A server loop that keeps a list of woken slots.
-pub(crate) trait WokenList: Send + Sync + 'static {
-    /// Adds `slot` to the list and makes sure the loop runs to look at it.
-    fn push_woken(&self, slot: u32);
-
-    /// Hands the loop `job`, to run on its thread at the start of its next
-    /// turn, and makes sure that turn comes; false (and `job` dropped) if
-    /// it would take the jobs waiting past [`POSTED_LIMIT`]. `bytes` is what
-    /// the job holds on to (a message). (Only pub/sub posts jobs.)
-    #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
-    fn post(&self, job: Job, bytes: usize) -> bool;
-}
+use crate::connection::wake::Job;
 
 /// The most the jobs waiting for one loop may weigh: the bytes they hold,
 /// plus [`JOB_WEIGHT`] each. Enough for a burst of 100,000 small publishes,
@@ -46,9 +22,6 @@ pub(crate) const POSTED_LIMIT: usize = 16 << 20;
 /// the list, rounded up.
 #[cfg_attr(not(feature = "pubsub"), allow(dead_code))]
 pub(crate) const JOB_WEIGHT: usize = 64;
-
-/// Work for a server loop's thread (see the module docs).
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 /// The jobs posted to a loop and not run yet.
 #[derive(Default)]
@@ -118,91 +91,6 @@ impl Posted {
     }
 }
 
-/// Wakes one slot of a server loop.
-pub(crate) struct SlotWake {
-    list: Arc<dyn WokenList>,
-    slot: u32,
-    /// On the woken list already: more wakes add nothing.
-    queued: AtomicBool,
-}
-
-impl SlotWake {
-    pub(crate) fn new(list: Arc<dyn WokenList>, slot: u32) -> Self {
-        SlotWake {
-            list,
-            slot,
-            queued: AtomicBool::new(false),
-        }
-    }
-
-    /// A `Waker` that wakes `slot` of `list`.
-    pub(crate) fn waker(list: Arc<dyn WokenList>, slot: u32) -> Arc<Self> {
-        Arc::new(SlotWake::new(list, slot))
-    }
-
-    /// Lists the slot unless it is listed already.
-    pub(crate) fn wake(&self) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            self.list.push_woken(self.slot);
-        }
-    }
-
-    /// The loop took the slot off its list: the next wake lists it again.
-    /// Call before the connection's turn, so a wake during it is not lost.
-    pub(crate) fn taken(&self) {
-        self.queued.store(false, Ordering::Release);
-    }
-}
-
-impl Wake for SlotWake {
-    fn wake(self: Arc<Self>) {
-        SlotWake::wake(&self);
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        SlotWake::wake(self);
-    }
-}
-
-/// How a connection's shared state wakes its server loop.
-pub(crate) enum ConnWake {
-    /// A task's waker (the stream driver: one task per connection).
-    Waker(Waker),
-    /// The slot's wake state, shared with the loop (a tokio group, whose
-    /// timers and socket use it as their `Waker` too).
-    Shared(Arc<SlotWake>),
-    /// The slot's wake state itself (io_uring: no separate allocation).
-    Slot(SlotWake),
-}
-
-impl ConnWake {
-    pub(crate) fn wake(&self) {
-        match self {
-            ConnWake::Waker(waker) => waker.wake_by_ref(),
-            ConnWake::Shared(slot) => SlotWake::wake(slot),
-            ConnWake::Slot(slot) => slot.wake(),
-        }
-    }
-
-    /// The loop serving the connection, if it is served by one (a tokio
-    /// group or an io_uring reactor; not a task of its own).
-    #[cfg(feature = "pubsub")]
-    pub(crate) fn list(&self) -> Option<&Arc<dyn WokenList>> {
-        match self {
-            ConnWake::Waker(_) => None,
-            ConnWake::Shared(slot) => Some(&slot.list),
-            ConnWake::Slot(slot) => Some(&slot.list),
-        }
-    }
-
-    /// See [`SlotWake::taken`]; a `Waker` keeps its own state.
-    pub(crate) fn taken(&self) {
-        if let ConnWake::Slot(slot) = self {
-            slot.taken();
-        }
-    }
-}
-
 /// Locks a list; a panic elsewhere cannot leave a `Vec` half-pushed, so
 /// poisoning is ignored.
 pub(crate) fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
@@ -211,21 +99,9 @@ pub(crate) fn lock<T>(list: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-
-    #[derive(Default)]
-    struct List(Mutex<Vec<u32>>);
-
-    impl WokenList for List {
-        fn push_woken(&self, slot: u32) {
-            lock(&self.0).push(slot);
-        }
-
-        fn post(&self, job: Job, _: usize) -> bool {
-            job();
-            true
-        }
-    }
 
     #[test]
     fn posted_jobs_run_once_in_order_and_a_panic_costs_only_its_job() {
@@ -285,30 +161,5 @@ mod tests {
         assert_eq!(*lock(&during), [true, false]);
         // Run, the batch weighs nothing: only the job that went remains.
         assert!(posted.push(Box::new(|| {}), POSTED_LIMIT / 2));
-    }
-
-    #[test]
-    fn a_slot_is_listed_once_until_taken() {
-        let list = Arc::new(List::default());
-        let slot_wake = SlotWake::waker(list.clone(), 7);
-        let waker = Waker::from(slot_wake.clone());
-        waker.wake_by_ref();
-        waker.wake_by_ref();
-        assert_eq!(*lock(&list.0), [7]);
-        slot_wake.taken();
-        waker.wake();
-        assert_eq!(*lock(&list.0), [7, 7]);
-    }
-
-    #[test]
-    fn an_inline_slot_wake_is_listed_once_until_taken() {
-        let list = Arc::new(List::default());
-        let wake = ConnWake::Slot(SlotWake::new(list.clone(), 3));
-        wake.wake();
-        wake.wake();
-        assert_eq!(*lock(&list.0), [3]);
-        wake.taken();
-        wake.wake();
-        assert_eq!(*lock(&list.0), [3, 3]);
     }
 }

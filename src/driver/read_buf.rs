@@ -11,9 +11,6 @@ use crate::pool::BufferPool;
 /// actually sends, not what it claims.
 pub(crate) const MAX_READ_AHEAD: usize = 256 * 1024;
 
-/// Bytes read and thrown away while waiting for a peer to end TCP, at most.
-pub(crate) const DRAIN_LIMIT: usize = 1 << 20;
-
 /// Makes sure `buf` exists and has room for the next read: towards the end of
 /// the frame in progress (`bytes_wanted`, counted from the start of the
 /// buffer), but never more than [`MAX_READ_AHEAD`] beyond the bytes already

@@ -1,8 +1,9 @@
 //! The sans-I/O WebSocket protocol (RFC 6455), after the handshake.
 //!
 //! Nothing here touches a socket, a runtime or a clock: bytes go in as a
-//! `BytesMut`, events and bytes to send come out. Both backends drive the same
-//! [`Session`], and so do the fuzz targets and the benchmarks.
+//! `BytesMut`, events and bytes to send come out. Every driver drives the
+//! same [`Session`] (through rapidws's connection life), and so do the fuzz
+//! targets and the benchmarks.
 //!
 //! | file | concern |
 //! |---|---|
@@ -11,12 +12,12 @@
 //! | `random.rs` | a client's masking keys and handshake nonce, from a per-thread CSPRNG |
 //! | `utf8.rs` | incremental UTF-8 validation across fragments |
 //! | `close.rs` | close codes and close payloads |
-//! | `write_queue.rs` | outbound frames, corked, ready for `writev`; masked in a client's queue |
+//! | `write_queue/` | outbound frames, corked, ready for `writev`; masked in a client's queue; replies that overtake what has not started (`lanes.rs`) |
 //! | `message.rs` | the message types handlers see |
 //! | `prepared.rs` | a server message framed once (and compressed once) for many connections |
 //! | `role.rs` | client or server: masking and the frames each refuses |
 //! | `session.rs` | the state machine tying them together |
-//! | `deflate/` | permessage-deflate: negotiation, bounded inflate, compression |
+//! | `deflate/` | permessage-deflate: the agreed parameters, bounded inflate, compression (the negotiation is in `handshake/`) |
 
 pub mod close;
 pub mod deflate;

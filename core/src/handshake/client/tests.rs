@@ -7,7 +7,7 @@ const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
 fn drain(out: &mut WriteQueue) -> Vec<u8> {
     let mut bytes = Vec::new();
-    out.drain_into(&mut bytes);
+    out.move_into(&mut bytes);
     bytes
 }
 

@@ -475,7 +475,7 @@ impl WriteQueue {
     /// Moves every queued byte, in order, to the end of `out`: for a sink
     /// that takes one buffer rather than [`WriteQueue::io_slices`] (a test, a
     /// fuzz target, a transport of your own).
-    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
+    pub fn move_into(&mut self, out: &mut Vec<u8>) {
         out.reserve(self.len());
         while !self.is_empty() {
             let copied = {
@@ -813,10 +813,11 @@ fn put_frame_with(
     Some(n + payload_len)
 }
 
-/// For tests: a non-blocking vectored write into `wire` that takes `budget`
-/// bytes in all, then would block, as a socket whose peer stops reading.
-#[cfg(test)]
-pub(crate) fn write_at_most(
+/// For tests (this crate's and the drivers'): a non-blocking vectored write
+/// into `wire` that takes `budget` bytes in all, then would block, as a
+/// socket whose peer stops reading.
+#[doc(hidden)]
+pub fn write_at_most(
     mut budget: usize,
     wire: &mut Vec<u8>,
 ) -> impl FnMut(&[IoSlice<'_>]) -> io::Result<usize> + '_ {

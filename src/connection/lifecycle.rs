@@ -28,29 +28,32 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 
-use crate::conn::{Conn, wake_all};
-use crate::dispatch::{Accepted, Dispatch, Input};
-use crate::handler::Handler;
+use crate::connection::conn::{Conn, wake_all};
+use crate::connection::dispatch::{Dispatch, Input};
+use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
+use crate::connection::handler::Handler;
+use crate::connection::keepalive::Sweep;
+use crate::connection::upgrade::{self, Answer, Upgraded};
+use crate::connection::wake::ConnWake;
 use crate::handshake::{HandshakeError, write_error};
-use crate::keepalive::Sweep;
 use crate::pool::BufferPool;
 use crate::proto::deflate::DeflateParams;
 use crate::proto::{Role, WriteQueue};
-use crate::read_buf::DRAIN_LIMIT;
-use crate::server::{LiveGuard, Registration, ServerCore, deadline_from};
-use crate::slot_waker::ConnWake;
-use crate::upgrade::{self, Answer, Settings};
+
+/// Bytes read and thrown away while lingering (waiting for the peer to end
+/// TCP after our FIN), at most.
+const LINGER_LIMIT: usize = 1 << 20;
 
 /// What a server loop shares with all its connections.
 pub(crate) struct Env<H> {
-    pub(crate) core: Arc<ServerCore>,
+    pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) handler: Arc<H>,
 }
 
 impl<H> Clone for Env<H> {
     fn clone(&self) -> Self {
         Env {
-            core: self.core.clone(),
+            endpoint: self.endpoint.clone(),
             handler: self.handler.clone(),
         }
     }
@@ -116,7 +119,7 @@ pub(crate) struct Lifecycle<H: Handler> {
     /// bounded queue, not a stopped reader, protects the server, and a
     /// request is answered while pushes drain. (The application's own
     /// pause, `Conn::pause_reading`, is kept apart: see `is_paused`.)
-    paused: bool,
+    queue_paused: bool,
     /// [`Lifecycle::receive`] left whole frames in the driver's buffer (the
     /// queue was full), or bytes arrived while paused: they go before any
     /// new read once reading resumes.
@@ -159,17 +162,6 @@ struct Open<H: Handler> {
     _registration: Registration,
 }
 
-/// A connection whose upgrade was done elsewhere: a server's answered by
-/// hyper or axum, or a client's whose `101` was read and checked.
-pub(crate) struct Opened<'s, S> {
-    pub(crate) state: S,
-    /// The permessage-deflate parameters agreed, if any.
-    pub(crate) deflate: Option<DeflateParams>,
-    /// The connection's own settings, if the upgrade set any.
-    pub(crate) settings: Option<&'s Settings>,
-    pub(crate) role: Role,
-}
-
 impl<H: Handler> Open<H> {
     /// Counts the connection as open, puts the `101` in `response` (if any)
     /// at the head of its queue, and calls `on_open`.
@@ -177,18 +169,12 @@ impl<H: Handler> Open<H> {
         peer: SocketAddr,
         wake: ConnWake,
         mut response: WriteQueue,
-        opened: Opened<'_, H::State>,
+        upgraded: Upgraded<H::State>,
         env: &Env<H>,
     ) -> Self {
-        let accepted = Accepted {
-            peer,
-            response: &mut response,
-            state: opened.state,
-            deflate: opened.deflate,
-            settings: opened.settings,
-            role: opened.role,
-        };
-        let (dispatch, registration) = Dispatch::upgrade(&env.core, &env.handler, accepted, wake);
+        let (endpoint, handler) = (&env.endpoint, &env.handler);
+        let (dispatch, registration) =
+            Dispatch::upgrade(endpoint, handler, peer, &mut response, upgraded, wake);
         Open {
             dispatch,
             _registration: registration,
@@ -223,7 +209,7 @@ impl<H: Handler> Lifecycle<H> {
         let handshake = Handshake {
             peer,
             wake,
-            deadline: deadline_from(now, env.core.config.handshake_timeout),
+            deadline: deadline_from(now, env.endpoint.config.handshake_timeout),
             response: WriteQueue::new(),
             refused: false,
             seen: 0,
@@ -232,20 +218,25 @@ impl<H: Handler> Lifecycle<H> {
         Lifecycle::new(Stage::Handshake(Box::new(handshake)), live)
     }
 
-    /// A connection whose upgrade was done elsewhere: a server's whose
-    /// request was checked and answered (hyper's and axum's upgrades), or a
-    /// client's whose response was read and checked (`client`). It opens at
-    /// once, calling `on_open`.
+    /// A connection whose upgrade was done elsewhere (see [`Upgraded`]).
+    /// It opens at once, calling `on_open`, then hands its `Conn` out if
+    /// asked to. Returns the bytes read after the handshake: the driver's
+    /// read buffer, to [`Lifecycle::receive`] before reading more.
     pub(crate) fn upgraded(
         peer: SocketAddr,
         live: LiveGuard,
         wake: ConnWake,
-        opened: Opened<'_, H::State>,
+        mut upgraded: Upgraded<H::State>,
         env: &Env<H>,
-    ) -> Self {
-        let response = WriteQueue::with_role(opened.role);
-        let open = Open::upgrade(peer, wake, response, opened, env);
-        Lifecycle::new(Stage::Open(open), live)
+    ) -> (Self, BytesMut) {
+        let prefix = std::mem::take(&mut upgraded.prefix);
+        let hand_out = upgraded.hand_out.take();
+        let response = WriteQueue::with_role(upgraded.role);
+        let open = Open::upgrade(peer, wake, response, upgraded, env);
+        if let Some(hand_out) = hand_out {
+            hand_out(open.dispatch.conn());
+        }
+        (Lifecycle::new(Stage::Open(open), live), prefix)
     }
 
     fn new(stage: Stage<H>, live: LiveGuard) -> Self {
@@ -253,7 +244,7 @@ impl<H: Handler> Lifecycle<H> {
             stage,
             ending: None,
             read_closed: false,
-            paused: false,
+            queue_paused: false,
             held: false,
             writing: false,
             _live: live,
@@ -277,7 +268,7 @@ impl<H: Handler> Lifecycle<H> {
         }
         match &mut self.stage {
             Stage::Handshake(handshake) => {
-                if handshake.refused || env.core.is_shutting_down() {
+                if handshake.refused || env.endpoint.is_shutting_down() {
                     // `poll` answers 503 to a shutdown; nothing more is read.
                     input.clear();
                     return;
@@ -285,9 +276,9 @@ impl<H: Handler> Lifecycle<H> {
                 if input.len() < handshake.body_end {
                     return;
                 }
-                let (handler, core) = (&*env.handler, &*env.core);
+                let (handler, endpoint) = (&*env.handler, &*env.endpoint);
                 let out = &mut handshake.response;
-                match upgrade::answer(input, handshake.seen, handler, core, out) {
+                match upgrade::answer(input, handshake.seen, handler, endpoint, out) {
                     Answer::Incomplete => handshake.seen = input.len(),
                     Answer::Body { end } => {
                         // Parsed again, from the start, once it is all here.
@@ -295,7 +286,7 @@ impl<H: Handler> Lifecycle<H> {
                         handshake.seen = 0;
                     }
                     Answer::Refused => {
-                        refuse(handshake, core, now);
+                        refuse(handshake, endpoint, now);
                         input.clear();
                     }
                     Answer::Accepted {
@@ -317,13 +308,13 @@ impl<H: Handler> Lifecycle<H> {
                 if !open.dispatch.is_closed() {
                     match open.dispatch.input(input) {
                         Input::Done => {}
-                        Input::Held => {
+                        Input::QueueFull => {
                             self.held = true;
-                            self.paused = true;
+                            self.queue_paused = true;
                         }
                         // The application's pause is not the queue's
                         // hysteresis: it ends when the application says.
-                        Input::Paused => self.held = true,
+                        Input::ReadingPaused => self.held = true,
                     }
                 }
                 if open.dispatch.is_closed() {
@@ -365,13 +356,8 @@ impl<H: Handler> Lifecycle<H> {
             response,
             ..
         } = *handshake;
-        let opened = Opened {
-            state,
-            deflate,
-            settings: None,
-            role: Role::Server,
-        };
-        self.stage = Stage::Open(Open::upgrade(peer, wake, response, opened, env));
+        let upgraded = Upgraded::server(state, deflate);
+        self.stage = Stage::Open(Open::upgrade(peer, wake, response, upgraded, env));
     }
 
     fn fail(&mut self, failure: impl FnOnce() -> String) {
@@ -411,7 +397,7 @@ impl<H: Handler> Lifecycle<H> {
         };
         match written {
             Ok(written) => {
-                if written.bytes > 0 && self.paused {
+                if written.bytes > 0 && self.queue_paused {
                     self.heard_from_peer();
                 }
                 written.all
@@ -443,7 +429,7 @@ impl<H: Handler> Lifecycle<H> {
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch.conn().shared().lock().no_longer_sending(n);
         }
-        if self.paused {
+        if self.queue_paused {
             // The write had to wait for room: the peer made it by reading.
             // (One that completes at once proves nothing: the kernel takes
             // bytes for a peer that reads nothing, until its buffers fill.)
@@ -493,7 +479,7 @@ impl<H: Handler> Lifecycle<H> {
         };
         let failed = self.ending.as_ref().is_some_and(|e| e.failure.is_some());
         if !handshake.refused {
-            let refusal = if env.core.is_shutting_down() {
+            let refusal = if env.endpoint.is_shutting_down() {
                 (503, "server shutting down")
             } else if failed || (self.read_closed && handshake.seen == 0) {
                 // Connected and left (a port check), or broke: no answer.
@@ -508,14 +494,14 @@ impl<H: Handler> Lifecycle<H> {
                 return Action::Wait;
             };
             write_error(&mut handshake.response, refusal.0, refusal.1);
-            refuse(handshake, &env.core, now);
+            refuse(handshake, &env.endpoint, now);
         }
         let expired = now >= handshake.deadline;
         if failed {
             return self.close();
         }
         if let Some(discarded) = self.ending.as_ref().and_then(|e| e.discarded) {
-            let over = self.read_closed || discarded >= DRAIN_LIMIT || expired;
+            let over = self.read_closed || discarded >= LINGER_LIMIT || expired;
             return if over { self.close() } else { Action::Wait };
         }
         if self.writing || !handshake.response.is_empty() {
@@ -528,13 +514,13 @@ impl<H: Handler> Lifecycle<H> {
         // The error response is out: FIN, then wait for the peer's, so that
         // unread bytes do not turn the close into a reset that could destroy
         // the response in flight.
-        handshake.deadline = deadline_from(now, env.core.config.close_timeout);
+        handshake.deadline = deadline_from(now, env.endpoint.config.close_timeout);
         self.ending.get_or_insert_with(Box::default).discarded = Some(0);
         Action::ShutDown
     }
 
     fn poll_open(&mut self, env: &Env<H>, now: Instant) -> Action {
-        let close_timeout = env.core.config.close_timeout;
+        let close_timeout = env.endpoint.config.close_timeout;
         loop {
             let Stage::Open(open) = &mut self.stage else {
                 unreachable!("polled in the open stage");
@@ -550,7 +536,7 @@ impl<H: Handler> Lifecycle<H> {
             let deadline = ending.and_then(|ending| ending.deadline);
             let expired = deadline.is_some_and(|at| now >= at);
             if let Some(discarded) = ending.and_then(|ending| ending.discarded) {
-                let over = self.read_closed || discarded >= DRAIN_LIMIT || expired;
+                let over = self.read_closed || discarded >= LINGER_LIMIT || expired;
                 return if over { self.close() } else { Action::Wait };
             }
             if let Some(failure) = ending.and_then(|ending| ending.failure.as_deref()) {
@@ -592,9 +578,9 @@ impl<H: Handler> Lifecycle<H> {
             };
             // Hysteresis: paused at the bound, going again at half of it.
             if bytes >= max {
-                self.paused = true;
+                self.queue_paused = true;
             } else if bytes <= low_water {
-                self.paused = false;
+                self.queue_paused = false;
             }
             if !flushed {
                 if expired {
@@ -677,7 +663,7 @@ impl<H: Handler> Lifecycle<H> {
     /// and has not drained to half of that yet, or the application paused
     /// it (`Conn::pause_reading`) and the connection is still open.
     pub(crate) fn is_paused(&self) -> bool {
-        self.paused || self.app_paused()
+        self.queue_paused || self.app_paused()
     }
 
     fn app_paused(&self) -> bool {
@@ -697,7 +683,7 @@ impl<H: Handler> Lifecycle<H> {
     pub(crate) fn bytes_wanted(&self, env: &Env<H>) -> usize {
         match &self.stage {
             Stage::Handshake(handshake) => {
-                (env.core.config.max_handshake_size + 1).max(handshake.body_end)
+                (env.endpoint.config.max_handshake_size + 1).max(handshake.body_end)
             }
             Stage::Open(open) => open.dispatch.bytes_wanted(),
             Stage::Done => 0,
@@ -747,9 +733,9 @@ impl<H: Handler> Lifecycle<H> {
 /// Refuses the request whose error response is in `handshake.response`: the
 /// rest (writing it, FIN, waiting for the peer's) is bounded by the close
 /// timeout.
-fn refuse(handshake: &mut Handshake, core: &ServerCore, now: Instant) {
+fn refuse(handshake: &mut Handshake, endpoint: &Endpoint, now: Instant) {
     handshake.refused = true;
-    handshake.deadline = deadline_from(now, core.config.close_timeout);
+    handshake.deadline = deadline_from(now, endpoint.config.close_timeout);
 }
 
 #[cfg(test)]

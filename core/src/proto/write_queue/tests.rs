@@ -73,7 +73,7 @@ fn keeps_frame_order_across_copied_and_shared_payloads() {
         assert_eq!(drain(&mut copy, max), expected, "{max} bytes per write");
     }
     let mut all = vec![0xEE];
-    q.drain_into(&mut all);
+    q.move_into(&mut all);
     assert_eq!((all[0], &all[1..]), (0xEE, &expected[..]));
     assert!(q.is_empty());
 }
@@ -205,7 +205,7 @@ fn a_client_queue_masks_every_kind_of_push_with_its_own_key() {
     assert!(!q.push_frame_with(true, 0, OpCode::Binary, 10, |_| false));
     let len = q.len();
     let mut bytes = Vec::new();
-    q.drain_into(&mut bytes);
+    q.move_into(&mut bytes);
     assert_eq!(bytes.len(), len);
     let frames = client_frames(&bytes);
     let payloads: Vec<&[u8]> = frames.iter().map(|(_, p)| &p[..]).collect();
@@ -238,7 +238,7 @@ fn a_client_queue_keeps_its_role_through_draining_and_appending() {
     assert_eq!(q.role(), Role::Client);
     q.push_frame(true, 0, OpCode::Text, b"y");
     let mut bytes = Vec::new();
-    q.drain_into(&mut bytes);
+    q.move_into(&mut bytes);
     assert_eq!(client_frames(&bytes)[0].1, b"y");
     assert_eq!(WriteQueue::default().role(), Role::Server);
 }
@@ -301,7 +301,7 @@ fn replies_overtake_messages_not_started_and_wait_for_the_one_being_written() {
     q.push_reply(0, OpCode::Text, b"1st");
     q.push_reply(0, OpCode::Text, b"2nd");
     assert_eq!(q.reply_len(), 10);
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "a12bc");
 }
 
@@ -312,7 +312,7 @@ fn replies_go_first_when_nothing_has_started_and_in_order_when_nothing_waits() {
     q.push_frame_shared(true, 0, OpCode::Binary, big(b'b', 40_000));
     q.push_reply(0, OpCode::Text, b"r");
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "rab");
 
     // An empty queue, or one of small messages: the reply takes its place
@@ -323,7 +323,7 @@ fn replies_go_first_when_nothing_has_started_and_in_order_when_nothing_waits() {
     assert!(q.spill.is_none());
     assert_eq!(q.reply_len(), 0);
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "xr");
 }
 
@@ -340,7 +340,7 @@ fn a_reply_never_lands_inside_a_fragmented_message() {
     q.push_frame(true, 0, OpCode::Continuation, &[b'h'; 100]);
     q.push_frame(true, 0, OpCode::Binary, &[b'z'; 100]);
     let mut wire = vec![0x02, 126, 0x4e];
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     let frames = server_frames(&wire);
     assert_eq!(tags(&frames), "fghrpz");
     assert_valid_message_stream(&frames);
@@ -353,7 +353,7 @@ fn a_reply_never_lands_inside_a_fragmented_message() {
     q.push_reply(0, OpCode::Text, b"r");
     q.push_frame(true, 0, OpCode::Continuation, &[b'g'; 10]);
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     let frames = server_frames(&wire);
     assert_eq!(tags(&frames), "rafg");
     assert_valid_message_stream(&frames);
@@ -407,7 +407,7 @@ fn pongs_behind_a_stuck_write_are_all_kept_up_to_the_budget() {
     let n = encode_header(&mut header, true, 0, OpCode::Binary, 40_000, None);
     wire.extend_from_slice(&header[..n]);
     wire.extend_from_slice(&[b'a'; 100 - 4]);
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     let frames = server_frames(&wire);
     assert_eq!(frames.len(), 11);
     for (i, frame) in frames[1..].iter().enumerate() {
@@ -423,7 +423,7 @@ fn pongs_are_all_sent_while_writes_go_through_and_a_started_one_is_kept() {
         q.push_pong(&[b'0' + i]);
     }
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "0123456789");
 
     // With the first pong partly written, the next ones are added after it.
@@ -435,7 +435,7 @@ fn pongs_are_all_sent_while_writes_go_through_and_a_started_one_is_kept() {
     q.push_pong(b"q");
     q.push_pong(b"r");
     let mut wire = vec![];
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(&wire[..2], &[1, b'p'], "the rest of the first pong");
     assert_eq!(tags(&server_frames(&wire[2..])), "qr");
 }
@@ -456,9 +456,9 @@ fn taking_to_send_stops_at_a_boundary_so_replies_can_still_overtake_the_rest() {
         "the reply and one message"
     );
     let mut wire = Vec::new();
-    first.drain_into(&mut wire);
-    second.drain_into(&mut wire);
-    q.drain_into(&mut wire);
+    first.move_into(&mut wire);
+    second.move_into(&mut wire);
+    q.move_into(&mut wire);
     assert_eq!(tags(&server_frames(&wire)), "arbcde");
 
     // A queue without a spill goes whole, buffer and all.
@@ -482,7 +482,7 @@ fn a_client_queue_masks_replies_and_pongs() {
         true
     }));
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     let payloads: Vec<Vec<u8>> = client_frames(&wire).into_iter().map(|(_, p)| p).collect();
     assert_eq!(
         &payloads[..3],
@@ -545,7 +545,7 @@ fn random_traffic_keeps_frames_whole_and_each_lane_in_order() {
                 }
                 7 => {
                     let mut taken = q.take_to_send(rng.random_range(0..100_000));
-                    taken.drain_into(&mut wire);
+                    taken.move_into(&mut wire);
                 }
                 _ => {
                     let budget = rng.random_range(0..50_000);
@@ -559,7 +559,7 @@ fn random_traffic_keeps_frames_whole_and_each_lane_in_order() {
             pushed += q.len() - before;
             ordered += 1;
         }
-        q.drain_into(&mut wire);
+        q.move_into(&mut wire);
         let frames = server_frames(&wire);
         assert_valid_message_stream(&frames);
         let mut seen = (0u32, 0u32);
@@ -602,7 +602,7 @@ fn unsent_pongs_never_pass_their_budget() {
         );
     }
     let mut wire = Vec::new();
-    q.drain_into(&mut wire);
+    q.move_into(&mut wire);
     let frames = server_frames(&wire);
     let last = &frames.last().unwrap().1;
     assert_eq!(
@@ -643,7 +643,7 @@ fn prepared_frames_go_out_whole_in_order_and_large_ones_uncopied() {
     plain.push_frame(true, 0, OpCode::Binary, &[7u8; 4000]);
     plain.push_frame(true, 0, OpCode::Text, b"small news");
     plain.push_frame(true, 0, OpCode::Text, b"after");
-    plain.drain_into(&mut expected);
+    plain.move_into(&mut expected);
     assert_eq!(q.len(), expected.len());
     assert_eq!(drain(&mut q, 1000), expected);
 }
@@ -658,11 +658,11 @@ fn replies_overtake_prepared_frames_not_yet_started() {
     }
     q.push_reply(0, OpCode::Text, b"answer");
     let mut out = Vec::new();
-    q.drain_into(&mut out);
+    q.move_into(&mut out);
     let mut expected = Vec::new();
     let mut reply = WriteQueue::new();
     reply.push_frame(true, 0, OpCode::Text, b"answer");
-    reply.drain_into(&mut expected);
+    reply.move_into(&mut expected);
     assert_eq!(
         &out[..expected.len()],
         &expected[..],

@@ -74,7 +74,7 @@ impl Harness {
     /// Everything the session queued for the peer, as (opcode, payload) frames.
     fn sent(&mut self) -> Sent {
         let mut bytes = Vec::new();
-        self.out.drain_into(&mut bytes);
+        self.out.move_into(&mut bytes);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
@@ -837,7 +837,7 @@ mod client_role {
     /// The client's replies, checked to be masked and unmasked for reading.
     fn sent_by_client(h: &mut Harness) -> Sent {
         let mut bytes = Vec::new();
-        h.out.drain_into(&mut bytes);
+        h.out.move_into(&mut bytes);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < bytes.len() {

@@ -15,9 +15,9 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio_rustls::TlsAcceptor;
 
-use crate::handler::Handler;
-use crate::lifecycle::Env;
-use crate::server::{LiveGuard, ServerCore, deadline_from};
+use crate::connection::endpoint::{Endpoint, LiveGuard, deadline_from};
+use crate::connection::handler::Handler;
+use crate::connection::lifecycle::Env;
 use crate::stream::{self, Start};
 use crate::tokio::group::{GroupShared, Incoming};
 
@@ -41,10 +41,10 @@ pub(crate) async fn serve<H: Handler>(
             return;
         }
     };
-    let deadline = deadline_from(started, env.core.config.handshake_timeout);
+    let deadline = deadline_from(started, env.endpoint.config.handshake_timeout);
     if let Some(group) = plain {
         let mut first = [0u8; 1];
-        let Some(peeked) = in_time(&env.core, deadline, tcp.peek(&mut first)).await else {
+        let Some(peeked) = in_time(&env.endpoint, deadline, tcp.peek(&mut first)).await else {
             return;
         };
         match peeked {
@@ -75,7 +75,7 @@ pub(crate) async fn serve<H: Handler>(
             }
         }
     }
-    let Some(handshake) = in_time(&env.core, deadline, acceptor.accept(tcp)).await else {
+    let Some(handshake) = in_time(&env.endpoint, deadline, acceptor.accept(tcp)).await else {
         return;
     };
     let tls = match handshake {
@@ -99,14 +99,14 @@ pub(crate) async fn serve<H: Handler>(
 /// `None` if the server aborts first. A shutdown gives the handshake its
 /// time (the upgrade then gets 503); an abort does not.
 async fn in_time<T>(
-    core: &ServerCore,
+    endpoint: &Endpoint,
     deadline: Instant,
     work: impl Future<Output = T>,
 ) -> Option<Result<T, tokio::time::error::Elapsed>> {
     let work = tokio::time::timeout_at(deadline.into(), work);
     tokio::select! {
         biased;
-        () = core.abort_requested() => None,
+        () = endpoint.abort_requested() => None,
         done = work => Some(done),
     }
 }

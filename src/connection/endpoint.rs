@@ -1,6 +1,8 @@
-//! What a server keeps across its connections, whatever the backend: settings,
-//! the buffer pool, connection ids, the connection counts, and the shutdown
-//! and abort flags with the wakers of the server loops that act on them.
+//! The [`Endpoint`]: what every connection of one server (or one client)
+//! shares, whatever the driver and whichever the role (quinn's word for the
+//! same thing): settings, the buffer pool, connection ids, the connection
+//! counts, and the shutdown and abort flags with the wakers of the server
+//! loops that act on them.
 //!
 //! There is no list of connections here: each server loop (a tokio group, an
 //! io_uring reactor) owns its connections, and when woken for a shutdown or an
@@ -15,13 +17,14 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "tokio")]
 use tokio::sync::Notify;
 
-use crate::config::Config;
-use crate::conn::{Conn, ConnShared, Outbound};
+use crate::connection::config::Config;
+use crate::connection::conn::{Conn, ConnShared, Outbound};
+use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 use crate::proto::CloseCode;
-use crate::slot_waker::ConnWake;
 
-pub(crate) struct ServerCore {
+/// What the connections of one server (or one client) share; see the module.
+pub(crate) struct Endpoint {
     pub(crate) config: Config,
     pub(crate) pool: Arc<BufferPool>,
     /// The sending settings every connection holds (the same pool).
@@ -45,15 +48,15 @@ pub(crate) struct ServerCore {
     loop_wakers: Mutex<Vec<Waker>>,
 }
 
-impl ServerCore {
-    pub(crate) fn new(config: Config) -> Arc<ServerCore> {
+impl Endpoint {
+    pub(crate) fn new(config: Config) -> Arc<Endpoint> {
         let pool = Arc::new(BufferPool::default());
         let outbound = Arc::new(Outbound {
             pool: pool.clone(),
             max_bytes: config.max_outbound_bytes,
             on_full: config.slow_consumer,
         });
-        Arc::new(ServerCore {
+        Arc::new(Endpoint {
             config,
             pool,
             outbound,
@@ -120,7 +123,7 @@ impl ServerCore {
     /// Resolves once a shutdown has been requested. Any number of tasks may wait.
     #[cfg(feature = "tokio")]
     pub(crate) async fn shutdown_requested(&self) {
-        self.until(ServerCore::is_shutting_down).await;
+        self.until(Endpoint::is_shutting_down).await;
     }
 
     /// Completes at the next shutdown or abort signal (enable it, then look
@@ -133,13 +136,13 @@ impl ServerCore {
     /// Resolves once the shutdown has turned to an abort.
     #[cfg(feature = "rustls")]
     pub(crate) async fn abort_requested(&self) {
-        self.until(ServerCore::is_aborting).await;
+        self.until(Endpoint::is_aborting).await;
     }
 
     /// Resolves once `flag` is true; it is looked at whenever the shutdown
     /// or abort flag changes.
     #[cfg(feature = "tokio")]
-    async fn until(&self, flag: fn(&ServerCore) -> bool) {
+    async fn until(&self, flag: fn(&Endpoint) -> bool) {
         loop {
             let notified = self.signals.notified();
             tokio::pin!(notified);
@@ -200,7 +203,7 @@ impl ServerCore {
         self.wake_loops();
     }
 
-    /// True once [`ServerCore::abort_all`] was called.
+    /// True once [`Endpoint::abort_all`] was called.
     pub(crate) fn is_aborting(&self) -> bool {
         self.aborting.load(Ordering::SeqCst)
     }
@@ -257,64 +260,6 @@ pub(crate) fn close_for_shutdown(conn: &Conn) {
     let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
 }
 
-/// What one server loop (a tokio group, an io_uring reactor, a stream
-/// connection's task) has acted on of the server's shutdown: each step
-/// reaches its connections once.
-#[derive(Default)]
-pub(crate) struct ShutdownSeen {
-    shutdown: bool,
-    abort: bool,
-}
-
-impl ShutdownSeen {
-    /// Acts on what is new: a shutdown asks each open connection to close
-    /// with 1001, an abort makes each drop at once. `each` calls its
-    /// argument on every open connection of the loop. Both are looked at
-    /// every time: a loop first run after both flags were set must not spend
-    /// the abort's wake-up on the shutdown. True if it acted (the loop then
-    /// gives its connections a turn).
-    pub(crate) fn act(&mut self, core: &ServerCore, mut each: impl FnMut(&dyn Fn(&Conn))) -> bool {
-        let mut acted = false;
-        if !self.shutdown && core.is_shutting_down() {
-            self.shutdown = true;
-            each(&close_for_shutdown);
-            acted = true;
-        }
-        if !self.abort && core.is_aborting() {
-            self.abort = true;
-            each(&|conn| conn.shared().abort());
-            acted = true;
-        }
-        acted
-    }
-
-    /// Whether the loop has seen the shutdown.
-    pub(crate) fn shutdown(&self) -> bool {
-        self.shutdown
-    }
-}
-
-/// Binds the first of `addrs` that `bind` accepts; the last error if none
-/// does.
-pub(crate) fn bind_first<T>(
-    addrs: impl IntoIterator<Item = std::net::SocketAddr>,
-    mut bind: impl FnMut(std::net::SocketAddr) -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    let mut last_error = None;
-    for addr in addrs {
-        match bind(addr) {
-            Ok(bound) => return Ok(bound),
-            Err(e) => last_error = Some(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "address resolved to nothing",
-        )
-    }))
-}
-
 /// `timeout` from now (see [`deadline_from`]).
 pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     deadline_from(Instant::now(), timeout)
@@ -328,7 +273,7 @@ pub(crate) fn deadline_from(now: Instant, timeout: Duration) -> Instant {
 }
 
 /// Keeps a connection counted as live.
-pub(crate) struct LiveGuard(Arc<ServerCore>);
+pub(crate) struct LiveGuard(Arc<Endpoint>);
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
@@ -339,7 +284,7 @@ impl Drop for LiveGuard {
 }
 
 /// Counts an upgraded connection as open until dropped.
-pub(crate) struct Registration(Arc<ServerCore>);
+pub(crate) struct Registration(Arc<Endpoint>);
 
 impl Drop for Registration {
     fn drop(&mut self) {
@@ -350,60 +295,40 @@ impl Drop for Registration {
 /// A handle to a running server, to stop it or look at it from elsewhere.
 #[derive(Clone)]
 pub struct ServerHandle {
-    core: Arc<ServerCore>,
+    endpoint: Arc<Endpoint>,
 }
 
 impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerHandle")
             .field("connections", &self.connections())
-            .field("shutting_down", &self.core.is_shutting_down())
+            .field("shutting_down", &self.endpoint.is_shutting_down())
             .finish()
     }
 }
 
 impl ServerHandle {
-    pub(crate) fn new(core: Arc<ServerCore>) -> Self {
-        ServerHandle { core }
+    pub(crate) fn new(endpoint: Arc<Endpoint>) -> Self {
+        ServerHandle { endpoint }
     }
 
     /// Starts a graceful shutdown: the server stops accepting, sends close 1001
     /// to every connection and waits for them (bounded by `shutdown_timeout`)
     /// before `serve` returns. Calling it again does nothing.
     pub fn shutdown(&self) {
-        if self.core.begin_shutdown() {
+        if self.endpoint.begin_shutdown() {
             tracing::info!(connections = self.connections(), "shutting down");
         }
     }
 
     /// Open WebSocket connections (upgraded and not yet closed).
     pub fn connections(&self) -> usize {
-        self.core.open()
+        self.endpoint.open()
     }
 
     /// Accepted connections not yet finished: upgraded ones, and also those
     /// still in the handshake or ending TCP.
     pub fn alive(&self) -> usize {
-        self.core.live()
+        self.endpoint.live()
     }
-}
-
-/// Pending connections the kernel queues for `accept`.
-pub(crate) const LISTEN_BACKLOG: u32 = 4096;
-
-/// Back-off after an accept error such as EMFILE: doubles up to the maximum.
-pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(5);
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
-/// Accept errors about one incoming connection, which are no reason to pause.
-pub(crate) fn concerns_one_connection(error: &std::io::Error) -> bool {
-    use std::io::ErrorKind;
-    matches!(
-        error.kind(),
-        ErrorKind::ConnectionAborted
-            | ErrorKind::ConnectionReset
-            | ErrorKind::ConnectionRefused
-            | ErrorKind::Interrupted
-            | ErrorKind::WouldBlock
-    )
 }

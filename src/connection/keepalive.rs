@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::conn::Conn;
+use crate::connection::config::Config;
+use crate::connection::conn::Conn;
 use crate::proto::CloseCode;
 
 /// Sweeps are never more frequent than this, however short the settings.

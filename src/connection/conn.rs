@@ -17,7 +17,8 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
-use crate::config::SlowConsumer;
+use crate::connection::config::SlowConsumer;
+use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 #[cfg(feature = "pubsub")]
 use crate::proto::Prepared;
@@ -26,7 +27,6 @@ use crate::proto::deflate::Compressor;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
 use crate::proto::write_queue::Written;
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, Role, WriteQueue, utf8};
-use crate::slot_waker::ConnWake;
 
 /// Why a send or close was refused. Nothing was queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1142,7 +1142,7 @@ mod tests {
         conn.ping(b"p").unwrap();
 
         let mut wire = Vec::new();
-        conn.shared().lock().queue.drain_into(&mut wire);
+        conn.shared().lock().queue.move_into(&mut wire);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < wire.len() {
@@ -1190,7 +1190,7 @@ mod tests {
             "replies over the bound"
         );
         let mut wire = Vec::new();
-        conn.shared().lock().queue.drain_into(&mut wire);
+        conn.shared().lock().queue.move_into(&mut wire);
         assert_eq!(&wire[..4], &[0x81, 2, b'r', b'1'], "ahead of the push");
         assert_eq!(wire.len(), 4 + 204 + 20_004);
     }
@@ -1221,7 +1221,7 @@ mod tests {
                 .unwrap();
             conn.reply(Message::Text(&text)).unwrap();
             let mut wire = Vec::new();
-            conn.shared().lock().queue.drain_into(&mut wire);
+            conn.shared().lock().queue.move_into(&mut wire);
             let compressed = wire[0] & 0x40 != 0;
             assert_eq!(wire[0] & 0x0f, 1, "the reply went first");
             assert_eq!(compressed, no_context, "no_context_takeover: {no_context}");

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::conn::Conn;
+use crate::connection::conn::Conn;
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 

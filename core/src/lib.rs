@@ -1,0 +1,34 @@
+//! rapidws's sans-I/O core: everything about a WebSocket that does no I/O.
+//!
+//! Bytes go in (`&mut BytesMut`), events and bytes to send come out; nothing
+//! here touches a socket, a runtime or a clock, so cargo itself keeps the
+//! core free of them (this crate depends on no runtime). The `rapidws` crate
+//! builds its drivers (tokio groups, io_uring, any async stream) on it, and
+//! the fuzz targets and benchmarks drive it with no socket at all, as
+//! quinn does with quinn-proto.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`proto`] | frames, masking, roles, fragments, UTF-8, close, limits, permessage-deflate, the write queue, the per-connection [`Session`](proto::Session) |
+//! | [`handshake`] | the HTTP/1.1 upgrade: the server's request parser and checks, permessage-deflate negotiation, the `101` and HTTP errors; the client's request and its check of the response |
+//! | [`pool`] | [`BufferPool`](pool::BufferPool): the buffers connections borrow while bytes are in them |
+//!
+//! Most applications use `rapidws`, which re-exports what a handler meets.
+
+// `unsafe` is refused everywhere but in the two modules that need it (the
+// AVX2 masking loop and zlib-rs writing into spare capacity), each allowing
+// it where it is declared; every block says why it is sound.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod handshake;
+pub mod pool;
+pub mod proto;
+
+/// How many rounds a randomized test runs: all of them natively, a fiftieth
+/// under Miri, which interprets every instruction and is thousands of times
+/// slower (see ARCHITECTURE.md, "Testing").
+#[cfg(test)]
+pub(crate) const fn rounds(native: usize) -> usize {
+    if cfg!(miri) { native / 50 + 1 } else { native }
+}

@@ -1,0 +1,25 @@
+//! The connection: one WebSocket's life above the sans-I/O core, the same on
+//! every driver and in both roles. Nothing here does I/O either; a driver
+//! (`tokio/`, `uring/`, `stream/`) moves bytes and calls [`lifecycle`].
+//!
+//! | file | job |
+//! |---|---|
+//! | `lifecycle.rs` | `Lifecycle`: the whole life (handshake, open, closing, FIN, linger, done); time in, deadlines out; the driver's call contract |
+//! | `upgrade.rs` | the server's answer to an upgrade request: limit, hook, negotiation, `101` |
+//! | `dispatch.rs` | session events to the handler's callbacks; panics to 1011; `on_close` once |
+//! | `conn.rs` | `Conn`, the handle, and the outbox it and the driver share |
+//! | `keepalive.rs` | pings and the idle timeout, counted in a loop's sweeps |
+//! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
+//! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
+//! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
+//! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
+
+pub(crate) mod config;
+pub(crate) mod conn;
+pub(crate) mod dispatch;
+pub(crate) mod endpoint;
+pub(crate) mod handler;
+pub(crate) mod keepalive;
+pub(crate) mod lifecycle;
+pub(crate) mod upgrade;
+pub(crate) mod wake;

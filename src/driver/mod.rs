@@ -1,0 +1,20 @@
+//! What the drivers share: plumbing around the connection's life that more
+//! than one of `tokio/`, `uring/` and `stream/` needs, and that is not the
+//! connection's own business.
+//!
+//! | file | job |
+//! |---|---|
+//! | `read_buf.rs` | a connection's read buffer: pooled while a partial frame is in it, grown towards the frame's end |
+//! | `slab.rs` | a server loop's connections by slot number |
+//! | `mailbox.rs` | jobs other threads post to a server loop (pub/sub deliveries), bounded |
+//! | `timer.rs` | a connection's one tokio `Sleep`, on the lifecycle's deadline (tokio groups, the stream driver) |
+//! | `listen.rs` | binding, the backlog, backing off after accept errors |
+//! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
+
+pub(crate) mod listen;
+pub(crate) mod mailbox;
+pub(crate) mod read_buf;
+pub(crate) mod shutdown;
+pub(crate) mod slab;
+#[cfg(feature = "tokio")]
+pub(crate) mod timer;
