@@ -7,8 +7,8 @@
 //!     .permessage_deflate(DeflateConfig::default())
 //!     .write(&mut queue)?;           // the request, with a fresh key
 //! // ... send the queue, read into `buf` until:
-//! let Some(accepted) = handshake.read_response(&buf, 8192)? else { read more };
-//! // buf[accepted.head_len..] are the first frames
+//! let Some(agreed) = handshake.read_response(&buf, 8192)? else { read more };
+//! // buf[agreed.head_len..] are the first frames
 //! ```
 //!
 //! The response is parsed with `httparse` into the same stack array of header
@@ -154,9 +154,9 @@ pub struct ClientHandshake<'a> {
     key: [u8; 24],
 }
 
-/// A response that completes the upgrade.
+/// What the server agreed to, from a response that completes the upgrade.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Accepted<'a> {
+pub struct Agreed<'a> {
     /// How many bytes the response head took: bytes after it in the read
     /// buffer are the server's first frames.
     pub head_len: usize,
@@ -181,20 +181,20 @@ impl<'a> ClientHandshake<'a> {
         &self,
         buf: &[u8],
         max_head_len: usize,
-    ) -> Result<Option<Accepted<'a>>, ClientHandshakeError> {
+    ) -> Result<Option<Agreed<'a>>, ClientHandshakeError> {
         let mut headers = header_buffer();
         let Some((response, head_len)) = parse_response(buf, &mut headers, max_head_len)? else {
             return Ok(None);
         };
-        let mut accepted = self.check(&response)?;
-        accepted.head_len = head_len;
-        Ok(Some(accepted))
+        let mut agreed = self.check(&response)?;
+        agreed.head_len = head_len;
+        Ok(Some(agreed))
     }
 
     /// Checks a parsed response against the request (RFC 6455 §4.1, RFC
     /// 7692 §7.1). The `head_len` of the result is 0: [`parse_response`]
     /// returned it.
-    pub fn check(&self, response: &Response<'_>) -> Result<Accepted<'a>, ClientHandshakeError> {
+    pub fn check(&self, response: &Response<'_>) -> Result<Agreed<'a>, ClientHandshakeError> {
         if response.status != 101 {
             return Err(ClientHandshakeError::NotSwitching {
                 status: response.status,
@@ -219,7 +219,7 @@ impl<'a> ClientHandshake<'a> {
         let offer = self.request.deflate.as_ref().map(Offer::from_config);
         let deflate =
             deflate::check_answer(values(headers, "sec-websocket-extensions"), offer.as_ref())?;
-        Ok(Accepted {
+        Ok(Agreed {
             head_len: 0,
             protocol,
             deflate,

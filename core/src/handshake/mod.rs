@@ -12,7 +12,7 @@ mod request;
 mod response;
 
 pub use client::{
-    Accepted, ClientHandshake, ClientHandshakeError, ClientRequest, ClientRequestError, Response,
+    Agreed, ClientHandshake, ClientHandshakeError, ClientRequest, ClientRequestError, Response,
     parse_response,
 };
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};

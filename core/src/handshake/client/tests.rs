@@ -27,7 +27,7 @@ fn switching(extra: &str) -> String {
 fn check(
     request: ClientRequest<'static>,
     response: &str,
-) -> Result<Option<Accepted<'static>>, ClientHandshakeError> {
+) -> Result<Option<Agreed<'static>>, ClientHandshakeError> {
     with_known_key(request).read_response(response.as_bytes(), 8192)
 }
 
@@ -278,7 +278,7 @@ fn every_prefix_of_a_response_is_incomplete() {
     let accepted = handshake.read_response(response.as_bytes(), 8192);
     assert_eq!(
         accepted,
-        Ok(Some(Accepted {
+        Ok(Some(Agreed {
             head_len: response.len(),
             protocol: Some("chat"),
             deflate: None
