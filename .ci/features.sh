@@ -17,12 +17,16 @@ for mask in $(seq 0 $(( (1 << ${#features[@]}) - 1 ))); do
     cargo clippy --quiet --lib --no-default-features --features "$list" -- -D warnings
 done
 
-# `socket`, `hyper`, `axum`, `http2` and `client` are `tokio` plus a module or two each:
-# checked alone, not in every combination; `client` with TLS and each kind
-# of default roots too. `pubsub` is a module on any driver: alone, on each
-# backend, and without deflate; `redis` (its bridge) alone and with io_uring.
-for extra in socket hyper axum http2 client client,rustls client,webpki-roots client,native-roots \
-    pubsub pubsub,tokio pubsub,uring pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring; do
+# `stream` (the stream driver alone), `socket`, `hyper`, `axum` and `http2`
+# are the stream driver plus a module or two each, `client` the tokio
+# groups plus its module (the async socket only with `socket`): checked
+# alone, not in every combination; `client` with TLS, with the socket, and
+# with each kind of default roots too. `pubsub` is a module on any driver:
+# alone, on each driver, and without deflate; `redis` (its bridge) alone
+# and with io_uring.
+for extra in stream socket hyper axum http2 client client,socket client,rustls \
+    client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
+    pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done
@@ -36,7 +40,8 @@ done
 # `cargo tree -e normal`: the library's own dependencies, not dev-dependencies.
 # (A second argument names another package of the workspace.)
 deps_of() {
-    cargo tree -e normal --prefix none -p "${2:-rapidws}" --no-default-features --features "$1" |
+    cargo tree -e normal --prefix none -p "${2:-rapidws}" --no-default-features --features "$1" \
+        ${DEPTH:+--depth "$DEPTH"} |
         awk '{print $1}' | sort -u
 }
 forbid() {
@@ -53,5 +58,10 @@ forbid() {
 forbid uring tokio mio zlib-rs rustls
 forbid uring,pubsub tokio mio zlib-rs rustls
 forbid tokio io-uring zlib-rs rustls
+# The stream driver, and hyper's and axum's upgrades on it: no groups. tokio
+# itself uses mio, and h2 atomic-waker, so it is rapidws's own dependencies
+# (`DEPTH=1`) that must not name them: the groups' epoll is not compiled.
+DEPTH=1 forbid stream mio atomic-waker io-uring zlib-rs rustls
+DEPTH=1 forbid axum,http2 mio atomic-waker io-uring
 # The core: no runtime, no sockets, no TLS, whatever its features.
 PACKAGE=rapidws-core forbid deflate tokio mio io-uring socket2 rustls hyper

@@ -29,7 +29,7 @@ pub mod hyper;
 pub mod pubsub;
 #[cfg(feature = "socket")]
 pub mod socket;
-#[cfg(feature = "tokio")]
+#[cfg(feature = "stream")]
 pub mod stream;
 #[cfg(feature = "tokio")]
 pub mod tokio;

@@ -48,6 +48,7 @@
 
 mod error;
 pub mod proxy;
+#[cfg(feature = "socket")]
 mod sockets;
 #[cfg(feature = "rustls")]
 mod tls;
@@ -56,6 +57,7 @@ pub mod url;
 
 pub use error::{Error, MAX_REFUSAL_BODY, ProxyError, Refusal, Stage};
 pub use proxy::Proxy;
+#[cfg(feature = "socket")]
 pub use sockets::{Slot, Sockets};
 pub use upgrade::Response;
 
@@ -76,7 +78,9 @@ use crate::connection::handler::Handler;
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::Upgraded;
 use crate::proto::Role;
+#[cfg(feature = "socket")]
 use crate::socket::WebSocket;
+#[cfg(feature = "socket")]
 use crate::socket::inbox::Inbox;
 use crate::stream::{Start, serve};
 use crate::tokio::Groups;
@@ -85,6 +89,7 @@ use crate::tokio::group::Incoming;
 /// Connects with a client shared by the whole process (default [`Config`],
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
 /// feature): [`Client::connect`] on it.
+#[cfg(feature = "socket")]
 pub async fn connect(request: impl Into<Request>) -> Result<(WebSocket, Response), Error> {
     static DEFAULT: OnceLock<Client> = OnceLock::new();
     DEFAULT
@@ -237,23 +242,34 @@ struct Options {
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// Opens client connections and drives them; see the module docs.
-///
-/// A connection's `Conn::peer_addr` is the address its TCP connection went
-/// to: the server's, or the proxy's when it went through one.
-///
-/// `Client<Sockets>` ([`Client::new`]) hands out [`WebSocket`]s;
-/// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
-/// connection, as a server does, with the state given to
-/// [`Client::connect_with`].
-pub struct Client<H: Handler = Sockets> {
-    env: Env<H>,
-    options: Options,
-    /// The connection groups plain `ws` connections join (as a tokio
-    /// server's accepted sockets do), started on the first one's runtime;
-    /// they end with their last connection once every clone is gone.
-    groups: Arc<OnceLock<Groups<H::State>>>,
+/// Defines `Client`, with `Sockets` as its handler by default when the
+/// async socket API is built (`socket`), and none otherwise.
+macro_rules! client {
+    ($($default:tt)*) => {
+        /// Opens client connections and drives them; see the module docs.
+        ///
+        /// A connection's `Conn::peer_addr` is the address its TCP connection went
+        /// to: the server's, or the proxy's when it went through one.
+        ///
+        /// `Client<Sockets>` ([`Client::new`]) hands out [`WebSocket`]s;
+        /// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
+        /// connection, as a server does, with the state given to
+        /// [`Client::connect_with`].
+        pub struct Client<H: Handler $($default)*> {
+            env: Env<H>,
+            options: Options,
+            /// The connection groups plain `ws` connections join (as a tokio
+            /// server's accepted sockets do), started on the first one's runtime;
+            /// they end with their last connection once every clone is gone.
+            groups: Arc<OnceLock<Groups<H::State>>>,
+        }
+    };
 }
+
+#[cfg(feature = "socket")]
+client!(= Sockets);
+#[cfg(not(feature = "socket"))]
+client!();
 
 impl<H: Handler> Clone for Client<H> {
     fn clone(&self) -> Self {
@@ -275,6 +291,7 @@ impl<H: Handler> std::fmt::Debug for Client<H> {
     }
 }
 
+#[cfg(feature = "socket")]
 impl Client<Sockets> {
     /// A client whose connections are [`WebSocket`]s.
     pub fn new(config: Config) -> Self {

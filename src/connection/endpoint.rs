@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "tokio")]
+#[cfg(feature = "stream")]
 use tokio::sync::Notify;
 
 use crate::connection::config::Config;
@@ -34,14 +34,14 @@ pub(crate) struct Endpoint {
     /// Upgraded connections not yet ended.
     open: AtomicUsize,
     /// Wakes the tokio `serve` waiting for the last connection to end.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     idle: Notify,
     shutting_down: AtomicBool,
     /// Set when the shutdown timeout has passed: loops drop their connections.
     aborting: AtomicBool,
     /// Wakes the tasks that wait for a shutdown or an abort (the tokio accept
     /// loop, stream connections); they look at the flags when woken.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     signals: Notify,
     /// The server loops (and `serve` on io_uring), woken when a shutdown
     /// begins and again when it turns to an abort.
@@ -63,11 +63,11 @@ impl Endpoint {
             next_id: AtomicU64::new(1),
             live: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
-            #[cfg(feature = "tokio")]
+            #[cfg(feature = "stream")]
             idle: Notify::new(),
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
-            #[cfg(feature = "tokio")]
+            #[cfg(feature = "stream")]
             signals: Notify::new(),
             loop_wakers: Mutex::new(Vec::new()),
         })
@@ -121,27 +121,27 @@ impl Endpoint {
     }
 
     /// Resolves once a shutdown has been requested. Any number of tasks may wait.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     pub(crate) async fn shutdown_requested(&self) {
         self.until(Endpoint::is_shutting_down).await;
     }
 
     /// Completes at the next shutdown or abort signal (enable it, then look
     /// at the flags, so that none is missed in between).
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     pub(crate) fn signaled(&self) -> tokio::sync::futures::Notified<'_> {
         self.signals.notified()
     }
 
     /// Resolves once the shutdown has turned to an abort.
-    #[cfg(feature = "rustls")]
+    #[cfg(all(feature = "rustls", feature = "tokio"))]
     pub(crate) async fn abort_requested(&self) {
         self.until(Endpoint::is_aborting).await;
     }
 
     /// Resolves once `flag` is true; it is looked at whenever the shutdown
     /// or abort flag changes.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     async fn until(&self, flag: fn(&Endpoint) -> bool) {
         loop {
             let notified = self.signals.notified();
@@ -158,7 +158,7 @@ impl Endpoint {
 
     /// After a shutdown began: waits for the connections to close, at most
     /// `shutdown_timeout`, then aborts the rest and gives them a second to go.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     pub(crate) async fn finish_shutdown(&self) {
         let shutdown_timeout = self.config.shutdown_timeout;
         if tokio::time::timeout(shutdown_timeout, self.wait_idle())
@@ -209,14 +209,14 @@ impl Endpoint {
     }
 
     fn wake_loops(&self) {
-        #[cfg(feature = "tokio")]
+        #[cfg(feature = "stream")]
         self.signals.notify_waiters();
         let wakers = self.loop_wakers.lock().unwrap_or_else(|p| p.into_inner());
         wakers.iter().for_each(Waker::wake_by_ref);
     }
 
     /// Resolves once no connection is left.
-    #[cfg(feature = "tokio")]
+    #[cfg(feature = "stream")]
     pub(crate) async fn wait_idle(&self) {
         loop {
             let notified = self.idle.notified();
@@ -232,7 +232,7 @@ impl Endpoint {
     /// The last connection ended: wakes whoever waits in `wait_idle` (the
     /// io_uring `serve` looks at the count itself).
     fn notify_idle(&self) {
-        #[cfg(feature = "tokio")]
+        #[cfg(feature = "stream")]
         self.idle.notify_waiters();
     }
 

@@ -16,5 +16,5 @@ pub(crate) mod mailbox;
 pub(crate) mod read_buf;
 pub(crate) mod shutdown;
 pub(crate) mod slab;
-#[cfg(feature = "tokio")]
+#[cfg(feature = "stream")]
 pub(crate) mod timer;
