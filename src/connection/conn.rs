@@ -1,8 +1,8 @@
 //! `Conn`: the handle to one connection, usable from any task or thread.
 //!
-//! Sends are encoded straight into the connection's outbound [`WriteQueue`]
-//! under a mutex that only this connection's senders and the backend serving it
-//! touch, so it is uncontended in the common case. The first send after a flush
+//! Sends are encoded straight into the connection's outbound queue, in its
+//! outbox (`outbox.rs`), under a mutex that only this connection's senders
+//! and the driver serving it touch, so it is uncontended in the common case. The first send after a flush
 //! wakes the connection (through the [`ConnWake`] its backend gave it when it
 //! opened); further sends before that flush ride along without another wake.
 //! Inside a callback no wake is needed at all: the backend writes everything
@@ -11,22 +11,20 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
 use crate::connection::config::SlowConsumer;
-use crate::connection::wake::ConnWake;
-use crate::pool::BufferPool;
+#[cfg(feature = "pubsub")]
+use crate::connection::membership::Membership;
+use crate::connection::outbox::{ConnShared, Outbox, wake_all};
 #[cfg(feature = "pubsub")]
 use crate::proto::Prepared;
 use crate::proto::close::MAX_CLOSE_REASON;
-use crate::proto::deflate::Compressor;
-use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, RSV1};
-use crate::proto::write_queue::Written;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, Role, WriteQueue, utf8};
+use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, utf8};
 
 /// Why a send or close was refused. Nothing was queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,8 +100,8 @@ pub struct Conn {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
-            .field("id", &self.shared.id)
-            .field("peer", &self.shared.peer)
+            .field("id", &self.shared.id())
+            .field("peer", &self.shared.peer())
             .finish_non_exhaustive()
     }
 }
@@ -111,7 +109,7 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// A number unique among this server's connections.
     pub fn id(&self) -> u64 {
-        self.shared.id
+        self.shared.id()
     }
 
     /// Tells connections apart across servers (ids are unique only within
@@ -123,7 +121,7 @@ impl Conn {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
-        self.shared.peer
+        self.shared.peer()
     }
 
     /// Sends a message of the same kind, copying its payload (for example, to
@@ -133,9 +131,7 @@ impl Conn {
         let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
         self.enqueue(payload.len(), |outbox| {
-            if !outbox.push_compressed(opcode, payload) {
-                outbox.queue.push_frame(true, 0, opcode, payload);
-            }
+            outbox.push_message(opcode, payload);
         })
     }
 
@@ -166,9 +162,7 @@ impl Conn {
         let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
         self.enqueue_as(Sender::Reply, Some(payload.len()), |outbox| {
-            if !outbox.push_compressed_reply(opcode, payload) {
-                outbox.queue.push_reply(0, opcode, payload);
-            }
+            outbox.push_reply_message(opcode, payload);
         })
     }
 
@@ -189,10 +183,10 @@ impl Conn {
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
         let shared = &*self.shared;
         let mut outbox = shared.lock();
-        if outbox.phase != Phase::Open {
+        if !outbox.is_open() {
             return Poll::Ready(Err(SendError::Closed));
         }
-        if outbox.queued() < shared.outbound.producer_limit() {
+        if outbox.queued() < shared.outbound().producer_limit() {
             return Poll::Ready(Ok(()));
         }
         outbox.wait_for_room(cx.waker());
@@ -244,15 +238,14 @@ impl Conn {
     /// pauses and resumes itself as its inbox fills and empties: do not call
     /// these on it.
     pub fn pause_reading(&self) {
-        self.shared.reading_paused.store(true, Ordering::Release);
+        self.shared.pause_reading();
     }
 
     /// Reading goes on after [`Conn::pause_reading`]; the connection's driver
     /// is woken for it.
     pub fn resume_reading(&self) {
-        if self.shared.reading_paused.swap(false, Ordering::AcqRel) {
-            self.shared.attention.store(true, Ordering::Release);
-            self.shared.wake.wake();
+        if self.shared.resume_reading() {
+            self.shared.call_attention();
         }
     }
 
@@ -291,9 +284,7 @@ impl Conn {
         if payload.len() > MAX_CONTROL_PAYLOAD {
             return Err(SendError::PayloadTooLong);
         }
-        self.enqueue(payload.len(), |outbox| {
-            outbox.queue.push_frame(true, 0, OpCode::Ping, payload)
-        })
+        self.enqueue(payload.len(), |outbox| outbox.push_ping(payload))
     }
 
     /// Starts the close handshake: frames queued so far are sent, then a close
@@ -309,15 +300,14 @@ impl Conn {
         }
         let waiting = {
             let mut outbox = self.shared.lock();
-            if outbox.phase != Phase::Open {
+            if !outbox.is_open() {
                 return Err(SendError::Closed);
             }
             outbox.request_close(code, reason);
-            outbox.waiting.take()
+            outbox.take_waiting()
         };
         wake_all(waiting);
-        self.shared.attention.store(true, Ordering::Release);
-        self.shared.wake.wake();
+        self.shared.call_attention();
         Ok(())
     }
 
@@ -325,9 +315,7 @@ impl Conn {
     /// has plenty to read, and the slow-consumer policy is for the
     /// handler's sends, not ours).
     pub(crate) fn keepalive_ping(&self) {
-        let _ = self.enqueue_as(Sender::Keepalive, Some(0), |outbox| {
-            outbox.queue.push_frame(true, 0, OpCode::Ping, b"")
-        });
+        let _ = self.enqueue_as(Sender::Keepalive, Some(0), |outbox| outbox.push_ping(b""));
     }
 
     /// Bytes queued and not yet written to the socket.
@@ -337,7 +325,7 @@ impl Conn {
 
     /// False once a close was sent or received, or the connection ended.
     pub fn is_open(&self) -> bool {
-        self.shared.lock().phase == Phase::Open
+        self.shared.lock().is_open()
     }
 
     /// Runs `write` on the queue if the connection is open and the queue below its
@@ -361,14 +349,14 @@ impl Conn {
         write: impl FnOnce(&mut Outbox),
     ) -> Result<(), SendError> {
         let shared = &*self.shared;
-        let outbound = &*shared.outbound;
+        let outbound = shared.outbound();
         let wake = {
             let mut outbox = shared.lock();
-            if outbox.phase != Phase::Open {
+            if !outbox.is_open() {
                 return Err(SendError::Closed);
             }
             let held = match sender {
-                Sender::Reply => outbox.queue.reply_len(),
+                Sender::Reply => outbox.reply_len(),
                 _ => outbox.queued(),
             };
             if held >= outbound.max_bytes {
@@ -377,7 +365,7 @@ impl Conn {
                     #[cfg(feature = "pubsub")]
                     (Sender::Published { close_on_full }, _) => close_on_full,
                     (_, SlowConsumer::Pause) => {
-                        outbox.wants_drain = true;
+                        outbox.want_drain();
                         None
                     }
                     (_, SlowConsumer::Close(code)) => Some(code),
@@ -386,11 +374,10 @@ impl Conn {
                     None => {}
                     Some(code) => {
                         outbox.request_close(code, "outbound queue full: peer reads too slowly");
-                        let waiting = outbox.waiting.take();
+                        let waiting = outbox.take_waiting();
                         drop(outbox);
                         wake_all(waiting);
-                        shared.attention.store(true, Ordering::Release);
-                        shared.wake.wake();
+                        shared.call_attention();
                     }
                 }
                 return Err(SendError::QueueFull);
@@ -398,17 +385,14 @@ impl Conn {
             // A pooled buffer for what the send copies into the queue
             // (`None`: it copies nothing, and an idle queue stays without
             // one).
-            if let Some(payload_len) = payload_len.filter(|_| outbox.queue.needs_buffer()) {
-                let buf = outbound.pool.take(payload_len + MAX_HEADER_LEN);
-                if let Some(unused) = outbox.queue.provide_buffer(buf) {
-                    outbound.pool.give(unused);
-                }
+            if let Some(payload_len) = payload_len {
+                outbox.provide_buffer(&outbound.pool, payload_len + MAX_HEADER_LEN);
             }
             write(&mut outbox);
-            !std::mem::replace(&mut outbox.flush_scheduled, true)
+            outbox.schedule_flush()
         };
         if wake {
-            shared.wake.wake();
+            shared.wake().wake();
         }
         Ok(())
     }
@@ -422,70 +406,31 @@ impl Conn {
         membership: &Arc<dyn Membership>,
         name: &Arc<str>,
     ) -> Result<bool, SendError> {
-        let mut outbox = self.shared.lock();
-        if outbox.phase != Phase::Open {
-            return Err(SendError::Closed);
-        }
-        let joined = outbox.joined.get_or_insert_with(Box::default);
-        let names = match joined.iter_mut().find(|(m, _)| same(m, membership)) {
-            Some((_, names)) => names,
-            None => {
-                joined.push((membership.clone(), Vec::new()));
-                &mut joined.last_mut().expect("just pushed").1
-            }
-        };
-        if names.iter().any(|known| **known == **name) {
-            return Ok(false);
-        }
-        names.push(name.clone());
-        Ok(true)
+        self.shared
+            .memberships()
+            .join(membership, name, || self.shared.lock().is_open())
+            .ok_or(SendError::Closed)
     }
 
     /// Records that this connection left `name` in `membership`; false if
     /// it was not there.
     #[cfg(feature = "pubsub")]
     pub(crate) fn part(&self, membership: &Arc<dyn Membership>, name: &str) -> bool {
-        let mut outbox = self.shared.lock();
-        let Some(joined) = outbox.joined.as_mut() else {
-            return false;
-        };
-        let Some(at) = joined.iter().position(|(m, _)| same(m, membership)) else {
-            return false;
-        };
-        let names = &mut joined[at].1;
-        let Some(found) = names.iter().position(|known| &**known == name) else {
-            return false;
-        };
-        names.swap_remove(found);
-        if names.is_empty() {
-            joined.swap_remove(at);
-            if joined.is_empty() {
-                outbox.joined = None;
-            }
-        }
-        true
+        self.shared.memberships().part(membership, name)
     }
 
     /// The names this connection joined in `membership`.
     #[cfg(feature = "pubsub")]
     pub(crate) fn joined(&self, membership: &Arc<dyn Membership>) -> Vec<Arc<str>> {
-        let outbox = self.shared.lock();
-        let joined = outbox.joined.as_deref().into_iter().flatten();
-        joined
-            .filter(|(m, _)| same(m, membership))
-            .flat_map(|(_, names)| names.iter().cloned())
-            .collect()
+        self.shared.memberships().joined(membership)
     }
 
     /// Lets go of every membership: the connection ended. Called by the
     /// connection's end (after sends were closed, so nothing joins again).
     pub(crate) fn leave_all(&self) {
         #[cfg(feature = "pubsub")]
-        {
-            let joined = self.shared.lock().joined.take();
-            for (membership, names) in joined.into_iter().flat_map(|j| *j) {
-                membership.leave(self, names);
-            }
+        for (membership, names) in self.shared.memberships().leave_all() {
+            membership.leave(self.key(), self.shared.wake(), names);
         }
     }
 
@@ -496,26 +441,6 @@ impl Conn {
     pub(crate) fn shared(&self) -> &ConnShared {
         &self.shared
     }
-}
-
-/// Something that holds connections by name (a pub/sub's topics) and must
-/// let go of a connection when it ends. The connection keeps the names it
-/// joined, so that its end knows what to leave, and so that "which topics
-/// is this connection in" is answered without a search.
-#[cfg(feature = "pubsub")]
-pub(crate) trait Membership: Send + Sync {
-    /// `conn` ended: drop it from `names`.
-    fn leave(&self, conn: &Conn, names: Vec<Arc<str>>);
-}
-
-/// The memberships a connection joined, with the names in each.
-#[cfg(feature = "pubsub")]
-type Joined = Vec<(Arc<dyn Membership>, Vec<Arc<str>>)>;
-
-/// The same membership (compared by address, not by vtable).
-#[cfg(feature = "pubsub")]
-fn same(a: &Arc<dyn Membership>, b: &Arc<dyn Membership>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// The opcode a data message of `kind` is sent with.
@@ -565,424 +490,17 @@ impl Future for Ready<'_> {
     }
 }
 
-/// Tasks waiting in [`Conn::ready`], boxed: most connections never have
-/// one, and every connection has the field.
-#[allow(
-    clippy::box_collection,
-    reason = "an absent box is 8 bytes, an empty Vec 24, in every connection"
-)]
-pub(crate) type Waiters = Box<Vec<Waker>>;
-
-/// Wakes the tasks that waited for room (after the outbox's lock is let go:
-/// a waker may run code of its own).
-pub(crate) fn wake_all(waiting: Option<Waiters>) {
-    for waker in waiting.into_iter().flat_map(|wakers| *wakers) {
-        waker.wake();
-    }
-}
-
-/// The senders' side of the outbox.
-impl Outbox {
-    /// Stops sends and asks the driver to start the close handshake.
-    fn request_close(&mut self, code: CloseCode, reason: &str) {
-        self.phase = Phase::Closing;
-        self.close_request = Some(Box::new((code, reason.to_owned())));
-    }
-
-    /// Bytes queued or being written: what the bound applies to.
-    pub(crate) fn queued(&self) -> usize {
-        self.queue.len() + self.sending
-    }
-
-    /// Queues `payload` as one compressed message if permessage-deflate was
-    /// negotiated and the message is worth compressing; false if it was not
-    /// queued (send it plain).
-    fn push_compressed(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
-        let Some(compressor) = self.deflate.as_mut() else {
-            return false;
-        };
-        if !compressor.wants(payload.len()) {
-            return false;
-        }
-        // Text usually shrinks to well under half: a guess for the header.
-        let expected = payload.len() / 3;
-        self.queue
-            .push_frame_with(true, RSV1, opcode, expected, |buf| {
-                compressor.compress(payload, buf)
-            })
-    }
-}
-
-impl Outbox {
-    /// Queues a shared payload: compressed if worth it, else without a copy.
-    fn push_shared(&mut self, opcode: OpCode, payload: Bytes) {
-        if !self.push_compressed(opcode, &payload) {
-            self.queue.push_frame_shared(true, 0, opcode, payload);
-        }
-    }
-
-    /// Queues a message framed once for many connections (see
-    /// [`Conn::send_prepared`]).
-    #[cfg(feature = "pubsub")]
-    fn push_prepared(&mut self, message: &Prepared) {
-        let opcode = message.opcode();
-        if self.queue.role() == Role::Client {
-            if !self.push_compressed(opcode, message.payload()) {
-                self.queue.push_frame(true, 0, opcode, message.payload());
-            }
-            return;
-        }
-        let compressed = self
-            .deflate
-            .as_ref()
-            .and_then(|c| message.compressed_frame(c));
-        let frame = compressed.unwrap_or_else(|| message.frame().clone());
-        self.queue.push_prepared(opcode, frame);
-    }
-
-    /// [`Outbox::push_compressed`] for a reply, which may overtake compressed
-    /// messages: only if this side compresses each message on its own.
-    fn push_compressed_reply(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
-        let Some(compressor) = self.deflate.as_mut() else {
-            return false;
-        };
-        if compressor.keeps_context() || !compressor.wants(payload.len()) {
-            return false;
-        }
-        let expected = payload.len() / 3;
-        self.queue.push_reply_with(RSV1, opcode, expected, |buf| {
-            compressor.compress(payload, buf)
-        })
-    }
-
-    /// Registers `waker` to be woken once the queue has room (or the
-    /// connection takes no more sends); once per task.
-    fn wait_for_room(&mut self, waker: &Waker) {
-        let waiting = self.waiting.get_or_insert_with(Box::default);
-        if !waiting.iter().any(|known| known.will_wake(waker)) {
-            waiting.push(waker.clone());
-        }
-    }
-}
-
-/// Where a connection is in its life, as far as senders are concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Sends are accepted.
-    Open,
-    /// A close was requested or sent: no more data frames.
-    Closing,
-    /// The connection is over.
-    Closed,
-}
-
-/// What `Conn` handles and the driver serving the connection share. Used
-/// through its methods only: every change to it happens in this file.
-pub(crate) struct Outbox {
-    queue: WriteQueue,
-    /// Bytes the driver took out of `queue` and is still writing (io_uring
-    /// writes from a queue of its own, which senders cannot touch).
-    sending: usize,
-    phase: Phase,
-    /// A close asked for by `Conn::close`, for the driver to hand to the
-    /// session (boxed: rare, and every idle connection would carry its size).
-    close_request: Option<Box<(CloseCode, String)>>,
-    /// The server gave up on this connection (forced shutdown): drop it now.
-    abort: bool,
-    /// The driver will write the queue soon; senders need not wake it.
-    flush_scheduled: bool,
-    /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
-    wants_drain: bool,
-    /// Tasks waiting in [`Conn::ready`].
-    waiting: Option<Waiters>,
-    /// The permessage-deflate compressor, when it was negotiated. It lives
-    /// here because messages are compressed as they are queued, by whichever
-    /// thread sends them (16 bytes inline: a box of its own cost more).
-    deflate: Option<Compressor>,
-    /// The pub/sub topics this connection is in (boxed: most connections
-    /// are in none, and every one would carry the room).
-    #[cfg(feature = "pubsub")]
-    joined: Option<Box<Joined>>,
-}
-
-/// The driver's side of the outbox: what the connection's life does with it.
-impl Outbox {
-    /// Where the session appends its replies (pongs, close frames).
-    pub(crate) fn queue(&mut self) -> &mut WriteQueue {
-        &mut self.queue
-    }
-
-    /// Puts `first` (the `101`) at the head of the still empty queue; its
-    /// pooled buffer becomes the queue's, so what `on_open` sends joins it.
-    /// (A client has no `101` to send: an empty `first` leaves the queue,
-    /// and its role, as they are.)
-    pub(crate) fn begin_with(&mut self, first: &mut WriteQueue) {
-        debug_assert!(self.queue.is_empty());
-        if !first.is_empty() {
-            debug_assert_eq!(first.role(), self.queue.role());
-            std::mem::swap(&mut self.queue, first);
-        }
-    }
-
-    /// Nothing queued and nothing being written.
-    pub(crate) fn is_flushed(&self) -> bool {
-        self.queue.is_empty() && self.sending == 0
-    }
-
-    /// Bytes queued but not yet taken by the driver.
-    pub(crate) fn has_queued(&self) -> bool {
-        !self.queue.is_empty()
-    }
-
-    /// A close frame is in the queue: senders are turned away from now on,
-    /// so that no data frame can follow it. Returns the tasks waiting for
-    /// room, to wake (with `Closed`) once the lock is let go.
-    #[must_use = "the tasks waiting for room must be woken"]
-    pub(crate) fn close_sends(&mut self) -> Option<Waiters> {
-        self.phase = Phase::Closed;
-        self.waiting.take()
-    }
-
-    /// The close `Conn::close` asked for, once.
-    pub(crate) fn take_close_request(&mut self) -> Option<(CloseCode, String)> {
-        self.close_request.take().map(|request| *request)
-    }
-
-    pub(crate) fn is_aborted(&self) -> bool {
-        self.abort
-    }
-
-    /// The driver is about to write (or is handling a read whose replies it
-    /// will write): senders need not wake it.
-    pub(crate) fn schedule_flush(&mut self) {
-        self.flush_scheduled = true;
-    }
-
-    /// The driver will not write again on its own: the next send wakes it.
-    pub(crate) fn unschedule_flush(&mut self) {
-        self.flush_scheduled = false;
-    }
-
-    /// Whether a send was refused as full since the last call.
-    pub(crate) fn take_wants_drain(&mut self) -> bool {
-        std::mem::take(&mut self.wants_drain)
-    }
-
-    /// Sets the compressor permessage-deflate was agreed with.
-    #[cfg(feature = "deflate")]
-    pub(crate) fn set_compressor(&mut self, compressor: Compressor) {
-        self.deflate = Some(compressor);
-    }
-
-    /// Writes the queue in place through `write` until it is empty or `write`
-    /// stops (see [`WriteQueue::write_with`]); an emptied queue gives its
-    /// buffer back to `pool`.
-    pub(crate) fn write_with(
-        &mut self,
-        pool: &BufferPool,
-        write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
-    ) -> std::io::Result<Written> {
-        let written = self.queue.write_with(write)?;
-        if self.queue.is_empty() {
-            if let Some(buf) = self.queue.take_buffer() {
-                pool.give(buf);
-            }
-        }
-        Ok(written)
-    }
-
-    /// Moves what goes out next into `into` for a write that owns its buffers
-    /// (io_uring), counting it as being written until [`Outbox::no_longer_sending`]
-    /// says otherwise: at least [`SEND_AT_LEAST`] bytes up to a message
-    /// boundary (or everything), so that replies can still overtake the rest
-    /// (see [`WriteQueue::take_to_send`]). Returns the bytes queued and being
-    /// written together after the move.
-    pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
-        debug_assert!(into.is_empty());
-        *into = self.queue.take_to_send(SEND_AT_LEAST);
-        self.sending += into.len();
-        self.queued()
-    }
-
-    /// The tasks waiting for room, if they should run now: the queue has
-    /// drained to `low_water`, or the connection takes no more sends.
-    #[must_use = "the tasks waiting for room must be woken"]
-    pub(crate) fn take_waiting_if_room(&mut self, low_water: usize) -> Option<Waiters> {
-        self.waiting.as_ref()?;
-        if self.phase != Phase::Open || self.queued() <= low_water {
-            self.waiting.take()
-        } else {
-            None
-        }
-    }
-
-    /// `n` taken bytes are no longer being written: they went out, or the
-    /// write failed and they never will.
-    pub(crate) fn no_longer_sending(&mut self, n: usize) {
-        self.sending = self.sending.saturating_sub(n);
-    }
-
-    /// The connection is over: later sends fail, a close request is void,
-    /// the compressor goes (its zlib stream, if it holds one, back to this
-    /// thread's pool), and what was never written is dropped, its buffer
-    /// back to `pool`.
-    #[must_use = "the tasks waiting for room must be woken"]
-    pub(crate) fn clear(&mut self, pool: &BufferPool) -> Option<Waiters> {
-        self.phase = Phase::Closed;
-        self.close_request = None;
-        self.deflate = None;
-        let unwritten = self.queue.len();
-        self.queue.advance(unwritten);
-        self.sending = 0;
-        if let Some(buf) = self.queue.take_buffer() {
-            pool.give(buf);
-        }
-        self.waiting.take()
-    }
-}
-
-/// How much an owned-buffer write takes at least (see
-/// [`Outbox::take_for_send`]): enough that a send's cost is spread over
-/// many bytes, little enough that a reply waits behind no more than this
-/// plus one message, and that what a peer that reads nothing leaves in
-/// flight stays small.
-const SEND_AT_LEAST: usize = 64 * 1024;
-
-/// What every connection of a server shares about sending (one allocation
-/// for all, rather than three fields in each connection).
-#[derive(Debug)]
-pub(crate) struct Outbound {
-    pub(crate) pool: Arc<BufferPool>,
-    /// `Config::max_outbound_bytes`.
-    pub(crate) max_bytes: usize,
-    /// What a full queue leads to.
-    pub(crate) on_full: SlowConsumer,
-}
-
-impl Outbound {
-    /// Where a full queue counts as having room again: reading resumes.
-    /// Half the bound, so a peer that reads slowly costs a wake-up per half
-    /// a queue, not per write.
-    pub(crate) fn low_water(&self) -> usize {
-        self.max_bytes / 2
-    }
-
-    /// How full the queue may get before producers waiting in
-    /// [`Conn::ready`] wait: half the bound. The other half is kept for
-    /// what reading brings (answers, echoes), so a producer that keeps the
-    /// queue busy never makes the connection stop reading its requests.
-    pub(crate) fn producer_limit(&self) -> usize {
-        self.max_bytes / 2
-    }
-
-    /// Where waiting producers are woken: a quarter of the bound, so that
-    /// they refill in bursts, not a message per wake-up.
-    pub(crate) fn producer_wake(&self) -> usize {
-        self.max_bytes / 4
-    }
-}
-
-pub(crate) struct ConnShared {
-    id: u64,
-    peer: SocketAddr,
-    outbound: Arc<Outbound>,
-    wake: ConnWake,
-    /// Set with a close request or abort, so the backend can notice between two
-    /// callbacks without taking the lock.
-    attention: AtomicBool,
-    /// `Conn::pause_reading`: no frame is handled, and nothing read, until
-    /// `Conn::resume_reading`.
-    reading_paused: AtomicBool,
-    outbox: Mutex<Outbox>,
-}
-
-impl ConnShared {
-    pub(crate) fn new(
-        id: u64,
-        peer: SocketAddr,
-        outbound: Arc<Outbound>,
-        wake: ConnWake,
-        role: Role,
-    ) -> Arc<ConnShared> {
-        Arc::new(ConnShared {
-            id,
-            peer,
-            outbound,
-            wake,
-            attention: AtomicBool::new(false),
-            reading_paused: AtomicBool::new(false),
-            outbox: Mutex::new(Outbox {
-                queue: WriteQueue::with_role(role),
-                sending: 0,
-                phase: Phase::Open,
-                close_request: None,
-                abort: false,
-                flush_scheduled: false,
-                wants_drain: false,
-                waiting: None,
-                deflate: None,
-                #[cfg(feature = "pubsub")]
-                joined: None,
-            }),
-        })
-    }
-
-    /// Locks the outbox. A panic while it was held cannot leave it half-written
-    /// (the queue is only changed by whole frames), so poisoning is ignored.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Outbox> {
-        self.outbox
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// How sends, close requests and aborts wake the backend.
-    pub(crate) fn wake(&self) -> &ConnWake {
-        &self.wake
-    }
-
-    /// Whether the application paused reading (`Conn::pause_reading`).
-    pub(crate) fn is_reading_paused(&self) -> bool {
-        self.reading_paused.load(Ordering::Acquire)
-    }
-
-    /// Whether a close request or abort arrived; clears the flag.
-    pub(crate) fn take_attention(&self) -> bool {
-        self.attention.swap(false, Ordering::Acquire)
-    }
-
-    /// Whether the connection has work that no socket event will announce:
-    /// bytes queued by another task, a close request, or an abort.
-    pub(crate) fn has_pending_work(&self) -> bool {
-        if self.attention.load(Ordering::Acquire) {
-            return true;
-        }
-        let outbox = self.lock();
-        !outbox.queue.is_empty() || outbox.abort
-    }
-
-    /// Makes the backend drop the connection at once.
-    pub(crate) fn abort(&self) {
-        self.lock().abort = true;
-        self.attention.store(true, Ordering::Release);
-        self.wake.wake();
-    }
-
-    pub(crate) fn pool(&self) -> &Arc<BufferPool> {
-        &self.outbound.pool
-    }
-
-    /// The server's sending settings.
-    pub(crate) fn outbound(&self) -> &Outbound {
-        &self.outbound
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
 
     use super::*;
+    use crate::connection::outbox::{Outbound, Phase, Waiters};
+    use crate::connection::wake::ConnWake;
+    #[cfg(feature = "deflate")]
+    use crate::proto::deflate::Compressor;
+    use crate::proto::frame::RSV1;
 
     struct CountWakes(AtomicUsize);
 
@@ -1045,7 +563,7 @@ mod tests {
         );
         assert_eq!(conn.queued_bytes(), 3 + 3 + 4 + 2000 + 3);
         let mut outbox = conn.shared().lock();
-        outbox.flush_scheduled = false;
+        outbox.unschedule_flush();
         drop(outbox);
         conn.send_text("c").unwrap();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
@@ -1056,7 +574,7 @@ mod tests {
         let (conn, _) = conn(10);
         conn.send_binary(&[0u8; 50]).unwrap();
         assert_eq!(conn.send_binary(b"x"), Err(SendError::QueueFull));
-        assert!(conn.shared().lock().wants_drain);
+        assert!(conn.shared().lock().wants_drain());
         assert_eq!(conn.queued_bytes(), 52);
     }
 
@@ -1072,9 +590,9 @@ mod tests {
         );
         assert!(conn.shared().take_attention());
         let outbox = conn.shared().lock();
-        assert!(!outbox.wants_drain);
-        assert_eq!(outbox.phase, Phase::Closing);
-        let (code, _) = &**outbox.close_request.as_ref().unwrap();
+        assert!(!outbox.wants_drain());
+        assert_eq!(outbox.phase(), Phase::Closing);
+        let (code, _) = outbox.close_request().unwrap();
         assert_eq!(*code, CloseCode::TRY_AGAIN_LATER);
         drop(outbox);
         assert_eq!(conn.send_binary(b"x"), Err(SendError::Closed));
@@ -1091,8 +609,8 @@ mod tests {
             conn.keepalive_ping();
             assert_eq!(conn.queued_bytes(), 52, "no ping queued");
             let outbox = conn.shared().lock();
-            assert!(!outbox.wants_drain);
-            assert_eq!(outbox.phase, Phase::Open);
+            assert!(!outbox.wants_drain());
+            assert_eq!(outbox.phase(), Phase::Open);
         }
         let (conn, _) = conn(1 << 20);
         conn.keepalive_ping();
@@ -1116,11 +634,8 @@ mod tests {
         assert!(conn.shared().take_attention());
         assert_eq!(conn.send_text("late"), Err(SendError::Closed));
         assert_eq!(conn.close(CloseCode::NORMAL, ""), Err(SendError::Closed));
-        let request = conn.shared().lock().close_request.take();
-        assert_eq!(
-            request.as_deref(),
-            Some(&(CloseCode::NORMAL, "bye".to_owned()))
-        );
+        let request = conn.shared().lock().take_close_request();
+        assert_eq!(request, Some((CloseCode::NORMAL, "bye".to_owned())));
     }
 
     #[test]
@@ -1133,7 +648,9 @@ mod tests {
         let (conn, _) = conn(1 << 20);
         let config = DeflateConfig::default();
         let params = DeflateParams::new(true, true);
-        conn.shared().lock().deflate = Some(Compressor::new(Role::Server, &params, &config));
+        conn.shared()
+            .lock()
+            .set_compressor(Compressor::new(Role::Server, &params, &config));
         let text = "compress me, compress me, compress me, compress me ".repeat(20);
         conn.send_text(&text).unwrap();
         conn.send_shared(MessageKind::Binary, Bytes::from(vec![3u8; 5000]))
@@ -1142,7 +659,7 @@ mod tests {
         conn.ping(b"p").unwrap();
 
         let mut wire = Vec::new();
-        conn.shared().lock().queue.move_into(&mut wire);
+        conn.shared().lock().queue().move_into(&mut wire);
         let mut frames = Vec::new();
         let mut at = 0;
         while at < wire.len() {
@@ -1190,7 +707,7 @@ mod tests {
             "replies over the bound"
         );
         let mut wire = Vec::new();
-        conn.shared().lock().queue.move_into(&mut wire);
+        conn.shared().lock().queue().move_into(&mut wire);
         assert_eq!(&wire[..4], &[0x81, 2, b'r', b'1'], "ahead of the push");
         assert_eq!(wire.len(), 4 + 204 + 20_004);
     }
@@ -1206,7 +723,7 @@ mod tests {
             let (conn, _) = conn(1 << 20);
             let params = DeflateParams::new(no_context, true);
             let compressor = Compressor::new(Role::Server, &params, &DeflateConfig::default());
-            conn.shared().lock().deflate = Some(compressor);
+            conn.shared().lock().set_compressor(compressor);
             // Incompressible, so that it stays long.
             let mut x = 0x2545_f491_4f6c_dd1du64;
             let noise: Vec<u8> = (0..40_000)
@@ -1221,7 +738,7 @@ mod tests {
                 .unwrap();
             conn.reply(Message::Text(&text)).unwrap();
             let mut wire = Vec::new();
-            conn.shared().lock().queue.move_into(&mut wire);
+            conn.shared().lock().queue().move_into(&mut wire);
             let compressed = wire[0] & 0x40 != 0;
             assert_eq!(wire[0] & 0x0f, 1, "the reply went first");
             assert_eq!(compressed, no_context, "no_context_takeover: {no_context}");
@@ -1233,8 +750,8 @@ mod tests {
     /// 10 in these tests: woken at 5 or less).
     fn write_out(conn: &Conn) -> Option<Waiters> {
         let mut outbox = conn.shared().lock();
-        let n = outbox.queue.len();
-        outbox.queue.advance(n);
+        let n = outbox.queue().len();
+        outbox.queue().advance(n);
         outbox.take_waiting_if_room(5)
     }
 
@@ -1250,7 +767,7 @@ mod tests {
         let mut send = std::pin::pin!(conn.send_when_ready(MessageKind::Binary, payload));
         assert!(send.as_mut().poll(&mut cx).is_pending());
         assert!(
-            !conn.shared().lock().wants_drain,
+            !conn.shared().lock().wants_drain(),
             "no on_drain for a waiter"
         );
         let waiting = write_out(&conn);
@@ -1289,7 +806,7 @@ mod tests {
         assert_eq!(waiting.as_ref().map(|w| w.len()), Some(1), "one task, once");
         wake_all(waiting);
         assert_eq!(conn.queued_bytes(), 0, "the dropped send queued nothing");
-        assert!(conn.shared().lock().waiting.is_none());
+        assert!(!conn.shared().lock().has_waiting());
     }
 
     #[test]

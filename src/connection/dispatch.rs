@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use crate::connection::conn::{Conn, wake_all};
+use crate::connection::conn::Conn;
 use crate::connection::endpoint::{Endpoint, Registration};
 use crate::connection::handler::Handler;
 use crate::connection::keepalive::Sweep;
+use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::Upgraded;
 use crate::connection::wake::ConnWake;
 use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
@@ -183,12 +184,16 @@ impl<H: Handler> Dispatch<H> {
     /// counting as idle.
     pub(crate) fn input(&mut self, input: &mut BytesMut) -> Input {
         self.heard_from_peer();
-        let shared = self.app.conn.shared();
-        shared.lock().schedule_flush();
-        let max = shared.outbound().max_bytes;
+        let max = self.app.conn.shared().outbound().max_bytes;
+        let mut first = true;
         loop {
             let (event, waiting) = {
                 let mut outbox = self.app.conn.shared().lock();
+                if std::mem::take(&mut first) {
+                    // The driver writes what handling this input queues:
+                    // senders need not wake it meanwhile.
+                    outbox.schedule_flush();
+                }
                 if self.session.has_unread(input) {
                     if outbox.queued() >= max {
                         return Input::QueueFull;
@@ -303,15 +308,18 @@ impl<H: Handler> Dispatch<H> {
         }
     }
 
-    /// Call once the queue has been written out completely: runs `on_drain` if a
-    /// send had been refused as full.
-    pub(crate) fn flushed(&mut self) {
-        let wanted = self.app.conn.shared().lock().take_wants_drain();
-        if wanted {
-            if let Err(panicked) = self.app.on_drain() {
-                self.fail_after_panic(panicked);
-            }
+    /// Call once the queue has been written out completely, with whether a
+    /// send had been refused as full since (`Outbox::take_wants_drain`,
+    /// taken under the lock that saw the queue empty): runs `on_drain` if
+    /// one had. True if it ran (it may have queued more).
+    pub(crate) fn flushed(&mut self, wanted_drain: bool) -> bool {
+        if !wanted_drain {
+            return false;
         }
+        if let Err(panicked) = self.app.on_drain() {
+            self.fail_after_panic(panicked);
+        }
+        true
     }
 
     /// The connection ended without a close handshake (TCP closed or broke, or

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::connection::config::Config;
-use crate::connection::conn::{Conn, ConnShared, Outbound};
+use crate::connection::conn::Conn;
+use crate::connection::outbox::{ConnShared, Outbound};
 use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 use crate::proto::CloseCode;

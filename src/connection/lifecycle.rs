@@ -28,11 +28,12 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 
-use crate::connection::conn::{Conn, wake_all};
+use crate::connection::conn::Conn;
 use crate::connection::dispatch::{Dispatch, Input};
 use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
 use crate::connection::handler::Handler;
 use crate::connection::keepalive::Sweep;
+use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::{self, Answer, Upgraded};
 use crate::connection::wake::ConnWake;
 use crate::handshake::{HandshakeError, write_error};
@@ -563,15 +564,17 @@ impl<H: Handler> Lifecycle<H> {
             }
             let outbound = dispatch.conn().shared().outbound();
             let (max, low_water) = (outbound.max_bytes, outbound.low_water());
-            let (flushed, queued, bytes) = {
+            let (flushed, queued, bytes, wanted_drain) = {
                 let mut outbox = dispatch.conn().shared().lock();
                 let flushed = outbox.is_flushed();
+                let mut wanted_drain = false;
                 if flushed {
                     // From here on a send wakes the driver.
                     outbox.unschedule_flush();
+                    wanted_drain = outbox.take_wants_drain();
                 }
                 let waiting = outbox.take_waiting_if_room(outbound.producer_wake());
-                let state = (flushed, outbox.has_queued(), outbox.queued());
+                let state = (flushed, outbox.has_queued(), outbox.queued(), wanted_drain);
                 drop(outbox);
                 wake_all(waiting);
                 state
@@ -593,8 +596,9 @@ impl<H: Handler> Lifecycle<H> {
                     Action::Wait
                 };
             }
-            dispatch.flushed();
-            if dispatch.conn().shared().has_pending_work() {
+            // `on_drain` may have sent, or another task (whose send woke us,
+            // or will): look again before waiting.
+            if dispatch.flushed(wanted_drain) && dispatch.conn().shared().has_pending_work() {
                 continue;
             }
             if dispatch.is_closed() {

@@ -7,7 +7,9 @@
 //! | `lifecycle.rs` | `Lifecycle`: the whole life (handshake, open, closing, FIN, linger, done); time in, deadlines out; the driver's call contract |
 //! | `upgrade.rs` | the server's answer to an upgrade request: limit, hook, negotiation, `101` |
 //! | `dispatch.rs` | session events to the handler's callbacks; panics to 1011; `on_close` once |
-//! | `conn.rs` | `Conn`, the handle, and the outbox it and the driver share |
+//! | `conn.rs` | `Conn`, the handle: sends, replies, `ready`, close |
+//! | `outbox.rs` | what a `Conn` and the driver share: the outbound queue, the phase, the waiting tasks; every change to it |
+//! | `membership.rs` | the pub/sub topics a connection joined (feature `pubsub`) |
 //! | `keepalive.rs` | pings and the idle timeout, counted in a loop's sweeps |
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
@@ -21,5 +23,8 @@ pub(crate) mod endpoint;
 pub(crate) mod handler;
 pub(crate) mod keepalive;
 pub(crate) mod lifecycle;
+#[cfg(feature = "pubsub")]
+pub(crate) mod membership;
+pub(crate) mod outbox;
 pub(crate) mod upgrade;
 pub(crate) mod wake;

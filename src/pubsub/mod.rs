@@ -78,7 +78,9 @@ mod registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::connection::conn::{Conn, Membership, SendError};
+use crate::connection::conn::{Conn, SendError};
+use crate::connection::membership::Membership;
+use crate::connection::wake::ConnWake;
 use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
 use registry::{Local, Registry, Route};
 
@@ -400,10 +402,10 @@ impl Inner {
 }
 
 impl Membership for Inner {
-    fn leave(&self, conn: &Conn, names: Vec<Arc<str>>) {
-        let route = Route::of(conn);
+    fn leave(&self, key: usize, wake: &ConnWake, names: Vec<Arc<str>>) {
+        let route = Route::of_wake(wake);
         for name in names {
-            self.registry.remove(&name, conn.key(), &route);
+            self.registry.remove(&name, key, &route);
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::connection::conn::Conn;
-use crate::connection::wake::WokenList;
+use crate::connection::wake::{ConnWake, WokenList};
 
 /// Shards of the topic map: enough that publishers and subscribers on a
 /// few dozen threads rarely meet on one lock.
@@ -35,7 +35,12 @@ pub(super) enum Route {
 
 impl Route {
     pub(super) fn of(conn: &Conn) -> Route {
-        match conn.shared().wake().list() {
+        Route::of_wake(conn.shared().wake())
+    }
+
+    /// The route of a connection its driver wakes through `wake`.
+    pub(super) fn of_wake(wake: &ConnWake) -> Route {
+        match wake.list() {
             Some(list) => Route::Loop(list.clone()),
             None => Route::Direct,
         }

@@ -704,3 +704,28 @@ fn a_client_that_has_the_servers_fin_already_closes_at_once() {
     assert_eq!(answer, [(8, 1000u16.to_be_bytes().to_vec())]);
     assert_eq!(h.fins, 0);
 }
+
+/// The outbox locks one echoed message costs the whole path (its frame in,
+/// `on_message`'s send, the write, the polls around them), counted on this
+/// thread: the outbox is what `Conn` handles and the driver share, and each
+/// lock is an atomic round trip on the echo path (ARCHITECTURE.md, "Sending").
+#[test]
+fn an_echoed_message_takes_few_outbox_locks() {
+    use crate::connection::outbox::OUTBOX_LOCKS;
+    let mut h = Harness::open(Config::default());
+    let messages = 100;
+    let before = OUTBOX_LOCKS.with(|locks| locks.get());
+    for _ in 0..messages {
+        h.receive(&masked(OpCode::Text, b"hello"));
+        assert_eq!(h.run(), Action::Wait);
+    }
+    let locks = OUTBOX_LOCKS.with(|locks| locks.get()) - before;
+    let echoes = unmasked(OpCode::Text, b"hello").repeat(messages);
+    assert!(h.wire.ends_with(&echoes), "every message echoed");
+    let per_message = locks as f64 / messages as f64;
+    eprintln!("outbox locks per echoed message: {per_message}");
+    // 9 before the outbox's uses were merged (issue 27): a lock to mark
+    // the flush as scheduled, two reads, the send, the poll after input,
+    // the write, the poll after it, `on_drain`'s check, the pending-work look.
+    assert!(per_message <= 6.0, "{per_message} locks per echoed message");
+}
