@@ -392,6 +392,7 @@ impl WebSocketUpgrade {
             Answer::Accepted {
                 mut state,
                 deflate,
+                settings,
                 response,
             } => {
                 prepare(&mut state);

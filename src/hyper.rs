@@ -25,7 +25,7 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
 use crate::connection::handler::{Accept, Handler};
-use crate::connection::upgrade::{Decision, Settings};
+use crate::connection::upgrade::{self, Decision, Settings};
 use crate::handshake::{
     HandshakeError, accept_key, check_extended_connect, check_request, error_header, first_line,
     write_response_value,
@@ -53,9 +53,10 @@ pub fn upgrade<H: Handler, B>(
         Answer::Accepted {
             state,
             deflate,
+            settings,
             response,
         } => {
-            spawn(server, upgraded, peer, state, deflate, None);
+            spawn(server, upgraded, peer, state, deflate, settings);
             response
         }
         Answer::Refused(response) => response,
@@ -130,6 +131,8 @@ pub(crate) enum Answer<S> {
     Accepted {
         state: S,
         deflate: Option<DeflateParams>,
+        /// The connection's own settings (the builder's, the hook's limits).
+        settings: Option<Box<Settings>>,
         response: Response<Full<Bytes>>,
     },
     /// An error response.
@@ -173,6 +176,7 @@ pub(crate) fn decide<H: Handler>(
             Answer::Accepted {
                 state,
                 deflate,
+                settings: upgrade::settings(&accept, settings, server.config()),
                 response,
             }
         }

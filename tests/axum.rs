@@ -34,9 +34,14 @@ struct Echo;
 impl Handler for Echo {
     type State = ();
 
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-        if request.query() == Some("deny") {
-            return Err(Reject::forbidden("denied by the hook"));
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<(), Reject> {
+        match request.query() {
+            Some("deny") => return Err(Reject::forbidden("denied by the hook")),
+            // This connection's own limit, set by the hook.
+            Some("small") => {
+                accept.max_message_size(100);
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -244,6 +249,14 @@ async fn the_builder_sets_deflate_and_limits_per_upgrade() {
     client.send(WsMessage::binary(vec![1; 1024])).await.unwrap();
     assert_eq!(next(&mut client).await, WsMessage::binary(vec![1; 1024]));
     client.send(WsMessage::binary(vec![1; 1025])).await.unwrap();
+    assert_eq!(expect_close(&mut client).await.0, 1009);
+    // The upgrade hook's own limit for one connection, through the extractor.
+    let url = format!("ws://{}/ws?small", served.addr);
+    let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    next(&mut client).await;
+    client.send(WsMessage::binary(vec![3; 100])).await.unwrap();
+    assert_eq!(next(&mut client).await, WsMessage::binary(vec![3; 100]));
+    client.send(WsMessage::binary(vec![3; 101])).await.unwrap();
     assert_eq!(expect_close(&mut client).await.0, 1009);
     // The server's own limit (64 MiB by default) still holds on /stream.
     let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/stream", served.addr))

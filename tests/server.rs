@@ -33,6 +33,7 @@ backend_tests!(
     invalid_utf8_gets_1007,
     protocol_errors_get_1002,
     oversized_messages_get_1009_before_the_payload,
+    the_upgrade_hook_sets_a_connections_own_limits,
     handler_panic_closes_only_that_connection_with_1011,
     sends_from_another_task_arrive_in_order,
     many_connections_at_once,
@@ -359,6 +360,20 @@ async fn oversized_messages_get_1009_before_the_payload(backend: Backend) {
     let mut client = server.client().await;
     client.send(Ws::binary(vec![0u8; 1001])).await.unwrap();
     assert_eq!(expect_close(&mut client).await.0, 1009);
+}
+
+async fn the_upgrade_hook_sets_a_connections_own_limits(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let url = server.url("/small-messages");
+    let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    client.send(Ws::binary(vec![5u8; 100])).await.unwrap();
+    assert_eq!(next(&mut client).await, Ws::binary(vec![5u8; 100]));
+    client.send(Ws::binary(vec![5u8; 101])).await.unwrap();
+    assert_eq!(expect_close(&mut client).await.0, 1009);
+    // Other connections keep the server's limits.
+    let mut client = server.client().await;
+    client.send(Ws::binary(vec![6u8; 4096])).await.unwrap();
+    assert_eq!(next(&mut client).await, Ws::binary(vec![6u8; 4096]));
 }
 
 async fn handler_panic_closes_only_that_connection_with_1011(backend: Backend) {

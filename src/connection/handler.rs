@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::connection::conn::Conn;
 use crate::handshake::Request;
-use crate::proto::{CloseCode, Message};
+use crate::proto::{CloseCode, Limits, Message};
 
 /// What a server (or a client) does with its connections.
 ///
@@ -116,11 +116,14 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// The upgrade hook's additions to the `101 Switching Protocols` response.
+/// The upgrade hook's additions to the `101 Switching Protocols` response,
+/// and this connection's own limits.
 #[derive(Debug, Default)]
 pub struct Accept {
     protocol: Option<Cow<'static, str>>,
     no_deflate: bool,
+    max_frame_size: Option<usize>,
+    max_message_size: Option<usize>,
 }
 
 impl Accept {
@@ -151,6 +154,39 @@ impl Accept {
     /// [`Accept::permessage_deflate`]).
     pub fn allows_permessage_deflate(&self) -> bool {
         !self.no_deflate
+    }
+
+    /// This connection's largest message, instead of the server's
+    /// `Config::max_message_size`: a bigger one for an uploader the hook
+    /// authenticated, a smaller one for an anonymous reader. A message over
+    /// it fails the connection with 1009, as the server's limit does.
+    /// Honoured by every driver (the socket servers, the stream driver,
+    /// hyper's and axum's upgrades; over the axum builder's own limit).
+    pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
+        self.max_message_size = Some(bytes);
+        self
+    }
+
+    /// This connection's largest frame, instead of the server's
+    /// `Config::max_frame_size` (see [`Accept::max_message_size`]).
+    pub fn max_frame_size(&mut self, bytes: usize) -> &mut Self {
+        self.max_frame_size = Some(bytes);
+        self
+    }
+
+    /// The limits set with [`Accept::max_frame_size`] and
+    /// [`Accept::max_message_size`], over `limits`.
+    pub(crate) fn limits_over(&self, mut limits: Limits) -> Option<Limits> {
+        if self.max_frame_size.is_none() && self.max_message_size.is_none() {
+            return None;
+        }
+        if let Some(bytes) = self.max_frame_size {
+            limits.max_frame_size = bytes;
+        }
+        if let Some(bytes) = self.max_message_size {
+            limits.max_message_size = bytes;
+        }
+        Some(limits)
     }
 }
 

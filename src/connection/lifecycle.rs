@@ -38,7 +38,6 @@ use crate::connection::upgrade::{self, Answer, Upgraded};
 use crate::connection::wake::ConnWake;
 use crate::handshake::{HandshakeError, write_error};
 use crate::pool::BufferPool;
-use crate::proto::deflate::DeflateParams;
 use crate::proto::{Role, WriteQueue};
 
 /// Bytes read and thrown away while lingering (waiting for the peer to end
@@ -294,9 +293,14 @@ impl<H: Handler> Lifecycle<H> {
                         state,
                         head_len,
                         deflate,
+                        settings,
                     } => {
                         input.advance(head_len);
-                        self.open(state, deflate, env);
+                        let upgraded = Upgraded {
+                            settings,
+                            ..Upgraded::server(state, deflate)
+                        };
+                        self.open(upgraded, env);
                         if !input.is_empty() {
                             // Frames that came with the request.
                             self.receive(input, env, now);
@@ -347,7 +351,7 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// The queued `101` goes first, then `on_open`; the handshake's box goes.
-    fn open(&mut self, state: H::State, deflate: Option<DeflateParams>, env: &Env<H>) {
+    fn open(&mut self, upgraded: Upgraded<H::State>, env: &Env<H>) {
         let Stage::Handshake(handshake) = std::mem::replace(&mut self.stage, Stage::Done) else {
             unreachable!("opened from the handshake");
         };
@@ -357,7 +361,6 @@ impl<H: Handler> Lifecycle<H> {
             response,
             ..
         } = *handshake;
-        let upgraded = Upgraded::server(state, deflate);
         self.stage = Stage::Open(Open::upgrade(peer, wake, response, upgraded, env));
     }
 

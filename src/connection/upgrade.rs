@@ -7,6 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use bytes::BytesMut;
 
+use crate::connection::config::Config;
 use crate::connection::conn::Conn;
 use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, Handler, HttpResponse, Reject};
@@ -68,6 +69,22 @@ pub(crate) struct Settings {
     pub(crate) deflate: Option<DeflateConfig>,
 }
 
+/// The connection's own settings: `own` (an upgrade's, such as the axum
+/// builder's) or else the server's, with the limits the upgrade hook set on
+/// `accept` over them; `None` if neither changed anything.
+pub(crate) fn settings(
+    accept: &Accept,
+    own: Option<&Settings>,
+    config: &Config,
+) -> Option<Box<Settings>> {
+    let base = own.map_or_else(|| config.limits(), |own| own.limits);
+    let Some(limits) = accept.limits_over(base) else {
+        return own.cloned().map(Box::new);
+    };
+    let deflate = own.map_or_else(|| config.deflate().copied(), |own| own.deflate);
+    Some(Box::new(Settings { limits, deflate }))
+}
+
 /// Room for a response: a `101` with a subprotocol and permessage-deflate
 /// parameters, or an error with its reason, fits.
 const RESPONSE_BUFFER: usize = 512;
@@ -77,11 +94,13 @@ pub(crate) enum Answer<S> {
     /// The request head is not complete yet.
     Incomplete,
     /// The `101` is queued; the first `head_len` bytes were the request.
-    /// `deflate` holds the permessage-deflate parameters, if agreed.
+    /// `deflate` holds the permessage-deflate parameters, if agreed;
+    /// `settings` the connection's own, if the upgrade hook set limits.
     Accepted {
         state: S,
         head_len: usize,
         deflate: Option<DeflateParams>,
+        settings: Option<Box<Settings>>,
     },
     /// A response is queued (an error, or the handler's answer to a plain
     /// HTTP request); close after writing it.
@@ -176,6 +195,7 @@ pub(crate) fn answer<H: Handler>(
                 state,
                 head_len,
                 deflate,
+                settings: settings(&accept, None, &endpoint.config),
             }
         }
     }

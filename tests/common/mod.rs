@@ -263,6 +263,9 @@ impl Handler for TestHandler {
             "/no-deflate" => {
                 accept.permessage_deflate(false);
             }
+            "/small-messages" => {
+                accept.max_message_size(100).max_frame_size(100);
+            }
             _ => {
                 if request.protocols().any(|p| p == "chat") {
                     accept.protocol("chat");

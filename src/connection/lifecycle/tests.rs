@@ -13,16 +13,21 @@ use crate::proto::write_queue::PONG_BUDGET;
 use crate::proto::{CloseCode, Message, OpCode};
 use crate::{Accept, Config, Reject, Request};
 
-/// Echoes messages, records `on_open` and `on_close`.
+/// Echoes messages, records `on_open` and `on_close`; its upgrade hook
+/// sets `max_message`, if any, as the connection's own limit.
 #[derive(Default)]
 struct Echo {
     seen: Mutex<Vec<String>>,
+    max_message: Option<usize>,
 }
 
 impl Handler for Echo {
     type State = ();
 
-    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+    fn on_upgrade(&self, _: &Request<'_>, accept: &mut Accept) -> Result<(), Reject> {
+        if let Some(bytes) = self.max_message {
+            accept.max_message_size(bytes);
+        }
         Ok(())
     }
 
@@ -62,9 +67,13 @@ struct Harness {
 
 impl Harness {
     fn new(config: Config) -> Harness {
+        Harness::with(config, Echo::default())
+    }
+
+    fn with(config: Config, handler: Echo) -> Harness {
         let env = Env {
             endpoint: Endpoint::new(config),
-            handler: Arc::new(Echo::default()),
+            handler: Arc::new(handler),
         };
         let now = Instant::now();
         let life = Lifecycle::accept(peer(), env.endpoint.enter(), wake(), &env, now);
@@ -728,4 +737,33 @@ fn an_echoed_message_takes_few_outbox_locks() {
     // the flush as scheduled, two reads, the send, the poll after input,
     // the write, the poll after it, `on_drain`'s check, the pending-work look.
     assert!(per_message <= 6.0, "{per_message} locks per echoed message");
+}
+
+#[test]
+fn the_upgrade_hook_sets_the_connections_own_limits() {
+    let handler = Echo {
+        max_message: Some(10),
+        ..Echo::default()
+    };
+    let mut h = Harness::with(Config::default(), handler);
+    h.receive(REQUEST);
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().starts_with(b"HTTP/1.1 101 "));
+    h.receive(&masked(OpCode::Binary, &[7; 10]));
+    assert_eq!(h.run(), Action::Wait);
+    assert_eq!(
+        h.written(),
+        unmasked(OpCode::Binary, &[7; 10]),
+        "at the limit"
+    );
+    // The server's limit is 1 MiB; this connection's is 10 bytes.
+    h.receive(&masked(OpCode::Binary, &[7; 11]));
+    assert_eq!(h.run(), Action::Wait, "lingering for the peer's FIN");
+    assert_eq!(h.fins, 1);
+    let close = h.written();
+    assert_eq!(&close[..4], &[0x88, close[1], 0x03, 0xf1], "close 1009");
+    assert_eq!(
+        h.seen()[1],
+        "close 1009 message exceeds the maximum message size"
+    );
 }
