@@ -28,7 +28,7 @@
 #   permessage-deflate on both of its sides.
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
-# - builds the echo example (release) and starts it on a free loopback port;
+# - builds the echo example (profile `autobahn`: release without LTO) and starts it on a free loopback port;
 # - runs all 517 cases in parallel (the echo server offers permessage-deflate), reports in autobahn/reports/<backend>/;
 #   the target's own log in autobahn/reports/<backend>.log;
 # - fails unless every case is OK or INFORMATIONAL in both `behavior` and
@@ -46,17 +46,17 @@ if [[ ! -x "$venv/bin/kosoku" ]]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check kosoku==0.1.0
 fi
 
-echo "autobahn: building the echo examples"
-(cd "$root" && cargo build --quiet --release --features uring,rustls \
+echo "autobahn: building the echo examples (profile autobahn: release without LTO)"
+(cd "$root" && cargo build --quiet --profile autobahn --features uring,rustls \
     --example echo --example axum_echo --example autobahn_client --example gateway)
 if [[ " ${backends[*]} " == *" axum-h2-"* ]]; then
     cargo build --quiet --release --manifest-path "$here/h2-bridge/Cargo.toml"
 fi
 h2_bridge_bin="$here/h2-bridge/target/release/h2-bridge"
-echo_bin="$root/target/release/examples/echo"
-axum_bin="$root/target/release/examples/axum_echo"
-client_bin="$root/target/release/examples/autobahn_client"
-gateway_bin="$root/target/release/examples/gateway"
+echo_bin="$root/target/autobahn/examples/echo"
+axum_bin="$root/target/autobahn/examples/axum_echo"
+client_bin="$root/target/autobahn/examples/autobahn_client"
+gateway_bin="$root/target/autobahn/examples/gateway"
 
 if [[ " ${backends[*]} " == *" tls"* ]]; then
     command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every fuzz target (or the ones named) for SECONDS each, one after the
-# other, starting from the committed seeds in fuzz/seeds/<target>/. New inputs
-# the fuzzer finds go to fuzz/target/corpus/<target>/ (not committed), crashes
-# to fuzz/artifacts/<target>/. Exits non-zero on the first crash, hang or
-# runaway allocation.
+# Runs every fuzz target (or the ones named) for SECONDS each, FUZZ_JOBS at
+# a time (default 2), starting from the committed seeds in
+# fuzz/seeds/<target>/. New inputs the fuzzer finds go to
+# fuzz/target/corpus/<target>/ (not committed), crashes to
+# fuzz/artifacts/<target>/. Exits non-zero if any target found a crash, a
+# hang or a runaway allocation.
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds, every target)
 #
@@ -26,21 +27,44 @@ fi
 
 cargo +nightly fuzz build -O
 
-for target in "${targets[@]}"; do
-    corpus="target/corpus/$target"
+# One target's run; its output goes to target/<target>.log.
+run_one() {
+    local target=$1 status=0
+    local corpus="target/corpus/$target"
     mkdir -p "$corpus"
-    echo "fuzz: $target for ${seconds}s"
     # -max_len: the largest seed; longer inputs only slow the search.
     # -timeout: one input taking 10 s is a hang. -rss_limit_mb: bounded memory.
-    status=0
     cargo +nightly fuzz run -O "$target" "$corpus" "seeds/$target" -- \
         -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 >"target/$target.log" 2>&1 || status=$?
+    return "$status"
+}
+
+# FUZZ_JOBS targets at once (default 2, one per core here): each still gets
+# SECONDS of one core, as when they ran one after the other.
+jobs_max="${FUZZ_JOBS:-2}"
+pids=()
+for target in "${targets[@]}"; do
+    while (($(jobs -rp | wc -l) >= jobs_max)); do
+        wait -n || true
+    done
+    echo "fuzz: $target for ${seconds}s"
+    run_one "$target" &
+    pids+=($!)
+done
+
+failed=0
+for i in "${!targets[@]}"; do
+    target=${targets[$i]}
+    status=0
+    wait "${pids[$i]}" || status=$?
+    echo "fuzz: $target:"
     grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb)' \
         "target/$target.log" || true
     if [[ "$status" -ne 0 ]]; then
         tail -40 "target/$target.log" >&2
         echo "fuzz: $target FAILED; see fuzz/target/$target.log and fuzz/artifacts/$target/" >&2
-        exit 1
+        failed=1
     fi
 done
+exit "$failed"
