@@ -39,6 +39,7 @@ def main():
     parser.add_argument("--backend", required=True)
     parser.add_argument("--index", required=True)
     parser.add_argument("--expected", required=True)
+    parser.add_argument("--cases", type=int, help="how many cases must have run")
     args = parser.parse_args()
 
     try:
@@ -81,6 +82,9 @@ def main():
         print(f"autobahn[{args.backend}]: note: excused case {case_id} now passes")
     total = len(cases)
     print(f"autobahn[{args.backend}]: {total} cases run")
+    if args.cases is not None and total != args.cases:
+        print(f"autobahn[{args.backend}]: expected {args.cases} cases, {total} ran")
+        failed.append(("count", {}))
     # Excused cases that pass count as passed.
     print(f"{len(passed) + len(excused_but_ok)} passed, {len(failed)} failed")
     return 1 if failed or total == 0 else 0
