@@ -25,7 +25,7 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
 use crate::connection::handler::{Accept, Handler};
-use crate::connection::upgrade::{self, Decision, Settings};
+use crate::connection::upgrade::{Decision, Settings};
 use crate::handshake::{
     HandshakeError, accept_key, check_extended_connect, check_request, error_header, first_line,
     write_response_value,
@@ -176,7 +176,7 @@ pub(crate) fn decide<H: Handler>(
             Answer::Accepted {
                 state,
                 deflate,
-                settings: upgrade::settings(&accept, settings, server.config()),
+                settings: crate::connection::upgrade::settings(&accept, settings, server.config()),
                 response,
             }
         }

@@ -171,7 +171,7 @@ pub enum ProxyError {
     /// type not supported).
     Socks { reply: u8 },
     /// The answer is not the protocol's: not HTTP, not SOCKS5, a head over
-    /// [`MAX_CONNECT_HEAD`], or a field out of range.
+    /// [`MAX_CONNECT_HEAD`](super::proxy::MAX_CONNECT_HEAD), or a field out of range.
     Malformed(&'static str),
     /// Credentials or a host name too long for SOCKS5 (255 bytes each).
     TooLong,

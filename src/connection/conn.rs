@@ -3,7 +3,7 @@
 //! Sends are encoded straight into the connection's outbound queue, in its
 //! outbox (`outbox.rs`), under a mutex that only this connection's senders
 //! and the driver serving it touch, so it is uncontended in the common case. The first send after a flush
-//! wakes the connection (through the [`ConnWake`] its backend gave it when it
+//! wakes the connection (through the `ConnWake` its driver gave it when it
 //! opened); further sends before that flush ride along without another wake.
 //! Inside a callback no wake is needed at all: the backend writes everything
 //! the callbacks queued once they return, in one write.

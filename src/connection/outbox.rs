@@ -26,7 +26,7 @@ use crate::proto::frame::RSV1;
 use crate::proto::write_queue::Written;
 use crate::proto::{CloseCode, OpCode, Role, WriteQueue};
 
-/// Tasks waiting in [`Conn::ready`], boxed: most connections never have
+/// Tasks waiting in [`Conn::ready`](crate::Conn::ready), boxed: most connections never have
 /// one, and every connection has the field.
 #[allow(
     clippy::box_collection,
@@ -135,7 +135,7 @@ impl Outbox {
     }
 
     /// Queues a message framed once for many connections (see
-    /// [`Conn::send_prepared`]).
+    /// `Conn::send_prepared`).
     #[cfg(feature = "pubsub")]
     pub(crate) fn push_prepared(&mut self, message: &Prepared) {
         let opcode = message.opcode();
@@ -213,7 +213,7 @@ pub(crate) struct Outbox {
     flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
     wants_drain: bool,
-    /// Tasks waiting in [`Conn::ready`].
+    /// Tasks waiting in [`Conn::ready`](crate::Conn::ready).
     waiting: Option<Waiters>,
     /// The permessage-deflate compressor, when it was negotiated. It lives
     /// here because messages are compressed as they are queued, by whichever
@@ -405,7 +405,7 @@ impl Outbound {
     }
 
     /// How full the queue may get before producers waiting in
-    /// [`Conn::ready`] wait: half the bound. The other half is kept for
+    /// [`Conn::ready`](crate::Conn::ready) wait: half the bound. The other half is kept for
     /// what reading brings (answers, echoes), so a producer that keeps the
     /// queue busy never makes the connection stop reading its requests.
     pub(crate) fn producer_limit(&self) -> usize {
