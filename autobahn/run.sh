@@ -228,26 +228,24 @@ run_one() {
     return "$status"
 }
 
-mkdir -p "$here/reports"
-jobs_max="${AUTOBAHN_JOBS:-2}"
-pids=()
-for backend in "${backends[@]}"; do
-    while (($(jobs -rp | wc -l) >= jobs_max)); do
-        wait -n || true
-    done
-    echo "autobahn: starting $backend"
+# One target in the background: its output in reports/<target>.log.
+start_one() {
+    echo "autobahn: starting $1"
     (
         trap cleanup EXIT
-        run_one "$backend"
-    ) >"$here/reports/$backend.log" 2>&1 &
-    pids+=($!)
-done
+        run_one "$1"
+    ) >"$here/reports/$1.log" 2>&1
+}
+
+# shellcheck source=../.ci/pool.sh
+source "$root/.ci/pool.sh"
+mkdir -p "$here/reports"
+pool_run "${AUTOBAHN_JOBS:-2}" start_one "${backends[@]}"
 
 status=0
-for i in "${!backends[@]}"; do
-    backend=${backends[$i]}
+for backend in "${backends[@]}"; do
     result=0
-    wait "${pids[$i]}" || result=$?
+    pool_wait "$backend" || result=$?
     echo
     echo "== autobahn: $backend ($( ((result == 0)) && echo passed || echo FAILED))"
     cat "$here/reports/$backend.log"

@@ -42,22 +42,17 @@ run_one() {
 
 # FUZZ_JOBS targets at once (default 2, one per core here): each still gets
 # SECONDS of one core, as when they ran one after the other.
-jobs_max="${FUZZ_JOBS:-2}"
-pids=()
+# shellcheck source=../.ci/pool.sh
+source ../.ci/pool.sh
 for target in "${targets[@]}"; do
-    while (($(jobs -rp | wc -l) >= jobs_max)); do
-        wait -n || true
-    done
     echo "fuzz: $target for ${seconds}s"
-    run_one "$target" &
-    pids+=($!)
 done
+pool_run "${FUZZ_JOBS:-2}" run_one "${targets[@]}"
 
 failed=0
-for i in "${!targets[@]}"; do
-    target=${targets[$i]}
+for target in "${targets[@]}"; do
     status=0
-    wait "${pids[$i]}" || status=$?
+    pool_wait "$target" || status=$?
     echo "fuzz: $target:"
     grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb)' \
         "target/$target.log" || true
