@@ -622,7 +622,8 @@ fn round_trip(payload: &[u8], keep_context: bool) {
 /// CONNECT refused only for a status outside 2xx, and only once its head is
 /// complete.
 pub fn proxy_reply(data: &[u8]) {
-    use rapidws::client::proxy::{self, ProxyError, Read};
+    use rapidws::client::ProxyError;
+    use rapidws::client::proxy::{self, Read};
     let Some((&selector, answer)) = data.split_first() else {
         return;
     };
