@@ -52,16 +52,34 @@ cargo test --manifest-path benches/harness/Cargo.toml
 step "Autobahn TestSuite (strict), two targets at a time"
 autobahn/run.sh tokio uring client tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream gateway
 
-step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh)"
-fuzz/run.sh "$FUZZ_SMOKE_SECONDS"
-
-# Every module with `unsafe` or lock-free code, and the session; the whole
-# sans-I/O set (add proto::write_queue and handshake::) takes about 11 minutes
-# under Miri here, too long for CI: see ARCHITECTURE.md, "Testing".
-step "Miri over the sans-I/O unit tests (a subset; the full command is in ARCHITECTURE.md)"
+# Miri and the fuzz smoke run side by side: Miri interprets on one core
+# while the fuzz targets take the other, one after the other, each for its
+# SECONDS (FUZZ_JOBS=1), as they would alone. Miri's output is shown when
+# it is done.
+#
+# Miri covers every module with `unsafe` or lock-free code, and the
+# session; the whole sans-I/O set (add proto::write_queue and handshake::)
+# takes about 11 minutes under Miri here, too long for CI: see
+# ARCHITECTURE.md, "Testing".
+step "Miri over the sans-I/O unit tests (a subset; the full command is in ARCHITECTURE.md), in the background"
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
     rustup component add --toolchain nightly miri rust-src
 fi
+mkdir -p target
 cargo +nightly miri test --workspace --lib -- proto::mask proto::deflate proto::session \
     proto::frame proto::utf8 proto::close pool:: connection::keepalive:: driver::read_buf:: \
-    handshake::extensions
+    handshake::extensions >target/miri.log 2>&1 &
+miri_pid=$!
+
+step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh), beside Miri"
+fuzz_status=0
+FUZZ_JOBS=1 fuzz/run.sh "$FUZZ_SMOKE_SECONDS" || fuzz_status=$?
+
+step "Miri: its output"
+miri_status=0
+wait "$miri_pid" || miri_status=$?
+cat target/miri.log
+if ((fuzz_status != 0 || miri_status != 0)); then
+    echo "fuzz smoke: exit $fuzz_status; Miri: exit $miri_status" >&2
+    exit 1
+fi
