@@ -936,3 +936,120 @@ async fn the_close_policy_closes_a_slow_consumer_with_its_code(backend: Backend)
     send_text(&mut bystander, "unaffected").await;
     assert_eq!(next(&mut bystander).await, Ws::text("unaffected"));
 }
+
+/// A stream that keeps what is written until it is flushed, and answers the
+/// first flush of each batch with `Pending` (waking itself), as an h2
+/// stream does while its connection's task has not sent the bytes yet.
+struct SlowFlush {
+    inner: tokio::io::DuplexStream,
+    unflushed: Vec<u8>,
+    deferred: bool,
+}
+
+impl tokio::io::AsyncRead for SlowFlush {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for SlowFlush {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.unflushed.extend_from_slice(bytes);
+        self.deferred = false;
+        std::task::Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        if !self.unflushed.is_empty() && !self.deferred {
+            self.deferred = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        while !self.unflushed.is_empty() {
+            let this = &mut *self;
+            match std::pin::Pin::new(&mut this.inner).poll_write(cx, &this.unflushed) {
+                Poll::Ready(Ok(n)) => {
+                    this.unflushed.drain(..n);
+                }
+                other => return other.map(|r| r.map(|_| ())),
+            }
+        }
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::ready!(self.as_mut().poll_flush(cx))?;
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The stream driver ends a connection only once its last bytes (here the
+/// close frame answering the peer's) have left the stream, or a bounded
+/// while has passed: a stream whose flush takes more than one poll (an h2
+/// stream) must not lose the close frame.
+#[tokio::test]
+async fn the_stream_driver_flushes_the_close_frame_before_dropping_the_stream() {
+    use tokio::io::AsyncReadExt;
+    let server = rapidws::stream::Server::new(EchoOnly, Config::default());
+    let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+    let stream = SlowFlush {
+        inner: ours,
+        unflushed: Vec::new(),
+        deferred: false,
+    };
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let served = tokio::spawn(server.serve(stream, peer, &[]));
+    let mut request = upgrade_request("/", "").into_bytes();
+    request.extend(client_frame(true, 0x1, b"hi"));
+    request.extend(client_frame(true, 0x8, &1000u16.to_be_bytes()));
+    theirs.write_all(&request).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), theirs.read_to_end(&mut response))
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    served.await.unwrap();
+    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(response.starts_with(b"HTTP/1.1 101 "));
+    let frames = server_frames(&response[head_end..]);
+    assert_eq!(frames[0], (0x1, b"hi".to_vec()), "the echo");
+    assert_eq!(
+        frames.get(1),
+        Some(&(0x8, 1000u16.to_be_bytes().to_vec())),
+        "the close frame went out before the stream was dropped"
+    );
+}
+
+/// Echoes; takes every upgrade.
+struct EchoOnly;
+
+impl rapidws::Handler for EchoOnly {
+    type State = ();
+
+    fn on_upgrade(
+        &self,
+        _: &rapidws::Request<'_>,
+        _: &mut rapidws::Accept,
+    ) -> Result<(), rapidws::Reject> {
+        Ok(())
+    }
+
+    fn on_message(&self, conn: &rapidws::Conn, _: &mut (), message: rapidws::Message<'_>) {
+        let _ = conn.send(message);
+    }
+}

@@ -32,6 +32,10 @@ use crate::driver::timer::Timer;
 /// Reads one connection may do in one poll before its task yields.
 const READS_PER_POLL: usize = 16;
 
+/// How long an ended connection's last bytes may take to leave the stream
+/// (see `Action::Close` in `Connection::poll`).
+const END_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a connection over a stream starts.
 pub(crate) enum Start<S> {
     /// The upgrade request comes next; `prefix` holds its first bytes,
@@ -74,6 +78,7 @@ pub(crate) async fn serve<S, H>(
         timer: Timer::default(),
         keepalive: Sweep::new(&env.endpoint.config).map(|sweep| (sweep, Timer::default(), started)),
         seen: ShutdownSeen::default(),
+        end_by: None,
         life,
     };
     if read_buf.is_empty() {
@@ -117,6 +122,8 @@ struct Connection<S, H: Handler> {
     /// timer, and when it is next due.
     keepalive: Option<(Sweep, Timer, Instant)>,
     seen: ShutdownSeen,
+    /// Once over: until when the last bytes may take to go out.
+    end_by: Option<Instant>,
     life: Lifecycle<H>,
 }
 
@@ -144,11 +151,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             }
             match self.life.poll(env, now) {
                 Action::Close => {
-                    // One try to get the last bytes (a close frame) and a
-                    // TLS close_notify out. A stream that takes nothing now
-                    // belongs to a peer that is not reading: drop it.
-                    let _ = self.poll_end(cx);
-                    break Poll::Ready(());
+                    // The last bytes (a close frame) and a TLS close_notify
+                    // get a bounded while to go out: a stream may pass them
+                    // on over a few polls (an h2 stream hands them to its
+                    // connection's task), and one dropped with them unsent
+                    // resets and loses them. A peer that reads nothing holds
+                    // the task END_GRACE at most; an abort, not at all.
+                    let end_by = *self.end_by.get_or_insert(now + END_GRACE);
+                    let ended = self.poll_end(cx).is_ready();
+                    if ended || now >= end_by || endpoint.is_aborting() {
+                        break Poll::Ready(());
+                    }
+                    break Poll::Pending;
                 }
                 Action::ShutDown => {
                     self.shutting_down = true;
@@ -217,7 +231,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
         };
         // An idle connection holds no read buffer of ours.
         read_buf::release(&mut self.read_buf, pool);
-        self.timer.follow(self.life.deadline(), cx);
+        self.timer
+            .follow(self.end_by.or_else(|| self.life.deadline()), cx);
         poll
     }
 
