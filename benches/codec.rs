@@ -6,11 +6,13 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rapidws::handshake::{header_buffer, parse_request, write_accept};
-use rapidws::proto::WriteQueue;
-use rapidws::proto::frame::{DecodeRules, MAX_HEADER_LEN, OpCode, decode_header, encode_header};
-use rapidws::proto::mask::{apply_mask, apply_mask_scalar};
-use rapidws::proto::utf8::{Utf8Validator, validate};
+use rapidws_core::handshake::{header_buffer, parse_request, write_accept};
+use rapidws_core::proto::WriteQueue;
+use rapidws_core::proto::frame::{
+    DecodeRules, MAX_HEADER_LEN, OpCode, decode_header, encode_header,
+};
+use rapidws_core::proto::{Utf8Validator, validate_utf8 as validate};
+use rapidws_core::proto::{apply_mask, apply_mask_scalar};
 
 const SIZES: &[usize] = &[16, 64, 256, 1024, 4096, 16 * 1024, 64 * 1024, 1 << 20];
 

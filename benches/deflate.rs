@@ -15,10 +15,10 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rapidws::handshake::negotiate;
-use rapidws::proto::deflate::{Compressor, DeflateConfig, Inflater};
-use rapidws::proto::frame::OpCode;
-use rapidws::proto::{Prepared, Role, WriteQueue};
+use rapidws_core::handshake::negotiate;
+use rapidws_core::proto::deflate::{Compressor, DeflateConfig, Inflater};
+use rapidws_core::proto::frame::OpCode;
+use rapidws_core::proto::{Prepared, Role, WriteQueue};
 
 /// A market-data-like JSON message of about `size` bytes.
 fn message(size: usize) -> Vec<u8> {

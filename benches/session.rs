@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rapidws::pool::BufferPool;
-use rapidws::proto::frame::{OpCode, write_frame};
-use rapidws::proto::{Event, Limits, Message, Role, Session, WriteQueue};
+use rapidws_core::pool::BufferPool;
+use rapidws_core::proto::frame::{OpCode, write_frame};
+use rapidws_core::proto::{Event, Limits, Message, Role, Session, WriteQueue};
 
 /// `count` masked client frames of `size` bytes, text or binary.
 fn wire(count: usize, size: usize, text: bool) -> Vec<u8> {

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::client::{Client, Request};
+use rapidws::client::{Client, ConnectRequest};
 use rapidws::{CloseCode, Config, Conn, DeflateConfig, Handler, Message, OwnedMessage};
 use tokio::sync::oneshot;
 
@@ -114,7 +114,10 @@ async fn main() -> ExitCode {
 
     let url = format!("{base}/updateReports?agent={}", args.agent);
     let (ended, end) = oneshot::channel();
-    match client.connect_with(Request::new(url), Some(ended)).await {
+    match client
+        .connect_with(ConnectRequest::new(url), Some(ended))
+        .await
+    {
         Ok(_) => {
             let _ = tokio::time::timeout(Duration::from_secs(60), end).await;
         }
@@ -135,7 +138,10 @@ async fn main() -> ExitCode {
 /// Runs one case: true unless it did not end in time.
 async fn run_case(client: &Client<Echo>, case: u32, url: String, wait: Duration) -> bool {
     let (ended, end) = oneshot::channel();
-    match client.connect_with(Request::new(url), Some(ended)).await {
+    match client
+        .connect_with(ConnectRequest::new(url), Some(ended))
+        .await
+    {
         Ok(_) => match tokio::time::timeout(wait, end).await {
             Ok(Ok((code, reason))) => {
                 tracing::debug!(case, code = code.0, reason, "case over");

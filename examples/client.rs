@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use rapidws::client::{Client, Proxy, Request};
+use rapidws::client::{Client, ConnectRequest, Proxy};
 use rapidws::{CloseCode, Config, DeflateConfig, OwnedMessage};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -71,7 +71,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         Some(url) => client.proxy(Proxy::new(url).map_err(|e| e.to_string())?),
         None => client.proxy_from_env(),
     };
-    let mut request = Request::new(args.url.as_str());
+    let mut request = ConnectRequest::new(args.url.as_str());
     for header in &args.headers {
         let (name, value) = header
             .split_once(':')

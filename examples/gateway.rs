@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::client::{Client, Request as UpstreamRequest};
+use rapidws::client::{Client, ConnectRequest as UpstreamRequest};
 use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
 use tokio::runtime::Handle;
 

@@ -36,8 +36,16 @@ pub mod tokio;
 #[cfg(all(target_os = "linux", feature = "uring"))]
 pub mod uring;
 
-/// The sans-I/O core (the `rapidws-core` crate): protocol, handshakes, buffer pool.
-pub use rapidws_core::{handshake, pool, proto};
+// The sans-I/O core: the protocol, the handshakes, the buffer pool. Its
+// modules are this crate's own paths (`crate::proto`); users get the names
+// they meet below, and the whole core as `rapidws::rapidws_core`.
+pub(crate) use rapidws_core::{handshake, pool, proto};
+
+/// The sans-I/O core this crate drives (protocol, handshakes, buffer pool),
+/// for code that works below the servers: a driver of its own, a frame
+/// codec, a fuzz target. Every name a server or client user meets is also
+/// at this crate's root.
+pub use rapidws_core;
 
 pub use bytes::Bytes;
 pub use connection::config::{Config, SlowConsumer};
@@ -45,8 +53,8 @@ pub use connection::conn::{Conn, Ready, SendError};
 pub use connection::endpoint::ServerHandle;
 pub use connection::handler::{Accept, Handler, HttpResponse, Reject};
 pub use handshake::Request;
-pub use proto::deflate::DeflateConfig;
-pub use proto::{CloseCode, Message, MessageKind, OwnedMessage};
+pub use proto::deflate::{DeflateConfig, DeflateParams};
+pub use proto::{CloseCode, Limits, Message, MessageKind, OwnedMessage};
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times

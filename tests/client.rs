@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
-use rapidws::client::{self, Client, Error, Request, Stage};
-use rapidws::handshake::ClientHandshakeError;
+use rapidws::client::{self, Client, ConnectError, ConnectRequest, Stage};
 use rapidws::{CloseCode, Config, Conn, DeflateConfig, Handler, Message, OwnedMessage};
+use rapidws_core::handshake::ClientHandshakeError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -124,7 +124,7 @@ async fn subprotocol_and_deflate_against_our_server(backend: Backend) {
     let deflate = DeflateConfig::default().compress_min_size(0);
     let server = start(backend, Config::default().permessage_deflate(deflate)).await;
     let client = Client::new(Config::default().permessage_deflate(deflate));
-    let request = Request::new(server.url("/"))
+    let request = ConnectRequest::new(server.url("/"))
         .protocol("superchat")
         .protocol("chat")
         .header("X-Test", "yes");
@@ -177,9 +177,9 @@ async fn wss_to_our_tls_server() {
     // A name the certificate does not carry (over a stream of our own, so
     // that the name needs no resolving).
     let tcp = TcpStream::connect(server.tls_addr.unwrap()).await.unwrap();
-    let request = Request::new("wss://other.example/").over(tcp);
+    let request = ConnectRequest::new("wss://other.example/").over(tcp);
     let error = client.connect(request).await.unwrap_err();
-    let Error::Tls(io) = &error else {
+    let ConnectError::Tls(io) = &error else {
         panic!("expected a TLS error, got {error:?}");
     };
     let inner = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>());
@@ -195,7 +195,7 @@ async fn wss_to_our_tls_server() {
 async fn over_a_callers_stream() {
     let server = start(Backend::Tokio, Config::default()).await;
     let tcp = TcpStream::connect(server.addr).await.unwrap();
-    let request = Request::new("ws://somewhere.example/path").over(tcp);
+    let request = ConnectRequest::new("ws://somewhere.example/path").over(tcp);
     let (mut socket, _) = socket_client().connect(request).await.unwrap();
     assert_eq!(socket.conn().peer_addr(), "0.0.0.0:0".parse().unwrap());
     socket.send("hi").await.unwrap();
@@ -287,7 +287,7 @@ fn python_server(args: &[&str]) -> PythonServer {
 async fn exchange(
     server: &PythonServer,
     client: &Client,
-    request: impl Into<Request>,
+    request: impl Into<ConnectRequest>,
 ) -> serde_json::Value {
     let (mut socket, _) = client.connect(request).await.unwrap();
     // Short enough that even a 9-bit window reaches back over all of it
@@ -397,7 +397,7 @@ async fn python_server_without_deflate_and_with_a_subprotocol() {
     let server = python_server(&["--protocol", "chat"]);
     let client = Client::new(Config::default().permessage_deflate(DeflateConfig::default()));
     let url = format!("ws://127.0.0.1:{}/", server.port);
-    let request = Request::new(url.as_str())
+    let request = ConnectRequest::new(url.as_str())
         .protocol("other")
         .protocol("chat");
     let (socket, response) = client.connect(request).await.unwrap();
@@ -415,7 +415,7 @@ async fn python_server_without_deflate_and_with_a_subprotocol() {
             .unwrap()
             .starts_with("permessage-deflate")
     );
-    let seen = exchange(&server, &client, Request::new(url).protocol("chat")).await;
+    let seen = exchange(&server, &client, ConnectRequest::new(url).protocol("chat")).await;
     assert!(data_frames(&seen).is_empty(), "nothing compressed: {seen}");
 }
 
@@ -486,7 +486,7 @@ async fn fake_server_in_parts(
 }
 
 fn switching(key: &str, extra: &str) -> String {
-    let accept = rapidws::handshake::accept_key(key.as_bytes());
+    let accept = rapidws_core::handshake::accept_key(key.as_bytes());
     let accept = std::str::from_utf8(&accept).unwrap();
     format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -494,7 +494,7 @@ fn switching(key: &str, extra: &str) -> String {
     )
 }
 
-async fn connect_to(addr: SocketAddr, client: &Client) -> Result<client::Response, Error> {
+async fn connect_to(addr: SocketAddr, client: &Client) -> Result<client::Response, ConnectError> {
     client
         .connect(format!("ws://{addr}/"))
         .await
@@ -508,7 +508,7 @@ async fn refusals_carry_status_headers_and_body() {
     })
     .await;
     let error = connect_to(addr, &socket_client()).await.unwrap_err();
-    let Error::Status(refusal) = &error else {
+    let ConnectError::Status(refusal) = &error else {
         panic!("{error:?}");
     };
     assert_eq!(refusal.status, 200);
@@ -524,7 +524,7 @@ async fn refusals_carry_status_headers_and_body() {
     })
     .await;
     let error = connect_to(addr, &socket_client()).await.unwrap_err();
-    let Error::Status(refusal) = &error else {
+    let ConnectError::Status(refusal) = &error else {
         panic!("{error:?}");
     };
     assert_eq!(refusal.status, 401);
@@ -535,7 +535,7 @@ async fn refusals_carry_status_headers_and_body() {
     .await;
     let quick = Client::new(Config::default().handshake_timeout(Duration::from_millis(500)));
     let error = connect_to(addr, &quick).await.unwrap_err();
-    let Error::Status(refusal) = &error else {
+    let ConnectError::Status(refusal) = &error else {
         panic!("{error:?}");
     };
     assert_eq!((refusal.status, &refusal.body[..]), (302, &b"abc"[..]));
@@ -596,7 +596,7 @@ async fn bad_101s_are_named_errors() {
     for (answer, expected) in cases {
         let (addr, _) = fake_server(answer).await;
         match connect_to(addr, &socket_client()).await {
-            Err(Error::Handshake(e)) => assert_eq!(e, expected),
+            Err(ConnectError::Handshake(e)) => assert_eq!(e, expected),
             other => panic!("expected {expected:?}, got {other:?}"),
         }
     }
@@ -722,7 +722,7 @@ async fn informational_responses_before_the_101_are_skipped() {
     })
     .await;
     let error = connect_to(addr, &socket_client()).await.unwrap_err();
-    let Error::Status(refusal) = &error else {
+    let ConnectError::Status(refusal) = &error else {
         panic!("expected a status error, got {error:?}");
     };
     assert_eq!((refusal.status, &refusal.body[..]), (403, &b"no"[..]));
@@ -736,7 +736,7 @@ async fn connect_failures_are_named() {
     drop(unused);
     let error = connect_to(addr, &socket_client()).await.unwrap_err();
     assert!(
-        matches!(&error, Error::Connect { addr: a, .. } if *a == addr),
+        matches!(&error, ConnectError::Connect { addr: a, .. } if *a == addr),
         "{error:?}"
     );
 
@@ -746,7 +746,7 @@ async fn connect_failures_are_named() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, Error::Dns { host, .. } if host == "nonexistent.invalid"),
+        matches!(&error, ConnectError::Dns { host, .. } if host == "nonexistent.invalid"),
         "{error:?}"
     );
 
@@ -758,11 +758,11 @@ async fn connect_failures_are_named() {
         "example.com",
     ] {
         let error = socket_client().connect(url).await.unwrap_err();
-        assert!(matches!(error, Error::Url(_)), "{url}: {error:?}");
+        assert!(matches!(error, ConnectError::Url(_)), "{url}: {error:?}");
     }
-    let request = Request::new(format!("ws://{addr}/")).header("Sec-WebSocket-Key", "x");
+    let request = ConnectRequest::new(format!("ws://{addr}/")).header("Sec-WebSocket-Key", "x");
     let error = socket_client().connect(request).await.unwrap_err();
-    assert!(matches!(error, Error::Request(_)), "{error:?}");
+    assert!(matches!(error, ConnectError::Request(_)), "{error:?}");
 
     // A server that accepts and never answers: the handshake timeout.
     let (silent, _) = fake_server(|_| {
@@ -774,7 +774,7 @@ async fn connect_failures_are_named() {
     let started = Instant::now();
     let error = connect_to(silent, &quick).await.unwrap_err();
     assert!(
-        matches!(error, Error::Timeout(Stage::Handshake)),
+        matches!(error, ConnectError::Timeout(Stage::Handshake)),
         "{error:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -789,7 +789,7 @@ async fn connect_failures_are_named() {
         tcp.write_all(b"HTTP/1.1 101 Swi").await.unwrap();
     });
     let error = connect_to(closing, &socket_client()).await.unwrap_err();
-    let Error::Io(io) = &error else {
+    let ConnectError::Io(io) = &error else {
         panic!("{error:?}");
     };
     assert_eq!(io.kind(), std::io::ErrorKind::UnexpectedEof);
@@ -805,7 +805,10 @@ async fn connect_failures_are_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wss_without_roots_says_why() {
     let error = client::connect("wss://127.0.0.1:1/").await.unwrap_err();
-    assert!(matches!(error, Error::TlsUnavailable(_)), "{error:?}");
+    assert!(
+        matches!(error, ConnectError::TlsUnavailable(_)),
+        "{error:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -821,7 +824,7 @@ async fn shutdown_closes_client_connections_with_1001() {
     let closes = server.recorder.wait_closes(2).await;
     assert!(closes.iter().all(|(code, _)| *code == 1001), "{closes:?}");
     let error = client.connect(server.url("/")).await.unwrap_err();
-    assert!(matches!(error, Error::Closed), "{error:?}");
+    assert!(matches!(error, ConnectError::Closed), "{error:?}");
 }
 
 /// gws (Go) as the server, built from the load harness's baseline
@@ -904,7 +907,7 @@ async fn url_credentials_become_basic_authorization() {
                 .unwrap();
             String::from_utf8(request).unwrap()
         });
-        let mut request = Request::new(format!("ws://Aladdin:open%20sesame@{addr}/"));
+        let mut request = ConnectRequest::new(format!("ws://Aladdin:open%20sesame@{addr}/"));
         if let Some(own) = own {
             request = request.header("Authorization", own);
         }

@@ -7,11 +7,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use rapidws::handshake::{
+use rapidws_core::handshake::{
     ClientRequest, accept_key, header_buffer, negotiate, parse_request, write_accept,
 };
-use rapidws::proto::WriteQueue;
-use rapidws::proto::deflate::DeflateConfig;
+use rapidws_core::proto::WriteQueue;
+use rapidws_core::proto::deflate::DeflateConfig;
 
 struct CountingAllocator;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use rapidws::Config;
-use rapidws::proto::deflate::DeflateConfig;
+use rapidws_core::proto::deflate::DeflateConfig;
 use serde_json::Value;
 
 backend_tests!(

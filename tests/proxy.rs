@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use rapidws::client::{Client, Error, Proxy, ProxyError, Stage};
+use rapidws::client::{Client, ConnectError, Proxy, ProxyError, Stage};
 use rapidws::{Config, OwnedMessage};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -119,7 +119,7 @@ async fn http_connect_with_basic_credentials() {
         let client = Client::new(Config::default()).proxy(Proxy::new(&url).unwrap());
         let error = client.connect(server.url("/")).await.unwrap_err();
         assert!(
-            matches!(error, Error::Proxy(ProxyError::Refused { status: s }) if s == status),
+            matches!(error, ConnectError::Proxy(ProxyError::Refused { status: s }) if s == status),
             "{url}: {error:?}"
         );
         assert_eq!(error.status(), Some(status));
@@ -147,12 +147,12 @@ async fn socks5_with_a_username_and_password() {
     };
     let error = refused(format!("socks5://bob:nope@{proxy_addr}")).await;
     assert!(
-        matches!(error, Error::Proxy(ProxyError::AuthenticationFailed)),
+        matches!(error, ConnectError::Proxy(ProxyError::AuthenticationFailed)),
         "{error:?}"
     );
     let error = refused(format!("socks5://{proxy_addr}")).await;
     assert!(
-        matches!(error, Error::Proxy(ProxyError::NoAcceptableMethod)),
+        matches!(error, ConnectError::Proxy(ProxyError::NoAcceptableMethod)),
         "{error:?}"
     );
 
@@ -164,7 +164,7 @@ async fn socks5_with_a_username_and_password() {
         .proxy(Proxy::new(&format!("socks5://bob:pw@{proxy_addr}")).unwrap());
     let error = client.connect(server_url(closed_port)).await.unwrap_err();
     assert!(
-        matches!(error, Error::Proxy(ProxyError::Socks { reply: 5 })),
+        matches!(error, ConnectError::Proxy(ProxyError::Socks { reply: 5 })),
         "{error:?}"
     );
 }
@@ -191,7 +191,7 @@ async fn a_proxy_that_never_answers_times_out() {
         let started = std::time::Instant::now();
         let error = client.connect("ws://127.0.0.1:9/").await.unwrap_err();
         assert!(
-            matches!(error, Error::Timeout(Stage::Proxy)),
+            matches!(error, ConnectError::Timeout(Stage::Proxy)),
             "{scheme}: {error:?}"
         );
         assert!(started.elapsed() < Duration::from_secs(3));

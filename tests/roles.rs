@@ -19,11 +19,13 @@ mod messages;
 
 use messages::{Seen, TestMessage};
 use rapidws::DeflateConfig;
-use rapidws::handshake::{ClientRequest, header_buffer, negotiate, parse_request, write_accept};
-use rapidws::pool::BufferPool;
-use rapidws::proto::deflate::{Compressor, DeflateParams};
-use rapidws::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
-use rapidws::proto::{CloseCode, Event, Limits, Message, OpCode, Role, Session, WriteQueue};
+use rapidws_core::handshake::{
+    ClientRequest, header_buffer, negotiate, parse_request, write_accept,
+};
+use rapidws_core::pool::BufferPool;
+use rapidws_core::proto::deflate::{Compressor, DeflateParams};
+use rapidws_core::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
+use rapidws_core::proto::{CloseCode, Event, Limits, Message, OpCode, Role, Session, WriteQueue};
 
 fn message() -> impl Strategy<Value = TestMessage> {
     let text = prop::collection::vec(any::<char>(), 0..300)

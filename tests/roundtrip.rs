@@ -19,11 +19,11 @@ mod messages;
 
 use messages::{Seen, TestMessage};
 use rapidws::DeflateConfig;
-use rapidws::handshake::negotiate;
-use rapidws::pool::BufferPool;
-use rapidws::proto::deflate::{Compressor, DeflateParams, Inflater};
-use rapidws::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
-use rapidws::proto::{CloseCode, Event, Limits, Message, OpCode, Session, WriteQueue};
+use rapidws_core::handshake::negotiate;
+use rapidws_core::pool::BufferPool;
+use rapidws_core::proto::deflate::{Compressor, DeflateParams, Inflater};
+use rapidws_core::proto::frame::{DecodeRules, RSV1, decode_header, write_frame};
+use rapidws_core::proto::{CloseCode, Event, Limits, Message, OpCode, Session, WriteQueue};
 use tokio_tungstenite::tungstenite::{self, protocol::Role};
 
 fn message() -> impl Strategy<Value = TestMessage> {
@@ -74,7 +74,7 @@ impl Compression {
             .client_context_takeover(keep)
             .compress_min_size(0);
         let params = negotiate([&b"permessage-deflate"[..]], &config).unwrap();
-        let compressor = Compressor::new(rapidws::proto::Role::Server, &params, &config);
+        let compressor = Compressor::new(rapidws_core::proto::Role::Server, &params, &config);
         Some((params, compressor))
     }
 }
@@ -143,7 +143,7 @@ fn client_wire(
 fn server_reads(wire: &[u8], sizes: &[usize], deflate: Option<&DeflateParams>) -> Vec<Seen> {
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 8), (65536, 4)]));
     let mut session = Session::with_deflate(
-        rapidws::proto::Role::Server,
+        rapidws_core::proto::Role::Server,
         Limits::default(),
         pool,
         deflate,
@@ -205,7 +205,7 @@ fn server_wire(
     }
     expected.push(Seen::Close(1000, "bye".to_owned()));
     let pool = Arc::new(BufferPool::with_classes(&[(4096, 1)]));
-    let mut session = Session::new(rapidws::proto::Role::Server, Limits::default(), pool);
+    let mut session = Session::new(rapidws_core::proto::Role::Server, Limits::default(), pool);
     assert!(session.close(CloseCode::NORMAL, "bye", &mut out));
     let mut bytes = Vec::new();
     out.move_into(&mut bytes);

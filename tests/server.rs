@@ -550,10 +550,23 @@ async fn shutdown_drops_peers_that_do_not_answer_after_its_timeout(backend: Back
         silent.push(raw_upgraded(server.addr).await);
     }
     assert_eq!(server.handle.connections(), 3);
+    // Another task waits for the end through a handle of its own, as on
+    // every server; it waits for the shutdown to be asked for first.
+    let waiter = {
+        let handle = server.handle.clone();
+        tokio::spawn(async move {
+            handle.ended().await;
+            handle.alive()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "ended before any shutdown");
     let started = std::time::Instant::now();
     server.handle.shutdown();
     let served = tokio::time::timeout(Duration::from_secs(10), &mut server.served).await;
     served.expect("serve returns").unwrap().unwrap();
+    let left = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+    assert_eq!(left.expect("ended resolves").unwrap(), 0);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(300),

@@ -61,7 +61,7 @@ impl ServeArgs {
         if !self.deflate {
             return config;
         }
-        let deflate = rapidws::proto::deflate::DeflateConfig::default()
+        let deflate = rapidws::DeflateConfig::default()
             .server_context_takeover(self.deflate_context_takeover);
         let deflate = match self.deflate_min_size {
             Some(bytes) => deflate.compress_min_size(bytes),

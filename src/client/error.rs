@@ -62,7 +62,7 @@ impl Refusal {
 /// Why a connection could not be made.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ConnectError {
     /// The URL is not one a client can connect to (see [`UrlError`]), or
     /// its scheme is not `ws` or `wss`.
     Url(UrlError),
@@ -99,55 +99,57 @@ pub enum Error {
     Closed,
 }
 
-impl Error {
-    /// The HTTP status, for [`Error::Status`] (and a proxy's refusal).
+impl ConnectError {
+    /// The HTTP status, for [`ConnectError::Status`] (and a proxy's refusal).
     pub fn status(&self) -> Option<u16> {
         match self {
-            Error::Status(refusal) => Some(refusal.status),
-            Error::Proxy(proxy) => proxy.status(),
+            ConnectError::Status(refusal) => Some(refusal.status),
+            ConnectError::Proxy(proxy) => proxy.status(),
             _ => None,
         }
     }
 }
 
-impl fmt::Display for Error {
+impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Url(e) => write!(f, "{e}"),
-            Error::TlsUnavailable(why) => write!(f, "wss is not available: {why}"),
-            Error::Request(e) => write!(f, "invalid request: {e}"),
-            Error::Dns { host, error } => write!(f, "could not resolve {host}: {error}"),
-            Error::Connect { addr, error } => write!(f, "could not connect to {addr}: {error}"),
-            Error::Timeout(stage) => write!(f, "timed out {stage}"),
-            Error::Tls(e) => write!(f, "TLS handshake failed: {e}"),
-            Error::Proxy(e) => write!(f, "proxy: {e}"),
-            Error::Status(refusal) => {
+            ConnectError::Url(e) => write!(f, "{e}"),
+            ConnectError::TlsUnavailable(why) => write!(f, "wss is not available: {why}"),
+            ConnectError::Request(e) => write!(f, "invalid request: {e}"),
+            ConnectError::Dns { host, error } => write!(f, "could not resolve {host}: {error}"),
+            ConnectError::Connect { addr, error } => {
+                write!(f, "could not connect to {addr}: {error}")
+            }
+            ConnectError::Timeout(stage) => write!(f, "timed out {stage}"),
+            ConnectError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            ConnectError::Proxy(e) => write!(f, "proxy: {e}"),
+            ConnectError::Status(refusal) => {
                 write!(f, "the server answered {} instead of 101", refusal.status)
             }
-            Error::Handshake(e) => write!(f, "bad upgrade response: {e}"),
-            Error::Io(e) => write!(f, "connection failed during the handshake: {e}"),
-            Error::Closed => f.write_str("the client or its runtime is shutting down"),
+            ConnectError::Handshake(e) => write!(f, "bad upgrade response: {e}"),
+            ConnectError::Io(e) => write!(f, "connection failed during the handshake: {e}"),
+            ConnectError::Closed => f.write_str("the client or its runtime is shutting down"),
         }
     }
 }
 
-impl std::error::Error for Error {
+impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Url(e) => Some(e),
-            Error::Request(e) => Some(e),
-            Error::Dns { error, .. } | Error::Connect { error, .. } => Some(error),
-            Error::Tls(e) | Error::Io(e) => Some(e),
-            Error::Proxy(e) => Some(e),
-            Error::Handshake(e) => Some(e),
+            ConnectError::Url(e) => Some(e),
+            ConnectError::Request(e) => Some(e),
+            ConnectError::Dns { error, .. } | ConnectError::Connect { error, .. } => Some(error),
+            ConnectError::Tls(e) | ConnectError::Io(e) => Some(e),
+            ConnectError::Proxy(e) => Some(e),
+            ConnectError::Handshake(e) => Some(e),
             _ => None,
         }
     }
 }
 
-impl From<UrlError> for Error {
+impl From<UrlError> for ConnectError {
     fn from(e: UrlError) -> Self {
-        Error::Url(e)
+        ConnectError::Url(e)
     }
 }
 

@@ -4,7 +4,7 @@
 //! same core as the server.
 //!
 //! ```no_run
-//! # async fn run() -> Result<(), rapidws::client::Error> {
+//! # async fn run() -> Result<(), rapidws::client::ConnectError> {
 //! let (mut socket, response) = rapidws::client::connect("ws://127.0.0.1:9001/").await?;
 //! println!("subprotocol: {:?}", response.protocol());
 //! socket.send("hello").await.ok();
@@ -18,21 +18,21 @@
 //! A [`Client`] holds what its connections share: the [`Config`] (limits,
 //! timeouts, keepalive, the permessage-deflate offer with every parameter),
 //! the connect timeout, `TCP_NODELAY`, the TLS config and the proxy. Each
-//! [`Request`] says what one connection asks for: the URL, extra headers,
+//! [`ConnectRequest`] says what one connection asks for: the URL, extra headers,
 //! subprotocols. Make one client and share it (it is cheap to clone); its
 //! [`Client::shutdown`] closes every connection it opened with 1001.
 //!
 //! How a connection is made, and what bounds each step:
-//! 1. the URL is parsed ([`Error::Url`]);
+//! 1. the URL is parsed ([`ConnectError::Url`]);
 //! 2. the host is resolved on the runtime and TCP connected, trying each
-//!    address in turn ([`Error::Dns`], [`Error::Connect`]); through a
-//!    proxy, the proxy is, and then it opens the tunnel ([`Error::Proxy`]).
+//!    address in turn ([`ConnectError::Dns`], [`ConnectError::Connect`]); through a
+//!    proxy, the proxy is, and then it opens the tunnel ([`ConnectError::Proxy`]).
 //!    [`Client::connect_timeout`] (10 s) bounds all of it;
 //! 3. for `wss`, the TLS handshake with the URL's host as the server name
-//!    ([`Error::Tls`]);
+//!    ([`ConnectError::Tls`]);
 //! 4. the upgrade request, and the response read and checked
-//!    ([`Error::Status`] for an answer other than 101, with its headers and
-//!    the start of its body; [`Error::Handshake`] for a `101` that breaks
+//!    ([`ConnectError::Status`] for an answer other than 101, with its headers and
+//!    the start of its body; [`ConnectError::Handshake`] for a `101` that breaks
 //!    the protocol). [`Config::handshake_timeout`] bounds steps 3 and 4;
 //! 5. the connection opens on the current tokio runtime, and `connect`
 //!    returns. A plain `ws` connection joins one of the client's connection
@@ -55,11 +55,23 @@ mod tls;
 mod upgrade;
 pub mod url;
 
-pub use error::{Error, MAX_REFUSAL_BODY, ProxyError, Refusal, Stage};
+pub use error::{ConnectError, MAX_REFUSAL_BODY, ProxyError, Refusal, Stage};
 pub use proxy::Proxy;
 #[cfg(feature = "socket")]
-pub use sockets::{Slot, Sockets};
+pub use sockets::{Inboxes, Slot};
 pub use upgrade::Response;
+
+/// The old name of [`ConnectError`] (one `Error` was too many beside
+/// `socket::Error`).
+#[deprecated(since = "0.2.0", note = "renamed `ConnectError`")]
+pub type Error = ConnectError;
+/// The old name of [`ConnectRequest`] (beside the server's `Request`).
+#[deprecated(since = "0.2.0", note = "renamed `ConnectRequest`")]
+pub type Request = ConnectRequest;
+/// The old name of [`Inboxes`] (beside `axum::Sockets`).
+#[cfg(feature = "socket")]
+#[deprecated(since = "0.2.0", note = "renamed `Inboxes`")]
+pub type Sockets = Inboxes;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
@@ -90,7 +102,9 @@ use crate::tokio::group::Incoming;
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
 /// feature): [`Client::connect`] on it.
 #[cfg(feature = "socket")]
-pub async fn connect(request: impl Into<Request>) -> Result<(WebSocket, Response), Error> {
+pub async fn connect(
+    request: impl Into<ConnectRequest>,
+) -> Result<(WebSocket, Response), ConnectError> {
     static DEFAULT: OnceLock<Client> = OnceLock::new();
     DEFAULT
         .get_or_init(|| Client::new(Config::default()))
@@ -100,7 +114,7 @@ pub async fn connect(request: impl Into<Request>) -> Result<(WebSocket, Response
 
 /// What one connection asks for: the URL, extra headers, subprotocols,
 /// and the stream to use, if the caller has one.
-pub struct Request {
+pub struct ConnectRequest {
     url: String,
     headers: Vec<(String, String)>,
     protocols: Vec<String>,
@@ -112,9 +126,9 @@ pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for S {}
 
-impl std::fmt::Debug for Request {
+impl std::fmt::Debug for ConnectRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
+        f.debug_struct("ConnectRequest")
             .field("url", &self.url)
             .field("headers", &self.headers)
             .field("protocols", &self.protocols)
@@ -123,11 +137,11 @@ impl std::fmt::Debug for Request {
     }
 }
 
-impl Request {
+impl ConnectRequest {
     /// A request for `url` (`ws://host[:port][/path][?query]` or `wss://`).
     /// It is parsed when the connection is made.
     pub fn new(url: impl Into<String>) -> Self {
-        Request {
+        ConnectRequest {
             url: url.into(),
             headers: Vec::new(),
             protocols: Vec::new(),
@@ -137,7 +151,7 @@ impl Request {
 
     /// An extra header field (`Origin`, `Authorization`, `User-Agent`, ...).
     /// The handshake's own (`Host`, `Upgrade`, `Connection`,
-    /// `Sec-WebSocket-*`) are refused with [`Error::Request`].
+    /// `Sec-WebSocket-*`) are refused with [`ConnectError::Request`].
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -161,7 +175,7 @@ impl Request {
     }
 }
 
-/// What the upgrade request carries besides the URL (a [`Request`]
+/// What the upgrade request carries besides the URL (a [`ConnectRequest`]
 /// without its stream, which need not be `Sync`).
 pub(crate) struct Asked {
     headers: Vec<(String, String)>,
@@ -198,30 +212,30 @@ impl Asked {
     }
 
     /// Fails before anything is connected if the request cannot be written.
-    fn check(&self, url: &Url, config: &Config) -> Result<(), Error> {
+    fn check(&self, url: &Url, config: &Config) -> Result<(), ConnectError> {
         let host = upgrade::host_header(url);
         let (protocols, headers) = (self.protocols(), self.header_pairs());
         upgrade::client_request(&host, url, &protocols, &headers, config)
             .check()
-            .map_err(Error::Request)
+            .map_err(ConnectError::Request)
     }
 }
 
-impl From<&str> for Request {
+impl From<&str> for ConnectRequest {
     fn from(url: &str) -> Self {
-        Request::new(url)
+        ConnectRequest::new(url)
     }
 }
 
-impl From<String> for Request {
+impl From<String> for ConnectRequest {
     fn from(url: String) -> Self {
-        Request::new(url)
+        ConnectRequest::new(url)
     }
 }
 
-impl From<&String> for Request {
+impl From<&String> for ConnectRequest {
     fn from(url: &String) -> Self {
-        Request::new(url.as_str())
+        ConnectRequest::new(url.as_str())
     }
 }
 
@@ -242,7 +256,7 @@ struct Options {
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// Defines `Client`, with `Sockets` as its handler by default when the
+/// Defines `Client`, with `Inboxes` as its handler by default when the
 /// async socket API is built (`socket`), and none otherwise.
 macro_rules! client {
     ($($default:tt)*) => {
@@ -251,7 +265,7 @@ macro_rules! client {
         /// A connection's `Conn::peer_addr` is the address its TCP connection went
         /// to: the server's, or the proxy's when it went through one.
         ///
-        /// `Client<Sockets>` ([`Client::new`]) hands out [`WebSocket`]s;
+        /// `Client<Inboxes>` ([`Client::new`]) hands out [`WebSocket`]s;
         /// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
         /// connection, as a server does, with the state given to
         /// [`Client::connect_with`].
@@ -267,7 +281,7 @@ macro_rules! client {
 }
 
 #[cfg(feature = "socket")]
-client!(= Sockets);
+client!(= Inboxes);
 #[cfg(not(feature = "socket"))]
 client!();
 
@@ -292,10 +306,10 @@ impl<H: Handler> std::fmt::Debug for Client<H> {
 }
 
 #[cfg(feature = "socket")]
-impl Client<Sockets> {
+impl Client<Inboxes> {
     /// A client whose connections are [`WebSocket`]s.
     pub fn new(config: Config) -> Self {
-        Client::with_handler(Sockets::default(), config)
+        Client::with_handler(Inboxes::default(), config)
     }
 
     /// Bytes of received messages a socket may hold before its connection
@@ -308,8 +322,8 @@ impl Client<Sockets> {
     /// Connects and returns the open socket and the server's `101`.
     pub async fn connect(
         &self,
-        request: impl Into<Request>,
-    ) -> Result<(WebSocket, Response), Error> {
+        request: impl Into<ConnectRequest>,
+    ) -> Result<(WebSocket, Response), ConnectError> {
         let inbox = Arc::new(Inbox::new(self.env.handler.inbox_limit));
         let slot = Slot {
             inbox: inbox.clone(),
@@ -387,7 +401,7 @@ impl<H: Handler> Client<H> {
 
     /// Closes every open connection of this client with 1001 and waits for
     /// them, at most `shutdown_timeout`; connects after this fail with
-    /// [`Error::Closed`].
+    /// [`ConnectError::Closed`].
     pub async fn shutdown(&self) {
         self.handle().shutdown();
         self.env.endpoint.finish_shutdown().await;
@@ -399,10 +413,10 @@ impl<H: Handler> Client<H> {
     /// connection.
     pub async fn connect_with(
         &self,
-        request: impl Into<Request>,
+        request: impl Into<ConnectRequest>,
         state: H::State,
-    ) -> Result<(Conn, Response), Error> {
-        let Request {
+    ) -> Result<(Conn, Response), ConnectError> {
+        let ConnectRequest {
             url,
             headers,
             protocols,
@@ -410,11 +424,11 @@ impl<H: Handler> Client<H> {
         } = request.into();
         let request = Asked { headers, protocols };
         if self.env.endpoint.is_shutting_down() {
-            return Err(Error::Closed);
+            return Err(ConnectError::Closed);
         }
         let url = Url::parse(&url)?;
         if url.scheme != "ws" && url.scheme != "wss" {
-            return Err(Error::Url(url::UrlError::scheme()));
+            return Err(ConnectError::Url(url::UrlError::scheme()));
         }
         let mut request = request;
         request.add_url_credentials(&url);
@@ -435,7 +449,7 @@ impl<H: Handler> Client<H> {
     }
 
     /// Resolves, connects TCP and opens the proxy's tunnel, if any.
-    async fn dial(&self, url: &Url) -> Result<(TcpStream, SocketAddr), Error> {
+    async fn dial(&self, url: &Url) -> Result<(TcpStream, SocketAddr), ConnectError> {
         let deadline = Instant::now() + self.options.connect_timeout;
         let proxy = match &self.options.proxy {
             ProxyChoice::Direct => None,
@@ -449,12 +463,13 @@ impl<H: Handler> Client<H> {
         };
         let (mut tcp, peer) = timeout_at(deadline, connect_tcp(host, to, deadline))
             .await
-            .map_err(|_| Error::Timeout(Stage::Connect))??;
-        tcp.set_nodelay(self.options.nodelay).map_err(Error::Io)?;
+            .map_err(|_| ConnectError::Timeout(Stage::Connect))??;
+        tcp.set_nodelay(self.options.nodelay)
+            .map_err(ConnectError::Io)?;
         if let Some(proxy) = proxy {
             timeout_at(deadline, proxy.tunnel(&mut tcp, &url.host, port))
                 .await
-                .map_err(|_| Error::Timeout(Stage::Proxy))??;
+                .map_err(|_| ConnectError::Timeout(Stage::Proxy))??;
         }
         Ok((tcp, peer))
     }
@@ -467,7 +482,7 @@ impl<H: Handler> Client<H> {
         url: &Url,
         request: &Asked,
         state: H::State,
-    ) -> Result<(Conn, Response), Error> {
+    ) -> Result<(Conn, Response), ConnectError> {
         let deadline = Instant::now() + self.env.endpoint.config.handshake_timeout;
         if url.scheme == "ws" {
             return self.open(stream, peer, url, request, state, deadline).await;
@@ -480,13 +495,13 @@ impl<H: Handler> Client<H> {
             };
             let stream = timeout_at(deadline, tls::handshake(config, &url.host, stream))
                 .await
-                .map_err(|_| Error::Timeout(Stage::Handshake))??;
+                .map_err(|_| ConnectError::Timeout(Stage::Handshake))??;
             self.open(stream, peer, url, request, state, deadline).await
         }
         #[cfg(not(feature = "rustls"))]
         {
             let _ = (stream, peer, request, state, deadline);
-            Err(Error::TlsUnavailable(
+            Err(ConnectError::TlsUnavailable(
                 "rapidws was built without the rustls feature",
             ))
         }
@@ -502,21 +517,21 @@ impl<H: Handler> Client<H> {
         url: &Url,
         request: &Asked,
         state: H::State,
-    ) -> Result<(Conn, Response), Error> {
+    ) -> Result<(Conn, Response), ConnectError> {
         let config = &self.env.endpoint.config;
         let deadline = Instant::now() + config.handshake_timeout;
         let switched = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
         let groups = match self.groups.get() {
             Some(groups) => groups,
             None => {
-                let groups =
-                    Groups::spawn(&self.env.endpoint, &self.env.handler).map_err(Error::Io)?;
+                let groups = Groups::spawn(&self.env.endpoint, &self.env.handler)
+                    .map_err(ConnectError::Io)?;
                 // Two first connects may race: the loser's groups end at once.
                 let _ = self.groups.set(groups);
                 self.groups.get().expect("just set")
             }
         };
-        let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(Error::Io)?);
+        let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(ConnectError::Io)?);
         let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
         groups.least_loaded().hand_over(Incoming {
             stream,
@@ -524,7 +539,7 @@ impl<H: Handler> Client<H> {
             live: self.env.endpoint.enter(),
             opened: Some(Box::new(opening)),
         });
-        let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
+        let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;
         Ok((conn, switched.response))
     }
 
@@ -537,7 +552,7 @@ impl<H: Handler> Client<H> {
         request: &Asked,
         state: H::State,
         deadline: Instant,
-    ) -> Result<(Conn, Response), Error> {
+    ) -> Result<(Conn, Response), ConnectError> {
         let config = &self.env.endpoint.config;
         let switched = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
         let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
@@ -545,7 +560,7 @@ impl<H: Handler> Client<H> {
         let live = self.env.endpoint.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
-        let conn = (&mut handout.0).await.map_err(|_| Error::Closed)?;
+        let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;
         Ok((conn, switched.response))
     }
 }
@@ -598,12 +613,12 @@ async fn connect_tcp(
     host: &Host,
     port: u16,
     deadline: Instant,
-) -> Result<(TcpStream, SocketAddr), Error> {
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addrs: Vec<SocketAddr> = match host {
         Host::V4(ip) => vec![SocketAddr::from((*ip, port))],
         Host::V6(ip) => vec![SocketAddr::from((*ip, port))],
         Host::Name(name) => {
-            let dns = |error| Error::Dns {
+            let dns = |error| ConnectError::Dns {
                 host: name.clone(),
                 error,
             };
@@ -625,8 +640,8 @@ async fn connect_tcp(
         let share = left / (count - i as u32);
         match tokio::time::timeout(share, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => return Ok((stream, addr)),
-            Ok(Err(error)) => last = Some(Error::Connect { addr, error }),
-            Err(_) => last = Some(Error::Timeout(Stage::Connect)),
+            Ok(Err(error)) => last = Some(ConnectError::Connect { addr, error }),
+            Err(_) => last = Some(ConnectError::Timeout(Stage::Connect)),
         }
     }
     Err(last.expect("at least one address was tried"))

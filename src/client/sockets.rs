@@ -1,4 +1,4 @@
-//! [`Sockets`]: the handler behind a client that hands out
+//! [`Inboxes`]: the handler behind a client that hands out
 //! [`WebSocket`](crate::socket::WebSocket)s. Each connection's messages go
 //! into the socket's bounded inbox, as with the server's `SocketHandler`;
 //! there is no function to spawn, since the caller of `Client::connect`
@@ -16,19 +16,19 @@ use crate::socket::inbox::Inbox;
 /// [`Client::new`](super::Client::new): its connections are
 /// [`WebSocket`](crate::socket::WebSocket)s.
 #[derive(Clone, Debug)]
-pub struct Sockets {
+pub struct Inboxes {
     pub(super) inbox_limit: usize,
 }
 
-impl Default for Sockets {
+impl Default for Inboxes {
     fn default() -> Self {
-        Sockets {
+        Inboxes {
             inbox_limit: DEFAULT_INBOX_LIMIT,
         }
     }
 }
 
-/// A [`Sockets`] connection's state: its socket's inbox.
+/// A [`Inboxes`] connection's state: its socket's inbox.
 pub struct Slot {
     pub(super) inbox: Arc<Inbox>,
 }
@@ -39,7 +39,7 @@ impl std::fmt::Debug for Slot {
     }
 }
 
-impl Handler for Sockets {
+impl Handler for Inboxes {
     type State = Slot;
 
     fn on_message(&self, conn: &Conn, slot: &mut Slot, message: Message<'_>) {

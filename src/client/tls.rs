@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::error::Error;
+use super::error::ConnectError;
 use super::url::Host;
 
 /// The config `Client::tls` keeps: the caller's, with ALPN set to
@@ -25,14 +25,14 @@ pub(crate) fn with_alpn(config: &ClientConfig) -> Arc<ClientConfig> {
 
 /// The config a client without one of its own uses: the roots the enabled
 /// features give, with the process's default crypto provider. Made once.
-pub(crate) fn default_config() -> Result<Arc<ClientConfig>, Error> {
+pub(crate) fn default_config() -> Result<Arc<ClientConfig>, ConnectError> {
     // Only a config that could be made is kept: a crypto provider installed
     // after a first failed attempt is used by the next one.
     static DEFAULT: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     if let Some(config) = DEFAULT.get() {
         return Ok(config.clone());
     }
-    let config = make_default().map_err(Error::TlsUnavailable)?;
+    let config = make_default().map_err(ConnectError::TlsUnavailable)?;
     Ok(DEFAULT.get_or_init(|| config).clone())
 }
 
@@ -72,13 +72,16 @@ pub(crate) async fn handshake<S>(
     config: Arc<ClientConfig>,
     host: &Host,
     stream: S,
-) -> Result<TlsStream<S>, Error>
+) -> Result<TlsStream<S>, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let name = match host {
-        Host::Name(name) => ServerName::try_from(name.trim_end_matches('.').to_owned())
-            .map_err(|_| Error::Tls(std::io::Error::other("the host is not a valid DNS name")))?,
+        Host::Name(name) => {
+            ServerName::try_from(name.trim_end_matches('.').to_owned()).map_err(|_| {
+                ConnectError::Tls(std::io::Error::other("the host is not a valid DNS name"))
+            })?
+        }
         Host::V4(ip) => ServerName::IpAddress(std::net::IpAddr::V4(*ip).into()),
         Host::V6(ip) => ServerName::IpAddress(std::net::IpAddr::V6(*ip).into()),
     };
@@ -92,9 +95,9 @@ where
                 .get_ref()
                 .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
             if from_rustls {
-                Error::Tls(error)
+                ConnectError::Tls(error)
             } else {
-                Error::Io(error)
+                ConnectError::Io(error)
             }
         })
 }

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout_at};
 
 use super::Asked;
-use super::error::{Error, MAX_REFUSAL_BODY, Refusal, Stage};
+use super::error::{ConnectError, MAX_REFUSAL_BODY, Refusal, Stage};
 use super::url::Url;
 use crate::connection::config::Config;
 use crate::handshake::{ClientHandshakeError, ClientRequest, header_buffer, parse_response};
@@ -86,7 +86,7 @@ pub(crate) async fn upgrade<S>(
     request: &Asked,
     config: &Config,
     deadline: Instant,
-) -> Result<Switched, Error>
+) -> Result<Switched, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -95,28 +95,31 @@ where
     let headers = request.header_pairs();
     let client_request = client_request(&host, url, &protocols, &headers, config);
     let mut queue = WriteQueue::new();
-    let handshake = client_request.write(&mut queue).map_err(Error::Request)?;
+    let handshake = client_request
+        .write(&mut queue)
+        .map_err(ConnectError::Request)?;
     let mut bytes = Vec::new();
     queue.move_into(&mut bytes);
 
-    let timed_out = |_| Error::Timeout(Stage::Handshake);
+    let timed_out = |_| ConnectError::Timeout(Stage::Handshake);
     timeout_at(deadline, async {
         stream.write_all(&bytes).await?;
         stream.flush().await
     })
     .await
     .map_err(timed_out)?
-    .map_err(Error::Io)?;
+    .map_err(ConnectError::Io)?;
 
     let max_head = config.max_handshake_size;
     let mut buf = BytesMut::with_capacity(1024);
     let mut ended = false;
     loop {
         let mut fields = header_buffer();
-        let parsed = parse_response(&buf, &mut fields, max_head).map_err(Error::Handshake)?;
+        let parsed =
+            parse_response(&buf, &mut fields, max_head).map_err(ConnectError::Handshake)?;
         let Some((response, head_len)) = parsed else {
             if ended {
-                return Err(Error::Io(std::io::Error::new(
+                return Err(ConnectError::Io(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the server closed the connection during the handshake",
                 )));
@@ -124,7 +127,7 @@ where
             let n = timeout_at(deadline, read_some(stream, &mut buf, max_head))
                 .await
                 .map_err(timed_out)?
-                .map_err(Error::Io)?;
+                .map_err(ConnectError::Io)?;
             ended = n == 0;
             continue;
         };
@@ -142,7 +145,7 @@ where
         if response.status() != 101 {
             let status = response.status();
             let body = read_body(stream, buf.split_off(head_len), &headers, deadline).await;
-            return Err(Error::Status(Box::new(Refusal {
+            return Err(ConnectError::Status(Box::new(Refusal {
                 status,
                 headers,
                 body,
@@ -150,7 +153,7 @@ where
         }
         let accepted = handshake.check(&response).map_err(|e| match e {
             ClientHandshakeError::NotSwitching { .. } => unreachable!("checked above"),
-            e => Error::Handshake(e),
+            e => ConnectError::Handshake(e),
         })?;
         let response = Response {
             headers,

@@ -20,11 +20,11 @@ use crate::connection::config::SlowConsumer;
 #[cfg(feature = "pubsub")]
 use crate::connection::membership::Membership;
 use crate::connection::outbox::{ConnShared, Outbox, wake_all};
+use crate::proto::MAX_CLOSE_REASON;
 #[cfg(feature = "pubsub")]
 use crate::proto::Prepared;
-use crate::proto::close::MAX_CLOSE_REASON;
 use crate::proto::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN};
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, validate_utf8};
 
 /// Why a send or close was refused. Nothing was queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -454,7 +454,7 @@ fn data_opcode(kind: MessageKind) -> OpCode {
 /// The opcode for a shared payload of `kind`, once text is checked for UTF-8.
 fn shared_opcode(kind: MessageKind, payload: &[u8]) -> Result<OpCode, SendError> {
     if kind == MessageKind::Text {
-        utf8::validate(payload).map_err(|_| SendError::InvalidUtf8)?;
+        validate_utf8(payload).map_err(|_| SendError::InvalidUtf8)?;
     }
     Ok(data_opcode(kind))
 }

@@ -190,10 +190,14 @@ impl Endpoint {
     /// The shutdown timeout has passed with connections left: says so and
     /// aborts them.
     pub(crate) fn abort_remaining(&self) {
-        tracing::warn!(
-            remaining = self.live(),
-            "connections still open after the shutdown timeout; dropping them"
-        );
+        // Several may wait for the end (a server's loop and any handle's
+        // `ended`): the first to see the timeout pass says so.
+        if !self.is_aborting() {
+            tracing::warn!(
+                remaining = self.live(),
+                "connections still open after the shutdown timeout; dropping them"
+            );
+        }
         self.abort_all();
     }
 
@@ -313,13 +317,36 @@ impl ServerHandle {
         ServerHandle { endpoint }
     }
 
-    /// Starts a graceful shutdown: the server stops accepting, sends close 1001
-    /// to every connection and waits for them (bounded by `shutdown_timeout`)
-    /// before `serve` returns. Calling it again does nothing.
+    /// Starts a graceful shutdown: the server stops accepting (new
+    /// upgrades are answered 503), sends close 1001 to every connection and
+    /// waits for them, at most the config's `shutdown_timeout`, before
+    /// dropping the rest. Calling it again does nothing. It returns at once;
+    /// [`ended`](Self::ended) waits for the end, on every server.
     pub fn shutdown(&self) {
         if self.endpoint.begin_shutdown() {
             tracing::info!(connections = self.connections(), "shutting down");
         }
+    }
+
+    /// Resolves once a shutdown was asked for (through any handle) and
+    /// every connection of the server has ended: closed within the
+    /// `shutdown_timeout`, or dropped once it passed (a connection of
+    /// `uring::Server` is dropped by the time its `serve` returns). The
+    /// same on every server, whoever asked for the shutdown; `serve`
+    /// returning (tokio, io_uring) or `shutdown().await` (stream, axum, the
+    /// client) says the same thing where there is one to wait on.
+    ///
+    /// ```no_run
+    /// # async fn run(handle: rapidws::ServerHandle) {
+    /// handle.shutdown();
+    /// handle.ended().await;
+    /// # }
+    /// ```
+    #[cfg(feature = "stream")]
+    pub async fn ended(&self) {
+        self.endpoint.shutdown_requested().await;
+        self.endpoint.finish_shutdown().await;
+        self.endpoint.wait_idle().await;
     }
 
     /// Open WebSocket connections (upgraded and not yet closed).

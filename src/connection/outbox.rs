@@ -21,9 +21,9 @@ use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 #[cfg(feature = "pubsub")]
 use crate::proto::Prepared;
+use crate::proto::Written;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::RSV1;
-use crate::proto::write_queue::Written;
 use crate::proto::{CloseCode, OpCode, Role, WriteQueue};
 
 /// Tasks waiting in [`Conn::ready`](crate::Conn::ready), boxed: most connections never have

@@ -81,7 +81,7 @@ use std::sync::{Arc, RwLock};
 use crate::connection::conn::{Conn, SendError};
 use crate::connection::membership::Membership;
 use crate::connection::wake::ConnWake;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, validate_utf8};
 use registry::{Local, Registry, Route};
 
 /// The longest topic name, in bytes.
@@ -270,7 +270,7 @@ impl PubSub {
         payload: &[u8],
     ) -> Result<usize, SendError> {
         if kind == MessageKind::Text {
-            utf8::validate(payload).map_err(|_| SendError::InvalidUtf8)?;
+            validate_utf8(payload).map_err(|_| SendError::InvalidUtf8)?;
         }
         let opcode = data_opcode(kind);
         self.relay(topic, opcode, payload);

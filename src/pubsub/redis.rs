@@ -148,7 +148,7 @@ impl Bridge {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| BridgeError::NoRuntime)?;
         let (outbound, queue) = mpsc::channel(QUEUE);
         let mut node = [0u8; 16];
-        crate::proto::random::fill(&mut node);
+        crate::proto::fill_random(&mut node);
         let shared = Arc::new(Shared {
             node,
             prefix: prefix.to_owned(),
@@ -318,7 +318,7 @@ impl Run {
             return;
         };
         let pubsub = PubSub { inner };
-        if opcode == OpCode::Text && crate::proto::utf8::validate(payload).is_err() {
+        if opcode == OpCode::Text && crate::proto::validate_utf8(payload).is_err() {
             tracing::debug!(
                 topic,
                 "a text message from another node is not UTF-8; ignored"

@@ -3,7 +3,7 @@
 //! fragments, and the events a reader reports.
 #![allow(dead_code)]
 
-use rapidws::proto::OpCode;
+use rapidws_core::proto::OpCode;
 
 /// What a reader saw, in order (pongs are kept apart: when they arrive
 /// depends on how the bytes were cut).

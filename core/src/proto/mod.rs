@@ -19,23 +19,28 @@
 //! | `session.rs` | the state machine tying them together |
 //! | `deflate/` | permessage-deflate: the agreed parameters, bounded inflate, compression (the negotiation is in `handshake/`) |
 
-pub mod close;
+pub(crate) mod close;
 pub mod deflate;
 pub mod frame;
 #[allow(unsafe_code)] // the AVX2 masking loop, behind a run-time check
-pub mod mask;
-pub mod message;
-pub mod prepared;
-pub mod random;
-pub mod role;
-pub mod session;
-pub mod utf8;
-pub mod write_queue;
+pub(crate) mod mask;
+pub(crate) mod message;
+pub(crate) mod prepared;
+pub(crate) mod random;
+pub(crate) mod role;
+pub(crate) mod session;
+pub(crate) mod utf8;
+pub(crate) mod write_queue;
 
-pub use close::CloseCode;
+pub use close::{
+    BadClose, CloseCode, MAX_CLOSE_REASON, parse_close_payload, put_close_payload, truncate_reason,
+};
 pub use frame::OpCode;
+pub use mask::{apply_mask, apply_mask_scalar};
 pub use message::{Message, MessageKind, OwnedMessage};
 pub use prepared::Prepared;
+pub use random::fill as fill_random;
 pub use role::Role;
 pub use session::{Event, Limits, ProtocolError, Session};
-pub use write_queue::WriteQueue;
+pub use utf8::{InvalidUtf8, Utf8Validator, validate as validate_utf8};
+pub use write_queue::{MAX_IOVECS, PONG_BUDGET, WriteQueue, Written, write_at_most};

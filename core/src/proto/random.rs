@@ -38,7 +38,7 @@ thread_local! {
 }
 
 /// A masking key for one client frame.
-pub fn mask_key() -> [u8; 4] {
+pub(crate) fn mask_key() -> [u8; 4] {
     GENERATOR.with(|generator| generator.borrow_mut().next_u32().to_ne_bytes())
 }
 

@@ -16,7 +16,7 @@ pub enum Role {
 
 impl Role {
     /// The header checks for frames this side receives (no extension bits).
-    pub fn decode_rules(self) -> DecodeRules {
+    pub(crate) fn decode_rules(self) -> DecodeRules {
         match self {
             Role::Server => DecodeRules::SERVER,
             Role::Client => DecodeRules::CLIENT,

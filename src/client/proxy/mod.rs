@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::error::{Error, ProxyError};
+use super::error::{ConnectError, ProxyError};
 use super::url::{Host, Url};
 
 /// A proxy to reach WebSocket servers through.
@@ -44,13 +44,17 @@ impl Proxy {
     /// (port 1080) for SOCKS5 with names resolved here, `socks5h://...` for
     /// SOCKS5 with names resolved by the proxy. Credentials are
     /// percent-decoded.
-    pub fn new(url: &str) -> Result<Proxy, Error> {
+    pub fn new(url: &str) -> Result<Proxy, ConnectError> {
         let url = Url::parse(url)?;
         let (kind, default_port) = match url.scheme.as_str() {
             "http" => (Kind::Http, 80),
             "socks5" => (Kind::Socks5 { remote_dns: false }, 1080),
             "socks5h" => (Kind::Socks5 { remote_dns: true }, 1080),
-            other => return Err(Error::Proxy(ProxyError::UnsupportedScheme(other.into()))),
+            other => {
+                return Err(ConnectError::Proxy(ProxyError::UnsupportedScheme(
+                    other.into(),
+                )));
+            }
         };
         Ok(Proxy {
             kind,
@@ -66,7 +70,7 @@ impl Proxy {
     /// request's `Proxy:` header), then `all_proxy` or `ALL_PROXY`; none if
     /// `no_proxy` or `NO_PROXY` matches the host. An empty variable counts
     /// as unset.
-    pub(crate) fn from_env(target: &Url) -> Option<Result<Proxy, Error>> {
+    pub(crate) fn from_env(target: &Url) -> Option<Result<Proxy, ConnectError>> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let scheme_var = if target.scheme == "wss" {
             var("https_proxy").or_else(|| var("HTTPS_PROXY"))
@@ -94,7 +98,7 @@ impl Proxy {
         stream: &mut S,
         host: &Host,
         port: u16,
-    ) -> Result<(), Error>
+    ) -> Result<(), ConnectError>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -111,14 +115,20 @@ impl Proxy {
             Kind::Socks5 { remote_dns } => {
                 write(stream, &socks_greeting(credentials.is_some())).await?;
                 let wants_auth = loop {
-                    match read_socks_method(&buf, credentials.is_some()).map_err(Error::Proxy)? {
+                    match read_socks_method(&buf, credentials.is_some())
+                        .map_err(ConnectError::Proxy)?
+                    {
                         Some(wants) => break wants,
                         None => read_more(stream, &mut buf).await?,
                     }
                 };
                 let _ = buf.split_to(2);
                 if let (true, Some((user, password))) = (wants_auth, credentials) {
-                    write(stream, &socks_auth(user, password).map_err(Error::Proxy)?).await?;
+                    write(
+                        stream,
+                        &socks_auth(user, password).map_err(ConnectError::Proxy)?,
+                    )
+                    .await?;
                     read_until(stream, &mut buf, read_socks_auth).await?;
                 }
                 let request = match host {
@@ -126,7 +136,7 @@ impl Proxy {
                         let ip = resolve_one(name, port).await?;
                         socks_connect_ip(ip, port)
                     }
-                    _ => socks_connect(host, port).map_err(Error::Proxy)?,
+                    _ => socks_connect(host, port).map_err(ConnectError::Proxy)?,
                 };
                 write(stream, &request).await?;
                 read_until(stream, &mut buf, read_socks_connect).await?;
@@ -134,7 +144,7 @@ impl Proxy {
         }
         if !buf.is_empty() {
             // The server cannot have spoken yet: nothing was sent to it.
-            return Err(Error::Proxy(ProxyError::Malformed(
+            return Err(ConnectError::Proxy(ProxyError::Malformed(
                 "bytes after the answer, before the client spoke",
             )));
         }
@@ -208,19 +218,22 @@ fn in_network(ip: IpAddr, network: &str, bits: &str) -> bool {
     }
 }
 
-async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> Result<(), Error> {
-    stream.write_all(bytes).await.map_err(Error::Io)?;
-    stream.flush().await.map_err(Error::Io)
+async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> Result<(), ConnectError> {
+    stream.write_all(bytes).await.map_err(ConnectError::Io)?;
+    stream.flush().await.map_err(ConnectError::Io)
 }
 
-async fn read_more<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut BytesMut) -> Result<(), Error> {
+async fn read_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<(), ConnectError> {
     buf.reserve(512);
     match stream.read_buf(buf).await {
-        Ok(0) => Err(Error::Proxy(ProxyError::Malformed(
+        Ok(0) => Err(ConnectError::Proxy(ProxyError::Malformed(
             "the proxy closed the connection",
         ))),
         Ok(_) => Ok(()),
-        Err(error) => Err(Error::Io(error)),
+        Err(error) => Err(ConnectError::Io(error)),
     }
 }
 
@@ -229,9 +242,9 @@ async fn read_until<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
     reader: fn(&[u8]) -> Result<Read, ProxyError>,
-) -> Result<(), Error> {
+) -> Result<(), ConnectError> {
     loop {
-        match reader(buf).map_err(Error::Proxy)? {
+        match reader(buf).map_err(ConnectError::Proxy)? {
             Read::Done(n) => {
                 let _ = buf.split_to(n);
                 return Ok(());
@@ -241,8 +254,8 @@ async fn read_until<S: AsyncRead + Unpin>(
     }
 }
 
-async fn resolve_one(name: &str, port: u16) -> Result<IpAddr, Error> {
-    let dns = |error| Error::Dns {
+async fn resolve_one(name: &str, port: u16) -> Result<IpAddr, ConnectError> {
+    let dns = |error| ConnectError::Dns {
         host: name.to_owned(),
         error,
     };
@@ -276,9 +289,12 @@ mod tests {
         assert_eq!((h.kind, h.port), (Kind::Socks5 { remote_dns: true }, 9050));
         assert!(matches!(
             Proxy::new("https://proxy"),
-            Err(Error::Proxy(ProxyError::UnsupportedScheme(s))) if s == "https"
+            Err(ConnectError::Proxy(ProxyError::UnsupportedScheme(s))) if s == "https"
         ));
-        assert!(matches!(Proxy::new("proxy:3128"), Err(Error::Url(_))));
+        assert!(matches!(
+            Proxy::new("proxy:3128"),
+            Err(ConnectError::Url(_))
+        ));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::task::Waker;
 use std::time::Duration;
 
 use super::*;
+use crate::proto::PONG_BUDGET;
 use crate::proto::frame::write_frame;
-use crate::proto::write_queue::PONG_BUDGET;
 use crate::proto::{CloseCode, Message, OpCode};
 use crate::{Accept, Config, Reject, Request};
 
@@ -352,7 +352,7 @@ fn eof_or_a_read_error_without_a_close_is_1006() {
 
 /// Writes through a socket that takes `budget` bytes, then would block.
 fn write_some(h: &mut Harness, budget: usize) -> bool {
-    let write = crate::proto::write_queue::write_at_most(budget, &mut h.wire);
+    let write = crate::proto::write_at_most(budget, &mut h.wire);
     h.life.write_in_place(&h.env.endpoint.pool, write)
 }
 

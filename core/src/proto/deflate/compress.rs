@@ -95,19 +95,19 @@ impl Compressor {
     /// is made with, or `None` if this side keeps context (its messages
     /// depend on the ones before, so none can be shared with another
     /// connection). Equal keys mean interchangeable compressed messages.
-    pub fn alone(&self) -> Option<DeflateKey> {
+    pub(crate) fn alone(&self) -> Option<DeflateKey> {
         (!self.keep_context).then_some(self.key)
     }
 
     /// Whether the compressor holds a zlib stream now (for tests of idle memory).
     #[cfg(test)]
-    pub fn holds_stream(&self) -> bool {
+    pub(crate) fn holds_stream(&self) -> bool {
         self.stream.is_some()
     }
 }
 
 /// Compresses `payload` as one message that depends on nothing before it
-/// (what [`Compressor::alone`]'s key describes), appending it to `out`
+/// (what `Compressor::alone`'s key describes), appending it to `out`
 /// without the `00 00 ff ff` tail; false if zlib failed (nothing appended).
 /// The stream comes from, and goes back to, this thread's pool.
 pub fn compress_alone(key: DeflateKey, payload: &[u8], out: &mut BytesMut) -> bool {

@@ -19,7 +19,7 @@ use zlib_rs::{Inflate, Status};
 use super::{InflateFailure, zlib};
 
 /// RFC 7692 §7.2.2: what the sender removed from the end of every message.
-pub const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+pub(crate) const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// The least room zlib gets for output, so that each call does real work.
 const MIN_ROOM: usize = 4096;
@@ -139,7 +139,7 @@ impl Inflater {
 
     /// Whether the inflater holds a zlib stream now (for tests of idle memory).
     #[cfg(test)]
-    pub fn holds_stream(&self) -> bool {
+    pub(crate) fn holds_stream(&self) -> bool {
         self.stream.is_some()
     }
 }

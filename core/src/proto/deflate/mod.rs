@@ -78,13 +78,13 @@ pub enum InflateFailure {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeflateConfig {
-    pub(crate) server_max_window_bits: u8,
-    pub(crate) client_max_window_bits: u8,
-    pub(crate) server_context_takeover: bool,
-    pub(crate) client_context_takeover: bool,
-    pub(crate) level: u8,
-    pub(crate) mem_level: u8,
-    pub(crate) compress_min_size: usize,
+    pub server_max_window_bits: u8,
+    pub client_max_window_bits: u8,
+    pub server_context_takeover: bool,
+    pub client_context_takeover: bool,
+    pub level: u8,
+    pub mem_level: u8,
+    pub compress_min_size: usize,
 }
 
 impl Default for DeflateConfig {

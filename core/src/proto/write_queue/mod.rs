@@ -46,7 +46,7 @@ const COPY_BELOW: usize = 512;
 const ALIASING_CHECK_FROM: usize = 2048;
 
 /// The most bytes of unsent pongs a queue holds (see
-/// [`WriteQueue::push_pong`]): room for dozens of answers to pings that
+/// `WriteQueue::push_pong`): room for dozens of answers to pings that
 /// arrive together, not for a flood.
 pub const PONG_BUDGET: usize = 4096;
 
@@ -367,7 +367,7 @@ impl WriteQueue {
     /// as Autobahn's cases 2.10 and 2.11 want, however slowly writes go: a
     /// write that would block says little about the peer on a stream with
     /// little buffering of its own (an HTTP/2 stream takes a write or two).
-    pub fn push_pong(&mut self, payload: &[u8]) {
+    pub(crate) fn push_pong(&mut self, payload: &[u8]) {
         debug_assert!(payload.len() <= 125);
         if self.is_empty() {
             self.push_frame(true, 0, OpCode::Pong, payload);
