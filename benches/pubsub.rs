@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use rapidws::pubsub::PubSub;
-use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 
 const CONNECTIONS: usize = 5_000;
 const TOPICS_EACH: usize = 200;
@@ -39,15 +39,17 @@ struct Keep(Arc<Mutex<Vec<Conn>>>);
 impl Handler for Keep {
     type State = ();
 
-    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-
     fn on_open(&self, conn: &Conn, _: &mut ()) {
         self.0.lock().unwrap().push(conn.clone());
     }
 
     fn on_message(&self, _: &Conn, _: &mut (), _: Message<'_>) {}
+}
+
+impl ServerHandler for Keep {
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
 }
 
 fn rss() -> usize {

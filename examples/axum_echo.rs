@@ -32,7 +32,9 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use clap::Parser;
 use rapidws::axum::{Sockets, WebSocketUpgrade};
-use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+use rapidws::{
+    Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
+};
 
 // Only its logging and TLS configuration are used here.
 #[allow(dead_code)]
@@ -69,14 +71,16 @@ struct Echo;
 impl Handler for Echo {
     type State = ();
 
-    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-
     fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
         if let Err(error) = conn.send(message) {
             tracing::debug!(id = conn.id(), %error, "echo not sent");
         }
+    }
+}
+
+impl ServerHandler for Echo {
+    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+        Ok(())
     }
 }
 

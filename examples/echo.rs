@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rapidws::{Accept, Conn, Handler, HttpResponse, Message, Reject, Request};
+use rapidws::{Accept, Conn, Handler, HttpResponse, Message, Reject, Request, ServerHandler};
 
 mod support;
 
@@ -36,6 +36,18 @@ struct Echo {
 impl Handler for Echo {
     type State = ();
 
+    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
+        if let Err(error) = conn.send(message) {
+            tracing::debug!(id = conn.id(), %error, "echo not sent");
+        }
+    }
+}
+
+impl ServerHandler for Echo {
+    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
         if !self.http_fallback {
             return None;
@@ -45,16 +57,6 @@ impl Handler for Echo {
             ("GET" | "HEAD", "/healthz") => HttpResponse::text(200, "ok\n"),
             _ => HttpResponse::text(404, "not found\n"),
         })
-    }
-
-    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-
-    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-        if let Err(error) = conn.send(message) {
-            tracing::debug!(id = conn.id(), %error, "echo not sent");
-        }
     }
 }
 

@@ -32,7 +32,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use rapidws::client::{Client, ConnectRequest as UpstreamRequest};
-use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+use rapidws::{
+    Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request,
+    ServerHandler,
+};
 use tokio::runtime::Handle;
 
 mod support;
@@ -157,16 +160,6 @@ impl Side {
 impl Handler for Clients {
     type State = Side;
 
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Side, Reject> {
-        // The client's path and query, after the upstream URL's path.
-        let path = request.path().trim_start_matches('/');
-        let base = self.url.trim_end_matches('/');
-        Ok(Side::Opening(match request.query() {
-            Some(query) => format!("{base}/{path}?{query}"),
-            None => format!("{base}/{path}"),
-        }))
-    }
-
     fn on_open(&self, conn: &Conn, side: &mut Side) {
         let Side::Opening(url) = std::mem::replace(side, Side::Closed) else {
             return;
@@ -240,6 +233,18 @@ impl Handler for Clients {
             tokio::time::sleep(timeout).await;
             pair.close_upstream();
         });
+    }
+}
+
+impl ServerHandler for Clients {
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Side, Reject> {
+        // The client's path and query, after the upstream URL's path.
+        let path = request.path().trim_start_matches('/');
+        let base = self.url.trim_end_matches('/');
+        Ok(Side::Opening(match request.query() {
+            Some(query) => format!("{base}/{path}?{query}"),
+            None => format!("{base}/{path}"),
+        }))
     }
 }
 

@@ -34,6 +34,7 @@ use rapidws::pubsub::redis::Bridge;
 use rapidws::pubsub::{Overflow, PubSub, check_topic};
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, Reject, Request,
+    ServerHandler,
 };
 
 mod support;
@@ -71,29 +72,6 @@ impl Handler for Bus {
     /// The topics from the upgrade's query, subscribed when it opens.
     type State = Vec<String>;
 
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
-        if request.path() != "/ws" {
-            return Err(Reject::new(
-                404,
-                "not found: WebSockets are at /ws?topics=a,b",
-            ));
-        }
-        let listed = query_value(request.query().unwrap_or(""), "topics").unwrap_or("");
-        let mut topics = Vec::new();
-        for raw in listed.split(',').filter(|t| !t.is_empty()) {
-            let topic = percent_decode(raw)
-                .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
-            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
-            if !topics.contains(&topic) {
-                topics.push(topic);
-            }
-        }
-        if topics.len() > MAX_TOPICS_PER_CONNECTION {
-            return Err(Reject::new(400, "more than 256 topics"));
-        }
-        Ok(topics)
-    }
-
     fn on_open(&self, conn: &Conn, topics: &mut Vec<String>) {
         for topic in topics.drain(..) {
             // Checked at the upgrade; only a closing connection is refused.
@@ -122,6 +100,31 @@ impl Handler for Bus {
         if let Err(why) = outcome {
             let _ = conn.send_text(&format!("error: {why}"));
         }
+    }
+}
+
+impl ServerHandler for Bus {
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
+        if request.path() != "/ws" {
+            return Err(Reject::new(
+                404,
+                "not found: WebSockets are at /ws?topics=a,b",
+            ));
+        }
+        let listed = query_value(request.query().unwrap_or(""), "topics").unwrap_or("");
+        let mut topics = Vec::new();
+        for raw in listed.split(',').filter(|t| !t.is_empty()) {
+            let topic = percent_decode(raw)
+                .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
+            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
+            if !topics.contains(&topic) {
+                topics.push(topic);
+            }
+        }
+        if topics.len() > MAX_TOPICS_PER_CONNECTION {
+            return Err(Reject::new(400, "more than 256 topics"));
+        }
+        Ok(topics)
     }
 
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {

@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request};
+use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request, ServerHandler};
 use tokio::runtime;
 
 mod support;
@@ -61,10 +61,6 @@ struct Feed {
 impl Handler for Feed {
     type State = ();
 
-    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-
     fn on_open(&self, conn: &Conn, _state: &mut ()) {
         if self.payload.is_empty() {
             return;
@@ -89,6 +85,12 @@ impl Handler for Feed {
         if let Err(error) = conn.reply(message) {
             tracing::debug!(id = conn.id(), %error, "reply not sent");
         }
+    }
+}
+
+impl ServerHandler for Feed {
+    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+        Ok(())
     }
 }
 

@@ -67,7 +67,7 @@ use ::hyper::{HeaderMap, Method, Uri, Version};
 
 use crate::connection::config::Config;
 use crate::connection::endpoint::ServerHandle;
-use crate::connection::handler::{Accept, Handler};
+use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Settings;
 use crate::handshake::HandshakeError;
 use crate::hyper::{Answer, HeadRef, decide, extended_protocol, refusal, spawn};
@@ -365,13 +365,13 @@ impl WebSocketUpgrade {
     /// handler's `on_upgrade` decides as it does on the standalone server;
     /// its `Accept` starts with the subprotocol chosen from
     /// [`protocols`](WebSocketUpgrade::protocols).
-    pub fn serve<H: Handler>(self, server: &crate::stream::Server<H>) -> Response {
+    pub fn serve<H: ServerHandler>(self, server: &crate::stream::Server<H>) -> Response {
         self.finish(server, |_| ())
     }
 
     /// The decision and the response; `prepare` gets the state of an
     /// accepted connection before it opens.
-    fn finish<H: Handler>(
+    fn finish<H: ServerHandler>(
         self,
         server: &crate::stream::Server<H>,
         prepare: impl FnOnce(&mut H::State),

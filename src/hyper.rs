@@ -24,7 +24,7 @@ use ::hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
-use crate::connection::handler::{Accept, Handler};
+use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::{Decision, Settings};
 use crate::handshake::{
     HandshakeError, accept_key, check_extended_connect, check_request, error_header, first_line,
@@ -36,7 +36,7 @@ use crate::proto::deflate::DeflateParams;
 /// connection is served once hyper hands it over, or an error response.
 /// `peer` is what `Conn::peer_addr` reports. Call it from a service running
 /// on a tokio runtime: the connection's task is spawned there.
-pub fn upgrade<H: Handler, B>(
+pub fn upgrade<H: ServerHandler, B>(
     server: &crate::stream::Server<H>,
     mut request: Request<B>,
     peer: SocketAddr,
@@ -82,6 +82,7 @@ pub(crate) fn extended_protocol(extensions: &::hyper::http::Extensions) -> Optio
             .get::<::hyper::ext::Protocol>()
             .map(::hyper::ext::Protocol::as_str)
     }
+
     #[cfg(not(feature = "http2"))]
     {
         let _ = extensions;
@@ -142,7 +143,7 @@ pub(crate) enum Answer<S> {
 /// The standalone server's checks and decision on a request hyper parsed:
 /// the `101` to answer with, or the error response. The upgrade hook starts
 /// from `accept`; `settings` are the connection's own, if any.
-pub(crate) fn decide<H: Handler>(
+pub(crate) fn decide<H: ServerHandler>(
     server: &crate::stream::Server<H>,
     head: &HeadRef<'_>,
     accept: Accept,
@@ -185,7 +186,7 @@ pub(crate) fn decide<H: Handler>(
 
 /// Serves the connection on a task of the current runtime once hyper hands
 /// over the upgraded IO.
-pub(crate) fn spawn<H: Handler>(
+pub(crate) fn spawn<H: ServerHandler>(
     server: &crate::stream::Server<H>,
     upgraded: OnUpgrade,
     peer: SocketAddr,

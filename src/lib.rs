@@ -51,7 +51,7 @@ pub use bytes::Bytes;
 pub use connection::config::{Config, SlowConsumer};
 pub use connection::conn::{Conn, Ready, SendError};
 pub use connection::endpoint::ServerHandle;
-pub use connection::handler::{Accept, Handler, HttpResponse, Reject};
+pub use connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
 pub use handshake::Request;
 pub use proto::deflate::{DeflateConfig, DeflateParams};
 pub use proto::{CloseCode, Limits, Message, MessageKind, OwnedMessage};

@@ -23,7 +23,10 @@ use axum::{Extension, Router};
 use common::*;
 use futures_util::SinkExt;
 use rapidws::axum::{Sockets, WebSocketUpgrade};
-use rapidws::{Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request};
+use rapidws::{
+    Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request,
+    ServerHandler,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -34,6 +37,16 @@ struct Echo;
 impl Handler for Echo {
     type State = ();
 
+    fn on_open(&self, conn: &Conn, _: &mut ()) {
+        let _ = conn.send_text(&format!("peer {}", conn.peer_addr()));
+    }
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl ServerHandler for Echo {
     fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<(), Reject> {
         match request.query() {
             Some("deny") => return Err(Reject::forbidden("denied by the hook")),
@@ -44,14 +57,6 @@ impl Handler for Echo {
             _ => {}
         }
         Ok(())
-    }
-
-    fn on_open(&self, conn: &Conn, _: &mut ()) {
-        let _ = conn.send_text(&format!("peer {}", conn.peer_addr()));
-    }
-
-    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
     }
 }
 

@@ -227,14 +227,12 @@ fn a_producer_that_keeps_the_runtime_busy_does_not_keep_requests_unread() {
     use std::sync::atomic::AtomicBool;
     use std::task::Poll;
 
-    use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+    use rapidws::{Accept, Conn, Handler, Message, Reject, Request, ServerHandler};
 
     struct Busy(Arc<AtomicBool>);
     impl Handler for Busy {
         type State = ();
-        fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-            Ok(())
-        }
+
         fn on_open(&self, conn: &Conn, _: &mut ()) {
             let (conn, stop) = (conn.clone(), self.0.clone());
             // Never idle: wakes itself on every poll, and every 64th poll
@@ -254,6 +252,12 @@ fn a_producer_that_keeps_the_runtime_busy_does_not_keep_requests_unread() {
         }
         fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
             conn.reply(message).expect("room for a reply");
+        }
+    }
+
+    impl ServerHandler for Busy {
+        fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+            Ok(())
         }
     }
 

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::SinkExt;
-use rapidws::{Accept, Config, Conn, Handler, HttpResponse, Message, Reject, Request};
+use rapidws::{
+    Accept, Config, Conn, Handler, HttpResponse, Message, Reject, Request, ServerHandler,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -28,6 +30,12 @@ struct Site;
 impl Handler for Site {
     type State = ();
 
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl ServerHandler for Site {
     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
         Ok(())
     }
@@ -51,10 +59,6 @@ impl Handler for Site {
             }
             _ => None,
         }
-    }
-
-    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
     }
 }
 

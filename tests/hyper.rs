@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rapidws::socket::{SocketHandler, WebSocket};
-use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject};
+use rapidws::{Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, ServerHandler};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -29,6 +29,12 @@ struct Echo;
 impl Handler for Echo {
     type State = ();
 
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl ServerHandler for Echo {
     fn on_upgrade(
         &self,
         request: &rapidws::Request<'_>,
@@ -42,15 +48,11 @@ impl Handler for Echo {
         }
         Ok(())
     }
-
-    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
-    }
 }
 
 /// A hyper server on a free port: `/ws` upgrades through `ws`, `/healthz`
 /// answers `ok`, anything else 404.
-async fn hyper_server<H: Handler>(ws: rapidws::stream::Server<H>) -> SocketAddr {
+async fn hyper_server<H: ServerHandler>(ws: rapidws::stream::Server<H>) -> SocketAddr {
     let ws = Arc::new(ws);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -74,7 +76,7 @@ async fn hyper_server<H: Handler>(ws: rapidws::stream::Server<H>) -> SocketAddr 
     addr
 }
 
-fn route<H: Handler>(
+fn route<H: ServerHandler>(
     ws: &rapidws::stream::Server<H>,
     request: Request<Incoming>,
     peer: SocketAddr,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{Backend, Client, Recorder, next, send_text};
 use rapidws::pubsub::{Overflow, PubSub};
-use rapidws::{Accept, CloseCode, Config, Conn, Handler, Message, Reject, Request};
+use rapidws::{Accept, CloseCode, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite;
 
@@ -27,10 +27,6 @@ struct Bus {
 
 impl Handler for Bus {
     type State = ();
-
-    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
 
     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
         let Message::Text(text) = message else {
@@ -70,6 +66,12 @@ impl Handler for Bus {
             }
             other => panic!("unknown command {other}"),
         }
+    }
+}
+
+impl ServerHandler for Bus {
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
     }
 }
 

@@ -1054,15 +1054,17 @@ struct EchoOnly;
 impl rapidws::Handler for EchoOnly {
     type State = ();
 
+    fn on_message(&self, conn: &rapidws::Conn, _: &mut (), message: rapidws::Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl rapidws::ServerHandler for EchoOnly {
     fn on_upgrade(
         &self,
         _: &rapidws::Request<'_>,
         _: &mut rapidws::Accept,
     ) -> Result<(), rapidws::Reject> {
         Ok(())
-    }
-
-    fn on_message(&self, conn: &rapidws::Conn, _: &mut (), message: rapidws::Message<'_>) {
-        let _ = conn.send(message);
     }
 }

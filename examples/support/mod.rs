@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use rapidws::{Config, Handler};
+use rapidws::{Config, ServerHandler};
 
 /// Logs to stderr at the level `RUST_LOG` asks for (default `info`).
 pub fn log_to_stderr() {
@@ -151,7 +151,7 @@ impl Backend {
 /// server's runtime; on io_uring, where callbacks run on the reactor threads
 /// outside any runtime, a one-thread runtime beside them.
 #[allow(dead_code)] // examples with a configuration of their own use `serve_with`
-pub fn serve<H: Handler>(
+pub fn serve<H: ServerHandler>(
     name: &str,
     args: &ServeArgs,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
@@ -161,7 +161,7 @@ pub fn serve<H: Handler>(
 
 /// [`serve`] with a configuration of the example's own (built on
 /// [`ServeArgs::config`]).
-pub fn serve_with<H: Handler>(
+pub fn serve_with<H: ServerHandler>(
     name: &str,
     args: &ServeArgs,
     config: Config,
@@ -202,7 +202,7 @@ pub fn serve_with<H: Handler>(
     }
 }
 
-async fn serve_tokio<H: Handler>(
+async fn serve_tokio<H: ServerHandler>(
     name: &str,
     args: &ServeArgs,
     config: Config,
@@ -228,7 +228,7 @@ async fn serve_tokio<H: Handler>(
 }
 
 #[cfg(all(target_os = "linux", feature = "uring"))]
-fn serve_uring<H: Handler>(
+fn serve_uring<H: ServerHandler>(
     name: &str,
     args: &ServeArgs,
     config: Config,
@@ -252,7 +252,7 @@ fn serve_uring<H: Handler>(
 }
 
 #[cfg(not(all(target_os = "linux", feature = "uring")))]
-fn serve_uring<H: Handler>(
+fn serve_uring<H: ServerHandler>(
     _: &str,
     _: &ServeArgs,
     _: Config,

@@ -335,13 +335,16 @@ impl Client<Inboxes> {
 
 impl<H: Handler> Client<H> {
     /// A client that runs `handler` for each connection: `on_open`,
-    /// `on_message`, `on_drain`, `on_close` as on a server (`on_upgrade` is
-    /// never called; the state comes with [`Client::connect_with`]).
+    /// `on_message`, `on_drain`, `on_close` as on a server. Any
+    /// [`Handler`] will do (a server's [`ServerHandler`](crate::ServerHandler)
+    /// callbacks are never asked for): the state comes with
+    /// [`Client::connect_with`].
     pub fn with_handler(handler: H, config: Config) -> Self {
         Client {
             env: Env {
                 endpoint: Endpoint::new(config),
                 handler: Arc::new(handler),
+                hooks: None,
             },
             options: Options {
                 connect_timeout: Duration::from_secs(10),
@@ -487,6 +490,7 @@ impl<H: Handler> Client<H> {
         if url.scheme == "ws" {
             return self.open(stream, peer, url, request, state, deadline).await;
         }
+
         #[cfg(feature = "rustls")]
         {
             let config = match &self.options.tls {
@@ -498,6 +502,7 @@ impl<H: Handler> Client<H> {
                 .map_err(|_| ConnectError::Timeout(Stage::Handshake))??;
             self.open(stream, peer, url, request, state, deadline).await
         }
+
         #[cfg(not(feature = "rustls"))]
         {
             let _ = (stream, peer, request, state, deadline);
@@ -524,8 +529,7 @@ impl<H: Handler> Client<H> {
         let groups = match self.groups.get() {
             Some(groups) => groups,
             None => {
-                let groups = Groups::spawn(&self.env.endpoint, &self.env.handler)
-                    .map_err(ConnectError::Io)?;
+                let groups = Groups::spawn(&self.env).map_err(ConnectError::Io)?;
                 // Two first connects may race: the loser's groups end at once.
                 let _ = self.groups.set(groups);
                 self.groups.get().expect("just set")

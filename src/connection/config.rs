@@ -102,7 +102,7 @@ impl Config {
     }
 
     /// The largest body of a plain HTTP request the handler answers
-    /// (`Handler::on_http`; default 64 KiB). The body is read whole, within
+    /// (`ServerHandler::on_http`; default 64 KiB). The body is read whole, within
     /// the handshake timeout, before the handler is asked; a
     /// `Content-Length` over this gets 413 without reading it, and a body
     /// without a `Content-Length` (chunked) gets 411.

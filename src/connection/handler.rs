@@ -9,9 +9,11 @@ use crate::proto::{CloseCode, Limits, Message};
 /// What a server (or a client) does with its connections.
 ///
 /// One handler serves every connection; per-connection data lives in
-/// [`Handler::State`], created by the upgrade hook and handed back to every
+/// [`Handler::State`], made by the upgrade hook (or given to the client's
+/// `connect`) and handed back to every
 /// callback of that connection as `&mut`, so it needs no lock. For one connection
-/// the callbacks run one at a time, in order: [`on_upgrade`](Handler::on_upgrade),
+/// the callbacks run one at a time, in order: on a server
+/// [`ServerHandler::on_upgrade`] (which makes the state), then
 /// [`on_open`](Handler::on_open), any number of [`on_message`](Handler::on_message)
 /// and [`on_drain`](Handler::on_drain), then [`on_close`](Handler::on_close)
 /// exactly once. Callbacks run on the task that serves the connection, and on
@@ -19,48 +21,11 @@ use crate::proto::{CloseCode, Limits, Message};
 /// spawn anything slow, passing it a clone of the [`Conn`].
 ///
 /// A callback that panics fails only its own connection, with close code 1011
-/// (a panic in `on_upgrade` is answered with HTTP 500).
-///
-/// ```
-/// use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
-///
-/// struct Echo;
-///
-/// impl Handler for Echo {
-///     type State = ();
-///
-///     fn on_upgrade(&self, _req: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-///         Ok(())
-///     }
-///
-///     fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-///         let _ = conn.send(message);
-///     }
-/// }
-/// ```
+/// (a panic in `on_upgrade` is answered with HTTP 500). A server's handler
+/// also implements [`ServerHandler`] (an example is there).
 pub trait Handler: Send + Sync + 'static {
     /// Per-connection state, owned by the connection.
     type State: Send + 'static;
-
-    /// Decides on an upgrade request: return the new connection's state to
-    /// accept it (optionally choosing a subprotocol with
-    /// [`Accept::protocol`]), or a [`Reject`] to answer with an HTTP error.
-    ///
-    /// Every server needs it. The default, for handlers only a client uses
-    /// (a client connection's state is given to `Client::connect`), refuses
-    /// every upgrade with 500 and logs why.
-    fn on_upgrade(
-        &self,
-        request: &Request<'_>,
-        accept: &mut Accept,
-    ) -> Result<Self::State, Reject> {
-        let _ = accept;
-        tracing::error!(
-            path = request.path(),
-            "upgrade refused: this handler does not implement Handler::on_upgrade"
-        );
-        Err(Reject::new(500, "the server's handler takes no upgrades"))
-    }
 
     /// The connection is open; `conn` may already send.
     fn on_open(&self, conn: &Conn, state: &mut Self::State) {
@@ -77,20 +42,6 @@ pub trait Handler: Send + Sync + 'static {
     /// [`CloseCode::ABNORMAL`] (1006) when TCP ended without a close handshake.
     fn on_close(&self, conn: &Conn, state: &mut Self::State, code: CloseCode, reason: &str) {
         let _ = (conn, state, code, reason);
-    }
-
-    /// A request that is not a WebSocket upgrade (no `Upgrade: websocket`)
-    /// arrived: answer it with `Some(response)` (a health check, a page),
-    /// after which the server closes the connection; `None` (the default)
-    /// refuses it as a bad upgrade (400, or 405 for a method other than
-    /// GET), as before. `request` is not checked as an upgrade, and its
-    /// [`key`](Request::key) is empty. Its [`body`](Request::body) is read
-    /// whole first: up to `Config::max_http_body_size` (413 above it), given
-    /// by `Content-Length` (411 for a chunked body). One request per
-    /// connection: there is no keep-alive. A panic here is answered with 500.
-    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
-        let _ = request;
-        None
     }
 
     /// The outbound queue, which had refused a send with
@@ -113,6 +64,102 @@ pub trait Handler: Send + Sync + 'static {
     fn has_unhandled_messages(&self, state: &Self::State) -> bool {
         let _ = state;
         false
+    }
+}
+
+/// The callbacks only a server calls: the upgrade hook, which makes each
+/// connection's state, and the answer to a plain HTTP request. Every server
+/// (`tokio::Server`, `uring::Server`, `stream::Server`, the hyper and axum
+/// upgrades) takes a `ServerHandler`; a client takes any [`Handler`], since
+/// a client connection's state is given to `Client::connect` and nothing
+/// asks it to upgrade.
+///
+/// ```
+/// use rapidws::{Accept, Conn, Handler, Message, Reject, Request, ServerHandler};
+///
+/// struct Echo;
+///
+/// impl Handler for Echo {
+///     type State = ();
+///
+///     fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
+///         let _ = conn.send(message);
+///     }
+/// }
+///
+/// impl ServerHandler for Echo {
+///     fn on_upgrade(&self, _req: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// A handler without it serves no upgrades: a server refuses it when the
+/// program is compiled, not with a 500 at run time.
+///
+/// ```compile_fail
+/// use rapidws::{Config, Conn, Handler, Message};
+///
+/// struct ClientOnly;
+///
+/// impl Handler for ClientOnly {
+///     type State = ();
+///
+///     fn on_message(&self, _: &Conn, _: &mut (), _: Message<'_>) {}
+/// }
+///
+/// async fn serve() {
+///     let _ = rapidws::tokio::Server::bind("127.0.0.1:0", ClientOnly, Config::default()).await;
+/// }
+/// ```
+pub trait ServerHandler: Handler {
+    /// Decides on an upgrade request: return the new connection's state to
+    /// accept it (optionally choosing a subprotocol with
+    /// [`Accept::protocol`], or this connection's own limits), or a
+    /// [`Reject`] to answer with an HTTP error. A panic here is answered
+    /// with 500.
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept)
+    -> Result<Self::State, Reject>;
+
+    /// A request that is not a WebSocket upgrade (no `Upgrade: websocket`)
+    /// arrived: answer it with `Some(response)` (a health check, a page),
+    /// after which the server closes the connection; `None` (the default)
+    /// refuses it as a bad upgrade (400, or 405 for a method other than
+    /// GET), as before. `request` is not checked as an upgrade, and its
+    /// [`key`](Request::key) is empty. Its [`body`](Request::body) is read
+    /// whole first: up to `Config::max_http_body_size` (413 above it), given
+    /// by `Content-Length` (411 for a chunked body). One request per
+    /// connection: there is no keep-alive. A panic here is answered with 500.
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        let _ = request;
+        None
+    }
+}
+
+/// A server's two callbacks as plain functions: the connection code that
+/// serves clients too is generic over any [`Handler`], and carries these
+/// (in `Env`) where it may meet a request. `None` on a client, which never
+/// parses one.
+pub(crate) struct Hooks<H: Handler> {
+    pub(crate) on_upgrade: fn(&H, &Request<'_>, &mut Accept) -> Result<H::State, Reject>,
+    pub(crate) on_http: fn(&H, &Request<'_>) -> Option<HttpResponse>,
+}
+
+impl<H: Handler> Clone for Hooks<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: Handler> Copy for Hooks<H> {}
+
+impl<H: ServerHandler> Hooks<H> {
+    /// `H`'s own callbacks.
+    pub(crate) fn of() -> Self {
+        Hooks {
+            on_upgrade: H::on_upgrade,
+            on_http: H::on_http,
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use bytes::{Buf, BytesMut};
 use crate::connection::conn::Conn;
 use crate::connection::dispatch::{Dispatch, Input};
 use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
-use crate::connection::handler::Handler;
+use crate::connection::handler::{Handler, Hooks, ServerHandler};
 use crate::connection::keepalive::Sweep;
 use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::{self, Answer, Upgraded};
@@ -45,16 +45,31 @@ use crate::proto::{Role, WriteQueue};
 const LINGER_LIMIT: usize = 1 << 20;
 
 /// What a server loop shares with all its connections.
-pub(crate) struct Env<H> {
+pub(crate) struct Env<H: Handler> {
     pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) handler: Arc<H>,
+    /// The server's callbacks; `None` for a client's connections, which
+    /// never start with a request.
+    pub(crate) hooks: Option<Hooks<H>>,
 }
 
-impl<H> Clone for Env<H> {
+impl<H: ServerHandler> Env<H> {
+    /// A server's: its handler's upgrade hook answers requests.
+    pub(crate) fn server(endpoint: Arc<Endpoint>, handler: Arc<H>) -> Self {
+        Env {
+            endpoint,
+            handler,
+            hooks: Some(Hooks::of()),
+        }
+    }
+}
+
+impl<H: Handler> Clone for Env<H> {
     fn clone(&self) -> Self {
         Env {
             endpoint: self.endpoint.clone(),
             handler: self.handler.clone(),
+            hooks: self.hooks,
         }
     }
 }
@@ -278,7 +293,15 @@ impl<H: Handler> Lifecycle<H> {
                 }
                 let (handler, endpoint) = (&*env.handler, &*env.endpoint);
                 let out = &mut handshake.response;
-                match upgrade::answer(input, handshake.seen, handler, endpoint, out) {
+                // A client's connections start upgraded: only a server's
+                // read a request, and a server's `Env` has its hooks.
+                let Some(hooks) = env.hooks else {
+                    tracing::error!("a request reached a connection without a server's hooks");
+                    refuse(handshake, endpoint, now);
+                    input.clear();
+                    return;
+                };
+                match upgrade::answer(input, handshake.seen, handler, hooks, endpoint, out) {
                     Answer::Incomplete => handshake.seen = input.len(),
                     Answer::Body { end } => {
                         // Parsed again, from the start, once it is all here.

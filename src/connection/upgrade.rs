@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
 use crate::connection::endpoint::Endpoint;
-use crate::connection::handler::{Accept, Handler, HttpResponse, Reject};
+use crate::connection::handler::{Accept, Handler, Hooks, HttpResponse, Reject};
 use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
     write_http_response,
@@ -123,6 +123,7 @@ pub(crate) fn answer<H: Handler>(
     buf: &[u8],
     arrived_from: usize,
     handler: &H,
+    hooks: Hooks<H>,
     endpoint: &Endpoint,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
@@ -165,7 +166,7 @@ pub(crate) fn answer<H: Handler>(
         if buf.len() < end {
             return Answer::Body { end };
         }
-        if let Some(answered) = answer_http(&head, &buf[head_len..end], handler, out) {
+        if let Some(answered) = answer_http(&head, &buf[head_len..end], handler, hooks, out) {
             return answered;
         }
     }
@@ -176,6 +177,7 @@ pub(crate) fn answer<H: Handler>(
     match decide(
         &request,
         handler,
+        hooks,
         endpoint,
         Accept::default(),
         endpoint.config.deflate(),
@@ -214,10 +216,11 @@ fn answer_http<'a, H: Handler>(
     head: &Head<'a>,
     body: &'a [u8],
     handler: &H,
+    hooks: Hooks<H>,
     out: &mut WriteQueue,
 ) -> Option<Answer<H::State>> {
     let request = head.as_request(body);
-    let response = match catch_unwind(AssertUnwindSafe(|| handler.on_http(&request))) {
+    let response = match catch_unwind(AssertUnwindSafe(|| (hooks.on_http)(handler, &request))) {
         Ok(response) => response?,
         Err(_) => {
             tracing::error!("on_http panicked; answered 500");
@@ -256,6 +259,7 @@ pub(crate) enum Decision<S> {
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
+    hooks: Hooks<H>,
     endpoint: &Endpoint,
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
@@ -268,7 +272,7 @@ pub(crate) fn decide<H: Handler>(
         ));
     }
     let decision = catch_unwind(AssertUnwindSafe(|| {
-        handler.on_upgrade(request, &mut accept)
+        (hooks.on_upgrade)(handler, request, &mut accept)
     }));
     let internal_error = || Decision::Refused(Reject::new(500, "internal server error"));
     match decision {

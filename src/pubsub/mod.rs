@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use rapidws::pubsub::PubSub;
-//! use rapidws::{Accept, Conn, Handler, Message, Reject, Request};
+//! use rapidws::{Accept, Conn, Handler, Message, Reject, Request, ServerHandler};
 //!
 //! struct Chat {
 //!     rooms: PubSub,
@@ -11,15 +11,19 @@
 //!
 //! impl Handler for Chat {
 //!     type State = ();
-//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-//!         Ok(())
-//!     }
+//!
 //!     fn on_open(&self, conn: &Conn, _: &mut ()) {
 //!         let _ = self.rooms.subscribe(conn, "lobby");
 //!     }
 //!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
 //!         // Everyone in the lobby but the sender.
 //!         self.rooms.publish_except("lobby", message, conn);
+//!     }
+//! }
+//!
+//! impl ServerHandler for Chat {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
 //!     }
 //! }
 //! ```

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use super::WebSocket;
 use super::inbox::Inbox;
 use crate::connection::conn::Conn;
-use crate::connection::handler::{Accept, Handler, Reject};
+use crate::connection::handler::{Accept, Handler, Reject, ServerHandler};
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 
@@ -59,7 +59,7 @@ impl SocketHandler<()> {
 }
 
 impl<T: Send + 'static> SocketHandler<T> {
-    /// `upgrade` decides on each request as `Handler::on_upgrade` does (it
+    /// `upgrade` decides on each request as `ServerHandler::on_upgrade` does (it
     /// may choose a subprotocol or refuse permessage-deflate through
     /// `accept`, or answer with a [`Reject`]); what it returns is given to
     /// `serve` with the socket.
@@ -121,9 +121,7 @@ impl<T> SocketState<T> {
     }
 }
 
-impl<T: Send + 'static> Handler for SocketHandler<T> {
-    type State = SocketState<T>;
-
+impl<T: Send + 'static> ServerHandler for SocketHandler<T> {
     fn on_upgrade(
         &self,
         request: &Request<'_>,
@@ -134,6 +132,10 @@ impl<T: Send + 'static> Handler for SocketHandler<T> {
             inbox: None,
         })
     }
+}
+
+impl<T: Send + 'static> Handler for SocketHandler<T> {
+    type State = SocketState<T>;
 
     fn on_open(&self, conn: &Conn, state: &mut SocketState<T>) {
         let runtime = self.runtime.clone().or_else(|| Handle::try_current().ok());

@@ -17,17 +17,21 @@
 //! second later.
 //!
 //! ```no_run
-//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 //!
 //! struct Echo;
 //!
 //! impl Handler for Echo {
 //!     type State = ();
-//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-//!         Ok(())
-//!     }
+//!
 //!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
 //!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
 //!     }
 //! }
 //!
@@ -56,7 +60,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::connection::config::Config;
 use crate::connection::endpoint::{Endpoint, ServerHandle};
-use crate::connection::handler::{Accept, Handler};
+use crate::connection::handler::{Accept, Hooks, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::{Decision, Settings, Upgraded};
 use crate::proto::deflate::DeflateParams;
@@ -64,11 +68,11 @@ use crate::proto::deflate::DeflateParams;
 pub(crate) use connection::{Start, serve};
 
 /// Serves WebSocket connections over streams the caller accepts.
-pub struct Server<H: Handler> {
+pub struct Server<H: ServerHandler> {
     env: Env<H>,
 }
 
-impl<H: Handler> std::fmt::Debug for Server<H> {
+impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("handle", &self.handle())
@@ -76,13 +80,10 @@ impl<H: Handler> std::fmt::Debug for Server<H> {
     }
 }
 
-impl<H: Handler> Server<H> {
+impl<H: ServerHandler> Server<H> {
     pub fn new(handler: H, config: Config) -> Self {
         Server {
-            env: Env {
-                endpoint: Endpoint::new(config),
-                handler: Arc::new(handler),
-            },
+            env: Env::server(Endpoint::new(config), Arc::new(handler)),
         }
     }
 
@@ -187,7 +188,15 @@ impl<H: Handler> Server<H> {
             None => self.env.endpoint.config.deflate(),
         };
         let handler = &*self.env.handler;
-        crate::connection::upgrade::decide(request, handler, &self.env.endpoint, accept, deflate)
+        let hooks = Hooks::of();
+        crate::connection::upgrade::decide(
+            request,
+            handler,
+            hooks,
+            &self.env.endpoint,
+            accept,
+            deflate,
+        )
     }
 
     /// The server's settings (the base an upgrade's own settings start from).

@@ -254,6 +254,7 @@ impl Socket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connection::handler::ServerHandler;
 
     /// Each idle connection is one of these (boxed, in its group's slab); its
     /// size is a large share of what a connection costs (BENCHMARKS.md,
@@ -263,6 +264,11 @@ mod tests {
         struct Quiet;
         impl Handler for Quiet {
             type State = ();
+
+            fn on_message(&self, _: &crate::Conn, _: &mut (), _: crate::Message<'_>) {}
+        }
+
+        impl ServerHandler for Quiet {
             fn on_upgrade(
                 &self,
                 _: &crate::Request<'_>,
@@ -270,7 +276,6 @@ mod tests {
             ) -> Result<(), crate::Reject> {
                 Ok(())
             }
-            fn on_message(&self, _: &crate::Conn, _: &mut (), _: crate::Message<'_>) {}
         }
         let life = size_of::<Lifecycle<Quiet>>();
         let connection = size_of::<Connection<Quiet>>();

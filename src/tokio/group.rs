@@ -31,7 +31,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep, sleep};
 
 use super::connection::{Connection, Progress};
-use crate::connection::endpoint::{Endpoint, LiveGuard};
+use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::Env;
@@ -122,10 +122,8 @@ struct Slot<H: Handler> {
 }
 
 /// Starts a group's task on the current runtime.
-pub(crate) fn spawn<H: Handler>(
-    endpoint: Arc<Endpoint>,
-    handler: Arc<H>,
-) -> io::Result<Arc<GroupShared<H::State>>> {
+pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::State>>> {
+    let endpoint = &env.endpoint;
     let epoll = super::sys::watch_epoll(mio::Poll::new()?)?;
     let shared = Arc::new(GroupShared {
         waker: AtomicWaker::new(),
@@ -147,7 +145,7 @@ pub(crate) fn spawn<H: Handler>(
         slots: Slab::default(),
         live: 0,
         sweep: Sweep::new(&endpoint.config).map(|s| (s, Box::pin(sleep(s.period)))),
-        env: Env { endpoint, handler },
+        env,
         seen: ShutdownSeen::default(),
     };
     // The group paces itself (`ROUNDS_PER_POLL`, `READS_PER_TURN`); tokio's

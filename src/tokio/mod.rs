@@ -8,17 +8,21 @@
 //! `group.rs` for why, and `connection.rs` for one connection's life.
 //!
 //! ```no_run
-//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 //!
 //! struct Echo;
 //!
 //! impl Handler for Echo {
 //!     type State = ();
-//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-//!         Ok(())
-//!     }
+//!
 //!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
 //!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
 //!     }
 //! }
 //!
@@ -44,8 +48,7 @@ use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::connection::config::Config;
 use crate::connection::endpoint::{Endpoint, ServerHandle};
-use crate::connection::handler::Handler;
-#[cfg(feature = "rustls")]
+use crate::connection::handler::{Handler, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
@@ -56,7 +59,7 @@ use group::{GroupShared, Incoming};
 const ACCEPTS_PER_TURN: usize = 64;
 
 /// A WebSocket server on tokio.
-pub struct Server<H: Handler> {
+pub struct Server<H: ServerHandler> {
     listener: TcpListener,
     handler: Arc<H>,
     endpoint: Arc<Endpoint>,
@@ -68,7 +71,7 @@ pub struct Server<H: Handler> {
     also_plain: bool,
 }
 
-impl<H: Handler> std::fmt::Debug for Server<H> {
+impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("local_addr", &self.listener.local_addr().ok())
@@ -76,7 +79,7 @@ impl<H: Handler> std::fmt::Debug for Server<H> {
     }
 }
 
-impl<H: Handler> Server<H> {
+impl<H: ServerHandler> Server<H> {
     /// Binds a listening socket (SO_REUSEADDR, a backlog of 4096) on the first
     /// address `addr` resolves to that works.
     pub async fn bind(addr: impl ToSocketAddrs, handler: H, config: Config) -> io::Result<Self> {
@@ -153,7 +156,8 @@ impl<H: Handler> Server<H> {
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
         let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
-        let groups = Groups::spawn(&endpoint, &handler)?;
+        let env = Env::server(endpoint.clone(), handler);
+        let groups = Groups::spawn(&env)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {
@@ -174,10 +178,6 @@ impl<H: Handler> Server<H> {
                         let live = endpoint.enter();
                         #[cfg(feature = "rustls")]
                         if let Some(acceptor) = &tls {
-                            let env = Env {
-                                endpoint: endpoint.clone(),
-                                handler: handler.clone(),
-                            };
                             let stream = std::net::TcpStream::from(stream);
                             let plain = also_plain.then(|| groups.least_loaded().clone());
                             tokio::spawn(crate::tokio::tls::serve(
@@ -185,7 +185,7 @@ impl<H: Handler> Server<H> {
                                 stream,
                                 peer,
                                 live,
-                                env,
+                                env.clone(),
                                 plain,
                             ));
                             continue;
@@ -233,17 +233,12 @@ pub(crate) struct Groups<S>(Vec<Arc<GroupShared<S>>>);
 
 impl<S> Groups<S> {
     /// One group per worker thread of the current runtime, each a task on it.
-    pub(crate) fn spawn<H: Handler<State = S>>(
-        endpoint: &Arc<Endpoint>,
-        handler: &Arc<H>,
-    ) -> io::Result<Self> {
+    pub(crate) fn spawn<H: Handler<State = S>>(env: &Env<H>) -> io::Result<Self> {
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
         let mut groups = Groups(Vec::new());
         for _ in 0..workers.max(1) {
             // On failure, the groups already started are told to end.
-            groups
-                .0
-                .push(group::spawn(endpoint.clone(), handler.clone())?);
+            groups.0.push(group::spawn(env.clone())?);
         }
         Ok(groups)
     }

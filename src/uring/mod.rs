@@ -15,17 +15,21 @@
 //! works from any thread.
 //!
 //! ```no_run
-//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 //!
 //! struct Echo;
 //!
 //! impl Handler for Echo {
 //!     type State = ();
-//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-//!         Ok(())
-//!     }
+//!
 //!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
 //!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
 //!     }
 //! }
 //!
@@ -58,7 +62,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::connection::config::Config;
 use crate::connection::endpoint::{Endpoint, ServerHandle, deadline_after};
-use crate::connection::handler::Handler;
+use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
 use reactor::{Reactor, Setup, Shared};
@@ -71,7 +75,7 @@ const RING_ENTRIES: u32 = 1024;
 const DEFAULT_BUFFERS: u16 = 512;
 
 /// A WebSocket server on io_uring.
-pub struct Server<H: Handler> {
+pub struct Server<H: ServerHandler> {
     listener: TcpListener,
     handler: Arc<H>,
     endpoint: Arc<Endpoint>,
@@ -81,7 +85,7 @@ pub struct Server<H: Handler> {
     tls: Option<Arc<tls::ServerConfig>>,
 }
 
-impl<H: Handler> std::fmt::Debug for Server<H> {
+impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("local_addr", &self.listener.local_addr().ok())
@@ -91,7 +95,7 @@ impl<H: Handler> std::fmt::Debug for Server<H> {
     }
 }
 
-impl<H: Handler> Server<H> {
+impl<H: ServerHandler> Server<H> {
     /// Binds a listening socket (SO_REUSEADDR and SO_REUSEPORT, a backlog of
     /// 4096) on the first address `addr` resolves to that works. Needs no
     /// runtime; io_uring itself is first used by [`Server::serve`].
@@ -184,10 +188,7 @@ impl<H: Handler> Server<H> {
         let mut reactors = Reactors(Vec::new());
         for (index, listener) in listeners.into_iter().enumerate() {
             let shared = Shared::new()?;
-            let env = Env {
-                endpoint: endpoint.clone(),
-                handler: handler.clone(),
-            };
+            let env = Env::server(endpoint.clone(), handler.clone());
             let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
             let thread = thread::Builder::new()
                 .name(format!("rapidws-uring-{index}"))

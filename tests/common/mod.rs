@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use rapidws::{
     Accept, CloseCode, Config, Conn, Handler, Message, MessageKind, Reject, Request, ServerHandle,
+    ServerHandler,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -126,6 +127,7 @@ macro_rules! backend_tests {
                 }
             )*
         }
+
         #[cfg(all(target_os = "linux", feature = "uring"))]
         mod uring_backend {
             $(
@@ -143,6 +145,7 @@ macro_rules! backend_tests {
                 }
             )*
         }
+
         #[cfg(feature = "rustls")]
         mod tls_backend {
             $(
@@ -152,6 +155,7 @@ macro_rules! backend_tests {
                 }
             )*
         }
+
         #[cfg(all(target_os = "linux", feature = "uring", feature = "rustls"))]
         mod uring_tls_backend {
             $(
@@ -246,34 +250,6 @@ pub struct TestHandler {
 
 impl Handler for TestHandler {
     type State = State;
-
-    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<State, Reject> {
-        match request.path() {
-            "/reject" => return Err(Reject::forbidden("not here")),
-            "/panic" => panic!("upgrade hook panicked on purpose"),
-            "/panic-on-drop" => {
-                return Ok(State {
-                    count: 0,
-                    panic_on_drop: true,
-                });
-            }
-            "/bad-protocol" => {
-                accept.protocol("not-offered");
-            }
-            "/no-deflate" => {
-                accept.permessage_deflate(false);
-            }
-            "/small-messages" => {
-                accept.max_message_size(100).max_frame_size(100);
-            }
-            _ => {
-                if request.protocols().any(|p| p == "chat") {
-                    accept.protocol("chat");
-                }
-            }
-        }
-        Ok(State::default())
-    }
 
     fn on_open(&self, conn: &Conn, _: &mut State) {
         self.recorder.push(Seen::Open(conn.id()));
@@ -387,6 +363,36 @@ impl Handler for TestHandler {
     }
 }
 
+impl ServerHandler for TestHandler {
+    fn on_upgrade(&self, request: &Request<'_>, accept: &mut Accept) -> Result<State, Reject> {
+        match request.path() {
+            "/reject" => return Err(Reject::forbidden("not here")),
+            "/panic" => panic!("upgrade hook panicked on purpose"),
+            "/panic-on-drop" => {
+                return Ok(State {
+                    count: 0,
+                    panic_on_drop: true,
+                });
+            }
+            "/bad-protocol" => {
+                accept.protocol("not-offered");
+            }
+            "/no-deflate" => {
+                accept.permessage_deflate(false);
+            }
+            "/small-messages" => {
+                accept.max_message_size(100).max_frame_size(100);
+            }
+            _ => {
+                if request.protocols().any(|p| p == "chat") {
+                    accept.protocol("chat");
+                }
+            }
+        }
+        Ok(State::default())
+    }
+}
+
 /// The `i`th message of a `push` (binary: `i` as 4 big-endian bytes, then
 /// zeros) or `push-text` (`push i `, then letters from a generator seeded
 /// with `i`, as tests/interop/push_client.py makes them), `size` bytes (or
@@ -445,7 +451,7 @@ pub async fn start(backend: Backend, config: Config) -> TestServer {
 
 /// Starts a server on `backend` with any handler; `recorder` is the one
 /// the handler records into, if it does (else a fresh one).
-pub async fn serve<H: Handler>(
+pub async fn serve<H: ServerHandler>(
     backend: Backend,
     handler: H,
     config: Config,
@@ -464,6 +470,7 @@ pub async fn serve<H: Handler>(
                 tls_addr: None,
             }
         }
+
         #[cfg(all(target_os = "linux", feature = "uring"))]
         Backend::Uring => serve_uring(handler, config, |server| server.threads(2), recorder),
         Backend::Stream => {
@@ -500,6 +507,7 @@ pub async fn serve<H: Handler>(
                 tls_addr: None,
             }
         }
+
         #[cfg(feature = "rustls")]
         Backend::Tls => {
             let server = rapidws::tokio::Server::bind("127.0.0.1:0", handler, config)
@@ -524,6 +532,7 @@ pub async fn serve<H: Handler>(
                 tls_addr: Some(tls_addr),
             }
         }
+
         #[cfg(all(target_os = "linux", feature = "uring", feature = "rustls"))]
         Backend::UringTls => {
             let tweak =
@@ -563,7 +572,7 @@ pub async fn start_uring(
 
 /// [`start_uring`] with any handler.
 #[cfg(all(target_os = "linux", feature = "uring"))]
-pub fn serve_uring<H: Handler>(
+pub fn serve_uring<H: ServerHandler>(
     handler: H,
     config: Config,
     tweak: impl FnOnce(rapidws::uring::Server<H>) -> rapidws::uring::Server<H>,

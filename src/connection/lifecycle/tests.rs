@@ -24,13 +24,6 @@ struct Echo {
 impl Handler for Echo {
     type State = ();
 
-    fn on_upgrade(&self, _: &Request<'_>, accept: &mut Accept) -> Result<(), Reject> {
-        if let Some(bytes) = self.max_message {
-            accept.max_message_size(bytes);
-        }
-        Ok(())
-    }
-
     fn on_open(&self, _: &Conn, _: &mut ()) {
         self.seen.lock().unwrap().push("open".into());
     }
@@ -44,6 +37,15 @@ impl Handler for Echo {
             .lock()
             .unwrap()
             .push(format!("close {} {reason}", code.0));
+    }
+}
+
+impl ServerHandler for Echo {
+    fn on_upgrade(&self, _: &Request<'_>, accept: &mut Accept) -> Result<(), Reject> {
+        if let Some(bytes) = self.max_message {
+            accept.max_message_size(bytes);
+        }
+        Ok(())
     }
 }
 
@@ -71,10 +73,7 @@ impl Harness {
     }
 
     fn with(config: Config, handler: Echo) -> Harness {
-        let env = Env {
-            endpoint: Endpoint::new(config),
-            handler: Arc::new(handler),
-        };
+        let env = Env::server(Endpoint::new(config), Arc::new(handler));
         let now = Instant::now();
         let life = Lifecycle::accept(peer(), env.endpoint.enter(), wake(), &env, now);
         Harness {
@@ -550,10 +549,7 @@ fn an_abort_drops_the_connection_at_once() {
 
 #[test]
 fn an_upgraded_connection_opens_at_once() {
-    let env = Env {
-        endpoint: Endpoint::new(Config::default()),
-        handler: Arc::new(Echo::default()),
-    };
+    let env = Env::server(Endpoint::new(Config::default()), Arc::new(Echo::default()));
     let handed = Arc::new(Mutex::new(Vec::new()));
     let to = handed.clone();
     let upgraded = Upgraded {
@@ -602,9 +598,11 @@ fn dropping_a_connection_ends_it_for_the_server() {
 /// A client's connection, opened after its handshake: the harness plays
 /// the server, sending unmasked frames.
 fn client(config: Config) -> Harness {
+    // A client's connections carry no server hooks.
     let env = Env {
         endpoint: Endpoint::new(config),
         handler: Arc::new(Echo::default()),
+        hooks: None,
     };
     let upgraded = Upgraded {
         role: Role::Client,

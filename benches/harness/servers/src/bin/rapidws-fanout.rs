@@ -5,7 +5,7 @@
 
 use clap::{Parser, ValueEnum};
 use rapidws::pubsub::PubSub;
-use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request};
+use rapidws::{Accept, Config, Conn, Handler, ServerHandler, Message, Reject, Request};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -15,6 +15,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Backend::Tokio)]
     backend: Backend,
 }
+
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Backend {
@@ -30,18 +31,6 @@ impl Handler for Fanout {
     /// The topics from the query, subscribed when the connection opens.
     type State = Vec<String>;
 
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
-        let topics = request
-            .query()
-            .and_then(|q| q.strip_prefix("topics="))
-            .unwrap_or("");
-        Ok(topics
-            .split(',')
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect())
-    }
-
     fn on_open(&self, conn: &Conn, topics: &mut Vec<String>) {
         for topic in topics.drain(..) {
             let _ = self.pubsub.subscribe(conn, &topic);
@@ -55,6 +44,20 @@ impl Handler for Fanout {
         {
             self.pubsub.publish(topic, Message::Text(payload));
         }
+    }
+}
+
+impl ServerHandler for Fanout {
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
+        let topics = request
+            .query()
+            .and_then(|q| q.strip_prefix("topics="))
+            .unwrap_or("");
+        Ok(topics
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect())
     }
 }
 
