@@ -145,20 +145,15 @@ pub(crate) struct Hooks<H: Handler> {
     pub(crate) on_http: fn(&H, &Request<'_>) -> Option<HttpResponse>,
 }
 
-impl<H: Handler> Clone for Hooks<H> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<H: Handler> Copy for Hooks<H> {}
-
 impl<H: ServerHandler> Hooks<H> {
-    /// `H`'s own callbacks.
-    pub(crate) fn of() -> Self {
-        Hooks {
-            on_upgrade: H::on_upgrade,
-            on_http: H::on_http,
+    /// `H`'s own callbacks, in a constant of `H`'s: a pointer's worth in
+    /// every `Env` that carries them (a stream connection's task holds one).
+    pub(crate) fn of() -> &'static Self {
+        const {
+            &Hooks {
+                on_upgrade: H::on_upgrade,
+                on_http: H::on_http,
+            }
         }
     }
 }

@@ -50,7 +50,7 @@ pub(crate) struct Env<H: Handler> {
     pub(crate) handler: Arc<H>,
     /// The server's callbacks; `None` for a client's connections, which
     /// never start with a request.
-    pub(crate) hooks: Option<Hooks<H>>,
+    pub(crate) hooks: Option<&'static Hooks<H>>,
 }
 
 impl<H: ServerHandler> Env<H> {

@@ -123,7 +123,7 @@ pub(crate) fn answer<H: Handler>(
     buf: &[u8],
     arrived_from: usize,
     handler: &H,
-    hooks: Hooks<H>,
+    hooks: &Hooks<H>,
     endpoint: &Endpoint,
     out: &mut WriteQueue,
 ) -> Answer<H::State> {
@@ -216,7 +216,7 @@ fn answer_http<'a, H: Handler>(
     head: &Head<'a>,
     body: &'a [u8],
     handler: &H,
-    hooks: Hooks<H>,
+    hooks: &Hooks<H>,
     out: &mut WriteQueue,
 ) -> Option<Answer<H::State>> {
     let request = head.as_request(body);
@@ -259,7 +259,7 @@ pub(crate) enum Decision<S> {
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
-    hooks: Hooks<H>,
+    hooks: &Hooks<H>,
     endpoint: &Endpoint,
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
