@@ -7,6 +7,7 @@
 //! only this connection, with 1011. The backend then writes the queue and asks
 //! whether the connection is over.
 
+use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use crate::connection::keepalive::Sweep;
 use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::Upgraded;
 use crate::connection::wake::ConnWake;
-use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue};
+use crate::pool::BufferPool;
+use crate::proto::{CloseCode, Event, Message, Role, Session, WriteQueue, Written};
 
 /// One upgraded connection: its protocol state and the application side.
 ///
@@ -105,6 +107,20 @@ impl<H: Handler> App<H> {
             tracing::error!(id = conn.id(), "on_close panicked");
         }
     }
+}
+
+/// The outbound queue seen at once by [`Dispatch::queue_state`].
+pub(crate) struct QueueState {
+    /// Everything queued has been written.
+    pub(crate) flushed: bool,
+    /// Bytes wait to be written (and none is being written now, or more
+    /// came since).
+    pub(crate) has_queued: bool,
+    /// Bytes queued, including any being written.
+    pub(crate) bytes: usize,
+    /// A send was refused as full since the last drain (pass it to
+    /// [`Dispatch::flushed`]).
+    pub(crate) wanted_drain: bool,
 }
 
 impl<H: Handler> Dispatch<H> {
@@ -320,6 +336,55 @@ impl<H: Handler> Dispatch<H> {
             self.fail_after_panic(panicked);
         }
         true
+    }
+
+    /// Writes what is queued through `write` (see `Outbox::write_with`);
+    /// from here on a send wakes the driver again (at most the first one,
+    /// while the write is blocked).
+    pub(crate) fn write_with(
+        &mut self,
+        pool: &BufferPool,
+        write: impl FnMut(&[io::IoSlice<'_>]) -> io::Result<usize>,
+    ) -> io::Result<Written> {
+        let mut outbox = self.app.conn.shared().lock();
+        outbox.unschedule_flush();
+        outbox.write_with(pool, write)
+    }
+
+    /// Moves what is queued into `into`, for a write that owns its buffers
+    /// until it completes (io_uring).
+    pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) {
+        self.app.conn.shared().lock().take_for_send(into);
+    }
+
+    /// `n` bytes of what [`Dispatch::take_for_send`] took are no longer
+    /// being sent (written, or never to be after a failure).
+    pub(crate) fn no_longer_sending(&mut self, n: usize) {
+        self.app.conn.shared().lock().no_longer_sending(n);
+    }
+
+    /// The outbound queue as the driver's next step needs it, under one
+    /// lock: whether it is written out (then a send wakes the driver again,
+    /// and whether a send was refused as full since is taken), and wakes
+    /// the async senders waiting for room once it is below `producer_wake`.
+    pub(crate) fn queue_state(&mut self, producer_wake: usize) -> QueueState {
+        let mut outbox = self.app.conn.shared().lock();
+        let flushed = outbox.is_flushed();
+        let mut wanted_drain = false;
+        if flushed {
+            outbox.unschedule_flush();
+            wanted_drain = outbox.take_wants_drain();
+        }
+        let waiting = outbox.take_waiting_if_room(producer_wake);
+        let state = QueueState {
+            flushed,
+            has_queued: outbox.has_queued(),
+            bytes: outbox.queued(),
+            wanted_drain,
+        };
+        drop(outbox);
+        wake_all(waiting);
+        state
     }
 
     /// The connection ended without a close handshake (TCP closed or broke, or

@@ -29,11 +29,10 @@ use std::time::Instant;
 use bytes::{Buf, BytesMut};
 
 use crate::connection::conn::Conn;
-use crate::connection::dispatch::{Dispatch, Input};
+use crate::connection::dispatch::{Dispatch, Input, QueueState};
 use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
 use crate::connection::handler::{Handler, Hooks, ServerHandler};
 use crate::connection::keepalive::Sweep;
-use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::{self, Answer, Upgraded};
 use crate::connection::wake::ConnWake;
 use crate::handshake::{HandshakeError, write_error};
@@ -412,14 +411,7 @@ impl<H: Handler> Lifecycle<H> {
                 }
                 written
             }
-            Stage::Open(open) => {
-                let shared = open.dispatch.conn().shared();
-                let mut outbox = shared.lock();
-                // From here on a send wakes the driver again (at most the
-                // first one, while the write is blocked).
-                outbox.unschedule_flush();
-                outbox.write_with(pool, write)
-            }
+            Stage::Open(open) => open.dispatch.write_with(pool, write),
             Stage::Done => return true,
         };
         match written {
@@ -443,9 +435,7 @@ impl<H: Handler> Lifecycle<H> {
         debug_assert!(into.is_empty(), "taken into an empty queue");
         match &mut self.stage {
             Stage::Handshake(handshake) => std::mem::swap(&mut handshake.response, into),
-            Stage::Open(open) => {
-                open.dispatch.conn().shared().lock().take_for_send(into);
-            }
+            Stage::Open(open) => open.dispatch.take_for_send(into),
             Stage::Done => return,
         }
         self.writing = !into.is_empty();
@@ -454,7 +444,7 @@ impl<H: Handler> Lifecycle<H> {
     /// `n` bytes of what was taken were written.
     pub(crate) fn sent(&mut self, n: usize) {
         if let Stage::Open(open) = &mut self.stage {
-            open.dispatch.conn().shared().lock().no_longer_sending(n);
+            open.dispatch.no_longer_sending(n);
         }
         if self.queue_paused {
             // The write had to wait for room: the peer made it by reading.
@@ -469,8 +459,7 @@ impl<H: Handler> Lifecycle<H> {
     pub(crate) fn write_finished(&mut self, unsent: usize) {
         self.writing = false;
         if let Stage::Open(open) = &mut self.stage {
-            let mut outbox = open.dispatch.conn().shared().lock();
-            outbox.no_longer_sending(unsent);
+            open.dispatch.no_longer_sending(unsent);
         }
     }
 
@@ -590,21 +579,12 @@ impl<H: Handler> Lifecycle<H> {
             }
             let outbound = dispatch.conn().shared().outbound();
             let (max, low_water) = (outbound.max_bytes, outbound.low_water());
-            let (flushed, queued, bytes, wanted_drain) = {
-                let mut outbox = dispatch.conn().shared().lock();
-                let flushed = outbox.is_flushed();
-                let mut wanted_drain = false;
-                if flushed {
-                    // From here on a send wakes the driver.
-                    outbox.unschedule_flush();
-                    wanted_drain = outbox.take_wants_drain();
-                }
-                let waiting = outbox.take_waiting_if_room(outbound.producer_wake());
-                let state = (flushed, outbox.has_queued(), outbox.queued(), wanted_drain);
-                drop(outbox);
-                wake_all(waiting);
-                state
-            };
+            let QueueState {
+                flushed,
+                has_queued: queued,
+                bytes,
+                wanted_drain,
+            } = dispatch.queue_state(outbound.producer_wake());
             // Hysteresis: paused at the bound, going again at half of it.
             if bytes >= max {
                 self.queue_paused = true;
