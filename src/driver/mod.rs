@@ -10,6 +10,7 @@
 //! | `timer.rs` | a connection's one tokio `Sleep`, on the lifecycle's deadline (tokio groups, the stream driver) |
 //! | `listen.rs` | binding, the backlog, backing off after accept errors |
 //! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
+//! | `turn.rs` | what a readiness driver owes (`Transport`) and the one turn both run over it |
 
 pub(crate) mod listen;
 pub(crate) mod mailbox;
@@ -18,3 +19,5 @@ pub(crate) mod shutdown;
 pub(crate) mod slab;
 #[cfg(feature = "stream")]
 pub(crate) mod timer;
+#[cfg(feature = "stream")]
+pub(crate) mod turn;

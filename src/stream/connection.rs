@@ -22,18 +22,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
 use crate::connection::keepalive::Sweep;
-use crate::connection::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::lifecycle::{Env, Lifecycle};
 use crate::connection::upgrade::Upgraded;
 use crate::connection::wake::ConnWake;
-use crate::driver::read_buf;
 use crate::driver::shutdown::ShutdownSeen;
 use crate::driver::timer::Timer;
-
-/// Reads one connection may do in one poll before its task yields.
-const READS_PER_POLL: usize = 16;
+use crate::driver::turn::{Transport, Turn, turn};
 
 /// How long an ended connection's last bytes may take to leave the stream
-/// (see `Action::Close` in `Connection::poll`).
+/// (see `Stream::close`).
 const END_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How a connection over a stream starts.
@@ -70,15 +67,19 @@ pub(crate) async fn serve<S, H>(
         Start::Upgraded(upgraded) => Lifecycle::upgraded(peer, live, wake, *upgraded, &env),
     };
     let mut connection = Connection {
-        stream,
+        stream: Stream {
+            io: stream,
+            read_done: false,
+            read_blocked: false,
+            write_blocked: false,
+            unflushed: false,
+            shutting_down: false,
+            end_by: None,
+        },
         read_buf: BytesMut::new(),
-        read_done: false,
-        unflushed: false,
-        shutting_down: false,
         timer: Timer::default(),
         keepalive: Sweep::new(&env.endpoint.config).map(|sweep| (sweep, Timer::default(), started)),
         seen: ShutdownSeen::default(),
-        end_by: None,
         life,
     };
     if read_buf.is_empty() {
@@ -108,23 +109,34 @@ pub(crate) async fn serve<S, H>(
 }
 
 struct Connection<S, H: Handler> {
-    stream: S,
+    stream: Stream<S>,
     read_buf: BytesMut,
-    /// The stream has reported its end or an error: no more reads.
-    read_done: bool,
-    /// Bytes were written that the stream may still hold (a TLS stream
-    /// keeps records until flushed).
-    unflushed: bool,
-    /// The lifecycle asked for FIN and `poll_shutdown` has not finished.
-    shutting_down: bool,
     timer: Timer,
     /// Keepalive pings and the idle timeout, when configured: the sweep, its
     /// timer, and when it is next due.
     keepalive: Option<(Sweep, Timer, Instant)>,
     seen: ShutdownSeen,
+    life: Lifecycle<H>,
+}
+
+/// The stream and where its reads, writes and end stand.
+struct Stream<S> {
+    io: S,
+    /// The stream has reported its end or an error: no more reads.
+    read_done: bool,
+    /// A read found nothing in this poll: the stream wakes the task when
+    /// it has bytes.
+    read_blocked: bool,
+    /// The stream took nothing more in this poll: it wakes the task when
+    /// it does. Reading goes on meanwhile.
+    write_blocked: bool,
+    /// Bytes were written that the stream may still hold (a TLS stream
+    /// keeps records until flushed).
+    unflushed: bool,
+    /// The lifecycle asked for FIN and `poll_shutdown` has not finished.
+    shutting_down: bool,
     /// Once over: until when the last bytes may take to go out.
     end_by: Option<Instant>,
-    life: Lifecycle<H>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
@@ -140,112 +152,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
         self.sweep_if_due(cx, now);
-        let pool = &endpoint.pool;
-        let mut reads = 0;
-        // The stream took nothing more in this poll: it wakes the task when
-        // it does. Reading goes on meanwhile.
-        let mut write_blocked = false;
-        let poll = loop {
-            if self.shutting_down && self.poll_end(cx).is_ready() {
-                self.shutting_down = false;
-            }
-            match self.life.poll(env, now) {
-                Action::Close => {
-                    // The last bytes (a close frame) and a TLS close_notify
-                    // get a bounded while to go out: a stream may pass them
-                    // on over a few polls (an h2 stream hands them to its
-                    // connection's task), and one dropped with them unsent
-                    // resets and loses them. A peer that reads nothing holds
-                    // the task END_GRACE at most; an abort, not at all.
-                    let end_by = *self.end_by.get_or_insert(now + END_GRACE);
-                    let ended = self.poll_end(cx).is_ready();
-                    if ended || now >= end_by || endpoint.is_aborting() {
-                        break Poll::Ready(());
-                    }
-                    break Poll::Pending;
-                }
-                Action::ShutDown => {
-                    self.shutting_down = true;
-                    self.read_buf.clear();
-                    continue;
-                }
-                Action::Write if !write_blocked => {
-                    let (stream, life) = (&mut self.stream, &mut self.life);
-                    life.write_in_place(pool, |slices| {
-                        match Pin::new(&mut *stream).poll_write_vectored(cx, slices) {
-                            Poll::Ready(result) => result,
-                            Poll::Pending => {
-                                write_blocked = true;
-                                Err(io::ErrorKind::WouldBlock.into())
-                            }
-                        }
-                    });
-                    self.unflushed = true;
-                    continue;
-                }
-                Action::Write => {}
-                Action::Wait => {
-                    if self.unflushed {
-                        match Pin::new(&mut self.stream).poll_flush(cx) {
-                            Poll::Ready(Ok(())) => self.unflushed = false,
-                            Poll::Ready(Err(error)) => {
-                                self.unflushed = false;
-                                self.life.write_failed(&error);
-                                continue;
-                            }
-                            Poll::Pending => {}
-                        }
-                    }
-                }
-            }
-            if self.life.holds_input() {
-                // The queue drained: what waited in the buffer goes first.
-                self.life.receive(&mut self.read_buf, env, now);
-                continue;
-            }
-            if self.read_done || !self.life.wants_read() {
-                break Poll::Pending;
-            }
-            if reads == READS_PER_POLL {
-                // More may be waiting; let other tasks run first.
-                cx.waker().wake_by_ref();
-                break Poll::Pending;
-            }
-            reads += 1;
-            let wanted = self.life.bytes_wanted(env);
-            let read_size = endpoint.config.read_buffer_size;
-            read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
-            let stream = Pin::new(&mut self.stream);
-            match tokio_util::io::poll_read_buf(stream, cx, &mut self.read_buf) {
-                Poll::Ready(Ok(0)) => {
-                    self.read_done = true;
-                    self.life.receive_eof();
-                }
-                Poll::Ready(Ok(_)) => self.life.receive(&mut self.read_buf, env, now),
-                Poll::Ready(Err(error)) => {
-                    self.read_done = true;
-                    self.life.read_failed(&error);
-                }
-                Poll::Pending => break Poll::Pending,
-            }
+        // Both are per poll: the stream wakes the task when either changes.
+        self.stream.read_blocked = false;
+        self.stream.write_blocked = false;
+        let (stream, read_buf) = (&mut self.stream, &mut self.read_buf);
+        let poll = match turn(&mut self.life, stream, read_buf, cx, env, now) {
+            Turn::Pending => Poll::Pending,
+            Turn::Done => Poll::Ready(()),
         };
-        // An idle connection holds no read buffer of ours.
-        read_buf::release(&mut self.read_buf, pool);
-        self.timer
-            .follow(self.end_by.or_else(|| self.life.deadline()), cx);
+        let deadline = self.stream.end_by.or_else(|| self.life.deadline());
+        self.timer.follow(deadline, cx);
         poll
-    }
-
-    /// Flushes what was written, then ends the stream's sending side (FIN;
-    /// a TLS stream sends its close_notify first).
-    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.unflushed {
-            match Pin::new(&mut self.stream).poll_flush(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(_) => self.unflushed = false,
-            }
-        }
-        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
     }
 
     /// Runs the keepalive sweep over this one connection when it is due.
@@ -258,5 +175,83 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             self.life.sweep(sweep);
         }
         timer.follow(Some(*due), cx);
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream<S> {
+    /// Flushes what was written, then ends the stream's sending side (FIN;
+    /// a TLS stream sends its close_notify first).
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.unflushed {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(_) => self.unflushed = false,
+            }
+        }
+        Pin::new(&mut self.io).poll_shutdown(cx).map(|_| ())
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Stream<S> {
+    fn progress(&mut self, cx: &mut Context<'_>) {
+        if self.shutting_down && self.poll_end(cx).is_ready() {
+            self.shutting_down = false;
+        }
+    }
+
+    fn writable(&self) -> bool {
+        !self.write_blocked
+    }
+
+    fn write(&mut self, cx: &mut Context<'_>, slices: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.unflushed = true;
+        match Pin::new(&mut self.io).poll_write_vectored(cx, slices) {
+            Poll::Ready(result) => result,
+            Poll::Pending => {
+                self.write_blocked = true;
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+        }
+    }
+
+    fn written(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if !self.unflushed {
+            return Ok(());
+        }
+        match Pin::new(&mut self.io).poll_flush(cx) {
+            Poll::Ready(result) => {
+                self.unflushed = false;
+                result
+            }
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    fn readable(&self) -> bool {
+        !self.read_done && !self.read_blocked
+    }
+
+    fn read(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, buf);
+        match &read {
+            Poll::Ready(Ok(0) | Err(_)) => self.read_done = true,
+            Poll::Ready(Ok(_)) => {}
+            Poll::Pending => self.read_blocked = true,
+        }
+        read
+    }
+
+    fn shut_down(&mut self, _: &mut Context<'_>) {
+        self.shutting_down = true;
+    }
+
+    /// The last bytes (a close frame) and a TLS close_notify get a bounded
+    /// while to go out: a stream may pass them on over a few polls (an h2
+    /// stream hands them to its connection's task), and one dropped with
+    /// them unsent resets and loses them. A peer that reads nothing holds
+    /// the task END_GRACE at most; an abort, not at all.
+    fn close(&mut self, cx: &mut Context<'_>, now: Instant, aborting: bool) -> bool {
+        let end_by = *self.end_by.get_or_insert(now + END_GRACE);
+        self.poll_end(cx).is_ready() || now >= end_by || aborting
     }
 }

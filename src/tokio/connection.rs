@@ -12,7 +12,8 @@
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
-use std::task::Context;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::BytesMut;
 
@@ -20,17 +21,13 @@ use crate::connection::conn::Conn;
 use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
 use crate::connection::keepalive::Sweep;
-use crate::connection::lifecycle::{Action, Env, Lifecycle};
+use crate::connection::lifecycle::{Env, Lifecycle};
 use crate::connection::upgrade::Upgraded;
 use crate::connection::wake::ConnWake;
-use crate::driver::read_buf;
 use crate::driver::timer::Timer;
-use crate::pool::BufferPool;
+use crate::driver::turn::{Transport, Turn, turn};
 
 use super::sys::recv_into_spare;
-
-/// Reads one connection may do in one turn before the others get theirs.
-const READS_PER_TURN: usize = 16;
 
 /// Whether the group keeps the connection after a turn.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,6 +43,8 @@ pub(crate) struct Connection<H: Handler> {
     // Declared first, so the socket is closed before the live guard in the
     // lifecycle is dropped: once `serve` sees no live connection, none is open.
     socket: Socket,
+    /// Borrowed from the pool only while there is something in it.
+    read_buf: BytesMut,
     /// On the lifecycle's deadline.
     timer: Timer,
     life: Lifecycle<H>,
@@ -64,11 +63,11 @@ impl<H: Handler> Connection<H> {
         Connection {
             socket: Socket {
                 stream,
-                read_buf: BytesMut::new(),
                 readable: false,
                 writable: false,
                 read_closed: false,
             },
+            read_buf: BytesMut::new(),
             timer: Timer::default(),
             life: Lifecycle::accept(peer, live, wake, env, now),
         }
@@ -89,11 +88,11 @@ impl<H: Handler> Connection<H> {
         Connection {
             socket: Socket {
                 stream,
-                read_buf: prefix,
                 readable: false,
                 writable: false,
                 read_closed: false,
             },
+            read_buf: prefix,
             timer: Timer::default(),
             life,
         }
@@ -103,9 +102,9 @@ impl<H: Handler> Connection<H> {
     /// client's `101`) to the lifecycle; the next turn writes what they
     /// caused.
     pub(crate) fn receive_pending(&mut self, env: &Env<H>) {
-        if !self.socket.read_buf.is_empty() {
+        if !self.read_buf.is_empty() {
             let now = std::time::Instant::now();
-            self.life.receive(&mut self.socket.read_buf, env, now);
+            self.life.receive(&mut self.read_buf, env, now);
         }
     }
 
@@ -120,57 +119,17 @@ impl<H: Handler> Connection<H> {
     }
 
     /// Does everything that can be done now: what the lifecycle asks for, as
-    /// far as the socket allows. `cx` carries the connection's own waker, for
-    /// its timer.
+    /// far as the socket allows (the shared [`turn`]). `cx` carries the
+    /// connection's own waker, for its timer.
     pub(crate) fn advance(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Progress {
-        let pool = &env.endpoint.pool;
-        let (socket, life) = (&mut self.socket, &mut self.life);
-        let mut reads = 0;
         // One clock read per turn: a turn is short, and deadlines are far
         // coarser than it.
-        let now = std::time::Instant::now();
-        let progress = loop {
-            match life.poll(env, now) {
-                Action::Close => break Progress::Done,
-                Action::ShutDown => {
-                    socket.end_tcp();
-                    continue;
-                }
-                Action::Write if socket.writable => {
-                    life.write_in_place(pool, |slices| socket.write(slices));
-                    continue;
-                }
-                // Nothing to write, or the socket takes nothing more until
-                // epoll says so: either way, read. Requests are read (and
-                // answered, ahead of queued pushes) while writes are blocked.
-                Action::Write | Action::Wait => {}
-            }
-            if life.holds_input() {
-                // The queue drained: what waited in the buffer goes first.
-                life.receive(&mut socket.read_buf, env, now);
-                continue;
-            }
-            if !life.wants_read() || !socket.readable {
-                break Progress::Pending;
-            }
-            if reads == READS_PER_TURN {
-                // More may be waiting; let the group's other connections go first.
-                cx.waker().wake_by_ref();
-                break Progress::Pending;
-            }
-            reads += 1;
-            let wanted = life.bytes_wanted(env);
-            match socket.read(wanted, pool, env.endpoint.config.read_buffer_size) {
-                Ok(0) => life.receive_eof(),
-                Ok(_) => life.receive(&mut socket.read_buf, env, now),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(error) => life.read_failed(&error),
-            }
+        let now = Instant::now();
+        let (socket, read_buf) = (&mut self.socket, &mut self.read_buf);
+        let progress = match turn(&mut self.life, socket, read_buf, cx, env, now) {
+            Turn::Pending => Progress::Pending,
+            Turn::Done => Progress::Done,
         };
-        if progress == Progress::Done {
-            self.socket.read_buf.clear();
-        }
-        read_buf::release(&mut self.socket.read_buf, pool);
         self.timer.follow(self.life.deadline(), cx);
         progress
     }
@@ -186,11 +145,9 @@ impl<H: Handler> Connection<H> {
     }
 }
 
-/// The TCP stream, what epoll last said about it, and the read buffer, which
-/// is borrowed from the pool only while there is something in it.
+/// The TCP stream and what epoll last said about it.
 struct Socket {
     stream: mio::net::TcpStream,
-    read_buf: BytesMut,
     /// Reads may find data: set by an epoll event, cleared by a read that
     /// found the kernel's queue empty (edge-triggered, so a later arrival
     /// brings a new event).
@@ -202,10 +159,14 @@ struct Socket {
     read_closed: bool,
 }
 
-impl Socket {
+impl Transport for Socket {
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
     /// One non-blocking `writev`; `WouldBlock` marks the socket not writable
     /// until the next event.
-    fn write(&mut self, slices: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    fn write(&mut self, _: &mut Context<'_>, slices: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let written = self.stream.write_vectored(slices);
         if matches!(&written, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             self.writable = false;
@@ -213,41 +174,42 @@ impl Socket {
         written
     }
 
+    fn readable(&self) -> bool {
+        self.readable
+    }
+
     /// Reads once into the pooled buffer, sized for the frame in progress.
     /// A read that leaves room in the buffer emptied the kernel's queue, so the
     /// socket counts as not readable until the next event: at one message per
     /// wake-up that saves a read that could only return EAGAIN.
-    fn read(
-        &mut self,
-        bytes_wanted: usize,
-        pool: &BufferPool,
-        read_size: usize,
-    ) -> io::Result<usize> {
-        read_buf::prepare(&mut self.read_buf, bytes_wanted, pool, read_size);
-        let room = self.read_buf.capacity() - self.read_buf.len();
+    fn read(&mut self, _: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+        let room = buf.capacity() - buf.len();
         loop {
-            match recv_into_spare(self.stream.as_fd(), &mut self.read_buf) {
+            match recv_into_spare(self.stream.as_fd(), buf) {
                 Ok(n) => {
                     if n < room && !self.read_closed {
                         self.readable = false;
                     }
-                    return Ok(n);
+                    return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    if e.kind() == io::ErrorKind::WouldBlock {
-                        self.readable = false;
-                    }
-                    return Err(e);
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return Poll::Pending;
                 }
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 
-    /// Sends FIN; the buffer's bytes are of no use any more.
-    fn end_tcp(&mut self) {
+    /// Sends FIN.
+    fn shut_down(&mut self, _: &mut Context<'_>) {
         let _ = self.stream.shutdown(Shutdown::Write);
-        self.read_buf.clear();
+    }
+
+    /// Dropping the socket closes it; the kernel sends what it holds.
+    fn close(&mut self, _: &mut Context<'_>, _: Instant, _: bool) -> bool {
+        true
     }
 }
 
@@ -280,7 +242,7 @@ mod tests {
         let life = size_of::<Lifecycle<Quiet>>();
         let connection = size_of::<Connection<Quiet>>();
         assert!(
-            connection <= life + size_of::<Socket>() + 8,
+            connection <= life + size_of::<Socket>() + size_of::<BytesMut>() + 8,
             "connection is {connection} bytes, its lifecycle {life}"
         );
     }
