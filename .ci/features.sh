@@ -24,7 +24,7 @@ done
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
 # and with io_uring.
-for extra in stream socket hyper axum http2 client client,socket client,rustls \
+for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring; do
     echo "features: [$extra]"
@@ -57,11 +57,15 @@ forbid() {
 }
 forbid uring tokio mio zlib-rs rustls
 forbid uring,pubsub tokio mio zlib-rs rustls
+# wss on io_uring: rustls, and still no tokio.
+forbid uring,rustls tokio tokio-util mio tokio-rustls
 forbid tokio io-uring zlib-rs rustls
 # The stream driver, and hyper's and axum's upgrades on it: no groups. tokio
 # itself uses mio, and h2 atomic-waker, so it is rapidws's own dependencies
 # (`DEPTH=1`) that must not name them: the groups' epoll is not compiled.
+# No build has tokio-rustls: the stream driver's TLS is rapidws's own.
 DEPTH=1 forbid stream mio atomic-waker io-uring zlib-rs rustls
 DEPTH=1 forbid axum,http2 mio atomic-waker io-uring
+forbid tokio,rustls,client,webpki-roots,axum,http2 tokio-rustls
 # The core: no runtime, no sockets, no TLS, whatever its features.
 PACKAGE=rapidws-core forbid deflate tokio mio io-uring socket2 rustls hyper

@@ -1,4 +1,4 @@
-//! wss for the client: rustls through tokio-rustls, with the caller's
+//! wss for the client: rustls (through `stream::tls`), with the caller's
 //! `ClientConfig` or one made from the web PKI roots (`webpki-roots`) or
 //! the platform's (`native-roots`). The server name (SNI and the
 //! certificate check) is the URL's host; ALPN offers `http/1.1`, the only
@@ -7,10 +7,11 @@
 use std::sync::{Arc, OnceLock};
 
 use rustls::ClientConfig;
+use rustls::ClientConnection;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
+
+use crate::stream::tls::TlsStream;
 
 use super::error::ConnectError;
 use super::url::Host;
@@ -72,7 +73,7 @@ pub(crate) async fn handshake<S>(
     config: Arc<ClientConfig>,
     host: &Host,
     stream: S,
-) -> Result<TlsStream<S>, ConnectError>
+) -> Result<TlsStream<S, ClientConnection>, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -85,8 +86,7 @@ where
         Host::V4(ip) => ServerName::IpAddress(std::net::IpAddr::V4(*ip).into()),
         Host::V6(ip) => ServerName::IpAddress(std::net::IpAddr::V6(*ip).into()),
     };
-    TlsConnector::from(config)
-        .connect(name, stream)
+    TlsStream::connect(config, name, stream)
         .await
         .map_err(|error| {
             // rustls's own errors (a certificate, a protocol violation) are

@@ -49,6 +49,8 @@
 //! ```
 
 mod connection;
+#[cfg(feature = "rustls")]
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -65,7 +65,7 @@ pub struct Server<H: ServerHandler> {
     endpoint: Arc<Endpoint>,
     /// Set by [`Server::tls`]: every connection is wss.
     #[cfg(feature = "rustls")]
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     /// Set by [`Server::also_plain`]: with TLS, plain ws on the same port.
     #[cfg(feature = "rustls")]
     also_plain: bool,
@@ -108,7 +108,7 @@ impl<H: ServerHandler> Server<H> {
     /// (With the `rustls` feature.)
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
-        self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        self.tls = Some(config);
         self
     }
 
@@ -177,11 +177,11 @@ impl<H: ServerHandler> Server<H> {
                         // Counted before it is handed over, so a shutdown waits for it.
                         let live = endpoint.enter();
                         #[cfg(feature = "rustls")]
-                        if let Some(acceptor) = &tls {
+                        if let Some(config) = &tls {
                             let stream = std::net::TcpStream::from(stream);
                             let plain = also_plain.then(|| groups.least_loaded().clone());
                             tokio::spawn(crate::tokio::tls::serve(
-                                acceptor.clone(),
+                                config.clone(),
                                 stream,
                                 peer,
                                 live,

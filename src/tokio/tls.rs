@@ -1,5 +1,5 @@
-//! wss on the tokio server: a TLS handshake (rustls, through tokio-rustls)
-//! in front of the stream driver. The handshake timeout covers the TLS
+//! wss on the tokio server: a TLS handshake (rustls, through
+//! `stream::tls`) in front of the stream driver. The handshake timeout covers the TLS
 //! handshake and the upgrade request together, counted from the accept; a
 //! peer that sends plain HTTP, garbage, or nothing gets its connection closed
 //! and a log line (at debug level: a public port sees scanners all day).
@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use tokio_rustls::TlsAcceptor;
 
 use crate::connection::endpoint::{Endpoint, LiveGuard, deadline_from};
 use crate::connection::handler::Handler;
 use crate::connection::lifecycle::Env;
+use crate::stream::tls::TlsStream;
 use crate::stream::{self, Start};
 use crate::tokio::group::{GroupShared, Incoming};
 
@@ -26,7 +26,7 @@ const TLS_HANDSHAKE: u8 = 0x16;
 
 /// Serves one accepted TCP connection as wss.
 pub(crate) async fn serve<H: Handler>(
-    acceptor: TlsAcceptor,
+    config: Arc<rustls::ServerConfig>,
     tcp: std::net::TcpStream,
     peer: SocketAddr,
     live: LiveGuard,
@@ -75,7 +75,8 @@ pub(crate) async fn serve<H: Handler>(
             }
         }
     }
-    let Some(handshake) = in_time(&env.endpoint, deadline, acceptor.accept(tcp)).await else {
+    let Some(handshake) = in_time(&env.endpoint, deadline, TlsStream::accept(config, tcp)).await
+    else {
         return;
     };
     let tls = match handshake {
