@@ -1,0 +1,144 @@
+//! What one idle wss connection's TLS session holds: a rustls
+//! `ServerConnection` after its handshake and a message each way, with
+//! nothing left to read or write, measured by counting the heap bytes that
+//! stay allocated (and its own size, which its owner holds inline).
+//!
+//!     cargo bench --bench tls_memory
+//!
+//! Each wss server here keeps one such session per connection (the stream
+//! driver's `TlsStream`, the io_uring driver's `Tls`), so this is the part
+//! of an idle wss connection's cost (BENCHMARKS.md, scenario 4) that rustls
+//! holds, whether or not bytes are in its buffers.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+
+/// Heap bytes allocated and not yet freed, by every thread (this program
+/// has one).
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter is an atomic, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn configs(tickets: usize) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert: CertificateDer<'static> = made.cert.der().clone();
+    let key = PrivatePkcs8KeyDer::from(made.signing_key.serialize_der());
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key))
+        .unwrap();
+    server.send_tls13_tickets = tickets;
+    let mut roots = RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (Arc::new(server), Arc::new(client))
+}
+
+/// Moves every record one side has to send to the other, and processes it.
+fn pass(
+    from: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+    to: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+) {
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire).unwrap();
+    }
+    let mut reader = &wire[..];
+    while !reader.is_empty() {
+        to.read_tls(&mut reader).unwrap();
+        to.process_new_packets().unwrap();
+    }
+}
+
+/// An idle server session after a handshake and `message` bytes each way:
+/// the heap bytes it holds.
+fn idle_session(
+    server_config: &Arc<ServerConfig>,
+    client_config: &Arc<ClientConfig>,
+    message: usize,
+) -> isize {
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut server = ServerConnection::new(server_config.clone()).unwrap();
+    while client.is_handshaking() || server.is_handshaking() {
+        pass(&mut client, &mut server);
+        pass(&mut server, &mut client);
+    }
+    let payload = vec![7u8; message];
+    client.writer().write_all(&payload).unwrap();
+    pass(&mut client, &mut server);
+    let mut got = vec![0u8; message];
+    server.reader().read_exact(&mut got).unwrap();
+    server.writer().write_all(&got).unwrap();
+    pass(&mut server, &mut client);
+    drop(got);
+    drop(payload);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(server);
+    held
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test` runs benches with no
+    // argument and expects them to end quickly.
+    println!(
+        "size_of::<rustls::ServerConnection>() = {} bytes (inline, in its owner)",
+        size_of::<ServerConnection>()
+    );
+    for tickets in [0, 2] {
+        let (server_config, client_config) = configs(tickets);
+        for message in [100, 16_000] {
+            let samples: Vec<isize> = (0..5)
+                .map(|_| idle_session(&server_config, &client_config, message))
+                .collect();
+            let mut sorted = samples.clone();
+            sorted.sort_unstable();
+            println!(
+                "TLS 1.3 tickets {tickets}, {message:>6}-byte message each way: heap held by the idle session, median {} bytes (of {:?})",
+                sorted[sorted.len() / 2],
+                samples
+            );
+        }
+    }
+}
