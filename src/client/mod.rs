@@ -497,9 +497,12 @@ impl<H: Handler> Client<H> {
                 Some(config) => config.clone(),
                 None => tls::default_config()?,
             };
-            let stream = timeout_at(deadline, tls::handshake(config, &url.host, stream))
-                .await
-                .map_err(|_| ConnectError::Timeout(Stage::Handshake))??;
+            let stream = timeout_at(
+                deadline,
+                tls::handshake(config, &url.host, stream, self.env.endpoint.pool.clone()),
+            )
+            .await
+            .map_err(|_| ConnectError::Timeout(Stage::Handshake))??;
             self.open(stream, peer, url, request, state, deadline).await
         }
 

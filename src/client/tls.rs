@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 
 use rustls::ClientConfig;
-use rustls::ClientConnection;
+use rustls::client::UnbufferedClientConnection;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -15,6 +15,7 @@ use crate::stream::tls::TlsStream;
 
 use super::error::ConnectError;
 use super::url::Host;
+use crate::pool::BufferPool;
 
 /// The config `Client::tls` keeps: the caller's, with ALPN set to
 /// `http/1.1`.
@@ -68,12 +69,14 @@ fn make_default() -> Result<Arc<ClientConfig>, &'static str> {
     Ok(with_alpn(&config))
 }
 
-/// Runs the TLS handshake with `host` over `stream`.
+/// Runs the TLS handshake with `host` over `stream`; the session's buffers
+/// come from `pool`.
 pub(crate) async fn handshake<S>(
     config: Arc<ClientConfig>,
     host: &Host,
     stream: S,
-) -> Result<TlsStream<S, ClientConnection>, ConnectError>
+    pool: Arc<BufferPool>,
+) -> Result<TlsStream<S, UnbufferedClientConnection>, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -86,7 +89,7 @@ where
         Host::V4(ip) => ServerName::IpAddress(std::net::IpAddr::V4(*ip).into()),
         Host::V6(ip) => ServerName::IpAddress(std::net::IpAddr::V6(*ip).into()),
     };
-    TlsStream::connect(config, name, stream)
+    TlsStream::connect(config, name, stream, pool)
         .await
         .map_err(|error| {
             // rustls's own errors (a certificate, a protocol violation) are

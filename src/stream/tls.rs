@@ -4,54 +4,144 @@
 //! tokio-rustls, so that TLS costs no runtime crate beyond what the stream
 //! driver already has, and io_uring users of `rustls` pull in no tokio.
 //!
-//! The session keeps rustls's buffers: records read but not yet decrypted,
-//! plaintext not yet read, records not yet written. Writes are bounded by
-//! them: a write is refused (`Pending`) while records from the last one are
-//! still waiting for the stream, so plaintext never piles up in the
-//! session beyond one write's worth.
+//! It uses rustls's unbuffered API, in which the caller lends the buffers:
+//! records read and not yet processed (a partial record), records waiting
+//! to be written, and plaintext decrypted and not yet read are each a
+//! buffer from the server's pool, taken while bytes are in it and given
+//! back when it empties. An idle connection holds none of them, as a plain
+//! one holds no read buffer; what is left is the session's own state (its
+//! keys and handshake state). rustls's buffered API keeps its buffers'
+//! capacity for the connection's life (`cargo bench --bench tls_memory`).
+//!
+//! Writes are bounded: a write is refused (`Pending`) while records from the
+//! last one still wait for the stream, so ciphertext never piles up beyond
+//! one write's worth (`MAX_WRITE`).
 //!
 //! The peer's TCP end without a `close_notify` reads as an end, as a clean
 //! one does: WebSocket's own close handshake is what says a connection
 //! ended whole (a truncated one is reported 1006 either way), and most
 //! clients do not send the alert.
 
-use std::io::{self, Read, Write};
+use std::io;
+use std::mem;
 use std::ops::DerefMut;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::{Buf, BufMut, BytesMut};
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedConnectionCommon,
+    UnbufferedStatus,
+};
+use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// A stream `S` carrying a TLS session `C` (a `ServerConnection` or a
-/// `ClientConnection`), after the handshake.
+use crate::pool::BufferPool;
+
+/// Plaintext one write encrypts at most (four full records).
+const MAX_WRITE: usize = 64 * 1024;
+
+/// A record's bytes beyond its plaintext, at most: the header (5), TLS
+/// 1.2's explicit nonce (8) or TLS 1.3's content type (1), and the AEAD tag
+/// (16). Only a first guess at the room to lend: rustls says what it needs
+/// when it is more.
+const RECORD_OVERHEAD: usize = 32;
+
+/// Plaintext in one record at most.
+const MAX_RECORD: usize = 16 * 1024;
+
+/// Room taken for a read of records: a whole record and its header.
+const READ_SIZE: usize = MAX_RECORD + 256;
+
+/// A rustls session of either side, as [`TlsStream`] drives it.
+pub(crate) trait Session:
+    DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin
+{
+    type Data;
+
+    /// Processes the records in `incoming` up to the session's next state.
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
+}
+
+impl Session for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+impl Session for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ClientConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+/// A stream `S` carrying a TLS session `C` (a server's or a client's),
+/// after the handshake.
 pub(crate) struct TlsStream<S, C> {
     io: S,
     session: C,
-    /// Plaintext bytes the session holds, ready to read (from the last
-    /// `process_new_packets`, less what was read since).
-    plaintext: usize,
+    pool: Arc<BufferPool>,
+    /// Records read from the stream and not processed yet (the start of
+    /// one that has not all come). Pooled; empty (no capacity) when idle.
+    incoming: BytesMut,
+    /// Records waiting to be written to the stream. Pooled, as `incoming`.
+    outgoing: BytesMut,
+    /// Plaintext decrypted and not yet read. Pooled, as `incoming`.
+    plain: BytesMut,
     /// The peer sent its `close_notify`, or the stream ended: nothing more
-    /// will be read once `plaintext` is.
+    /// will be read once `plain` is.
     read_ended: bool,
+    /// `poll_shutdown` asked for our `close_notify`, not queued yet.
+    close_wanted: bool,
     /// Our `close_notify` is queued.
     closing: bool,
 }
 
-impl<S> TlsStream<S, ServerConnection>
+/// Where processing the records read so far left the session.
+#[derive(Debug, PartialEq, Eq)]
+enum Need {
+    /// More records from the peer (the handshake waits for them).
+    Records,
+    /// Nothing: application data may be written, and more records read.
+    Nothing,
+    /// Both sides sent `close_notify`.
+    Closed,
+}
+
+impl<S> TlsStream<S, UnbufferedServerConnection>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    /// The server's side of a handshake over `io`.
-    pub(crate) async fn accept(config: Arc<ServerConfig>, io: S) -> io::Result<Self> {
-        let session = ServerConnection::new(config).map_err(tls_error)?;
-        TlsStream::new(io, session).handshake().await
+    /// The server's side of a handshake over `io`; its buffers come from
+    /// `pool`.
+    pub(crate) async fn accept(
+        config: Arc<ServerConfig>,
+        io: S,
+        pool: Arc<BufferPool>,
+    ) -> io::Result<Self> {
+        let session = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        TlsStream::new(io, session, pool).handshake().await
     }
 }
 
-impl<S> TlsStream<S, ClientConnection>
+impl<S> TlsStream<S, UnbufferedClientConnection>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -62,23 +152,28 @@ where
         config: Arc<ClientConfig>,
         name: ServerName<'static>,
         io: S,
+        pool: Arc<BufferPool>,
     ) -> io::Result<Self> {
-        let session = ClientConnection::new(config, name).map_err(tls_error)?;
-        TlsStream::new(io, session).handshake().await
+        let session = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
+        TlsStream::new(io, session, pool).handshake().await
     }
 }
 
-impl<S, C, D> TlsStream<S, C>
+impl<S, C> TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    C: Session,
 {
-    fn new(io: S, session: C) -> Self {
+    fn new(io: S, session: C, pool: Arc<BufferPool>) -> Self {
         TlsStream {
             io,
             session,
-            plaintext: 0,
+            pool,
+            incoming: BytesMut::new(),
+            outgoing: BytesMut::new(),
+            plain: BytesMut::new(),
             read_ended: false,
+            close_wanted: false,
             closing: false,
         }
     }
@@ -88,17 +183,31 @@ where
         Ok(self)
     }
 
-    /// Writes and reads records until the session is established, then
-    /// writes out what it still has to say (a client's Finished, a TLS 1.3
-    /// server's tickets). A failure to write those is not the handshake's:
-    /// a peer that sent its data and left at once is still read, and the
-    /// next write reports the failure.
+    /// Processes, writes and reads records until the session is
+    /// established, then writes out what it still has to say (a client's
+    /// Finished, a TLS 1.3 server's tickets). A failure to write those is
+    /// not the handshake's: a peer that sent its data and left at once is
+    /// still read, and the next write reports the failure.
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.session.is_handshaking() {
-            ready!(self.poll_write_records(cx))?;
-            if !self.session.is_handshaking() {
+        loop {
+            let need = match self.process(None) {
+                Ok((need, _)) => need,
+                Err(error) => {
+                    // The alert saying why goes out if the stream takes it.
+                    let _ = self.poll_write_records(cx);
+                    return Poll::Ready(Err(error));
+                }
+            };
+            if need == Need::Closed {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the TLS session during its handshake",
+                )));
+            }
+            if need == Need::Nothing && !self.session.is_handshaking() {
                 break;
             }
+            ready!(self.poll_write_records(cx))?;
             if ready!(self.poll_read_records(cx))? == 0 {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -112,56 +221,228 @@ where
         Poll::Ready(Ok(()))
     }
 
-    /// Writes the session's records to the stream until none is left
-    /// (`Ready`) or the stream takes no more (`Pending`).
-    fn poll_write_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.session.wants_write() {
-            let mut io = Blocking {
-                io: &mut self.io,
-                cx,
+    /// Processes the records read so far: plaintext into `plain`, the
+    /// session's own records (handshake, alerts, key updates) into
+    /// `outgoing`, and `data` (if any, once application data may be sent)
+    /// encrypted into `outgoing` too. Returns what the session needs next
+    /// and how much of `data` it took (all of it, or none).
+    fn process(&mut self, mut data: Option<&[u8]>) -> io::Result<(Need, usize)> {
+        let TlsStream {
+            session,
+            pool,
+            incoming,
+            outgoing,
+            plain,
+            read_ended,
+            close_wanted,
+            closing,
+            ..
+        } = self;
+        let mut taken = 0;
+        loop {
+            let UnbufferedStatus { mut discard, state } = session.process(&mut incoming[..]);
+            let state = match state {
+                Ok(state) => state,
+                Err(error) => {
+                    release(incoming, discard, pool);
+                    // The session queued an alert saying why: it goes out
+                    // with whatever else is waiting, if the stream takes it.
+                    queue_alerts(session, incoming, outgoing, pool);
+                    return Err(tls_error(error));
+                }
             };
-            match self.session.write_tls(&mut io) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(_) => {}
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-                Err(error) => return Poll::Ready(Err(error)),
+            let need = match state {
+                ConnectionState::ReadTraffic(mut records) => {
+                    while let Some(record) = records.next_record() {
+                        let record = record.map_err(tls_error)?;
+                        discard += record.discard;
+                        if plain.capacity() == 0 {
+                            *plain = pool.take(record.payload.len());
+                        }
+                        plain.extend_from_slice(record.payload);
+                    }
+                    None
+                }
+                ConnectionState::PeerClosed => {
+                    *read_ended = true;
+                    None
+                }
+                ConnectionState::Closed => Some(Need::Closed),
+                ConnectionState::EncodeTlsData(mut encode) => {
+                    lend(outgoing, pool, 512, |room| encoded(encode.encode(room)))?;
+                    None
+                }
+                // What was encoded is in `outgoing`, which the stream gets
+                // before anything that comes after it.
+                ConnectionState::TransmitTlsData(transmit) => {
+                    transmit.done();
+                    None
+                }
+                ConnectionState::BlockedHandshake => Some(Need::Records),
+                ConnectionState::WriteTraffic(mut write) => {
+                    if let Some(data) = data.take() {
+                        let records = data.len().div_ceil(MAX_RECORD);
+                        let guess = data.len() + records * RECORD_OVERHEAD;
+                        lend(outgoing, pool, guess, |room| {
+                            encrypt(write.encrypt(data, room))
+                        })?;
+                        taken = data.len();
+                    }
+                    if *close_wanted {
+                        lend(outgoing, pool, 64, |room| {
+                            encrypt(write.queue_close_notify(room))
+                        })?;
+                        *close_wanted = false;
+                        *closing = true;
+                    }
+                    Some(Need::Nothing)
+                }
+                // Early data (a server takes none unless its config asks
+                // for it, and ours do not), or a state of a later rustls.
+                _ => {
+                    return Err(io::Error::other("an unexpected TLS session state"));
+                }
+            };
+            release(incoming, discard, pool);
+            if let Some(need) = need {
+                return Ok((need, taken));
             }
         }
+    }
+
+    /// Writes `outgoing` to the stream until it is empty (`Ready`, and the
+    /// buffer goes back to the pool) or the stream takes no more.
+    fn poll_write_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.outgoing.is_empty() {
+            let written = ready!(Pin::new(&mut self.io).poll_write(cx, &self.outgoing))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.outgoing.advance(written);
+        }
+        give_back(&mut self.outgoing, &self.pool);
         Poll::Ready(Ok(()))
     }
 
-    /// Reads records from the stream once and processes them: how many
-    /// bytes came (0: the stream ended).
+    /// Reads records from the stream once, into `incoming`: how many bytes
+    /// came (0: the stream ended).
     fn poll_read_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let mut io = Blocking {
-            io: &mut self.io,
-            cx,
-        };
-        let read = match self.session.read_tls(&mut io) {
-            Ok(read) => read,
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-            Err(error) => return Poll::Ready(Err(error)),
-        };
-        match self.session.process_new_packets() {
-            Ok(state) => {
-                self.plaintext = state.plaintext_bytes_to_read();
-                self.read_ended |= read == 0 || state.peer_has_closed();
-                Poll::Ready(Ok(read))
-            }
-            Err(error) => {
-                // The session queued an alert saying why: it goes out if
-                // the stream takes it now.
-                let _ = self.poll_write_records(cx);
-                Poll::Ready(Err(tls_error(error)))
-            }
+        if self.incoming.capacity() == 0 {
+            self.incoming = self.pool.take(READ_SIZE);
+        } else if self.incoming.capacity() - self.incoming.len() < READ_SIZE / 4 {
+            self.incoming.reserve(READ_SIZE);
         }
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.incoming);
+        if self.incoming.is_empty() {
+            give_back(&mut self.incoming, &self.pool);
+        }
+        read
     }
 }
 
-impl<S, C, D> AsyncRead for TlsStream<S, C>
+/// Encodes the alert a failed session queued into `outgoing`. One call:
+/// the session hands out what it queued before it looks at the records
+/// again, and a second look would fail on them again. The records not
+/// processed are passed as they are: the session keeps positions in them.
+fn queue_alerts<C: Session>(
+    session: &mut C,
+    incoming: &mut BytesMut,
+    outgoing: &mut BytesMut,
+    pool: &BufferPool,
+) {
+    let status = session.process(&mut incoming[..]);
+    if let Ok(ConnectionState::EncodeTlsData(mut encode)) = status.state {
+        let _ = lend(outgoing, pool, 64, |room| encoded(encode.encode(room)));
+    }
+}
+
+/// Why `lend`'s filler wrote nothing.
+enum Unlent {
+    /// It needs this much room.
+    Room(usize),
+    /// It cannot write at all.
+    Failed(&'static str),
+}
+
+/// Lends `out`'s spare room to `fill` (at least `room` bytes, more if
+/// `fill` asks for more), keeping what it wrote.
+fn lend(
+    out: &mut BytesMut,
+    pool: &BufferPool,
+    mut room: usize,
+    mut fill: impl FnMut(&mut [u8]) -> Result<usize, Unlent>,
+) -> io::Result<()> {
+    for _ in 0..4 {
+        if out.capacity() == 0 {
+            *out = pool.take(room);
+        }
+        let start = out.len();
+        out.resize(start + room, 0);
+        match fill(&mut out[start..]) {
+            Ok(written) => {
+                out.truncate(start + written);
+                return Ok(());
+            }
+            Err(Unlent::Room(needed)) => {
+                out.truncate(start);
+                room = needed;
+            }
+            Err(Unlent::Failed(why)) => {
+                out.truncate(start);
+                return Err(io::Error::other(why));
+            }
+        }
+    }
+    Err(io::Error::other(
+        "the TLS session kept asking for more room",
+    ))
+}
+
+/// An encoding's result as `lend` takes it.
+fn encoded(result: Result<usize, EncodeError>) -> Result<usize, Unlent> {
+    match result {
+        Ok(written) => Ok(written),
+        Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
+            Err(Unlent::Room(required_size))
+        }
+        // Encoded before: nothing more to write.
+        Err(_) => Ok(0),
+    }
+}
+
+/// An encryption's result as `lend` takes it.
+fn encrypt(result: Result<usize, EncryptError>) -> Result<usize, Unlent> {
+    match result {
+        Ok(written) => Ok(written),
+        Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size })) => {
+            Err(Unlent::Room(required_size))
+        }
+        // The keys may encrypt no more (rustls refreshes TLS 1.3 keys long
+        // before; a TLS 1.2 session this old is closed).
+        Err(_) => Err(Unlent::Failed("the TLS session's keys are exhausted")),
+    }
+}
+
+/// Drops the first `discard` bytes of `incoming`, and gives the buffer back
+/// to the pool once it is empty.
+fn release(incoming: &mut BytesMut, discard: usize, pool: &BufferPool) {
+    incoming.advance(discard);
+    if incoming.is_empty() {
+        give_back(incoming, pool);
+    }
+}
+
+/// Gives an empty buffer's capacity back to the pool.
+fn give_back(buf: &mut BytesMut, pool: &BufferPool) {
+    if buf.capacity() > 0 {
+        pool.give(mem::take(buf));
+    }
+}
+
+impl<S, C> AsyncRead for TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    C: Session,
 {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -170,34 +451,45 @@ where
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            if this.plaintext > 0 && buf.remaining() > 0 {
-                // Only what is there is initialized: a read buffer's spare
-                // room is not zeroed at every read.
-                let wanted = this.plaintext.min(buf.remaining());
-                let read = this
-                    .session
-                    .reader()
-                    .read(buf.initialize_unfilled_to(wanted))?;
-                buf.advance(read);
-                this.plaintext -= read;
+            if !this.plain.is_empty() && buf.remaining() > 0 {
+                let n = this.plain.len().min(buf.remaining());
+                buf.put_slice(&this.plain[..n]);
+                this.plain.advance(n);
+                if this.plain.is_empty() {
+                    give_back(&mut this.plain, &this.pool);
+                }
                 return Poll::Ready(Ok(()));
             }
             if this.read_ended || buf.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
+            match this.process(None) {
+                Ok((Need::Closed, _)) => this.read_ended = true,
+                Ok(_) => {}
+                Err(error) => {
+                    // The alert saying why goes out if the stream takes it.
+                    let _ = this.poll_write_records(cx);
+                    return Poll::Ready(Err(error));
+                }
+            }
+            if !this.plain.is_empty() || this.read_ended {
+                continue;
+            }
             // Whatever the session has to send (a key update's answer)
             // goes first, as far as the stream takes it; a failure there is
             // the next write's to report, and what was sent is still read.
             let _ = this.poll_write_records(cx);
-            ready!(this.poll_read_records(cx))?;
+            if ready!(this.poll_read_records(cx))? == 0 {
+                this.read_ended = true;
+            }
         }
     }
 }
 
-impl<S, C, D> AsyncWrite for TlsStream<S, C>
+impl<S, C> AsyncWrite for TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    C: Session,
 {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -216,11 +508,41 @@ where
         // The last write's records go first: no more plaintext is taken
         // while they wait for the stream.
         ready!(this.poll_write_records(cx))?;
-        let taken = this.session.writer().write_vectored(bufs)?;
-        if let Poll::Ready(Err(error)) = this.poll_write_records(cx) {
-            return Poll::Ready(Err(error));
+        let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(MAX_WRITE);
+        if total == 0 {
+            return Poll::Ready(Ok(0));
         }
-        Poll::Ready(Ok(taken))
+        // One slice is encrypted where it is; several are gathered first,
+        // so that a frame's header and payload share a record.
+        let first = bufs.iter().find(|b| !b.is_empty()).map_or(0, |b| b.len());
+        let taken = if first >= total {
+            let data = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..total]);
+            this.process(Some(data))?
+        } else {
+            let mut staged = this.pool.take(total);
+            for slice in bufs {
+                let room = total - staged.len();
+                staged.put_slice(&slice[..slice.len().min(room)]);
+            }
+            let taken = this.process(Some(&staged));
+            this.pool.give(staged);
+            taken?
+        };
+        match taken {
+            (_, 0) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the TLS session takes no more application data",
+            ))),
+            (_, taken) => {
+                if let Poll::Ready(Err(error)) = this.poll_write_records(cx) {
+                    return Poll::Ready(Err(error));
+                }
+                Poll::Ready(Ok(taken))
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -229,7 +551,6 @@ where
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        this.session.writer().flush()?;
         ready!(this.poll_write_records(cx))?;
         Pin::new(&mut this.io).poll_flush(cx)
     }
@@ -238,8 +559,11 @@ where
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.closing {
-            this.session.send_close_notify();
+            this.close_wanted = true;
+            this.process(None)?;
+            // A session that cannot send it (closed already) ends without.
             this.closing = true;
+            this.close_wanted = false;
         }
         ready!(this.poll_write_records(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
@@ -250,47 +574,6 @@ where
 /// two apart with `get_ref().downcast_ref::<rustls::Error>()`).
 fn tls_error(error: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
-}
-
-/// The stream as the blocking `Read` and `Write` that rustls's record I/O
-/// takes: `Pending` becomes `WouldBlock`, with the task's waker registered.
-struct Blocking<'a, 'b, S> {
-    io: &'a mut S,
-    cx: &'a mut Context<'b>,
-}
-
-impl<S: AsyncRead + Unpin> Read for Blocking<'_, '_, S> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut buf = ReadBuf::new(buf);
-        match Pin::new(&mut *self.io).poll_read(self.cx, &mut buf) {
-            Poll::Ready(Ok(())) => Ok(buf.filled().len()),
-            Poll::Ready(Err(error)) => Err(error),
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> Write for Blocking<'_, '_, S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match Pin::new(&mut *self.io).poll_write(self.cx, buf) {
-            Poll::Ready(result) => result,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match Pin::new(&mut *self.io).poll_write_vectored(self.cx, bufs) {
-            Poll::Ready(result) => result,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match Pin::new(&mut *self.io).poll_flush(self.cx) {
-            Poll::Ready(result) => result,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -306,6 +589,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
 
     use super::TlsStream;
+    use crate::pool::BufferPool;
 
     /// A small pipe: a megabyte crosses it in hundreds of waits.
     const PIPE: usize = 4096;
@@ -329,6 +613,10 @@ mod tests {
             .with_root_certificates(roots)
             .with_no_client_auth();
         (Arc::new(server), Arc::new(client))
+    }
+
+    fn pool() -> Arc<BufferPool> {
+        Arc::new(BufferPool::default())
     }
 
     fn localhost() -> ServerName<'static> {
@@ -363,9 +651,21 @@ mod tests {
             tls.read_to_end(&mut rest).await.unwrap();
             assert!(rest.is_empty());
         });
-        let mut tls = TlsStream::accept(server_config, near).await.unwrap();
+        let mut tls = TlsStream::accept(server_config, near, pool())
+            .await
+            .unwrap();
         let got = read_all(&mut tls, 1 << 20).await;
         assert_eq!(got, payload(1 << 20));
+        // Everything read and written: the stream holds no buffer of its
+        // own, as an idle connection must not.
+        assert_eq!(
+            (
+                tls.incoming.capacity(),
+                tls.outgoing.capacity(),
+                tls.plain.capacity()
+            ),
+            (0, 0, 0)
+        );
         // Vectored writes, as the stream driver makes them.
         let (a, b) = got.split_at(1000);
         let mut written = 0;
@@ -399,7 +699,7 @@ mod tests {
             tls.write_all(&got).await.unwrap();
             tls.shutdown().await.unwrap();
         });
-        let mut tls = TlsStream::connect(client_config, localhost(), near)
+        let mut tls = TlsStream::connect(client_config, localhost(), near, pool())
             .await
             .unwrap();
         let sent = payload(1 << 20);
@@ -426,7 +726,9 @@ mod tests {
             tls.flush().await.unwrap();
             // Dropped: the pipe ends with no alert.
         });
-        let mut tls = TlsStream::accept(server_config, near).await.unwrap();
+        let mut tls = TlsStream::accept(server_config, near, pool())
+            .await
+            .unwrap();
         peer.await.unwrap();
         let mut got = Vec::new();
         tls.read_to_end(&mut got).await.unwrap();
@@ -442,7 +744,7 @@ mod tests {
         far.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
-        let error = match TlsStream::accept(server_config, near).await {
+        let error = match TlsStream::accept(server_config, near, pool()).await {
             Ok(_) => panic!("a handshake with plain HTTP succeeded"),
             Err(error) => error,
         };
@@ -459,7 +761,7 @@ mod tests {
         let (server_config, _) = configs();
         let (near, far): (DuplexStream, DuplexStream) = duplex(PIPE);
         drop(far);
-        let error = match TlsStream::accept(server_config, near).await {
+        let error = match TlsStream::accept(server_config, near, pool()).await {
             Ok(_) => panic!("a handshake with nobody succeeded"),
             Err(error) => error,
         };

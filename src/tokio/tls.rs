@@ -75,7 +75,12 @@ pub(crate) async fn serve<H: Handler>(
             }
         }
     }
-    let Some(handshake) = in_time(&env.endpoint, deadline, TlsStream::accept(config, tcp)).await
+    let Some(handshake) = in_time(
+        &env.endpoint,
+        deadline,
+        TlsStream::accept(config, tcp, env.endpoint.pool.clone()),
+    )
+    .await
     else {
         return;
     };
