@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
 
 /// Heap bytes allocated and not yet freed, by every thread (this program
@@ -98,8 +100,10 @@ fn idle_session(
     message: usize,
 ) -> isize {
     let name = ServerName::try_from("localhost").unwrap();
-    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
     let before = LIVE.load(Ordering::Relaxed);
+    // The client is made (and dropped) within the count: what stays is
+    // the server's alone.
+    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
     let mut server = ServerConnection::new(server_config.clone()).unwrap();
     while client.is_handshaking() || server.is_handshaking() {
         pass(&mut client, &mut server);
@@ -112,8 +116,96 @@ fn idle_session(
     server.reader().read_exact(&mut got).unwrap();
     server.writer().write_all(&got).unwrap();
     pass(&mut server, &mut client);
-    drop(got);
-    drop(payload);
+    drop((got, payload, client));
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(server);
+    held
+}
+
+/// The same with rustls's unbuffered API on the server's side, as
+/// rapidws's `stream/tls.rs` drives it: the buffers are the caller's, so
+/// what is counted is the session's own state alone (the caller's buffers
+/// are dropped before counting, as rapidws gives them back to its pool).
+fn idle_unbuffered_session(
+    server_config: &Arc<ServerConfig>,
+    client_config: &Arc<ClientConfig>,
+    message: usize,
+) -> isize {
+    let name = ServerName::try_from("localhost").unwrap();
+    let before = LIVE.load(Ordering::Relaxed);
+    // The client is made (and dropped) within the count: what stays is
+    // the server's alone.
+    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
+    let mut server = UnbufferedServerConnection::new(server_config.clone()).unwrap();
+    let mut incoming: Vec<u8> = Vec::new();
+    let mut outgoing: Vec<u8> = Vec::new();
+    let mut received: Vec<u8> = Vec::new();
+    let payload = vec![7u8; message];
+    let mut echoed = false;
+    for _ in 0..64 {
+        // The client's records to the server.
+        while client.wants_write() {
+            client.write_tls(&mut incoming).unwrap();
+        }
+        // The server processes what it has, until it waits.
+        loop {
+            let status = server.process_tls_records(&mut incoming);
+            let discard = status.discard;
+            let mut done = false;
+            match status.state.unwrap() {
+                ConnectionState::ReadTraffic(mut records) => {
+                    while let Some(record) = records.next_record() {
+                        received.extend_from_slice(record.unwrap().payload);
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut encode) => {
+                    let mut room = vec![0u8; 1 << 15];
+                    let n = match encode.encode(&mut room) {
+                        Ok(n) => n,
+                        Err(EncodeError::InsufficientSize(_)) => panic!("more room"),
+                        Err(_) => 0,
+                    };
+                    outgoing.extend_from_slice(&room[..n]);
+                }
+                ConnectionState::TransmitTlsData(transmit) => transmit.done(),
+                ConnectionState::WriteTraffic(mut write) => {
+                    if received.len() >= message && !echoed {
+                        let mut room = vec![0u8; message + 1024];
+                        let n = match write.encrypt(&received[..message], &mut room) {
+                            Ok(n) => n,
+                            Err(EncryptError::InsufficientSize(_)) => panic!("more room"),
+                            Err(error) => panic!("{error}"),
+                        };
+                        outgoing.extend_from_slice(&room[..n]);
+                        echoed = true;
+                    }
+                    done = true;
+                }
+                _ => done = true,
+            }
+            incoming.drain(..discard);
+            if done {
+                break;
+            }
+        }
+        // The server's records to the client.
+        let mut reader = &outgoing[..];
+        while !reader.is_empty() {
+            client.read_tls(&mut reader).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        outgoing.clear();
+        if !client.is_handshaking() && !server.is_handshaking() && received.is_empty() {
+            client.writer().write_all(&payload).unwrap();
+        }
+        if echoed {
+            let mut got = vec![0u8; message];
+            client.reader().read_exact(&mut got).unwrap();
+            break;
+        }
+    }
+    assert!(echoed, "the message went both ways");
+    drop((incoming, outgoing, received, payload, client));
     let held = LIVE.load(Ordering::Relaxed) - before;
     drop(server);
     held
@@ -126,19 +218,30 @@ fn main() {
         "size_of::<rustls::ServerConnection>() = {} bytes (inline, in its owner)",
         size_of::<ServerConnection>()
     );
-    for tickets in [0, 2] {
-        let (server_config, client_config) = configs(tickets);
-        for message in [100, 16_000] {
-            let samples: Vec<isize> = (0..5)
-                .map(|_| idle_session(&server_config, &client_config, message))
-                .collect();
-            let mut sorted = samples.clone();
-            sorted.sort_unstable();
-            println!(
-                "TLS 1.3 tickets {tickets}, {message:>6}-byte message each way: heap held by the idle session, median {} bytes (of {:?})",
-                sorted[sorted.len() / 2],
-                samples
-            );
+    println!(
+        "size_of::<rustls::server::UnbufferedServerConnection>() = {} bytes (inline)",
+        size_of::<UnbufferedServerConnection>()
+    );
+    type Measure = fn(&Arc<ServerConfig>, &Arc<ClientConfig>, usize) -> isize;
+    let apis: [(&str, Measure); 2] = [
+        ("buffered", idle_session),
+        ("unbuffered", idle_unbuffered_session),
+    ];
+    for (api, measure) in apis {
+        for tickets in [0, 2] {
+            let (server_config, client_config) = configs(tickets);
+            for message in [100, 16_000] {
+                let samples: Vec<isize> = (0..5)
+                    .map(|_| measure(&server_config, &client_config, message))
+                    .collect();
+                let mut sorted = samples.clone();
+                sorted.sort_unstable();
+                println!(
+                    "{api:>10}: TLS 1.3 tickets {tickets}, {message:>6}-byte message each way: heap held by the idle session, median {} bytes (of {:?})",
+                    sorted[sorted.len() / 2],
+                    samples
+                );
+            }
         }
     }
 }
