@@ -11,12 +11,14 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rapidws::DeflateConfig;
 use rapidws_core::handshake::negotiate;
-use rapidws_core::handshake::{self, ClientHandshakeError, ClientRequest, accept_key, parse_extensions};
+use rapidws_core::handshake::{
+    self, ClientHandshakeError, ClientRequest, accept_key, parse_extensions,
+};
 use rapidws_core::pool::BufferPool;
-use rapidws_core::proto::parse_close_payload;
+use rapidws_core::proto::apply_mask;
 use rapidws_core::proto::deflate::{Compressor, DeflateParams, InflateFailure, Inflater};
 use rapidws_core::proto::frame::{DecodeRules, MAX_HEADER_LEN, RSV1, decode_header, encode_header};
-use rapidws_core::proto::apply_mask;
+use rapidws_core::proto::parse_close_payload;
 use rapidws_core::proto::{Event, Limits, Message, OpCode, Role, Session, WriteQueue};
 
 /// Small limits, so that the 1009 paths are within a fuzzer's reach.

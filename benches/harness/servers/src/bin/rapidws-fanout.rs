@@ -5,7 +5,7 @@
 
 use clap::{Parser, ValueEnum};
 use rapidws::pubsub::PubSub;
-use rapidws::{Accept, Config, Conn, Handler, ServerHandler, Message, Reject, Request};
+use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -15,7 +15,6 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Backend::Tokio)]
     backend: Backend,
 }
-
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Backend {
