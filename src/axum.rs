@@ -361,7 +361,7 @@ impl WebSocketUpgrade {
     }
 
     /// Upgrades, and serves the connection through `server` (its
-    /// [`Handler`], its config but for what this builder changed). The
+    /// [`Handler`](crate::Handler), its config but for what this builder changed). The
     /// handler's `on_upgrade` decides as it does on the standalone server;
     /// its `Accept` starts with the subprotocol chosen from
     /// [`protocols`](WebSocketUpgrade::protocols).

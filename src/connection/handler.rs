@@ -232,7 +232,7 @@ impl Accept {
     }
 }
 
-/// The answer to a plain HTTP request ([`Handler::on_http`]): a status, a
+/// The answer to a plain HTTP request ([`ServerHandler::on_http`]): a status, a
 /// content type and a body, sent with `Content-Length` and
 /// `Connection: close`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The driver for any async byte stream: TLS (wss), a Unix socket, an
-//! in-memory pipe, and later hyper's upgraded IO. The same [`Handler`],
+//! in-memory pipe, and later hyper's upgraded IO. The same [`Handler`](crate::Handler),
 //! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
 //! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
 //! one tokio task per connection.
