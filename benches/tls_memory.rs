@@ -92,6 +92,16 @@ fn pass(
     }
 }
 
+/// The heap bytes that `run` leaves allocated in what it returns: counted
+/// while that is alive, everything else `run` made having been dropped.
+fn heap_kept<T>(run: impl FnOnce() -> T) -> isize {
+    let before = LIVE.load(Ordering::Relaxed);
+    let kept = run();
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(kept);
+    held
+}
+
 /// An idle server session after a handshake and `message` bytes each way:
 /// the heap bytes it holds.
 fn idle_session(
@@ -100,26 +110,25 @@ fn idle_session(
     message: usize,
 ) -> isize {
     let name = ServerName::try_from("localhost").unwrap();
-    let before = LIVE.load(Ordering::Relaxed);
     // The client is made (and dropped) within the count: what stays is
     // the server's alone.
-    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
-    let mut server = ServerConnection::new(server_config.clone()).unwrap();
-    while client.is_handshaking() || server.is_handshaking() {
+    heap_kept(|| {
+        let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
+        let mut server = ServerConnection::new(server_config.clone()).unwrap();
+        while client.is_handshaking() || server.is_handshaking() {
+            pass(&mut client, &mut server);
+            pass(&mut server, &mut client);
+        }
+        let payload = vec![7u8; message];
+        client.writer().write_all(&payload).unwrap();
         pass(&mut client, &mut server);
+        let mut got = vec![0u8; message];
+        server.reader().read_exact(&mut got).unwrap();
+        server.writer().write_all(&got).unwrap();
         pass(&mut server, &mut client);
-    }
-    let payload = vec![7u8; message];
-    client.writer().write_all(&payload).unwrap();
-    pass(&mut client, &mut server);
-    let mut got = vec![0u8; message];
-    server.reader().read_exact(&mut got).unwrap();
-    server.writer().write_all(&got).unwrap();
-    pass(&mut server, &mut client);
-    drop((got, payload, client));
-    let held = LIVE.load(Ordering::Relaxed) - before;
-    drop(server);
-    held
+        drop((got, payload, client));
+        server
+    })
 }
 
 /// The same with rustls's unbuffered API on the server's side, as
@@ -132,83 +141,81 @@ fn idle_unbuffered_session(
     message: usize,
 ) -> isize {
     let name = ServerName::try_from("localhost").unwrap();
-    let before = LIVE.load(Ordering::Relaxed);
-    // The client is made (and dropped) within the count: what stays is
-    // the server's alone.
-    let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
-    let mut server = UnbufferedServerConnection::new(server_config.clone()).unwrap();
-    let mut incoming: Vec<u8> = Vec::new();
-    let mut outgoing: Vec<u8> = Vec::new();
-    let mut received: Vec<u8> = Vec::new();
-    let payload = vec![7u8; message];
-    let mut echoed = false;
-    for _ in 0..64 {
-        // The client's records to the server.
-        while client.wants_write() {
-            client.write_tls(&mut incoming).unwrap();
-        }
-        // The server processes what it has, until it waits.
-        loop {
-            let status = server.process_tls_records(&mut incoming);
-            let discard = status.discard;
-            let mut done = false;
-            match status.state.unwrap() {
-                ConnectionState::ReadTraffic(mut records) => {
-                    while let Some(record) = records.next_record() {
-                        received.extend_from_slice(record.unwrap().payload);
+    // As in `idle_session`, the client is made and dropped within the count.
+    heap_kept(|| {
+        let mut client = ClientConnection::new(client_config.clone(), name).unwrap();
+        let mut server = UnbufferedServerConnection::new(server_config.clone()).unwrap();
+        let mut incoming: Vec<u8> = Vec::new();
+        let mut outgoing: Vec<u8> = Vec::new();
+        let mut received: Vec<u8> = Vec::new();
+        let payload = vec![7u8; message];
+        let mut echoed = false;
+        for _ in 0..64 {
+            // The client's records to the server.
+            while client.wants_write() {
+                client.write_tls(&mut incoming).unwrap();
+            }
+            // The server processes what it has, until it waits.
+            loop {
+                let status = server.process_tls_records(&mut incoming);
+                let discard = status.discard;
+                let mut done = false;
+                match status.state.unwrap() {
+                    ConnectionState::ReadTraffic(mut records) => {
+                        while let Some(record) = records.next_record() {
+                            received.extend_from_slice(record.unwrap().payload);
+                        }
                     }
-                }
-                ConnectionState::EncodeTlsData(mut encode) => {
-                    let mut room = vec![0u8; 1 << 15];
-                    let n = match encode.encode(&mut room) {
-                        Ok(n) => n,
-                        Err(EncodeError::InsufficientSize(_)) => panic!("more room"),
-                        Err(_) => 0,
-                    };
-                    outgoing.extend_from_slice(&room[..n]);
-                }
-                ConnectionState::TransmitTlsData(transmit) => transmit.done(),
-                ConnectionState::WriteTraffic(mut write) => {
-                    if received.len() >= message && !echoed {
-                        let mut room = vec![0u8; message + 1024];
-                        let n = match write.encrypt(&received[..message], &mut room) {
+                    ConnectionState::EncodeTlsData(mut encode) => {
+                        let mut room = vec![0u8; 1 << 15];
+                        let n = match encode.encode(&mut room) {
                             Ok(n) => n,
-                            Err(EncryptError::InsufficientSize(_)) => panic!("more room"),
-                            Err(error) => panic!("{error}"),
+                            Err(EncodeError::InsufficientSize(_)) => panic!("more room"),
+                            Err(_) => 0,
                         };
                         outgoing.extend_from_slice(&room[..n]);
-                        echoed = true;
                     }
-                    done = true;
+                    ConnectionState::TransmitTlsData(transmit) => transmit.done(),
+                    ConnectionState::WriteTraffic(mut write) => {
+                        if received.len() >= message && !echoed {
+                            let mut room = vec![0u8; message + 1024];
+                            let n = match write.encrypt(&received[..message], &mut room) {
+                                Ok(n) => n,
+                                Err(EncryptError::InsufficientSize(_)) => panic!("more room"),
+                                Err(error) => panic!("{error}"),
+                            };
+                            outgoing.extend_from_slice(&room[..n]);
+                            echoed = true;
+                        }
+                        done = true;
+                    }
+                    _ => done = true,
                 }
-                _ => done = true,
+                incoming.drain(..discard);
+                if done {
+                    break;
+                }
             }
-            incoming.drain(..discard);
-            if done {
+            // The server's records to the client.
+            let mut reader = &outgoing[..];
+            while !reader.is_empty() {
+                client.read_tls(&mut reader).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            outgoing.clear();
+            if !client.is_handshaking() && !server.is_handshaking() && received.is_empty() {
+                client.writer().write_all(&payload).unwrap();
+            }
+            if echoed {
+                let mut got = vec![0u8; message];
+                client.reader().read_exact(&mut got).unwrap();
                 break;
             }
         }
-        // The server's records to the client.
-        let mut reader = &outgoing[..];
-        while !reader.is_empty() {
-            client.read_tls(&mut reader).unwrap();
-            client.process_new_packets().unwrap();
-        }
-        outgoing.clear();
-        if !client.is_handshaking() && !server.is_handshaking() && received.is_empty() {
-            client.writer().write_all(&payload).unwrap();
-        }
-        if echoed {
-            let mut got = vec![0u8; message];
-            client.reader().read_exact(&mut got).unwrap();
-            break;
-        }
-    }
-    assert!(echoed, "the message went both ways");
-    drop((incoming, outgoing, received, payload, client));
-    let held = LIVE.load(Ordering::Relaxed) - before;
-    drop(server);
-    held
+        assert!(echoed, "the message went both ways");
+        drop((incoming, outgoing, received, payload, client));
+        server
+    })
 }
 
 fn main() {

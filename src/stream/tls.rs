@@ -108,7 +108,8 @@ pub(crate) struct TlsStream<S, C> {
     /// The peer sent its `close_notify`, or the stream ended: nothing more
     /// will be read once `plain` is.
     read_ended: bool,
-    /// `poll_shutdown` asked for our `close_notify`, not queued yet.
+    /// `poll_shutdown` asks `process` for our `close_notify` (set only
+    /// around that one call).
     close_wanted: bool,
     /// Our `close_notify` is queued.
     closing: bool,
@@ -235,7 +236,6 @@ where
             plain,
             read_ended,
             close_wanted,
-            closing,
             ..
         } = self;
         let mut taken = 0;
@@ -292,8 +292,6 @@ where
                         lend(outgoing, pool, 64, |room| {
                             encrypt(write.queue_close_notify(room))
                         })?;
-                        *close_wanted = false;
-                        *closing = true;
                     }
                     Some(Need::Nothing)
                 }
@@ -514,13 +512,9 @@ where
         }
         // One slice is encrypted where it is; several are gathered first,
         // so that a frame's header and payload share a record.
-        let first = bufs.iter().find(|b| !b.is_empty()).map_or(0, |b| b.len());
-        let taken = if first >= total {
-            let data = bufs
-                .iter()
-                .find(|b| !b.is_empty())
-                .map_or(&[][..], |b| &b[..total]);
-            this.process(Some(data))?
+        let first = bufs.iter().find(|b| !b.is_empty());
+        let taken = if let Some(first) = first.filter(|b| b.len() >= total) {
+            this.process(Some(&first[..total]))?
         } else {
             let mut staged = this.pool.take(total);
             for slice in bufs {
