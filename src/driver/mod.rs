@@ -11,6 +11,7 @@
 //! | `listen.rs` | binding, the backlog, backing off after accept errors |
 //! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
 //! | `turn.rs` | what a readiness driver owes (`Transport`) and the one turn both run over it |
+//! | `tls.rs` | a rustls session with pooled buffers and no I/O: the wss of the stream driver and of io_uring |
 
 pub(crate) mod listen;
 pub(crate) mod mailbox;
@@ -19,5 +20,7 @@ pub(crate) mod shutdown;
 pub(crate) mod slab;
 #[cfg(feature = "stream")]
 pub(crate) mod timer;
+#[cfg(feature = "rustls")]
+pub(crate) mod tls;
 #[cfg(feature = "stream")]
 pub(crate) mod turn;

@@ -4,14 +4,9 @@
 //! tokio-rustls, so that TLS costs no runtime crate beyond what the stream
 //! driver already has, and io_uring users of `rustls` pull in no tokio.
 //!
-//! It uses rustls's unbuffered API, in which the caller lends the buffers:
-//! records read and not yet processed (a partial record), records waiting
-//! to be written, and plaintext decrypted and not yet read are each a
-//! buffer from the server's pool, taken while bytes are in it and given
-//! back when it empties. An idle connection holds none of them, as a plain
-//! one holds no read buffer; what is left is the session's own state (its
-//! keys and handshake state). rustls's buffered API keeps its buffers'
-//! capacity for the connection's life (`cargo bench --bench tls_memory`).
+//! The session and its pooled buffers are `driver/tls.rs`'s `Records`
+//! (rustls's unbuffered API; io_uring's wss runs the same): an idle
+//! connection holds no buffer of them, nor of the plaintext here.
 //!
 //! Writes are bounded: a write is refused (`Pending`) while records from the
 //! last one still wait for the stream, so ciphertext never piles up beyond
@@ -23,107 +18,39 @@
 //! clients do not send the alert.
 
 use std::io;
-use std::mem;
-use std::ops::DerefMut;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, BytesMut};
-use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::client::UnbufferedClientConnection;
 use rustls::pki_types::ServerName;
-use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedConnectionCommon,
-    UnbufferedStatus,
-};
+use rustls::server::UnbufferedServerConnection;
 use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::driver::tls::{MAX_RECORD, Need, Records, Session, give_back, tls_error};
 use crate::pool::BufferPool;
 
 /// Plaintext one write encrypts at most (four full records).
 const MAX_WRITE: usize = 64 * 1024;
 
-/// A record's bytes beyond its plaintext, at most: the header (5), TLS
-/// 1.2's explicit nonce (8) or TLS 1.3's content type (1), and the AEAD tag
-/// (16). Only a first guess at the room to lend: rustls says what it needs
-/// when it is more.
-const RECORD_OVERHEAD: usize = 32;
-
-/// Plaintext in one record at most.
-const MAX_RECORD: usize = 16 * 1024;
-
 /// Room taken for a read of records: a whole record and its header.
 const READ_SIZE: usize = MAX_RECORD + 256;
-
-/// A rustls session of either side, as [`TlsStream`] drives it.
-pub(crate) trait Session:
-    DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin
-{
-    type Data;
-
-    /// Processes the records in `incoming` up to the session's next state.
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
-}
-
-impl Session for UnbufferedServerConnection {
-    type Data = ServerConnectionData;
-
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
-        self.process_tls_records(incoming)
-    }
-}
-
-impl Session for UnbufferedClientConnection {
-    type Data = ClientConnectionData;
-
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, ClientConnectionData> {
-        self.process_tls_records(incoming)
-    }
-}
 
 /// A stream `S` carrying a TLS session `C` (a server's or a client's),
 /// after the handshake.
 pub(crate) struct TlsStream<S, C> {
     io: S,
-    session: C,
+    /// The session and its records in and out (`driver/tls.rs`).
+    records: Records<C>,
     pool: Arc<BufferPool>,
-    /// Records read from the stream and not processed yet (the start of
-    /// one that has not all come). Pooled; empty (no capacity) when idle.
-    incoming: BytesMut,
-    /// Records waiting to be written to the stream. Pooled, as `incoming`.
-    outgoing: BytesMut,
-    /// Plaintext decrypted and not yet read. Pooled, as `incoming`.
+    /// Plaintext decrypted and not yet read. Pooled; empty (no capacity)
+    /// when idle.
     plain: BytesMut,
     /// The peer sent its `close_notify`, or the stream ended: nothing more
     /// will be read once `plain` is.
     read_ended: bool,
-    /// `poll_shutdown` asks `process` for our `close_notify` (set only
-    /// around that one call).
-    close_wanted: bool,
-    /// Our `close_notify` is queued.
-    closing: bool,
-}
-
-/// Where processing the records read so far left the session.
-#[derive(Debug, PartialEq, Eq)]
-enum Need {
-    /// More records from the peer (the handshake waits for them).
-    Records,
-    /// Nothing: application data may be written, and more records read.
-    Nothing,
-    /// Both sides sent `close_notify`.
-    Closed,
 }
 
 impl<S> TlsStream<S, UnbufferedServerConnection>
@@ -168,14 +95,10 @@ where
     fn new(io: S, session: C, pool: Arc<BufferPool>) -> Self {
         TlsStream {
             io,
-            session,
+            records: Records::new(session),
             pool,
-            incoming: BytesMut::new(),
-            outgoing: BytesMut::new(),
             plain: BytesMut::new(),
             read_ended: false,
-            close_wanted: false,
-            closing: false,
         }
     }
 
@@ -205,7 +128,7 @@ where
                     "the peer closed the TLS session during its handshake",
                 )));
             }
-            if need == Need::Nothing && !self.session.is_handshaking() {
+            if need == Need::Nothing && !self.records.is_handshaking() {
                 break;
             }
             ready!(self.poll_write_records(cx))?;
@@ -222,218 +145,44 @@ where
         Poll::Ready(Ok(()))
     }
 
-    /// Processes the records read so far: plaintext into `plain`, the
-    /// session's own records (handshake, alerts, key updates) into
-    /// `outgoing`, and `data` (if any, once application data may be sent)
-    /// encrypted into `outgoing` too. Returns what the session needs next
-    /// and how much of `data` it took (all of it, or none).
-    fn process(&mut self, mut data: Option<&[u8]>) -> io::Result<(Need, usize)> {
-        let TlsStream {
-            session,
-            pool,
-            incoming,
-            outgoing,
-            plain,
-            read_ended,
-            close_wanted,
-            ..
-        } = self;
-        let mut taken = 0;
-        loop {
-            let UnbufferedStatus { mut discard, state } = session.process(&mut incoming[..]);
-            let state = match state {
-                Ok(state) => state,
-                Err(error) => {
-                    release(incoming, discard, pool);
-                    // The session queued an alert saying why: it goes out
-                    // with whatever else is waiting, if the stream takes it.
-                    queue_alerts(session, incoming, outgoing, pool);
-                    return Err(tls_error(error));
-                }
-            };
-            let need = match state {
-                ConnectionState::ReadTraffic(mut records) => {
-                    while let Some(record) = records.next_record() {
-                        let record = record.map_err(tls_error)?;
-                        discard += record.discard;
-                        if plain.capacity() == 0 {
-                            *plain = pool.take(record.payload.len());
-                        }
-                        plain.extend_from_slice(record.payload);
-                    }
-                    None
-                }
-                ConnectionState::PeerClosed => {
-                    *read_ended = true;
-                    None
-                }
-                ConnectionState::Closed => Some(Need::Closed),
-                ConnectionState::EncodeTlsData(mut encode) => {
-                    lend(outgoing, pool, 512, |room| encoded(encode.encode(room)))?;
-                    None
-                }
-                // What was encoded is in `outgoing`, which the stream gets
-                // before anything that comes after it.
-                ConnectionState::TransmitTlsData(transmit) => {
-                    transmit.done();
-                    None
-                }
-                ConnectionState::BlockedHandshake => Some(Need::Records),
-                ConnectionState::WriteTraffic(mut write) => {
-                    if let Some(data) = data.take() {
-                        let records = data.len().div_ceil(MAX_RECORD);
-                        let guess = data.len() + records * RECORD_OVERHEAD;
-                        lend(outgoing, pool, guess, |room| {
-                            encrypt(write.encrypt(data, room))
-                        })?;
-                        taken = data.len();
-                    }
-                    if *close_wanted {
-                        lend(outgoing, pool, 64, |room| {
-                            encrypt(write.queue_close_notify(room))
-                        })?;
-                    }
-                    Some(Need::Nothing)
-                }
-                // Early data (a server takes none unless its config asks
-                // for it, and ours do not), or a state of a later rustls.
-                _ => {
-                    return Err(io::Error::other("an unexpected TLS session state"));
-                }
-            };
-            release(incoming, discard, pool);
-            if let Some(need) = need {
-                return Ok((need, taken));
-            }
+    /// Processes the records read so far (see `Records::process`);
+    /// the peer's `close_notify` ends reading.
+    fn process(&mut self, data: Option<&[u8]>) -> io::Result<(Need, usize)> {
+        let processed = self.records.process(&mut self.plain, data, &self.pool);
+        if self.records.peer_closed {
+            self.read_ended = true;
         }
+        processed
     }
 
     /// Writes `outgoing` to the stream until it is empty (`Ready`, and the
     /// buffer goes back to the pool) or the stream takes no more.
     fn poll_write_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.outgoing.is_empty() {
-            let written = ready!(Pin::new(&mut self.io).poll_write(cx, &self.outgoing))?;
+        while !self.records.outgoing.is_empty() {
+            let outgoing = &self.records.outgoing;
+            let written = ready!(Pin::new(&mut self.io).poll_write(cx, outgoing))?;
             if written == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.outgoing.advance(written);
+            self.records.sent(written, &self.pool);
         }
-        give_back(&mut self.outgoing, &self.pool);
         Poll::Ready(Ok(()))
     }
 
     /// Reads records from the stream once, into `incoming`: how many bytes
     /// came (0: the stream ended).
     fn poll_read_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.incoming.capacity() == 0 {
-            self.incoming = self.pool.take(READ_SIZE);
-        } else if self.incoming.capacity() - self.incoming.len() < READ_SIZE / 4 {
-            self.incoming.reserve(READ_SIZE);
+        let incoming = &mut self.records.incoming;
+        if incoming.capacity() == 0 {
+            *incoming = self.pool.take(READ_SIZE);
+        } else if incoming.capacity() - incoming.len() < READ_SIZE / 4 {
+            incoming.reserve(READ_SIZE);
         }
-        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.incoming);
-        if self.incoming.is_empty() {
-            give_back(&mut self.incoming, &self.pool);
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, incoming);
+        if incoming.is_empty() {
+            give_back(incoming, &self.pool);
         }
         read
-    }
-}
-
-/// Encodes the alert a failed session queued into `outgoing`. One call:
-/// the session hands out what it queued before it looks at the records
-/// again, and a second look would fail on them again. The records not
-/// processed are passed as they are: the session keeps positions in them.
-fn queue_alerts<C: Session>(
-    session: &mut C,
-    incoming: &mut BytesMut,
-    outgoing: &mut BytesMut,
-    pool: &BufferPool,
-) {
-    let status = session.process(&mut incoming[..]);
-    if let Ok(ConnectionState::EncodeTlsData(mut encode)) = status.state {
-        let _ = lend(outgoing, pool, 64, |room| encoded(encode.encode(room)));
-    }
-}
-
-/// Why `lend`'s filler wrote nothing.
-enum Unlent {
-    /// It needs this much room.
-    Room(usize),
-    /// It cannot write at all.
-    Failed(&'static str),
-}
-
-/// Lends `out`'s spare room to `fill` (at least `room` bytes, more if
-/// `fill` asks for more), keeping what it wrote.
-fn lend(
-    out: &mut BytesMut,
-    pool: &BufferPool,
-    mut room: usize,
-    mut fill: impl FnMut(&mut [u8]) -> Result<usize, Unlent>,
-) -> io::Result<()> {
-    for _ in 0..4 {
-        if out.capacity() == 0 {
-            *out = pool.take(room);
-        }
-        let start = out.len();
-        out.resize(start + room, 0);
-        match fill(&mut out[start..]) {
-            Ok(written) => {
-                out.truncate(start + written);
-                return Ok(());
-            }
-            Err(Unlent::Room(needed)) => {
-                out.truncate(start);
-                room = needed;
-            }
-            Err(Unlent::Failed(why)) => {
-                out.truncate(start);
-                return Err(io::Error::other(why));
-            }
-        }
-    }
-    Err(io::Error::other(
-        "the TLS session kept asking for more room",
-    ))
-}
-
-/// An encoding's result as `lend` takes it.
-fn encoded(result: Result<usize, EncodeError>) -> Result<usize, Unlent> {
-    match result {
-        Ok(written) => Ok(written),
-        Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
-            Err(Unlent::Room(required_size))
-        }
-        // Encoded before: nothing more to write.
-        Err(_) => Ok(0),
-    }
-}
-
-/// An encryption's result as `lend` takes it.
-fn encrypt(result: Result<usize, EncryptError>) -> Result<usize, Unlent> {
-    match result {
-        Ok(written) => Ok(written),
-        Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size })) => {
-            Err(Unlent::Room(required_size))
-        }
-        // The keys may encrypt no more (rustls refreshes TLS 1.3 keys long
-        // before; a TLS 1.2 session this old is closed).
-        Err(_) => Err(Unlent::Failed("the TLS session's keys are exhausted")),
-    }
-}
-
-/// Drops the first `discard` bytes of `incoming`, and gives the buffer back
-/// to the pool once it is empty.
-fn release(incoming: &mut BytesMut, discard: usize, pool: &BufferPool) {
-    incoming.advance(discard);
-    if incoming.is_empty() {
-        give_back(incoming, pool);
-    }
-}
-
-/// Gives an empty buffer's capacity back to the pool.
-fn give_back(buf: &mut BytesMut, pool: &BufferPool) {
-    if buf.capacity() > 0 {
-        pool.give(mem::take(buf));
     }
 }
 
@@ -552,22 +301,10 @@ where
     /// Sends `close_notify`, then ends the stream's sending side.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.closing {
-            this.close_wanted = true;
-            this.process(None)?;
-            // A session that cannot send it (closed already) ends without.
-            this.closing = true;
-            this.close_wanted = false;
-        }
+        this.records.close(&mut this.plain, &this.pool)?;
         ready!(this.poll_write_records(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
     }
-}
-
-/// A rustls error as an I/O error that still carries it (callers tell the
-/// two apart with `get_ref().downcast_ref::<rustls::Error>()`).
-fn tls_error(error: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, error)
 }
 
 #[cfg(test)]
@@ -578,36 +315,15 @@ mod tests {
 
     use std::sync::Arc;
 
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-    use rustls::{ClientConfig, RootCertStore, ServerConfig};
+    use rustls::pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
 
     use super::TlsStream;
+    use crate::driver::tls::test_configs as configs;
     use crate::pool::BufferPool;
 
     /// A small pipe: a megabyte crosses it in hundreds of waits.
     const PIPE: usize = 4096;
-
-    fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let cert: CertificateDer<'static> = made.cert.der().clone();
-        let key = PrivatePkcs8KeyDer::from(made.signing_key.serialize_der());
-        let server = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key))
-            .unwrap();
-        let mut roots = RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        (Arc::new(server), Arc::new(client))
-    }
 
     fn pool() -> Arc<BufferPool> {
         Arc::new(BufferPool::default())
@@ -654,8 +370,8 @@ mod tests {
         // own, as an idle connection must not.
         assert_eq!(
             (
-                tls.incoming.capacity(),
-                tls.outgoing.capacity(),
+                tls.records.incoming.capacity(),
+                tls.records.outgoing.capacity(),
                 tls.plain.capacity()
             ),
             (0, 0, 0)

@@ -33,6 +33,7 @@ use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::{Action, Env, Lifecycle};
 use crate::connection::wake::ConnWake;
 use crate::driver::read_buf;
+use crate::pool::BufferPool;
 use crate::proto::WriteQueue;
 
 /// The reactor's means a connection acts through.
@@ -218,7 +219,7 @@ impl<H: Handler> Connection<H> {
         loop {
             match self.life.poll(env, now) {
                 Action::Close => {
-                    self.say_goodbye();
+                    self.say_goodbye(&env.endpoint.pool);
                     self.end(env, io);
                     if self.receiving || self.sending {
                         return Progress::Pending;
@@ -229,7 +230,7 @@ impl<H: Handler> Connection<H> {
                     match &mut self.tls {
                         // close_notify first, sent below.
                         Some(tls) => {
-                            tls.close();
+                            tls.close(&env.endpoint.pool);
                             self.shut_down_after_send = true;
                         }
                         None => {
@@ -248,9 +249,11 @@ impl<H: Handler> Connection<H> {
                         break;
                     }
                     if let Some(tls) = &mut self.tls {
-                        let sealed = tls
-                            .seal(&mut outgoing.queue)
-                            .and_then(|n| tls.take_records(&mut outgoing.queue).map(|()| n));
+                        let pool = &env.endpoint.pool;
+                        let sealed = tls.seal(&mut outgoing.queue, pool);
+                        if sealed.is_ok() {
+                            tls.take_records(&mut outgoing.queue, pool);
+                        }
                         let failed = match sealed {
                             Ok(n) => {
                                 self.life.sent(n);
@@ -261,8 +264,8 @@ impl<H: Handler> Connection<H> {
                                 true
                             }
                         };
-                        // Before the handshake is done, rustls keeps the
-                        // plaintext and there may be no record to send yet.
+                        // A failure's alert, if any, goes out with the
+                        // session's own records.
                         if failed || outgoing.queue.is_empty() {
                             self.life.write_finished(0);
                             io.spare.push(outgoing);
@@ -281,7 +284,7 @@ impl<H: Handler> Connection<H> {
                 Action::Wait => break,
             }
         }
-        self.send_records(io);
+        self.send_records(&env.endpoint.pool, io);
         if self.life.is_paused() && self.receiving {
             // A peer that does not read its replies stops being read from.
             if !std::mem::replace(&mut self.cancelling, true) {
@@ -296,7 +299,7 @@ impl<H: Handler> Connection<H> {
     /// TLS records of the session's own (the handshake, alerts,
     /// close_notify) go out when no send is in flight; then, after
     /// close_notify, our side of TCP ends.
-    fn send_records(&mut self, io: &mut Io<'_>) {
+    fn send_records(&mut self, pool: &BufferPool, io: &mut Io<'_>) {
         let Some(tls) = &mut self.tls else {
             return;
         };
@@ -305,16 +308,10 @@ impl<H: Handler> Connection<H> {
         }
         if tls.wants_write() {
             let mut outgoing = io.spare.pop().unwrap_or_else(Outgoing::new);
-            match tls.take_records(&mut outgoing.queue) {
-                Ok(()) if !outgoing.queue.is_empty() => {
-                    self.sending = true;
-                    io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
-                    return;
-                }
-                Ok(()) => {}
-                Err(error) => self.life.write_failed(&error),
-            }
-            io.spare.push(outgoing);
+            tls.take_records(&mut outgoing.queue, pool);
+            self.sending = true;
+            io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
+            return;
         }
         if std::mem::take(&mut self.shut_down_after_send) {
             let _ = self.stream.shutdown(Shutdown::Write);
@@ -326,16 +323,17 @@ impl<H: Handler> Connection<H> {
     /// stream), unless a send is still out or our FIN went already; a peer
     /// that reads on after the close handshake then sees the end of TLS,
     /// not a truncation.
-    fn say_goodbye(&mut self) {
+    fn say_goodbye(&mut self, pool: &BufferPool) {
         let Some(tls) = &mut self.tls else {
             return;
         };
         if self.sending || self.shut_down_after_send || tls.is_handshaking() {
             return;
         }
-        tls.close();
+        tls.close(pool);
         let mut records = WriteQueue::new();
-        if tls.take_records(&mut records).is_ok() && self.stream.set_nonblocking(true).is_ok() {
+        tls.take_records(&mut records, pool);
+        if !records.is_empty() && self.stream.set_nonblocking(true).is_ok() {
             let mut bytes = Vec::new();
             records.move_into(&mut bytes);
             let _ = (&self.stream).write(&bytes);

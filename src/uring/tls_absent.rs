@@ -24,7 +24,7 @@ impl Tls {
         match *self {}
     }
 
-    pub(crate) fn seal(&mut self, _: &mut WriteQueue) -> io::Result<usize> {
+    pub(crate) fn seal(&mut self, _: &mut WriteQueue, _: &BufferPool) -> io::Result<usize> {
         match *self {}
     }
 
@@ -36,11 +36,11 @@ impl Tls {
         match *self {}
     }
 
-    pub(crate) fn take_records(&mut self, _: &mut WriteQueue) -> io::Result<()> {
+    pub(crate) fn take_records(&mut self, _: &mut WriteQueue, _: &BufferPool) {
         match *self {}
     }
 
-    pub(crate) fn close(&mut self) {
+    pub(crate) fn close(&mut self, _: &BufferPool) {
         match *self {}
     }
 }
