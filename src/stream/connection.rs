@@ -45,67 +45,61 @@ pub(crate) enum Start<S> {
 /// Serves one connection over `stream` until it is over. `started` is when
 /// the connection arrived: the handshake timeout counts from there (a TLS
 /// handshake before the upgrade request uses part of it).
-pub(crate) async fn serve<S, H>(
+///
+/// The future is the connection's whole task, so its size is what an idle
+/// connection costs: an async block keeps room for everything it captures
+/// for its whole life, beside whatever that is moved into. So it captures
+/// the start boxed (a pointer, freed once the connection is built) and
+/// `env`, and the connection is built inside, once.
+pub(crate) fn serve<S, H>(
     stream: S,
     peer: SocketAddr,
     start: Start<H::State>,
     live: LiveGuard,
     env: Env<H>,
     started: Instant,
-) where
+) -> impl Future<Output = ()>
+where
     S: AsyncRead + AsyncWrite + Unpin,
     H: Handler,
 {
-    // The task's own waker: how the connection's `Conn` wakes it.
-    let waker = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-    let wake = ConnWake::Waker(waker);
-    let (life, mut read_buf) = match start {
-        Start::Request { prefix } => {
-            let life = Lifecycle::accept(peer, live, wake, &env, started);
-            (life, prefix)
-        }
-        Start::Upgraded(upgraded) => Lifecycle::upgraded(peer, live, wake, *upgraded, &env),
-    };
-    let mut connection = Connection {
-        stream: Stream {
-            io: stream,
-            read_done: false,
-            read_blocked: false,
-            write_blocked: false,
-            unflushed: false,
-            shutting_down: false,
-            end_by: None,
-        },
-        read_buf: BytesMut::new(),
-        timer: Timer::default(),
-        keepalive: Sweep::new(&env.endpoint.config).map(|sweep| (sweep, Timer::default(), started)),
-        seen: ShutdownSeen::default(),
-        life,
-    };
-    if read_buf.is_empty() {
-        // Not kept across the connection's life (its capacity would be).
-        drop(read_buf);
-    } else {
-        connection.life.receive(&mut read_buf, &env, started);
-        connection.read_buf = read_buf;
-    }
-    let endpoint = env.endpoint.clone();
-    loop {
-        // Re-armed after each shutdown or abort signal, so both are seen.
-        let signal = endpoint.signaled();
-        tokio::pin!(signal);
-        signal.as_mut().enable();
-        let over = poll_fn(|cx| {
-            if signal.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(false);
+    let begin = Box::new(Begin {
+        stream,
+        peer,
+        start,
+        live,
+        started,
+    });
+    async move {
+        // The task's own waker: how the connection's `Conn` wakes it.
+        let waker = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        let mut connection = Connection::begin(begin, ConnWake::Waker(waker), &env);
+        loop {
+            // Re-armed after each shutdown or abort signal, so both are seen.
+            let signal = env.endpoint.signaled();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            let over = poll_fn(|cx| {
+                if signal.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                connection.poll(cx, &env).map(|()| true)
+            })
+            .await;
+            if over {
+                return;
             }
-            connection.poll(cx, &env).map(|()| true)
-        })
-        .await;
-        if over {
-            return;
         }
     }
+}
+
+/// What a connection starts from (see [`serve`]).
+struct Begin<S, T> {
+    stream: S,
+    peer: SocketAddr,
+    start: Start<T>,
+    live: LiveGuard,
+    started: Instant,
 }
 
 struct Connection<S, H: Handler> {
@@ -140,6 +134,51 @@ struct Stream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
+    /// The connection `begin` describes, woken through `wake`; `begin`'s
+    /// box is freed here (taking it by value is the point: the task's
+    /// future holds only the pointer).
+    #[allow(clippy::boxed_local)]
+    fn begin(begin: Box<Begin<S, H::State>>, wake: ConnWake, env: &Env<H>) -> Self {
+        let Begin {
+            stream,
+            peer,
+            start,
+            live,
+            started,
+        } = *begin;
+        let (life, mut read_buf) = match start {
+            Start::Request { prefix } => {
+                let life = Lifecycle::accept(peer, live, wake, env, started);
+                (life, prefix)
+            }
+            Start::Upgraded(upgraded) => Lifecycle::upgraded(peer, live, wake, *upgraded, env),
+        };
+        let mut connection = Connection {
+            stream: Stream {
+                io: stream,
+                read_done: false,
+                read_blocked: false,
+                write_blocked: false,
+                unflushed: false,
+                shutting_down: false,
+                end_by: None,
+            },
+            read_buf: BytesMut::new(),
+            timer: Timer::default(),
+            keepalive: Sweep::new(&env.endpoint.config)
+                .map(|sweep| (sweep, Timer::default(), started)),
+            seen: ShutdownSeen::default(),
+            life,
+        };
+        if !read_buf.is_empty() {
+            connection.life.receive(&mut read_buf, env, started);
+            // Kept only while it holds bytes (its capacity would be kept
+            // across the connection's life otherwise).
+            connection.read_buf = read_buf;
+        }
+        connection
+    }
+
     /// Does everything that can be done now; ready once the connection is
     /// over.
     fn poll(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Poll<()> {

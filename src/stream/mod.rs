@@ -61,8 +61,8 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, ServerHandle};
-use crate::connection::handler::{Accept, Hooks, ServerHandler};
+use crate::connection::endpoint::{Endpoint, LiveGuard, ServerHandle};
+use crate::connection::handler::{Accept, Handler, Hooks, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::{Decision, Settings, Upgraded};
 use crate::proto::deflate::DeflateParams;
@@ -157,20 +157,21 @@ impl<H: ServerHandler> Server<H> {
         F: Future<Output = std::io::Result<S>> + Send + 'static,
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.endpoint.enter();
-        let env = self.env.clone();
+        // One pointer captured (see `connection::serve` on the task's size).
+        let later = Box::new(Later {
+            stream,
+            peer,
+            state,
+            deflate,
+            settings,
+            live: self.env.endpoint.enter(),
+            env: self.env.clone(),
+        });
         async move {
-            match stream.await {
-                Ok(stream) => {
-                    let upgraded = Upgraded {
-                        settings,
-                        ..Upgraded::server(state, deflate)
-                    };
-                    let start = Start::Upgraded(Box::new(upgraded));
-                    serve(stream, peer, start, live, env, Instant::now()).await;
-                }
-                Err(error) => tracing::debug!(%peer, %error, "the upgraded stream never came"),
-            }
+            let Some(serving) = later.open().await else {
+                return;
+            };
+            serving.await;
         }
     }
 
@@ -219,5 +220,52 @@ impl<H: ServerHandler> Server<H> {
     pub async fn shutdown(&self) {
         self.handle().shutdown();
         self.env.endpoint.finish_shutdown().await;
+    }
+}
+
+/// A connection upgraded elsewhere whose stream comes later (see
+/// [`Server::serve_upgraded_later`]).
+struct Later<F, H: Handler> {
+    stream: F,
+    peer: SocketAddr,
+    state: H::State,
+    deflate: Option<DeflateParams>,
+    settings: Option<Box<Settings>>,
+    live: LiveGuard,
+    env: Env<H>,
+}
+
+impl<F, S, H> Later<F, H>
+where
+    F: Future<Output = std::io::Result<S>>,
+    S: AsyncRead + AsyncWrite + Unpin,
+    H: Handler,
+{
+    /// Waits for the stream: the connection's serving future, or `None` if
+    /// the stream failed (the connection never opens).
+    async fn open(self: Box<Self>) -> Option<impl Future<Output = ()>> {
+        let Later {
+            stream,
+            peer,
+            state,
+            deflate,
+            settings,
+            live,
+            env,
+        } = *self;
+        match stream.await {
+            Ok(stream) => {
+                let upgraded = Upgraded {
+                    settings,
+                    ..Upgraded::server(state, deflate)
+                };
+                let start = Start::Upgraded(Box::new(upgraded));
+                Some(serve(stream, peer, start, live, env, Instant::now()))
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "the upgraded stream never came");
+                None
+            }
+        }
     }
 }

@@ -25,28 +25,69 @@ use crate::tokio::group::{GroupShared, Incoming};
 const TLS_HANDSHAKE: u8 = 0x16;
 
 /// Serves one accepted TCP connection as wss.
-pub(crate) async fn serve<H: Handler>(
+///
+/// The TLS handshake runs in a future of its own, boxed and freed once it
+/// is over: the task keeps room for its largest state for its whole life,
+/// and an idle connection should not pay for the handshake's (see
+/// `stream::connection::serve`).
+pub(crate) fn serve<H: Handler>(
     config: Arc<rustls::ServerConfig>,
     tcp: std::net::TcpStream,
     peer: SocketAddr,
     live: LiveGuard,
     env: Env<H>,
     plain: Option<Arc<GroupShared<H::State>>>,
-) {
+) -> impl Future<Output = ()> {
+    let accepted = Box::new(Accepted {
+        config,
+        tcp,
+        peer,
+        live,
+        env,
+        plain,
+    });
+    async move {
+        let Some(serving) = Box::pin(handshake(accepted)).await else {
+            return;
+        };
+        serving.await;
+    }
+}
+
+/// An accepted connection, before its handshake.
+struct Accepted<H: Handler> {
+    config: Arc<rustls::ServerConfig>,
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    live: LiveGuard,
+    env: Env<H>,
+    plain: Option<Arc<GroupShared<H::State>>>,
+}
+
+/// The TLS handshake (or, with `Server::also_plain`, the hand-over of a
+/// plain connection): the connection's serving future once it is done,
+/// `None` if the connection is over or handed over.
+async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future<Output = ()>> {
+    let Accepted {
+        config,
+        tcp,
+        peer,
+        live,
+        env,
+        plain,
+    } = *accepted;
     let started = Instant::now();
     let tcp = match tokio::net::TcpStream::from_std(tcp) {
         Ok(tcp) => tcp,
         Err(error) => {
             tracing::debug!(%peer, %error, "could not watch a new connection; dropped");
-            return;
+            return None;
         }
     };
     let deadline = deadline_from(started, env.endpoint.config.handshake_timeout);
     if let Some(group) = plain {
         let mut first = [0u8; 1];
-        let Some(peeked) = in_time(&env.endpoint, deadline, tcp.peek(&mut first)).await else {
-            return;
-        };
+        let peeked = in_time(&env.endpoint, deadline, tcp.peek(&mut first)).await?;
         match peeked {
             Ok(Ok(1..)) if first[0] == TLS_HANDSHAKE => {}
             Ok(Ok(1..)) => {
@@ -62,43 +103,40 @@ pub(crate) async fn serve<H: Handler>(
                         tracing::debug!(%peer, %error, "could not hand a plain connection over");
                     }
                 }
-                return;
+                return None;
             }
-            Ok(Ok(_)) => return,
+            Ok(Ok(_)) => return None,
             Ok(Err(error)) => {
                 tracing::debug!(%peer, %error, "reading the first byte failed; connection closed");
-                return;
+                return None;
             }
             Err(_) => {
                 tracing::debug!(%peer, "nothing sent within the handshake timeout; connection closed");
-                return;
+                return None;
             }
         }
     }
-    let Some(handshake) = in_time(
+    let handshake = in_time(
         &env.endpoint,
         deadline,
         TlsStream::accept(config, tcp, env.endpoint.pool.clone()),
     )
-    .await
-    else {
-        return;
-    };
+    .await?;
     let tls = match handshake {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
             tracing::debug!(%peer, %error, "TLS handshake failed; connection closed");
-            return;
+            return None;
         }
         Err(_) => {
             tracing::debug!(%peer, "TLS handshake timed out; connection closed");
-            return;
+            return None;
         }
     };
     let start = Start::Request {
         prefix: BytesMut::new(),
     };
-    stream::serve(tls, peer, start, live, env, started).await;
+    Some(stream::serve(tls, peer, start, live, env, started))
 }
 
 /// `work` bounded by the handshake's `deadline` (`Err` once it passed), or

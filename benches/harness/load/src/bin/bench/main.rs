@@ -45,8 +45,9 @@ struct Args {
     #[arg(long)]
     repo: Option<PathBuf>,
     /// Also run the rapidws servers built in this other checkout (its
-    /// `target/release/examples`), as `rapidws-tokio@before` and
-    /// `rapidws-uring@before`: before/after figures from one run.
+    /// `target/release/examples`), as `rapidws-tokio@before`,
+    /// `rapidws-uring-wss@before` and so on (each named in `--servers`):
+    /// before/after figures from one run.
     #[arg(long, value_name = "REPO")]
     compare: Option<PathBuf>,
     /// The command line to print in the report.

@@ -76,7 +76,6 @@ pub fn compared(repo: &Path) -> Vec<Server> {
     let examples = repo.join("target/release/examples");
     rapidws(&examples, None)
         .into_iter()
-        .filter(|server| !server.tls)
         .map(|server| Server {
             name: Box::leak(format!("{}@before", server.name).into_boxed_str()),
             ..server
