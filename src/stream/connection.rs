@@ -108,7 +108,9 @@ struct Connection<S, H: Handler> {
     timer: Timer,
     /// Keepalive pings and the idle timeout, when configured: the sweep, its
     /// timer, and when it is next due.
-    keepalive: Option<(Sweep, Timer, Instant)>,
+    /// Boxed: most servers have none, and the task's size is every idle
+    /// connection's cost.
+    keepalive: Option<Box<(Sweep, Timer, Instant)>>,
     seen: ShutdownSeen,
     life: Lifecycle<H>,
 }
@@ -166,7 +168,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             read_buf: BytesMut::new(),
             timer: Timer::default(),
             keepalive: Sweep::new(&env.endpoint.config)
-                .map(|sweep| (sweep, Timer::default(), started)),
+                .map(|sweep| Box::new((sweep, Timer::default(), started))),
             seen: ShutdownSeen::default(),
             life,
         };
@@ -206,7 +208,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
 
     /// Runs the keepalive sweep over this one connection when it is due.
     fn sweep_if_due(&mut self, cx: &mut Context<'_>, now: Instant) {
-        let Some((sweep, timer, due)) = &mut self.keepalive else {
+        let Some((sweep, timer, due)) = self.keepalive.as_deref_mut() else {
             return;
         };
         if now >= *due {
