@@ -104,7 +104,7 @@ impl Outbox {
 
     /// Bytes queued or being written: what the bound applies to.
     pub(crate) fn queued(&self) -> usize {
-        self.queue.len() + self.sending
+        self.queue.len() + self.sending as usize
     }
 
     /// Queues `payload` as one compressed message if permessage-deflate was
@@ -201,8 +201,11 @@ thread_local! {
 pub(crate) struct Outbox {
     queue: WriteQueue,
     /// Bytes the driver took out of `queue` and is still writing (io_uring
-    /// writes from a queue of its own, which senders cannot touch).
-    sending: usize,
+    /// writes from a queue of its own, which senders cannot touch). A `u32`
+    /// so that the outbox's flags share its word (every connection carries
+    /// this struct): a send of 4 GiB or more counts as 4 GiB, which still
+    /// refuses more sends under any bound below that.
+    sending: u32,
     phase: Phase,
     /// A close asked for by `Conn::close`, for the driver to hand to the
     /// session (boxed: rare, and every idle connection would carry its size).
@@ -317,7 +320,8 @@ impl Outbox {
     pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) -> usize {
         debug_assert!(into.is_empty());
         *into = self.queue.take_to_send(SEND_AT_LEAST);
-        self.sending += into.len();
+        let taken = u32::try_from(into.len()).unwrap_or(u32::MAX);
+        self.sending = self.sending.saturating_add(taken);
         self.queued()
     }
 
@@ -336,6 +340,7 @@ impl Outbox {
     /// `n` taken bytes are no longer being written: they went out, or the
     /// write failed and they never will.
     pub(crate) fn no_longer_sending(&mut self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.sending = self.sending.saturating_sub(n);
     }
 
