@@ -46,8 +46,9 @@ struct Args {
     repo: Option<PathBuf>,
     /// Also run the rapidws servers built in this other checkout (its
     /// `target/release/examples`), as `rapidws-tokio@before`,
-    /// `rapidws-uring-wss@before` and so on (each named in `--servers`):
-    /// before/after figures from one run.
+    /// `rapidws-uring-wss@before` and so on (each named in `--servers`; the
+    /// fan-out server too if that checkout's harness was built): before/after
+    /// figures from one run.
     #[arg(long, value_name = "REPO")]
     compare: Option<PathBuf>,
     /// The command line to print in the report.

@@ -74,7 +74,10 @@ pub fn tls_identity(dir: &Path) -> io::Result<(PathBuf, PathBuf)> {
 /// named `NAME@before`, for before/after figures from one run.
 pub fn compared(repo: &Path) -> Vec<Server> {
     let examples = repo.join("target/release/examples");
-    rapidws(&examples, None)
+    // Its fan-out server too, if that checkout's harness was built.
+    let bin = repo.join("benches/harness/target/release");
+    let fanout = bin.join("rapidws-fanout").exists().then_some(bin.as_path());
+    rapidws(&examples, fanout)
         .into_iter()
         .map(|server| Server {
             name: Box::leak(format!("{}@before", server.name).into_boxed_str()),
