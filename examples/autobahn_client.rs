@@ -83,10 +83,21 @@ async fn main() -> ExitCode {
     }
     let base = args.url.trim_end_matches('/');
 
-    let count = match case_count(base, config.clone()).await {
-        Ok(count) => count,
-        Err(error) => {
-            eprintln!("autobahn_client: could not get the case count from {base}: {error}");
+    // An ordinary WebSocket server answers `/getCaseCount` with nothing (or
+    // with an echo of nothing): say what this needs instead of waiting.
+    let asked = tokio::time::timeout(COUNT_WAIT, case_count(base, config.clone())).await;
+    let count = match asked {
+        Ok(Ok(count)) => count,
+        Ok(Err(error)) => {
+            eprintln!(
+                "autobahn_client: could not get the case count from {base}: {error}\n{NEEDS_FUZZER}"
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(_) => {
+            eprintln!(
+                "autobahn_client: no case count from {base}/getCaseCount within {COUNT_WAIT:?}\n{NEEDS_FUZZER}"
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -163,6 +174,15 @@ async fn run_case(client: &Client<Echo>, case: u32, url: String, wait: Duration)
         }
     }
 }
+
+/// How long the fuzzing server may take to say how many cases it has.
+const COUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// What to run this against, for a URL that did not answer as the fuzzing
+/// server does.
+const NEEDS_FUZZER: &str = "autobahn_client runs Autobahn|Testsuite's cases and needs its \
+fuzzing server at --url (`wstest -m fuzzingserver`; `autobahn/run.sh client` starts one), \
+not an ordinary WebSocket server";
 
 /// `/getCaseCount` answers with one text message, then closes.
 async fn case_count(base: &str, config: Config) -> Result<u32, String> {

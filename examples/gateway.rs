@@ -46,11 +46,24 @@ struct Args {
     #[command(flatten)]
     serve: support::ServeArgs,
     /// The upstream server's URL (ws:// or wss://).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = upstream_url)]
     upstream: String,
     /// Offer permessage-deflate upstream, with the library's defaults.
     #[arg(long)]
     upstream_deflate: bool,
+}
+
+/// `--upstream`, checked at start: a WebSocket URL the client can dial
+/// (rather than every client closed with 1014 and only the log saying why).
+fn upstream_url(value: &str) -> Result<String, String> {
+    let url = rapidws::client::url::Url::parse(value).map_err(|error| error.to_string())?;
+    match url.scheme.as_str() {
+        "ws" | "wss" => Ok(value.trim().to_owned()),
+        scheme => Err(format!(
+            "{scheme}:// is not a WebSocket URL: give the upstream as ws:// or wss:// \
+             (e.g. --upstream ws://127.0.0.1:9001/)"
+        )),
+    }
 }
 
 /// One client and its upstream connection.
@@ -273,7 +286,7 @@ impl Handler for Upstream {
 
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
-    let args = Args::parse();
+    let args: Args = support::parse_with_addr("127.0.0.1:9003");
     let mut upstream_config = Config::default().max_outbound_bytes(MAX_OUTBOUND);
     if args.upstream_deflate {
         upstream_config = upstream_config.permessage_deflate(DeflateConfig::default());

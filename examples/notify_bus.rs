@@ -45,7 +45,7 @@ struct Args {
     #[command(flatten)]
     serve: support::ServeArgs,
     /// The largest message, and so the largest body `POST /publish/` takes.
-    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES", value_parser = message_size)]
     max_message_size: usize,
     /// Close a subscriber whose queue is full (1008) instead of dropping
     /// messages for it.
@@ -54,6 +54,15 @@ struct Args {
     /// Share topics with other nodes through this Redis server.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+}
+
+/// `--max-message-size`: a bus that takes no message is no bus.
+fn message_size(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 byte (the default is 1048576, 1 MiB)".into()),
+        Ok(bytes) => Ok(bytes),
+        Err(error) => Err(format!("{error}: a size in bytes, at least 1")),
+    }
 }
 
 /// Topics one connection may hold: enough for any page, and a bound on
@@ -245,7 +254,7 @@ fn percent_decode(text: &str) -> Option<String> {
 
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
-    let args = Args::parse();
+    let args: Args = support::parse_with_addr("127.0.0.1:9004");
     let config = args
         .serve
         .config()

@@ -11,6 +11,8 @@
 //! cargo run --release --example stream -- --push-size 10240 --push-every-us 500
 //! ```
 //!
+//! It listens on 127.0.0.1:9005 unless `--addr` says otherwise.
+//!
 //! - **Pushes go at the reader's pace.** Each connection's push task sends
 //!   with `Conn::send_when_ready`: while the connection's outbound queue is
 //!   full it waits (woken by the backend once the peer has read half of it),
@@ -23,8 +25,8 @@
 //! - **Nothing is dropped silently.** A send that fails is logged at debug
 //!   level with its reason (`RUST_LOG=debug`).
 //!
-//! `--backend uring` serves with the io_uring backend (Linux, `--features
-//! uring`); the push tasks then run on a tokio runtime thread beside the
+//! `--backend uring` serves with the io_uring backend (Linux 6.0 or later);
+//! the push tasks then run on a tokio runtime thread beside the
 //! reactors, through each connection's `Conn`. tokio's timer has 1 ms
 //! resolution, so intervals under 1 ms are delivered as bursts that keep the
 //! average rate.
@@ -96,7 +98,7 @@ impl ServerHandler for Feed {
 
 fn main() -> ExitCode {
     support::log_to_stderr();
-    let args = Args::parse();
+    let args: Args = support::parse_with_addr("127.0.0.1:9005");
     let payload = Bytes::from(vec![0x5a; args.push_size]);
     let every = Duration::from_micros(args.push_every_us.max(1));
     support::serve("stream", &args.serve, |runtime| Feed {

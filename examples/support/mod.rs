@@ -8,19 +8,43 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use rapidws::{Config, ServerHandler};
 
-/// Logs to stderr at the level `RUST_LOG` asks for (default `info`).
+/// Logs to stderr at the level `RUST_LOG` asks for (default `info`), in
+/// colour only on a terminal (a log file gets plain text).
 pub fn log_to_stderr() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
+}
+
+/// Parses the command line of an example whose `--addr` (from
+/// [`ServeArgs`]) defaults to `addr`: each example has its own port, so
+/// that they run side by side without flags (the gateway in front of
+/// echo). Bad input ends the process with clap's message, as `parse` does.
+#[allow(dead_code)] // echo keeps the shared default (9001)
+pub fn parse_with_addr<A: clap::Parser>(addr: &'static str) -> A {
+    let command = A::command().mut_arg("addr", |arg| arg.default_value(addr));
+    let matches = command.get_matches();
+    A::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
+/// `--threads`: at least one.
+fn threads(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (leave it out for one per CPU)".into()),
+        Ok(threads) => Ok(threads),
+        Err(error) => Err(format!("{error}: a number of threads, at least 1")),
+    }
 }
 
 /// Where and how to serve.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on.
+    /// Address to listen on (each example has its own default port).
     #[arg(long, default_value = "127.0.0.1:9001")]
     pub addr: SocketAddr,
     /// Which backend serves the connections.
@@ -28,7 +52,7 @@ pub struct ServeArgs {
     pub backend: Backend,
     /// Worker threads for the tokio runtime, or reactor threads for io_uring
     /// (default: one per CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = threads)]
     pub threads: Option<usize>,
     /// Offer permessage-deflate (RFC 7692) to clients that ask for it, with
     /// the library's defaults (no context takeover on either side).

@@ -24,7 +24,10 @@ impl UrlError {
 
     /// A URL a WebSocket client cannot connect to.
     pub(crate) fn scheme() -> Self {
-        UrlError::new("the scheme is not ws or wss")
+        UrlError::new(
+            "the scheme is not ws or wss: a WebSocket URL starts with ws:// (wss:// for TLS); \
+             for an http:// or https:// address, give the same host and path as ws:// or wss://",
+        )
     }
 
     /// What is wrong with it, in a few words.

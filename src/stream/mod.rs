@@ -1,5 +1,6 @@
 //! The driver for any async byte stream: TLS (wss), a Unix socket, an
-//! in-memory pipe, and later hyper's upgraded IO. The same [`Handler`](crate::Handler),
+//! in-memory pipe, hyper's and axum's upgraded IO, an HTTP/2 stream. The
+//! same [`Handler`],
 //! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
 //! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
 //! one tokio task per connection.
@@ -8,7 +9,8 @@
 //! holds no read buffer of ours; the stream may hold its own, as a TLS
 //! stream does), and everything queued while handling one read goes out in
 //! one `poll_write_vectored`. What happens to the connection is decided by
-//! the same sans-I/O lifecycle the other drivers use (`src/lifecycle.rs`);
+//! the same sans-I/O lifecycle the other drivers use
+//! (`src/connection/lifecycle.rs`);
 //! `connection.rs` only moves bytes.
 //!
 //! The listener is yours: give it a backlog sized for bursts of connects

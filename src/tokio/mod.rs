@@ -178,16 +178,16 @@ impl<H: ServerHandler> Server<H> {
                         let live = endpoint.enter();
                         #[cfg(feature = "rustls")]
                         if let Some(config) = &tls {
-                            let stream = std::net::TcpStream::from(stream);
-                            let plain = also_plain.then(|| groups.least_loaded().clone());
-                            tokio::spawn(crate::tokio::tls::serve(
-                                config.clone(),
-                                stream,
-                                peer,
-                                live,
-                                env.clone(),
-                                plain,
-                            ));
+                            tokio::spawn(crate::tokio::tls::serve(Box::new(
+                                crate::tokio::tls::Accepted {
+                                    config: config.clone(),
+                                    tcp: std::net::TcpStream::from(stream),
+                                    peer,
+                                    live,
+                                    env: env.clone(),
+                                    plain: also_plain.then(|| groups.least_loaded().clone()),
+                                },
+                            )));
                             continue;
                         }
                         groups.least_loaded().hand_over(Incoming {

@@ -30,38 +30,23 @@ const TLS_HANDSHAKE: u8 = 0x16;
 /// is over: the task keeps room for its largest state for its whole life,
 /// and an idle connection should not pay for the handshake's (see
 /// `stream::connection::serve`).
-pub(crate) fn serve<H: Handler>(
-    config: Arc<rustls::ServerConfig>,
-    tcp: std::net::TcpStream,
-    peer: SocketAddr,
-    live: LiveGuard,
-    env: Env<H>,
-    plain: Option<Arc<GroupShared<H::State>>>,
-) -> impl Future<Output = ()> {
-    let accepted = Box::new(Accepted {
-        config,
-        tcp,
-        peer,
-        live,
-        env,
-        plain,
-    });
-    async move {
-        let Some(serving) = Box::pin(handshake(accepted)).await else {
-            return;
-        };
-        serving.await;
-    }
+pub(crate) async fn serve<H: Handler>(accepted: Box<Accepted<H>>) {
+    let Some(serving) = Box::pin(handshake(accepted)).await else {
+        return;
+    };
+    serving.await;
 }
 
-/// An accepted connection, before its handshake.
-struct Accepted<H: Handler> {
-    config: Arc<rustls::ServerConfig>,
-    tcp: std::net::TcpStream,
-    peer: SocketAddr,
-    live: LiveGuard,
-    env: Env<H>,
-    plain: Option<Arc<GroupShared<H::State>>>,
+/// An accepted connection, before its handshake (boxed by the accept loop:
+/// the task holds only the pointer).
+pub(crate) struct Accepted<H: Handler> {
+    pub(crate) config: Arc<rustls::ServerConfig>,
+    pub(crate) tcp: std::net::TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) live: LiveGuard,
+    pub(crate) env: Env<H>,
+    /// With `Server::also_plain`: the group a plain connection goes to.
+    pub(crate) plain: Option<Arc<GroupShared<H::State>>>,
 }
 
 /// The TLS handshake (or, with `Server::also_plain`, the hand-over of a

@@ -1,0 +1,144 @@
+//! The examples as a new user meets them: bad flags are refused at start
+//! with a message that names the cause and the fix, each example has its own
+//! default port, logs carry no colour codes when they go to a file, and
+//! `autobahn_client` pointed at an ordinary server says what it needs and
+//! exits instead of waiting.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Runs an example that must refuse its arguments; returns its stderr.
+fn refused(name: &str, args: &[&str]) -> String {
+    let Output { status, stderr, .. } = Command::new(example(name))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    assert!(
+        !status.success(),
+        "{name} {args:?} started; stderr: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn threads_zero_is_refused_with_what_to_give_instead() {
+    for example in ["echo", "stream", "gateway", "notify_bus"] {
+        let mut args = vec!["--threads", "0"];
+        if example == "gateway" {
+            args.extend(["--upstream", "ws://127.0.0.1:9/"]);
+        }
+        let stderr = refused(example, &args);
+        assert!(stderr.contains("--threads"), "{example}: {stderr}");
+        assert!(stderr.contains("at least 1"), "{example}: {stderr}");
+        assert!(stderr.contains("one per CPU"), "{example}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{example}: {stderr}");
+    }
+}
+
+#[test]
+fn a_gateway_upstream_that_is_not_a_websocket_url_is_refused_at_start() {
+    let stderr = refused("gateway", &["--upstream", "http://127.0.0.1:9001/"]);
+    assert!(stderr.contains("--upstream"), "{stderr}");
+    assert!(
+        stderr.contains("http:// is not a WebSocket URL"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ws:// or wss://"), "{stderr}");
+
+    let stderr = refused("gateway", &["--upstream", "127.0.0.1:9001"]);
+    assert!(stderr.contains("no scheme"), "{stderr}");
+    assert!(stderr.contains("ws://host/"), "{stderr}");
+}
+
+#[test]
+fn a_bus_that_takes_no_message_is_refused() {
+    let stderr = refused("notify_bus", &["--max-message-size", "0"]);
+    assert!(stderr.contains("--max-message-size"), "{stderr}");
+    assert!(stderr.contains("at least 1 byte"), "{stderr}");
+}
+
+/// `--help` of each server example shows its own default address.
+#[test]
+fn each_server_example_has_its_own_default_port() {
+    let mut seen = Vec::new();
+    for example in ["echo", "axum_echo", "gateway", "notify_bus", "stream"] {
+        let output = Command::new(common::example(example))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{example} --help failed");
+        let help = String::from_utf8_lossy(&output.stdout).into_owned();
+        let default = help
+            .split("[default: ")
+            .skip(1)
+            .map(|rest| rest.split(']').next().unwrap())
+            .find(|value| value.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("{example} --help shows no default address: {help}"))
+            .to_owned();
+        assert!(
+            !seen.iter().any(|(_, other)| *other == default),
+            "{example} defaults to {default} like another: {seen:?}"
+        );
+        seen.push((example, default));
+    }
+}
+
+/// Logs written to a pipe (a file, a journal) are plain text.
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    use std::io::BufRead;
+    let mut child = Command::new(example("echo"))
+        .args(["--addr", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // Killed when the test ends, however it ends.
+    let child = Child(child);
+    let (lines, got) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let line = got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("echo logged nothing to stderr within 10 s");
+    drop(child);
+    assert!(line.contains("INFO"), "not a log line: {line:?}");
+    assert!(line.contains("listening"), "{line:?}");
+    assert!(!line.contains('\u{1b}'), "colour codes in: {line:?}");
+}
+
+/// Pointed at an echo server, which answers `/getCaseCount` with nothing,
+/// the Autobahn client says it needs the fuzzing server, and exits.
+#[tokio::test]
+async fn autobahn_client_against_an_ordinary_server_says_what_it_needs() {
+    let (_echo, addr) = start_example("echo", &[]).await;
+    let started = Instant::now();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(common::example("autobahn_client"))
+            .args(["--url", &format!("ws://{addr}")])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("getCaseCount"), "{stderr}");
+    assert!(stderr.contains("fuzzing server"), "{stderr}");
+    assert!(stderr.contains("wstest -m fuzzingserver"), "{stderr}");
+    // Its own bound (10 s), not the test's.
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
