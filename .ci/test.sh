@@ -32,11 +32,20 @@ cargo clippy --manifest-path autobahn/h2-bridge/Cargo.toml -- -D warnings
 step "cargo doc: no broken links, private items included"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --document-private-items
 
+step "README's ten-line server builds as a project of its own (.ci/readme.sh)"
+bash .ci/readme.sh
+
+step "docs.rs: every feature, doc(cfg) marks, missing docs denied (nightly, --cfg docsrs)"
+RUSTDOCFLAGS="-D warnings --cfg docsrs" cargo +nightly doc --workspace --all-features --no-deps
+
 step "layers: no import circle between files or modules, in src/ and core/src/ (.ci/imports.py)"
 python3 .ci/imports.py
 
 step "cargo features: every combination builds clean, the slim builds stay slim (.ci/features.sh)"
 bash .ci/features.sh
+
+step "MSRV: each crate builds on the rust-version it declares (.ci/msrv.sh)"
+bash .ci/msrv.sh
 
 step "cargo test (the workspace: rapidws-core and rapidws)"
 cargo test --workspace --all-features

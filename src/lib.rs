@@ -1,15 +1,73 @@
-//! A lean, strict, fast WebSocket server (RFC 6455, with permessage-deflate,
-//! RFC 7692).
+//! A lean, strict, fast WebSocket library for services that hold many
+//! long-lived connections (RFC 6455, with permessage-deflate, RFC 7692):
+//! servers on tokio, io_uring and any async stream, upgrades inside axum and
+//! hyper, a client, and pub/sub.
 //!
-//! The protocol lives in a sans-I/O core ([`proto`], [`handshake`]) that never
-//! touches a socket; backends ([`tokio`], [`uring`] on Linux) move bytes between
-//! sockets and that core and call your [`Handler`]. See `ARCHITECTURE.md` for
-//! the path of a byte.
+//! # Start here
+//!
+//! A server is a [`Handler`] (what to do with a connection's messages) plus
+//! a [`ServerHandler`] (whether to accept an upgrade), run by a server:
+//!
+//! ```no_run
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_message(&self, conn: &Conn, _: &mut (), msg: Message<'_>) {
+//!         let _ = conn.send(msg);
+//!     }
+//! }
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::io::Result<()> {
+//!     rapidws::tokio::Server::bind("127.0.0.1:9001", Echo, Config::default())
+//!         .await?
+//!         .serve()
+//!         .await
+//! }
+//! ```
+//!
+//! Your project needs `tokio` with the `macros` and `rt-multi-thread`
+//! features for `#[tokio::main]`.
+//!
+//! # Which entry point
+//!
+//! | you have | use | feature |
+//! |---|---|---|
+//! | a service on tokio | [`tokio::Server`] | `tokio` (default) |
+//! | Linux 6.0+, no tokio needed | [`uring::Server`] | `uring` |
+//! | an axum app | [`axum::WebSocketUpgrade`], an extractor | `axum` |
+//! | a hyper server | [`hyper::upgrade`] | `hyper` |
+//! | a stream of your own (TLS, a Unix socket, a pipe) | [`stream::Server`] | `stream` |
+//! | an async task per connection instead of callbacks | [`socket::SocketHandler`] | `socket` (default) |
+//! | wss | `tls(config)` on [`tokio::Server::tls`], [`uring::Server::tls`] | `rustls` |
+//! | a client | [`client::Client`] | `client` |
+//! | topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |
+//!
+//! Callbacks run on the server's own threads with each message borrowed
+//! from the read buffer; the async socket gives each connection a task and
+//! owned messages. Every connection has a bounded outbound queue:
+//! [`Conn::send`] refuses a message that does not fit (`QueueFull`), and
+//! [`Conn::ready`] waits for room; [`Config`] sets the bounds, the timeouts
+//! and what happens to a peer that reads too slowly ([`SlowConsumer`]).
+//!
+//! The protocol itself (frames, the handshakes, permessage-deflate, the
+//! buffer pool) is the sans-I/O crate [`rapidws_core`], re-exported here.
+//! `ARCHITECTURE.md` in the repository follows a byte through the layers.
 
 // `unsafe` is refused everywhere but in the four modules that need it, each
 // allowing it where it is declared, and every block in them says why it is
 // sound (ARCHITECTURE.md, "unsafe").
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 // What the backends share (wakers, the server loops' plumbing) is partly dead
 // in a build with one backend or none; the full build is checked for dead

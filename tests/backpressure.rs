@@ -243,7 +243,7 @@ fn a_producer_that_keeps_the_runtime_busy_does_not_keep_requests_unread() {
                     return Poll::Ready(());
                 }
                 polls += 1;
-                if polls % 64 == 0 && conn.poll_ready(cx).is_ready() {
+                if polls.is_multiple_of(64) && conn.poll_ready(cx).is_ready() {
                     let _ = conn.send_binary(&[7; 16]);
                 }
                 cx.waker().wake_by_ref();

@@ -138,19 +138,18 @@ async fn page_target(devtools: SocketAddr, url: &str) -> String {
             started.elapsed() < Duration::from_secs(30),
             "Chromium's DevTools did not list the page within 30 s"
         );
-        if tokio::net::TcpStream::connect(devtools).await.is_ok() {
-            if let Some(body) = devtools_get(devtools, "/json/list").await {
-                let targets: serde_json::Value =
-                    serde_json::from_str(body.trim()).unwrap_or_default();
-                let page = targets.as_array().into_iter().flatten().find(|target| {
-                    target["type"] == "page"
-                        && target["url"]
-                            .as_str()
-                            .is_some_and(|at| at.starts_with(url.split('?').next().unwrap()))
-                });
-                if let Some(socket) = page.and_then(|page| page["webSocketDebuggerUrl"].as_str()) {
-                    return socket.to_owned();
-                }
+        if tokio::net::TcpStream::connect(devtools).await.is_ok()
+            && let Some(body) = devtools_get(devtools, "/json/list").await
+        {
+            let targets: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
+            let page = targets.as_array().into_iter().flatten().find(|target| {
+                target["type"] == "page"
+                    && target["url"]
+                        .as_str()
+                        .is_some_and(|at| at.starts_with(url.split('?').next().unwrap()))
+            });
+            if let Some(socket) = page.and_then(|page| page["webSocketDebuggerUrl"].as_str()) {
+                return socket.to_owned();
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -389,10 +389,10 @@ async fn a_close_completes_while_the_inbox_is_full(backend: Backend) {
                 return;
             }
             received.extend_from_slice(&chunk[..n]);
-            if received.first() == Some(&0x88) {
-                if let Some(closed) = closed.take() {
-                    closed.send(()).unwrap();
-                }
+            if received.first() == Some(&0x88)
+                && let Some(closed) = closed.take()
+            {
+                closed.send(()).unwrap();
             }
         }
     };

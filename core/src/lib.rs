@@ -19,6 +19,8 @@
 // AVX2 masking loop and zlib-rs writing into spare capacity), each allowing
 // it where it is declared; every block says why it is sound.
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod handshake;

@@ -37,6 +37,7 @@ impl fmt::Display for Stage {
 /// fields, and the start of the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status the server answered with.
     pub status: u16,
     /// Every header field, in order, as `(name, value)`.
     pub headers: Vec<(String, Vec<u8>)>,
@@ -74,10 +75,20 @@ pub enum ConnectError {
     /// is not valid.
     Request(ClientRequestError),
     /// The host name did not resolve (or resolved to no address).
-    Dns { host: String, error: io::Error },
+    Dns {
+        /// The name that was looked up.
+        host: String,
+        /// What the resolver said.
+        error: io::Error,
+    },
     /// TCP could not connect to any of the host's addresses (refused,
     /// unreachable); the error is the last address's.
-    Connect { addr: SocketAddr, error: io::Error },
+    Connect {
+        /// The address tried last.
+        addr: SocketAddr,
+        /// Why it failed.
+        error: io::Error,
+    },
     /// A step took longer than its timeout.
     Timeout(Stage),
     /// The TLS handshake failed: a certificate that is not valid for the
@@ -161,7 +172,10 @@ pub enum ProxyError {
     UnsupportedScheme(String),
     /// The HTTP proxy answered CONNECT with this status (407: it wants
     /// credentials, or refused the ones given).
-    Refused { status: u16 },
+    Refused {
+        /// The proxy's HTTP status.
+        status: u16,
+    },
     /// The SOCKS5 proxy accepts none of the offered methods (no
     /// authentication, or username and password when credentials are given).
     NoAcceptableMethod,
@@ -171,7 +185,10 @@ pub enum ProxyError {
     /// failure, 2 not allowed, 3 network unreachable, 4 host unreachable, 5
     /// connection refused, 6 TTL expired, 7 command not supported, 8 address
     /// type not supported).
-    Socks { reply: u8 },
+    Socks {
+        /// The SOCKS5 reply code (RFC 1928 §6).
+        reply: u8,
+    },
     /// The answer is not the protocol's: not HTTP, not SOCKS5, a head over
     /// [`MAX_CONNECT_HEAD`](super::proxy::MAX_CONNECT_HEAD), or a field out of range.
     Malformed(&'static str),

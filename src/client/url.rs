@@ -49,7 +49,9 @@ impl std::error::Error for UrlError {}
 pub enum Host {
     /// A name to resolve, lower-cased.
     Name(String),
+    /// An IPv4 address.
     V4(Ipv4Addr),
+    /// An IPv6 address (written in brackets).
     V6(Ipv6Addr),
 }
 
@@ -72,6 +74,7 @@ pub struct Url {
     pub scheme: String,
     /// Percent-decoded user name and password, if the URL has them.
     pub credentials: Option<(String, String)>,
+    /// The host: a name or an address.
     pub host: Host,
     /// The port the URL gives, or `None` for the scheme's default.
     pub port: Option<u16>,

@@ -217,6 +217,7 @@ impl Config {
         self
     }
 
+    /// The protocol limits this configuration sets (message and frame sizes).
     pub fn limits(&self) -> Limits {
         self.limits
     }

@@ -270,14 +270,17 @@ impl HttpResponse {
         HttpResponse::new(200, "text/html; charset=utf-8", body)
     }
 
+    /// The HTTP status.
     pub fn status(&self) -> u16 {
         self.status
     }
 
+    /// The `Content-Type` of the body.
     pub fn content_type(&self) -> &str {
         &self.content_type
     }
 
+    /// The body.
     pub fn body(&self) -> &[u8] {
         &self.body
     }
@@ -326,10 +329,12 @@ impl Reject {
         Reject::new(404, reason)
     }
 
+    /// The HTTP status the refusal answers with.
     pub fn status(&self) -> u16 {
         self.status
     }
 
+    /// The reason, sent as the body (one line of plain text).
     pub fn reason(&self) -> &str {
         &self.reason
     }

@@ -86,7 +86,7 @@ impl Sweep {
 
     fn ping_due(&self, quiet: u32) -> bool {
         self.ping_after
-            .is_some_and(|first| quiet >= first && (quiet - first) % self.ping_every == 0)
+            .is_some_and(|first| quiet >= first && (quiet - first).is_multiple_of(self.ping_every))
     }
 }
 

@@ -68,10 +68,10 @@ impl Outbox {
     /// Gives the queue a pooled buffer for a send that copies about `bytes`
     /// into it, if it has none (an idle queue holds no buffer).
     pub(crate) fn provide_buffer(&mut self, pool: &BufferPool, bytes: usize) {
-        if self.queue.needs_buffer() {
-            if let Some(unused) = self.queue.provide_buffer(pool.take(bytes)) {
-                pool.give(unused);
-            }
+        if self.queue.needs_buffer()
+            && let Some(unused) = self.queue.provide_buffer(pool.take(bytes))
+        {
+            pool.give(unused);
         }
     }
 
@@ -303,10 +303,10 @@ impl Outbox {
         write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<Written> {
         let written = self.queue.write_with(write)?;
-        if self.queue.is_empty() {
-            if let Some(buf) = self.queue.take_buffer() {
-                pool.give(buf);
-            }
+        if self.queue.is_empty()
+            && let Some(buf) = self.queue.take_buffer()
+        {
+            pool.give(buf);
         }
         Ok(written)
     }

@@ -143,10 +143,10 @@ pub(crate) fn answer<H: Handler>(
     // gives back once it is written. Allocating it instead, once per
     // handshake, left holes in the heap that idle connections paid for
     // (measured: about 140 bytes each on the tokio backend).
-    if out.needs_buffer() {
-        if let Some(unused) = out.provide_buffer(pool.take(RESPONSE_BUFFER)) {
-            pool.give(unused);
-        }
+    if out.needs_buffer()
+        && let Some(unused) = out.provide_buffer(pool.take(RESPONSE_BUFFER))
+    {
+        pool.give(unused);
     }
     let (head, head_len) = match parsed {
         Ok(parsed) => parsed,
@@ -282,14 +282,14 @@ pub(crate) fn decide<H: Handler>(
         }
         Ok(Err(reject)) => Decision::Refused(reject),
         Ok(Ok(state)) => {
-            if let Some(chosen) = accept.chosen_protocol() {
-                if !request.protocols().any(|offered| offered == chosen) {
-                    tracing::error!(
-                        protocol = chosen,
-                        "on_upgrade chose a subprotocol the client did not offer; answered 500"
-                    );
-                    return internal_error();
-                }
+            if let Some(chosen) = accept.chosen_protocol()
+                && !request.protocols().any(|offered| offered == chosen)
+            {
+                tracing::error!(
+                    protocol = chosen,
+                    "on_upgrade chose a subprotocol the client did not offer; answered 500"
+                );
+                return internal_error();
             }
             let deflate = deflate
                 .filter(|_| accept.allows_permessage_deflate())

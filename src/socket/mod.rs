@@ -91,7 +91,12 @@ pub enum Error {
     /// what `Handler::on_close` reports (1002, 1007, 1009 or 1011 sent by
     /// the server or by the peer, or 1006 when TCP ended without a close
     /// handshake).
-    Failed { code: CloseCode, reason: String },
+    Failed {
+        /// The close code.
+        code: CloseCode,
+        /// The close reason.
+        reason: String,
+    },
     /// A send was refused.
     Send(SendError),
 }
@@ -266,10 +271,10 @@ impl Drop for ReadHalf {
         // inbox set must not stop the close handshake.
         self.shared.inbox.abandon(&self.shared.conn);
         // Nor a failure that waited for the messages to be taken.
-        if let Some(Ending { code, reason }) = self.shared.inbox.ending() {
-            if is_failure(code) {
-                let _ = self.shared.conn.close(code, &reason);
-            }
+        if let Some(Ending { code, reason }) = self.shared.inbox.ending()
+            && is_failure(code)
+        {
+            let _ = self.shared.conn.close(code, &reason);
         }
     }
 }

@@ -85,6 +85,7 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
 }
 
 impl<H: ServerHandler> Server<H> {
+    /// A server for `handler` with `config`; it serves the streams handed to it.
     pub fn new(handler: H, config: Config) -> Self {
         Server {
             env: Env::server(Endpoint::new(config), Arc::new(handler)),

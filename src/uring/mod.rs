@@ -243,10 +243,10 @@ impl Drop for Reactors {
             shared.stop();
         }
         for (_, thread) in &mut self.0 {
-            if let Some(thread) = thread.take() {
-                if thread.join().is_err() {
-                    tracing::error!("a reactor thread panicked");
-                }
+            if let Some(thread) = thread.take()
+                && thread.join().is_err()
+            {
+                tracing::error!("a reactor thread panicked");
             }
         }
     }

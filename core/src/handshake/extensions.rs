@@ -47,6 +47,7 @@ pub struct Extensions<'a> {
 /// One extension offer: its name and its parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extension<'a> {
+    /// The extension's name (`permessage-deflate`).
     pub name: &'a str,
     /// The parameters' text (`; a=1; b`), already checked.
     params: &'a str,
@@ -64,6 +65,7 @@ impl<'a> Extension<'a> {
 /// One parameter of an offer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Param<'a> {
+    /// The parameter's name.
     pub name: &'a str,
     /// The value, unquoted and unescaped; `None` for a bare parameter.
     pub value: Option<Cow<'a, str>>,

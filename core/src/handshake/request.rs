@@ -29,6 +29,7 @@ pub enum HandshakeError {
     Malformed,
     /// The connection ended, or timed out, before the head was complete (400 or 408).
     Incomplete,
+    /// The request did not come in time (`handshake_timeout`).
     TimedOut,
     /// Not a GET (405).
     MethodNotAllowed,

@@ -82,6 +82,7 @@ pub enum BadClose {
 }
 
 impl BadClose {
+    /// The close code this failure is reported with.
     pub fn close_code(self) -> CloseCode {
         match self {
             BadClose::Truncated | BadClose::InvalidCode(_) => CloseCode::PROTOCOL_ERROR,
@@ -89,6 +90,7 @@ impl BadClose {
         }
     }
 
+    /// The close reason sent with it: a few words on what was wrong.
     pub fn reason(self) -> &'static str {
         match self {
             BadClose::Truncated => "close payload of one byte",

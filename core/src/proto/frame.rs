@@ -24,11 +24,17 @@ pub const RSV1: u8 = 0b100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum OpCode {
+    /// Continues a fragmented message.
     Continuation = 0x0,
+    /// A text message (UTF-8), or its first fragment.
     Text = 0x1,
+    /// A binary message, or its first fragment.
     Binary = 0x2,
+    /// Begins or answers the close handshake.
     Close = 0x8,
+    /// A ping: the peer answers with a pong carrying the same payload.
     Ping = 0x9,
+    /// A pong: the answer to a ping, or a unsolicited heartbeat.
     Pong = 0xA,
 }
 
@@ -55,11 +61,15 @@ impl OpCode {
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The last frame of its message.
     pub fin: bool,
     /// RSV1..RSV3 as the low three bits (RSV1 = `0b100`).
     pub rsv: u8,
+    /// What the frame carries.
     pub opcode: OpCode,
+    /// The masking key (client-to-server frames carry one).
     pub mask: Option<[u8; 4]>,
+    /// The payload's length in bytes.
     pub payload_len: u64,
 }
 
@@ -88,12 +98,19 @@ impl DecodeRules {
 /// Why a frame header was rejected. Every variant fails the connection with 1002.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
+    /// An opcode RFC 6455 reserves (its value).
     ReservedOpcode(u8),
+    /// RSV bits set that no negotiated extension defines.
     ReservedBits,
+    /// A client frame without a mask (RFC 6455 §5.1).
     UnmaskedClientFrame,
+    /// A server frame with a mask (RFC 6455 §5.1).
     MaskedServerFrame,
+    /// A 64-bit length with its most significant bit set.
     LengthTopBitSet,
+    /// A control frame with more than 125 bytes of payload.
     ControlTooLong,
+    /// A control frame without FIN (control frames are never fragmented).
     ControlFragmented,
 }
 

@@ -5,7 +5,9 @@ use bytes::Bytes;
 /// Whether a message is text or binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MessageKind {
+    /// UTF-8 text.
     Text,
+    /// Binary data.
     Binary,
 }
 
@@ -18,10 +20,12 @@ pub enum MessageKind {
 pub enum Message<'a> {
     /// A text message, already checked to be valid UTF-8.
     Text(&'a str),
+    /// Binary data.
     Binary(&'a [u8]),
 }
 
 impl<'a> Message<'a> {
+    /// Text or binary.
     pub fn kind(&self) -> MessageKind {
         match self {
             Message::Text(_) => MessageKind::Text,
@@ -29,6 +33,7 @@ impl<'a> Message<'a> {
         }
     }
 
+    /// Whether it is a text message.
     pub fn is_text(&self) -> bool {
         matches!(self, Message::Text(_))
     }
@@ -49,10 +54,12 @@ impl<'a> Message<'a> {
         }
     }
 
+    /// The payload's length in bytes.
     pub fn len(&self) -> usize {
         self.as_bytes().len()
     }
 
+    /// Whether the payload is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -69,7 +76,9 @@ impl<'a> Message<'a> {
 /// A message that owns its payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OwnedMessage {
+    /// UTF-8 text.
     Text(String),
+    /// Binary data.
     Binary(Bytes),
 }
 

@@ -74,14 +74,21 @@ pub enum Event<'a> {
     /// The peer's close frame arrived: the close handshake is complete (our reply,
     /// if one was due, is queued). `code` is [`CloseCode::NO_STATUS`] when the
     /// frame had no code. Nothing more is read after this.
-    Closed { code: CloseCode, reason: &'a str },
+    Closed {
+        /// The peer's close code (1005 if it gave none).
+        code: CloseCode,
+        /// The peer's close reason.
+        reason: &'a str,
+    },
 }
 
 /// The peer broke the protocol or a limit. The close frame with `code` and
 /// `reason` has been queued; the connection is over once it is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProtocolError {
+    /// The close code to send.
     pub code: CloseCode,
+    /// The close reason to send with it.
     pub reason: &'static str,
 }
 

@@ -30,6 +30,7 @@ pub struct Utf8Validator {
 }
 
 impl Utf8Validator {
+    /// A validator at the start of a message.
     pub const fn new() -> Self {
         Utf8Validator {
             partial: [0; 4],

@@ -60,7 +60,10 @@ pub enum ClientHandshakeError {
     NotHttp11,
     /// The server answered, but not with `101 Switching Protocols` (a
     /// redirect, an authentication challenge, an error).
-    NotSwitching { status: u16 },
+    NotSwitching {
+        /// The status it answered with.
+        status: u16,
+    },
     /// No `Upgrade` header with the `websocket` token.
     MissingUpgrade,
     /// No `upgrade` token in `Connection`.

@@ -24,6 +24,7 @@ pub struct Compressor {
 }
 
 impl Compressor {
+    /// A compressor for `role`'s messages with the negotiated `params` and the local `config`.
     pub fn new(role: Role, params: &DeflateParams, config: &DeflateConfig) -> Self {
         Compressor {
             key: DeflateKey {

@@ -78,12 +78,19 @@ pub enum InflateFailure {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeflateConfig {
+    /// The server's LZ77 window, as a power of two (8 to 15).
     pub server_max_window_bits: u8,
+    /// The client's LZ77 window, as a power of two (8 to 15).
     pub client_max_window_bits: u8,
+    /// Whether the server keeps its compression context between messages.
     pub server_context_takeover: bool,
+    /// Whether the client keeps its compression context between messages.
     pub client_context_takeover: bool,
+    /// zlib's compression level (0 to 9).
     pub level: u8,
+    /// zlib's memory level (1 to 9).
     pub mem_level: u8,
+    /// Messages shorter than this go out uncompressed.
     pub compress_min_size: usize,
 }
 

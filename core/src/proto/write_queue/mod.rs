@@ -180,6 +180,7 @@ impl WriteQueue {
         self.len.bytes()
     }
 
+    /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
