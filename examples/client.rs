@@ -110,7 +110,10 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
     typing.abort();
     let code = reader.close_code().unwrap_or(CloseCode::ABNORMAL);
-    eprintln!("client: closed with {}", code.0);
+    match reader.close_reason().filter(|reason| !reason.is_empty()) {
+        Some(reason) => eprintln!("client: closed with {} {reason:?}", code.0),
+        None => eprintln!("client: closed with {}", code.0),
+    }
     Ok(
         if code == CloseCode::NORMAL || code == CloseCode::GOING_AWAY {
             ExitCode::SUCCESS

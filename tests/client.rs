@@ -149,6 +149,8 @@ async fn server_close_code_reaches_the_client(backend: Backend) {
     socket.send("close 4321 bye now").await.unwrap();
     assert!(socket.recv().await.is_none());
     assert_eq!(socket.close_code(), Some(CloseCode(4321)));
+    // The test server closes with the message's third word as the reason.
+    assert_eq!(socket.close_reason().as_deref(), Some("bye"));
     // The client answered with the same code.
     assert_eq!(
         server.recorder.wait_closes(1).await,
@@ -515,6 +517,11 @@ async fn refusals_carry_status_headers_and_body() {
     assert_eq!(refusal.header("x-why"), Some(&b"not a websocket"[..]));
     assert_eq!(&refusal.body[..], b"hello");
     assert_eq!(error.status(), Some(200));
+    // The server's reason is in the message, after the status.
+    assert_eq!(
+        error.to_string(),
+        "the server answered 200 instead of 101: hello"
+    );
 
     // A body longer than what is kept, and one that never comes.
     let (addr, _) = fake_server(|_| {
@@ -529,6 +536,8 @@ async fn refusals_carry_status_headers_and_body() {
     };
     assert_eq!(refusal.status, 401);
     assert_eq!(refusal.body.len(), client::MAX_REFUSAL_BODY);
+    // A line too long to be a reason is left out of the message.
+    assert_eq!(error.to_string(), "the server answered 401 instead of 101");
     let (addr, _) = fake_server(|_| {
         b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 10\r\n\r\nabc".to_vec()
     })

@@ -133,11 +133,39 @@ pub fn tls_server_config(
 ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs_in = |path: &std::path::Path| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .unwrap_or_default()
+    };
+    let has_key = |path: &std::path::Path| PrivateKeyDer::from_pem_file(path).is_ok();
+    // The two files given the other way round is the common mistake: say so
+    // rather than "no items found".
+    if certs_in(cert).is_empty() && has_key(cert) && !certs_in(key).is_empty() {
+        return Err(format!(
+            "--tls-cert and --tls-key are swapped: {} holds a private key and {} a \
+             certificate (give the certificate chain to --tls-cert, the key to --tls-key)",
+            cert.display(),
+            key.display()
+        ));
+    }
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|error| format!("cannot read --tls-cert {}: {error}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|error| format!("cannot read --tls-key {}: {error}", key.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "--tls-cert {} holds no certificate (a PEM file with \
+             -----BEGIN CERTIFICATE----- blocks, the server's first)",
+            cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|error| {
+        format!(
+            "cannot read a private key from --tls-key {} ({error}): a PEM file with a \
+             -----BEGIN PRIVATE KEY----- (or RSA/EC PRIVATE KEY) block",
+            key.display()
+        )
+    })?;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

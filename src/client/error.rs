@@ -50,6 +50,16 @@ pub struct Refusal {
 pub const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
 impl Refusal {
+    /// The body's first line, if it is short text: the reason most servers
+    /// give for a refusal ("not found: WebSockets are at /ws"), which the
+    /// error's `Display` shows after the status.
+    pub fn reason(&self) -> Option<&str> {
+        let text = std::str::from_utf8(&self.body[..self.body.len().min(512)]).ok()?;
+        let line = text.lines().map(str::trim).find(|line| !line.is_empty())?;
+        let printable = line.chars().all(|c| !c.is_control());
+        (printable && line.len() <= 200).then_some(line)
+    }
+
     /// The first value of header `name` (matched case-insensitively), e.g.
     /// a redirect's `Location`.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
@@ -135,7 +145,11 @@ impl fmt::Display for ConnectError {
             ConnectError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             ConnectError::Proxy(e) => write!(f, "proxy: {e}"),
             ConnectError::Status(refusal) => {
-                write!(f, "the server answered {} instead of 101", refusal.status)
+                write!(f, "the server answered {} instead of 101", refusal.status)?;
+                match refusal.reason() {
+                    Some(reason) => write!(f, ": {reason}"),
+                    None => Ok(()),
+                }
             }
             ConnectError::Handshake(e) => write!(f, "bad upgrade response: {e}"),
             ConnectError::Io(e) => write!(f, "connection failed during the handshake: {e}"),

@@ -18,7 +18,7 @@ pub struct UrlError {
 }
 
 impl UrlError {
-    fn new(reason: &'static str) -> Self {
+    pub(crate) fn new(reason: &'static str) -> Self {
         UrlError { reason }
     }
 

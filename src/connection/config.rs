@@ -46,9 +46,12 @@ pub struct Config {
 /// awaits [`Conn::ready`](crate::Conn::ready) never gets here.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SlowConsumer {
-    /// Wait for the peer (the default): sends are refused until the queue has
-    /// been written out, then the handler's `on_drain` is called. Right when
-    /// the handler can skip or coalesce messages (market data, presence).
+    /// Wait for the peer (the default): the send that found the queue full
+    /// is refused and the connection stays open. Sends are accepted again as
+    /// soon as the queue is below its bound (as [`Conn`](crate::Conn) says),
+    /// and the handler's `on_drain` is called once the queue has been
+    /// written out completely: the peer has caught up. Right when the
+    /// handler can skip or coalesce messages (market data, presence).
     #[default]
     Pause,
     /// Give up on the peer: the send is refused and the connection is closed

@@ -44,9 +44,12 @@ pub trait Handler: Send + Sync + 'static {
         let _ = (conn, state, code, reason);
     }
 
-    /// The outbound queue, which had refused a send with
-    /// [`SendError::QueueFull`](crate::SendError::QueueFull), has been written out
-    /// completely: sending may resume.
+    /// The peer has caught up: a send was refused with
+    /// [`SendError::QueueFull`](crate::SendError::QueueFull) (under
+    /// [`SlowConsumer::Pause`](crate::SlowConsumer::Pause)) and the outbound
+    /// queue has since been written out completely. Sends were accepted
+    /// again as soon as the queue went below its bound; this is the moment
+    /// to send what was skipped meanwhile (a snapshot, the latest state).
     fn on_drain(&self, conn: &Conn, state: &mut Self::State) {
         let _ = (conn, state);
     }

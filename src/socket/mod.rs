@@ -197,6 +197,12 @@ impl WebSocket {
         self.read.close_code()
     }
 
+    /// The close reason that came with [`close_code`](WebSocket::close_code)
+    /// (empty if the peer gave none), once `recv` has returned everything.
+    pub fn close_reason(&self) -> Option<String> {
+        self.read.close_reason()
+    }
+
     /// The connection's handle: clone it to send from other tasks, or to
     /// use the callback API's calls (`reply`, `send_shared`, `ping`).
     pub fn conn(&self) -> &Conn {
@@ -257,6 +263,11 @@ impl ReadHalf {
     /// See [`WebSocket::close_code`].
     pub fn close_code(&self) -> Option<CloseCode> {
         self.shared.inbox.ending().map(|ending| ending.code)
+    }
+
+    /// See [`WebSocket::close_reason`].
+    pub fn close_reason(&self) -> Option<String> {
+        self.shared.inbox.ending().map(|ending| ending.reason)
     }
 
     /// The connection's handle.

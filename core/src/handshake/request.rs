@@ -43,7 +43,9 @@ pub enum HandshakeError {
     MissingConnectionUpgrade,
     /// `Sec-WebSocket-Version` missing or not 13 (426, with `Sec-WebSocket-Version: 13`).
     UnsupportedVersion,
-    /// `Sec-WebSocket-Key` missing, repeated, or not 16 bytes of base64 (400).
+    /// No `Sec-WebSocket-Key` (400).
+    MissingKey,
+    /// `Sec-WebSocket-Key` repeated, or not 16 bytes of base64 (400).
     InvalidKey,
     /// An HTTP/2 request that is not an extended CONNECT with
     /// `:protocol = websocket` (RFC 8441) (400).
@@ -88,7 +90,12 @@ impl HandshakeError {
                 "Connection header must contain the upgrade token"
             }
             HandshakeError::UnsupportedVersion => "unsupported Sec-WebSocket-Version, use 13",
-            HandshakeError::InvalidKey => "Sec-WebSocket-Key must be 16 bytes in base64",
+            HandshakeError::MissingKey => {
+                "missing Sec-WebSocket-Key header (a WebSocket client sends 16 random bytes in base64)"
+            }
+            HandshakeError::InvalidKey => {
+                "Sec-WebSocket-Key must be one header of 16 random bytes in base64 (24 characters)"
+            }
             HandshakeError::NotExtendedConnect => {
                 "a WebSocket over HTTP/2 must be a CONNECT with :protocol websocket"
             }
@@ -325,6 +332,7 @@ pub fn check_request<'a>(
         return Err(HandshakeError::UnsupportedVersion);
     }
     let key = match fields.keys {
+        (0, _) => return Err(HandshakeError::MissingKey),
         (1, Some(key)) => Some(trim(key)).filter(|k| is_valid_key(k)),
         _ => None,
     }

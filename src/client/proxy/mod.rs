@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::error::{ConnectError, ProxyError};
-use super::url::{Host, Url};
+use super::url::{Host, Url, UrlError};
 
 /// A proxy to reach WebSocket servers through.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +45,13 @@ impl Proxy {
     /// SOCKS5 with names resolved by the proxy. Credentials are
     /// percent-decoded.
     pub fn new(url: &str) -> Result<Proxy, ConnectError> {
+        if !url.contains("://") {
+            // `Url::parse` would suggest a WebSocket URL.
+            return Err(ConnectError::Url(UrlError::new(
+                "no scheme: give a proxy as http://host:port, socks5://host:port \
+                 or socks5h://host:port",
+            )));
+        }
         let url = Url::parse(url)?;
         let (kind, default_port) = match url.scheme.as_str() {
             "http" => (Kind::Http, 80),
@@ -291,10 +298,14 @@ mod tests {
             Proxy::new("https://proxy"),
             Err(ConnectError::Proxy(ProxyError::UnsupportedScheme(s))) if s == "https"
         ));
-        assert!(matches!(
-            Proxy::new("proxy:3128"),
-            Err(ConnectError::Url(_))
-        ));
+        // Without a scheme the error names the proxy schemes, not ws://.
+        let Err(ConnectError::Url(error)) = Proxy::new("proxy:3128") else {
+            panic!("a proxy without a scheme was taken");
+        };
+        assert!(error.reason().contains("http://host:port"), "{error}");
+        assert!(!error.reason().contains("ws://"), "{error}");
+        let error = Proxy::new("https://proxy").unwrap_err().to_string();
+        assert!(error.contains("http, socks5, socks5h"), "{error}");
     }
 
     #[test]

@@ -133,7 +133,7 @@ fn rejects_bad_upgrades_with_the_right_status() {
         ),
         (
             with_header("sec-websocket-key", ""),
-            HandshakeError::InvalidKey,
+            HandshakeError::MissingKey,
         ),
         (
             with_header("sec-websocket-key", "Sec-WebSocket-Key: c2hvcnQ="),
@@ -169,6 +169,12 @@ fn rejects_bad_upgrades_with_the_right_status() {
     assert_eq!(HandshakeError::MethodNotAllowed.status(), 405);
     assert_eq!(HandshakeError::UnsupportedVersion.status(), 426);
     assert_eq!(HandshakeError::InvalidKey.status(), 400);
+    assert_eq!(HandshakeError::MissingKey.status(), 400);
+    assert!(
+        HandshakeError::MissingKey
+            .reason()
+            .starts_with("missing Sec-WebSocket-Key")
+    );
 }
 
 #[test]
