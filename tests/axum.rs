@@ -318,7 +318,7 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
                     "Sec-WebSocket-Key: x",
                 ),
                 "400",
-                "sec-websocket-key must be 16 bytes",
+                "sec-websocket-key must be one header of 16 random bytes",
             ),
             (
                 upgrade_head("GET", path, "HTTP/1.0", version),
