@@ -14,7 +14,6 @@
 //! exit status is 0 after a close with 1000 or 1001, 1 otherwise.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Parser;
 use rapidws::client::{Client, ConnectRequest, Proxy};
@@ -66,7 +65,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     if args.deflate {
         config = config.permessage_deflate(DeflateConfig::default());
     }
-    let mut client = Client::new(config).tls(tls_config(args.cafile.as_deref())?);
+    let mut client = Client::new(config).tls(support::client_tls(args.cafile.as_deref())?);
     client = match &args.proxy {
         Some(url) => client.proxy(Proxy::new(url).map_err(|e| e.to_string())?),
         None => client.proxy_from_env(),
@@ -121,37 +120,4 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             ExitCode::FAILURE
         },
     )
-}
-
-/// The web PKI roots, or only the certificate in `cafile`.
-fn tls_config(cafile: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match cafile {
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            for cert in rustls_pemfile_certs(&pem)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
-/// The certificates in a PEM file.
-fn rustls_pemfile_certs(
-    pem: &[u8],
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("reading the certificates: {e:?}"))
 }

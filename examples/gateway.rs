@@ -51,6 +51,11 @@ struct Args {
     /// Offer permessage-deflate upstream, with the library's defaults.
     #[arg(long)]
     upstream_deflate: bool,
+    /// For a wss upstream: trust the certificates in this PEM file (a
+    /// private CA, or the upstream's own self-signed certificate) instead of
+    /// the web PKI roots.
+    #[arg(long, value_name = "PEM")]
+    upstream_cafile: Option<std::path::PathBuf>,
 }
 
 /// `--upstream`, checked at start: a WebSocket URL the client can dial
@@ -291,8 +296,16 @@ fn main() -> std::process::ExitCode {
     if args.upstream_deflate {
         upstream_config = upstream_config.permessage_deflate(DeflateConfig::default());
     }
-    // wss upstreams: ring as rustls's provider, the web PKI roots.
+    // wss upstreams: ring as rustls's provider, the web PKI roots or
+    // --upstream-cafile's certificates.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let upstream_tls = match support::client_tls(args.upstream_cafile.as_deref()) {
+        Ok(tls) => tls,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let close_timeout = Duration::from_secs(5);
     let url = args.upstream.clone();
     support::serve("gateway", &args.serve, move |runtime| {
@@ -301,7 +314,8 @@ fn main() -> std::process::ExitCode {
                 runtime: runtime.clone(),
             },
             upstream_config,
-        );
+        )
+        .tls(upstream_tls);
         Clients {
             upstream,
             url,

@@ -172,3 +172,86 @@ fn swapped_certificate_and_key_are_named_as_swapped() {
         "{stderr}"
     );
 }
+
+/// A self-signed certificate as `openssl req -x509` makes it (CA:TRUE),
+/// written to a fresh directory: (directory, certificate, key).
+fn ca_flagged_self_signed(tag: &str) -> (std::path::PathBuf, String, String) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let dir = std::env::temp_dir().join(format!("rapidws-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let path = |p: std::path::PathBuf| p.to_str().unwrap().to_owned();
+    (dir, path(cert_path), path(key_path))
+}
+
+/// `client --cafile` trusts a self-signed certificate given exactly, even
+/// one marked CA:TRUE (which webpki alone refuses as "CaUsedAsEndEntity"),
+/// as browsers and Python do.
+#[tokio::test]
+async fn client_cafile_trusts_a_ca_flagged_self_signed_certificate() {
+    let (dir, cert, key) = ca_flagged_self_signed("cafile");
+    let (_echo, addr) = start_example("echo", &["--tls-cert", &cert, "--tls-key", &key]).await;
+    let url = format!("wss://localhost:{}/", addr.port());
+    let output = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(example("client"))
+            .args([url.as_str(), "--cafile", cert.as_str()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello over tls\n").unwrap();
+        // The echo comes back before the client closes at the end of input.
+        std::thread::sleep(Duration::from_millis(500));
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stdout.contains("hello over tls"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(!stderr.contains("CaUsedAsEndEntity"), "{stderr}");
+}
+
+/// The gateway's `--upstream-cafile` does the same for a wss upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_upstream_cafile_trusts_the_upstreams_certificate() {
+    use futures_util::{SinkExt, StreamExt};
+    let (dir, cert, key) = ca_flagged_self_signed("upstream");
+    let (_echo, upstream) = start_example("echo", &["--tls-cert", &cert, "--tls-key", &key]).await;
+    let upstream = format!("wss://localhost:{}/", upstream.port());
+    let (_gateway, addr) = start_example(
+        "gateway",
+        &["--upstream", &upstream, "--upstream-cafile", &cert],
+    )
+    .await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::text("through"))
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("no answer through the gateway")
+        .unwrap()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(answer.into_text().unwrap().as_str(), "through");
+}

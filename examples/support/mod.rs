@@ -321,3 +321,127 @@ fn shut_down_on_ctrl_c(runtime: &tokio::runtime::Handle, handle: rapidws::Server
         }
     });
 }
+
+/// A client's rustls configuration for `--cafile` (ring as the provider):
+/// the certificates in `path` are trusted as roots, and each one also byte
+/// for byte as the server's own certificate whatever its CA flag, as
+/// browsers and Python's `ssl` do. (`openssl req -x509` marks a
+/// self-signed certificate CA:TRUE, which the web PKI check refuses as a
+/// server's certificate: "CaUsedAsEndEntity".) The server's name and its
+/// handshake signature are checked either way. Without `path`, the web PKI
+/// roots.
+#[cfg(feature = "rustls")]
+#[allow(dead_code)] // the client examples use it
+pub fn client_tls(
+    path: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use std::sync::Arc;
+
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let mut pinned = Vec::new();
+    match path {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|error| format!("cannot read --cafile {}: {error}", path.display()))?;
+            if certs.is_empty() {
+                return Err(format!(
+                    "--cafile {} holds no certificate (a PEM file with \
+                     -----BEGIN CERTIFICATE----- blocks)",
+                    path.display()
+                ));
+            }
+            // A certificate webpki cannot take as a root is still pinned.
+            roots.add_parsable_certificates(certs.iter().cloned());
+            pinned = certs;
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| error.to_string())?;
+    let config = if pinned.is_empty() {
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build();
+        let verifier = Pinned {
+            pinned,
+            webpki: webpki.ok(),
+            algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        };
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth()
+    };
+    Ok(Arc::new(config))
+}
+
+/// `--cafile`'s verifier (see [`client_tls`]).
+#[cfg(feature = "rustls")]
+#[derive(Debug)]
+struct Pinned {
+    pinned: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// The roots' check, for a certificate that is not one of `pinned`
+    /// (`None` if no certificate could be a root).
+    webpki: Option<std::sync::Arc<rustls::client::WebPkiServerVerifier>>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+#[cfg(feature = "rustls")]
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if self
+            .pinned
+            .iter()
+            .any(|cert| cert.as_ref() == end_entity.as_ref())
+        {
+            let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_name(&parsed, server_name)?;
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        }
+        match &self.webpki {
+            Some(webpki) => {
+                webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            }
+            None => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        signature: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, signature, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        signature: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, signature, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
