@@ -274,3 +274,30 @@ async fn the_client_example_takes_the_proxy_from_the_environment() {
     assert!(status.success(), "{log}");
     assert_eq!(printed, ["hello", "world"]);
 }
+
+/// A proxy that is not there is named as the failure, not the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_proxy_is_reported_as_the_proxy() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let proxy = Proxy::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    let client = Client::new(Config::default()).proxy(proxy);
+    let error = client
+        .connect("ws://target.invalid/")
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let ConnectError::ProxyUnreachable {
+        proxy,
+        error: inner,
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!(proxy, &format!("127.0.0.1:{port}"));
+    assert!(matches!(**inner, ConnectError::Connect { .. }), "{inner:?}");
+    let message = error.to_string();
+    assert!(message.contains("could not reach the proxy"), "{message}");
+    assert!(message.contains("the target was not tried"), "{message}");
+}

@@ -84,6 +84,14 @@ pub enum ConnectError {
     /// The request could not be written: an extra header or a subprotocol
     /// is not valid.
     Request(ClientRequestError),
+    /// The proxy could not be reached (its name did not resolve, TCP to it
+    /// failed or timed out): `error` says how. The target was not tried.
+    ProxyUnreachable {
+        /// The proxy, as `host:port`.
+        proxy: String,
+        /// What happened on the way to it.
+        error: Box<ConnectError>,
+    },
     /// The host name did not resolve (or resolved to no address).
     Dns {
         /// The name that was looked up.
@@ -141,6 +149,12 @@ impl fmt::Display for ConnectError {
             ConnectError::Connect { addr, error } => {
                 write!(f, "could not connect to {addr}: {error}")
             }
+            ConnectError::ProxyUnreachable { proxy, error } => write!(
+                f,
+                "could not reach the proxy {proxy} ({error}); the target was not tried: \
+                 check the proxy (Client::proxy, or http_proxy, https_proxy and all_proxy \
+                 in the environment)"
+            ),
             ConnectError::Timeout(stage) => write!(f, "timed out {stage}"),
             ConnectError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             ConnectError::Proxy(e) => write!(f, "proxy: {e}"),
@@ -166,6 +180,7 @@ impl std::error::Error for ConnectError {
             ConnectError::Dns { error, .. } | ConnectError::Connect { error, .. } => Some(error),
             ConnectError::Tls(e) | ConnectError::Io(e) => Some(e),
             ConnectError::Proxy(e) => Some(e),
+            ConnectError::ProxyUnreachable { error, .. } => Some(error.as_ref()),
             ConnectError::Handshake(e) => Some(e),
             _ => None,
         }

@@ -464,9 +464,20 @@ impl<H: Handler> Client<H> {
             Some(proxy) => (&proxy.host, proxy.port),
             None => (&url.host, port),
         };
-        let (mut tcp, peer) = timeout_at(deadline, connect_tcp(host, to, deadline))
+        let connected = timeout_at(deadline, connect_tcp(host, to, deadline))
             .await
-            .map_err(|_| ConnectError::Timeout(Stage::Connect))??;
+            .unwrap_or(Err(ConnectError::Timeout(Stage::Connect)));
+        let (mut tcp, peer) = match (connected, &proxy) {
+            (Ok(connected), _) => connected,
+            // Said as the proxy's failure: the target was never tried.
+            (Err(error), Some(proxy)) => {
+                return Err(ConnectError::ProxyUnreachable {
+                    proxy: format!("{}:{}", proxy.host, proxy.port),
+                    error: Box::new(error),
+                });
+            }
+            (Err(error), None) => return Err(error),
+        };
         tcp.set_nodelay(self.options.nodelay)
             .map_err(ConnectError::Io)?;
         if let Some(proxy) = proxy {
