@@ -12,14 +12,17 @@ use super::InflateFailure;
 pub enum Compressor {}
 
 impl Compressor {
+    /// Never called: there is no compressor.
     pub fn wants(&self, _len: usize) -> bool {
         match *self {}
     }
 
+    /// Never called: there is no compressor.
     pub fn compress(&mut self, _payload: &[u8], _out: &mut BytesMut) -> bool {
         match *self {}
     }
 
+    /// Never called: there is no compressor.
     pub fn keeps_context(&self) -> bool {
         match *self {}
     }
@@ -30,11 +33,13 @@ impl Compressor {
 pub enum DeflateKey {}
 
 impl Compressor {
+    /// Never called: there is no compressor.
     pub fn alone(&self) -> Option<DeflateKey> {
         match *self {}
     }
 }
 
+/// Never called: no key exists.
 pub fn compress_alone(key: DeflateKey, _payload: &[u8], _out: &mut BytesMut) -> bool {
     match key {}
 }
@@ -43,6 +48,7 @@ pub fn compress_alone(key: DeflateKey, _payload: &[u8], _out: &mut BytesMut) -> 
 pub enum Inflater {}
 
 impl Inflater {
+    /// Never called: there is no inflater.
     pub fn feed(
         &mut self,
         _input: &[u8],
@@ -52,10 +58,12 @@ impl Inflater {
         match *self {}
     }
 
+    /// Never called: there is no inflater.
     pub fn finish(&mut self, _out: &mut BytesMut, _limit: usize) -> Result<(), InflateFailure> {
         match *self {}
     }
 
+    /// Never called: there is no inflater.
     pub fn release(&mut self) {
         match *self {}
     }
