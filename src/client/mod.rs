@@ -36,8 +36,9 @@
 //!    the protocol). [`Config::handshake_timeout`] bounds steps 3 and 4;
 //! 5. the connection opens on the current tokio runtime, and `connect`
 //!    returns. A plain `ws` connection joins one of the client's connection
-//!    groups, as a tokio server's accepted sockets do (an idle one costs
-//!    about 650 bytes); `wss`, and a stream of the caller's, get a task of
+//!    groups, as a tokio server's accepted sockets do (an idle `Handler`
+//!    connection costs about what an accepted one does, one with the async
+//!    socket 814 bytes: BENCHMARKS.md); `wss`, and a stream of the caller's, get a task of
 //!    their own (the stream driver). Either way masking, pongs, the close
 //!    handshake, limits and close codes are the core's, as on a server.
 //!
