@@ -48,6 +48,11 @@ bash .ci/features.sh
 step "MSRV: each crate builds on the rust-version it declares (.ci/msrv.sh)"
 bash .ci/msrv.sh
 
+step "publish: both crates package and build from their packages (cargo publish --dry-run)"
+# --allow-dirty: the gate's own steps may leave files behind; what is
+# packaged is chosen by each crate's `include` list either way.
+cargo publish --dry-run --workspace --allow-dirty
+
 step "cargo test (the workspace: rapidws-core and rapidws)"
 cargo test --workspace --all-features
 
