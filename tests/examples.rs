@@ -145,27 +145,21 @@ async fn autobahn_client_against_an_ordinary_server_says_what_it_needs() {
 
 /// A certificate and key given the other way round are named as swapped,
 /// not reported as "no items found".
+#[cfg(feature = "rustls")]
 #[test]
 fn swapped_certificate_and_key_are_named_as_swapped() {
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let dir = std::env::temp_dir().join(format!("rapidws-swapped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cert = dir.join("cert.pem");
-    let key = dir.join("key.pem");
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let identity = common::tls::identity();
     let stderr = refused(
         "echo",
         &[
             "--addr",
             "127.0.0.1:0",
             "--tls-cert",
-            key.to_str().unwrap(),
+            identity.key_pem.to_str().unwrap(),
             "--tls-key",
-            cert.to_str().unwrap(),
+            identity.cert_pem.to_str().unwrap(),
         ],
     );
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(stderr.contains("are swapped"), "{stderr}");
     assert!(
         stderr.contains("give the certificate chain to --tls-cert"),

@@ -131,28 +131,23 @@ pub fn tls_server_config(
     cert: &std::path::Path,
     key: &std::path::Path,
 ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs_in = |path: &std::path::Path| {
-        CertificateDer::pem_file_iter(path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .unwrap_or_default()
-    };
-    let has_key = |path: &std::path::Path| PrivateKeyDer::from_pem_file(path).is_ok();
-    // The two files given the other way round is the common mistake: say so
-    // rather than "no items found".
-    if certs_in(cert).is_empty() && has_key(cert) && !certs_in(key).is_empty() {
-        return Err(format!(
-            "--tls-cert and --tls-key are swapped: {} holds a private key and {} a \
-             certificate (give the certificate chain to --tls-cert, the key to --tls-key)",
-            cert.display(),
-            key.display()
-        ));
-    }
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let chain = pem_certs(cert)
         .map_err(|error| format!("cannot read --tls-cert {}: {error}", cert.display()))?;
     if chain.is_empty() {
+        // The two files given the other way round is the common mistake:
+        // say so rather than "no items found".
+        let swapped = PrivateKeyDer::from_pem_file(cert).is_ok()
+            && pem_certs(key).is_ok_and(|certs| !certs.is_empty());
+        if swapped {
+            return Err(format!(
+                "--tls-cert and --tls-key are swapped: {} holds a private key and {} a \
+                 certificate (give the certificate chain to --tls-cert, the key to --tls-key)",
+                cert.display(),
+                key.display()
+            ));
+        }
         return Err(format!(
             "--tls-cert {} holds no certificate (a PEM file with \
              -----BEGIN CERTIFICATE----- blocks, the server's first)",
@@ -173,6 +168,15 @@ pub fn tls_server_config(
         .map_err(|error| format!("cannot use the certificate and key: {error}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(std::sync::Arc::new(config))
+}
+
+/// The certificates in a PEM file (none if it holds none).
+#[cfg(feature = "rustls")]
+fn pem_certs(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::pem::Error> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_file_iter(path)?.collect()
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -337,16 +341,12 @@ pub fn client_tls(
 ) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
     use std::sync::Arc;
 
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     let mut pinned = Vec::new();
     match path {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            let certs = pem_certs(path)
                 .map_err(|error| format!("cannot read --cafile {}: {error}", path.display()))?;
             if certs.is_empty() {
                 return Err(format!(

@@ -88,6 +88,7 @@ impl Tls {
             sealed += taken;
         }
         // Plaintext is decrypted as it arrives (`open`): none is left here.
+        debug_assert!(plain.is_empty(), "plaintext found while sealing");
         give_back(&mut plain, pool);
         Ok(sealed)
     }
