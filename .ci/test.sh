@@ -19,6 +19,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Disk: with full debug info and incremental caches the gate's build
+# outputs came to 11 GB, and CI's disk is shared (one run failed with "No
+# space left on device"). Line tables are enough for a failing test's
+# backtrace, and a one-shot build gains nothing from incremental caches.
+export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+
 step() { printf '\n== %s\n' "$*"; }
 
 step "cargo fmt --check"
