@@ -3,39 +3,75 @@
 //! for all its subscribers (`rapidws::pubsub`).
 //!
 //! ```text
-//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379]
+//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close]
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
-//!   (percent-encoded, comma-separated; none is fine). Text messages
-//!   `subscribe:<topic>` and `unsubscribe:<topic>` change them later; a
-//!   command that cannot be done is answered with a text message
-//!   `error: <why>`, and nothing else is ever sent but the publications.
+//!   (percent-encoded, comma-separated; none is fine). Each delivery is the
+//!   published payload itself. Text messages `subscribe:<topic>` and
+//!   `unsubscribe:<topic>` change the topics later; a command that cannot
+//!   be done is answered with a text message `error: <why>`.
+//! - `GET /ws?topics=a,b&positions=1`: each delivery is one text message,
+//!   a JSON object `{"topic":"a","epoch":"<hex>","offset":<n>,"data":"<text>"}`
+//!   (`"data_b64"` instead of `"data"` for a binary payload). Commands are
+//!   answered with `{"subscribed":"a"}` or `{"unsubscribed":"a"}`, and
+//!   refused with `{"error":"<why>"}`.
+//! - Resume: `GET /ws?positions=1&since=a:<epoch>:<offset>&since=b:...`
+//!   subscribes to each topic named (and to `topics=`) and sends what was
+//!   published after that position, from history, then live ones, exactly
+//!   once and in order. When a resumed topic's replay is done the client
+//!   gets `{"topic":"a","recovered":true}`; `false` if history no longer
+//!   held all it missed (or the epoch is not the topic's), then live
+//!   messages. A subscriber that misses a delivery because it reads too
+//!   slowly gets `{"topic":"a","recovered":false}` where the gap is.
 //! - `POST /publish/<topic>` with a body publishes it (a text message if it
-//!   is UTF-8, else binary) and answers `200` with `{"delivered": N}`, N the
-//!   subscribers on this node it was handed to.
+//!   is UTF-8, else binary) and answers `200` with
+//!   `{"delivered":N,"epoch":"<hex>","offset":O}`: N the subscribers on this
+//!   node it was addressed to (each is then counted once in `/stats`, as
+//!   `delivered`, `dropped`, `closed` or `gone`), and the publication's
+//!   position (`"epoch":""` and offset 0 when the topic has neither
+//!   subscribers nor history here: nothing numbers it).
+//! - `GET /topics/<topic>` answers `{"subscribers":N,"epoch":"<hex>","offset":O}`
+//!   (this node's).
 //! - `GET /` is a live demo page; `GET /stats` the bus's counters as JSON.
 //! - Bad input gets a 4xx with a one-line reason and disturbs nothing else:
-//!   an empty or over-long topic name (400), a body over the message size
-//!   limit (413, `--max-message-size`), a body without a `Content-Length`
-//!   (411), another method on `/publish/` (405), any other path (404).
+//!   an empty or over-long topic name (400), a bad `since` (400), a body
+//!   over the message size limit (413, `--max-message-size`), a body
+//!   without a `Content-Length` (411), another method on `/publish/` (405),
+//!   any other path (404).
+//!
+//! `--history N` keeps each topic's last N publications (for at most
+//! `--history-secs`) to replay to resuming subscribers; the default, 0,
+//! keeps none, and a resume then recovers only a subscriber that missed
+//! nothing.
 //!
 //! With `--redis`, nodes started with the same Redis share their topics: a
 //! publish on one reaches the subscribers of all (Redis pub/sub: at most
 //! once; a node that cannot reach Redis goes on serving its own
-//! subscribers and counts the relays it lost, in `/stats`).
+//! subscribers and counts the relays it lost, in `/stats`). Positions are
+//! each node's own. What comes from Redis gets the node's own limits; with
+//! `--redis-secret S` (the same on every node) only messages signed with S
+//! are delivered, so a party that can write to Redis cannot inject,
+//! replay or misattribute one.
 //!
 //! A subscriber that reads too slowly misses messages (they are dropped for
-//! it and counted in `/stats`) unless `--close-slow` asks to close it with
-//! 1008 instead.
+//! it and counted in `/stats`) unless `--overflow close` (or `--close-slow`)
+//! asks to close it with 1008 instead.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
 use clap::Parser;
 use rapidws::pubsub::redis::Bridge;
-use rapidws::pubsub::{Overflow, PubSub, check_topic};
-use rapidws::{
-    Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, Reject, Request,
-    ServerHandler,
+use rapidws::pubsub::{
+    Envelope, History, Overflow, Position, PubSub, Publication, Start, Subscribe, check_topic,
 };
+use rapidws::{
+    Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, OwnedMessage, Reject,
+    Request, ServerHandler,
+};
+use serde_json::json;
 
 mod support;
 
@@ -47,13 +83,43 @@ struct Args {
     /// The largest message, and so the largest body `POST /publish/` takes.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES", value_parser = message_size)]
     max_message_size: usize,
-    /// Close a subscriber whose queue is full (1008) instead of dropping
-    /// messages for it.
-    #[arg(long)]
+    /// What a subscriber whose queue is full gets: `drop` misses the
+    /// message (and, with positions=1, is told of the gap), `close` is
+    /// closed with 1008.
+    #[arg(long, value_enum, default_value_t = OverflowArg::Drop)]
+    overflow: OverflowArg,
+    /// The same as `--overflow close`.
+    #[arg(long, conflicts_with = "overflow")]
     close_slow: bool,
+    /// Publications each topic keeps to replay to resuming subscribers (0:
+    /// none).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    history: usize,
+    /// The longest a kept publication is kept, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    history_secs: u64,
     /// Share topics with other nodes through this Redis server.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// With --redis: a secret every node shares; messages are signed with
+    /// it, and only signed ones from Redis are delivered (see
+    /// `rapidws::pubsub::redis`).
+    #[arg(long, requires = "redis", value_name = "SECRET", value_parser = secret)]
+    redis_secret: Option<String>,
+}
+
+/// `--redis-secret`: short secrets are guessable.
+fn secret(value: &str) -> Result<String, String> {
+    if value.len() < 16 {
+        return Err("at least 16 characters (32 random ones is plenty)".into());
+    }
+    Ok(value.to_owned())
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OverflowArg {
+    Drop,
+    Close,
 }
 
 /// `--max-message-size`: a bus that takes no message is no bus.
@@ -73,67 +139,137 @@ const PAGE: &str = include_str!("assets/notify_bus.html");
 
 struct Bus {
     pubsub: PubSub,
+    /// What `positions=1` subscribers get (one for all: each publication
+    /// is wrapped once).
+    json: Arc<dyn Envelope>,
     /// Kept for as long as the bus runs: dropping it stops the relaying.
     bridge: Option<Bridge>,
 }
 
-impl Handler for Bus {
-    /// The topics from the upgrade's query, subscribed when it opens.
-    type State = Vec<String>;
+/// `positions=1`'s wire format (see the module docs).
+struct Json;
 
-    fn on_open(&self, conn: &Conn, topics: &mut Vec<String>) {
-        for topic in topics.drain(..) {
-            // Checked at the upgrade; only a closing connection is refused.
-            let _ = self.pubsub.subscribe(conn, &topic);
+impl Envelope for Json {
+    fn wrap(&self, publication: &Publication) -> OwnedMessage {
+        let position = publication.position();
+        let mut object = json!({
+            "topic": publication.topic(),
+            "epoch": position.epoch.to_string(),
+            "offset": position.offset,
+        });
+        match publication.kind() {
+            MessageKind::Text => {
+                let text = std::str::from_utf8(publication.payload()).unwrap_or_default();
+                object["data"] = text.into();
+            }
+            MessageKind::Binary => {
+                let encoded =
+                    base64::engine::general_purpose::STANDARD.encode(publication.payload());
+                object["data_b64"] = encoded.into();
+            }
         }
-        topics.shrink_to_fit();
+        OwnedMessage::Text(object.to_string())
     }
 
-    fn on_message(&self, conn: &Conn, _: &mut Vec<String>, message: Message<'_>) {
+    fn recovery(&self, topic: &str, recovered: bool) -> Option<OwnedMessage> {
+        let object = json!({"topic": topic, "recovered": recovered});
+        Some(OwnedMessage::Text(object.to_string()))
+    }
+}
+
+/// A connection's choices: how it is answered, and (until it opens) what
+/// to subscribe it to.
+struct Session {
+    positions: bool,
+    opening: Vec<(String, Start)>,
+}
+
+impl Handler for Bus {
+    type State = Session;
+
+    fn on_open(&self, conn: &Conn, session: &mut Session) {
+        for (topic, start) in session.opening.drain(..) {
+            // Checked at the upgrade; only a closing connection is refused.
+            let _ = self
+                .pubsub
+                .subscribe_with(conn, &topic, &self.how(session.positions, start));
+        }
+        session.opening.shrink_to_fit();
+    }
+
+    fn on_message(&self, conn: &Conn, session: &mut Session, message: Message<'_>) {
+        let positions = session.positions;
         let Message::Text(text) = message else {
-            let _ = conn
-                .send_text("error: commands are text: subscribe:<topic> or unsubscribe:<topic>");
+            let why = "commands are text: subscribe:<topic> or unsubscribe:<topic>";
+            let _ = conn.send_text(&refusal(positions, why));
             return;
         };
         let outcome = match text.split_once(':') {
-            Some(("subscribe", topic)) => self.subscribe(conn, topic),
+            Some(("subscribe", topic)) => self
+                .subscribe(conn, topic, positions)
+                .map(|()| json!({ "subscribed": topic })),
             Some(("unsubscribe", topic)) => {
                 if self.pubsub.unsubscribe(conn, topic) {
-                    Ok(())
+                    Ok(json!({ "unsubscribed": topic }))
                 } else {
                     Err(format!("not subscribed to {}", shorten(topic)))
                 }
             }
             _ => Err("unknown command: use subscribe:<topic> or unsubscribe:<topic>".into()),
         };
-        if let Err(why) = outcome {
-            let _ = conn.send_text(&format!("error: {why}"));
+        match outcome {
+            // Plain clients get no acknowledgement (as before positions).
+            Ok(ack) if positions => {
+                let _ = conn.send_text(&ack.to_string());
+            }
+            Ok(_) => {}
+            Err(why) => {
+                let _ = conn.send_text(&refusal(positions, &why));
+            }
         }
     }
 }
 
+/// A refused command, as the connection's format shows it.
+fn refusal(positions: bool, why: &str) -> String {
+    if positions {
+        json!({ "error": why }).to_string()
+    } else {
+        format!("error: {why}")
+    }
+}
+
 impl ServerHandler for Bus {
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Session, Reject> {
         if request.path() != "/ws" {
             return Err(Reject::new(
                 404,
                 "not found: WebSockets are at /ws?topics=a,b",
             ));
         }
-        let listed = query_value(request.query().unwrap_or(""), "topics").unwrap_or("");
-        let mut topics = Vec::new();
+        let query = request.query().unwrap_or("");
+        let positions = query_values(query, "positions").any(|v| v == "1");
+        let mut opening: Vec<(String, Start)> = Vec::new();
+        let listed = query_values(query, "topics").next().unwrap_or("");
         for raw in listed.split(',').filter(|t| !t.is_empty()) {
             let topic = percent_decode(raw)
                 .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
             check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
-            if !topics.contains(&topic) {
-                topics.push(topic);
+            if !opening.iter().any(|(t, _)| *t == topic) {
+                opening.push((topic, Start::Now));
             }
         }
-        if topics.len() > MAX_TOPICS_PER_CONNECTION {
+        for raw in query_values(query, "since") {
+            let (topic, position) = parse_since(raw).map_err(|why| Reject::new(400, why))?;
+            match opening.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, start)) => *start = Start::After(position),
+                None => opening.push((topic, Start::After(position))),
+            }
+        }
+        if opening.len() > MAX_TOPICS_PER_CONNECTION {
             return Err(Reject::new(400, "more than 256 topics"));
         }
-        Ok(topics)
+        Ok(Session { positions, opening })
     }
 
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
@@ -141,6 +277,7 @@ impl ServerHandler for Bus {
         Some(match (request.method(), path) {
             ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
             ("GET" | "HEAD", "/stats") => self.stats(),
+            ("GET" | "HEAD", _) if path.starts_with("/topics/") => self.topic(path),
             ("POST", _) if path.starts_with("/publish/") => self.publish(request),
             (_, _) if path.starts_with("/publish/") => {
                 HttpResponse::text(405, "use POST to publish\n")
@@ -148,19 +285,57 @@ impl ServerHandler for Bus {
             (_, "/ws") => return None, // the usual refusal of a bad upgrade
             _ => HttpResponse::text(
                 404,
-                "not found: try /, /ws?topics=a,b or POST /publish/<topic>\n",
+                "not found: try /, /ws?topics=a,b, POST /publish/<topic> or /topics/<topic>\n",
             ),
         })
     }
 }
 
+/// `since=<topic>:<epoch>:<offset>` (the topic percent-encoded; it may hold
+/// colons itself).
+fn parse_since(raw: &str) -> Result<(String, Position), String> {
+    let shape = "since is <topic>:<epoch>:<offset>, the epoch and offset from a delivery";
+    let mut parts = raw.rsplitn(3, ':');
+    let (Some(offset), Some(epoch), Some(topic)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(shape.into());
+    };
+    let topic =
+        percent_decode(topic).ok_or("a topic in since is not valid percent-encoded UTF-8")?;
+    check_topic(&topic).map_err(|why| format!("since: {why}"))?;
+    let position: Position = format!("{epoch}:{offset}")
+        .parse()
+        .map_err(|why| format!("{shape}: {why}"))?;
+    Ok((topic, position))
+}
+
+/// A position as JSON fields (`"epoch":""`, offset 0 when there is none).
+fn position_fields(position: Option<Position>) -> (String, u64) {
+    match position {
+        Some(position) => (position.epoch.to_string(), position.offset),
+        None => (String::new(), 0),
+    }
+}
+
 impl Bus {
-    fn subscribe(&self, conn: &Conn, topic: &str) -> Result<(), String> {
+    fn how(&self, positions: bool, start: Start) -> Subscribe {
+        let how = Subscribe::new().start(start);
+        if positions {
+            how.envelope(self.json.clone())
+        } else {
+            how
+        }
+    }
+
+    fn subscribe(&self, conn: &Conn, topic: &str, positions: bool) -> Result<(), String> {
         check_topic(topic).map_err(|why| why.to_string())?;
         if self.pubsub.topics(conn).len() >= MAX_TOPICS_PER_CONNECTION {
             return Err("more than 256 topics".into());
         }
-        match self.pubsub.subscribe(conn, topic) {
+        match self
+            .pubsub
+            .subscribe_with(conn, topic, &self.how(positions, Start::Now))
+        {
             Ok(_) => Ok(()),
             Err(error) => Err(error.to_string()),
         }
@@ -181,37 +356,59 @@ impl Bus {
             MessageKind::Binary
         };
         match self.pubsub.publish_bytes(&topic, kind, body) {
-            Ok(delivered) => HttpResponse::new(
-                200,
-                "application/json",
-                format!("{{\"delivered\": {delivered}}}\n"),
-            ),
+            Ok(published) => {
+                let (epoch, offset) = position_fields(published.position);
+                let answer = json!({
+                    "delivered": published.subscribers,
+                    "epoch": epoch,
+                    "offset": offset,
+                });
+                HttpResponse::new(200, "application/json", format!("{answer}\n"))
+            }
             // Text was checked above: unreachable, but answered.
             Err(error) => HttpResponse::text(400, format!("{error}\n")),
         }
     }
 
+    fn topic(&self, path: &str) -> HttpResponse {
+        let Some(topic) = percent_decode(&path["/topics/".len()..]) else {
+            return HttpResponse::text(400, "the topic is not valid percent-encoded UTF-8\n");
+        };
+        if let Err(why) = check_topic(&topic) {
+            return HttpResponse::text(400, format!("{why}\n"));
+        }
+        let (epoch, offset) = position_fields(self.pubsub.position(&topic));
+        let answer = json!({
+            "subscribers": self.pubsub.subscribers(&topic),
+            "epoch": epoch,
+            "offset": offset,
+        });
+        HttpResponse::new(200, "application/json", format!("{answer}\n"))
+    }
+
     fn stats(&self) -> HttpResponse {
         let stats = self.pubsub.stats();
-        let bridge = match &self.bridge {
-            None => String::new(),
-            Some(bridge) => {
-                let b = bridge.stats();
-                format!(
-                    ", \"bridge\": {{\"connected\": {}, \"relayed\": {}, \"received\": {}, \"lost\": {}, \"reconnects\": {}}}",
-                    b.connected, b.relayed, b.received, b.lost, b.reconnects
-                )
-            }
-        };
-        let json = format!(
-            "{{\"topics\": {}, \"published\": {}, \"delivered\": {}, \"dropped\": {}, \"closed\": {}{bridge}}}\n",
-            self.pubsub.topic_count(),
-            stats.published,
-            stats.delivered,
-            stats.dropped,
-            stats.closed
-        );
-        HttpResponse::new(200, "application/json", json)
+        let mut answer = json!({
+            "topics": self.pubsub.topic_count(),
+            "published": stats.published,
+            "delivered": stats.delivered,
+            "dropped": stats.dropped,
+            "closed": stats.closed,
+            "gone": stats.gone,
+            "replayed": stats.replayed,
+        });
+        if let Some(bridge) = &self.bridge {
+            let b = bridge.stats();
+            answer["bridge"] = json!({
+                "connected": b.connected,
+                "relayed": b.relayed,
+                "received": b.received,
+                "lost": b.lost,
+                "refused": b.refused,
+                "reconnects": b.reconnects,
+            });
+        }
+        HttpResponse::new(200, "application/json", format!("{answer}\n"))
     }
 }
 
@@ -223,12 +420,13 @@ fn shorten(topic: &str) -> String {
     }
 }
 
-/// The value of `name` in a query string (`a=1&topics=x,y`), undecoded.
-fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+/// The values of `name` in a query string (`a=1&topics=x,y`), undecoded,
+/// in order.
+fn query_values<'q>(query: &'q str, name: &str) -> impl Iterator<Item = &'q str> {
     query
         .split('&')
         .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(key, _)| *key == name)
+        .filter(move |(key, _)| *key == name)
         .map(|(_, value)| value)
 }
 
@@ -261,24 +459,37 @@ fn main() -> std::process::ExitCode {
         .max_message_size(args.max_message_size)
         .max_frame_size(args.max_message_size)
         .max_http_body_size(args.max_message_size);
-    let overflow = if args.close_slow {
+    let overflow = if args.close_slow || args.overflow == OverflowArg::Close {
         Overflow::Close(CloseCode::POLICY_VIOLATION)
     } else {
         Overflow::Drop
     };
-    let pubsub = PubSub::with_overflow(overflow);
+    let history = History::new(args.history, Duration::from_secs(args.history_secs));
+    let pubsub = PubSub::builder()
+        .overflow(overflow)
+        .history(history)
+        .build();
     let redis = args.redis.clone();
+    let (secret, max_message_size) = (args.redis_secret.clone(), args.max_message_size);
     support::serve_with("notify_bus", &args.serve, config, move |runtime| {
         // The bridge's task runs on the example's tokio runtime (on the
         // io_uring backend, the one beside the reactors).
         let bridge = redis.map(|url| {
             let _entered = runtime.enter();
-            Bridge::start(&pubsub, &url).unwrap_or_else(|error| {
+            let mut bridge = Bridge::builder(&url).max_message_size(max_message_size);
+            if let Some(secret) = &secret {
+                bridge = bridge.secret(secret.as_bytes());
+            }
+            bridge.start(&pubsub).unwrap_or_else(|error| {
                 eprintln!("error: --redis {url}: {error}");
                 std::process::exit(2);
             })
         });
-        Bus { pubsub, bridge }
+        Bus {
+            pubsub,
+            json: Arc::new(Json),
+            bridge,
+        }
     })
 }
 
@@ -288,13 +499,28 @@ mod tests {
 
     #[test]
     fn queries_and_escapes() {
-        assert_eq!(query_value("topics=a,b", "topics"), Some("a,b"));
-        assert_eq!(query_value("x=1&topics=&y", "topics"), Some(""));
-        assert_eq!(query_value("x=1", "topics"), None);
+        let first = |query, name| query_values(query, name).next();
+        assert_eq!(first("topics=a,b", "topics"), Some("a,b"));
+        assert_eq!(first("x=1&topics=&y", "topics"), Some(""));
+        assert_eq!(first("x=1", "topics"), None);
+        let all: Vec<_> = query_values("since=a:1:2&x&since=b:3:4", "since").collect();
+        assert_eq!(all, ["a:1:2", "b:3:4"]);
         assert_eq!(percent_decode("a%2Cb%20c+d").as_deref(), Some("a,b c+d"));
         assert_eq!(percent_decode("%E2%9C%93").as_deref(), Some("✓"));
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%4"), None);
         assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
+
+    #[test]
+    fn since_names_a_topic_and_a_position() {
+        let (topic, position) = parse_since("a%3Ab:00ff:7").unwrap();
+        assert_eq!((topic.as_str(), position.offset), ("a:b", 7));
+        assert_eq!(position.epoch.as_u64(), 0xff);
+        let (topic, _) = parse_since("x:y:ab:0").unwrap();
+        assert_eq!(topic, "x:y", "the topic may hold colons");
+        for bad in ["a", "a:1", ":ab:1", "a:zz:1", "a:ab:-1", "a:ab:x"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -622,7 +622,12 @@ async fn topics_through_the_extractors_socket() {
     let mut a = tokio_tungstenite::connect_async(&url).await.unwrap().0;
     let mut b = tokio_tungstenite::connect_async(&url).await.unwrap().0;
     assert!(eventually(Duration::from_secs(5), || pubsub.subscribers("room") == 2).await);
-    assert_eq!(pubsub.publish("room", Message::Text("from the test")), 2);
+    assert_eq!(
+        pubsub
+            .publish("room", Message::Text("from the test"))
+            .subscribers,
+        2
+    );
     assert_eq!(next(&mut a).await, WsMessage::text("from the test"));
     assert_eq!(next(&mut b).await, WsMessage::text("from the test"));
     a.send(WsMessage::text("from a")).await.unwrap();

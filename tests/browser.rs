@@ -9,7 +9,9 @@
 //! time budget would let the page's timers run ahead of its sockets.
 //!
 //! Against `axum_echo --deflate` (`/ws` and `/stream`) and the echo
-//! example's `--http-fallback`.
+//! example's `--http-fallback`; and the notify_bus demo page's self-test:
+//! a refused subscription is shown as an error (not as a delivery, not in
+//! the subscribed list), and a delivery is shown with its topic and offset.
 #![cfg(all(feature = "axum", feature = "rustls"))]
 
 mod common;
@@ -109,7 +111,10 @@ where
     let call = serde_json::json!({
         "id": id,
         "method": "Runtime.evaluate",
-        "params": {"expression": "document.getElementById('log').textContent", "returnByValue": true},
+        "params": {
+            "expression": "(document.getElementById('log') || document.getElementById('deliveries') || {}).textContent || ''",
+            "returnByValue": true,
+        },
     });
     if cdp.send(WsMessage::text(call.to_string())).await.is_err() {
         return String::new();
@@ -236,4 +241,22 @@ async fn chromium_passes_the_self_test_on_the_standalone_http_fallback() {
     eprintln!("{verdict}");
     assert!(verdict.starts_with("PASS "), "{verdict}");
     assert!(verdict.contains("/ws [permessage-deflate"), "{verdict}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_shows_the_bus_pages_errors_as_errors_and_deliveries_with_their_topic() {
+    let (_server, addr) = start_example("notify_bus", &["--history", "10"]).await;
+    let url = format!("http://127.0.0.1:{}/?test", addr.port());
+    let verdict = verdict_of(&url).await;
+    eprintln!("{verdict}");
+    assert!(verdict.starts_with("PASS "), "{verdict}");
+    assert!(
+        verdict.contains("server refused: empty topic name"),
+        "{verdict}"
+    );
+    assert!(verdict.contains("[selftest #1] héllo ✓"), "{verdict}");
+    assert!(
+        verdict.contains(r#"topics: "news", "selftest";"#),
+        "{verdict}"
+    );
 }

@@ -10,7 +10,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Client, next, resident_of, send_text, start_example};
+use common::{Client, delivered, next, resident_of, send_text, start_example};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -81,30 +81,28 @@ async fn one_port_for_everything(backend: &str) {
     let mut both = subscribe(addr, "?topics=a,b%20c").await;
     let mut only_a = subscribe(addr, "?topics=a").await;
     let (status, answer) = publish(addr, "a", b"to a").await;
-    assert_eq!(
-        (status.as_str(), answer.as_str()),
-        ("HTTP/1.1 200 OK", "{\"delivered\": 2}\n")
-    );
+    assert_eq!(status.as_str(), "HTTP/1.1 200 OK");
+    assert_eq!(delivered(&answer), 2);
     assert_eq!(text(&mut both).await, "to a");
     assert_eq!(text(&mut only_a).await, "to a");
     // A percent-encoded topic, and a body that is not UTF-8: binary.
     let (_, answer) = publish(addr, "b%20c", &[0xff, 0x00, 0xfe]).await;
-    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(delivered(&answer), 1);
     assert_eq!(
         next(&mut both).await,
         WsMessage::Binary(vec![0xff, 0x00, 0xfe].into())
     );
     let (_, answer) = publish(addr, "nobody", b"x").await;
-    assert_eq!(answer, "{\"delivered\": 0}\n");
+    assert_eq!(delivered(&answer), 0);
 
     // Subscriptions change by message.
     command(&mut only_a, "subscribe:late").await;
     let (_, answer) = publish(addr, "late", b"late news").await;
-    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(delivered(&answer), 1);
     assert_eq!(text(&mut only_a).await, "late news");
     command(&mut only_a, "unsubscribe:a").await;
     let (_, answer) = publish(addr, "a", b"a again").await;
-    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(delivered(&answer), 1);
     assert_eq!(text(&mut both).await, "a again");
     // Commands that cannot be done are answered on the socket.
     send_text(&mut only_a, "unsubscribe:a").await;
@@ -156,12 +154,12 @@ async fn one_port_for_everything(backend: &str) {
 
     // Nothing above disturbed the subscribers.
     let (_, answer) = publish(addr, "a", b"still here").await;
-    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(delivered(&answer), 1);
     assert_eq!(text(&mut both).await, "still here");
     // The largest body the limit allows goes through.
     let largest = "y".repeat(100_000);
     let (_, answer) = publish(addr, "late", largest.as_bytes()).await;
-    assert_eq!(answer, "{\"delivered\": 1}\n");
+    assert_eq!(delivered(&answer), 1);
     assert_eq!(text(&mut only_a).await, largest);
 
     let (_, stats) = http(addr, "GET", "/stats", b"").await;
@@ -180,6 +178,117 @@ async fn one_port_for_everything_on_tokio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_port_for_everything_on_uring() {
     one_port_for_everything("uring").await;
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// `positions=1` and resuming, as the wire format says: deliveries
+/// as JSON with their topic and position, `since=` replaying what was
+/// missed and then `recovered`, a position older than `--history` not
+/// recovered, POST and `/topics/` answering with positions, refusals as
+/// JSON, a bad `since` refused with 400.
+async fn positions_and_resume(backend: &str) {
+    let (_bus, addr) = start_example("notify_bus", &["--backend", backend, "--history", "5"]).await;
+    let mut reader = subscribe(addr, "?topics=a&positions=1").await;
+    let (_, answer) = publish(addr, "a", b"one").await;
+    let answer = json(&answer);
+    assert_eq!(answer["delivered"], 1);
+    assert_eq!(answer["offset"], 1);
+    let epoch = answer["epoch"].as_str().unwrap().to_owned();
+    assert!(!epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_alphanumeric()));
+    let first = json(&text(&mut reader).await);
+    assert_eq!(
+        first,
+        serde_json::json!({"topic": "a", "epoch": epoch, "offset": 1, "data": "one"})
+    );
+    publish(addr, "a", &[0xff, 0x00]).await;
+    let binary = json(&text(&mut reader).await);
+    assert_eq!(binary["data_b64"], "/wA=");
+    assert_eq!(binary["offset"], 2);
+    for i in 3..=9 {
+        publish(addr, "a", format!("m{i}").as_bytes()).await;
+        assert_eq!(json(&text(&mut reader).await)["offset"], i);
+    }
+    let (_, topic) = http(addr, "GET", "/topics/a", b"").await;
+    assert_eq!(
+        json(std::str::from_utf8(&topic).unwrap()),
+        serde_json::json!({"subscribers": 1, "epoch": epoch, "offset": 9})
+    );
+    // Kept: 5 to 9. After 6: 7, 8, 9, then recovered, then live.
+    let mut resumed = subscribe(addr, &format!("?positions=1&since=a:{epoch}:6")).await;
+    for offset in 7..=9 {
+        let delivery = json(&text(&mut resumed).await);
+        assert_eq!(
+            (delivery["topic"].as_str(), delivery["offset"].as_u64()),
+            (Some("a"), Some(offset))
+        );
+        assert_eq!(delivery["data"], format!("m{offset}"));
+    }
+    assert_eq!(
+        json(&text(&mut resumed).await),
+        serde_json::json!({"topic": "a", "recovered": true})
+    );
+    // After 3: 4 is gone. Another epoch: gone too. Both are told.
+    let mut too_old = subscribe(addr, &format!("?positions=1&since=a:{epoch}:3")).await;
+    let mut other = subscribe(addr, "?positions=1&since=a:00ff:9").await;
+    for client in [&mut too_old, &mut other] {
+        assert_eq!(
+            json(&text(client).await),
+            serde_json::json!({"topic": "a", "recovered": false})
+        );
+    }
+    let (_, answer) = publish(addr, "a", b"live").await;
+    assert_eq!(json(&answer)["delivered"], 4);
+    for client in [&mut reader, &mut resumed, &mut too_old, &mut other] {
+        let delivery = json(&text(client).await);
+        assert_eq!(
+            (delivery["offset"].as_u64(), delivery["data"].as_str()),
+            (Some(10), Some("live"))
+        );
+    }
+    // Commands are acknowledged and refused in JSON.
+    send_text(&mut reader, "subscribe:b").await;
+    assert_eq!(
+        json(&text(&mut reader).await),
+        serde_json::json!({"subscribed": "b"})
+    );
+    send_text(&mut reader, "subscribe:").await;
+    assert_eq!(
+        json(&text(&mut reader).await),
+        serde_json::json!({"error": "empty topic name"})
+    );
+    // A topic nobody watches, with history: numbered and kept.
+    let (_, answer) = publish(addr, "quiet", b"x").await;
+    let answer = json(&answer);
+    assert_eq!(
+        (answer["delivered"].as_u64(), answer["offset"].as_u64()),
+        (Some(0), Some(1))
+    );
+    // Bad since: refused before the upgrade, with the reason.
+    for bad in ["a", "a:zz:1", "a:ab:-1", ":ab:1"] {
+        let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?since={bad}")).await;
+        let Err(tokio_tungstenite::tungstenite::Error::Http(response)) = refused else {
+            panic!("{bad}: not refused with an HTTP answer");
+        };
+        assert_eq!(response.status(), 400, "{bad}");
+        let body = String::from_utf8(response.body().clone().unwrap_or_default()).unwrap();
+        assert!(
+            body.contains("since") || body.contains("topic"),
+            "{bad}: {body}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_and_resume_on_tokio() {
+    positions_and_resume("tokio").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_and_resume_on_uring() {
+    positions_and_resume("uring").await;
 }
 
 /// What the test publishes to the deflate subscribers: text that
@@ -260,7 +369,7 @@ async fn deflate_subscribers(backend: &str) {
     for body in &published {
         let (status, answer) = publish(addr, "d", body).await;
         assert_eq!(status, "HTTP/1.1 200 OK");
-        assert_eq!(answer, "{\"delivered\": 3}\n");
+        assert_eq!(delivered(&answer), 3);
     }
     for ((mut child, mut out), offer) in subscribers.into_iter().zip(offers) {
         let mut line = String::new();
@@ -353,7 +462,8 @@ async fn one_stuck_subscriber_among_ten_thousand_on(backend: &str, close_slow: b
         readers.push(raw_subscriber(addr, "?topics=all").await);
     }
     let (_, stats) = http(addr, "GET", "/stats", b"").await;
-    assert!(String::from_utf8(stats).unwrap().contains("\"topics\": 2"));
+    let stats: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    assert_eq!(stats["topics"], 2, "{stats}");
     let before = resident_of(&bus);
 
     // Each reader counts bytes until it has every message: a 1 KiB text
@@ -385,12 +495,7 @@ async fn one_stuck_subscriber_among_ten_thousand_on(backend: &str, close_slow: b
         if i % (FLOOD / MESSAGES) == 0 && sent < MESSAGES {
             sent += 1;
             let (_, answer) = publish(addr, "all", message.as_bytes()).await;
-            let reached: usize = answer
-                .trim()
-                .trim_start_matches("{\"delivered\": ")
-                .trim_end_matches('}')
-                .parse()
-                .unwrap();
+            let reached = delivered(&answer) as usize;
             // The stuck one too, until it is closed.
             assert!(reached >= SUBSCRIBERS, "{answer}");
         }

@@ -2,7 +2,11 @@
 //! exactly the subscribers, order per publisher, unsubscribe and
 //! disconnect, publishing from other threads and from callbacks (except
 //! the sender), a connection's topics, and a subscriber that does not read
-//! under each overflow policy.
+//! under each overflow policy. Positions and history: subscribers resuming
+//! while a publisher runs at full speed get every publication after their
+//! position exactly once and in order; a position older than history, or
+//! of another epoch, is told it was not recovered; the latest publication
+//! on subscribe.
 #![cfg(feature = "pubsub")]
 
 mod common;
@@ -11,8 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Backend, Client, Recorder, next, send_text};
-use rapidws::pubsub::{Overflow, PubSub};
-use rapidws::{Accept, CloseCode, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
+use rapidws::pubsub::{
+    Envelope, History, Overflow, Position, PubSub, Publication, Start, Subscribe,
+};
+use rapidws::{
+    Accept, CloseCode, Config, Conn, Handler, Message, OwnedMessage, Reject, Request, ServerHandler,
+};
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite;
 
@@ -21,8 +29,27 @@ use tokio_tungstenite::tungstenite;
 /// the connection's topics, sorted, comma-separated). It answers each
 /// `sub`/`unsub` with `ok` (`again` for a repeated `sub`, `error: ...` for
 /// a refused one), so a client knows its subscription is in.
+///
+/// With positions (deliveries `T o<offset> <payload>`, signals
+/// `T r<true|false>`): `subp:T` from now, `latest:T`, and
+/// `since:T:<epoch>:<offset>`; each answered `ok` once it is in.
 struct Bus {
     pubsub: PubSub,
+}
+
+/// The positions tests' envelope.
+struct Marked;
+
+impl Envelope for Marked {
+    fn wrap(&self, publication: &Publication) -> OwnedMessage {
+        let payload = std::str::from_utf8(publication.payload()).unwrap();
+        let (topic, offset) = (publication.topic(), publication.position().offset);
+        OwnedMessage::Text(format!("{topic} o{offset} {payload}"))
+    }
+
+    fn recovery(&self, topic: &str, recovered: bool) -> Option<OwnedMessage> {
+        Some(OwnedMessage::Text(format!("{topic} r{recovered}")))
+    }
 }
 
 impl Handler for Bus {
@@ -53,6 +80,19 @@ impl Handler for Bus {
                 } else {
                     self.pubsub.publish_except(topic, Message::Text(body), conn);
                 }
+            }
+            "subp" | "latest" | "since" => {
+                let (topic, start) = match command {
+                    "subp" => (rest, Start::Now),
+                    "latest" => (rest, Start::Latest),
+                    _ => {
+                        let (topic, position) = rest.split_once(':').unwrap();
+                        (topic, Start::After(position.parse().unwrap()))
+                    }
+                };
+                let how = Subscribe::new().start(start).envelope(Arc::new(Marked));
+                self.pubsub.subscribe_with(conn, topic, &how).unwrap();
+                conn.send_text("ok").unwrap();
             }
             "topics" => {
                 let mut topics: Vec<String> = self
@@ -112,9 +152,17 @@ async fn delivers_to_exactly_the_subscribers(backend: Backend) {
     assert_eq!(pubsub.topic_count(), 2);
 
     // From the test's thread, not a server loop.
-    assert_eq!(pubsub.publish("news", Message::Text("n1")), 2);
-    assert_eq!(pubsub.publish("sport", Message::Binary(b"s1")), 2);
-    assert_eq!(pubsub.publish("weather", Message::Text("nobody")), 0);
+    assert_eq!(pubsub.publish("news", Message::Text("n1")).subscribers, 2);
+    assert_eq!(
+        pubsub.publish("sport", Message::Binary(b"s1")).subscribers,
+        2
+    );
+    assert_eq!(
+        pubsub
+            .publish("weather", Message::Text("nobody"))
+            .subscribers,
+        0
+    );
     assert_eq!(text(&mut a).await, "n1");
     assert_eq!(text(&mut b).await, "n1");
     assert_eq!(
@@ -147,7 +195,12 @@ async fn each_publishers_order_is_kept(backend: Backend) {
             let pubsub = pubsub.clone();
             std::thread::spawn(move || {
                 for i in 0..EACH {
-                    assert_eq!(pubsub.publish("t", Message::Text(&format!("{p}:{i}"))), 3);
+                    assert_eq!(
+                        pubsub
+                            .publish("t", Message::Text(&format!("{p}:{i}")))
+                            .subscribers,
+                        3
+                    );
                 }
             })
         })
@@ -188,7 +241,7 @@ async fn unsubscribe_and_disconnect_take_effect(backend: Backend) {
     // A disconnect without a close handshake, and one with.
     drop(b);
     assert!(common::eventually(Duration::from_secs(5), || pubsub.subscribers("t") == 0).await);
-    assert_eq!(pubsub.publish("t", Message::Text("nobody")), 0);
+    assert_eq!(pubsub.publish("t", Message::Text("nobody")).subscribers, 0);
     a.close(None).await.unwrap();
     assert!(common::eventually(Duration::from_secs(5), || pubsub.topic_count() == 0).await);
 }
@@ -287,11 +340,194 @@ async fn bad_topics_are_refused(backend: Backend) {
     send_text(&mut client, "sub:fine").await;
     assert_eq!(text(&mut client).await, "again");
     assert_eq!(pubsub.subscribers("fine"), 1);
-    assert_eq!(pubsub.publish(&longest, Message::Text("long")), 1);
+    assert_eq!(
+        pubsub.publish(&longest, Message::Text("long")).subscribers,
+        1
+    );
     assert_eq!(text(&mut client).await, "long");
 }
 
+/// Reads `topic`'s deliveries (`T o<offset> <payload>`) and signals until
+/// the one at offset `last`; returns them as `o<offset>` and `r<bool>`.
+async fn marks_until(client: &mut Client, topic: &str, last: u64) -> Vec<String> {
+    let mut marks: Vec<String> = Vec::new();
+    loop {
+        let message = text(client).await;
+        if message == "ok" {
+            continue;
+        }
+        let mut parts = message.splitn(3, ' ');
+        assert_eq!(parts.next(), Some(topic), "{message}");
+        let mark = parts.next().unwrap().to_owned();
+        let done = mark == format!("o{last}");
+        marks.push(mark);
+        if done {
+            return marks;
+        }
+    }
+}
+
+fn offsets(range: std::ops::RangeInclusive<u64>) -> Vec<String> {
+    range.map(|o| format!("o{o}")).collect()
+}
+
+async fn resuming_while_a_publisher_runs_loses_and_doubles_nothing(backend: Backend) {
+    let pubsub = PubSub::builder()
+        .history(History::new(1 << 20, Duration::from_secs(600)))
+        .build();
+    let config = Config::default().max_outbound_bytes(256 << 20);
+    let server = start(backend, pubsub.clone(), config).await;
+    let mut whole = server.client().await;
+    send_text(&mut whole, "subp:s").await;
+    assert_eq!(text(&mut whole).await, "ok");
+    // The publisher runs until every resume below is done, in bursts of
+    // 100 with a pause of 0.2 ms between them (up to 500,000 a second):
+    // flat out, it would keep the server's loops from reading the resumes
+    // until it was done.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let (pubsub, stop) = (pubsub.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 500_000 {
+                pubsub.publish("s", Message::Text(&format!("{i}")));
+                i += 1;
+                if i.is_multiple_of(100) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        })
+    };
+    while pubsub.position("s").unwrap().offset < 1000 {
+        tokio::task::yield_now().await;
+    }
+    // Subscribers resuming from positions a little behind the publisher,
+    // each while it runs: its `ok` (after its replay and signal) is read
+    // before the next starts, and before the publisher stops.
+    let mut resumed = Vec::new();
+    for behind in [0u64, 1, 10, 500, 3000] {
+        let now = pubsub.position("s").unwrap();
+        let seen = Position {
+            epoch: now.epoch,
+            offset: now.offset.saturating_sub(behind),
+        };
+        let mut client = server.client().await;
+        send_text(&mut client, &format!("since:s:{seen}")).await;
+        let mut marks = Vec::new();
+        loop {
+            let message = text(&mut client).await;
+            if message == "ok" {
+                break;
+            }
+            marks.push(message.split(' ').nth(1).unwrap().to_owned());
+        }
+        resumed.push((client, seen, marks));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    publisher.await.unwrap();
+    let last = pubsub.position("s").unwrap().offset;
+    assert!(last < 500_000, "the publisher stopped for the resumes");
+    assert_eq!(marks_until(&mut whole, "s", last).await, offsets(1..=last));
+    for (mut client, seen, mut marks) in resumed {
+        marks.extend(marks_until(&mut client, "s", last).await);
+        // The replay, the signal, then live: one of each offset after seen.
+        let signal = marks.iter().position(|m| m == "rtrue");
+        let signal = signal.unwrap_or_else(|| panic!("not recovered from {seen}"));
+        let mut without: Vec<String> = marks.clone();
+        without.remove(signal);
+        assert_eq!(without, offsets(seen.offset + 1..=last), "from {seen}");
+        assert_eq!(marks.iter().filter(|m| m.starts_with('r')).count(), 1);
+        assert!(
+            signal + 1 < marks.len(),
+            "live deliveries followed the seam"
+        );
+    }
+    let stats = pubsub.stats();
+    assert_eq!(
+        (stats.dropped, stats.closed, stats.gone),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+}
+
+async fn a_position_history_no_longer_holds_is_not_recovered(backend: Backend) {
+    let pubsub = PubSub::builder()
+        .history(History::new(5, Duration::from_secs(600)))
+        .build();
+    let server = start(backend, pubsub.clone(), Config::default()).await;
+    for i in 0..20 {
+        pubsub.publish("t", Message::Text(&format!("{i}")));
+    }
+    let now = pubsub.position("t").unwrap();
+    assert_eq!(now.offset, 20);
+    // Offsets 16 to 20 are kept: after 15 is whole, after 14 is not.
+    let mut kept = server.client().await;
+    send_text(&mut kept, &format!("since:t:{}:15", now.epoch)).await;
+    let mut old = server.client().await;
+    send_text(&mut old, &format!("since:t:{}:14", now.epoch)).await;
+    let mut other_epoch = server.client().await;
+    send_text(
+        &mut other_epoch,
+        &format!("since:t:{:x}:20", now.epoch.as_u64() ^ 1),
+    )
+    .await;
+    assert!(common::eventually(Duration::from_secs(5), || pubsub.subscribers("t") == 3).await);
+    pubsub.publish("t", Message::Text("live"));
+    assert_eq!(
+        marks_until(&mut kept, "t", 21).await,
+        [offsets(16..=20), vec!["rtrue".into()], offsets(21..=21)].concat()
+    );
+    assert_eq!(marks_until(&mut old, "t", 21).await, ["rfalse", "o21"]);
+    assert_eq!(
+        marks_until(&mut other_epoch, "t", 21).await,
+        ["rfalse", "o21"]
+    );
+}
+
+async fn the_latest_publication_comes_first_on_subscribe(backend: Backend) {
+    let pubsub = PubSub::builder()
+        .history(History::new(1, Duration::from_secs(600)))
+        .build();
+    let server = start(backend, pubsub.clone(), Config::default()).await;
+    pubsub.publish("t", Message::Text("a"));
+    pubsub.publish("t", Message::Text("b"));
+    let mut client = server.client().await;
+    send_text(&mut client, "latest:t").await;
+    assert_eq!(text(&mut client).await, "t o2 b");
+    assert_eq!(text(&mut client).await, "ok");
+    pubsub.publish("t", Message::Text("c"));
+    assert_eq!(text(&mut client).await, "t o3 c");
+}
+
+async fn occupancy_follows_the_first_and_last_subscriber(backend: Backend) {
+    let (events, mut told) = tokio::sync::mpsc::unbounded_channel();
+    let pubsub = PubSub::builder()
+        .on_occupancy(move |topic, occupied| {
+            let _ = events.send((topic.to_owned(), occupied));
+        })
+        .build();
+    let server = start(backend, pubsub.clone(), Config::default()).await;
+    let mut next_event = async || {
+        tokio::time::timeout(Duration::from_secs(5), told.recv())
+            .await
+            .expect("an occupancy event")
+            .unwrap()
+    };
+    let first = subscriber(&server, &["t"]).await;
+    assert_eq!(next_event().await, ("t".to_owned(), true));
+    let second = subscriber(&server, &["t"]).await;
+    drop(first);
+    assert!(common::eventually(Duration::from_secs(5), || pubsub.subscribers("t") == 1).await);
+    drop(second);
+    assert_eq!(next_event().await, ("t".to_owned(), false));
+    assert_eq!(pubsub.topic_count(), 0);
+}
+
 backend_tests!(
+    occupancy_follows_the_first_and_last_subscriber,
+    resuming_while_a_publisher_runs_loses_and_doubles_nothing,
+    a_position_history_no_longer_holds_is_not_recovered,
+    the_latest_publication_comes_first_on_subscribe,
     delivers_to_exactly_the_subscribers,
     each_publishers_order_is_kept,
     unsubscribe_and_disconnect_take_effect,

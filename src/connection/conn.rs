@@ -278,6 +278,15 @@ impl Conn {
         self.enqueue_as(sender, None, |outbox| outbox.push_prepared(message))
     }
 
+    /// Queues a pub/sub signal (a subscriber told whether it was kept
+    /// whole), even past a full queue: it is small, and at most one is
+    /// sent per message delivered or per subscribe, so the queue's bound
+    /// still holds within a frame each.
+    #[cfg(feature = "pubsub")]
+    pub(crate) fn send_signal(&self, message: &Prepared) -> Result<(), SendError> {
+        self.enqueue_as(Sender::Signal, None, |outbox| outbox.push_prepared(message))
+    }
+
     /// Sends a ping (payload at most 125 bytes). The peer's pong is answered by
     /// the protocol; nothing is reported for it.
     pub fn ping(&self, payload: &[u8]) -> Result<(), SendError> {
@@ -359,11 +368,13 @@ impl Conn {
                 Sender::Reply => outbox.reply_len(),
                 _ => outbox.queued(),
             };
-            if held >= outbound.max_bytes {
+            if held >= outbound.max_bytes && !sender.past_full() {
                 let close = match (sender, outbound.on_full) {
                     (Sender::Keepalive | Sender::Waiting, _) => None,
                     #[cfg(feature = "pubsub")]
                     (Sender::Published { close_on_full }, _) => close_on_full,
+                    #[cfg(feature = "pubsub")]
+                    (Sender::Signal, _) => None,
                     (_, SlowConsumer::Pause) => {
                         outbox.want_drain();
                         None
@@ -473,6 +484,20 @@ enum Sender {
     /// A pub/sub delivery: a full queue drops it, or closes with the code.
     #[cfg(feature = "pubsub")]
     Published { close_on_full: Option<CloseCode> },
+    /// A pub/sub signal ([`Conn::send_signal`]): queued past a full queue.
+    #[cfg(feature = "pubsub")]
+    Signal,
+}
+
+impl Sender {
+    /// Whether it is queued even when the queue is full.
+    fn past_full(self) -> bool {
+        #[cfg(feature = "pubsub")]
+        if let Sender::Signal = self {
+            return true;
+        }
+        false
+    }
 }
 
 /// The future of [`Conn::ready`].

@@ -65,28 +65,66 @@
 //! waiting for one loop, or being run by it, weigh 16 MiB (their frames,
 //! plus 64 bytes each), publishes are not handed to it (but one always
 //! is, so a message that large still gets through), and its subscribers
-//! miss them (counted in [`Stats::dropped`] under either policy, and not
-//! in what `publish` returns). A burst of 100,000 small publishes fits;
+//! miss them (counted in [`Stats::dropped`] under either policy). A burst of 100,000 small publishes fits;
 //! a loop further behind than that would not deliver them soon anyway.
 //! Nothing else a publish makes waits anywhere.
+//!
+//! **Positions.** Every publication on a topic gets a [`Position`]: the
+//! topic's [`Epoch`] and an offset that counts its publications from 1, in
+//! the one order every subscriber gets them in (a topic's publishes are
+//! numbered and handed on under the topic's lock). [`PubSub::publish`]
+//! returns it. A topic that keeps no history and has no subscribers is
+//! forgotten, and so is its epoch: its next publication starts a new one.
+//! Positions are this node's: with the Redis bridge, each node numbers
+//! what it delivers.
+//!
+//! **History and resume.** With [`History`] on (for every topic, or for
+//! topics by prefix: [`Builder`]), a topic keeps its last publications,
+//! as the frames already built. A subscriber that comes back with the
+//! last position it saw ([`Start::After`]) is sent every publication after
+//! it, then live ones: exactly once and in order, also while publishers
+//! race its subscribe (the replay and the joining happen under the topic's
+//! lock, and a delivery already on its way passes the new subscriber by).
+//! If the history no longer holds them all, or the epoch is not the
+//! topic's, it is sent nothing from history and is told it was not
+//! recovered ([`Subscribed::recovered`], and its envelope's
+//! [`Envelope::recovery`] message). [`Start::Latest`] sends the latest
+//! publication kept first ("last value" on subscribe).
+//!
+//! **Envelopes.** A subscription may show its deliveries in an
+//! [`Envelope`] (say, JSON with the topic and position around the
+//! payload): each publication is wrapped and framed once per envelope, for
+//! all the subscribers that share it, and the frame is kept for replay.
+//! With an envelope, a delivery that a full queue drops is followed by the
+//! envelope's "not recovered" message (once per gap, after whatever was
+//! delivered before it), so its client knows to resync.
 //!
 //! **Life.** Subscriptions end with their connection (when it closes, or
 //! when its close starts: no message could reach it after that).
 //!
 //! [`Prepared`]: crate::proto::Prepared
 
+mod envelope;
+mod history;
+mod log;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Instant;
 
 use crate::connection::conn::{Conn, SendError};
 use crate::connection::membership::Membership;
 use crate::connection::wake::ConnWake;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, Prepared, validate_utf8};
-use registry::{Local, Registry, Route};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode, validate_utf8};
+pub use envelope::{Envelope, Publication};
+pub use history::{Epoch, History, ParsePositionError, Position};
+use log::Since;
+use registry::{Local, Registry, Route, Subscriber, Topic};
 
 /// The longest topic name, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
@@ -130,7 +168,10 @@ impl std::fmt::Display for PubSubError {
 
 impl std::error::Error for PubSubError {}
 
-/// Counts since the `PubSub` was made.
+/// Counts since the `PubSub` was made. Every subscriber a publish was
+/// addressed to ([`Published::subscribers`]) ends up counted once, in
+/// `delivered`, `dropped`, `closed` or `gone`, when its server loop has
+/// run the delivery.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Publishes that had at least one subscriber.
@@ -145,6 +186,12 @@ pub struct Stats {
     /// Subscribers closed because their queue was full
     /// ([`Overflow::Close`]).
     pub closed: u64,
+    /// Messages for a subscriber whose connection had started closing by
+    /// the time the delivery reached it (its subscriptions were ending).
+    pub gone: u64,
+    /// Publications sent from history to subscribers that resumed or
+    /// asked for the latest.
+    pub replayed: u64,
 }
 
 /// Where a node's own publishes go besides its subscribers: other nodes
@@ -153,30 +200,218 @@ pub(crate) trait Relay: Send + Sync {
     fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]);
 }
 
+/// What a publish did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The subscribers on this node it was addressed to (the sender left
+    /// out by [`PubSub::publish_except`] is not counted). Each gets it in
+    /// its server loop's next turn, unless its queue is full then (see
+    /// [`Overflow`]); [`Stats`] counts what became of each.
+    pub subscribers: usize,
+    /// Where it sits in its topic; `None` if the topic had neither
+    /// subscribers nor history here (nothing numbers it then).
+    pub position: Option<Position>,
+}
+
+/// Where a subscription starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Start {
+    /// With the next publication (the default).
+    #[default]
+    Now,
+    /// With the latest publication the topic keeps, if it keeps one
+    /// ("last value" on subscribe; needs [`History`] of at least one).
+    Latest,
+    /// Right after this position: every later publication the topic
+    /// keeps is replayed first, exactly once and in order, then live ones
+    /// follow. See [`Subscribed::recovered`].
+    After(Position),
+}
+
+/// How to subscribe: where to start, and how deliveries are shown.
+#[derive(Clone, Default)]
+pub struct Subscribe {
+    start: Start,
+    envelope: Option<Arc<dyn Envelope>>,
+}
+
+impl std::fmt::Debug for Subscribe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscribe")
+            .field("start", &self.start)
+            .field("envelope", &self.envelope.is_some())
+            .finish()
+    }
+}
+
+impl Subscribe {
+    /// From now on, each payload as it was published.
+    pub fn new() -> Subscribe {
+        Subscribe::default()
+    }
+
+    /// Where the subscription starts.
+    pub fn start(mut self, start: Start) -> Subscribe {
+        self.start = start;
+        self
+    }
+
+    /// Deliveries shown in `envelope` (one `Arc` shared by many
+    /// subscriptions: each publication is wrapped once for all of them).
+    pub fn envelope(mut self, envelope: Arc<dyn Envelope>) -> Subscribe {
+        self.envelope = Some(envelope);
+        self
+    }
+}
+
+/// What a subscribe did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Subscribed {
+    /// False if the connection was subscribed already (nothing else was
+    /// done then).
+    pub added: bool,
+    /// For [`Start::After`]: whether the subscriber was kept whole (every
+    /// publication after its position was replayed). False when the
+    /// history no longer held them all, the epoch was not the topic's, the
+    /// offset was ahead of the topic, or the replay did not fit the
+    /// connection's queue (see [`Envelope::recovery`]). `None` for the
+    /// other starts.
+    pub recovered: Option<bool>,
+    /// Publications sent from history.
+    pub replayed: usize,
+    /// The topic's latest position when it joined; live deliveries follow
+    /// it.
+    pub position: Position,
+}
+
+/// How a [`PubSub`] is set up: the overflow policy, what each topic
+/// keeps, who is told of occupancy.
+#[derive(Clone, Default)]
+pub struct Builder {
+    overflow: Overflow,
+    history: History,
+    /// `(prefix, history)`: the longest matching prefix wins.
+    history_by_prefix: Vec<(String, History)>,
+    occupancy: Option<registry::Occupancy>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("overflow", &self.overflow)
+            .field("history", &self.history)
+            .field("history_by_prefix", &self.history_by_prefix)
+            .field("occupancy", &self.occupancy.is_some())
+            .finish()
+    }
+}
+
+impl Builder {
+    /// What happens to a publication for a subscriber whose queue is full.
+    pub fn overflow(mut self, overflow: Overflow) -> Builder {
+        self.overflow = overflow;
+        self
+    }
+
+    /// What every topic keeps (unless a prefix says otherwise).
+    pub fn history(mut self, history: History) -> Builder {
+        self.history = history;
+        self
+    }
+
+    /// What topics whose names start with `prefix` keep (`""` matches
+    /// every topic; the longest matching prefix wins).
+    pub fn history_for(mut self, prefix: &str, history: History) -> Builder {
+        self.history_by_prefix.retain(|(p, _)| p != prefix);
+        self.history_by_prefix.push((prefix.to_owned(), history));
+        self.history_by_prefix
+            .sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        self
+    }
+
+    /// Calls `occupancy(topic, true)` when a topic gets its first
+    /// subscriber on this node and `occupancy(topic, false)` when it loses
+    /// its last: what a service needs to watch an upstream source only
+    /// while someone watches the topic. Called in order for each topic
+    /// (under the topic's lock, on the thread that subscribed or
+    /// unsubscribed, or where the connection ended), so it must be quick,
+    /// must not block, and must not call back into this `PubSub` (hand the
+    /// event to a channel or a task instead).
+    pub fn on_occupancy(
+        mut self,
+        occupancy: impl Fn(&str, bool) + Send + Sync + 'static,
+    ) -> Builder {
+        self.occupancy = Some(Arc::new(occupancy));
+        self
+    }
+
+    /// The `PubSub`.
+    pub fn build(self) -> PubSub {
+        PubSub {
+            inner: Arc::new(Inner {
+                registry: Registry::new(self.occupancy.clone()),
+                relay: RwLock::new(None),
+                config: self,
+                published: AtomicU64::new(0),
+                delivered: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                closed: AtomicU64::new(0),
+                gone: AtomicU64::new(0),
+                replayed: AtomicU64::new(0),
+                publishes: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn history_of(&self, topic: &str) -> History {
+        self.history_by_prefix
+            .iter()
+            .find(|(prefix, _)| topic.starts_with(prefix.as_str()))
+            .map_or(self.history, |(_, history)| *history)
+    }
+
+    fn keeps_history(&self) -> bool {
+        self.history.is_on() || self.history_by_prefix.iter().any(|(_, h)| h.is_on())
+    }
+}
+
 /// Topics and their subscribers. Cheap to clone (a handle); share one
 /// between the handler, other tasks and threads. See the module docs.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PubSub {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
+impl Default for PubSub {
+    fn default() -> PubSub {
+        Builder::default().build()
+    }
+}
+
 struct Inner {
     registry: Registry,
     /// Where this node's own publishes also go (the Redis bridge), if
     /// anywhere.
     relay: RwLock<Option<Arc<dyn Relay>>>,
-    overflow: Overflow,
+    config: Builder,
     published: AtomicU64,
     delivered: AtomicU64,
     dropped: AtomicU64,
     closed: AtomicU64,
+    gone: AtomicU64,
+    replayed: AtomicU64,
+    /// Publishes so far, to sweep history now and then.
+    publishes: AtomicU64,
 }
+
+/// Publishes between two sweeps of one registry shard's history (64
+/// shards: each is swept every 16,384 publishes).
+const SWEEP_EVERY: u64 = 256;
 
 impl std::fmt::Debug for PubSub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PubSub")
-            .field("overflow", &self.inner.overflow)
+            .field("config", &self.inner.config)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
@@ -184,34 +419,91 @@ impl std::fmt::Debug for PubSub {
 
 impl PubSub {
     /// No topics yet; full subscriber queues drop messages
-    /// ([`Overflow::Drop`]).
+    /// ([`Overflow::Drop`]); no history.
     pub fn new() -> PubSub {
         PubSub::default()
     }
 
     /// No topics yet; full subscriber queues are handled by `overflow`.
     pub fn with_overflow(overflow: Overflow) -> PubSub {
-        PubSub {
-            inner: Arc::new(Inner {
-                overflow,
-                ..Inner::default()
-            }),
-        }
+        PubSub::builder().overflow(overflow).build()
     }
 
-    /// Subscribes `conn` to `topic`, from a callback or any thread. Returns
-    /// false if it was subscribed already.
+    /// Sets up a `PubSub`: overflow policy, history.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// What `topic` keeps.
+    pub fn history(&self, topic: &str) -> History {
+        self.inner.config.history_of(topic)
+    }
+
+    /// Subscribes `conn` to `topic` from now on, from a callback or any
+    /// thread. Returns false if it was subscribed already.
     pub fn subscribe(&self, conn: &Conn, topic: &str) -> Result<bool, PubSubError> {
+        Ok(self.subscribe_with(conn, topic, &Subscribe::new())?.added)
+    }
+
+    /// Subscribes `conn` to `topic`, starting where `how` says and showing
+    /// deliveries in its envelope: see [`Start`] and [`Subscribed`]. What
+    /// is replayed is queued for `conn` before this returns, and before any
+    /// later publication.
+    pub fn subscribe_with(
+        &self,
+        conn: &Conn,
+        topic: &str,
+        how: &Subscribe,
+    ) -> Result<Subscribed, PubSubError> {
         check_topic(topic)?;
-        let (name, added) = self.inner.registry.add(topic, conn);
-        if !added {
-            return Ok(false);
-        }
+        let (name, subscribed) = loop {
+            let entry = self
+                .inner
+                .registry
+                .open(topic, self.inner.config.history_of(topic));
+            let mut state = entry.lock();
+            if state.gone {
+                continue; // forgotten meanwhile: made again on the next turn
+            }
+            let route = Route::of(conn);
+            let position = Position {
+                epoch: state.epoch,
+                offset: state.last,
+            };
+            if state.contains(&route, conn.key()) {
+                let subscribed = Subscribed {
+                    added: false,
+                    recovered: None,
+                    replayed: 0,
+                    position,
+                };
+                return Ok(subscribed);
+            }
+            let replay = self.inner.replay(conn, &entry, &state, how);
+            let was_empty = state.locals.is_empty();
+            let from = state.last + 1;
+            state.add(Subscriber {
+                conn: conn.clone(),
+                from,
+                envelope: how.envelope.clone(),
+                gap: replay.recovered == Some(false),
+            });
+            if was_empty {
+                self.inner.registry.occupy(&entry.name);
+            }
+            let subscribed = Subscribed {
+                added: true,
+                recovered: replay.recovered,
+                replayed: replay.replayed,
+                position,
+            };
+            break (entry.name.clone(), subscribed);
+        };
         // Recorded on the connection after the registry: if the connection
         // has started closing, it ends (or has ended) without this topic
         // in its list, so the registry entry is taken back here.
         match conn.join(&self.membership(), &name) {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(subscribed),
             Err(_) => {
                 self.inner
                     .registry
@@ -247,19 +539,31 @@ impl PubSub {
         self.inner.registry.topics()
     }
 
+    /// `topic`'s latest position here (offset 0 if nothing was published in
+    /// its epoch yet); `None` if the topic has neither subscribers nor
+    /// history here.
+    pub fn position(&self, topic: &str) -> Option<Position> {
+        let entry = self.inner.registry.find(topic)?;
+        let state = entry.lock();
+        (!state.gone).then_some(Position {
+            epoch: state.epoch,
+            offset: state.last,
+        })
+    }
+
     /// Publishes `message` to every subscriber of `topic`, from anywhere (a
-    /// callback, another task, another thread). Returns how many
-    /// subscribers it was handed to; each gets it in its loop's next turn,
-    /// unless its queue is full then (see [`Overflow`]). A publisher's
-    /// messages reach each subscriber in the order they were published.
-    pub fn publish(&self, topic: &str, message: Message<'_>) -> usize {
+    /// callback, another task, another thread): see [`Published`]. A
+    /// topic's subscribers get its publications in one order, the order
+    /// of their offsets (so a publisher's own are in the order it
+    /// published them).
+    pub fn publish(&self, topic: &str, message: Message<'_>) -> Published {
         let opcode = data_opcode(message.kind());
         self.relay(topic, opcode, message.as_bytes());
         self.publish_frame(topic, opcode, message.as_bytes(), None)
     }
 
     /// [`PubSub::publish`] to everyone but `except` (typically the sender).
-    pub fn publish_except(&self, topic: &str, message: Message<'_>, except: &Conn) -> usize {
+    pub fn publish_except(&self, topic: &str, message: Message<'_>, except: &Conn) -> Published {
         let opcode = data_opcode(message.kind());
         self.relay(topic, opcode, message.as_bytes());
         self.publish_frame(topic, opcode, message.as_bytes(), Some(except))
@@ -272,7 +576,7 @@ impl PubSub {
         topic: &str,
         kind: MessageKind,
         payload: &[u8],
-    ) -> Result<usize, SendError> {
+    ) -> Result<Published, SendError> {
         if kind == MessageKind::Text {
             validate_utf8(payload).map_err(|_| SendError::InvalidUtf8)?;
         }
@@ -289,6 +593,8 @@ impl PubSub {
             delivered: inner.delivered.load(Ordering::Relaxed),
             dropped: inner.dropped.load(Ordering::Relaxed),
             closed: inner.closed.load(Ordering::Relaxed),
+            gone: inner.gone.load(Ordering::Relaxed),
+            replayed: inner.replayed.load(Ordering::Relaxed),
         }
     }
 
@@ -303,16 +609,31 @@ impl PubSub {
         }
     }
 
-    /// Sets (or, with `None`, clears) where this node's publishes also go.
+    /// Sets where this node's publishes also go, unless something is set
+    /// already (false then).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    fn set_relay(&self, relay: Option<Arc<dyn Relay>>) {
-        *self.inner.relay.write().unwrap_or_else(|p| p.into_inner()) = relay;
+    fn set_relay_if_none(&self, relay: Arc<dyn Relay>) -> bool {
+        let mut slot = self.inner.relay.write().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(relay);
+        true
+    }
+
+    /// Clears where this node's publishes also go, if it is `relay`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn clear_relay_if(&self, relay: &Arc<dyn Relay>) {
+        let mut slot = self.inner.relay.write().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|set| Arc::ptr_eq(set, relay)) {
+            *slot = None;
+        }
     }
 
     /// Publishes a message that came from another node: to this node's
     /// subscribers only, never relayed again.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    fn publish_relayed(&self, topic: &str, opcode: OpCode, payload: &[u8]) -> usize {
+    fn publish_relayed(&self, topic: &str, opcode: OpCode, payload: &[u8]) -> Published {
         self.publish_frame(topic, opcode, payload, None)
     }
 
@@ -326,78 +647,241 @@ impl PubSub {
         opcode: OpCode,
         payload: &[u8],
         except: Option<&Conn>,
-    ) -> usize {
-        let mut targets = Vec::new();
-        let mut reached = self.inner.registry.targets(topic, &mut targets);
+    ) -> Published {
+        let inner = &*self.inner;
+        let nobody = Published {
+            subscribers: 0,
+            position: None,
+        };
+        if check_topic(topic).is_err() {
+            return nobody;
+        }
+        let history = inner.config.history_of(topic);
+        if inner.config.keeps_history()
+            && inner
+                .publishes
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(SWEEP_EVERY)
+        {
+            inner.registry.sweep(Instant::now());
+        }
+        loop {
+            let entry = if history.is_on() {
+                inner.registry.open(topic, history)
+            } else {
+                match inner.registry.find(topic) {
+                    Some(entry) => entry,
+                    None => return nobody,
+                }
+            };
+            let mut state = entry.lock();
+            if state.gone {
+                if history.is_on() {
+                    continue; // forgotten meanwhile: made again
+                }
+                return nobody; // its last subscriber left meanwhile
+            }
+            return self.publish_locked(&entry, &mut state, opcode, payload, except);
+        }
+    }
+
+    /// Numbers the publication, keeps it, and hands it to every route,
+    /// under the topic's lock (so that every subscriber gets a topic's
+    /// publications in the order of their offsets).
+    fn publish_locked(
+        &self,
+        entry: &Topic,
+        state: &mut registry::TopicState,
+        opcode: OpCode,
+        payload: &[u8],
+        except: Option<&Conn>,
+    ) -> Published {
+        let inner = &self.inner;
+        state.last += 1;
+        let position = Position {
+            epoch: state.epoch,
+            offset: state.last,
+        };
+        let now = match state.log {
+            Some(_) => Instant::now(),
+            None => epoch_start(),
+        };
+        let publication = Arc::new(Publication::new(
+            entry.name.clone(),
+            position,
+            opcode,
+            payload,
+            now,
+        ));
+        if let Some(log) = &mut state.log {
+            log.push(publication.clone(), now);
+        }
+        let mut reached = state.subscribers();
         if reached == 0 {
-            return 0;
+            return Published {
+                subscribers: 0,
+                position: Some(position),
+            };
         }
         // The sender's key, and its route if it is among the subscribers.
         let mut sender_route = None;
         let except = except.map(|conn| {
-            if conn
-                .joined(&self.membership())
-                .iter()
-                .any(|t| **t == *topic)
-            {
+            let route = Route::of(conn);
+            if state.contains(&route, conn.key()) {
                 reached -= 1;
-                sender_route = Some(Route::of(conn));
+                sender_route = Some(route);
             }
             conn.key()
         });
-        self.inner.published.fetch_add(1, Ordering::Relaxed);
-        let message = Arc::new(Prepared::new(opcode, payload));
-        let bytes = message.frame().len();
-        for local in targets {
+        inner.published.fetch_add(1, Ordering::Relaxed);
+        let bytes = publication.plain().frame().len();
+        for local in &state.locals {
             match &local.route {
                 Route::Loop(list) => {
-                    let list = list.clone();
                     // Counted now, without the lock a delivery may hold:
                     // the publisher never waits.
                     let sender_here = sender_route.as_ref().is_some_and(|r| r.same(&local.route));
                     let missed = local.count().saturating_sub(usize::from(sender_here));
-                    let (inner, message) = (self.inner.clone(), message.clone());
-                    let job = Box::new(move || inner.deliver(&local, &message, except));
+                    let (shared, local, publication) =
+                        (inner.clone(), local.clone(), publication.clone());
+                    let job = Box::new(move || shared.deliver(&local, &publication, except));
                     if !list.post(job, bytes) {
                         // The loop is far behind its publishers: its
                         // subscribers miss this message, as a full queue's would.
-                        reached = reached.saturating_sub(missed);
-                        self.inner
-                            .dropped
-                            .fetch_add(missed as u64, Ordering::Relaxed);
+                        inner.dropped.fetch_add(missed as u64, Ordering::Relaxed);
                     }
                 }
-                Route::Direct => self.inner.deliver(&local, &message, except),
+                Route::Direct => inner.deliver(local, &publication, except),
             }
         }
-        reached
+        Published {
+            subscribers: reached,
+            position: Some(position),
+        }
     }
 }
 
+/// A time to stamp publications that no history keeps (never read).
+fn epoch_start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// What a replay did.
+struct Replay {
+    recovered: Option<bool>,
+    replayed: usize,
+}
+
 impl Inner {
-    /// Queues `message` for `local`'s subscribers (but `except`), on their
-    /// loop's thread (or, for `Route::Direct`, the publisher's).
-    fn deliver(&self, local: &Local, message: &Prepared, except: Option<usize>) {
-        let close_on_full = match self.overflow {
+    /// Sends a new subscriber what `how` asks for from `entry`'s history,
+    /// under the topic's lock; then, for a resume, whether it was
+    /// recovered (through its envelope).
+    fn replay(
+        &self,
+        conn: &Conn,
+        entry: &Topic,
+        state: &registry::TopicState,
+        how: &Subscribe,
+    ) -> Replay {
+        let envelope = how.envelope.as_ref();
+        let mut replayed = 0;
+        // Sends one kept publication; false if it did not fit.
+        let mut send = |publication: &Arc<Publication>| {
+            let fits = conn
+                .send_prepared(&publication.frame(envelope), None)
+                .is_ok();
+            replayed += usize::from(fits);
+            fits
+        };
+        let recovered = match how.start {
+            Start::Now => None,
+            Start::Latest => {
+                if let Some(latest) = state.log.as_ref().and_then(|log| log.latest()) {
+                    send(latest);
+                }
+                None
+            }
+            Start::After(seen) => {
+                let whole = if seen.epoch != state.epoch || seen.offset > state.last {
+                    false
+                } else if seen.offset == state.last {
+                    true // missed nothing
+                } else {
+                    match state
+                        .log
+                        .as_ref()
+                        .map(|log| log.since(seen.offset, state.last))
+                    {
+                        Some(Since::All(missed)) => {
+                            let mut whole = true;
+                            for publication in missed {
+                                if !send(publication) {
+                                    whole = false;
+                                    break;
+                                }
+                            }
+                            whole
+                        }
+                        Some(Since::Gap) | None => false,
+                    }
+                };
+                if let Some(signal) = envelope.and_then(|e| e.recovery(&entry.name, whole)) {
+                    let _ = conn.send_signal(&envelope::prepare(&signal));
+                }
+                Some(whole)
+            }
+        };
+        self.replayed.fetch_add(replayed as u64, Ordering::Relaxed);
+        Replay {
+            recovered,
+            replayed,
+        }
+    }
+
+    /// Queues `publication` for `local`'s subscribers (but `except`), on
+    /// their loop's thread (or, for `Route::Direct`, the publisher's).
+    fn deliver(&self, local: &Local, publication: &Publication, except: Option<usize>) {
+        let close_on_full = match self.config.overflow {
             Overflow::Drop => None,
             Overflow::Close(code) => Some(code),
         };
-        let (mut delivered, mut full) = (0u64, 0u64);
-        let subscribers = local.lock();
-        for conn in &subscribers.conns {
-            if Some(conn.key()) == except {
+        let offset = publication.position().offset;
+        let (mut delivered, mut full, mut gone) = (0u64, 0u64, 0u64);
+        let mut subscribers = local.lock();
+        for subscriber in &mut subscribers.list {
+            let conn = &subscriber.conn;
+            if Some(conn.key()) == except || offset < subscriber.from {
                 continue;
             }
-            match conn.send_prepared(message, close_on_full) {
-                Ok(()) => delivered += 1,
-                Err(SendError::QueueFull) => full += 1,
+            let frame = publication.frame(subscriber.envelope.as_ref());
+            match conn.send_prepared(&frame, close_on_full) {
+                Ok(()) => {
+                    delivered += 1;
+                    subscriber.gap = false;
+                }
+                Err(SendError::QueueFull) => {
+                    full += 1;
+                    if close_on_full.is_none() && !subscriber.gap {
+                        // Told once per gap, after what it did get.
+                        subscriber.gap = true;
+                        let signal = subscriber
+                            .envelope
+                            .as_ref()
+                            .and_then(|e| e.recovery(publication.topic(), false));
+                        if let Some(signal) = signal {
+                            let _ = conn.send_signal(&envelope::prepare(&signal));
+                        }
+                    }
+                }
                 // Closing: its end takes it off the topic.
-                Err(_) => {}
+                Err(_) => gone += 1,
             }
         }
         drop(subscribers);
         self.delivered.fetch_add(delivered, Ordering::Relaxed);
-        let counter = match self.overflow {
+        self.gone.fetch_add(gone, Ordering::Relaxed);
+        let counter = match self.config.overflow {
             Overflow::Drop => &self.dropped,
             Overflow::Close(_) => &self.closed,
         };

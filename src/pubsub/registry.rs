@@ -1,25 +1,34 @@
 //! Who is subscribed to what: topics in shards, and each topic's
 //! subscribers grouped by the server loop that serves them.
 //!
-//! A publish looks up its topic once (one shard lock) and comes away with
-//! one [`Local`] per loop that has subscribers, never with the subscribers
+//! A publish looks up its topic (one shard lock, let go), then holds the
+//! topic's own lock while it numbers the publication and hands it to one
+//! [`Local`] per loop that has subscribers, never to the subscribers
 //! themselves: the hand-off to each loop is one job, and the loop walks its
-//! own list. Subscribing locks the topic's shard and then that loop's list;
-//! a delivery locks only the loop's list (and then each connection's queue,
-//! one at a time). No path takes a shard or a list while holding a
-//! connection's queue, so the locks cannot cross.
+//! own list. A subscribe holds the same topic lock while it replays and
+//! joins, so it sees every publication either in the replay or live, never
+//! both and never neither. A delivery locks only the loop's list (and then
+//! each connection's queue, one at a time).
+//!
+//! Locks are taken in one order: shard, topic, list, connection queue (a
+//! removal holds the shard while it takes the topic; nothing takes a shard
+//! while holding a topic), so they cannot cross.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
+use super::envelope::Envelope;
+use super::history::{Epoch, History};
+use super::log::Log;
 use crate::connection::conn::Conn;
 use crate::connection::wake::{ConnWake, WokenList};
 
 /// Shards of the topic map: enough that publishers and subscribers on a
 /// few dozen threads rarely meet on one lock.
-const SHARDS: usize = 64;
+pub(super) const SHARDS: usize = 64;
 
 /// Where a subscriber's deliveries run.
 #[derive(Clone)]
@@ -63,11 +72,26 @@ pub(super) struct Local {
     count: AtomicUsize,
 }
 
+/// One subscription.
+pub(super) struct Subscriber {
+    pub(super) conn: Conn,
+    /// The first offset it is delivered live: the ones before it came
+    /// from history, or were published before it subscribed (a delivery
+    /// job already on its way when it did must pass it by).
+    pub(super) from: u64,
+    /// How its client is shown a delivery; `None`: the payload alone.
+    pub(super) envelope: Option<Arc<dyn Envelope>>,
+    /// It was told of a gap (`Envelope::recovery` with false) and has
+    /// been delivered nothing since: another missed delivery is the same
+    /// gap, and is not told again.
+    pub(super) gap: bool,
+}
+
 /// A list to walk fast, and where each connection sits in it, to remove
 /// one without a search.
 #[derive(Default)]
 pub(super) struct Subscribers {
-    pub(super) conns: Vec<Conn>,
+    pub(super) list: Vec<Subscriber>,
     at: HashMap<usize, usize>,
 }
 
@@ -91,137 +115,232 @@ impl Local {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn add(&self, conn: &Conn) -> bool {
+    fn contains(&self, key: usize) -> bool {
+        self.lock().at.contains_key(&key)
+    }
+
+    fn add(&self, subscriber: Subscriber) -> bool {
         let mut subscribers = self.lock();
-        let Subscribers { conns, at } = &mut *subscribers;
-        if at.contains_key(&conn.key()) {
+        let Subscribers { list, at } = &mut *subscribers;
+        if at.contains_key(&subscriber.conn.key()) {
             return false;
         }
-        at.insert(conn.key(), conns.len());
-        conns.push(conn.clone());
-        self.count.store(conns.len(), Ordering::Relaxed);
+        at.insert(subscriber.conn.key(), list.len());
+        list.push(subscriber);
+        self.count.store(list.len(), Ordering::Relaxed);
         true
     }
 
     fn remove(&self, key: usize) -> bool {
         let mut subscribers = self.lock();
-        let Subscribers { conns, at } = &mut *subscribers;
+        let Subscribers { list, at } = &mut *subscribers;
         let Some(index) = at.remove(&key) else {
             return false;
         };
-        conns.swap_remove(index);
-        if let Some(moved) = conns.get(index) {
-            at.insert(moved.key(), index);
+        list.swap_remove(index);
+        if let Some(moved) = list.get(index) {
+            at.insert(moved.conn.key(), index);
         }
-        self.count.store(conns.len(), Ordering::Relaxed);
+        self.count.store(list.len(), Ordering::Relaxed);
         true
     }
 }
 
-/// A topic: its subscribers, by route.
-#[derive(Default)]
-struct Topic {
-    locals: Vec<Arc<Local>>,
+/// A topic: its subscribers by route, its position, what it keeps.
+pub(super) struct Topic {
+    /// The name, one allocation shared by whoever holds it.
+    pub(super) name: Arc<str>,
+    state: Mutex<TopicState>,
 }
 
-type Shard = HashMap<Arc<str>, Topic>;
-
-/// Every topic that has subscribers.
-pub(super) struct Registry {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+/// A topic's state, under its lock: publishes take it to number and send
+/// in one order; subscribes take it to replay and join at one point.
+pub(super) struct TopicState {
+    pub(super) locals: Vec<Arc<Local>>,
+    /// This history of the topic.
+    pub(super) epoch: Epoch,
+    /// The latest publication's offset (0: none yet in this epoch).
+    pub(super) last: u64,
+    /// What it keeps; `None` with history off.
+    pub(super) log: Option<Log>,
+    /// Taken out of the registry: whoever holds it looks it up again.
+    pub(super) gone: bool,
 }
 
-impl Default for Registry {
-    fn default() -> Self {
-        Registry {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::new(),
+impl Topic {
+    fn new(name: Arc<str>, history: History) -> Topic {
+        Topic {
+            name,
+            state: Mutex::new(TopicState {
+                locals: Vec::new(),
+                epoch: Epoch::new(),
+                last: 0,
+                log: history.is_on().then(|| Log::new(history)),
+                gone: false,
+            }),
         }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, TopicState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
+impl TopicState {
+    /// Subscribers now, on every route.
+    pub(super) fn subscribers(&self) -> usize {
+        self.locals.iter().map(|l| l.count()).sum()
+    }
+
+    /// Whether the connection `key` on `route` is subscribed.
+    pub(super) fn contains(&self, route: &Route, key: usize) -> bool {
+        self.locals
+            .iter()
+            .any(|l| l.route.same(route) && l.contains(key))
+    }
+
+    /// Adds a subscriber; false if its connection was subscribed already.
+    pub(super) fn add(&mut self, subscriber: Subscriber) -> bool {
+        let route = Route::of(&subscriber.conn);
+        let local = match self.locals.iter().find(|l| l.route.same(&route)) {
+            Some(local) => local.clone(),
+            None => {
+                let local = Arc::new(Local::new(route));
+                self.locals.push(local.clone());
+                local
+            }
+        };
+        local.add(subscriber)
+    }
+
+    /// Whether nothing needs it kept: no subscribers, nothing to replay.
+    fn idle(&self) -> bool {
+        self.locals.is_empty() && self.log.as_ref().is_none_or(Log::is_empty)
+    }
+}
+
+type Shard = HashMap<Arc<str>, Arc<Topic>>;
+
+/// Told when a topic gets its first subscriber (`true`) and loses its
+/// last (`false`), under the topic's lock.
+pub(super) type Occupancy = Arc<dyn Fn(&str, bool) + Send + Sync>;
+
+/// Every topic that has subscribers or keeps publications.
+pub(super) struct Registry {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    /// Topics with at least one subscriber.
+    occupied: AtomicUsize,
+    /// The next shard to sweep.
+    sweep_at: AtomicUsize,
+    occupancy: Option<Occupancy>,
+}
+
 impl Registry {
+    pub(super) fn new(occupancy: Option<Occupancy>) -> Registry {
+        Registry {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            occupied: AtomicUsize::new(0),
+            sweep_at: AtomicUsize::new(0),
+            occupancy,
+        }
+    }
+
     fn shard(&self, topic: &str) -> MutexGuard<'_, Shard> {
         let index = self.hasher.hash_one(topic) as usize % self.shards.len();
+        self.lock_shard(index)
+    }
+
+    fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard> {
         self.shards[index]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Adds `conn` to `topic`. Returns the topic's name as the registry
-    /// keeps it (one allocation per topic, shared by whoever holds it), and
-    /// whether `conn` was new there.
-    pub(super) fn add(&self, topic: &str, conn: &Conn) -> (Arc<str>, bool) {
-        let route = Route::of(conn);
+    /// The topic, if it has subscribers or keeps publications.
+    pub(super) fn find(&self, topic: &str) -> Option<Arc<Topic>> {
+        self.shard(topic).get(topic).cloned()
+    }
+
+    /// The topic, made (keeping `history`) if it is not there.
+    pub(super) fn open(&self, topic: &str, history: History) -> Arc<Topic> {
         let mut shard = self.shard(topic);
-        let name = match shard.get_key_value(topic) {
-            Some((name, _)) => name.clone(),
-            None => {
-                let name: Arc<str> = Arc::from(topic);
-                shard.insert(name.clone(), Topic::default());
-                name
-            }
-        };
-        let entry = shard.get_mut(topic).expect("inserted above");
-        let local = match entry.locals.iter().find(|l| l.route.same(&route)) {
-            Some(local) => local.clone(),
-            None => {
-                let local = Arc::new(Local::new(route));
-                entry.locals.push(local.clone());
-                local
-            }
-        };
-        // Under the shard's lock, so that a removal cannot drop the list
-        // between the lookup and the add.
-        let added = local.add(conn);
-        (name, added)
+        if let Some(found) = shard.get(topic) {
+            return found.clone();
+        }
+        let name: Arc<str> = Arc::from(topic);
+        let made = Arc::new(Topic::new(name.clone(), history));
+        shard.insert(name, made.clone());
+        made
+    }
+
+    /// Counts a topic that got its first subscriber, and says so (the
+    /// caller holds the topic's lock).
+    pub(super) fn occupy(&self, topic: &str) {
+        self.occupied.fetch_add(1, Ordering::Relaxed);
+        if let Some(occupancy) = &self.occupancy {
+            occupancy(topic, true);
+        }
     }
 
     /// Removes the connection whose [`Conn::key`] is `key` from `topic`;
-    /// a topic left with no subscribers goes. False if it was not there.
+    /// a topic left with no subscribers and nothing kept goes. False if it
+    /// was not there.
     pub(super) fn remove(&self, topic: &str, key: usize, route: &Route) -> bool {
         let mut shard = self.shard(topic);
-        let Some(entry) = shard.get_mut(topic) else {
+        let Some(entry) = shard.get(topic).cloned() else {
             return false;
         };
-        let Some(at) = entry.locals.iter().position(|l| l.route.same(route)) else {
+        let mut state = entry.lock();
+        let Some(at) = state.locals.iter().position(|l| l.route.same(route)) else {
             return false;
         };
-        let removed = entry.locals[at].remove(key);
-        if entry.locals[at].count() == 0 {
-            entry.locals.swap_remove(at);
-            if entry.locals.is_empty() {
-                shard.remove(topic);
+        let removed = state.locals[at].remove(key);
+        if state.locals[at].count() == 0 {
+            state.locals.swap_remove(at);
+            if state.locals.is_empty() {
+                self.occupied.fetch_sub(1, Ordering::Relaxed);
+                if let Some(occupancy) = &self.occupancy {
+                    occupancy(topic, false);
+                }
             }
+        }
+        if state.idle() {
+            state.gone = true;
+            shard.remove(topic);
         }
         removed
     }
 
-    /// The routes with subscribers to `topic`, into `into`; returns how
-    /// many subscribers they hold.
-    pub(super) fn targets(&self, topic: &str, into: &mut Vec<Arc<Local>>) -> usize {
-        let shard = self.shard(topic);
-        let Some(entry) = shard.get(topic) else {
-            return 0;
-        };
-        into.extend(entry.locals.iter().cloned());
-        entry.locals.iter().map(|l| l.count()).sum()
-    }
-
     /// Subscribers to `topic` now.
     pub(super) fn count(&self, topic: &str) -> usize {
-        let shard = self.shard(topic);
-        shard
-            .get(topic)
-            .map_or(0, |entry| entry.locals.iter().map(|l| l.count()).sum())
+        self.find(topic).map_or(0, |t| t.lock().subscribers())
     }
 
     /// Topics with at least one subscriber.
     pub(super) fn topics(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// Lets one shard's topics drop the publications they kept too long,
+    /// and forgets those left with nothing (the next shard each call, so
+    /// that publishing now and then sweeps all of them).
+    pub(super) fn sweep(&self, now: Instant) {
+        let index = self.sweep_at.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        let mut shard = self.lock_shard(index);
+        shard.retain(|_, topic| {
+            let mut state = topic.lock();
+            if let Some(log) = &mut state.log {
+                log.expire(now);
+            }
+            if state.idle() {
+                state.gone = true;
+                return false;
+            }
+            true
+        });
     }
 }

@@ -913,3 +913,13 @@ pub fn python() -> &'static std::path::PathBuf {
         std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
     })
 }
+
+/// The `delivered` count of notify_bus's answer to `POST /publish/...`
+/// (`{"delivered":N,"epoch":"...","offset":O}`).
+pub fn delivered(answer: &str) -> u64 {
+    let value: serde_json::Value =
+        serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    value["delivered"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no delivered count: {answer}"))
+}

@@ -1,0 +1,397 @@
+//! The seam between replay and live delivery, on connections served by a
+//! stand-in server loop whose jobs run when the test says: publications
+//! posted before a subscribe and run after it, resumes from every kind of
+//! position, small histories, queues that fill. Every subscriber's frames
+//! are read back and must be exactly what its start promised.
+
+use std::io::IoSlice;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::connection::config::SlowConsumer;
+use crate::connection::outbox::{ConnShared, Outbound};
+use crate::connection::wake::{Job, SlotWake, WokenList};
+use crate::proto::{OwnedMessage, Role};
+
+/// A server loop whose posted jobs wait until the test runs them.
+#[derive(Default)]
+struct Loop {
+    jobs: Mutex<Vec<Job>>,
+}
+
+impl WokenList for Loop {
+    fn push_woken(&self, _: u32) {}
+
+    fn post(&self, job: Job, _: usize) -> bool {
+        self.jobs.lock().unwrap().push(job);
+        true
+    }
+}
+
+impl Loop {
+    /// Runs the first `n` jobs waiting (all, if fewer).
+    fn run(&self, n: usize) {
+        let jobs: Vec<Job> = {
+            let mut jobs = self.jobs.lock().unwrap();
+            let n = n.min(jobs.len());
+            jobs.drain(..n).collect()
+        };
+        jobs.into_iter().for_each(|job| job());
+    }
+}
+
+/// `o<offset>` for a publication, `r<true|false>` for a recovery signal.
+struct Marks;
+
+impl Envelope for Marks {
+    fn wrap(&self, publication: &Publication) -> OwnedMessage {
+        OwnedMessage::Text(format!("o{}", publication.position().offset))
+    }
+
+    fn recovery(&self, _: &str, recovered: bool) -> Option<OwnedMessage> {
+        Some(OwnedMessage::Text(format!("r{recovered}")))
+    }
+}
+
+fn conn(list: &Arc<Loop>, slot: u32, max_outbound: usize) -> Conn {
+    let list: Arc<dyn WokenList> = list.clone();
+    let outbound = Outbound {
+        pool: Arc::default(),
+        max_bytes: max_outbound,
+        on_full: SlowConsumer::Pause,
+    };
+    let wake = ConnWake::Shared(Arc::new(SlotWake::new(list, slot)));
+    let shared = ConnShared::new(
+        u64::from(slot),
+        "127.0.0.1:1".parse().unwrap(),
+        Arc::new(outbound),
+        wake,
+        Role::Server,
+    );
+    Conn::from_shared(shared)
+}
+
+/// The payloads of the text frames queued for `conn` (and taken).
+fn frames(conn: &Conn) -> Vec<String> {
+    let mut outbox = conn.shared().lock();
+    let queue = outbox.queue();
+    let mut wire = Vec::new();
+    loop {
+        let mut slices = [IoSlice::new(&[]); 64];
+        let n = queue.io_slices(&mut slices);
+        let bytes: usize = slices[..n].iter().map(|s| s.len()).sum();
+        if bytes == 0 {
+            break;
+        }
+        slices[..n].iter().for_each(|s| wire.extend_from_slice(s));
+        queue.advance(bytes);
+    }
+    let mut texts = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        assert_eq!(wire[at], 0x81, "a final text frame");
+        let (len, header) = match wire[at + 1] {
+            126 => (
+                usize::from(u16::from_be_bytes([wire[at + 2], wire[at + 3]])),
+                4,
+            ),
+            len => (usize::from(len), 2),
+        };
+        let payload = &wire[at + header..at + header + len];
+        texts.push(String::from_utf8(payload.to_vec()).unwrap());
+        at += header + len;
+    }
+    texts
+}
+
+/// What a subscriber must have been sent, given how it started, what
+/// its subscribe reported, and the topic's last offset.
+fn expected(start: Start, subscribed: &Subscribed, last: u64) -> Vec<String> {
+    let joined = subscribed.position.offset;
+    let mut want = Vec::new();
+    match start {
+        Start::Now => {}
+        Start::Latest => {
+            // The latest is always kept (history holds at least one).
+            if joined >= 1 {
+                want.push(format!("o{joined}"));
+            }
+        }
+        Start::After(seen) => {
+            let whole = subscribed.recovered.unwrap();
+            if whole {
+                want.extend((seen.offset + 1..=joined).map(|o| format!("o{o}")));
+            }
+            want.push(format!("r{whole}"));
+        }
+    }
+    want.extend((joined + 1..=last).map(|o| format!("o{o}")));
+    want
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Publish,
+    /// A new subscriber: 0 now, 1 latest, 2 after `back` offsets before
+    /// the last, 3 after a position of another epoch.
+    Subscribe {
+        how: u8,
+        back: u64,
+    },
+    /// Runs some of the jobs waiting.
+    Run(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Publish),
+        2 => (0u8..4, 0u64..12).prop_map(|(how, back)| Op::Subscribe { how, back }),
+        2 => (0usize..6).prop_map(Op::Run),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Every subscriber gets exactly its replay, its signal, then every
+    /// later publication once, in offset order: whatever the interleaving
+    /// of publishes, subscribes, and the loop running posted deliveries.
+    #[test]
+    fn the_seam_loses_and_doubles_nothing(ops in proptest::collection::vec(op(), 1..60), kept in 1usize..8) {
+        let list = Arc::new(Loop::default());
+        let pubsub = PubSub::builder()
+            .history(History::new(kept, Duration::from_secs(3600)))
+            .build();
+        let marks: Arc<dyn Envelope> = Arc::new(Marks);
+        let how = |start| Subscribe::new().start(start).envelope(marks.clone());
+        // A subscriber from the start, to compare against.
+        let first = conn(&list, 0, 1 << 20);
+        let joined = pubsub.subscribe_with(&first, "t", &how(Start::Now)).unwrap();
+        let epoch = joined.position.epoch;
+        let mut subscribers = vec![(first, Start::Now, joined)];
+        let mut last = 0u64;
+        for op in ops {
+            match op {
+                Op::Publish => {
+                    let published = pubsub.publish("t", Message::Text("x"));
+                    last += 1;
+                    prop_assert_eq!(published.position, Some(Position { epoch, offset: last }));
+                }
+                Op::Subscribe { how: kind, back } => {
+                    let start = match kind {
+                        0 => Start::Now,
+                        1 => Start::Latest,
+                        2 => Start::After(Position { epoch, offset: last.saturating_sub(back) }),
+                        _ => Start::After(Position { epoch: Epoch::from_u64(epoch.as_u64() ^ 1), offset: last }),
+                    };
+                    let conn = conn(&list, subscribers.len() as u32, 1 << 20);
+                    let subscribed = pubsub.subscribe_with(&conn, "t", &how(start)).unwrap();
+                    prop_assert_eq!(subscribed.position, Position { epoch, offset: last });
+                    if let Start::After(seen) = start {
+                        let whole = seen.epoch == epoch && seen.offset + kept as u64 >= last;
+                        prop_assert_eq!(subscribed.recovered, Some(whole));
+                    }
+                    subscribers.push((conn, start, subscribed));
+                }
+                Op::Run(n) => list.run(n),
+            }
+        }
+        list.run(usize::MAX);
+        for (conn, start, subscribed) in &subscribers {
+            prop_assert_eq!(frames(conn), expected(*start, subscribed, last), "{:?}", start);
+        }
+        let stats = pubsub.stats();
+        prop_assert_eq!(stats.dropped + stats.closed + stats.gone, 0);
+    }
+}
+
+#[test]
+fn publishers_and_resumes_racing_on_threads_lose_and_double_nothing() {
+    const PUBLISHERS: usize = 3;
+    const EACH: usize = 3000;
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .history(History::new(PUBLISHERS * EACH, Duration::from_secs(3600)))
+        .build();
+    let marks: Arc<dyn Envelope> = Arc::new(Marks);
+    let how = |start| Subscribe::new().start(start).envelope(marks.clone());
+    let first = conn(&list, 0, 1 << 30);
+    let epoch = pubsub
+        .subscribe_with(&first, "t", &how(Start::Now))
+        .unwrap()
+        .position
+        .epoch;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let resumed = std::thread::scope(|scope| {
+        for _ in 0..PUBLISHERS {
+            scope.spawn(|| {
+                for _ in 0..EACH {
+                    pubsub.publish("t", Message::Text("x"));
+                }
+            });
+        }
+        // The loop, running its jobs as they come.
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                list.run(usize::MAX);
+                std::thread::yield_now();
+            }
+        });
+        let resumer = scope.spawn(|| {
+            let mut resumed = Vec::new();
+            for slot in 1..200u32 {
+                let offset = pubsub.position("t").unwrap().offset;
+                let start = Start::After(Position {
+                    epoch,
+                    offset: offset.saturating_sub(u64::from(slot % 7)),
+                });
+                let conn = conn(&list, slot, 1 << 30);
+                let subscribed = pubsub.subscribe_with(&conn, "t", &how(start)).unwrap();
+                assert_eq!(subscribed.recovered, Some(true));
+                resumed.push((conn, start, subscribed));
+            }
+            resumed
+        });
+        let resumed = resumer.join().unwrap();
+        // Publishers are done when the scope's other threads are; the
+        // loop stops after them.
+        while pubsub.position("t").unwrap().offset < (PUBLISHERS * EACH) as u64 {
+            std::thread::yield_now();
+        }
+        done.store(true, Ordering::Relaxed);
+        resumed
+    });
+    list.run(usize::MAX);
+    let last = (PUBLISHERS * EACH) as u64;
+    let all: Vec<String> = (1..=last).map(|o| format!("o{o}")).collect();
+    assert_eq!(frames(&first), all);
+    for (conn, start, subscribed) in &resumed {
+        assert_eq!(frames(conn), expected(*start, subscribed, last));
+    }
+}
+
+#[test]
+fn a_full_queue_is_told_of_its_gap_once_and_resumes_after_it() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::new();
+    let marks: Arc<dyn Envelope> = Arc::new(Marks);
+    // Room for two frames: the third and fourth are dropped.
+    let slow = conn(&list, 1, 8);
+    let how = Subscribe::new().envelope(marks);
+    pubsub.subscribe_with(&slow, "t", &how).unwrap();
+    for _ in 0..4 {
+        pubsub.publish("t", Message::Text("x"));
+    }
+    list.run(usize::MAX);
+    assert_eq!(frames(&slow), ["o1", "o2", "rfalse"]);
+    pubsub.publish("t", Message::Text("x"));
+    pubsub.publish("t", Message::Text("x"));
+    list.run(usize::MAX);
+    assert_eq!(frames(&slow), ["o5", "o6"]);
+    let stats = pubsub.stats();
+    assert_eq!((stats.delivered, stats.dropped), (4, 2));
+}
+
+#[test]
+fn a_topic_without_history_or_subscribers_is_forgotten_with_its_epoch() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::new();
+    assert_eq!(pubsub.publish("t", Message::Text("x")).position, None);
+    let a = conn(&list, 1, 1 << 20);
+    let first = pubsub.subscribe_with(&a, "t", &Subscribe::new()).unwrap();
+    assert_eq!(first.position.offset, 0);
+    let published = pubsub.publish("t", Message::Text("x"));
+    assert_eq!(published.position.unwrap().offset, 1);
+    // Nothing kept: resuming from the latest position misses nothing.
+    let b = conn(&list, 2, 1 << 20);
+    let at_latest = Subscribe::new().start(Start::After(published.position.unwrap()));
+    assert_eq!(
+        pubsub
+            .subscribe_with(&b, "t", &at_latest)
+            .unwrap()
+            .recovered,
+        Some(true)
+    );
+    let c = conn(&list, 3, 1 << 20);
+    let behind = Subscribe::new().start(Start::After(first.position));
+    assert_eq!(
+        pubsub.subscribe_with(&c, "t", &behind).unwrap().recovered,
+        Some(false)
+    );
+    for conn in [&a, &b, &c] {
+        assert!(pubsub.unsubscribe(conn, "t"));
+    }
+    assert_eq!(pubsub.position("t"), None);
+    let d = conn(&list, 4, 1 << 20);
+    let again = pubsub.subscribe_with(&d, "t", &Subscribe::new()).unwrap();
+    assert_ne!(again.position.epoch, first.position.epoch);
+    assert_eq!(again.position.offset, 0);
+}
+
+#[test]
+fn history_is_kept_without_subscribers_and_swept_when_old() {
+    let pubsub = PubSub::builder()
+        .history(History::new(2, Duration::from_millis(1)))
+        .history_for("keep.", History::new(3, Duration::from_secs(3600)))
+        .history_for("none.", History::OFF)
+        .build();
+    assert_eq!(pubsub.history("keep.x").max_messages(), 3);
+    assert!(!pubsub.history("none.x").is_on());
+    assert_eq!(pubsub.history("other").max_messages(), 2);
+    for topic in ["keep.x", "other", "none.x"] {
+        pubsub.publish(topic, Message::Text("x"));
+    }
+    assert_eq!(pubsub.position("keep.x").unwrap().offset, 1);
+    assert!(pubsub.position("other").is_some());
+    assert_eq!(pubsub.position("none.x"), None, "nothing numbers it");
+    std::thread::sleep(Duration::from_millis(5));
+    // A sweep of every shard: "other" is past its age, with no subscriber.
+    for _ in 0..registry::SHARDS {
+        pubsub.inner.registry.sweep(Instant::now());
+    }
+    assert_eq!(pubsub.position("other"), None);
+    assert_eq!(pubsub.position("keep.x").unwrap().offset, 1);
+}
+
+#[test]
+fn occupancy_is_told_for_the_first_and_the_last_subscriber_in_order() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let pubsub = PubSub::builder()
+        .on_occupancy(move |topic, occupied| {
+            seen.lock().unwrap().push((topic.to_owned(), occupied))
+        })
+        .build();
+    let list = Arc::new(Loop::default());
+    let other = Arc::new(Loop::default());
+    let (a, b, c) = (
+        conn(&list, 1, 1 << 20),
+        conn(&other, 2, 1 << 20),
+        conn(&list, 3, 1 << 20),
+    );
+    pubsub.subscribe(&a, "t").unwrap();
+    pubsub.subscribe(&b, "t").unwrap();
+    pubsub.subscribe(&c, "u").unwrap();
+    assert_eq!(pubsub.topic_count(), 2);
+    assert!(pubsub.unsubscribe(&a, "t"));
+    // The connection's end lets go of its topics.
+    b.leave_all();
+    c.leave_all();
+    pubsub.subscribe(&a, "t").unwrap();
+    let want = [
+        ("t", true),
+        ("u", true),
+        ("t", false),
+        ("u", false),
+        ("t", true),
+    ];
+    let got = events.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        want.map(|(topic, occupied)| (topic.to_owned(), occupied))
+    );
+    assert_eq!(pubsub.topic_count(), 1);
+}
