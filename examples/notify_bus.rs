@@ -3,7 +3,7 @@
 //! for all its subscribers (`rapidws::pubsub`).
 //!
 //! ```text
-//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close]
+//! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
@@ -24,13 +24,20 @@
 //!   held all it missed (or the epoch is not the topic's), then live
 //!   messages. A subscriber that misses a delivery because it reads too
 //!   slowly gets `{"topic":"a","recovered":false}` where the gap is.
-//! - `POST /publish/<topic>` with a body publishes it (a text message if it
-//!   is UTF-8, else binary) and answers `200` with
+//! - `POST /publish/<topic>[?key=K]` with a body publishes it (a text
+//!   message if it is UTF-8, else binary; `K` is what `--overflow
+//!   conflate` replaces by) and answers `200` with
 //!   `{"delivered":N,"epoch":"<hex>","offset":O}`: N the subscribers on this
 //!   node it was addressed to (each is then counted once in `/stats`, as
 //!   `delivered`, `dropped`, `closed` or `gone`), and the publication's
 //!   position (`"epoch":""` and offset 0 when the topic has neither
 //!   subscribers nor history here: nothing numbers it).
+//! - `POST /publish` with an NDJSON body, one publication per line
+//!   (`{"topic":"a","data":"<text>"}`, `"data_b64"` for binary, and an
+//!   optional `"key"`), answers one line per publication, in order: the
+//!   same object as above, or `{"error":"<why>"}` for a bad line. HTTP/1.1
+//!   connections stay open for the next request (up to 1,000, each within
+//!   the handshake timeout), so a publisher need not connect per publish.
 //! - `GET /topics/<topic>` answers `{"subscribers":N,"epoch":"<hex>","offset":O}`
 //!   (this node's).
 //! - `GET /` is a live demo page; `GET /stats` the bus's counters as JSON.
@@ -56,7 +63,8 @@
 //!
 //! A subscriber that reads too slowly misses messages (they are dropped for
 //! it and counted in `/stats`) unless `--overflow close` (or `--close-slow`)
-//! asks to close it with 1008 instead.
+//! asks to close it with 1008 instead, or `--overflow conflate` keeps the
+//! latest publication per key waiting for it (`conflated` in `/stats`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +73,8 @@ use base64::Engine as _;
 use clap::Parser;
 use rapidws::pubsub::redis::Bridge;
 use rapidws::pubsub::{
-    Envelope, History, Overflow, Position, PubSub, Publication, Start, Subscribe, check_topic,
+    Envelope, History, Overflow, Position, PubSub, Publication, PublishOptions, Start, Subscribe,
+    check_topic,
 };
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, OwnedMessage, Reject,
@@ -85,7 +94,8 @@ struct Args {
     max_message_size: usize,
     /// What a subscriber whose queue is full gets: `drop` misses the
     /// message (and, with positions=1, is told of the gap), `close` is
-    /// closed with 1008.
+    /// closed with 1008, `conflate` keeps the latest publication per key
+    /// (`?key=`) waiting for it and drops keyless ones (told as a gap).
     #[arg(long, value_enum, default_value_t = OverflowArg::Drop)]
     overflow: OverflowArg,
     /// The same as `--overflow close`.
@@ -120,6 +130,7 @@ fn secret(value: &str) -> Result<String, String> {
 enum OverflowArg {
     Drop,
     Close,
+    Conflate,
 }
 
 /// `--max-message-size`: a bus that takes no message is no bus.
@@ -134,6 +145,9 @@ fn message_size(value: &str) -> Result<usize, String> {
 /// Topics one connection may hold: enough for any page, and a bound on
 /// what one client can make the registry keep.
 const MAX_TOPICS_PER_CONNECTION: usize = 256;
+
+/// The longest `?key=` a publish takes.
+const MAX_KEY_LEN: usize = 256;
 
 const PAGE: &str = include_str!("assets/notify_bus.html");
 
@@ -278,8 +292,9 @@ impl ServerHandler for Bus {
             ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
             ("GET" | "HEAD", "/stats") => self.stats(),
             ("GET" | "HEAD", _) if path.starts_with("/topics/") => self.topic(path),
+            ("POST", "/publish") => self.publish_lines(request),
             ("POST", _) if path.starts_with("/publish/") => self.publish(request),
-            (_, _) if path.starts_with("/publish/") => {
+            (_, _) if path == "/publish" || path.starts_with("/publish/") => {
                 HttpResponse::text(405, "use POST to publish\n")
             }
             (_, "/ws") => return None, // the usual refusal of a bad upgrade
@@ -350,24 +365,81 @@ impl Bus {
             return HttpResponse::text(400, format!("{why}\n"));
         }
         let body = request.body();
-        let kind = if std::str::from_utf8(body).is_ok() {
-            MessageKind::Text
-        } else {
-            MessageKind::Binary
+        let message = match std::str::from_utf8(body) {
+            Ok(text) => Message::Text(text),
+            Err(_) => Message::Binary(body),
         };
-        match self.pubsub.publish_bytes(&topic, kind, body) {
-            Ok(published) => {
-                let (epoch, offset) = position_fields(published.position);
-                let answer = json!({
-                    "delivered": published.subscribers,
-                    "epoch": epoch,
-                    "offset": offset,
-                });
-                HttpResponse::new(200, "application/json", format!("{answer}\n"))
+        let query = request.query().unwrap_or("");
+        let key = match query_values(query, "key").next().map(percent_decode) {
+            None => None,
+            Some(Some(key)) if key.len() <= MAX_KEY_LEN => Some(key),
+            Some(Some(_)) => return HttpResponse::text(400, "a key is at most 256 bytes\n"),
+            Some(None) => {
+                return HttpResponse::text(400, "the key is not valid percent-encoded UTF-8\n");
             }
-            // Text was checked above: unreachable, but answered.
-            Err(error) => HttpResponse::text(400, format!("{error}\n")),
+        };
+        let mut options = PublishOptions::new();
+        if let Some(key) = &key {
+            options = options.key(key);
         }
+        let published = self.pubsub.publish_with(&topic, message, options);
+        let (epoch, offset) = position_fields(published.position);
+        let answer = json!({
+            "delivered": published.subscribers,
+            "epoch": epoch,
+            "offset": offset,
+        });
+        HttpResponse::new(200, "application/json", format!("{answer}\n"))
+    }
+
+    /// `POST /publish` with NDJSON: one publication per line, one answer per
+    /// line, in order (a bad line gets `{"error":...}` and the rest go on).
+    fn publish_lines(&self, request: &Request<'_>) -> HttpResponse {
+        let Ok(body) = std::str::from_utf8(request.body()) else {
+            return HttpResponse::text(400, "the body is not UTF-8 (NDJSON)\n");
+        };
+        let mut answers = String::new();
+        for line in body.lines().filter(|l| !l.trim().is_empty()) {
+            let answer = match self.publish_line(line) {
+                Ok(published) => {
+                    let (epoch, offset) = position_fields(published.position);
+                    json!({"delivered": published.subscribers, "epoch": epoch, "offset": offset})
+                }
+                Err(why) => json!({ "error": why }),
+            };
+            answers.push_str(&answer.to_string());
+            answers.push('\n');
+        }
+        HttpResponse::new(200, "application/x-ndjson", answers)
+    }
+
+    /// One NDJSON line: `{"topic":..,"data":..[,"key":..]}` (or
+    /// `"data_b64"` for a binary payload).
+    fn publish_line(&self, line: &str) -> Result<rapidws::pubsub::Published, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+        let topic = value["topic"].as_str().ok_or("no \"topic\" string")?;
+        check_topic(topic).map_err(|why| why.to_string())?;
+        let binary;
+        let message = match (value["data"].as_str(), value["data_b64"].as_str()) {
+            (Some(text), None) => Message::Text(text),
+            (None, Some(encoded)) => {
+                binary = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|e| format!("data_b64: {e}"))?;
+                Message::Binary(&binary)
+            }
+            _ => return Err("one of \"data\" (text) or \"data_b64\" (binary)".into()),
+        };
+        let mut options = PublishOptions::new();
+        match &value["key"] {
+            serde_json::Value::Null => {}
+            serde_json::Value::String(key) if key.len() <= MAX_KEY_LEN => {
+                options = options.key(key);
+            }
+            _ => return Err("\"key\" is a string of at most 256 bytes".into()),
+        }
+        Ok(self.pubsub.publish_with(topic, message, options))
     }
 
     fn topic(&self, path: &str) -> HttpResponse {
@@ -396,6 +468,7 @@ impl Bus {
             "closed": stats.closed,
             "gone": stats.gone,
             "replayed": stats.replayed,
+            "conflated": stats.conflated,
         });
         if let Some(bridge) = &self.bridge {
             let b = bridge.stats();
@@ -459,10 +532,11 @@ fn main() -> std::process::ExitCode {
         .max_message_size(args.max_message_size)
         .max_frame_size(args.max_message_size)
         .max_http_body_size(args.max_message_size);
-    let overflow = if args.close_slow || args.overflow == OverflowArg::Close {
-        Overflow::Close(CloseCode::POLICY_VIOLATION)
-    } else {
-        Overflow::Drop
+    let overflow = match args.overflow {
+        _ if args.close_slow => Overflow::Close(CloseCode::POLICY_VIOLATION),
+        OverflowArg::Close => Overflow::Close(CloseCode::POLICY_VIOLATION),
+        OverflowArg::Drop => Overflow::Drop,
+        OverflowArg::Conflate => Overflow::Conflate { close: None },
     };
     let history = History::new(args.history, Duration::from_secs(args.history_secs));
     let pubsub = PubSub::builder()

@@ -1,8 +1,10 @@
 //! Plain HTTP on the WebSocket port (`Handler::on_http`), on every backend:
 //! a health check and a page answered beside the upgrades, `HEAD` without a
 //! body, the old refusals when the handler gives no answer, 500 for a
-//! panic, request bodies (whole, in pieces, bounded: 413, 411, 400); and
-//! the echo example's `--http-fallback`.
+//! panic, request bodies (whole, in pieces, bounded: 413, 411, 400);
+//! connections kept alive (sequential and pipelined requests, HTTP/1.0 and
+//! `Connection: close`, the idle timeout, the bound on requests, an upgrade
+//! after a plain request); and the echo example's `--http-fallback`.
 
 mod common;
 
@@ -19,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 backend_tests!(
+    a_connection_carries_many_requests_while_the_client_keeps_it,
     plain_requests_are_answered_beside_upgrades,
     without_an_answer_the_refusals_stay,
     request_bodies_are_read_whole_and_bounded,
@@ -62,8 +65,14 @@ impl ServerHandler for Site {
     }
 }
 
-/// Sends `head` and reads until the server closes.
+/// Sends `head` (with `Connection: close` added after its request line,
+/// unless it says otherwise) and reads until the server closes.
 async fn http(addr: SocketAddr, head: &str) -> String {
+    let head = if head.contains("Connection:") {
+        head.to_owned()
+    } else {
+        head.replacen("\r\n", "\r\nConnection: close\r\n", 1)
+    };
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut response = Vec::new();
@@ -105,6 +114,150 @@ async fn plain_requests_are_answered_beside_upgrades(backend: Backend) {
     );
 }
 
+/// Reads one response (head, then `Content-Length` bytes of body) and
+/// returns it whole; `None` if the server closed first.
+async fn one_response<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        if read == 0 {
+            return None;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).await.unwrap();
+    Some(head + std::str::from_utf8(&body).unwrap())
+}
+
+/// Whether the server closes the connection within `within` (reads
+/// nothing more and sees EOF).
+async fn closes_within<R: tokio::io::AsyncRead + Unpin>(reader: &mut R, within: Duration) -> bool {
+    let mut rest = Vec::new();
+    matches!(
+        tokio::time::timeout(within, reader.read_to_end(&mut rest)).await,
+        Ok(Ok(0))
+    )
+}
+
+async fn a_connection_carries_many_requests_while_the_client_keeps_it(backend: Backend) {
+    let config = Config::default().handshake_timeout(Duration::from_millis(500));
+    let server = common::serve(backend, Site, config, Arc::default()).await;
+    let connect = || async {
+        tokio::io::BufReader::new(tokio::net::TcpStream::connect(server.addr).await.unwrap())
+    };
+    // One after the other, then one that asks to close.
+    let mut c = connect().await;
+    for _ in 0..3 {
+        c.get_mut()
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = one_response(&mut c).await.expect("answered");
+        assert!(answer.contains("Connection: keep-alive\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+    }
+    c.get_mut()
+        .write_all(b"POST /body HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let answer = one_response(&mut c).await.unwrap();
+    assert!(
+        answer.contains("Connection: close\r\n") && answer.ends_with("2 bytes: hi"),
+        "{answer}"
+    );
+    assert!(closes_within(&mut c, Duration::from_secs(5)).await);
+
+    // Pipelined: three requests in one write, bodies included.
+    let mut c = connect().await;
+    c.get_mut()
+        .write_all(
+            b"GET /healthz HTTP/1.1\r\n\r\nPOST /body HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc\
+              HEAD /healthz HTTP/1.1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    assert!(one_response(&mut c).await.unwrap().ends_with("ok\n"));
+    assert!(
+        one_response(&mut c)
+            .await
+            .unwrap()
+            .ends_with("3 bytes: abc")
+    );
+    // HEAD: a length but no body; read the head alone.
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        tokio::io::AsyncBufReadExt::read_line(&mut c, &mut head)
+            .await
+            .unwrap();
+    }
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    // Idle past the handshake timeout: closed.
+    assert!(
+        closes_within(&mut c, Duration::from_secs(5)).await,
+        "closed when idle"
+    );
+
+    // HTTP/1.0 closes unless it asks not to.
+    let mut c = connect().await;
+    c.get_mut()
+        .write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        one_response(&mut c)
+            .await
+            .unwrap()
+            .contains("Connection: close")
+    );
+    assert!(closes_within(&mut c, Duration::from_secs(5)).await);
+
+    // An upgrade after a plain request, on the same connection.
+    let mut c = connect().await;
+    c.get_mut()
+        .write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    one_response(&mut c).await.unwrap();
+    c.get_mut()
+        .write_all(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut status = String::new();
+    tokio::io::AsyncBufReadExt::read_line(&mut c, &mut status)
+        .await
+        .unwrap();
+    assert!(status.starts_with("HTTP/1.1 101 "), "{status}");
+
+    // At most 1,000 requests on one connection: the last says close.
+    let mut c = connect().await;
+    let many = "GET /healthz HTTP/1.1\r\n\r\n".repeat(1001);
+    c.get_mut().write_all(many.as_bytes()).await.unwrap();
+    for i in 1..=1000 {
+        let answer = one_response(&mut c).await.expect("answered");
+        let closing = answer.contains("Connection: close\r\n");
+        assert_eq!(closing, i == 1000, "response {i}: {answer}");
+    }
+    assert!(closes_within(&mut c, Duration::from_secs(5)).await);
+}
+
 /// The status line and body of a response.
 fn status_and_body(response: &str) -> (&str, &str) {
     let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
@@ -114,8 +267,9 @@ fn status_and_body(response: &str) -> (&str, &str) {
 async fn request_bodies_are_read_whole_and_bounded(backend: Backend) {
     let config = Config::default().max_http_body_size(100_000);
     let server = common::serve(backend, Site, config, Arc::default()).await;
-    let post =
-        |length: &str, body: &str| format!("POST /body HTTP/1.1\r\nHost: x\r\n{length}\r\n{body}");
+    let post = |length: &str, body: &str| {
+        format!("POST /body HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{length}\r\n{body}")
+    };
     // Whole, in one write; with no body; binary without a line break.
     let answer = http(server.addr, &post("Content-Length: 5\r\n", "hello")).await;
     assert_eq!(

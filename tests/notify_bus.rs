@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (String, Vec<u8>) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -542,4 +542,153 @@ async fn one_stuck_subscriber_among_ten_thousand() {
     one_stuck_subscriber_among_ten_thousand_on("tokio", false).await;
     #[cfg(all(target_os = "linux", feature = "uring"))]
     one_stuck_subscriber_among_ten_thousand_on("uring", true).await;
+}
+
+/// `--overflow conflate`: a subscriber that reads nothing while 256 MiB
+/// of keyed publications go to its topic keeps its connection and costs
+/// the bus a bounded amount of memory (its queue and what waits beside
+/// it, each at most its queue bound); the publications it could not take
+/// are replaced per key (counted), and the reader that keeps up gets all.
+async fn a_stuck_subscriber_under_conflation_on(backend: &str) {
+    const FLOOD: usize = 256; // messages of 1 MiB
+    let args = [
+        "--backend",
+        backend,
+        "--max-message-size",
+        "2000000",
+        "--overflow",
+        "conflate",
+    ];
+    let (bus, addr) = start_example("notify_bus", &args).await;
+    let mut stuck = raw_subscriber(addr, "?topics=flood").await;
+    let mut reader = subscribe(addr, "?topics=flood").await;
+    let before = resident_of(&bus);
+    let flood = "f".repeat(1 << 20);
+    let mut peak = before;
+    for i in 0..FLOOD {
+        let path = format!("flood?key=k{}", i % 4);
+        let (status, _) = publish(addr, &path, flood.as_bytes()).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(next(&mut reader).await.len(), 1 << 20);
+        peak = peak.max(resident_of(&bus));
+    }
+    let growth = peak.saturating_sub(before);
+    let (_, stats) = http(addr, "GET", "/stats", b"").await;
+    let stats: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    eprintln!(
+        "{backend}, conflate: grew {} MiB over a {FLOOD} MiB flood; {stats}",
+        growth >> 20
+    );
+    assert!(growth < 64 << 20, "the bus grew by {} MiB", growth >> 20);
+    assert!(stats["conflated"].as_u64().unwrap() > 0, "{stats}");
+    assert_eq!(stats["closed"], 0, "{stats}");
+    // Still connected: it reads what was kept for it.
+    let mut buf = vec![0u8; 1 << 16];
+    let n = tokio::time::timeout(Duration::from_secs(10), stuck.read(&mut buf))
+        .await
+        .expect("bytes for the stuck subscriber")
+        .unwrap();
+    assert!(n > 0, "not closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_subscriber_under_conflation() {
+    a_stuck_subscriber_under_conflation_on("tokio").await;
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    a_stuck_subscriber_under_conflation_on("uring").await;
+}
+
+/// A publisher that keeps its connection: many `POST /publish/...` on one
+/// HTTP/1.1 connection, then a batch as NDJSON with one answer per line
+/// (a bad line answered with its error, the others published), then an
+/// explicit close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_keeps_its_connection_and_publishes_in_batches() {
+    let (_bus, addr) = start_example("notify_bus", &["--history", "10"]).await;
+    let mut reader = subscribe(addr, "?topics=a,b&positions=1").await;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio::io::BufReader::new(stream);
+    let answer = async |stream: &mut tokio::io::BufReader<tokio::net::TcpStream>| {
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            assert!(
+                stream.read_line(&mut head).await.unwrap() > 0,
+                "closed: {head}"
+            );
+        }
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut body = vec![0; length];
+        stream.read_exact(&mut body).await.unwrap();
+        (head, String::from_utf8(body).unwrap())
+    };
+    for i in 1..=3 {
+        let body = format!("m{i}");
+        let request = format!(
+            "POST /publish/a HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream
+            .get_mut()
+            .write_all(request.as_bytes())
+            .await
+            .unwrap();
+        let (head, body) = answer(&mut stream).await;
+        assert!(head.contains("Connection: keep-alive"), "{head}");
+        assert_eq!(json(&body)["offset"], i);
+        assert_eq!(json(&text(&mut reader).await)["data"], format!("m{i}"));
+    }
+    let lines = concat!(
+        r#"{"topic":"a","data":"first"}"#,
+        "\n",
+        r#"{"topic":"","data":"x"}"#,
+        "\n",
+        r#"{"topic":"b","data_b64":"AAE=","key":"k"}"#,
+        "\n",
+        "not json\n",
+    );
+    let request = format!(
+        "POST /publish HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{lines}",
+        lines.len()
+    );
+    stream
+        .get_mut()
+        .write_all(request.as_bytes())
+        .await
+        .unwrap();
+    let (head, body) = answer(&mut stream).await;
+    assert!(head.contains("Connection: close"), "{head}");
+    let answers: Vec<serde_json::Value> = body.lines().map(json).collect();
+    assert_eq!(answers.len(), 4, "{body}");
+    assert_eq!(
+        (
+            answers[0]["delivered"].as_u64(),
+            answers[0]["offset"].as_u64()
+        ),
+        (Some(1), Some(4))
+    );
+    assert_eq!(answers[1]["error"], "empty topic name");
+    assert_eq!(
+        (
+            answers[2]["delivered"].as_u64(),
+            answers[2]["offset"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert!(
+        answers[3]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not JSON"),
+        "{body}"
+    );
+    assert_eq!(json(&text(&mut reader).await)["data"], "first");
+    assert_eq!(json(&text(&mut reader).await)["data_b64"], "AAE=");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "closed after the answer");
 }

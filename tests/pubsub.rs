@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::{Backend, Client, Recorder, next, send_text};
 use rapidws::pubsub::{
-    Envelope, History, Overflow, Position, PubSub, Publication, Start, Subscribe,
+    Envelope, History, Overflow, Position, PubSub, Publication, PublishOptions, Start, Subscribe,
 };
 use rapidws::{
     Accept, CloseCode, Config, Conn, Handler, Message, OwnedMessage, Reject, Request, ServerHandler,
@@ -317,6 +317,7 @@ async fn a_subscriber_that_does_not_read(backend: Backend) {
                         .await
                 );
             }
+            other => unreachable!("{other:?} is not tested here"),
         }
         drop(stuck);
     }
@@ -380,24 +381,40 @@ async fn resuming_while_a_publisher_runs_loses_and_doubles_nothing(backend: Back
     let mut whole = server.client().await;
     send_text(&mut whole, "subp:s").await;
     assert_eq!(text(&mut whole).await, "ok");
-    // The publisher runs until every resume below is done, in bursts of
-    // 100 with a pause of 0.2 ms between them (up to 500,000 a second):
-    // flat out, it would keep the server's loops from reading the resumes
-    // until it was done.
+    send_text(&mut whole, "sub:s-end").await;
+    assert_eq!(text(&mut whole).await, "ok");
+    // The publisher runs until every resume below is done (at most 30 s),
+    // in bursts of 100 with a pause of 1 ms between them (up to 100,000 a
+    // second): flat out, it keeps a busy server loop from reading the
+    // resumes until it is done (issue 29, section 6).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publisher = {
         let (pubsub, stop) = (pubsub.clone(), stop.clone());
         tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 500_000 {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && started.elapsed() < Duration::from_secs(30)
+            {
                 pubsub.publish("s", Message::Text(&format!("{i}")));
                 i += 1;
                 if i.is_multiple_of(100) {
-                    std::thread::sleep(Duration::from_micros(200));
+                    std::thread::sleep(Duration::from_millis(1));
                 }
             }
         })
     };
+    // The subscriber from the start reads as it goes.
+    let whole = tokio::spawn(async move {
+        let mut marks = Vec::new();
+        loop {
+            let message = text(&mut whole).await;
+            if message == "end" {
+                return marks;
+            }
+            marks.push(message.split(' ').nth(1).unwrap().to_owned());
+        }
+    });
     while pubsub.position("s").unwrap().offset < 1000 {
         tokio::task::yield_now().await;
     }
@@ -426,8 +443,11 @@ async fn resuming_while_a_publisher_runs_loses_and_doubles_nothing(backend: Back
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     publisher.await.unwrap();
     let last = pubsub.position("s").unwrap().offset;
-    assert!(last < 500_000, "the publisher stopped for the resumes");
-    assert_eq!(marks_until(&mut whole, "s", last).await, offsets(1..=last));
+    // The end, on another topic the first subscriber's connection takes:
+    // after every publication on "s" in its queue.
+    pubsub.publish("s-end", Message::Text("end"));
+    let whole = whole.await.unwrap();
+    assert_eq!(whole, offsets(1..=last));
     for (mut client, seen, mut marks) in resumed {
         marks.extend(marks_until(&mut client, "s", last).await);
         // The replay, the signal, then live: one of each offset after seen.
@@ -523,7 +543,75 @@ async fn occupancy_follows_the_first_and_last_subscriber(backend: Backend) {
     assert_eq!(pubsub.topic_count(), 0);
 }
 
+async fn conflation_keeps_a_slow_reader_whole_per_key_and_connected(backend: Backend) {
+    const PUBLICATIONS: u64 = 5000;
+    const KEYS: u64 = 10;
+    let pubsub = PubSub::builder()
+        .overflow(Overflow::Conflate { close: None })
+        .build();
+    let config = Config::default().max_outbound_bytes(64 * 1024);
+    let server = start(backend, pubsub.clone(), config).await;
+    // Subscribed, then not read from until every publication is out: 20
+    // MiB, more than the socket buffers and the queue hold.
+    let mut slow = server.client().await;
+    send_text(&mut slow, "subp:c").await;
+    assert_eq!(text(&mut slow).await, "ok");
+    let filler = "x".repeat(4096);
+    for i in 1..=PUBLICATIONS {
+        let key = format!("k{}", i % KEYS);
+        let body = format!("{key}={i}:{filler}");
+        let options = PublishOptions::new().key(&key);
+        pubsub.publish_with("c", Message::Text(&body), options);
+        if i % 200 == 0 {
+            // Within the server loop's mailbox bound (16 MiB).
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let mut latest = std::collections::HashMap::new();
+    let (mut last_offset, mut gaps) = (0u64, 0);
+    loop {
+        let message = text(&mut slow).await;
+        let mut parts = message.splitn(3, ' ');
+        assert_eq!(parts.next(), Some("c"));
+        let mark = parts.next().unwrap();
+        if mark == "rfalse" {
+            gaps += 1;
+            continue;
+        }
+        let offset: u64 = mark[1..].parse().unwrap();
+        assert!(
+            offset > last_offset,
+            "in offset order: {offset} after {last_offset}"
+        );
+        last_offset = offset;
+        let (key, value) = parts.next().unwrap().split_once('=').unwrap();
+        let value: u64 = value.split_once(':').unwrap().0.parse().unwrap();
+        latest.insert(key.to_owned(), value);
+        if offset == PUBLICATIONS {
+            break;
+        }
+    }
+    // The latest value of every key arrived, the gap was told.
+    for k in 0..KEYS {
+        let last_of_key = PUBLICATIONS - (PUBLICATIONS - k) % KEYS;
+        assert_eq!(latest[&format!("k{k}")], last_of_key, "k{k}");
+    }
+    let stats = pubsub.stats();
+    assert!(gaps >= 1 && stats.conflated > 0, "{gaps} gaps; {stats:?}");
+    assert_eq!(stats.closed, 0);
+    // Still connected, and delivered to at once again.
+    pubsub.publish_with(
+        "c",
+        Message::Text("k0=after:"),
+        PublishOptions::new().key("k0"),
+    );
+    let after = text(&mut slow).await;
+    assert!(after.contains("k0=after"), "{after}");
+    eprintln!("{backend:?}: {stats:?}, {gaps} gaps told");
+}
+
 backend_tests!(
+    conflation_keeps_a_slow_reader_whole_per_key_and_connected,
     occupancy_follows_the_first_and_last_subscriber,
     resuming_while_a_publisher_runs_loses_and_doubles_nothing,
     a_position_history_no_longer_holds_is_not_recovered,

@@ -54,7 +54,7 @@ async fn wait_for_port(port: u16) {
 async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -225,6 +225,27 @@ fn forged(node: [u8; 16], count: u64, payload: &[u8]) -> Vec<u8> {
     message
 }
 
+/// A connection to Redis subscribed to every bridge channel
+/// (`PSUBSCRIBE rapidws:*`), its confirmation read.
+async fn spy(port: u16) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
+        .await
+        .unwrap();
+    let mut stream = tokio::io::BufReader::new(stream);
+    // `*3`, then `psubscribe`, the pattern and the count, each a line or two.
+    let mut ack = String::new();
+    for _ in 0..6 {
+        tokio::io::AsyncBufReadExt::read_line(&mut stream, &mut ack)
+            .await
+            .unwrap();
+    }
+    stream
+}
+
 /// Reads one `pmessage` from a RESP stream subscribed with PSUBSCRIBE:
 /// its channel and its data.
 async fn next_pmessage<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> (String, Vec<u8>) {
@@ -359,19 +380,7 @@ async fn with_a_secret_forged_replayed_and_misattributed_messages_are_refused() 
     connected(b).await;
     let mut on_b = subscriber(b, "t").await;
     // The test listens on the channel like any Redis client can.
-    let mut spy = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    spy.write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
-        .await
-        .unwrap();
-    let mut spy = tokio::io::BufReader::new(spy);
-    let mut ack = String::new();
-    for _ in 0..6 {
-        tokio::io::AsyncBufReadExt::read_line(&mut spy, &mut ack)
-            .await
-            .unwrap();
-    }
+    let mut spy = spy(port).await;
     assert_eq!(delivered(&publish(a, "t", "real").await), 0);
     assert_eq!(text(&mut on_b).await, "real");
     let (channel, captured) = next_pmessage(&mut spy).await;
@@ -422,19 +431,8 @@ async fn one_bridge_per_pubsub_and_dropping_it_leaves_a_successor_relaying() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let mut spy = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    spy.write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
-        .await
-        .unwrap();
-    let mut spy = tokio::io::BufReader::new(spy);
-    let mut ack = String::new();
-    for _ in 0..6 {
-        tokio::io::AsyncBufReadExt::read_line(&mut spy, &mut ack)
-            .await
-            .unwrap();
-    }
+    // The test listens on the channel like any Redis client can.
+    let mut spy = spy(port).await;
     pubsub.publish("t", rapidws::Message::Text("relayed"));
     let (channel, message) = tokio::time::timeout(Duration::from_secs(5), next_pmessage(&mut spy))
         .await

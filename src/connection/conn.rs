@@ -278,6 +278,20 @@ impl Conn {
         self.enqueue_as(sender, None, |outbox| outbox.push_prepared(message))
     }
 
+    /// Whether the queue has room now (below the producers' limit); if
+    /// not, `waker` is woken once it has (or the connection takes no more
+    /// sends). A conflating subscriber's flush waits this way.
+    #[cfg(feature = "pubsub")]
+    pub(crate) fn when_room(&self, waker: &std::task::Waker) -> bool {
+        let shared = &*self.shared;
+        let mut outbox = shared.lock();
+        if !outbox.is_open() || outbox.queued() < shared.outbound().producer_limit() {
+            return true;
+        }
+        outbox.wait_for_room(waker);
+        false
+    }
+
     /// Queues a pub/sub signal (a subscriber told whether it was kept
     /// whole), even past a full queue: it is small, and at most one is
     /// sent per message delivered or per subscribe, so the queue's bound

@@ -169,7 +169,15 @@ struct Handshake {
     /// Where a plain HTTP request's body ends, once its head said so (0:
     /// no body awaited): nothing is parsed again until it is all here.
     body_end: usize,
+    /// Plain HTTP requests answered on this connection so far (it stays
+    /// open for the next while the client lets it, up to
+    /// `KEEP_ALIVE_REQUESTS`).
+    answered: u16,
 }
+
+/// The most plain HTTP requests one connection carries (a publisher that
+/// keeps its connection opens a new one after this many).
+const KEEP_ALIVE_REQUESTS: u16 = 1000;
 
 struct Open<H: Handler> {
     dispatch: Dispatch<H>,
@@ -224,6 +232,7 @@ impl<H: Handler> Lifecycle<H> {
             peer,
             wake,
             deadline: deadline_from(now, env.endpoint.config.handshake_timeout),
+            answered: 0,
             response: WriteQueue::new(),
             refused: false,
             seen: 0,
@@ -275,20 +284,27 @@ impl<H: Handler> Lifecycle<H> {
     /// [`Lifecycle::holds_input`]) stays in `input`: keep it and append the
     /// next bytes.
     pub(crate) fn receive(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) {
+        // Pipelined plain requests are taken one after the other.
+        while self.receive_one(input, env, now) {}
+    }
+
+    /// [`Lifecycle::receive`], up to the end of one plain HTTP request on a
+    /// connection kept alive: true if the next one is in `input` already.
+    fn receive_one(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) -> bool {
         if let Some(discarded) = self.ending.as_mut().and_then(|e| e.discarded.as_mut()) {
             *discarded += input.len();
             input.clear();
-            return;
+            return false;
         }
         match &mut self.stage {
             Stage::Handshake(handshake) => {
                 if handshake.refused || env.endpoint.is_shutting_down() {
                     // `poll` answers 503 to a shutdown; nothing more is read.
                     input.clear();
-                    return;
+                    return false;
                 }
                 if input.len() < handshake.body_end {
-                    return;
+                    return false;
                 }
                 let (handler, endpoint) = (&*env.handler, &*env.endpoint);
                 let out = &mut handshake.response;
@@ -298,10 +314,32 @@ impl<H: Handler> Lifecycle<H> {
                     tracing::error!("a request reached a connection without a server's hooks");
                     refuse(handshake, endpoint, now);
                     input.clear();
-                    return;
+                    return false;
                 };
-                match upgrade::answer(input, handshake.seen, handler, hooks, endpoint, out) {
+                let may_keep_alive = handshake.answered + 1 < KEEP_ALIVE_REQUESTS;
+                let answer = upgrade::answer(
+                    input,
+                    handshake.seen,
+                    handler,
+                    hooks,
+                    endpoint,
+                    out,
+                    may_keep_alive,
+                );
+                match answer {
                     Answer::Incomplete => handshake.seen = input.len(),
+                    Answer::Answered { consumed } => {
+                        // The next request, on the same connection, within
+                        // the handshake timeout again (the idle bound).
+                        input.advance(consumed);
+                        handshake.answered += 1;
+                        handshake.seen = 0;
+                        handshake.body_end = 0;
+                        let timeout = endpoint.config.handshake_timeout;
+                        handshake.deadline = deadline_from(now, timeout);
+                        // Pipelined: the next one may be here already.
+                        return !input.is_empty();
+                    }
                     Answer::Body { end } => {
                         // Parsed again, from the start, once it is all here.
                         handshake.body_end = end;
@@ -351,6 +389,7 @@ impl<H: Handler> Lifecycle<H> {
             }
             Stage::Done => input.clear(),
         }
+        false
     }
 
     /// The peer ended its side of TCP.
@@ -494,6 +533,18 @@ impl<H: Handler> Lifecycle<H> {
             unreachable!("polled in the handshake stage");
         };
         let failed = self.ending.as_ref().is_some_and(|e| e.failure.is_some());
+        if !handshake.refused && !failed && (self.writing || !handshake.response.is_empty()) {
+            // An answer to a plain request on a connection kept alive:
+            // written before anything else is decided.
+            if now >= handshake.deadline {
+                return self.close();
+            }
+            return if self.writing {
+                Action::Wait
+            } else {
+                Action::Write
+            };
+        }
         if !handshake.refused {
             let refusal = if env.endpoint.is_shutting_down() {
                 (503, "server shutting down")
@@ -503,6 +554,14 @@ impl<H: Handler> Lifecycle<H> {
             } else if self.read_closed {
                 let e = HandshakeError::Incomplete;
                 (e.status(), e.reason())
+            } else if now >= handshake.deadline
+                && handshake.answered > 0
+                && handshake.seen == 0
+                && handshake.body_end == 0
+            {
+                // Kept alive and idle, nothing of a next request: closed
+                // quietly, as HTTP servers close idle connections.
+                return self.close();
             } else if now >= handshake.deadline {
                 let e = HandshakeError::TimedOut;
                 (e.status(), e.reason())

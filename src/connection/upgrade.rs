@@ -105,6 +105,10 @@ pub(crate) enum Answer<S> {
     /// A response is queued (an error, or the handler's answer to a plain
     /// HTTP request); close after writing it.
     Refused,
+    /// The handler's answer to a plain HTTP request is queued, and the
+    /// connection carries the next request: the first `consumed` bytes were
+    /// this one (head and body).
+    Answered { consumed: usize },
     /// A plain HTTP request's head is complete and its body is not: call
     /// again, from the start, once the first `end` bytes are here.
     Body { end: usize },
@@ -126,6 +130,7 @@ pub(crate) fn answer<H: Handler>(
     hooks: &Hooks<H>,
     endpoint: &Endpoint,
     out: &mut WriteQueue,
+    may_keep_alive: bool,
 ) -> Answer<H::State> {
     let max_head_len = endpoint.config.max_handshake_size;
     let pool = &endpoint.pool;
@@ -166,8 +171,14 @@ pub(crate) fn answer<H: Handler>(
         if buf.len() < end {
             return Answer::Body { end };
         }
-        if let Some(answered) = answer_http(&head, &buf[head_len..end], handler, hooks, out) {
-            return answered;
+        let keep_alive = may_keep_alive && head.keeps_alive();
+        let body = &buf[head_len..end];
+        if answer_http(&head, body, handler, hooks, out, keep_alive) {
+            return if keep_alive {
+                Answer::Answered { consumed: end }
+            } else {
+                Answer::Refused
+            };
         }
     }
     let request = match head.check() {
@@ -211,17 +222,20 @@ fn refuse<S>(out: &mut WriteQueue, e: HandshakeError) -> Answer<S> {
 }
 
 /// The handler's answer to a request that is not an upgrade, queued, if it
-/// gives one (`Handler::on_http`; a panic there is a 500).
+/// gives one (`Handler::on_http`; a panic there is a 500): true if it did.
+/// With `keep_alive` the response says the connection stays open.
 fn answer_http<'a, H: Handler>(
     head: &Head<'a>,
     body: &'a [u8],
     handler: &H,
     hooks: &Hooks<H>,
     out: &mut WriteQueue,
-) -> Option<Answer<H::State>> {
+    keep_alive: bool,
+) -> bool {
     let request = head.as_request(body);
     let response = match catch_unwind(AssertUnwindSafe(|| (hooks.on_http)(handler, &request))) {
-        Ok(response) => response?,
+        Ok(Some(response)) => response,
+        Ok(None) => return false,
         Err(_) => {
             tracing::error!("on_http panicked; answered 500");
             HttpResponse::text(500, "internal server error\n")
@@ -233,8 +247,9 @@ fn answer_http<'a, H: Handler>(
         response.content_type(),
         response.body(),
         head.is_head(),
+        keep_alive,
     );
-    Some(Answer::Refused)
+    true
 }
 
 /// What the server decided on a checked request.

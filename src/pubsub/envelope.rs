@@ -60,6 +60,8 @@ pub trait Envelope: Send + Sync + 'static {
 pub struct Publication {
     topic: Arc<str>,
     position: Position,
+    /// What conflation replaces it by (`Overflow::Conflate`).
+    key: Option<Box<str>>,
     /// The payload as published, framed.
     plain: Prepared,
     /// When it was published (history's age bound).
@@ -74,6 +76,7 @@ impl Publication {
     pub(crate) fn new(
         topic: Arc<str>,
         position: Position,
+        key: Option<&str>,
         opcode: OpCode,
         payload: &[u8],
         at: Instant,
@@ -81,6 +84,7 @@ impl Publication {
         Publication {
             topic,
             position,
+            key: key.map(Box::from),
             plain: Prepared::new(opcode, payload),
             at,
             wrapped: OnceLock::new(),
@@ -96,6 +100,13 @@ impl Publication {
     /// Where it sits in its topic.
     pub fn position(&self) -> Position {
         self.position
+    }
+
+    /// Its key, if it was published with one ([`PublishOptions::key`]).
+    ///
+    /// [`PublishOptions::key`]: super::PublishOptions::key
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
     }
 
     /// Text or binary, as it was published.

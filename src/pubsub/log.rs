@@ -92,6 +92,7 @@ mod tests {
         Arc::new(Publication::new(
             Arc::from("t"),
             Position { epoch, offset },
+            None,
             OpCode::Text,
             format!("{offset}").as_bytes(),
             at,

@@ -120,7 +120,7 @@ use std::time::Instant;
 use crate::connection::conn::{Conn, SendError};
 use crate::connection::membership::Membership;
 use crate::connection::wake::ConnWake;
-use crate::proto::{CloseCode, Message, MessageKind, OpCode, validate_utf8};
+use crate::proto::{CloseCode, Message, MessageKind, OpCode};
 pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 use log::Since;
@@ -132,6 +132,7 @@ pub const MAX_TOPIC_LEN: usize = 1024;
 /// What happens to a published message for a subscriber whose outbound
 /// queue is full.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Overflow {
     /// That subscriber misses the message; it is counted in
     /// [`Stats::dropped`]. The default: one slow reader costs itself
@@ -143,6 +144,48 @@ pub enum Overflow {
     /// (A message its server loop was too far behind to take is still
     /// missed, not closed for: see "Bounded" in the module docs.)
     Close(CloseCode),
+    /// A publication with a key ([`PublishOptions::key`]) that does not fit
+    /// waits for room instead, and replaces one with the same key that is
+    /// waiting: the subscriber ends up with the latest value per key, its
+    /// connection kept, and is told of the gap (its envelope's
+    /// [`Envelope::recovery`] with false) before the next it gets. What
+    /// waits is bounded by the connection's queue bound again; a keyless
+    /// publication that does not fit (or one past that bound) is dropped,
+    /// or with `close: Some(code)` the subscriber is closed with it.
+    /// Replacements are counted in [`Stats::conflated`].
+    Conflate {
+        /// What a keyless publication that does not fit does: `None` drops
+        /// it for that subscriber, `Some(code)` closes the subscriber.
+        close: Option<CloseCode>,
+    },
+}
+
+/// How to publish: what [`PubSub::publish_with`] takes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PublishOptions<'a> {
+    key: Option<&'a str>,
+    except: Option<&'a Conn>,
+}
+
+impl<'a> PublishOptions<'a> {
+    /// To every subscriber, no key.
+    pub fn new() -> PublishOptions<'a> {
+        PublishOptions::default()
+    }
+
+    /// The publication's key (a symbol, an entity's id): under
+    /// [`Overflow::Conflate`], a newer publication with the same key
+    /// replaces this one for a subscriber it is still waiting for.
+    pub fn key(mut self, key: &'a str) -> PublishOptions<'a> {
+        self.key = Some(key);
+        self
+    }
+
+    /// To everyone but `conn` (typically the sender).
+    pub fn except(mut self, conn: &'a Conn) -> PublishOptions<'a> {
+        self.except = Some(conn);
+        self
+    }
 }
 
 /// Why a subscription was refused.
@@ -170,8 +213,9 @@ impl std::error::Error for PubSubError {}
 
 /// Counts since the `PubSub` was made. Every subscriber a publish was
 /// addressed to ([`Published::subscribers`]) ends up counted once, in
-/// `delivered`, `dropped`, `closed` or `gone`, when its server loop has
-/// run the delivery.
+/// `delivered`, `dropped`, `closed`, `gone` or `conflated`, when its
+/// server loop has run the delivery (and, for one waiting under
+/// [`Overflow::Conflate`], when it was sent or replaced).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Publishes that had at least one subscriber.
@@ -192,12 +236,15 @@ pub struct Stats {
     /// Publications sent from history to subscribers that resumed or
     /// asked for the latest.
     pub replayed: u64,
+    /// Publications replaced, for a subscriber they were waiting for, by a
+    /// newer one with the same key ([`Overflow::Conflate`]).
+    pub conflated: u64,
 }
 
 /// Where a node's own publishes go besides its subscribers: other nodes
 /// (the Redis bridge). Called on the publisher's thread; must not block.
 pub(crate) trait Relay: Send + Sync {
-    fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]);
+    fn relay(&self, topic: &str, key: Option<&str>, opcode: OpCode, payload: &[u8]);
 }
 
 /// What a publish did.
@@ -358,6 +405,7 @@ impl Builder {
                 closed: AtomicU64::new(0),
                 gone: AtomicU64::new(0),
                 replayed: AtomicU64::new(0),
+                conflated: AtomicU64::new(0),
                 publishes: AtomicU64::new(0),
             }),
         }
@@ -400,6 +448,7 @@ struct Inner {
     closed: AtomicU64,
     gone: AtomicU64,
     replayed: AtomicU64,
+    conflated: AtomicU64,
     /// Publishes so far, to sweep history now and then.
     publishes: AtomicU64,
 }
@@ -456,6 +505,7 @@ impl PubSub {
         how: &Subscribe,
     ) -> Result<Subscribed, PubSubError> {
         check_topic(topic)?;
+        let busy = busy::Busy::enter();
         let (name, subscribed) = loop {
             let entry = self
                 .inner
@@ -487,6 +537,7 @@ impl PubSub {
                 from,
                 envelope: how.envelope.clone(),
                 gap: replay.recovered == Some(false),
+                pending: None,
             });
             if was_empty {
                 self.inner.registry.occupy(&entry.name);
@@ -499,6 +550,7 @@ impl PubSub {
             };
             break (entry.name.clone(), subscribed);
         };
+        drop(busy);
         // Recorded on the connection after the registry: if the connection
         // has started closing, it ends (or has ended) without this topic
         // in its list, so the registry entry is taken back here.
@@ -518,9 +570,11 @@ impl PubSub {
         if !conn.part(&self.membership(), topic) {
             return false;
         }
-        self.inner
+        let removed = self
+            .inner
             .registry
             .remove(topic, conn.key(), &Route::of(conn));
+        self.inner.ended(removed);
         true
     }
 
@@ -557,16 +611,31 @@ impl PubSub {
     /// of their offsets (so a publisher's own are in the order it
     /// published them).
     pub fn publish(&self, topic: &str, message: Message<'_>) -> Published {
-        let opcode = data_opcode(message.kind());
-        self.relay(topic, opcode, message.as_bytes());
-        self.publish_frame(topic, opcode, message.as_bytes(), None)
+        self.publish_with(topic, message, PublishOptions::new())
     }
 
     /// [`PubSub::publish`] to everyone but `except` (typically the sender).
     pub fn publish_except(&self, topic: &str, message: Message<'_>, except: &Conn) -> Published {
+        self.publish_with(topic, message, PublishOptions::new().except(except))
+    }
+
+    /// [`PubSub::publish`] with a key, or to everyone but one connection:
+    /// see [`PublishOptions`].
+    pub fn publish_with(
+        &self,
+        topic: &str,
+        message: Message<'_>,
+        options: PublishOptions<'_>,
+    ) -> Published {
         let opcode = data_opcode(message.kind());
-        self.relay(topic, opcode, message.as_bytes());
-        self.publish_frame(topic, opcode, message.as_bytes(), Some(except))
+        self.relay(topic, options.key, opcode, message.as_bytes());
+        self.publish_frame(
+            topic,
+            options.key,
+            opcode,
+            message.as_bytes(),
+            options.except,
+        )
     }
 
     /// [`PubSub::publish`] for a payload given as bytes: text is checked
@@ -577,12 +646,13 @@ impl PubSub {
         kind: MessageKind,
         payload: &[u8],
     ) -> Result<Published, SendError> {
-        if kind == MessageKind::Text {
-            validate_utf8(payload).map_err(|_| SendError::InvalidUtf8)?;
-        }
-        let opcode = data_opcode(kind);
-        self.relay(topic, opcode, payload);
-        Ok(self.publish_frame(topic, opcode, payload, None))
+        let message = match kind {
+            MessageKind::Text => {
+                Message::Text(std::str::from_utf8(payload).map_err(|_| SendError::InvalidUtf8)?)
+            }
+            MessageKind::Binary => Message::Binary(payload),
+        };
+        Ok(self.publish(topic, message))
     }
 
     /// Counts since this `PubSub` was made.
@@ -595,17 +665,18 @@ impl PubSub {
             closed: inner.closed.load(Ordering::Relaxed),
             gone: inner.gone.load(Ordering::Relaxed),
             replayed: inner.replayed.load(Ordering::Relaxed),
+            conflated: inner.conflated.load(Ordering::Relaxed),
         }
     }
 
     /// Hands a publish of this node to the relay, if there is one.
-    fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]) {
+    fn relay(&self, topic: &str, key: Option<&str>, opcode: OpCode, payload: &[u8]) {
         if check_topic(topic).is_err() {
             return; // nobody can be subscribed to it, anywhere
         }
         let relay = self.inner.relay.read().unwrap_or_else(|p| p.into_inner());
         if let Some(relay) = relay.as_ref() {
-            relay.relay(topic, opcode, payload);
+            relay.relay(topic, key, opcode, payload);
         }
     }
 
@@ -633,8 +704,14 @@ impl PubSub {
     /// Publishes a message that came from another node: to this node's
     /// subscribers only, never relayed again.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    fn publish_relayed(&self, topic: &str, opcode: OpCode, payload: &[u8]) -> Published {
-        self.publish_frame(topic, opcode, payload, None)
+    fn publish_relayed(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        opcode: OpCode,
+        payload: &[u8],
+    ) -> Published {
+        self.publish_frame(topic, key, opcode, payload, None)
     }
 
     fn membership(&self) -> Arc<dyn Membership> {
@@ -644,6 +721,7 @@ impl PubSub {
     fn publish_frame(
         &self,
         topic: &str,
+        key: Option<&str>,
         opcode: OpCode,
         payload: &[u8],
         except: Option<&Conn>,
@@ -674,6 +752,7 @@ impl PubSub {
                     None => return nobody,
                 }
             };
+            let _busy = busy::Busy::enter();
             let mut state = entry.lock();
             if state.gone {
                 if history.is_on() {
@@ -681,7 +760,7 @@ impl PubSub {
                 }
                 return nobody; // its last subscriber left meanwhile
             }
-            return self.publish_locked(&entry, &mut state, opcode, payload, except);
+            return self.publish_locked(&entry, &mut state, key, opcode, payload, except);
         }
     }
 
@@ -692,6 +771,7 @@ impl PubSub {
         &self,
         entry: &Topic,
         state: &mut registry::TopicState,
+        key: Option<&str>,
         opcode: OpCode,
         payload: &[u8],
         except: Option<&Conn>,
@@ -709,6 +789,7 @@ impl PubSub {
         let publication = Arc::new(Publication::new(
             entry.name.clone(),
             position,
+            key,
             opcode,
             payload,
             now,
@@ -841,51 +922,328 @@ impl Inner {
 
     /// Queues `publication` for `local`'s subscribers (but `except`), on
     /// their loop's thread (or, for `Route::Direct`, the publisher's).
-    fn deliver(&self, local: &Local, publication: &Publication, except: Option<usize>) {
-        let close_on_full = match self.config.overflow {
-            Overflow::Drop => None,
-            Overflow::Close(code) => Some(code),
+    fn deliver(
+        self: &Arc<Self>,
+        local: &Arc<Local>,
+        publication: &Arc<Publication>,
+        except: Option<usize>,
+    ) {
+        let (close_on_full, conflate) = match self.config.overflow {
+            Overflow::Drop => (None, false),
+            Overflow::Close(code) => (Some(code), false),
+            Overflow::Conflate { .. } => (None, true),
         };
+        let _busy = busy::Busy::enter();
         let offset = publication.position().offset;
-        let (mut delivered, mut full, mut gone) = (0u64, 0u64, 0u64);
+        let mut counts = Counts::default();
         let mut subscribers = local.lock();
         for subscriber in &mut subscribers.list {
             let conn = &subscriber.conn;
             if Some(conn.key()) == except || offset < subscriber.from {
                 continue;
             }
+            if conflate {
+                self.conflate(local, subscriber, publication, &mut counts);
+                continue;
+            }
             let frame = publication.frame(subscriber.envelope.as_ref());
             match conn.send_prepared(&frame, close_on_full) {
                 Ok(()) => {
-                    delivered += 1;
+                    counts.delivered += 1;
                     subscriber.gap = false;
                 }
+                Err(SendError::QueueFull) if close_on_full.is_some() => counts.closed += 1,
                 Err(SendError::QueueFull) => {
-                    full += 1;
-                    if close_on_full.is_none() && !subscriber.gap {
-                        // Told once per gap, after what it did get.
-                        subscriber.gap = true;
-                        let signal = subscriber
-                            .envelope
-                            .as_ref()
-                            .and_then(|e| e.recovery(publication.topic(), false));
-                        if let Some(signal) = signal {
-                            let _ = conn.send_signal(&envelope::prepare(&signal));
-                        }
-                    }
+                    counts.dropped += 1;
+                    tell_gap(subscriber, publication.topic());
                 }
                 // Closing: its end takes it off the topic.
-                Err(_) => gone += 1,
+                Err(_) => counts.gone += 1,
             }
         }
         drop(subscribers);
-        self.delivered.fetch_add(delivered, Ordering::Relaxed);
-        self.gone.fetch_add(gone, Ordering::Relaxed);
-        let counter = match self.config.overflow {
-            Overflow::Drop => &self.dropped,
-            Overflow::Close(_) => &self.closed,
+        let flush_now = std::mem::take(&mut counts.flush_now);
+        self.count(counts);
+        for key in flush_now {
+            self.flush(local, key);
+        }
+    }
+
+    /// One delivery under [`Overflow::Conflate`]: sent if it fits and
+    /// nothing waits; else it waits (replacing one with its key), is
+    /// dropped, or closes the subscriber.
+    fn conflate(
+        self: &Arc<Self>,
+        local: &Arc<Local>,
+        subscriber: &mut Subscriber,
+        publication: &Arc<Publication>,
+        counts: &mut Counts,
+    ) {
+        let conn = &subscriber.conn;
+        if subscriber.pending.is_none() {
+            let frame = publication.frame(subscriber.envelope.as_ref());
+            match conn.send_prepared(&frame, None) {
+                Ok(()) => {
+                    counts.delivered += 1;
+                    subscriber.gap = false;
+                    return;
+                }
+                Err(SendError::QueueFull) => {}
+                Err(_) => {
+                    counts.gone += 1;
+                    return;
+                }
+            }
+        }
+        let limit = conn.shared().outbound().max_bytes;
+        let bytes = publication.plain().frame().len();
+        let waiting = subscriber.pending.is_some();
+        let pending = subscriber.pending.get_or_insert_with(Box::default);
+        let same_key = publication.key().and_then(|key| {
+            pending
+                .publications
+                .iter()
+                .position(|p| p.key() == Some(key))
+        });
+        if let Some(at) = same_key {
+            // The newer value goes to the end (offsets stay in order) and
+            // the older one goes.
+            if let Some(old) = pending.publications.remove(at) {
+                pending.bytes -= old.plain().frame().len();
+            }
+            pending.publications.push_back(publication.clone());
+            pending.bytes += bytes;
+            pending.gap = true;
+            counts.conflated += 1;
+        } else if publication.key().is_some() || waiting {
+            if pending.bytes + bytes <= limit {
+                pending.publications.push_back(publication.clone());
+                pending.bytes += bytes;
+            } else {
+                self.overflow_keyless(conn, pending, counts);
+            }
+        } else {
+            // Keyless, nothing waiting: the fallback policy.
+            self.overflow_keyless(conn, pending, counts);
+        }
+        if pending.publications.is_empty() {
+            // Nothing waits after all (a keyless one was dropped).
+            let gap = pending.gap;
+            subscriber.pending = None;
+            if gap {
+                tell_gap(subscriber, publication.topic());
+            }
+            return;
+        }
+        if !waiting && self.flush_when_room(local, subscriber.conn.key(), &subscriber.conn) {
+            // Room already: flushed once the list's lock is let go.
+            counts.flush_now.push(subscriber.conn.key());
+        }
+    }
+
+    /// A publication that cannot wait: dropped (told as a gap before the
+    /// next one sent), or the subscriber closed.
+    fn overflow_keyless(&self, conn: &Conn, pending: &mut registry::Pending, counts: &mut Counts) {
+        match self.config.overflow {
+            Overflow::Conflate { close: Some(code) } => {
+                let _ = conn.close(code, "outbound queue full: peer reads too slowly");
+                counts.closed += 1;
+            }
+            _ => {
+                counts.dropped += 1;
+                pending.gap = true;
+            }
+        }
+    }
+
+    /// Asks for `flush` once `conn`'s queue has room; true if it has room
+    /// now (then nothing was asked: the caller flushes, once it holds no
+    /// lock of the registry).
+    fn flush_when_room(self: &Arc<Self>, local: &Arc<Local>, key: usize, conn: &Conn) -> bool {
+        let wake = FlushWake {
+            inner: Arc::downgrade(self),
+            local: Arc::downgrade(local),
+            key,
         };
-        counter.fetch_add(full, Ordering::Relaxed);
+        conn.when_room(&std::task::Waker::from(Arc::new(wake)))
+    }
+
+    /// Sends a conflating subscriber what waits for it, as far as its
+    /// queue takes; asks again for what does not fit.
+    fn flush(self: &Arc<Self>, local: &Arc<Local>, key: usize) {
+        // Again while the queue had room by the time the rest would wait.
+        while self.flush_once(local, key) {}
+    }
+
+    /// One pass of [`Inner::flush`]; true if it should run again at once.
+    fn flush_once(self: &Arc<Self>, local: &Arc<Local>, key: usize) -> bool {
+        let _busy = busy::Busy::enter();
+        let mut counts = Counts::default();
+        let mut subscribers = local.lock();
+        let Some(subscriber) = subscribers.find(key) else {
+            return false; // unsubscribed or ended meanwhile
+        };
+        let Some(mut pending) = subscriber.pending.take() else {
+            return false;
+        };
+        let conn = subscriber.conn.clone();
+        if pending.gap && !pending.publications.is_empty() {
+            // Told where the gap is: before the values that replaced
+            // others or followed a dropped one.
+            let topic = pending.publications[0].topic().to_owned();
+            subscriber.gap = false;
+            tell_gap(subscriber, &topic);
+            pending.gap = false;
+        }
+        while let Some(next) = pending.publications.front() {
+            match conn.send_prepared(&next.frame(subscriber.envelope.as_ref()), None) {
+                Ok(()) => {
+                    counts.delivered += 1;
+                    subscriber.gap = false;
+                    pending.bytes -= next.plain().frame().len();
+                    pending.publications.pop_front();
+                }
+                Err(SendError::QueueFull) => break,
+                Err(_) => {
+                    counts.gone += pending.publications.len() as u64;
+                    pending.publications.clear();
+                }
+            }
+        }
+        let again = if pending.publications.is_empty() {
+            drop(subscribers);
+            false
+        } else {
+            subscriber.pending = Some(pending);
+            drop(subscribers);
+            self.flush_when_room(local, key, &conn)
+        };
+        self.count(counts);
+        again
+    }
+
+    fn count(&self, counts: Counts) {
+        for (counter, n) in [
+            (&self.delivered, counts.delivered),
+            (&self.dropped, counts.dropped),
+            (&self.closed, counts.closed),
+            (&self.gone, counts.gone),
+            (&self.conflated, counts.conflated),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A subscription ended: what waited for it will not be sent.
+    fn ended(&self, subscriber: Option<Subscriber>) {
+        let waiting = subscriber
+            .and_then(|s| s.pending)
+            .map_or(0, |p| p.publications.len());
+        if waiting > 0 {
+            self.gone.fetch_add(waiting as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What one delivery run did, counted once at its end.
+#[derive(Default)]
+struct Counts {
+    delivered: u64,
+    dropped: u64,
+    closed: u64,
+    gone: u64,
+    conflated: u64,
+    /// Conflating subscribers whose queue had room by the time their
+    /// wait was set up: flushed once the list's lock is let go.
+    flush_now: Vec<usize>,
+}
+
+/// Tells `subscriber` of a gap (once per gap): its envelope's "not
+/// recovered" message, queued even past a full queue.
+fn tell_gap(subscriber: &mut Subscriber, topic: &str) {
+    if subscriber.gap {
+        return;
+    }
+    subscriber.gap = true;
+    let signal = subscriber
+        .envelope
+        .as_ref()
+        .and_then(|e| e.recovery(topic, false));
+    if let Some(signal) = signal {
+        let _ = subscriber.conn.send_signal(&envelope::prepare(&signal));
+    }
+}
+
+/// Wakes a conflating subscriber's flush: on its server loop (a job), or
+/// here for a connection with a task of its own.
+struct FlushWake {
+    inner: std::sync::Weak<Inner>,
+    local: std::sync::Weak<Local>,
+    key: usize,
+}
+
+impl std::task::Wake for FlushWake {
+    fn wake(self: Arc<Self>) {
+        let (Some(inner), Some(local)) = (self.inner.upgrade(), self.local.upgrade()) else {
+            return;
+        };
+        let key = self.key;
+        match &local.route {
+            Route::Loop(list) => {
+                let job_local = local.clone();
+                list.post(Box::new(move || inner.flush(&job_local, key)), 64);
+            }
+            // Here, unless this thread is inside the registry (a send there
+            // can wake it: a close's waiters): then once it is out.
+            Route::Direct => busy::later_or_now(move || inner.flush(&local, key)),
+        }
+    }
+}
+
+/// Whether this thread is inside the registry's locks, and what waits for
+/// it to be out: a flush a wake asked for there would take a lock this
+/// thread may hold.
+mod busy {
+    use std::cell::{Cell, RefCell};
+
+    thread_local! {
+        static DEPTH: Cell<u32> = const { Cell::new(0) };
+        static LATER: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Held while this thread may hold a registry lock.
+    pub(super) struct Busy(());
+
+    impl Busy {
+        pub(super) fn enter() -> Busy {
+            DEPTH.with(|depth| depth.set(depth.get() + 1));
+            Busy(())
+        }
+    }
+
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            let depth = DEPTH.with(|depth| {
+                depth.set(depth.get() - 1);
+                depth.get()
+            });
+            if depth == 0 {
+                while let Some(run) = LATER.with(|later| later.borrow_mut().pop()) {
+                    run();
+                }
+            }
+        }
+    }
+
+    /// Runs `run` now, or, if this thread is busy, once it is not.
+    pub(super) fn later_or_now(run: impl FnOnce() + 'static) {
+        if DEPTH.with(Cell::get) == 0 {
+            run();
+        } else {
+            LATER.with(|later| later.borrow_mut().push(Box::new(run)));
+        }
     }
 }
 
@@ -893,7 +1251,7 @@ impl Membership for Inner {
     fn leave(&self, key: usize, wake: &ConnWake, names: Vec<Arc<str>>) {
         let route = Route::of_wake(wake);
         for name in names {
-            self.registry.remove(&name, key, &route);
+            self.ended(self.registry.remove(&name, key, &route));
         }
     }
 }

@@ -178,9 +178,13 @@ struct Outgoing {
 }
 
 impl Relay for Shared {
-    fn relay(&self, topic: &str, opcode: OpCode, payload: &[u8]) {
+    fn relay(&self, topic: &str, key: Option<&str>, opcode: OpCode, payload: &[u8]) {
+        let Ok(key_len) = u16::try_from(key.map_or(0, str::len)) else {
+            // A key over 64 KiB is not carried: relayed keyless.
+            return self.relay(topic, None, opcode, payload);
+        };
         let channel = format!("{}{topic}", self.settings.prefix);
-        let bytes = channel.len() + payload.len() + HEADER + TAG;
+        let bytes = channel.len() + usize::from(key_len) + payload.len() + HEADER + TAG;
         let queued = self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
         if queued + bytes > self.settings.max_queued_bytes {
             self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -191,6 +195,7 @@ impl Relay for Shared {
         let message = encode(
             &self.node,
             count,
+            key,
             opcode,
             payload,
             &channel,
@@ -525,7 +530,7 @@ impl Run {
             return;
         };
         self.shared.received.fetch_add(1, Ordering::Relaxed);
-        PubSub { inner }.publish_relayed(topic, decoded.opcode, decoded.payload);
+        PubSub { inner }.publish_relayed(topic, decoded.key, decoded.opcode, decoded.payload);
     }
 
     /// Whether `count` is above the last one from `node` (and remembers
@@ -569,24 +574,36 @@ impl Shared {
 }
 
 /// A message on the wire, version 2: the version, the node (16 bytes),
-/// its count (8 bytes, big-endian), the kind (`t` or `b`), the payload,
-/// and with a secret an HMAC-SHA256 tag (32 bytes) over the channel's
-/// length (4 bytes), the channel, and everything before the tag.
+/// its count (8 bytes, big-endian), the kind (`t` or `b`, or `T` and `B`
+/// with a key: then the key's length, 2 bytes big-endian, and the key),
+/// the payload, and with a secret an HMAC-SHA256 tag (32 bytes) over the
+/// channel's length (4 bytes), the channel, and everything before the tag.
 const HEADER: usize = 1 + 16 + 8 + 1;
 
 fn encode(
     node: &[u8; 16],
     count: u64,
+    key: Option<&str>,
     opcode: OpCode,
     payload: &[u8],
     channel: &str,
     secret: Option<&[u8]>,
 ) -> Vec<u8> {
-    let mut message = Vec::with_capacity(HEADER + payload.len() + TAG);
+    let key_len = key.map_or(0, |k| 2 + k.len());
+    let mut message = Vec::with_capacity(HEADER + key_len + payload.len() + TAG);
     message.push(2);
     message.extend_from_slice(node);
     message.extend_from_slice(&count.to_be_bytes());
-    message.push(if opcode == OpCode::Text { b't' } else { b'b' });
+    let text = opcode == OpCode::Text;
+    match key {
+        None => message.push(if text { b't' } else { b'b' }),
+        Some(key) => {
+            message.push(if text { b'T' } else { b'B' });
+            let len = u16::try_from(key.len()).expect("keys over 64 KiB are not relayed");
+            message.extend_from_slice(&len.to_be_bytes());
+            message.extend_from_slice(key.as_bytes());
+        }
+    }
     message.extend_from_slice(payload);
     if let Some(secret) = secret {
         let tag = sign(secret, channel, &message).finalize().into_bytes();
@@ -600,6 +617,7 @@ fn encode(
 struct Decoded<'a> {
     node: [u8; 16],
     count: u64,
+    key: Option<&'a str>,
     opcode: OpCode,
     payload: &'a [u8],
 }
@@ -621,16 +639,27 @@ fn decode<'a>(message: &'a [u8], channel: &str, secret: Option<&[u8]>) -> Option
     }
     let node = signed[1..17].try_into().ok()?;
     let count = u64::from_be_bytes(signed[17..25].try_into().ok()?);
-    let opcode = match signed[25] {
-        b't' => OpCode::Text,
-        b'b' => OpCode::Binary,
+    let (opcode, keyed) = match signed[25] {
+        b't' => (OpCode::Text, false),
+        b'b' => (OpCode::Binary, false),
+        b'T' => (OpCode::Text, true),
+        b'B' => (OpCode::Binary, true),
         _ => return None,
+    };
+    let rest = &signed[HEADER..];
+    let (key, payload) = if keyed {
+        let len = usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?));
+        let key = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
+        (Some(key), &rest[2 + len..])
+    } else {
+        (None, rest)
     };
     Some(Decoded {
         node,
         count,
+        key,
         opcode,
-        payload: &signed[HEADER..],
+        payload,
     })
 }
 
@@ -669,29 +698,47 @@ mod tests {
                 (OpCode::Binary, &[0u8, 255, 1][..]),
                 (OpCode::Text, &b""[..]),
             ] {
-                let wire = encode(&node, 42, opcode, payload, "rapidws:t", secret);
-                let want = Decoded {
-                    node,
-                    count: 42,
-                    opcode,
-                    payload,
-                };
-                assert_eq!(decode(&wire, "rapidws:t", secret), Some(want));
+                for key in [None, Some("AAPL"), Some("")] {
+                    let wire = encode(&node, 42, key, opcode, payload, "rapidws:t", secret);
+                    let want = Decoded {
+                        node,
+                        count: 42,
+                        key,
+                        opcode,
+                        payload,
+                    };
+                    assert_eq!(decode(&wire, "rapidws:t", secret), Some(want));
+                }
             }
         }
         assert_eq!(decode(b"", "c", None), None);
         assert_eq!(decode(&[2; HEADER - 1], "c", None), None, "too short");
         assert_eq!(decode(&[1; 40], "c", None), None, "version 1");
-        let mut unknown = encode(&node, 1, OpCode::Text, b"x", "c", None);
+        let mut unknown = encode(&node, 1, None, OpCode::Text, b"x", "c", None);
         unknown[25] = b'?';
         assert_eq!(decode(&unknown, "c", None), None);
+        // A key longer than what follows, and a key that is not UTF-8.
+        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
+        keyed[27] = 9;
+        assert_eq!(decode(&keyed, "c", None), None);
+        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
+        keyed[28] = 0xff;
+        assert_eq!(decode(&keyed, "c", None), None);
     }
 
     #[test]
     fn with_a_secret_only_signed_messages_on_their_channel_pass() {
         let secret = Some(&b"shared"[..]);
         let node = [3u8; 16];
-        let signed = encode(&node, 5, OpCode::Text, b"hi", "rapidws:a", secret);
+        let signed = encode(
+            &node,
+            5,
+            Some("k"),
+            OpCode::Text,
+            b"hi",
+            "rapidws:a",
+            secret,
+        );
         assert!(decode(&signed, "rapidws:a", secret).is_some());
         assert_eq!(
             decode(&signed, "rapidws:b", secret),
@@ -703,7 +750,7 @@ mod tests {
             None,
             "another secret"
         );
-        let unsigned = encode(&node, 5, OpCode::Text, b"hi", "rapidws:a", None);
+        let unsigned = encode(&node, 5, Some("k"), OpCode::Text, b"hi", "rapidws:a", None);
         assert_eq!(decode(&unsigned, "rapidws:a", secret), None, "not signed");
         for at in 0..signed.len() {
             let mut changed = signed.clone();

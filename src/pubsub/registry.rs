@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::envelope::Envelope;
+use super::envelope::{Envelope, Publication};
 use super::history::{Epoch, History};
 use super::log::Log;
 use crate::connection::conn::Conn;
@@ -85,6 +85,22 @@ pub(super) struct Subscriber {
     /// been delivered nothing since: another missed delivery is the same
     /// gap, and is not told again.
     pub(super) gap: bool,
+    /// Publications waiting for room in its queue (`Overflow::Conflate`):
+    /// while any wait, every later one waits behind them.
+    pub(super) pending: Option<Box<Pending>>,
+}
+
+/// A conflating subscriber's publications that did not fit its queue,
+/// oldest first; a newer one with a waiting one's key replaces it (and
+/// goes to the end, so offsets stay in order): the latest value per key.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) publications: std::collections::VecDeque<Arc<Publication>>,
+    /// Their frames' bytes: at most the connection's queue bound.
+    pub(super) bytes: usize,
+    /// Something was replaced or dropped since the last was sent: the
+    /// subscriber is told of the gap before the next one.
+    pub(super) gap: bool,
 }
 
 /// A list to walk fast, and where each connection sits in it, to remove
@@ -93,6 +109,14 @@ pub(super) struct Subscriber {
 pub(super) struct Subscribers {
     pub(super) list: Vec<Subscriber>,
     at: HashMap<usize, usize>,
+}
+
+impl Subscribers {
+    /// The subscriber whose connection's key is `key`.
+    pub(super) fn find(&mut self, key: usize) -> Option<&mut Subscriber> {
+        let index = *self.at.get(&key)?;
+        self.list.get_mut(index)
+    }
 }
 
 impl Local {
@@ -131,18 +155,17 @@ impl Local {
         true
     }
 
-    fn remove(&self, key: usize) -> bool {
+    /// Takes the subscriber out; `None` if it was not there.
+    fn remove(&self, key: usize) -> Option<Subscriber> {
         let mut subscribers = self.lock();
         let Subscribers { list, at } = &mut *subscribers;
-        let Some(index) = at.remove(&key) else {
-            return false;
-        };
-        list.swap_remove(index);
+        let index = at.remove(&key)?;
+        let removed = list.swap_remove(index);
         if let Some(moved) = list.get(index) {
             at.insert(moved.conn.key(), index);
         }
         self.count.store(list.len(), Ordering::Relaxed);
-        true
+        Some(removed)
     }
 }
 
@@ -287,17 +310,13 @@ impl Registry {
     }
 
     /// Removes the connection whose [`Conn::key`] is `key` from `topic`;
-    /// a topic left with no subscribers and nothing kept goes. False if it
-    /// was not there.
-    pub(super) fn remove(&self, topic: &str, key: usize, route: &Route) -> bool {
+    /// a topic left with no subscribers and nothing kept goes. Returns the
+    /// subscription, `None` if it was not there.
+    pub(super) fn remove(&self, topic: &str, key: usize, route: &Route) -> Option<Subscriber> {
         let mut shard = self.shard(topic);
-        let Some(entry) = shard.get(topic).cloned() else {
-            return false;
-        };
+        let entry = shard.get(topic).cloned()?;
         let mut state = entry.lock();
-        let Some(at) = state.locals.iter().position(|l| l.route.same(route)) else {
-            return false;
-        };
+        let at = state.locals.iter().position(|l| l.route.same(route))?;
         let removed = state.locals[at].remove(key);
         if state.locals[at].count() == 0 {
             state.locals.swap_remove(at);

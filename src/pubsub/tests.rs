@@ -395,3 +395,96 @@ fn occupancy_is_told_for_the_first_and_the_last_subscriber_in_order() {
     );
     assert_eq!(pubsub.topic_count(), 1);
 }
+
+/// What a driver does once it has written a connection's queue out: wake
+/// whoever waits for room.
+fn written_out(conn: &Conn) {
+    let waiting = conn.shared().lock().take_waiting_if_room(0);
+    crate::connection::outbox::wake_all(waiting);
+}
+
+#[test]
+fn conflation_keeps_the_latest_per_key_in_offset_order_and_tells_the_gap() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .overflow(Overflow::Conflate { close: None })
+        .build();
+    let marks: Arc<dyn Envelope> = Arc::new(Marks);
+    // Room for two frames ("o1" and "o2" are 4 bytes each), and as much
+    // again waiting.
+    let slow = conn(&list, 1, 8);
+    pubsub
+        .subscribe_with(&slow, "t", &Subscribe::new().envelope(marks))
+        .unwrap();
+    let keyed = |key| PublishOptions::new().key(key);
+    for key in ["a", "b", "a", "b", "a"] {
+        pubsub.publish_with("t", Message::Text("x"), keyed(key));
+    }
+    // A keyless one past the waiting bound: dropped, a gap too.
+    pubsub.publish("t", Message::Text("x"));
+    list.run(usize::MAX);
+    assert_eq!(frames(&slow), ["o1", "o2"]);
+    written_out(&slow);
+    list.run(usize::MAX);
+    // o3 was replaced by o5 (both "a"), o6 dropped: told first (the
+    // signal fills this tiny queue), then the latest of each key, in
+    // offset order, once there is room again.
+    assert_eq!(frames(&slow), ["rfalse"]);
+    written_out(&slow);
+    list.run(usize::MAX);
+    assert_eq!(frames(&slow), ["o4", "o5"]);
+    let stats = pubsub.stats();
+    assert_eq!(
+        (stats.delivered, stats.conflated, stats.dropped),
+        (4, 1, 1),
+        "{stats:?}"
+    );
+    // Room again: nothing waits, deliveries go straight out.
+    pubsub.publish_with("t", Message::Text("x"), keyed("a"));
+    list.run(usize::MAX);
+    assert_eq!(frames(&slow), ["o7"]);
+}
+
+#[test]
+fn conflation_closes_for_a_keyless_publication_when_asked_to() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .overflow(Overflow::Conflate {
+            close: Some(CloseCode::POLICY_VIOLATION),
+        })
+        .build();
+    // Room for one frame ("x" is 3 bytes).
+    let slow = conn(&list, 1, 3);
+    pubsub.subscribe(&slow, "t").unwrap();
+    pubsub.publish("t", Message::Text("x"));
+    pubsub.publish_with("t", Message::Text("y"), PublishOptions::new().key("k"));
+    pubsub.publish("t", Message::Text("z"));
+    list.run(usize::MAX);
+    assert!(!slow.shared().lock().is_open(), "closed");
+    let stats = pubsub.stats();
+    assert_eq!((stats.delivered, stats.closed), (1, 1), "{stats:?}");
+}
+
+#[test]
+fn what_waits_for_a_subscription_that_ends_is_counted_gone() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .overflow(Overflow::Conflate { close: None })
+        .build();
+    // Room for one frame, and one waiting: "c" is dropped.
+    let slow = conn(&list, 1, 3);
+    pubsub.subscribe(&slow, "t").unwrap();
+    for key in ["a", "b", "c"] {
+        pubsub.publish_with("t", Message::Text("x"), PublishOptions::new().key(key));
+    }
+    list.run(usize::MAX);
+    assert!(pubsub.unsubscribe(&slow, "t"));
+    written_out(&slow);
+    list.run(usize::MAX);
+    let stats = pubsub.stats();
+    assert_eq!(
+        (stats.delivered, stats.dropped, stats.gone),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+}

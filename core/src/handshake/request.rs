@@ -269,6 +269,18 @@ impl<'a> Head<'a> {
     pub fn is_head(&self) -> bool {
         self.method == "HEAD"
     }
+
+    /// Whether the client lets the connection carry another request after
+    /// this one (RFC 9112, 9.3): HTTP/1.1 unless it says `Connection:
+    /// close`; HTTP/1.0 only if it says `Connection: keep-alive`.
+    pub fn keeps_alive(&self) -> bool {
+        let says = |token| values(self.headers, "connection").any(|v| value_has_token(v, token));
+        if self.version >= 1 {
+            !says("close")
+        } else {
+            says("keep-alive")
+        }
+    }
 }
 
 /// Parses a request head at the start of `buf`, without the upgrade checks:

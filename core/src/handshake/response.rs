@@ -97,23 +97,26 @@ pub fn first_line(text: &str) -> &str {
 
 /// Queues a plain HTTP response (the handler's answer to a request that is
 /// not an upgrade): status, `Content-Type`, `Content-Length`,
-/// `Connection: close` (the server closes after it), and the body unless
-/// `head_only` (a `HEAD` request).
+/// `Connection: close` (the server closes after it) or, with `keep_alive`,
+/// `Connection: keep-alive` (it reads the next request), and the body
+/// unless `head_only` (a `HEAD` request).
 pub fn write_http_response(
     out: &mut WriteQueue,
     status: u16,
     content_type: &str,
     body: &[u8],
     head_only: bool,
+    keep_alive: bool,
 ) {
     let content_type = first_line(content_type);
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     let mut head = HeadWriter(out);
     let _ = write!(
         head,
         "HTTP/1.1 {status} {}\r\n\
          Content-Type: {content_type}\r\n\
          Content-Length: {}\r\n\
-         Connection: close\r\n\r\n",
+         Connection: {connection}\r\n\r\n",
         status_text(status),
         body.len(),
     );
@@ -235,6 +238,7 @@ mod tests {
             "text/html\r\nSet-Cookie: x=1",
             b"<p>hi</p>",
             false,
+            false,
         );
         assert_eq!(
             text(&q),
@@ -242,12 +246,15 @@ mod tests {
              Connection: close\r\n\r\n<p>hi</p>"
         );
         let mut q = WriteQueue::new();
-        write_http_response(&mut q, 404, "text/plain", b"missing\n", true);
+        write_http_response(&mut q, 404, "text/plain", b"missing\n", true, false);
         let t = text(&q);
         assert!(t.starts_with("HTTP/1.1 404 Not Found\r\n"), "{t}");
         assert!(
             t.ends_with("Content-Length: 8\r\nConnection: close\r\n\r\n"),
             "{t}"
         );
+        let mut q = WriteQueue::new();
+        write_http_response(&mut q, 200, "text/plain", b"ok", false, true);
+        assert!(text(&q).ends_with("Connection: keep-alive\r\n\r\nok"));
     }
 }

@@ -305,3 +305,24 @@ fn a_plain_requests_body_length_comes_from_content_length_only() {
         Ok(99_999_999_999_999_999)
     );
 }
+
+#[test]
+fn keep_alive_is_http_1_1_unless_closed_and_http_1_0_only_when_asked() {
+    for (raw, keeps) in [
+        ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true),
+        ("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false),
+        (
+            "GET / HTTP/1.1\r\nConnection: Keep-Alive, Close\r\n\r\n",
+            false,
+        ),
+        ("GET / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n", true),
+        ("GET / HTTP/1.0\r\n\r\n", false),
+        ("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true),
+    ] {
+        let mut headers = header_buffer();
+        let (head, _) = parse_head(raw.as_bytes(), &mut headers, 8192)
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.keeps_alive(), keeps, "{raw:?}");
+    }
+}

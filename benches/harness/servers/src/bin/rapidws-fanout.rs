@@ -1,10 +1,13 @@
 //! rapidws's pub/sub (`rapidws::pubsub::PubSub`) in the harness's fan-out
 //! protocol: `/?topics=a,b` subscribes at open, and a text message
 //! `<topic>\n<payload>` publishes `<payload>` to `<topic>`. On tokio
-//! (connection groups) or io_uring (`--backend uring`), with defaults.
+//! (connection groups) or io_uring (`--backend uring`), with defaults;
+//! `--history N` keeps each topic's last N publications.
 
 use clap::{Parser, ValueEnum};
-use rapidws::pubsub::PubSub;
+use std::time::Duration;
+
+use rapidws::pubsub::{History, PubSub};
 use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 
 #[derive(Parser, Debug)]
@@ -14,6 +17,9 @@ struct Args {
     addr: std::net::SocketAddr,
     #[arg(long, value_enum, default_value_t = Backend::Tokio)]
     backend: Backend,
+    /// Publications each topic keeps (for 300 s); 0, the default: none.
+    #[arg(long, default_value_t = 0)]
+    history: usize,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -62,8 +68,9 @@ impl ServerHandler for Fanout {
 
 fn main() -> std::io::Result<()> {
     let args = Args::parse();
+    let history = History::new(args.history, Duration::from_secs(300));
     let handler = Fanout {
-        pubsub: PubSub::new(),
+        pubsub: PubSub::builder().history(history).build(),
     };
     match args.backend {
         Backend::Tokio => {

@@ -112,6 +112,30 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             tls: false,
             fanout: fanout(&["--backend", "uring"]),
         },
+        // Pub/sub with history on (1,000 publications per topic, 300 s):
+        // what keeping history costs the fan-out scenario (issue 29).
+        Server {
+            name: "rapidws-tokio-history",
+            echo: examples.join("echo"),
+            args: &[],
+            deflate_args: None,
+            push: None,
+            path: "/",
+            raw: false,
+            tls: false,
+            fanout: fanout(&["--backend", "tokio", "--history", "1000"]),
+        },
+        Server {
+            name: "rapidws-uring-history",
+            echo: examples.join("echo"),
+            args: &["--backend", "uring"],
+            deflate_args: None,
+            push: None,
+            path: "/",
+            raw: false,
+            tls: false,
+            fanout: fanout(&["--backend", "uring", "--history", "1000"]),
+        },
         Server {
             name: "rapidws-axum",
             echo: examples.join("axum_echo"),
