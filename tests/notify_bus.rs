@@ -608,36 +608,20 @@ async fn a_publisher_keeps_its_connection_and_publishes_in_batches() {
     let mut reader = subscribe(addr, "?topics=a,b&positions=1").await;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut stream = tokio::io::BufReader::new(stream);
-    let answer = async |stream: &mut tokio::io::BufReader<tokio::net::TcpStream>| {
-        let mut head = String::new();
-        while !head.ends_with("\r\n\r\n") {
-            assert!(
-                stream.read_line(&mut head).await.unwrap() > 0,
-                "closed: {head}"
-            );
-        }
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("Content-Length: "))
-            .unwrap()
-            .parse()
-            .unwrap();
-        let mut body = vec![0; length];
-        stream.read_exact(&mut body).await.unwrap();
-        (head, String::from_utf8(body).unwrap())
-    };
-    for i in 1..=3 {
-        let body = format!("m{i}");
+    // A request on the kept connection, and its answer.
+    let mut post = async |path: &str, more: &str, body: &str| {
         let request = format!(
-            "POST /publish/a HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: bus\r\n{more}Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        stream
-            .get_mut()
-            .write_all(request.as_bytes())
+        let writer = stream.get_mut();
+        writer.write_all(request.as_bytes()).await.unwrap();
+        common::read_response(&mut stream, false)
             .await
-            .unwrap();
-        let (head, body) = answer(&mut stream).await;
+            .expect("answered")
+    };
+    for i in 1..=3 {
+        let (head, body) = post("/publish/a", "", &format!("m{i}")).await;
         assert!(head.contains("Connection: keep-alive"), "{head}");
         assert_eq!(json(&body)["offset"], i);
         assert_eq!(json(&text(&mut reader).await)["data"], format!("m{i}"));
@@ -651,16 +635,7 @@ async fn a_publisher_keeps_its_connection_and_publishes_in_batches() {
         "\n",
         "not json\n",
     );
-    let request = format!(
-        "POST /publish HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{lines}",
-        lines.len()
-    );
-    stream
-        .get_mut()
-        .write_all(request.as_bytes())
-        .await
-        .unwrap();
-    let (head, body) = answer(&mut stream).await;
+    let (head, body) = post("/publish", "Connection: close\r\n", lines).await;
     assert!(head.contains("Connection: close"), "{head}");
     let answers: Vec<serde_json::Value> = body.lines().map(json).collect();
     assert_eq!(answers.len(), 4, "{body}");
@@ -691,4 +666,14 @@ async fn a_publisher_keeps_its_connection_and_publishes_in_batches() {
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty(), "closed after the answer");
+    // Every publication accounted for: the answers' `delivered` add up to
+    // what /stats counts (delivered, dropped, closed, gone, conflated).
+    let (_, stats) = http(addr, "GET", "/stats", b"").await;
+    let stats: serde_json::Value = serde_json::from_slice(&stats).unwrap();
+    let counted: u64 = ["delivered", "dropped", "closed", "gone", "conflated"]
+        .iter()
+        .map(|name| stats[name].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 3 + 1 + 1, "{stats}");
+    assert_eq!(stats["delivered"], 5, "{stats}");
 }

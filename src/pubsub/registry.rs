@@ -108,10 +108,25 @@ pub(super) struct Pending {
 #[derive(Default)]
 pub(super) struct Subscribers {
     pub(super) list: Vec<Subscriber>,
+    /// The same connections, in the same order: what a delivery walks when
+    /// no subscription here needs more than its connection (`is_plain_for`),
+    /// an eighth of the bytes of `list`.
+    pub(super) conns: Vec<Conn>,
     at: HashMap<usize, usize>,
+    /// Subscriptions with an envelope.
+    enveloped: usize,
+    /// The highest `from` of any subscription (never lowered: a bound).
+    max_from: u64,
 }
 
 impl Subscribers {
+    /// Whether a publication at `offset` goes to every connection here as
+    /// its plain frame, with nothing to note per subscription: no envelope
+    /// here, no subscription that starts after it, and no conflation.
+    pub(super) fn is_plain_for(&self, offset: u64, conflate: bool) -> bool {
+        self.enveloped == 0 && offset >= self.max_from && !conflate
+    }
+
     /// The subscriber whose connection's key is `key`.
     pub(super) fn find(&mut self, key: usize) -> Option<&mut Subscriber> {
         let index = *self.at.get(&key)?;
@@ -145,26 +160,31 @@ impl Local {
 
     fn add(&self, subscriber: Subscriber) -> bool {
         let mut subscribers = self.lock();
-        let Subscribers { list, at } = &mut *subscribers;
-        if at.contains_key(&subscriber.conn.key()) {
+        let s = &mut *subscribers;
+        if s.at.contains_key(&subscriber.conn.key()) {
             return false;
         }
-        at.insert(subscriber.conn.key(), list.len());
-        list.push(subscriber);
-        self.count.store(list.len(), Ordering::Relaxed);
+        s.at.insert(subscriber.conn.key(), s.list.len());
+        s.enveloped += usize::from(subscriber.envelope.is_some());
+        s.max_from = s.max_from.max(subscriber.from);
+        s.conns.push(subscriber.conn.clone());
+        s.list.push(subscriber);
+        self.count.store(s.list.len(), Ordering::Relaxed);
         true
     }
 
     /// Takes the subscriber out; `None` if it was not there.
     fn remove(&self, key: usize) -> Option<Subscriber> {
         let mut subscribers = self.lock();
-        let Subscribers { list, at } = &mut *subscribers;
-        let index = at.remove(&key)?;
-        let removed = list.swap_remove(index);
-        if let Some(moved) = list.get(index) {
-            at.insert(moved.conn.key(), index);
+        let s = &mut *subscribers;
+        let index = s.at.remove(&key)?;
+        let removed = s.list.swap_remove(index);
+        s.conns.swap_remove(index);
+        s.enveloped -= usize::from(removed.envelope.is_some());
+        if let Some(moved) = s.list.get(index) {
+            s.at.insert(moved.conn.key(), index);
         }
-        self.count.store(list.len(), Ordering::Relaxed);
+        self.count.store(s.list.len(), Ordering::Relaxed);
         Some(removed)
     }
 }

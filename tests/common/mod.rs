@@ -923,3 +923,32 @@ pub fn delivered(answer: &str) -> u64 {
         .as_u64()
         .unwrap_or_else(|| panic!("no delivered count: {answer}"))
 }
+
+/// Reads one HTTP response from a connection that may carry more: its
+/// head, then `Content-Length` bytes of body (none for `head_only`, the
+/// answer to a `HEAD`). `None` if the server closed before a response.
+pub async fn read_response<R>(reader: &mut R, head_only: bool) -> Option<(String, String)>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut head))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        if read == 0 {
+            return None;
+        }
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .expect("a Content-Length")
+        .parse()
+        .unwrap();
+    let mut body = vec![0; if head_only { 0 } else { length }];
+    reader.read_exact(&mut body).await.unwrap();
+    Some((head, String::from_utf8(body).unwrap()))
+}
