@@ -58,7 +58,14 @@ bash .ci/msrv.sh
 step "publish: both crates package and build from their packages (cargo publish --dry-run)"
 # --allow-dirty: the gate's own steps may leave files behind; what is
 # packaged is chosen by each crate's `include` list either way.
-cargo publish --dry-run --workspace --allow-dirty
+# Cargo builds rapidws against the packaged rapidws-core as if it came
+# from a registry, and takes a registry crate of the same version to be
+# the same: it reuses what it unpacked into its registry sources and what
+# it compiled before. Nothing is published yet, so the version has not
+# changed while the core has: both go first (a target dir of its own).
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/rapidws-core-* target/publish
+CARGO_TARGET_DIR=target/publish cargo publish --dry-run --workspace --allow-dirty
+rm -rf target/publish
 
 step "cargo test (the workspace: rapidws-core and rapidws)"
 cargo test --workspace --all-features

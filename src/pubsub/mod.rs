@@ -60,14 +60,17 @@
 //! **Bounded.** A subscriber whose queue holds `max_outbound_bytes` is not
 //! sent the message: by default it is dropped for that subscriber and
 //! counted ([`Stats::dropped`]); with [`Overflow::Close`] the subscriber is
-//! closed with the given code instead. `Config::slow_consumer` plays no
-//! part. The hand-off to a loop is bounded too: while the deliveries
+//! closed with the given code instead; with [`Overflow::Conflate`] a keyed
+//! message waits for it, replacing an older one with its key (what waits
+//! is bounded by the queue's bound again). `Config::slow_consumer` plays
+//! no part. The hand-off to a loop is bounded too: while the deliveries
 //! waiting for one loop, or being run by it, weigh 16 MiB (their frames,
 //! plus 64 bytes each), publishes are not handed to it (but one always
 //! is, so a message that large still gets through), and its subscribers
-//! miss them (counted in [`Stats::dropped`] under either policy). A burst of 100,000 small publishes fits;
-//! a loop further behind than that would not deliver them soon anyway.
-//! Nothing else a publish makes waits anywhere.
+//! miss them (counted in [`Stats::dropped`] under every policy). A burst
+//! of 100,000 small publishes fits; a loop further behind than that would
+//! not deliver them soon anyway. Nothing else a publish makes waits
+//! anywhere.
 //!
 //! **Positions.** Every publication on a topic gets a [`Position`]: the
 //! topic's [`Epoch`] and an offset that counts its publications from 1, in
