@@ -533,19 +533,11 @@ impl<H: Handler> Lifecycle<H> {
             unreachable!("polled in the handshake stage");
         };
         let failed = self.ending.as_ref().is_some_and(|e| e.failure.is_some());
-        if !handshake.refused && !failed && (self.writing || !handshake.response.is_empty()) {
-            // An answer to a plain request on a connection kept alive:
-            // written before anything else is decided.
-            if now >= handshake.deadline {
-                return self.close();
-            }
-            return if self.writing {
-                Action::Wait
-            } else {
-                Action::Write
-            };
-        }
-        if !handshake.refused {
+        // An answer to a plain request on a connection kept alive is
+        // written out (below, as a refusal is) before anything else is
+        // decided.
+        let answering = self.writing || !handshake.response.is_empty();
+        if !handshake.refused && !answering {
             let refusal = if env.endpoint.is_shutting_down() {
                 (503, "server shutting down")
             } else if failed || (self.read_closed && handshake.seen == 0) {

@@ -947,12 +947,8 @@ impl Inner {
                 if Some(conn.key()) == except {
                     continue;
                 }
-                match conn.send_prepared(publication.plain(), close_on_full) {
-                    Ok(()) => counts.delivered += 1,
-                    Err(SendError::QueueFull) if close_on_full.is_some() => counts.closed += 1,
-                    Err(SendError::QueueFull) => counts.dropped += 1,
-                    Err(_) => counts.gone += 1,
-                }
+                let sent = conn.send_prepared(publication.plain(), close_on_full);
+                counts.sent(sent, close_on_full.is_some());
             }
             drop(subscribers);
             self.count(counts);
@@ -968,22 +964,15 @@ impl Inner {
                 continue;
             }
             let frame = publication.frame(subscriber.envelope.as_ref());
-            match conn.send_prepared(&frame, close_on_full) {
-                Ok(()) => {
-                    counts.delivered += 1;
-                    // Written only when set: most deliveries leave the
-                    // subscriber's entry (and its cache line) unwritten.
-                    if subscriber.gap {
-                        subscriber.gap = false;
-                    }
-                }
-                Err(SendError::QueueFull) if close_on_full.is_some() => counts.closed += 1,
-                Err(SendError::QueueFull) => {
-                    counts.dropped += 1;
-                    tell_gap(subscriber, publication.topic());
-                }
-                // Closing: its end takes it off the topic.
-                Err(_) => counts.gone += 1,
+            match counts.sent(
+                conn.send_prepared(&frame, close_on_full),
+                close_on_full.is_some(),
+            ) {
+                // Written only when set: most deliveries leave the
+                // subscriber's entry (and its cache line) unwritten.
+                Sent::Delivered if subscriber.gap => subscriber.gap = false,
+                Sent::Dropped => tell_gap(subscriber, publication.topic()),
+                _ => {}
             }
         }
         drop(subscribers);
@@ -1169,6 +1158,32 @@ impl Inner {
         if waiting > 0 {
             self.gone.fetch_add(waiting as u64, Ordering::Relaxed);
         }
+    }
+}
+
+/// What became of one send, as [`Counts::sent`] counted it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Delivered,
+    /// Its queue was full and the subscriber misses it.
+    Dropped,
+    /// Its queue was full and the subscriber is closed for it.
+    Closed,
+    /// The connection was closing: its end takes it off the topic.
+    Gone,
+}
+
+impl Counts {
+    /// Counts a delivery's send (`closing`: a full queue closes).
+    fn sent(&mut self, result: Result<(), SendError>, closing: bool) -> Sent {
+        let (counter, sent) = match result {
+            Ok(()) => (&mut self.delivered, Sent::Delivered),
+            Err(SendError::QueueFull) if closing => (&mut self.closed, Sent::Closed),
+            Err(SendError::QueueFull) => (&mut self.dropped, Sent::Dropped),
+            Err(_) => (&mut self.gone, Sent::Gone),
+        };
+        *counter += 1;
+        sent
     }
 }
 
