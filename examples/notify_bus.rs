@@ -55,8 +55,14 @@
 //! With `--redis`, nodes started with the same Redis share their topics: a
 //! publish on one reaches the subscribers of all (Redis pub/sub: at most
 //! once; a node that cannot reach Redis goes on serving its own
-//! subscribers and counts the relays it lost, in `/stats`). Positions are
-//! each node's own. What comes from Redis gets the node's own limits; with
+//! subscribers and counts the relays it lost, in `/stats`). With
+//! `--history` too, history lives in Redis (a stream per topic): positions
+//! are Redis's, the same on every node, so a subscriber resumes on any
+//! node, also after its own died; a publish is answered once Redis has
+//! numbered it and this node delivered it. A node that cannot reach Redis
+//! still delivers its own publishes, in an epoch of its own, and a
+//! subscriber that resumes over what Redis missed is told it was not
+//! recovered. What comes from Redis gets the node's own limits; with
 //! `--redis-secret S` (the same on every node) only messages signed with S
 //! are delivered, so a party that can write to Redis cannot inject,
 //! replay or misattribute one.
@@ -71,7 +77,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use clap::Parser;
-use rapidws::pubsub::redis::Bridge;
+use rapidws::pubsub::redis::{Bridge, Receipt};
 use rapidws::pubsub::{
     Envelope, History, Overflow, Position, PubSub, Publication, PublishOptions, Start, Subscribe,
     check_topic,
@@ -203,10 +209,13 @@ impl Handler for Bus {
 
     fn on_open(&self, conn: &Conn, session: &mut Session) {
         for (topic, start) in session.opening.drain(..) {
+            let how = self.how(session.positions, start);
             // Checked at the upgrade; only a closing connection is refused.
-            let _ = self
-                .pubsub
-                .subscribe_with(conn, &topic, &self.how(session.positions, start));
+            let _ = match &self.bridge {
+                // Resumes on this node from Redis's history.
+                Some(bridge) => bridge.subscribe_with(conn, &topic, &how).map(drop),
+                None => self.pubsub.subscribe_with(conn, &topic, &how).map(drop),
+            };
         }
         session.opening.shrink_to_fit();
     }
@@ -382,7 +391,10 @@ impl Bus {
         if let Some(key) = &key {
             options = options.key(key);
         }
-        let published = self.pubsub.publish_with(&topic, message, options);
+        let published = match &self.bridge {
+            Some(bridge) => bridge.publish_wait(&topic, message, options),
+            None => self.pubsub.publish_with(&topic, message, options),
+        };
         let (epoch, offset) = position_fields(published.position);
         let answer = json!({
             "delivered": published.subscribers,
@@ -398,9 +410,16 @@ impl Bus {
         let Ok(body) = std::str::from_utf8(request.body()) else {
             return HttpResponse::text(400, "the body is not UTF-8 (NDJSON)\n");
         };
+        // Every line published first, then each waited for: their round
+        // trips to Redis overlap.
+        let receipts: Vec<_> = body
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| self.publish_line(line))
+            .collect();
         let mut answers = String::new();
-        for line in body.lines().filter(|l| !l.trim().is_empty()) {
-            let answer = match self.publish_line(line) {
+        for receipt in receipts {
+            let answer = match receipt.map(Receipt::wait) {
                 Ok(published) => {
                     let (epoch, offset) = position_fields(published.position);
                     json!({"delivered": published.subscribers, "epoch": epoch, "offset": offset})
@@ -415,7 +434,7 @@ impl Bus {
 
     /// One NDJSON line: `{"topic":..,"data":..[,"key":..]}` (or
     /// `"data_b64"` for a binary payload).
-    fn publish_line(&self, line: &str) -> Result<rapidws::pubsub::Published, String> {
+    fn publish_line(&self, line: &str) -> Result<Receipt, String> {
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
         let topic = value["topic"].as_str().ok_or("no \"topic\" string")?;
@@ -439,7 +458,10 @@ impl Bus {
             }
             _ => return Err("\"key\" is a string of at most 256 bytes".into()),
         }
-        Ok(self.pubsub.publish_with(topic, message, options))
+        Ok(match &self.bridge {
+            Some(bridge) => bridge.publish_with(topic, message, options),
+            None => Receipt::from(self.pubsub.publish_with(topic, message, options)),
+        })
     }
 
     fn topic(&self, path: &str) -> HttpResponse {
@@ -475,8 +497,11 @@ impl Bus {
             answer["bridge"] = json!({
                 "connected": b.connected,
                 "relayed": b.relayed,
+                "recorded": b.recorded,
                 "received": b.received,
                 "lost": b.lost,
+                "unrecorded": b.unrecorded,
+                "filled": b.filled,
                 "refused": b.refused,
                 "reconnects": b.reconnects,
             });

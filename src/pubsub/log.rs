@@ -55,6 +55,50 @@ impl Log {
         }
     }
 
+    /// Lets every publication go (the topic's numbering changed).
+    pub(super) fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Puts `older` (consecutive, oldest first, ending just before the
+    /// first kept) in front, as far as the bounds allow; with nothing
+    /// kept, `older` must end at `last`. False (nothing changed) if they
+    /// do not fit that way.
+    pub(super) fn prepend(
+        &mut self,
+        older: Vec<Arc<Publication>>,
+        last: u64,
+        now: Instant,
+    ) -> bool {
+        let Some(newest) = older.last() else {
+            return true;
+        };
+        let next = self
+            .entries
+            .front()
+            .map_or(last + 1, |first| first.position().offset);
+        let consecutive = older
+            .windows(2)
+            .all(|w| w[0].position().offset + 1 == w[1].position().offset);
+        if newest.position().offset + 1 != next || !consecutive {
+            return false;
+        }
+        let room = self
+            .policy
+            .max_messages()
+            .saturating_sub(self.entries.len());
+        for publication in older.into_iter().rev().take(room) {
+            self.entries.push_front(publication);
+        }
+        self.expire(now);
+        true
+    }
+
+    /// The first offset kept, if any.
+    pub(super) fn first(&self) -> Option<u64> {
+        self.entries.front().map(|p| p.position().offset)
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -127,7 +127,7 @@ use crate::proto::{CloseCode, Message, MessageKind, OpCode};
 pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 use log::Since;
-use registry::{Local, Registry, Route, Subscriber, Topic};
+use registry::{Local, Numbering, Registry, Route, Subscriber, Topic};
 
 /// The longest topic name, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
@@ -247,7 +247,62 @@ pub struct Stats {
 /// Where a node's own publishes go besides its subscribers: other nodes
 /// (the Redis bridge). Called on the publisher's thread; must not block.
 pub(crate) trait Relay: Send + Sync {
-    fn relay(&self, topic: &str, key: Option<&str>, opcode: OpCode, payload: &[u8]);
+    fn relay(&self, outbound: Outbound<'_>) -> Relayed;
+}
+
+/// A publish of this node, handed to the [`Relay`].
+pub(crate) struct Outbound<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) key: Option<&'a str>,
+    pub(crate) opcode: OpCode,
+    pub(crate) payload: &'a [u8],
+    /// The topic's history here: on, Redis numbers and keeps it.
+    pub(crate) history: History,
+    pub(crate) except: Option<&'a Conn>,
+    /// Told what became of a recorded publish, once this node has
+    /// delivered it (or given up waiting for it).
+    pub(crate) reply: Option<Reply>,
+}
+
+/// Told what a publish numbered elsewhere did here.
+pub(crate) type Reply = Box<dyn FnOnce(Published) + Send>;
+
+/// What the relay did with a publish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relayed {
+    /// Passed on (or lost on the way, counted there): deliver it here now.
+    Sent,
+    /// Numbered and kept elsewhere: it comes back to be delivered here
+    /// with every other node's, in the order of its position.
+    Recorded,
+    /// It has history but could not be recorded (Redis gone, or too far
+    /// behind): deliver it here now, numbered here, and the topic's
+    /// history is broken (see [`registry::Numbering::Lost`]).
+    Unrecorded,
+}
+
+/// What became of a publication numbered elsewhere.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) enum Placed {
+    Delivered(Published),
+    /// At or before the topic's latest here: delivered already.
+    Duplicate,
+    /// After a gap: the publications after `after` are missing here.
+    Missing {
+        after: u64,
+    },
+}
+
+/// A publication read back from elsewhere's history.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Loaded {
+    pub(crate) offset: u64,
+    pub(crate) key: Option<String>,
+    pub(crate) opcode: OpCode,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) at: Instant,
 }
 
 /// What a publish did.
@@ -630,15 +685,47 @@ impl PubSub {
         message: Message<'_>,
         options: PublishOptions<'_>,
     ) -> Published {
+        let nobody = Published {
+            subscribers: 0,
+            position: None,
+        };
+        self.publish_through(topic, message, options, None)
+            .unwrap_or(nobody)
+    }
+
+    /// [`PubSub::publish_with`], and `None` if the relay took it to be
+    /// numbered elsewhere (then `reply` is told what it did here, later).
+    pub(crate) fn publish_through(
+        &self,
+        topic: &str,
+        message: Message<'_>,
+        options: PublishOptions<'_>,
+        reply: Option<Reply>,
+    ) -> Option<Published> {
         let opcode = data_opcode(message.kind());
-        self.relay(topic, options.key, opcode, message.as_bytes());
-        self.publish_frame(
+        let payload = message.as_bytes();
+        let relayed = self.relay(Outbound {
+            topic,
+            key: options.key,
+            opcode,
+            payload,
+            history: self.inner.config.history_of(topic),
+            except: options.except,
+            reply,
+        });
+        let unrecorded = match relayed {
+            Relayed::Recorded => return None,
+            Relayed::Sent => false,
+            Relayed::Unrecorded => true,
+        };
+        Some(self.publish_frame(
             topic,
             options.key,
             opcode,
-            message.as_bytes(),
+            payload,
             options.except,
-        )
+            unrecorded,
+        ))
     }
 
     /// [`PubSub::publish`] for a payload given as bytes: text is checked
@@ -673,13 +760,14 @@ impl PubSub {
     }
 
     /// Hands a publish of this node to the relay, if there is one.
-    fn relay(&self, topic: &str, key: Option<&str>, opcode: OpCode, payload: &[u8]) {
-        if check_topic(topic).is_err() {
-            return; // nobody can be subscribed to it, anywhere
+    fn relay(&self, outbound: Outbound<'_>) -> Relayed {
+        if check_topic(outbound.topic).is_err() {
+            return Relayed::Sent; // nobody can be subscribed to it, anywhere
         }
         let relay = self.inner.relay.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(relay) = relay.as_ref() {
-            relay.relay(topic, key, opcode, payload);
+        match relay.as_ref() {
+            Some(relay) => relay.relay(outbound),
+            None => Relayed::Sent,
         }
     }
 
@@ -714,7 +802,154 @@ impl PubSub {
         opcode: OpCode,
         payload: &[u8],
     ) -> Published {
-        self.publish_frame(topic, key, opcode, payload, None)
+        self.publish_frame(topic, key, opcode, payload, None, false)
+    }
+
+    /// Delivers a publication numbered elsewhere (Redis), at `position`,
+    /// to this node's subscribers, in offset order: one this node has
+    /// delivered already is a duplicate, one after a gap is refused
+    /// unless `over_gap` (then every subscriber is told of the gap). A
+    /// new epoch restarts the topic's numbering here (its subscribers told
+    /// of the gap if it had one from Redis before).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn publish_at(
+        &self,
+        topic: &str,
+        position: Position,
+        (key, opcode, payload): (Option<&str>, OpCode, &[u8]),
+        except: Option<&Conn>,
+        over_gap: bool,
+    ) -> Placed {
+        let inner = &*self.inner;
+        let history = inner.config.history_of(topic);
+        if check_topic(topic).is_err() || !history.is_on() {
+            // Not kept here: numbered here, like a relayed publish.
+            return Placed::Delivered(
+                self.publish_frame(topic, key, opcode, payload, except, false),
+            );
+        }
+        loop {
+            let entry = inner.registry.open(topic, history);
+            let _busy = busy::Busy::enter();
+            let mut state = entry.lock();
+            if state.gone {
+                continue;
+            }
+            match state.numbering {
+                Numbering::Here => state.renumber(&entry.name, position, false),
+                Numbering::Lost => state.renumber(&entry.name, position, true),
+                Numbering::Redis if state.epoch != position.epoch => {
+                    state.renumber(&entry.name, position, true);
+                }
+                Numbering::Redis if position.offset <= state.last => return Placed::Duplicate,
+                Numbering::Redis if position.offset > state.last + 1 => {
+                    if !over_gap {
+                        return Placed::Missing { after: state.last };
+                    }
+                    state.renumber(&entry.name, position, true);
+                }
+                Numbering::Redis => {}
+            }
+            let published = self.publish_locked(&entry, &mut state, key, opcode, payload, except);
+            return Placed::Delivered(published);
+        }
+    }
+
+    /// Takes what Redis keeps of `topic` (its `epoch`, its `last` offset,
+    /// and its latest publications, oldest first) into this node's
+    /// history: all of it if this node did not follow Redis's numbering
+    /// yet, else only what is older than what it keeps. Nothing is
+    /// delivered: subscribing afterwards replays from it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn load(&self, topic: &str, epoch: Epoch, last: u64, loaded: Vec<Loaded>) {
+        let inner = &*self.inner;
+        let history = inner.config.history_of(topic);
+        if check_topic(topic).is_err() || !history.is_on() {
+            return;
+        }
+        let entry = loop {
+            let entry = inner.registry.open(topic, history);
+            if !entry.lock().gone {
+                break entry;
+            }
+        };
+        let mut state = entry.lock();
+        match state.numbering {
+            Numbering::Redis if state.epoch == epoch => {}
+            numbering => {
+                let tell = numbering != Numbering::Here;
+                state.renumber(
+                    &entry.name,
+                    Position {
+                        epoch,
+                        offset: last + 1,
+                    },
+                    tell,
+                );
+                state.last = last;
+            }
+        }
+        let now = Instant::now();
+        let publications = loaded
+            .into_iter()
+            .filter(|l| l.offset <= state.last)
+            .map(|l| {
+                let position = Position {
+                    epoch,
+                    offset: l.offset,
+                };
+                Arc::new(Publication::new(
+                    entry.name.clone(),
+                    position,
+                    l.key.as_deref(),
+                    l.opcode,
+                    &l.payload,
+                    l.at,
+                ))
+            })
+            .collect();
+        let last = state.last;
+        if let Some(log) = &mut state.log {
+            log.prepend(publications, last, now);
+        }
+    }
+
+    /// What this node's history of `topic` lacks to answer `start` as
+    /// Redis's would: the publications after the first offset and before
+    /// the second (`None`: up to the latest); `None` if it lacks nothing
+    /// (it follows Redis's numbering and holds what follows the position,
+    /// or, for the latest, has one).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn missing(&self, topic: &str, start: Start) -> Option<(u64, Option<u64>)> {
+        let after = match start {
+            Start::Now => return None,
+            Start::Latest => 0,
+            Start::After(seen) => seen.offset,
+        };
+        let Some(entry) = self.inner.registry.find(topic) else {
+            return Some((after, None));
+        };
+        let state = entry.lock();
+        if state.gone || state.numbering != Numbering::Redis {
+            return Some((after, None));
+        }
+        let log = state.log.as_ref()?;
+        let first = log.first().unwrap_or(state.last + 1);
+        let covered = match start {
+            Start::Now => true,
+            Start::Latest => state.last == 0 || !log.is_empty(),
+            Start::After(seen) => {
+                seen.epoch != state.epoch || seen.offset >= state.last || first <= seen.offset + 1
+            }
+        };
+        (!covered).then_some((after, Some(first)))
+    }
+
+    /// The topics whose numbering this node takes from Redis, and their
+    /// latest offsets here.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn numbered_by_redis(&self) -> Vec<(Arc<str>, Position)> {
+        self.inner.registry.numbered_by_redis()
     }
 
     fn membership(&self) -> Arc<dyn Membership> {
@@ -728,6 +963,7 @@ impl PubSub {
         opcode: OpCode,
         payload: &[u8],
         except: Option<&Conn>,
+        unrecorded: bool,
     ) -> Published {
         let inner = &*self.inner;
         let nobody = Published {
@@ -762,6 +998,15 @@ impl PubSub {
                     continue; // forgotten meanwhile: made again
                 }
                 return nobody; // its last subscriber left meanwhile
+            }
+            if unrecorded && state.numbering == Numbering::Redis {
+                // Redis's history of it misses this one from here on: an
+                // epoch of this node's own until Redis numbers it again.
+                state.numbering = Numbering::Lost;
+                state.epoch = Epoch::new();
+                if let Some(log) = &mut state.log {
+                    log.clear();
+                }
             }
             return self.publish_locked(&entry, &mut state, key, opcode, payload, except);
         }

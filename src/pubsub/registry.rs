@@ -208,6 +208,22 @@ pub(super) struct TopicState {
     pub(super) log: Option<Log>,
     /// Taken out of the registry: whoever holds it looks it up again.
     pub(super) gone: bool,
+    /// Who numbers its publications.
+    pub(super) numbering: Numbering,
+}
+
+/// Who numbers a topic's publications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Numbering {
+    /// This node: no Redis history, or none seen yet for this topic.
+    Here,
+    /// Redis (the bridge's history): epoch and offsets are Redis's, the
+    /// same on every node.
+    Redis,
+    /// Redis did, until a publication here could not be recorded: this
+    /// node numbers in an epoch of its own until Redis's come back, and
+    /// its subscribers are told of the gap then.
+    Lost,
 }
 
 impl Topic {
@@ -220,6 +236,7 @@ impl Topic {
                 last: 0,
                 log: history.is_on().then(|| Log::new(history)),
                 gone: false,
+                numbering: Numbering::Here,
             }),
         }
     }
@@ -256,6 +273,56 @@ impl TopicState {
             }
         };
         local.add(subscriber)
+    }
+
+    /// Takes Redis's numbering from `position` on (the next publication
+    /// is `position`): the log restarts, subscriptions that started past
+    /// it start there, and with `tell` every subscriber is told of a gap,
+    /// in order: after what is on its way to it already.
+    pub(super) fn renumber(
+        &mut self,
+        topic: &Arc<str>,
+        position: super::history::Position,
+        tell: bool,
+    ) {
+        self.epoch = position.epoch;
+        self.last = position.offset.saturating_sub(1);
+        self.numbering = Numbering::Redis;
+        if let Some(log) = &mut self.log {
+            log.clear();
+        }
+        for local in &self.locals {
+            let mut subscribers = local.lock();
+            let s = &mut *subscribers;
+            s.max_from = 0;
+            for subscriber in &mut s.list {
+                subscriber.from = subscriber.from.min(self.last + 1);
+                s.max_from = s.max_from.max(subscriber.from);
+            }
+            if !tell {
+                continue;
+            }
+            let told: Vec<usize> = s.list.iter().map(|s| s.conn.key()).collect();
+            drop(subscribers);
+            let (held, topic) = (local.clone(), topic.clone());
+            let job = move || {
+                let mut subscribers = held.lock();
+                for key in told {
+                    if let Some(subscriber) = subscribers.find(key) {
+                        super::tell_gap(subscriber, &topic);
+                    }
+                }
+            };
+            match &local.route {
+                // Behind the deliveries posted before it.
+                Route::Loop(list) => {
+                    // A loop too far behind to take it has dropped
+                    // deliveries, and told of that gap.
+                    list.post(Box::new(job), 0);
+                }
+                Route::Direct => job(),
+            }
+        }
     }
 
     /// Whether nothing needs it kept: no subscribers, nothing to replay.
@@ -362,6 +429,25 @@ impl Registry {
     /// Topics with at least one subscriber.
     pub(super) fn topics(&self) -> usize {
         self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// Every topic numbered by Redis here, with its latest position.
+    pub(super) fn numbered_by_redis(&self) -> Vec<(Arc<str>, super::history::Position)> {
+        let mut found = Vec::new();
+        for index in 0..self.shards.len() {
+            let shard = self.lock_shard(index);
+            for (name, topic) in shard.iter() {
+                let state = topic.lock();
+                if state.numbering == Numbering::Redis {
+                    let position = super::history::Position {
+                        epoch: state.epoch,
+                        offset: state.last,
+                    };
+                    found.push((name.clone(), position));
+                }
+            }
+        }
+        found
     }
 
     /// Lets one shard's topics drop the publications they kept too long,

@@ -488,3 +488,139 @@ fn what_waits_for_a_subscription_that_ends_is_counted_gone() {
         "{stats:?}"
     );
 }
+
+fn text(payload: &str) -> (Option<&str>, OpCode, &[u8]) {
+    (None, OpCode::Text, payload.as_bytes())
+}
+
+#[test]
+fn publications_numbered_elsewhere_arrive_in_order_once_and_a_gap_is_told() {
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    let list = Arc::new(Loop::default());
+    let a = conn(&list, 1, 1 << 20);
+    let marks: Arc<dyn Envelope> = Arc::new(Marks);
+    pubsub
+        .subscribe_with(&a, "t", &Subscribe::new().envelope(marks.clone()))
+        .unwrap();
+    let epoch = Epoch::from_u64(0xe);
+    let at = |offset| Position { epoch, offset };
+    // The first from elsewhere sets the numbering, silently.
+    assert!(matches!(
+        pubsub.publish_at("t", at(41), text("x"), None, false),
+        Placed::Delivered(_)
+    ));
+    assert!(matches!(
+        pubsub.publish_at("t", at(41), text("x"), None, false),
+        Placed::Duplicate
+    ));
+    assert!(matches!(
+        pubsub.publish_at("t", at(44), text("x"), None, false),
+        Placed::Missing { after: 41 }
+    ));
+    pubsub.publish_at("t", at(42), text("x"), None, false);
+    pubsub.publish_at("t", at(44), text("x"), None, true);
+    list.run(usize::MAX);
+    assert_eq!(frames(&a), ["o41", "o42", "rfalse", "o44"]);
+    assert_eq!(pubsub.position("t"), Some(at(44)));
+    // A resume within what is kept since the gap is whole.
+    let b = conn(&list, 2, 1 << 20);
+    let how = Subscribe::new().envelope(marks.clone());
+    pubsub
+        .subscribe_with(&b, "t", &how.clone().start(Start::After(at(43))))
+        .unwrap();
+    assert_eq!(frames(&b), ["o44", "rtrue"]);
+    // A new epoch from elsewhere: told, numbered anew.
+    let next = Position {
+        epoch: Epoch::from_u64(0xf),
+        offset: 1,
+    };
+    pubsub.publish_at("t", next, text("y"), None, false);
+    list.run(usize::MAX);
+    assert_eq!(frames(&a), ["rfalse", "o1"]);
+    assert_eq!(frames(&b), ["rfalse", "o1"]);
+}
+
+#[test]
+fn a_publication_that_could_not_be_recorded_breaks_the_numbering_until_redis_is_back() {
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    let list = Arc::new(Loop::default());
+    let a = conn(&list, 1, 1 << 20);
+    let marks: Arc<dyn Envelope> = Arc::new(Marks);
+    pubsub
+        .subscribe_with(&a, "t", &Subscribe::new().envelope(marks.clone()))
+        .unwrap();
+    let epoch = Epoch::from_u64(0xe);
+    pubsub.publish_at("t", Position { epoch, offset: 7 }, text("x"), None, false);
+    // Redis gone: numbered here, in an epoch of this node's own.
+    let here = pubsub.publish_frame("t", None, OpCode::Text, b"y", None, true);
+    let here = here.position.unwrap();
+    assert_ne!(here.epoch, epoch);
+    assert_eq!(here.offset, 8);
+    assert_eq!(pubsub.missing("t", Start::After(here)), Some((8, None)));
+    // Redis back, with its own numbering: the subscriber is told.
+    pubsub.publish_at("t", Position { epoch, offset: 9 }, text("z"), None, false);
+    list.run(usize::MAX);
+    assert_eq!(frames(&a), ["o7", "o8", "rfalse", "o9"]);
+}
+
+#[test]
+fn history_loaded_from_elsewhere_is_replayed_and_joins_the_live_ones() {
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    let list = Arc::new(Loop::default());
+    let epoch = Epoch::from_u64(0xab);
+    let seen = Position { epoch, offset: 3 };
+    assert_eq!(pubsub.missing("t", Start::After(seen)), Some((3, None)));
+    let loaded = |offsets: std::ops::RangeInclusive<u64>| {
+        offsets
+            .map(|offset| Loaded {
+                offset,
+                key: None,
+                opcode: OpCode::Text,
+                payload: format!("p{offset}").into_bytes(),
+                at: Instant::now(),
+            })
+            .collect()
+    };
+    // Redis holds 6..=9 (its latest is 9); this node had nothing.
+    pubsub.load("t", epoch, 9, loaded(6..=9));
+    assert_eq!(pubsub.position("t"), Some(Position { epoch, offset: 9 }));
+    assert_eq!(
+        pubsub.missing("t", Start::After(seen)),
+        Some((3, Some(6))),
+        "4 and 5 are not held"
+    );
+    // Older ones load in front; then the resume is whole.
+    pubsub.load("t", epoch, 9, loaded(4..=5));
+    assert_eq!(pubsub.missing("t", Start::After(seen)), None);
+    let a = conn(&list, 1, 1 << 20);
+    let how = Subscribe::new()
+        .envelope(Arc::new(Marks))
+        .start(Start::After(seen));
+    let subscribed = pubsub.subscribe_with(&a, "t", &how).unwrap();
+    assert_eq!(subscribed.recovered, Some(true));
+    pubsub.publish_at("t", Position { epoch, offset: 9 }, text("dup"), None, false);
+    pubsub.publish_at(
+        "t",
+        Position { epoch, offset: 10 },
+        text("live"),
+        None,
+        false,
+    );
+    list.run(usize::MAX);
+    assert_eq!(
+        frames(&a),
+        ["o4", "o5", "o6", "o7", "o8", "o9", "rtrue", "o10"]
+    );
+    // Loads that do not fit change nothing.
+    pubsub.load("t", epoch, 10, loaded(1..=2));
+    assert_eq!(
+        pubsub.missing("t", Start::After(Position { epoch, offset: 1 })),
+        Some((1, Some(4)))
+    );
+}

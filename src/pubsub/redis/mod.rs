@@ -1,0 +1,754 @@
+//! Many nodes: a bridge that relays publishes between server processes
+//! through Redis (feature `redis`), and keeps topics' history there.
+//!
+//! ```no_run
+//! # fn run() -> Result<(), rapidws::pubsub::redis::BridgeError> {
+//! let pubsub = rapidws::pubsub::PubSub::new();
+//! let bridge = rapidws::pubsub::redis::Bridge::start(&pubsub, "redis://127.0.0.1:6379")?;
+//! // Every node's publishes now reach this node's subscribers too.
+//! # drop(bridge);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The bridge runs on a thread of its own (`rapidws-redis`), so it can be
+//! started anywhere and waited for from any thread.
+//!
+//! ## Topics without history: relayed at most once
+//!
+//! Every publish on a node goes to its own subscribers at once, as without
+//! the bridge, and is also handed to the bridge, which publishes it on the
+//! Redis channel `rapidws:<topic>` (the prefix is [`Builder::prefix`]'s to
+//! choose). Each node's bridge listens to `rapidws:*` and publishes what
+//! other nodes sent to its own subscribers; a message carries the node it
+//! came from, so a node never delivers its own publishes twice. The count
+//! a publish returns is this node's subscribers.
+//!
+//! Redis pub/sub keeps nothing: a message published while a node is not
+//! connected never reaches that node, and a message a node cannot hand to
+//! Redis (Redis gone or too slow, or the bridge's queue full:
+//! [`Builder::max_queued_bytes`], 16 MiB by default, counting what is in
+//! flight) is dropped and counted in [`BridgeStats::lost`]. Nothing is
+//! retried, so nothing arrives twice or out of order from one node.
+//!
+//! ## Topics with history: numbered and kept by Redis
+//!
+//! For a topic the [`PubSub`] keeps history of ([`super::Builder::history`]),
+//! Redis numbers the publications and keeps them (unless
+//! [`Builder::record_history`] is off), so that every node gives a
+//! publication the same position and a subscriber resumes on any node:
+//! after a reconnect to another one, or after its node died.
+//!
+//! - **Publishing.** A publish goes to Redis first: one script numbers it
+//!   (the topic's epoch, made when it has none, and the next offset),
+//!   appends it to the topic's stream (trimmed to the history's count, let
+//!   go after its age) and publishes it with its position. Every node,
+//!   this one included, delivers it to its subscribers when it comes back,
+//!   in offset order. [`PubSub::publish`] returns at once then (with no
+//!   position: it is not numbered yet); [`Bridge::publish`] and
+//!   [`Bridge::publish_wait`] wait until this node delivered it and say
+//!   its position and this node's subscribers.
+//! - **No gaps, no duplicates.** A node that hears an offset past the next
+//!   one it expected (its Redis connection dropped messages) reads the
+//!   missing ones from the stream and delivers them first; one it has
+//!   delivered already is skipped. After reconnecting it reads what every
+//!   topic it follows missed meanwhile.
+//! - **Resuming.** [`Bridge::subscribe_with`] loads what the topic's
+//!   stream holds after the subscriber's position into the node's history
+//!   when the node does not hold it (it has just started, or never heard of
+//!   the topic), then subscribes: the replay and the live publications
+//!   meet without a gap, as on one node.
+//! - **Redis going away, or losing its data.** Local delivery never stops:
+//!   a publish Redis cannot record is delivered here at once, numbered in
+//!   an epoch of this node's own, and counted in
+//!   [`BridgeStats::unrecorded`]. When Redis is back, the bridge gives
+//!   such a topic a new epoch in Redis, so no subscriber anywhere resumes
+//!   over what Redis missed as if nothing were missing; every subscriber
+//!   of it is told of the gap ([`super::Envelope::recovery`] with
+//!   `false`). A Redis that restarted empty makes new epochs the same way.
+//!
+//! ## Redis going away
+//!
+//! Connecting and every round trip are bounded in time
+//! ([`Builder::timeout`], 2 s by default): a Redis that stops answering
+//! (paused, overloaded, a network that drops packets) is treated as gone.
+//! The bridge reconnects with backoff (100 ms doubling to 5 s), subscribes
+//! again, and counts the reconnects; [`BridgeStats::connected`] says
+//! whether it is connected now.
+//!
+//! ## Redis is not trusted
+//!
+//! What arrives from Redis is checked as a peer's message would be: a
+//! message longer than the node's limit ([`Builder::max_message_size`]),
+//! text that is not UTF-8, or anything not in the bridge's format is
+//! refused and counted ([`BridgeStats::refused`]), never delivered; the
+//! same for entries read from a stream. Each message carries its node's
+//! random id and a count that only grows; with a secret the nodes share
+//! ([`Builder::secret`]), each also carries an HMAC-SHA256 over its channel
+//! and contents. Then a party that can publish to Redis but does not know
+//! the secret cannot make a node deliver anything: not a message of its
+//! own, not one that claims another node's id (which would have that node
+//! skip it as its own), not a message moved to another channel, and not a
+//! replay of a real one (its count is not above the last one seen from
+//! that node). It can still keep messages from arriving (delete, delay,
+//! or disconnect subscribers, as anyone who controls Redis can: Redis
+//! closes a subscriber whose output buffer passes
+//! `client-output-buffer-limit pubsub`, 32 MiB by default, so a flood of
+//! large messages on the channels costs every node what was published
+//! meanwhile, counted as a reconnect), and it can read what is published
+//! (the MAC authenticates; it does not encrypt). A position is Redis's, not
+//! the node's, so it is outside the MAC: a party that can write to Redis
+//! can renumber or delete a topic's history (and so make subscribers skip
+//! publications or be told they were not recovered), or put a real
+//! message of the topic back into its stream; it cannot put in a message
+//! no node published on that topic. Without a secret the node id is only
+//! a label: whoever can publish to Redis can make nodes deliver anything
+//! within their limits.
+
+mod run;
+mod streams;
+mod wire;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    History, Outbound, PubSub, PubSubError, Published, Relay, Relayed, Reply, Start, Subscribe,
+    Subscribed,
+};
+use crate::connection::conn::Conn;
+use crate::proto::Message;
+use crate::pubsub::PublishOptions;
+use run::Run;
+
+/// Messages waiting for Redis at most (besides the bound in bytes); more
+/// are lost (and counted).
+const QUEUE: usize = 4096;
+
+/// The most topics remembered as published here unrecorded (to give them
+/// a new epoch when Redis is back); past it, the oldest is forgotten, and
+/// a subscriber of it may resume as recovered over what it missed.
+const BROKEN: usize = 65_536;
+
+/// Why a bridge could not start.
+#[derive(Debug)]
+pub enum BridgeError {
+    /// The Redis URL is not one the client understands.
+    Url(redis::RedisError),
+    /// The bridge's thread could not be started.
+    Thread(std::io::Error),
+    /// The `PubSub` has a running bridge already: drop it first (two
+    /// bridges on one `PubSub` would deliver every other node's message
+    /// twice).
+    Running,
+}
+
+impl std::fmt::Display for BridgeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BridgeError::Url(error) => write!(f, "bad Redis URL: {error}"),
+            BridgeError::Thread(error) => {
+                write!(f, "cannot start the Redis bridge's thread: {error}")
+            }
+            BridgeError::Running => f.write_str(
+                "this PubSub has a running Redis bridge already: drop it before starting another",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BridgeError {}
+
+/// Counts since the bridge started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BridgeStats {
+    /// This node's publishes of topics without history handed to Redis.
+    pub relayed: u64,
+    /// This node's publishes of topics with history numbered and kept by
+    /// Redis.
+    pub recorded: u64,
+    /// Messages from other nodes published here.
+    pub received: u64,
+    /// This node's publishes of topics without history that never reached
+    /// Redis (see the module docs).
+    pub lost: u64,
+    /// This node's publishes of topics with history that Redis could not
+    /// record: delivered here only, in an epoch of this node's own.
+    pub unrecorded: u64,
+    /// Publications read from a stream to close a gap in what this node
+    /// heard.
+    pub filled: u64,
+    /// Messages and stream entries from Redis refused: too long, not UTF-8
+    /// text, not in the bridge's format, a bad or missing MAC (with a
+    /// secret), or a replay.
+    pub refused: u64,
+    /// Connections to Redis made after the first.
+    pub reconnects: u64,
+    /// Connected to Redis now (publishing and subscribed).
+    pub connected: bool,
+}
+
+/// A running bridge between one [`PubSub`] and Redis. Dropping it stops
+/// the bridge: publishes stay local from then on.
+pub struct Bridge {
+    shared: Arc<Shared>,
+    /// `shared` as the `PubSub` holds it.
+    relay: Arc<dyn Relay>,
+    pubsub: PubSub,
+    /// Dropped to stop the bridge's thread.
+    _stop: oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// What the bridge's task and the publishers share.
+struct Shared {
+    /// Who this node is, in every message it sends.
+    node: [u8; 16],
+    /// This node's messages so far: the count each carries.
+    sent: AtomicU64,
+    settings: Builder,
+    outbound: mpsc::Sender<Outgoing>,
+    /// The bytes of the messages queued or in flight to Redis.
+    queued_bytes: AtomicUsize,
+    /// The bridge thread's runtime, for loads asked for elsewhere (set
+    /// once it runs).
+    runtime: OnceLock<tokio::runtime::Handle>,
+    /// The connection commands go on, while connected, and its scripts.
+    commands: Mutex<Option<(redis::aio::MultiplexedConnection, streams::Scripts)>>,
+    /// Topics with history published here while Redis could not record
+    /// them: they get a new epoch in Redis when it is back.
+    broken: Mutex<Vec<String>>,
+    relayed: AtomicU64,
+    recorded: AtomicU64,
+    received: AtomicU64,
+    lost: AtomicU64,
+    unrecorded: AtomicU64,
+    filled: AtomicU64,
+    refused: AtomicU64,
+    reconnects: AtomicU64,
+    connected: AtomicBool,
+}
+
+/// A publish on its way to Redis: the channel and the encoded message.
+struct Outgoing {
+    channel: String,
+    message: Vec<u8>,
+    /// What it counts for in `Shared::queued_bytes`.
+    bytes: usize,
+    /// For a topic with history: how Redis keeps it.
+    record: Option<Record>,
+}
+
+/// A publication of a topic with history, to be numbered by Redis.
+struct Record {
+    topic: String,
+    history: History,
+    /// Its node count (what its return from Redis is known by).
+    count: u64,
+    except: Option<Conn>,
+    reply: Option<Reply>,
+}
+
+impl Relay for Shared {
+    fn relay(&self, outbound: Outbound<'_>) -> Relayed {
+        let Outbound {
+            topic,
+            key,
+            opcode,
+            payload,
+            history,
+            except,
+            reply,
+        } = outbound;
+        let record = history.is_on() && self.settings.record_history;
+        // A key over 64 KiB is not carried: relayed keyless.
+        let key = key.filter(|key| u16::try_from(key.len()).is_ok());
+        let refused = || {
+            if record {
+                self.unrecorded(topic);
+                Relayed::Unrecorded
+            } else {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+                Relayed::Sent
+            }
+        };
+        if record && !self.connected.load(Ordering::Relaxed) {
+            return refused();
+        }
+        let channel = format!("{}{topic}", self.settings.prefix);
+        let bytes = channel.len()
+            + key.map_or(0, |k| 2 + k.len())
+            + payload.len()
+            + wire::HEADER
+            + wire::TAG;
+        let queued = self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if queued + bytes > self.settings.max_queued_bytes {
+            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return refused();
+        }
+        let count = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+        let message = wire::encode(
+            &self.node,
+            count,
+            key,
+            opcode,
+            payload,
+            &channel,
+            self.settings.secret.as_deref(),
+        );
+        let outgoing = Outgoing {
+            channel,
+            message,
+            bytes,
+            record: record.then(|| Record {
+                topic: topic.to_owned(),
+                history,
+                count,
+                except: except.cloned(),
+                reply,
+            }),
+        };
+        match self.outbound.try_send(outgoing) {
+            Ok(()) if record => Relayed::Recorded,
+            Ok(()) => Relayed::Sent,
+            Err(_) => {
+                self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                refused()
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn broken(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.broken.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_commands(
+        &self,
+        commands: Option<(redis::aio::MultiplexedConnection, streams::Scripts)>,
+    ) {
+        *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
+    }
+
+    /// Counts a publish of `topic` Redis could not record, and remembers
+    /// the topic to give it a new epoch when Redis is back.
+    fn unrecorded(&self, topic: &str) {
+        self.unrecorded.fetch_add(1, Ordering::Relaxed);
+        let mut broken = self.broken();
+        if broken.iter().any(|t| t == topic) {
+            return;
+        }
+        if broken.len() >= BROKEN {
+            broken.remove(0);
+        }
+        broken.push(topic.to_owned());
+    }
+}
+
+/// How a [`Bridge`] is set up: [`Bridge::builder`].
+#[derive(Clone)]
+pub struct Builder {
+    url: String,
+    prefix: String,
+    secret: Option<Vec<u8>>,
+    max_message_size: usize,
+    max_queued_bytes: usize,
+    timeout: Duration,
+    record_history: bool,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("secret", &self.secret.as_ref().map(|_| "…"))
+            .field("max_message_size", &self.max_message_size)
+            .field("max_queued_bytes", &self.max_queued_bytes)
+            .field("timeout", &self.timeout)
+            .field("record_history", &self.record_history)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// Channels are named `<prefix><topic>` (default `rapidws:`), and
+    /// history keys `<prefix>{<topic>}:m` and `:s`: nodes that share a
+    /// prefix share their topics.
+    pub fn prefix(mut self, prefix: &str) -> Builder {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// A secret every node of the cluster shares (any length; 32 random
+    /// bytes is plenty): each message is signed with it, and only messages
+    /// signed with it are delivered. See "Redis is not trusted" in the
+    /// module docs.
+    pub fn secret(mut self, secret: &[u8]) -> Builder {
+        self.secret = Some(secret.to_vec());
+        self
+    }
+
+    /// The longest payload taken from Redis (default 16 MiB, the
+    /// connection's default limit): set it to the node's own
+    /// `Config::max_message_size`.
+    pub fn max_message_size(mut self, bytes: usize) -> Builder {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// The most bytes of this node's publishes waiting for Redis or in
+    /// flight (default 16 MiB); a publish past it is lost (counted).
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Builder {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// How long connecting, subscribing, and each round trip may take
+    /// before Redis is taken for gone (default 2 s).
+    pub fn timeout(mut self, timeout: Duration) -> Builder {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether topics with history are numbered and kept by Redis
+    /// (default true; see the module docs). Off, every node numbers and
+    /// keeps its own, and positions differ between nodes.
+    pub fn record_history(mut self, on: bool) -> Builder {
+        self.record_history = on;
+        self
+    }
+
+    /// Starts relaying `pubsub`'s publishes. Returns at once: the bridge
+    /// connects, and keeps reconnecting, on a thread of its own.
+    pub fn start(self, pubsub: &PubSub) -> Result<Bridge, BridgeError> {
+        let client = redis::Client::open(self.url.as_str()).map_err(BridgeError::Url)?;
+        let (outbound, queue) = mpsc::channel(QUEUE);
+        let mut node = [0u8; 16];
+        crate::proto::fill_random(&mut node);
+        let shared = Arc::new(Shared {
+            node,
+            sent: AtomicU64::new(0),
+            settings: self,
+            outbound,
+            queued_bytes: AtomicUsize::new(0),
+            runtime: OnceLock::new(),
+            commands: Mutex::new(None),
+            broken: Mutex::new(Vec::new()),
+            relayed: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            unrecorded: AtomicU64::new(0),
+            filled: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+        });
+        let relay: Arc<dyn Relay> = shared.clone();
+        if !pubsub.set_relay_if_none(relay.clone()) {
+            return Err(BridgeError::Running);
+        }
+        let run = Run::new(client, shared.clone(), pubsub, queue);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (made, runtime) = std::sync::mpsc::sync_channel(1);
+        // The runtime is made, run and dropped on the bridge's thread
+        // (dropping one inside another's task is refused).
+        let started = std::thread::Builder::new()
+            .name("rapidws-redis".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                let runtime = match runtime {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = made.send(Err(error));
+                        return;
+                    }
+                };
+                let _ = made.send(Ok(runtime.handle().clone()));
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = run.forever() => {}
+                        _ = stopped => {}
+                    }
+                });
+            });
+        let runtime = match started {
+            Ok(_) => runtime.recv().unwrap_or_else(|_| {
+                Err(std::io::Error::other("the bridge's thread ended at once"))
+            }),
+            Err(error) => Err(error),
+        };
+        match runtime {
+            Ok(runtime) => {
+                let _ = shared.runtime.set(runtime);
+            }
+            Err(error) => {
+                pubsub.clear_relay_if(&relay);
+                return Err(BridgeError::Thread(error));
+            }
+        }
+        Ok(Bridge {
+            shared,
+            relay,
+            pubsub: pubsub.clone(),
+            _stop: stop,
+        })
+    }
+}
+
+/// What [`Bridge::subscribe_with`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subscribing {
+    /// Subscribed, from what this node holds.
+    Done(Subscribed),
+    /// This node is reading the topic's history from Redis first, on the
+    /// bridge's thread; the subscription follows (within the bridge's
+    /// timeout), with its replay, and the subscriber's envelope tells it
+    /// whether it was recovered.
+    Loading,
+}
+
+/// A publish on its way through Redis: [`Bridge::publish_with`].
+#[must_use = "a receipt says nothing until waited for"]
+pub struct Receipt {
+    ready: Option<Published>,
+    waiting: Option<std::sync::mpsc::Receiver<Published>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receipt")
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Published> for Receipt {
+    /// A receipt for a publish that was not waited for (made without the
+    /// bridge): `wait` gives it back.
+    fn from(published: Published) -> Receipt {
+        Receipt {
+            ready: Some(published),
+            waiting: None,
+            timeout: Duration::ZERO,
+        }
+    }
+}
+
+impl Receipt {
+    /// Blocks until this node delivered the publication (or gave up: twice
+    /// the bridge's timeout), and says where it sits and how many of this
+    /// node's subscribers it was addressed to. `position` is `None` only if
+    /// nothing came back in time. Never call it on a server loop's thread
+    /// while publishing at a high rate: it waits for a Redis round trip.
+    pub fn wait(self) -> Published {
+        if let Some(published) = self.ready {
+            return published;
+        }
+        let nobody = Published {
+            subscribers: 0,
+            position: None,
+        };
+        self.waiting
+            .and_then(|waiting| waiting.recv_timeout(self.timeout * 2).ok())
+            .unwrap_or(nobody)
+    }
+}
+
+impl Bridge {
+    /// A bridge through the Redis server at `url` (`redis://host:port/`),
+    /// to set up and start.
+    pub fn builder(url: &str) -> Builder {
+        Builder {
+            url: url.to_owned(),
+            prefix: "rapidws:".to_owned(),
+            secret: None,
+            max_message_size: 16 << 20,
+            max_queued_bytes: 16 << 20,
+            timeout: Duration::from_secs(2),
+            record_history: true,
+        }
+    }
+
+    /// Starts relaying `pubsub`'s publishes through the Redis server at
+    /// `url` (`redis://host:port/`), on channels `rapidws:<topic>`, with
+    /// the defaults of [`Bridge::builder`].
+    pub fn start(pubsub: &PubSub, url: &str) -> Result<Bridge, BridgeError> {
+        Bridge::builder(url).start(pubsub)
+    }
+
+    /// [`Bridge::start`] with channels named `<prefix><topic>`: nodes that
+    /// share a prefix share their topics.
+    pub fn start_with(pubsub: &PubSub, url: &str, prefix: &str) -> Result<Bridge, BridgeError> {
+        Bridge::builder(url).prefix(prefix).start(pubsub)
+    }
+
+    /// Publishes as [`PubSub::publish_with`] does, and gives a receipt to
+    /// learn where Redis put it: for a topic with history, its position
+    /// and this node's subscribers once this node delivered it; for any
+    /// other, at once. Publish many, then wait for each, to have their
+    /// round trips to Redis overlap.
+    pub fn publish_with(
+        &self,
+        topic: &str,
+        message: Message<'_>,
+        options: PublishOptions<'_>,
+    ) -> Receipt {
+        let (tell, waiting) = std::sync::mpsc::sync_channel(1);
+        let reply: Reply = Box::new(move |published| {
+            let _ = tell.send(published);
+        });
+        let ready = self
+            .pubsub
+            .publish_through(topic, message, options, Some(reply));
+        Receipt {
+            waiting: ready.is_none().then_some(waiting),
+            ready,
+            timeout: self.shared.settings.timeout,
+        }
+    }
+
+    /// [`Bridge::publish_with`], waited for on this thread.
+    pub fn publish_wait(
+        &self,
+        topic: &str,
+        message: Message<'_>,
+        options: PublishOptions<'_>,
+    ) -> Published {
+        self.publish_with(topic, message, options).wait()
+    }
+
+    /// [`Bridge::publish_with`], awaited.
+    pub async fn publish(
+        &self,
+        topic: &str,
+        message: Message<'_>,
+        options: PublishOptions<'_>,
+    ) -> Published {
+        let (tell, told) = oneshot::channel();
+        let reply: Reply = Box::new(move |published| {
+            let _ = tell.send(published);
+        });
+        if let Some(published) = self
+            .pubsub
+            .publish_through(topic, message, options, Some(reply))
+        {
+            return published;
+        }
+        let nobody = Published {
+            subscribers: 0,
+            position: None,
+        };
+        let timeout = self.shared.settings.timeout * 2;
+        match tokio::time::timeout(timeout, told).await {
+            Ok(Ok(published)) => published,
+            _ => nobody,
+        }
+    }
+
+    /// Subscribes as [`PubSub::subscribe_with`] does, but a subscriber
+    /// that resumes (or asks for the latest) on a topic whose history this
+    /// node does not hold is given Redis's: see [`Subscribing`]. Checks the
+    /// topic and the connection first.
+    pub fn subscribe_with(
+        &self,
+        conn: &Conn,
+        topic: &str,
+        how: &Subscribe,
+    ) -> Result<Subscribing, PubSubError> {
+        super::check_topic(topic)?;
+        let history = self.pubsub.history(topic);
+        let loads = how.start != Start::Now
+            && history.is_on()
+            && self.shared.settings.record_history
+            && self.shared.connected.load(Ordering::Relaxed);
+        let missing = if loads {
+            self.pubsub.missing(topic, how.start)
+        } else {
+            None
+        };
+        let (Some((after, before)), Some(runtime)) = (missing, self.shared.runtime.get()) else {
+            return self
+                .pubsub
+                .subscribe_with(conn, topic, how)
+                .map(Subscribing::Done);
+        };
+        let (shared, pubsub) = (self.shared.clone(), self.pubsub.clone());
+        let (conn, topic, how) = (conn.clone(), topic.to_owned(), how.clone());
+        runtime.spawn(async move {
+            let timeout = shared.settings.timeout;
+            let count = match how.start {
+                Start::Latest => 1,
+                _ => history.max_messages(),
+            };
+            let load = run::load(&shared, &pubsub, &topic, history, (after, before, count));
+            if tokio::time::timeout(timeout, load).await.is_err() {
+                tracing::debug!(topic, "history from Redis not read in time");
+            }
+            let _ = pubsub.subscribe_with(&conn, &topic, &how);
+        });
+        Ok(Subscribing::Loading)
+    }
+
+    /// Counts since the bridge started.
+    pub fn stats(&self) -> BridgeStats {
+        let shared = &self.shared;
+        BridgeStats {
+            relayed: shared.relayed.load(Ordering::Relaxed),
+            recorded: shared.recorded.load(Ordering::Relaxed),
+            received: shared.received.load(Ordering::Relaxed),
+            lost: shared.lost.load(Ordering::Relaxed),
+            unrecorded: shared.unrecorded.load(Ordering::Relaxed),
+            filled: shared.filled.load(Ordering::Relaxed),
+            refused: shared.refused.load(Ordering::Relaxed),
+            reconnects: shared.reconnects.load(Ordering::Relaxed),
+            connected: shared.connected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        // Only this bridge's relay: never one that came after it. The
+        // bridge's thread ends with `_stop`.
+        self.pubsub.clear_relay_if(&self.relay);
+    }
+}
+
+/// `prefix` with the glob characters of a Redis pattern escaped.
+fn escape_pattern(prefix: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_escaped_in_patterns() {
+        assert_eq!(escape_pattern("rapidws:"), "rapidws:");
+        assert_eq!(escape_pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

@@ -1,0 +1,672 @@
+//! The bridge's task: connects, relays both ways, numbers through Redis,
+//! closes gaps from the streams, and reconnects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use futures_core::Stream;
+use redis::Value;
+use tokio::sync::mpsc;
+
+use super::streams::{self, Check, Scripts};
+use super::{Outgoing, Shared, escape_pattern, wire};
+use crate::connection::conn::Conn;
+use crate::proto::OpCode;
+use crate::pubsub::{History, Inner, Placed, Position, PubSub, Published, Reply};
+
+/// The most messages sent to Redis in one round trip.
+const BATCH: usize = 256;
+
+/// The most topics read in one round trip when catching up.
+const CATCH_UP: usize = 256;
+
+/// How often a connected bridge looks for topics published unrecorded.
+const BROKEN_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The most nodes whose last count is remembered (to refuse replays);
+/// the oldest is forgotten past it.
+const NODES: usize = 4096;
+
+const MIN_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A recorded publish of this node that its sender waits for, or that
+/// must leave one connection out: until it comes back from Redis.
+struct Waiter {
+    except: Option<Conn>,
+    reply: Option<Reply>,
+    /// Where Redis put it, once its script answered.
+    position: Option<Position>,
+}
+
+impl Waiter {
+    /// Tells the sender it was not delivered here (yet): its position if
+    /// Redis gave one, and no subscribers.
+    fn give_up(self) {
+        if let Some(reply) = self.reply {
+            reply(Published {
+                subscribers: 0,
+                position: self.position,
+            });
+        }
+    }
+}
+
+pub(super) struct Run {
+    client: redis::Client,
+    shared: Arc<Shared>,
+    /// Weak: a bridge left running does not keep a dropped `PubSub`.
+    pubsub: Weak<Inner>,
+    queue: mpsc::Receiver<Outgoing>,
+    /// The last count seen from each node (at most `NODES`), and when, to
+    /// refuse replays.
+    last_seen: HashMap<[u8; 16], (u64, u64)>,
+    /// This node's recorded publishes on their way, by count.
+    waiting: BTreeMap<u64, Waiter>,
+}
+
+impl Run {
+    pub(super) fn new(
+        client: redis::Client,
+        shared: Arc<Shared>,
+        pubsub: &PubSub,
+        queue: mpsc::Receiver<Outgoing>,
+    ) -> Run {
+        Run {
+            client,
+            shared,
+            pubsub: Arc::downgrade(&pubsub.inner),
+            queue,
+            last_seen: HashMap::new(),
+            waiting: BTreeMap::new(),
+        }
+    }
+
+    fn pubsub(&self) -> Option<PubSub> {
+        self.pubsub.upgrade().map(|inner| PubSub { inner })
+    }
+
+    /// Connects, relays until the connection fails, waits, and again.
+    pub(super) async fn forever(mut self) {
+        let mut backoff = MIN_BACKOFF;
+        let mut first = true;
+        loop {
+            let timeout = self.shared.settings.timeout;
+            let connected = match tokio::time::timeout(timeout, self.connect()).await {
+                Ok(connected) => connected,
+                Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ))),
+            };
+            match connected {
+                Ok((mut commands, scripts, messages)) => {
+                    if !first {
+                        self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    first = false;
+                    backoff = MIN_BACKOFF;
+                    self.shared
+                        .set_commands(Some((commands.clone(), scripts.clone())));
+                    tracing::info!("pub/sub bridge connected to Redis");
+                    // Connected (publishes recorded again) once what was
+                    // missed is recovered: a subscriber told so is.
+                    let why = match self.recover(&mut commands, &scripts).await {
+                        Ok(()) => {
+                            self.shared.connected.store(true, Ordering::Relaxed);
+                            self.relay(commands, scripts, messages).await
+                        }
+                        Err(error) => error.to_string(),
+                    };
+                    self.shared.connected.store(false, Ordering::Relaxed);
+                    self.shared.set_commands(None);
+                    for (_, waiter) in std::mem::take(&mut self.waiting) {
+                        waiter.give_up();
+                    }
+                    if self.pubsub.strong_count() == 0 {
+                        return;
+                    }
+                    tracing::warn!(%why, "pub/sub bridge lost Redis; reconnecting");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, ?backoff, "pub/sub bridge cannot reach Redis");
+                }
+            }
+            // Local publishes meanwhile cannot reach Redis: counted lost
+            // (or delivered here unrecorded), so that the queue holds
+            // nothing stale when Redis is back.
+            let wait = tokio::time::sleep(backoff);
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    dropped = self.queue.recv() => match dropped {
+                        Some(outgoing) => {
+                            self.shared.queued_bytes.fetch_sub(outgoing.bytes, Ordering::Relaxed);
+                            self.not_sent(vec![outgoing]);
+                        }
+                        None => return,
+                    },
+                }
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn connect(
+        &self,
+    ) -> redis::RedisResult<(
+        redis::aio::MultiplexedConnection,
+        Scripts,
+        redis::aio::PubSubStream,
+    )> {
+        let mut subscriber = self.client.get_async_pubsub().await?;
+        subscriber
+            .psubscribe(format!("{}*", escape_pattern(&self.shared.settings.prefix)))
+            .await?;
+        let timeout = self.shared.settings.timeout;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let mut commands = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let scripts = Scripts::load(&mut commands).await?;
+        Ok((commands, scripts, subscriber.into_on_message()))
+    }
+
+    /// After (re)connecting: topics published here unrecorded get a new
+    /// epoch in Redis, and every topic this node follows gets what it
+    /// missed meanwhile.
+    async fn recover(
+        &mut self,
+        commands: &mut redis::aio::MultiplexedConnection,
+        scripts: &Scripts,
+    ) -> redis::RedisResult<()> {
+        let Some(pubsub) = self.pubsub() else {
+            return Ok(());
+        };
+        let prefix = self.shared.settings.prefix.clone();
+        self.reset_broken(commands, scripts).await?;
+        let followed = pubsub.numbered_by_redis();
+        for chunk in followed.chunks(CATCH_UP) {
+            let mut pipe = redis::pipe();
+            for (topic, position) in chunk {
+                let count = pubsub.history(topic).max_messages();
+                streams::read(
+                    &mut pipe,
+                    scripts,
+                    &prefix,
+                    topic,
+                    position.offset,
+                    None,
+                    count,
+                );
+            }
+            let answers: Vec<Value> = pipe.query_async(commands).await?;
+            for ((topic, position), answer) in chunk.iter().zip(&answers) {
+                self.catch_up(&pubsub, topic, *position, answer);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives every topic published here unrecorded a new epoch in Redis.
+    async fn reset_broken(
+        &self,
+        commands: &mut redis::aio::MultiplexedConnection,
+        scripts: &Scripts,
+    ) -> redis::RedisResult<()> {
+        let Some(pubsub) = self.pubsub() else {
+            return Ok(());
+        };
+        let prefix = &self.shared.settings.prefix;
+        let broken = std::mem::take(&mut *self.shared.broken());
+        for chunk in broken.chunks(CATCH_UP) {
+            let mut pipe = redis::pipe();
+            for topic in chunk {
+                streams::reset(&mut pipe, scripts, prefix, topic, pubsub.history(topic));
+            }
+            if let Err(error) = pipe.query_async::<()>(commands).await {
+                // Tried again on the next connection.
+                self.shared.broken().extend(broken);
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers what `topic` missed after `position` here, from a read of
+    /// its stream; a new epoch in Redis is taken as the topic's history
+    /// now (its subscribers told of the gap).
+    fn catch_up(&self, pubsub: &PubSub, topic: &str, position: Position, answer: &Value) {
+        let Some(read) = self.read_back(pubsub, topic, answer) else {
+            return;
+        };
+        let Some(epoch) = read.epoch else {
+            return; // Redis holds nothing of it: its next publish says more
+        };
+        if epoch != position.epoch {
+            pubsub.load(topic, epoch, read.last, read.loaded);
+            return;
+        }
+        for loaded in read.loaded {
+            let at = Position {
+                epoch,
+                offset: loaded.offset,
+            };
+            let payload = &loaded.payload;
+            pubsub.publish_at(
+                topic,
+                at,
+                (loaded.key.as_deref(), loaded.opcode, payload),
+                None,
+                true,
+            );
+            self.shared.filled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// [`streams::read_back`] with this node's checks, refusals counted.
+    fn read_back(&self, pubsub: &PubSub, topic: &str, answer: &Value) -> Option<streams::Read> {
+        let settings = &self.shared.settings;
+        let channel = format!("{}{topic}", settings.prefix);
+        let check = Check {
+            channel: &channel,
+            secret: settings.secret.as_deref(),
+            max_message_size: settings.max_message_size,
+            history: pubsub.history(topic),
+        };
+        let read = streams::read_back(answer, &check);
+        let refused = read.as_ref().map_or(1, |read| read.refused);
+        self.shared.refused.fetch_add(refused, Ordering::Relaxed);
+        read
+    }
+
+    /// Relays both ways until something fails; returns what.
+    async fn relay(
+        &mut self,
+        mut commands: redis::aio::MultiplexedConnection,
+        scripts: Scripts,
+        mut messages: redis::aio::PubSubStream,
+    ) -> String {
+        let mut batch = Vec::with_capacity(BATCH);
+        // Publishes made unrecorded while this connection was being made.
+        let mut check_broken = tokio::time::interval(BROKEN_CHECK);
+        loop {
+            tokio::select! {
+                _ = check_broken.tick() => {
+                    let any = !self.shared.broken().is_empty();
+                    if any && let Err(error) = self.reset_broken(&mut commands, &scripts).await {
+                        return error.to_string();
+                    }
+                }
+                taken = self.queue.recv_many(&mut batch, BATCH) => {
+                    if taken == 0 {
+                        return "the bridge was stopped".into();
+                    }
+                    if let Err(why) = self.send(&mut commands, &scripts, &mut batch).await {
+                        return why;
+                    }
+                }
+                message = std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)) => {
+                    let Some(message) = message else {
+                        return "the subscription ended".into();
+                    };
+                    self.deliver(&mut commands, &message).await;
+                }
+            }
+        }
+    }
+
+    /// Sends one batch in one round trip (each publish on its channel, each
+    /// recorded one through the record script).
+    async fn send(
+        &mut self,
+        commands: &mut redis::aio::MultiplexedConnection,
+        scripts: &Scripts,
+        batch: &mut Vec<Outgoing>,
+    ) -> Result<(), String> {
+        let prefix = &self.shared.settings.prefix;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for outgoing in batch.iter_mut() {
+            let Outgoing {
+                channel,
+                message,
+                record,
+                ..
+            } = outgoing;
+            match record {
+                None => {
+                    pipe.cmd("PUBLISH").arg(&*channel).arg(&*message);
+                }
+                Some(record) => {
+                    streams::record(
+                        &mut pipe,
+                        scripts,
+                        prefix,
+                        &record.topic,
+                        record.history,
+                        channel,
+                        message,
+                    );
+                    // Waiting before the round trip: its return from Redis
+                    // may be read before the script's answer.
+                    if record.except.is_some() || record.reply.is_some() {
+                        let waiter = Waiter {
+                            except: record.except.take(),
+                            reply: record.reply.take(),
+                            position: None,
+                        };
+                        self.waiting.insert(record.count, waiter);
+                    }
+                }
+            }
+        }
+        let timeout = self.shared.settings.timeout;
+        let sent = tokio::time::timeout(timeout, pipe.query_async::<Vec<Value>>(commands)).await;
+        let bytes: usize = batch.iter().map(|o| o.bytes).sum();
+        let answers = match sent {
+            Ok(Ok(answers)) if answers.len() == batch.len() => answers,
+            failed => {
+                let why = match failed {
+                    Ok(Ok(_)) => "Redis answered a batch with the wrong count".to_owned(),
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => format!("Redis did not answer within {timeout:?}"),
+                };
+                self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                self.not_sent(std::mem::take(batch));
+                return Err(why);
+            }
+        };
+        self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        for (outgoing, answer) in std::mem::take(batch).into_iter().zip(answers) {
+            let failed = matches!(answer, Value::ServerError(_));
+            match (&outgoing.record, failed) {
+                (None, false) => {
+                    self.shared.relayed.fetch_add(1, Ordering::Relaxed);
+                }
+                (None, true) => {
+                    self.shared.lost.fetch_add(1, Ordering::Relaxed);
+                }
+                (Some(record), false) => {
+                    self.shared.recorded.fetch_add(1, Ordering::Relaxed);
+                    if let Some(waiter) = self.waiting.get_mut(&record.count) {
+                        waiter.position = streams::recorded_at(&answer);
+                    }
+                }
+                (Some(_), true) => {
+                    tracing::warn!(?answer, "Redis refused to record a publication");
+                    self.not_sent(vec![outgoing]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What was never handed to Redis: publishes of topics without history
+    /// are lost (counted); recorded ones are delivered here now, unrecorded
+    /// (see the module docs).
+    /// (The caller has taken their bytes off the queue's count.)
+    fn not_sent(&mut self, outgoing: Vec<Outgoing>) {
+        let pubsub = self.pubsub();
+        for Outgoing {
+            channel,
+            message,
+            record,
+            ..
+        } in outgoing
+        {
+            let Some(mut record) = record else {
+                self.shared.lost.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            self.shared.unrecorded(&record.topic);
+            let waiter = self.waiting.remove(&record.count);
+            let (except, reply) = match waiter {
+                Some(waiter) => (waiter.except, waiter.reply),
+                None => (record.except.take(), record.reply.take()),
+            };
+            let secret = self.shared.settings.secret.as_deref();
+            let (Some(pubsub), Some(decoded)) = (&pubsub, wire::decode(&message, &channel, secret))
+            else {
+                continue;
+            };
+            let published = pubsub.publish_frame(
+                &record.topic,
+                decoded.key,
+                decoded.opcode,
+                decoded.payload,
+                except.as_ref(),
+                true,
+            );
+            if let Some(reply) = reply {
+                reply(published);
+            }
+        }
+    }
+
+    /// Publishes a message from Redis to this node's subscribers, if it
+    /// passes every check (see "Redis is not trusted"): another node's
+    /// publish of a topic without history, or any node's (this one's too)
+    /// recorded one, at its position.
+    async fn deliver(
+        &mut self,
+        commands: &mut redis::aio::MultiplexedConnection,
+        message: &redis::Msg,
+    ) {
+        let channel = message.get_channel_name();
+        let Some(topic) = channel.strip_prefix(self.shared.settings.prefix.as_str()) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
+        let refused = |why: &str| {
+            tracing::debug!(channel, why, "a message from Redis refused");
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+        };
+        let bytes = message.get_payload_bytes();
+        // A recorded message is its node's message behind a position.
+        let (position, bytes) = match wire::recorded(bytes) {
+            Some((position, inner)) => (Some(position), inner),
+            None => (None, bytes),
+        };
+        if bytes.len() > settings.max_message_size + wire::HEADER + wire::TAG {
+            return refused("longer than the node's message size limit");
+        }
+        let Some(decoded) = wire::decode(bytes, channel, settings.secret.as_deref()) else {
+            return refused("not a bridge message, or its MAC does not match");
+        };
+        let own = decoded.node == self.shared.node;
+        if own && position.is_none() {
+            // Our own publish, back from Redis: delivered already.
+            return;
+        }
+        if decoded.payload.len() > settings.max_message_size {
+            return refused("longer than the node's message size limit");
+        }
+        if decoded.opcode == OpCode::Text && crate::proto::validate_utf8(decoded.payload).is_err() {
+            return refused("text that is not UTF-8");
+        }
+        if !own && settings.secret.is_some() && !self.count_is_new(decoded.node, decoded.count) {
+            return refused("a replay: its count is not above the last one from its node");
+        }
+        let Some(pubsub) = self.pubsub() else {
+            return;
+        };
+        let Some(position) = position else {
+            self.shared.received.fetch_add(1, Ordering::Relaxed);
+            pubsub.publish_relayed(topic, decoded.key, decoded.opcode, decoded.payload);
+            return;
+        };
+        let waiter = if own {
+            // Older ones of ours that never came back will not now.
+            let newer = self.waiting.split_off(&decoded.count);
+            for (_, lost) in std::mem::replace(&mut self.waiting, newer) {
+                lost.give_up();
+            }
+            self.waiting.remove(&decoded.count)
+        } else {
+            self.shared.received.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let except = waiter.as_ref().and_then(|w| w.except.as_ref());
+        let (key, opcode, payload) = (decoded.key, decoded.opcode, decoded.payload);
+        let mut placed = pubsub.publish_at(topic, position, (key, opcode, payload), except, false);
+        if let Placed::Missing { after } = placed {
+            self.fill(commands, &pubsub, topic, after, position).await;
+            placed = pubsub.publish_at(topic, position, (key, opcode, payload), except, true);
+        }
+        let published = match placed {
+            Placed::Delivered(published) => published,
+            Placed::Duplicate | Placed::Missing { .. } => Published {
+                subscribers: 0,
+                position: Some(position),
+            },
+        };
+        if let Some(reply) = waiter.and_then(|w| w.reply) {
+            reply(published);
+        }
+    }
+
+    /// Reads the publications after `after` and before `upto` from the
+    /// topic's stream and delivers them, in order.
+    async fn fill(
+        &self,
+        commands: &mut redis::aio::MultiplexedConnection,
+        pubsub: &PubSub,
+        topic: &str,
+        after: u64,
+        upto: Position,
+    ) {
+        let history = pubsub.history(topic);
+        let Some(scripts) = self.scripts() else {
+            return;
+        };
+        let count = usize::try_from(upto.offset - after - 1)
+            .unwrap_or(usize::MAX)
+            .min(history.max_messages());
+        let mut pipe = redis::pipe();
+        let prefix = &self.shared.settings.prefix;
+        streams::read(
+            &mut pipe,
+            &scripts,
+            prefix,
+            topic,
+            after,
+            Some(upto.offset),
+            count,
+        );
+        let timeout = self.shared.settings.timeout;
+        let answer = tokio::time::timeout(timeout, pipe.query_async::<Vec<Value>>(commands)).await;
+        let Ok(Ok(answers)) = answer else {
+            return; // the gap stays, and its subscribers are told
+        };
+        if let Some(answer) = answers.first() {
+            self.catch_up(
+                pubsub,
+                topic,
+                Position {
+                    epoch: upto.epoch,
+                    offset: after,
+                },
+                answer,
+            );
+        }
+    }
+
+    fn scripts(&self) -> Option<Scripts> {
+        let commands = self
+            .shared
+            .commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        commands.as_ref().map(|(_, scripts)| scripts.clone())
+    }
+
+    /// Whether `count` is above the last one from `node` (and remembers
+    /// it). Counts from one node arrive in order (one connection, and
+    /// Redis keeps a publisher's order), so anything else is a replay.
+    fn count_is_new(&mut self, node: [u8; 16], count: u64) -> bool {
+        let tick = self.shared.received.load(Ordering::Relaxed);
+        match self.last_seen.get_mut(&node) {
+            Some((last, seen)) => {
+                if count <= *last {
+                    return false;
+                }
+                (*last, *seen) = (count, tick);
+            }
+            None => {
+                if self.last_seen.len() >= NODES {
+                    // Forget the node heard from least recently.
+                    let oldest = self
+                        .last_seen
+                        .iter()
+                        .min_by_key(|(_, (_, seen))| *seen)
+                        .map(|(node, _)| *node);
+                    if let Some(oldest) = oldest {
+                        self.last_seen.remove(&oldest);
+                    }
+                }
+                self.last_seen.insert(node, (count, tick));
+            }
+        }
+        true
+    }
+}
+
+/// Reads what Redis keeps of `topic` after `after` (and before `before`,
+/// at most `count`) into this node's history: for a subscriber about to
+/// resume here. Errors leave the node's history as it was.
+pub(super) async fn load(
+    shared: &Arc<Shared>,
+    pubsub: &PubSub,
+    topic: &str,
+    history: History,
+    (after, before, count): (u64, Option<u64>, usize),
+) {
+    let commands = shared
+        .commands
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let Some((mut commands, scripts)) = commands else {
+        return;
+    };
+    let settings = &shared.settings;
+    let mut pipe = redis::pipe();
+    streams::read(
+        &mut pipe,
+        &scripts,
+        &settings.prefix,
+        topic,
+        after,
+        before,
+        count,
+    );
+    let answers = match pipe.query_async::<Vec<Value>>(&mut commands).await {
+        Ok(answers) => answers,
+        Err(error) => {
+            tracing::debug!(%error, topic, "history from Redis not read");
+            return;
+        }
+    };
+    let channel = format!("{}{topic}", settings.prefix);
+    let check = Check {
+        channel: &channel,
+        secret: settings.secret.as_deref(),
+        max_message_size: settings.max_message_size,
+        history,
+    };
+    let Some(read) = answers.first().and_then(|a| streams::read_back(a, &check)) else {
+        shared.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    shared.refused.fetch_add(read.refused, Ordering::Relaxed);
+    if let Some(epoch) = read.epoch {
+        pubsub.load(topic, epoch, read.last, read.loaded);
+    }
+}

@@ -1,0 +1,446 @@
+//! History in Redis: one stream per topic, numbered by Redis, read back to
+//! resume on any node.
+//!
+//! Each topic with history has two keys in one cluster slot (the topic is
+//! their hash tag): `<prefix>{<topic>}:m`, a hash with the topic's epoch
+//! (`e`) and its latest offset (`o`), and `<prefix>{<topic>}:s`, a stream
+//! whose entry `0-<offset>` holds the publication (`m`, the node's signed
+//! message) and when Redis took it (`t`, seconds). [`RECORD`] numbers,
+//! keeps and publishes in one step, so the order of the offsets is the
+//! order in which every node hears the publications.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::wire;
+use crate::proto::OpCode;
+use crate::pubsub::{Epoch, History, Loaded, Position};
+
+/// Numbers a publication (making the topic's epoch, `ARGV[1]`, if it has
+/// none), keeps it in the stream trimmed to `ARGV[2]` entries, lets the
+/// stream go `ARGV[3]` seconds after its last publication and the epoch
+/// `ARGV[6]` seconds after it, and publishes it on `ARGV[4]` with its
+/// position in front. Returns `{epoch, offset}`.
+pub(super) const RECORD: &str = r"
+local epoch = redis.call('HGET', KEYS[1], 'e')
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('HSET', KEYS[1], 'e', epoch)
+end
+local offset = redis.call('HINCRBY', KEYS[1], 'o', 1)
+local now = redis.call('TIME')
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. offset, 't', now[1], 'm', ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('PUBLISH', ARGV[4], 'r' .. epoch .. offset .. ':' .. ARGV[5])
+return {epoch, offset}
+";
+
+/// Reads a topic's epoch, latest offset, Redis's clock (seconds), and at
+/// most `ARGV[2]` of the latest entries after offset `ARGV[1]` and up to
+/// `ARGV[3]` (newest first); `nil` if the topic has no epoch.
+pub(super) const READ: &str = r"
+local epoch = redis.call('HGET', KEYS[1], 'e')
+if not epoch then
+  return false
+end
+local offset = redis.call('HGET', KEYS[1], 'o') or '0'
+local now = redis.call('TIME')
+local entries = redis.call('XREVRANGE', KEYS[2], ARGV[3], '(0-' .. ARGV[1], 'COUNT', ARGV[2])
+return {epoch, offset, now[1], entries}
+";
+
+/// Gives a topic a new epoch (`ARGV[1]`) and lets its stream go: what
+/// Redis kept no longer tells the whole story.
+pub(super) const RESET: &str = r"
+redis.call('HSET', KEYS[1], 'e', ARGV[1])
+redis.call('DEL', KEYS[2])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// The scripts as Redis knows them (their SHA-1s), loaded on each
+/// connection.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Scripts {
+    pub(super) record: String,
+    pub(super) read: String,
+    pub(super) reset: String,
+}
+
+impl Scripts {
+    pub(super) async fn load(
+        connection: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<Scripts> {
+        let mut pipe = redis::pipe();
+        for script in [RECORD, READ, RESET] {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script);
+        }
+        let (record, read, reset) = pipe.query_async(connection).await?;
+        Ok(Scripts {
+            record,
+            read,
+            reset,
+        })
+    }
+}
+
+/// How long an epoch is kept past a topic's last publication at least
+/// (past the history's age): a subscriber that comes back within it and
+/// finds nothing newer resumes as recovered.
+const EPOCH_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest time handed to `EXPIRE` (ten years; Redis refuses times
+/// whose milliseconds pass an `i64`).
+const MAX_EXPIRE: u64 = 10 * 365 * 24 * 3600;
+
+/// The keys of `topic`'s epoch and stream.
+pub(super) fn keys(prefix: &str, topic: &str) -> [String; 2] {
+    [
+        format!("{prefix}{{{topic}}}:m"),
+        format!("{prefix}{{{topic}}}:s"),
+    ]
+}
+
+/// The seconds a stream is kept past its last publication.
+fn stream_expiry(history: History) -> u64 {
+    history.max_age().as_secs().clamp(1, MAX_EXPIRE)
+}
+
+fn epoch_expiry(history: History) -> u64 {
+    history
+        .max_age()
+        .max(EPOCH_KEPT)
+        .as_secs()
+        .clamp(1, MAX_EXPIRE)
+}
+
+/// Adds [`RECORD`] for one publication to `pipe`.
+pub(super) fn record(
+    pipe: &mut redis::Pipeline,
+    scripts: &Scripts,
+    prefix: &str,
+    topic: &str,
+    history: History,
+    channel: &str,
+    message: &[u8],
+) {
+    let [meta, stream] = keys(prefix, topic);
+    pipe.cmd("EVALSHA")
+        .arg(&scripts.record)
+        .arg(2)
+        .arg(meta)
+        .arg(stream)
+        .arg(Epoch::new().to_string())
+        .arg(history.max_messages())
+        .arg(stream_expiry(history))
+        .arg(channel)
+        .arg(message)
+        .arg(epoch_expiry(history));
+}
+
+/// Adds [`READ`] to `pipe`: at most `count` entries after `after`, up to
+/// `before` (exclusive; `None`: the latest).
+pub(super) fn read(
+    pipe: &mut redis::Pipeline,
+    scripts: &Scripts,
+    prefix: &str,
+    topic: &str,
+    after: u64,
+    before: Option<u64>,
+    count: usize,
+) {
+    let [meta, stream] = keys(prefix, topic);
+    let upto = match before {
+        Some(before) => format!("0-{}", before.saturating_sub(1)),
+        None => "+".to_owned(),
+    };
+    pipe.cmd("EVALSHA")
+        .arg(&scripts.read)
+        .arg(2)
+        .arg(meta)
+        .arg(stream)
+        .arg(after)
+        .arg(count.max(1))
+        .arg(upto);
+}
+
+/// Adds [`RESET`] to `pipe`.
+pub(super) fn reset(
+    pipe: &mut redis::Pipeline,
+    scripts: &Scripts,
+    prefix: &str,
+    topic: &str,
+    history: History,
+) {
+    let [meta, stream] = keys(prefix, topic);
+    pipe.cmd("EVALSHA")
+        .arg(&scripts.reset)
+        .arg(2)
+        .arg(meta)
+        .arg(stream)
+        .arg(Epoch::new().to_string())
+        .arg(epoch_expiry(history));
+}
+
+/// [`RECORD`]'s answer: the position Redis gave.
+pub(super) fn recorded_at(value: &Value) -> Option<Position> {
+    let Value::Array(parts) = value else {
+        return None;
+    };
+    let [epoch, offset] = parts.as_slice() else {
+        return None;
+    };
+    Some(Position {
+        epoch: text(epoch)?.parse().ok()?,
+        offset: number(offset)?,
+    })
+}
+
+/// What [`READ`] found of a topic.
+#[derive(Debug, Default)]
+pub(super) struct Read {
+    pub(super) epoch: Option<Epoch>,
+    /// Redis's latest offset.
+    pub(super) last: u64,
+    /// Publications after the offset asked for, oldest first, checked
+    /// like any message from Redis (refused ones left out).
+    pub(super) loaded: Vec<Loaded>,
+    /// Entries refused.
+    pub(super) refused: u64,
+}
+
+/// What a node accepts from Redis: its secret, its size limit.
+pub(super) struct Check<'a> {
+    pub(super) channel: &'a str,
+    pub(super) secret: Option<&'a [u8]>,
+    pub(super) max_message_size: usize,
+    pub(super) history: History,
+}
+
+/// [`READ`]'s answer, its entries checked with `check`; `None` if it is
+/// not one (then nothing is taken from it).
+pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
+    let parts = match value {
+        Value::Nil => return Some(Read::default()),
+        Value::Array(parts) => parts,
+        _ => return None,
+    };
+    let [epoch, last, now, entries] = parts.as_slice() else {
+        return None;
+    };
+    let Value::Array(entries) = entries else {
+        return None;
+    };
+    let mut read = Read {
+        epoch: Some(text(epoch)?.parse().ok()?),
+        last: number(last)?,
+        ..Read::default()
+    };
+    let now = number(now)?;
+    let at = Instant::now();
+    // Newest first: stop at the first too old, or any out of order.
+    let mut next_below = read.last + 1;
+    for entry in entries {
+        let Some((offset, taken, message)) = stream_entry(entry) else {
+            read.refused += 1;
+            continue;
+        };
+        let age = Duration::from_secs(now.saturating_sub(taken));
+        if offset >= next_below || age > check.history.max_age() {
+            break;
+        }
+        next_below = offset;
+        match accept(message, check) {
+            Some((key, opcode, payload)) => read.loaded.push(Loaded {
+                offset,
+                key,
+                opcode,
+                payload,
+                at: at.checked_sub(age).unwrap_or(at),
+            }),
+            None => {
+                // A hole where it was: nothing older can be replayed.
+                read.refused += 1;
+                break;
+            }
+        }
+    }
+    read.loaded.reverse();
+    Some(read)
+}
+
+/// A stream entry: its offset, when Redis took it, and the message.
+fn stream_entry(entry: &Value) -> Option<(u64, u64, &[u8])> {
+    let Value::Array(parts) = entry else {
+        return None;
+    };
+    let [id, fields] = parts.as_slice() else {
+        return None;
+    };
+    let offset = text(id)?.strip_prefix("0-")?.parse().ok()?;
+    let Value::Array(fields) = fields else {
+        return None;
+    };
+    let (mut taken, mut message) = (None, None);
+    for pair in fields.chunks(2) {
+        match (text(&pair[0]), pair.get(1)) {
+            (Some("t"), Some(value)) => taken = number(value),
+            (Some("m"), Some(Value::BulkString(bytes))) => message = Some(bytes.as_slice()),
+            _ => {}
+        }
+    }
+    Some((offset, taken?, message?))
+}
+
+/// A node's message from a stream, checked as one from the channel is.
+fn accept(message: &[u8], check: &Check<'_>) -> Option<(Option<String>, OpCode, Vec<u8>)> {
+    if message.len() > check.max_message_size + wire::HEADER + wire::TAG {
+        return None;
+    }
+    let decoded = wire::decode(message, check.channel, check.secret)?;
+    if decoded.payload.len() > check.max_message_size
+        || (decoded.opcode == OpCode::Text && crate::proto::validate_utf8(decoded.payload).is_err())
+    {
+        return None;
+    }
+    Some((
+        decoded.key.map(str::to_owned),
+        decoded.opcode,
+        decoded.payload.to_vec(),
+    ))
+}
+
+fn text(value: &Value) -> Option<&str> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text),
+        _ => None,
+    }
+}
+
+fn number(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => text(value)?.parse().ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn entry(offset: u64, taken: u64, message: &[u8]) -> Value {
+        Value::Array(vec![
+            bulk(&format!("0-{offset}")),
+            Value::Array(vec![
+                bulk("t"),
+                bulk(&taken.to_string()),
+                bulk("m"),
+                Value::BulkString(message.to_vec()),
+            ]),
+        ])
+    }
+
+    #[test]
+    fn keys_share_the_topics_slot() {
+        assert_eq!(
+            keys("rapidws:", "a:b"),
+            ["rapidws:{a:b}:m", "rapidws:{a:b}:s"]
+        );
+    }
+
+    #[test]
+    fn a_read_keeps_what_passes_newest_back_to_the_first_hole() {
+        let node = [9u8; 16];
+        let message = |n: u64| {
+            wire::encode(
+                &node,
+                n,
+                None,
+                OpCode::Text,
+                format!("p{n}").as_bytes(),
+                "c",
+                None,
+            )
+        };
+        let check = Check {
+            channel: "c",
+            secret: None,
+            max_message_size: 100,
+            history: History::new(100, Duration::from_secs(60)),
+        };
+        let answer = |entries: Vec<Value>| {
+            Value::Array(vec![
+                bulk("00000000000000ff"),
+                bulk("7"),
+                Value::Int(1000),
+                Value::Array(entries),
+            ])
+        };
+        // Newest first: 7, 6, 5; 4 is too old.
+        let read = read_back(
+            &answer(vec![
+                entry(7, 1000, &message(7)),
+                entry(6, 990, &message(6)),
+                entry(5, 950, &message(5)),
+                entry(4, 900, &message(4)),
+            ]),
+            &check,
+        )
+        .unwrap();
+        assert_eq!(read.epoch, Some(Epoch::from_u64(255)));
+        assert_eq!(read.last, 7);
+        let offsets: Vec<u64> = read.loaded.iter().map(|l| l.offset).collect();
+        assert_eq!(offsets, [5, 6, 7]);
+        assert_eq!(read.loaded[0].payload, b"p5");
+        // A forged entry is a hole: nothing older is taken.
+        let read = read_back(
+            &answer(vec![
+                entry(7, 1000, &message(7)),
+                entry(6, 1000, b"forged"),
+                entry(5, 1000, &message(5)),
+            ]),
+            &check,
+        )
+        .unwrap();
+        assert_eq!(read.loaded.len(), 1);
+        assert_eq!(read.refused, 1);
+        // Out of order: stops there.
+        let read = read_back(
+            &answer(vec![
+                entry(7, 1000, &message(7)),
+                entry(9, 1000, &message(9)),
+            ]),
+            &check,
+        )
+        .unwrap();
+        assert_eq!(read.loaded.len(), 1);
+        // No epoch: nothing kept; not an answer: None.
+        assert!(read_back(&Value::Nil, &check).unwrap().epoch.is_none());
+        assert!(read_back(&Value::Int(3), &check).is_none());
+        assert!(read_back(&Value::Array(vec![bulk("zz")]), &check).is_none());
+    }
+
+    #[test]
+    fn positions_come_back_from_record() {
+        let value = Value::Array(vec![bulk("00000000000000ff"), Value::Int(12)]);
+        assert_eq!(
+            recorded_at(&value),
+            Some(Position {
+                epoch: Epoch::from_u64(255),
+                offset: 12
+            })
+        );
+        assert_eq!(
+            recorded_at(&Value::Array(vec![bulk("x"), Value::Int(1)])),
+            None
+        );
+        assert_eq!(recorded_at(&Value::Okay), None);
+    }
+}

@@ -1,0 +1,228 @@
+//! The bridge's messages on the wire: what a node publishes (its id, its
+//! count, the kind and key, the payload, and with a secret a MAC), and the
+//! position Redis puts in front of a recorded one.
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::proto::OpCode;
+use crate::pubsub::{Epoch, Position};
+
+/// An HMAC-SHA256 tag's length.
+pub(super) const TAG: usize = 32;
+
+/// A message on the wire, version 2: the version, the node (16 bytes),
+/// its count (8 bytes, big-endian), the kind (`t` or `b`, or `T` and `B`
+/// with a key: then the key's length, 2 bytes big-endian, and the key),
+/// the payload, and with a secret an HMAC-SHA256 tag (32 bytes) over the
+/// channel's length (4 bytes), the channel, and everything before the tag.
+pub(super) const HEADER: usize = 1 + 16 + 8 + 1;
+
+pub(super) fn encode(
+    node: &[u8; 16],
+    count: u64,
+    key: Option<&str>,
+    opcode: OpCode,
+    payload: &[u8],
+    channel: &str,
+    secret: Option<&[u8]>,
+) -> Vec<u8> {
+    let key_len = key.map_or(0, |k| 2 + k.len());
+    let mut message = Vec::with_capacity(HEADER + key_len + payload.len() + TAG);
+    message.push(2);
+    message.extend_from_slice(node);
+    message.extend_from_slice(&count.to_be_bytes());
+    let text = opcode == OpCode::Text;
+    match key {
+        None => message.push(if text { b't' } else { b'b' }),
+        Some(key) => {
+            message.push(if text { b'T' } else { b'B' });
+            let len = u16::try_from(key.len()).expect("keys over 64 KiB are not relayed");
+            message.extend_from_slice(&len.to_be_bytes());
+            message.extend_from_slice(key.as_bytes());
+        }
+    }
+    message.extend_from_slice(payload);
+    if let Some(secret) = secret {
+        let tag = sign(secret, channel, &message).finalize().into_bytes();
+        message.extend_from_slice(&tag);
+    }
+    message
+}
+
+/// A message read back.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Decoded<'a> {
+    pub(super) node: [u8; 16],
+    pub(super) count: u64,
+    pub(super) key: Option<&'a str>,
+    pub(super) opcode: OpCode,
+    pub(super) payload: &'a [u8],
+}
+
+/// [`encode`] read back (its tag checked with `secret`); `None` for
+/// anything else.
+pub(super) fn decode<'a>(
+    message: &'a [u8],
+    channel: &str,
+    secret: Option<&[u8]>,
+) -> Option<Decoded<'a>> {
+    let signed = match secret {
+        Some(secret) => {
+            let at = message.len().checked_sub(TAG)?;
+            let (signed, tag) = message.split_at(at);
+            sign(secret, channel, signed).verify_slice(tag).ok()?;
+            signed
+        }
+        None => message,
+    };
+    if signed.len() < HEADER || signed[0] != 2 {
+        return None;
+    }
+    let node = signed[1..17].try_into().ok()?;
+    let count = u64::from_be_bytes(signed[17..25].try_into().ok()?);
+    let (opcode, keyed) = match signed[25] {
+        b't' => (OpCode::Text, false),
+        b'b' => (OpCode::Binary, false),
+        b'T' => (OpCode::Text, true),
+        b'B' => (OpCode::Binary, true),
+        _ => return None,
+    };
+    let rest = &signed[HEADER..];
+    let (key, payload) = if keyed {
+        let len = usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?));
+        let key = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
+        (Some(key), &rest[2 + len..])
+    } else {
+        (None, rest)
+    };
+    Some(Decoded {
+        node,
+        count,
+        key,
+        opcode,
+        payload,
+    })
+}
+
+/// The MAC of a message on `channel`, fed all but its tag.
+fn sign(secret: &[u8], channel: &str, signed: &[u8]) -> Hmac<Sha256> {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(&(channel.len() as u32).to_be_bytes());
+    mac.update(channel.as_bytes());
+    mac.update(signed);
+    mac
+}
+
+/// A recorded message as Redis publishes it: `r`, the topic's epoch (16
+/// hex digits), the offset (decimal), `:`, and the node's message. The
+/// position is Redis's, outside the node's MAC (see "Redis is not
+/// trusted"). `None` for anything else.
+pub(super) fn recorded(message: &[u8]) -> Option<(Position, &[u8])> {
+    let rest = message.strip_prefix(b"r")?;
+    let epoch = std::str::from_utf8(rest.get(..16)?).ok()?;
+    let epoch: Epoch = epoch.parse().ok()?;
+    let rest = &rest[16..];
+    let colon = rest.iter().take(21).position(|&b| b == b':')?;
+    let offset = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+    Some((Position { epoch, offset }, &rest[colon + 1..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_their_node_count_and_kind() {
+        let node = [7u8; 16];
+        for secret in [None, Some(&b"shared"[..])] {
+            for (opcode, payload) in [
+                (OpCode::Text, &b"hello"[..]),
+                (OpCode::Binary, &[0u8, 255, 1][..]),
+                (OpCode::Text, &b""[..]),
+            ] {
+                for key in [None, Some("AAPL"), Some("")] {
+                    let wire = encode(&node, 42, key, opcode, payload, "rapidws:t", secret);
+                    let want = Decoded {
+                        node,
+                        count: 42,
+                        key,
+                        opcode,
+                        payload,
+                    };
+                    assert_eq!(decode(&wire, "rapidws:t", secret), Some(want));
+                }
+            }
+        }
+        assert_eq!(decode(b"", "c", None), None);
+        assert_eq!(decode(&[2; HEADER - 1], "c", None), None, "too short");
+        assert_eq!(decode(&[1; 40], "c", None), None, "version 1");
+        let mut unknown = encode(&node, 1, None, OpCode::Text, b"x", "c", None);
+        unknown[25] = b'?';
+        assert_eq!(decode(&unknown, "c", None), None);
+        // A key longer than what follows, and a key that is not UTF-8.
+        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
+        keyed[27] = 9;
+        assert_eq!(decode(&keyed, "c", None), None);
+        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
+        keyed[28] = 0xff;
+        assert_eq!(decode(&keyed, "c", None), None);
+    }
+
+    #[test]
+    fn with_a_secret_only_signed_messages_on_their_channel_pass() {
+        let secret = Some(&b"shared"[..]);
+        let node = [3u8; 16];
+        let signed = encode(
+            &node,
+            5,
+            Some("k"),
+            OpCode::Text,
+            b"hi",
+            "rapidws:a",
+            secret,
+        );
+        assert!(decode(&signed, "rapidws:a", secret).is_some());
+        assert_eq!(
+            decode(&signed, "rapidws:b", secret),
+            None,
+            "moved to another channel"
+        );
+        assert_eq!(
+            decode(&signed, "rapidws:a", Some(b"other")),
+            None,
+            "another secret"
+        );
+        let unsigned = encode(&node, 5, Some("k"), OpCode::Text, b"hi", "rapidws:a", None);
+        assert_eq!(decode(&unsigned, "rapidws:a", secret), None, "not signed");
+        for at in 0..signed.len() {
+            let mut changed = signed.clone();
+            changed[at] ^= 1;
+            assert_eq!(
+                decode(&changed, "rapidws:a", secret),
+                None,
+                "byte {at} changed"
+            );
+        }
+        assert_eq!(decode(&signed[..TAG - 1], "rapidws:a", secret), None);
+    }
+
+    #[test]
+    fn recorded_messages_carry_redis_position_in_front() {
+        let epoch: Epoch = "00ab00cd00ef0012".parse().unwrap();
+        let inner = encode(&[1; 16], 3, None, OpCode::Text, b"x:y", "c", None);
+        let mut wire = format!("r{epoch}42:").into_bytes();
+        wire.extend_from_slice(&inner);
+        let (position, rest) = recorded(&wire).unwrap();
+        assert_eq!(position, Position { epoch, offset: 42 });
+        assert_eq!(rest, &inner[..]);
+        assert_eq!(recorded(&inner), None, "not recorded");
+        assert_eq!(recorded(b"r00ab00cd00ef001242"), None, "no colon");
+        assert_eq!(recorded(b"r00ab00cd00ef0012x:"), None, "not a number");
+        assert_eq!(recorded(b"rzzab00cd00ef00121:"), None, "not hex");
+        assert_eq!(recorded(b"r00ab"), None, "short");
+        let long = format!("r{epoch}{}:", "9".repeat(30));
+        assert_eq!(recorded(long.as_bytes()), None, "offset past u64");
+    }
+}
