@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
+//! cargo run --release --example notify_bus -- --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001 [...]
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
@@ -117,10 +118,20 @@ struct Args {
     /// Share topics with other nodes through this Redis server.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    /// With --redis: a secret every node shares; messages are signed with
-    /// it, and only signed ones from Redis are delivered (see
-    /// `rapidws::pubsub::redis`).
-    #[arg(long, requires = "redis", value_name = "SECRET", value_parser = secret)]
+    /// Share topics with other nodes through this Redis Cluster (any of its
+    /// nodes, comma-separated): sharded pub/sub, history on each topic's
+    /// shard.
+    #[arg(
+        long,
+        value_name = "URL,URL",
+        conflicts_with = "redis",
+        value_delimiter = ','
+    )]
+    redis_cluster: Vec<String>,
+    /// With --redis or --redis-cluster: a secret every node shares;
+    /// messages are signed with it, and only signed ones from Redis are
+    /// delivered (see `rapidws::pubsub::redis`).
+    #[arg(long, value_name = "SECRET", value_parser = secret)]
     redis_secret: Option<String>,
 }
 
@@ -568,19 +579,29 @@ fn main() -> std::process::ExitCode {
         .overflow(overflow)
         .history(history)
         .build();
-    let redis = args.redis.clone();
+    let builder = match (&args.redis, args.redis_cluster.as_slice()) {
+        (Some(url), _) => Some((Bridge::builder(url), format!("--redis {url}"))),
+        (None, []) => None,
+        (None, nodes) => {
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            let flag = format!("--redis-cluster {}", nodes.join(","));
+            Some((Bridge::cluster(&nodes), flag))
+        }
+    };
+    if args.redis_secret.is_some() && builder.is_none() {
+        eprintln!("error: --redis-secret needs --redis or --redis-cluster");
+        return std::process::ExitCode::from(2);
+    }
     let (secret, max_message_size) = (args.redis_secret.clone(), args.max_message_size);
-    support::serve_with("notify_bus", &args.serve, config, move |runtime| {
-        // The bridge's task runs on the example's tokio runtime (on the
-        // io_uring backend, the one beside the reactors).
-        let bridge = redis.map(|url| {
-            let _entered = runtime.enter();
-            let mut bridge = Bridge::builder(&url).max_message_size(max_message_size);
+    support::serve_with("notify_bus", &args.serve, config, move |_runtime| {
+        // The bridge runs on a thread of its own.
+        let bridge = builder.map(|(builder, flag)| {
+            let mut builder = builder.max_message_size(max_message_size);
             if let Some(secret) = &secret {
-                bridge = bridge.secret(secret.as_bytes());
+                builder = builder.secret(secret.as_bytes());
             }
-            bridge.start(&pubsub).unwrap_or_else(|error| {
-                eprintln!("error: --redis {url}: {error}");
+            builder.start(&pubsub).unwrap_or_else(|error| {
+                eprintln!("error: {flag}: {error}");
                 std::process::exit(2);
             })
         });

@@ -248,6 +248,10 @@ pub struct Stats {
 /// (the Redis bridge). Called on the publisher's thread; must not block.
 pub(crate) trait Relay: Send + Sync {
     fn relay(&self, outbound: Outbound<'_>) -> Relayed;
+
+    /// A topic got its first subscriber here (`true`) or lost its last
+    /// (under the topic's lock: must not block).
+    fn occupancy(&self, _topic: &str, _occupied: bool) {}
 }
 
 /// A publish of this node, handed to the [`Relay`].
@@ -452,10 +456,22 @@ impl Builder {
 
     /// The `PubSub`.
     pub fn build(self) -> PubSub {
+        let relay: Arc<RwLock<Option<Arc<dyn Relay>>>> = Arc::default();
+        // The handler's callback, and the relay's (to follow only the
+        // topics someone here watches).
+        let (user, told) = (self.occupancy.clone(), relay.clone());
+        let occupancy: registry::Occupancy = Arc::new(move |topic, occupied| {
+            if let Some(user) = &user {
+                user(topic, occupied);
+            }
+            if let Some(relay) = told.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                relay.occupancy(topic, occupied);
+            }
+        });
         PubSub {
             inner: Arc::new(Inner {
-                registry: Registry::new(self.occupancy.clone()),
-                relay: RwLock::new(None),
+                registry: Registry::new(Some(occupancy)),
+                relay,
                 config: self,
                 published: AtomicU64::new(0),
                 delivered: AtomicU64::new(0),
@@ -497,8 +513,8 @@ impl Default for PubSub {
 struct Inner {
     registry: Registry,
     /// Where this node's own publishes also go (the Redis bridge), if
-    /// anywhere.
-    relay: RwLock<Option<Arc<dyn Relay>>>,
+    /// anywhere (shared with the registry's occupancy callback).
+    relay: Arc<RwLock<Option<Arc<dyn Relay>>>>,
     config: Builder,
     published: AtomicU64,
     delivered: AtomicU64,
@@ -943,6 +959,21 @@ impl PubSub {
             }
         };
         (!covered).then_some((after, Some(first)))
+    }
+
+    /// The topics with subscribers here.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn occupied(&self) -> Vec<Arc<str>> {
+        self.inner.registry.occupied()
+    }
+
+    /// Whether this node takes `topic`'s numbering from Redis now.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn is_numbered_by_redis(&self, topic: &str) -> bool {
+        self.inner
+            .registry
+            .find(topic)
+            .is_some_and(|entry| entry.lock().numbering == Numbering::Redis)
     }
 
     /// The topics whose numbering this node takes from Redis, and their

@@ -431,6 +431,20 @@ impl Registry {
         self.occupied.load(Ordering::Relaxed)
     }
 
+    /// Every topic with subscribers.
+    pub(super) fn occupied(&self) -> Vec<Arc<str>> {
+        let mut found = Vec::new();
+        for index in 0..self.shards.len() {
+            let shard = self.lock_shard(index);
+            for (name, topic) in shard.iter() {
+                if !topic.lock().locals.is_empty() {
+                    found.push(name.clone());
+                }
+            }
+        }
+        found
+    }
+
     /// Every topic numbered by Redis here, with its latest position.
     pub(super) fn numbered_by_redis(&self) -> Vec<(Arc<str>, super::history::Position)> {
         let mut found = Vec::new();

@@ -105,6 +105,7 @@
 //! a label: whoever can publish to Redis can make nodes deliver anything
 //! within their limits.
 
+mod link;
 mod run;
 mod streams;
 mod wire;
@@ -122,6 +123,7 @@ use super::{
 use crate::connection::conn::Conn;
 use crate::proto::Message;
 use crate::pubsub::PublishOptions;
+use link::Target;
 use run::Run;
 
 /// Messages waiting for Redis at most (besides the bound in bytes); more
@@ -185,6 +187,10 @@ pub struct BridgeStats {
     /// text, not in the bridge's format, a bad or missing MAC (with a
     /// secret), or a replay.
     pub refused: u64,
+    /// Messages from a Redis Cluster that arrived faster than the bridge
+    /// took them and were dropped (a topic with history fills the gap from
+    /// its stream when its next publication arrives).
+    pub dropped_in: u64,
     /// Connections to Redis made after the first.
     pub reconnects: u64,
     /// Connected to Redis now (publishing and subscribed).
@@ -224,7 +230,7 @@ struct Shared {
     /// once it runs).
     runtime: OnceLock<tokio::runtime::Handle>,
     /// The connection commands go on, while connected, and its scripts.
-    commands: Mutex<Option<(redis::aio::MultiplexedConnection, streams::Scripts)>>,
+    commands: Mutex<Option<(link::Commands, streams::Scripts)>>,
     /// Topics with history published here while Redis could not record
     /// them: they get a new epoch in Redis when it is back.
     broken: Mutex<Vec<String>>,
@@ -237,6 +243,12 @@ struct Shared {
     refused: AtomicU64,
     reconnects: AtomicU64,
     connected: AtomicBool,
+    /// Messages from a cluster that did not fit the bridge's queue.
+    dropped_in: AtomicU64,
+    /// On a cluster: topics that got their first subscriber here (true)
+    /// or lost their last (false), for the task to (un)subscribe.
+    changes: Mutex<Vec<(String, bool)>>,
+    changed: tokio::sync::Notify,
 }
 
 /// A publish on its way to Redis: the channel and the encoded message.
@@ -285,7 +297,7 @@ impl Relay for Shared {
         if record && !self.connected.load(Ordering::Relaxed) {
             return refused();
         }
-        let channel = format!("{}{topic}", self.settings.prefix);
+        let channel = self.channel(topic);
         let bytes = channel.len()
             + key.map_or(0, |k| 2 + k.len())
             + payload.len()
@@ -327,17 +339,44 @@ impl Relay for Shared {
             }
         }
     }
+
+    fn occupancy(&self, topic: &str, occupied: bool) {
+        if let Target::Cluster(_) = self.settings.target {
+            self.changes().push((topic.to_owned(), occupied));
+            self.changed.notify_one();
+        }
+    }
 }
 
 impl Shared {
+    /// The channel of `topic`: `<prefix><topic>`, or on a cluster
+    /// `<prefix>{<topic>}` (in the slot of the topic's history keys).
+    fn channel(&self, topic: &str) -> String {
+        let prefix = &self.settings.prefix;
+        match self.settings.target {
+            Target::Single(_) => format!("{prefix}{topic}"),
+            Target::Cluster(_) => format!("{prefix}{{{topic}}}"),
+        }
+    }
+
+    /// The topic of a channel; `None` if it is not one of ours.
+    fn topic_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        let named = channel.strip_prefix(self.settings.prefix.as_str())?;
+        match self.settings.target {
+            Target::Single(_) => Some(named),
+            Target::Cluster(_) => named.strip_prefix('{')?.strip_suffix('}'),
+        }
+    }
+
+    fn changes(&self) -> std::sync::MutexGuard<'_, Vec<(String, bool)>> {
+        self.changes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn broken(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
         self.broken.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn set_commands(
-        &self,
-        commands: Option<(redis::aio::MultiplexedConnection, streams::Scripts)>,
-    ) {
+    fn set_commands(&self, commands: Option<(link::Commands, streams::Scripts)>) {
         *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
     }
 
@@ -359,7 +398,7 @@ impl Shared {
 /// How a [`Bridge`] is set up: [`Bridge::builder`].
 #[derive(Clone)]
 pub struct Builder {
-    url: String,
+    target: Target,
     prefix: String,
     secret: Option<Vec<u8>>,
     max_message_size: usize,
@@ -371,7 +410,7 @@ pub struct Builder {
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
-            .field("url", &self.url)
+            .field("target", &self.target)
             .field("prefix", &self.prefix)
             .field("secret", &self.secret.as_ref().map(|_| "…"))
             .field("max_message_size", &self.max_message_size)
@@ -433,7 +472,14 @@ impl Builder {
     /// Starts relaying `pubsub`'s publishes. Returns at once: the bridge
     /// connects, and keeps reconnecting, on a thread of its own.
     pub fn start(self, pubsub: &PubSub) -> Result<Bridge, BridgeError> {
-        let client = redis::Client::open(self.url.as_str()).map_err(BridgeError::Url)?;
+        match &self.target {
+            Target::Single(url) => {
+                drop(redis::Client::open(url.as_str()).map_err(BridgeError::Url)?)
+            }
+            Target::Cluster(nodes) => {
+                drop(redis::cluster::ClusterClient::new(nodes.clone()).map_err(BridgeError::Url)?)
+            }
+        }
         let (outbound, queue) = mpsc::channel(QUEUE);
         let mut node = [0u8; 16];
         crate::proto::fill_random(&mut node);
@@ -455,12 +501,15 @@ impl Builder {
             refused: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             connected: AtomicBool::new(false),
+            dropped_in: AtomicU64::new(0),
+            changes: Mutex::new(Vec::new()),
+            changed: tokio::sync::Notify::new(),
         });
         let relay: Arc<dyn Relay> = shared.clone();
         if !pubsub.set_relay_if_none(relay.clone()) {
             return Err(BridgeError::Running);
         }
-        let run = Run::new(client, shared.clone(), pubsub, queue);
+        let run = Run::new(shared.clone(), pubsub, queue);
         let (stop, stopped) = oneshot::channel::<()>();
         let (made, runtime) = std::sync::mpsc::sync_channel(1);
         // The runtime is made, run and dropped on the bridge's thread
@@ -575,7 +624,7 @@ impl Bridge {
     /// to set up and start.
     pub fn builder(url: &str) -> Builder {
         Builder {
-            url: url.to_owned(),
+            target: Target::Single(url.to_owned()),
             prefix: "rapidws:".to_owned(),
             secret: None,
             max_message_size: 16 << 20,
@@ -583,6 +632,18 @@ impl Bridge {
             timeout: Duration::from_secs(2),
             record_history: true,
         }
+    }
+
+    /// A bridge through the Redis Cluster reached at any of `nodes`
+    /// (`redis://host:port/`; the rest are found from them), to set up and
+    /// start. Publishes go on sharded channels (`SPUBLISH`, Redis 7), each
+    /// topic's channel and history on the shard that owns its slot, and a
+    /// node subscribes (`SSUBSCRIBE`) only to the topics it has
+    /// subscribers for; a shard that is down stops only its own topics.
+    pub fn cluster(nodes: &[&str]) -> Builder {
+        let mut builder = Bridge::builder("");
+        builder.target = Target::Cluster(nodes.iter().map(|n| (*n).to_owned()).collect());
+        builder
     }
 
     /// Starts relaying `pubsub`'s publishes through the Redis server at
@@ -716,6 +777,7 @@ impl Bridge {
             unrecorded: shared.unrecorded.load(Ordering::Relaxed),
             filled: shared.filled.load(Ordering::Relaxed),
             refused: shared.refused.load(Ordering::Relaxed),
+            dropped_in: shared.dropped_in.load(Ordering::Relaxed),
             reconnects: shared.reconnects.load(Ordering::Relaxed),
             connected: shared.connected.load(Ordering::Relaxed),
         }

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use futures_core::Stream;
 use redis::Value;
 use tokio::sync::mpsc;
 
+use super::link::{self, Commands, Incoming, Messages, Target};
 use super::streams::{self, Check, Scripts};
 use super::{Outgoing, Shared, escape_pattern, wire};
 use crate::connection::conn::Conn;
@@ -23,6 +23,10 @@ const CATCH_UP: usize = 256;
 
 /// How often a connected bridge looks for topics published unrecorded.
 const BROKEN_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How often a cluster connection that lost a shard subscribes again to
+/// every topic with subscribers here, until all succeed.
+const RESYNC: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The most nodes whose last count is remembered (to refuse replays);
 /// the oldest is forgotten past it.
@@ -54,7 +58,6 @@ impl Waiter {
 }
 
 pub(super) struct Run {
-    client: redis::Client,
     shared: Arc<Shared>,
     /// Weak: a bridge left running does not keep a dropped `PubSub`.
     pubsub: Weak<Inner>,
@@ -64,22 +67,23 @@ pub(super) struct Run {
     last_seen: HashMap<[u8; 16], (u64, u64)>,
     /// This node's recorded publishes on their way, by count.
     waiting: BTreeMap<u64, Waiter>,
+    /// On a cluster: a shard was lost, so subscriptions may be missing.
+    resync: bool,
 }
 
 impl Run {
     pub(super) fn new(
-        client: redis::Client,
         shared: Arc<Shared>,
         pubsub: &PubSub,
         queue: mpsc::Receiver<Outgoing>,
     ) -> Run {
         Run {
-            client,
             shared,
             pubsub: Arc::downgrade(&pubsub.inner),
             queue,
             last_seen: HashMap::new(),
             waiting: BTreeMap::new(),
+            resync: false,
         }
     }
 
@@ -154,27 +158,70 @@ impl Run {
         }
     }
 
-    async fn connect(
-        &self,
-    ) -> redis::RedisResult<(
-        redis::aio::MultiplexedConnection,
-        Scripts,
-        redis::aio::PubSubStream,
-    )> {
-        let mut subscriber = self.client.get_async_pubsub().await?;
-        subscriber
-            .psubscribe(format!("{}*", escape_pattern(&self.shared.settings.prefix)))
-            .await?;
-        let timeout = self.shared.settings.timeout;
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let mut commands = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let scripts = Scripts::load(&mut commands).await?;
-        Ok((commands, scripts, subscriber.into_on_message()))
+    async fn connect(&self) -> redis::RedisResult<(Commands, Scripts, Messages)> {
+        let settings = &self.shared.settings;
+        let timeout = settings.timeout;
+        match &settings.target {
+            Target::Single(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let mut subscriber = client.get_async_pubsub().await?;
+                subscriber
+                    .psubscribe(format!("{}*", escape_pattern(&settings.prefix)))
+                    .await?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout));
+                let mut commands = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let scripts = Scripts::load(&mut commands).await?;
+                let messages = Messages::Single(subscriber.into_on_message());
+                Ok((Commands::Single(commands), scripts, messages))
+            }
+            Target::Cluster(nodes) => {
+                let (pushed, pushes) = mpsc::channel(link::PUSHES);
+                let shared = self.shared.clone();
+                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    // A shard that is down fails fast: its topics are
+                    // delivered here unrecorded, the others go on.
+                    .retries(2)
+                    .min_retry_wait(10)
+                    .max_retry_wait(100)
+                    .push_sender(move |push| {
+                        let sent = pushed.try_send(push);
+                        if sent.is_err() {
+                            // Lost on the way in: a gap the next
+                            // publication of its topic shows.
+                            shared.dropped_in.fetch_add(1, Ordering::Relaxed);
+                        }
+                        sent
+                    })
+                    .build()?;
+                let mut connection = client.get_async_connection().await?;
+                // The topics with subscribers here, each on its shard.
+                if let Some(pubsub) = self.pubsub() {
+                    let channels: Vec<String> = pubsub
+                        .occupied()
+                        .iter()
+                        .map(|topic| self.shared.channel(topic))
+                        .collect();
+                    for chunk in channels.chunks(CATCH_UP) {
+                        for channel in chunk {
+                            connection.ssubscribe(channel).await?;
+                        }
+                    }
+                }
+                let messages = Messages::Cluster(pushes);
+                Ok((
+                    Commands::Cluster(connection),
+                    Scripts::sent_whole(),
+                    messages,
+                ))
+            }
+        }
     }
 
     /// After (re)connecting: topics published here unrecorded get a new
@@ -182,7 +229,7 @@ impl Run {
     /// missed meanwhile.
     async fn recover(
         &mut self,
-        commands: &mut redis::aio::MultiplexedConnection,
+        commands: &mut Commands,
         scripts: &Scripts,
     ) -> redis::RedisResult<()> {
         let Some(pubsub) = self.pubsub() else {
@@ -205,9 +252,12 @@ impl Run {
                     count,
                 );
             }
-            let answers: Vec<Value> = pipe.query_async(commands).await?;
+            let answers = commands.run(&pipe, self.shared.settings.timeout).await?;
             for ((topic, position), answer) in chunk.iter().zip(&answers) {
-                self.catch_up(&pubsub, topic, *position, answer);
+                match answer {
+                    Ok(answer) => self.catch_up(&pubsub, topic, *position, answer),
+                    Err(error) => tracing::debug!(%error, %topic, "not caught up"),
+                }
             }
         }
         Ok(())
@@ -216,7 +266,7 @@ impl Run {
     /// Gives every topic published here unrecorded a new epoch in Redis.
     async fn reset_broken(
         &self,
-        commands: &mut redis::aio::MultiplexedConnection,
+        commands: &mut Commands,
         scripts: &Scripts,
     ) -> redis::RedisResult<()> {
         let Some(pubsub) = self.pubsub() else {
@@ -229,10 +279,19 @@ impl Run {
             for topic in chunk {
                 streams::reset(&mut pipe, scripts, prefix, topic, pubsub.history(topic));
             }
-            if let Err(error) = pipe.query_async::<()>(commands).await {
-                // Tried again on the next connection.
-                self.shared.broken().extend(broken);
-                return Err(error);
+            let answers = match commands.run(&pipe, self.shared.settings.timeout).await {
+                Ok(answers) => answers,
+                Err(error) => {
+                    // Tried again on the next connection.
+                    self.shared.broken().extend(broken);
+                    return Err(error);
+                }
+            };
+            // A shard that refused keeps its topics broken, for later.
+            for (topic, answer) in chunk.iter().zip(answers) {
+                if answer.is_err() {
+                    self.shared.broken().push(topic.clone());
+                }
             }
         }
         Ok(())
@@ -272,7 +331,7 @@ impl Run {
     /// [`streams::read_back`] with this node's checks, refusals counted.
     fn read_back(&self, pubsub: &PubSub, topic: &str, answer: &Value) -> Option<streams::Read> {
         let settings = &self.shared.settings;
-        let channel = format!("{}{topic}", settings.prefix);
+        let channel = self.shared.channel(topic);
         let check = Check {
             channel: &channel,
             secret: settings.secret.as_deref(),
@@ -288,13 +347,14 @@ impl Run {
     /// Relays both ways until something fails; returns what.
     async fn relay(
         &mut self,
-        mut commands: redis::aio::MultiplexedConnection,
+        mut commands: Commands,
         scripts: Scripts,
-        mut messages: redis::aio::PubSubStream,
+        mut messages: Messages,
     ) -> String {
         let mut batch = Vec::with_capacity(BATCH);
         // Publishes made unrecorded while this connection was being made.
         let mut check_broken = tokio::time::interval(BROKEN_CHECK);
+        let mut resync = tokio::time::interval(RESYNC);
         loop {
             tokio::select! {
                 _ = check_broken.tick() => {
@@ -311,11 +371,24 @@ impl Run {
                         return why;
                     }
                 }
-                message = std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)) => {
-                    let Some(message) = message else {
-                        return "the subscription ended".into();
-                    };
-                    self.deliver(&mut commands, &message).await;
+                changed = self.shared.changed.notified(), if matches!(commands, Commands::Cluster(_)) => {
+                    let () = changed;
+                    if let Err(error) = self.follow(&mut commands).await {
+                        return error.to_string();
+                    }
+                }
+                incoming = messages.next() => match incoming {
+                    None => return "the subscription ended".into(),
+                    Some(Incoming::Message { channel, payload }) => {
+                        self.deliver(&mut commands, &channel, &payload).await;
+                    }
+                    Some(Incoming::Resubscribed(channel)) => {
+                        self.resubscribed(&mut commands, &scripts, &channel).await;
+                    }
+                    Some(Incoming::ShardLost) => self.resync = true,
+                },
+                _ = resync.tick(), if self.resync => {
+                    self.resync = !self.subscribe_all(&mut commands).await;
                 }
             }
         }
@@ -325,13 +398,13 @@ impl Run {
     /// recorded one through the record script).
     async fn send(
         &mut self,
-        commands: &mut redis::aio::MultiplexedConnection,
+        commands: &mut Commands,
         scripts: &Scripts,
         batch: &mut Vec<Outgoing>,
     ) -> Result<(), String> {
         let prefix = &self.shared.settings.prefix;
+        let publish = commands.publish();
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         for outgoing in batch.iter_mut() {
             let Outgoing {
                 channel,
@@ -341,15 +414,14 @@ impl Run {
             } = outgoing;
             match record {
                 None => {
-                    pipe.cmd("PUBLISH").arg(&*channel).arg(&*message);
+                    pipe.cmd(publish).arg(&*channel).arg(&*message);
                 }
                 Some(record) => {
                     streams::record(
                         &mut pipe,
                         scripts,
-                        prefix,
-                        &record.topic,
-                        record.history,
+                        (prefix, publish),
+                        (&record.topic, record.history),
                         channel,
                         message,
                     );
@@ -367,7 +439,9 @@ impl Run {
             }
         }
         let timeout = self.shared.settings.timeout;
-        let sent = tokio::time::timeout(timeout, pipe.query_async::<Vec<Value>>(commands)).await;
+        // On a cluster each command has its own bound; the batch's is for
+        // a connection that stopped answering altogether.
+        let sent = tokio::time::timeout(timeout * 2, commands.run(&pipe, timeout)).await;
         let bytes: usize = batch.iter().map(|o| o.bytes).sum();
         let answers = match sent {
             Ok(Ok(answers)) if answers.len() == batch.len() => answers,
@@ -384,22 +458,32 @@ impl Run {
         };
         self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         for (outgoing, answer) in std::mem::take(batch).into_iter().zip(answers) {
-            let failed = matches!(answer, Value::ServerError(_));
-            match (&outgoing.record, failed) {
-                (None, false) => {
+            match (&outgoing.record, answer) {
+                (None, Ok(_)) => {
                     self.shared.relayed.fetch_add(1, Ordering::Relaxed);
                 }
-                (None, true) => {
+                (None, Err(_)) => {
                     self.shared.lost.fetch_add(1, Ordering::Relaxed);
                 }
-                (Some(record), false) => {
+                (Some(record), Ok(answer)) => {
                     self.shared.recorded.fetch_add(1, Ordering::Relaxed);
-                    if let Some(waiter) = self.waiting.get_mut(&record.count) {
-                        waiter.position = streams::recorded_at(&answer);
+                    let Some(waiter) = self.waiting.get_mut(&record.count) else {
+                        continue;
+                    };
+                    waiter.position = streams::recorded_at(&answer);
+                    // On a cluster, a node hears only the topics it has
+                    // subscribers for: without any, nothing comes back.
+                    let unheard = matches!(commands, Commands::Cluster(_))
+                        && self
+                            .pubsub()
+                            .is_none_or(|p| p.subscribers(&record.topic) == 0);
+                    if unheard && let Some(waiter) = self.waiting.remove(&record.count) {
+                        waiter.give_up();
                     }
                 }
-                (Some(_), true) => {
-                    tracing::warn!(?answer, "Redis refused to record a publication");
+                (Some(_), Err(error)) => {
+                    tracing::warn!(%error, "Redis refused to record a publication");
+                    self.resync |= matches!(commands, Commands::Cluster(_));
                     self.not_sent(vec![outgoing]);
                 }
             }
@@ -453,13 +537,8 @@ impl Run {
     /// passes every check (see "Redis is not trusted"): another node's
     /// publish of a topic without history, or any node's (this one's too)
     /// recorded one, at its position.
-    async fn deliver(
-        &mut self,
-        commands: &mut redis::aio::MultiplexedConnection,
-        message: &redis::Msg,
-    ) {
-        let channel = message.get_channel_name();
-        let Some(topic) = channel.strip_prefix(self.shared.settings.prefix.as_str()) else {
+    async fn deliver(&mut self, commands: &mut Commands, channel: &str, bytes: &[u8]) {
+        let Some(topic) = self.shared.topic_of(channel) else {
             return;
         };
         let shared = self.shared.clone();
@@ -468,7 +547,6 @@ impl Run {
             tracing::debug!(channel, why, "a message from Redis refused");
             shared.refused.fetch_add(1, Ordering::Relaxed);
         };
-        let bytes = message.get_payload_bytes();
         // A recorded message is its node's message behind a position.
         let (position, bytes) = match wire::recorded(bytes) {
             Some((position, inner)) => (Some(position), inner),
@@ -532,11 +610,82 @@ impl Run {
         }
     }
 
+    /// On a cluster: subscribes to the topics that got their first
+    /// subscriber here, and unsubscribes from those that lost their last.
+    async fn follow(&mut self, commands: &mut Commands) -> redis::RedisResult<()> {
+        let Commands::Cluster(connection) = commands else {
+            return Ok(());
+        };
+        let changes = std::mem::take(&mut *self.shared.changes());
+        let timeout = self.shared.settings.timeout;
+        for (topic, occupied) in changes {
+            let channel = self.shared.channel(&topic);
+            let done = if occupied {
+                tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await
+            } else {
+                tokio::time::timeout(timeout, connection.sunsubscribe(&channel)).await
+            };
+            if !matches!(done, Ok(Ok(()))) {
+                // Its shard is away: tried again with every topic.
+                self.resync = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// On a cluster: subscribes again to every topic with subscribers
+    /// here (each answer's confirmation has the topic caught up); true if
+    /// every one succeeded.
+    async fn subscribe_all(&mut self, commands: &mut Commands) -> bool {
+        let (Commands::Cluster(connection), Some(pubsub)) = (commands, self.pubsub()) else {
+            return true;
+        };
+        let timeout = self.shared.settings.timeout;
+        let mut all = true;
+        for topic in pubsub.occupied() {
+            let channel = self.shared.channel(&topic);
+            let done = tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await;
+            all &= matches!(done, Ok(Ok(())));
+        }
+        all
+    }
+
+    /// A cluster connection subscribed to `channel` again after losing
+    /// its shard: delivers what was published on it meanwhile.
+    async fn resubscribed(&mut self, commands: &mut Commands, scripts: &Scripts, channel: &str) {
+        let (Some(topic), Some(pubsub)) = (self.shared.topic_of(channel), self.pubsub()) else {
+            return;
+        };
+        let Some(position) = pubsub.position(topic) else {
+            return;
+        };
+        let count = pubsub.history(topic).max_messages();
+        let mut pipe = redis::pipe();
+        let prefix = &self.shared.settings.prefix;
+        streams::read(
+            &mut pipe,
+            scripts,
+            prefix,
+            topic,
+            position.offset,
+            None,
+            count,
+        );
+        let timeout = self.shared.settings.timeout;
+        if let Ok(Ok(answers)) =
+            tokio::time::timeout(timeout, commands.run(&pipe, self.shared.settings.timeout)).await
+            && let Some(Ok(answer)) = answers.first()
+            && pubsub.is_numbered_by_redis(topic)
+        {
+            self.catch_up(&pubsub, topic, position, answer);
+        }
+    }
+
     /// Reads the publications after `after` and before `upto` from the
     /// topic's stream and delivers them, in order.
     async fn fill(
         &self,
-        commands: &mut redis::aio::MultiplexedConnection,
+        commands: &mut Commands,
         pubsub: &PubSub,
         topic: &str,
         after: u64,
@@ -561,11 +710,12 @@ impl Run {
             count,
         );
         let timeout = self.shared.settings.timeout;
-        let answer = tokio::time::timeout(timeout, pipe.query_async::<Vec<Value>>(commands)).await;
+        let answer =
+            tokio::time::timeout(timeout, commands.run(&pipe, self.shared.settings.timeout)).await;
         let Ok(Ok(answers)) = answer else {
             return; // the gap stays, and its subscribers are told
         };
-        if let Some(answer) = answers.first() {
+        if let Some(Ok(answer)) = answers.first() {
             self.catch_up(
                 pubsub,
                 topic,
@@ -647,21 +797,26 @@ pub(super) async fn load(
         before,
         count,
     );
-    let answers = match pipe.query_async::<Vec<Value>>(&mut commands).await {
-        Ok(answers) => answers,
+    let answer = match commands.run(&pipe, settings.timeout).await {
+        Ok(mut answers) if !answers.is_empty() => answers.swap_remove(0),
+        Ok(_) => Err("no answer".to_owned()),
+        Err(error) => Err(error.to_string()),
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
         Err(error) => {
             tracing::debug!(%error, topic, "history from Redis not read");
             return;
         }
     };
-    let channel = format!("{}{topic}", settings.prefix);
+    let channel = shared.channel(topic);
     let check = Check {
         channel: &channel,
         secret: settings.secret.as_deref(),
         max_message_size: settings.max_message_size,
         history,
     };
-    let Some(read) = answers.first().and_then(|a| streams::read_back(a, &check)) else {
+    let Some(read) = streams::read_back(&answer, &check) else {
         shared.refused.fetch_add(1, Ordering::Relaxed);
         return;
     };

@@ -21,7 +21,9 @@ use crate::pubsub::{Epoch, History, Loaded, Position};
 /// none), keeps it in the stream trimmed to `ARGV[2]` entries, lets the
 /// stream go `ARGV[3]` seconds after its last publication and the epoch
 /// `ARGV[6]` seconds after it, and publishes it on `ARGV[4]` with its
-/// position in front. Returns `{epoch, offset}`.
+/// position in front (with `ARGV[7]`: `PUBLISH`, or `SPUBLISH` on a
+/// cluster, where the channel is in the keys' slot). Returns `{epoch,
+/// offset}`.
 pub(super) const RECORD: &str = r"
 local epoch = redis.call('HGET', KEYS[1], 'e')
 if not epoch then
@@ -33,7 +35,7 @@ local now = redis.call('TIME')
 redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. offset, 't', now[1], 'm', ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('PUBLISH', ARGV[4], 'r' .. epoch .. offset .. ':' .. ARGV[5])
+redis.call(ARGV[7], ARGV[4], 'r' .. epoch .. offset .. ':' .. ARGV[5])
 return {epoch, offset}
 ";
 
@@ -60,13 +62,16 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
-/// The scripts as Redis knows them (their SHA-1s), loaded on each
-/// connection.
-#[derive(Clone, Debug, Default)]
+/// The scripts as Redis is asked to run them: by their SHA-1s, loaded on
+/// each connection to one server, or (on a cluster, whose shards may
+/// restart without them) by their source each time.
+#[derive(Clone, Debug)]
 pub(super) struct Scripts {
     pub(super) record: String,
     pub(super) read: String,
     pub(super) reset: String,
+    /// `EVALSHA` or `EVAL`.
+    eval: &'static str,
 }
 
 impl Scripts {
@@ -82,7 +87,17 @@ impl Scripts {
             record,
             read,
             reset,
+            eval: "EVALSHA",
         })
+    }
+
+    pub(super) fn sent_whole() -> Scripts {
+        Scripts {
+            record: RECORD.to_owned(),
+            read: READ.to_owned(),
+            reset: RESET.to_owned(),
+            eval: "EVAL",
+        }
     }
 }
 
@@ -116,18 +131,18 @@ fn epoch_expiry(history: History) -> u64 {
         .clamp(1, MAX_EXPIRE)
 }
 
-/// Adds [`RECORD`] for one publication to `pipe`.
+/// Adds [`RECORD`] for one publication to `pipe`, published with
+/// `publish` (`PUBLISH` or `SPUBLISH`).
 pub(super) fn record(
     pipe: &mut redis::Pipeline,
     scripts: &Scripts,
-    prefix: &str,
-    topic: &str,
-    history: History,
+    (prefix, publish): (&str, &str),
+    (topic, history): (&str, History),
     channel: &str,
     message: &[u8],
 ) {
     let [meta, stream] = keys(prefix, topic);
-    pipe.cmd("EVALSHA")
+    pipe.cmd(scripts.eval)
         .arg(&scripts.record)
         .arg(2)
         .arg(meta)
@@ -137,7 +152,8 @@ pub(super) fn record(
         .arg(stream_expiry(history))
         .arg(channel)
         .arg(message)
-        .arg(epoch_expiry(history));
+        .arg(epoch_expiry(history))
+        .arg(publish);
 }
 
 /// Adds [`READ`] to `pipe`: at most `count` entries after `after`, up to
@@ -156,7 +172,7 @@ pub(super) fn read(
         Some(before) => format!("0-{}", before.saturating_sub(1)),
         None => "+".to_owned(),
     };
-    pipe.cmd("EVALSHA")
+    pipe.cmd(scripts.eval)
         .arg(&scripts.read)
         .arg(2)
         .arg(meta)
@@ -175,7 +191,7 @@ pub(super) fn reset(
     history: History,
 ) {
     let [meta, stream] = keys(prefix, topic);
-    pipe.cmd("EVALSHA")
+    pipe.cmd(scripts.eval)
         .arg(&scripts.reset)
         .arg(2)
         .arg(meta)
