@@ -40,7 +40,9 @@
 //!   connections stay open for the next request (up to 1,000, each within
 //!   the handshake timeout), so a publisher need not connect per publish.
 //! - `GET /topics/<topic>` answers `{"subscribers":N,"epoch":"<hex>","offset":O}`
-//!   (this node's).
+//!   (this node's; with `--redis` or `--redis-cluster`, N counts every
+//!   node's subscribers, each node's count at most 5 s old, and the
+//!   position is Redis's).
 //! - `GET /` is a live demo page; `GET /stats` the bus's counters as JSON.
 //! - Bad input gets a 4xx with a one-line reason and disturbs nothing else:
 //!   an empty or over-long topic name (400), a bad `since` (400), a body
@@ -482,9 +484,18 @@ impl Bus {
         if let Err(why) = check_topic(&topic) {
             return HttpResponse::text(400, format!("{why}\n"));
         }
-        let (epoch, offset) = position_fields(self.pubsub.position(&topic));
+        // With Redis: every node's subscribers, and Redis's position.
+        let everywhere = self.bridge.as_ref().and_then(|b| b.occupancy_wait(&topic));
+        let (subscribers, position) = match everywhere {
+            Some(o) => (o.subscribers, o.position.or(self.pubsub.position(&topic))),
+            None => (
+                self.pubsub.subscribers(&topic),
+                self.pubsub.position(&topic),
+            ),
+        };
+        let (epoch, offset) = position_fields(position);
         let answer = json!({
-            "subscribers": self.pubsub.subscribers(&topic),
+            "subscribers": subscribers,
             "epoch": epoch,
             "offset": offset,
         });

@@ -413,3 +413,57 @@ async fn a_node_cut_off_from_redis_delivers_what_it_missed_in_order_when_back() 
         stats["filled"]
     );
 }
+
+async fn subscribers_everywhere(node: SocketAddr, topic: &str) -> u64 {
+    let answer = http(node, "GET", &format!("/topics/{topic}"), b"").await;
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    answer["subscribers"].as_u64().unwrap()
+}
+
+/// Polls `/topics/<topic>` on `node` until it says `want` (within 30 s).
+async fn until_subscribers(node: SocketAddr, topic: &str, want: u64) -> Duration {
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if subscribers_everywhere(node, topic).await == want {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{node} never counted {want} subscribers to {topic}: {}",
+        subscribers_everywhere(node, topic).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_count_every_nodes_subscribers_and_forget_a_dead_node() {
+    let port = free_port();
+    let _redis = redis_server(port);
+    wait_for_port(port).await;
+    let url = format!("redis://127.0.0.1:{port}/");
+    let (mut victim, a) = bus(&url, &[]).await;
+    let (_b, b) = bus(&url, &[]).await;
+    let mut on_a = Vec::new();
+    for _ in 0..3 {
+        on_a.push(connect(a, "topics=occ").await);
+    }
+    let mut on_b = Vec::new();
+    for _ in 0..2 {
+        on_b.push(connect(b, "topics=occ").await);
+    }
+    // Each node's first subscriber is written at once; the rest within a
+    // refresh (5 s).
+    until_subscribers(a, "occ", 5).await;
+    until_subscribers(b, "occ", 5).await;
+    // B's last subscriber leaves: taken out at once.
+    drop(on_b);
+    let left = until_subscribers(a, "occ", 3).await;
+    // A dies without a word: its count goes when it is no longer good.
+    victim.0.kill().unwrap();
+    let forgotten = until_subscribers(b, "occ", 0).await;
+    eprintln!(
+        "occupancy: B's leaving seen on A after {left:?}; A's death forgotten after {forgotten:?}"
+    );
+    assert!(forgotten >= Duration::from_secs(5), "{forgotten:?}");
+    drop(on_a);
+}

@@ -135,6 +135,9 @@ const QUEUE: usize = 4096;
 /// a subscriber of it may resume as recovered over what it missed.
 const BROKEN: usize = 65_536;
 
+/// Occupancy changes waiting for the bridge's task at most.
+const CHANGES: usize = 65_536;
+
 /// Why a bridge could not start.
 #[derive(Debug)]
 pub enum BridgeError {
@@ -341,10 +344,14 @@ impl Relay for Shared {
     }
 
     fn occupancy(&self, topic: &str, occupied: bool) {
-        if let Target::Cluster(_) = self.settings.target {
-            self.changes().push((topic.to_owned(), occupied));
-            self.changed.notify_one();
+        let mut changes = self.changes();
+        // Bounded: past it, the periodic rewrite of every count catches
+        // up (and a cluster subscribes again to every topic).
+        if changes.len() < CHANGES {
+            changes.push((topic.to_owned(), occupied));
         }
+        drop(changes);
+        self.changed.notify_one();
     }
 }
 
@@ -571,6 +578,18 @@ pub enum Subscribing {
     Loading,
 }
 
+/// A topic across every node: [`Bridge::occupancy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Subscribers on every node (each node's count is written every 5 s
+    /// and when its first subscriber comes or its last goes, and is
+    /// dropped 15 s after its node stopped writing).
+    pub subscribers: usize,
+    /// Its latest position in Redis; `None` if Redis keeps no history of
+    /// it.
+    pub position: Option<super::Position>,
+}
+
 /// A publish on its way through Redis: [`Bridge::publish_with`].
 #[must_use = "a receipt says nothing until waited for"]
 pub struct Receipt {
@@ -764,6 +783,33 @@ impl Bridge {
             let _ = pubsub.subscribe_with(&conn, &topic, &how);
         });
         Ok(Subscribing::Loading)
+    }
+
+    /// `topic`'s subscribers on every node, and its position in Redis:
+    /// see [`Occupancy`]. Asks Redis, and blocks this thread up to the
+    /// bridge's timeout; `None` if Redis did not answer.
+    pub fn occupancy_wait(&self, topic: &str) -> Option<Occupancy> {
+        let runtime = self.shared.runtime.get()?;
+        let (tell, told) = std::sync::mpsc::sync_channel(1);
+        let (shared, topic) = (self.shared.clone(), topic.to_owned());
+        runtime.spawn(async move {
+            let _ = tell.send(run::occupancy(&shared, &topic).await);
+        });
+        told.recv_timeout(self.shared.settings.timeout)
+            .ok()
+            .flatten()
+    }
+
+    /// [`Bridge::occupancy_wait`], awaited.
+    pub async fn occupancy(&self, topic: &str) -> Option<Occupancy> {
+        let runtime = self.shared.runtime.get()?;
+        let (shared, topic) = (self.shared.clone(), topic.to_owned());
+        let asked = runtime.spawn(async move { run::occupancy(&shared, &topic).await });
+        tokio::time::timeout(self.shared.settings.timeout, asked)
+            .await
+            .ok()?
+            .ok()
+            .flatten()
     }
 
     /// Counts since the bridge started.

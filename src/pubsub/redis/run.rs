@@ -24,6 +24,11 @@ const CATCH_UP: usize = 256;
 /// How often a connected bridge looks for topics published unrecorded.
 const BROKEN_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How often a node writes its subscriber counts to Redis (each good for
+/// three times as long: a node that died drops out of the totals within
+/// that).
+pub(super) const COUNTS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How often a cluster connection that lost a shard subscribes again to
 /// every topic with subscribers here, until all succeed.
 const RESYNC: std::time::Duration = std::time::Duration::from_secs(1);
@@ -355,6 +360,7 @@ impl Run {
         // Publishes made unrecorded while this connection was being made.
         let mut check_broken = tokio::time::interval(BROKEN_CHECK);
         let mut resync = tokio::time::interval(RESYNC);
+        let mut counts = tokio::time::interval(COUNTS_EVERY);
         loop {
             tokio::select! {
                 _ = check_broken.tick() => {
@@ -371,9 +377,20 @@ impl Run {
                         return why;
                     }
                 }
-                changed = self.shared.changed.notified(), if matches!(commands, Commands::Cluster(_)) => {
-                    let () = changed;
-                    if let Err(error) = self.follow(&mut commands).await {
+                () = self.shared.changed.notified() => {
+                    let changes = std::mem::take(&mut *self.shared.changes());
+                    self.follow(&mut commands, &changes).await;
+                    let topics: Vec<String> = changes.into_iter().map(|(topic, _)| topic).collect();
+                    if let Err(error) = self.write_counts(&mut commands, &scripts, &topics).await {
+                        return error.to_string();
+                    }
+                }
+                _ = counts.tick() => {
+                    let topics: Vec<String> = self
+                        .pubsub()
+                        .map(|p| p.occupied().iter().map(|t| t.to_string()).collect())
+                        .unwrap_or_default();
+                    if let Err(error) = self.write_counts(&mut commands, &scripts, &topics).await {
                         return error.to_string();
                     }
                 }
@@ -612,14 +629,13 @@ impl Run {
 
     /// On a cluster: subscribes to the topics that got their first
     /// subscriber here, and unsubscribes from those that lost their last.
-    async fn follow(&mut self, commands: &mut Commands) -> redis::RedisResult<()> {
+    async fn follow(&mut self, commands: &mut Commands, changes: &[(String, bool)]) {
         let Commands::Cluster(connection) = commands else {
-            return Ok(());
+            return;
         };
-        let changes = std::mem::take(&mut *self.shared.changes());
         let timeout = self.shared.settings.timeout;
-        for (topic, occupied) in changes {
-            let channel = self.shared.channel(&topic);
+        for &(ref topic, occupied) in changes {
+            let channel = self.shared.channel(topic);
             let done = if occupied {
                 tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await
             } else {
@@ -629,6 +645,37 @@ impl Run {
                 // Its shard is away: tried again with every topic.
                 self.resync = true;
             }
+        }
+    }
+
+    /// Writes this node's subscriber counts of `topics` to Redis (0 takes
+    /// the node out of a topic's total).
+    async fn write_counts(
+        &self,
+        commands: &mut Commands,
+        scripts: &Scripts,
+        topics: &[String],
+    ) -> redis::RedisResult<()> {
+        let Some(pubsub) = self.pubsub() else {
+            return Ok(());
+        };
+        let node = hex(&self.shared.node);
+        let prefix = &self.shared.settings.prefix;
+        for chunk in topics.chunks(CATCH_UP) {
+            let mut pipe = redis::pipe();
+            for topic in chunk {
+                let here = pubsub.subscribers(topic);
+                streams::count(
+                    &mut pipe,
+                    scripts,
+                    (prefix, &node),
+                    topic,
+                    here,
+                    COUNTS_EVERY * 3,
+                );
+            }
+            // A shard that refused: counted again on the next round.
+            commands.run(&pipe, self.shared.settings.timeout).await?;
         }
         Ok(())
     }
@@ -824,4 +871,27 @@ pub(super) async fn load(
     if let Some(epoch) = read.epoch {
         pubsub.load(topic, epoch, read.last, read.loaded);
     }
+}
+
+/// A node id as hex.
+fn hex(node: &[u8; 16]) -> String {
+    node.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads `topic`'s subscribers on every node, and its position in Redis.
+pub(super) async fn occupancy(shared: &Arc<Shared>, topic: &str) -> Option<super::Occupancy> {
+    let commands = shared
+        .commands
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let (mut commands, scripts) = commands?;
+    let mut pipe = redis::pipe();
+    streams::total(&mut pipe, &scripts, &shared.settings.prefix, topic);
+    let answers = commands.run(&pipe, shared.settings.timeout).await.ok()?;
+    let (subscribers, position) = streams::total_of(answers.first()?.as_ref().ok()?)?;
+    Some(super::Occupancy {
+        subscribers,
+        position,
+    })
 }

@@ -62,6 +62,40 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
+/// Sets this node's (`ARGV[1]`) count of subscribers to a topic
+/// (`ARGV[2]`; 0 takes it out), good for `ARGV[3]` milliseconds of
+/// Redis's clock.
+pub(super) const COUNT: &str = r"
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+if ARGV[2] == '0' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. string.format('%d', ms + ARGV[3]))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3] * 2)
+return 1
+";
+
+/// A topic's subscribers on every node whose count is still good
+/// (forgetting the others), and its epoch and latest offset.
+pub(super) const TOTAL: &str = r"
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local all = redis.call('HGETALL', KEYS[1])
+local sum = 0
+for i = 1, #all, 2 do
+  local count, till = string.match(all[i + 1], '^(%d+):(%d+)$')
+  if count and tonumber(till) > ms then
+    sum = sum + tonumber(count)
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+local meta = redis.call('HMGET', KEYS[2], 'e', 'o')
+return {sum, meta[1], meta[2]}
+";
+
 /// The scripts as Redis is asked to run them: by their SHA-1s, loaded on
 /// each connection to one server, or (on a cluster, whose shards may
 /// restart without them) by their source each time.
@@ -70,6 +104,8 @@ pub(super) struct Scripts {
     pub(super) record: String,
     pub(super) read: String,
     pub(super) reset: String,
+    pub(super) count: String,
+    pub(super) total: String,
     /// `EVALSHA` or `EVAL`.
     eval: &'static str,
 }
@@ -79,14 +115,16 @@ impl Scripts {
         connection: &mut redis::aio::MultiplexedConnection,
     ) -> redis::RedisResult<Scripts> {
         let mut pipe = redis::pipe();
-        for script in [RECORD, READ, RESET] {
+        for script in [RECORD, READ, RESET, COUNT, TOTAL] {
             pipe.cmd("SCRIPT").arg("LOAD").arg(script);
         }
-        let (record, read, reset) = pipe.query_async(connection).await?;
+        let (record, read, reset, count, total) = pipe.query_async(connection).await?;
         Ok(Scripts {
             record,
             read,
             reset,
+            count,
+            total,
             eval: "EVALSHA",
         })
     }
@@ -96,6 +134,8 @@ impl Scripts {
             record: RECORD.to_owned(),
             read: READ.to_owned(),
             reset: RESET.to_owned(),
+            count: COUNT.to_owned(),
+            total: TOTAL.to_owned(),
             eval: "EVAL",
         }
     }
@@ -116,6 +156,60 @@ pub(super) fn keys(prefix: &str, topic: &str) -> [String; 2] {
         format!("{prefix}{{{topic}}}:m"),
         format!("{prefix}{{{topic}}}:s"),
     ]
+}
+
+/// The key of `topic`'s subscriber counts, by node.
+fn counts_key(prefix: &str, topic: &str) -> String {
+    format!("{prefix}{{{topic}}}:n")
+}
+
+/// Adds [`COUNT`] to `pipe`: `node` has `count` subscribers to `topic`,
+/// for `good_for`.
+pub(super) fn count(
+    pipe: &mut redis::Pipeline,
+    scripts: &Scripts,
+    (prefix, node): (&str, &str),
+    topic: &str,
+    count: usize,
+    good_for: Duration,
+) {
+    pipe.cmd(scripts.eval)
+        .arg(&scripts.count)
+        .arg(1)
+        .arg(counts_key(prefix, topic))
+        .arg(node)
+        .arg(count)
+        .arg(good_for.as_millis().max(1) as u64);
+}
+
+/// Adds [`TOTAL`] to `pipe`.
+pub(super) fn total(pipe: &mut redis::Pipeline, scripts: &Scripts, prefix: &str, topic: &str) {
+    let [meta, _] = keys(prefix, topic);
+    pipe.cmd(scripts.eval)
+        .arg(&scripts.total)
+        .arg(2)
+        .arg(counts_key(prefix, topic))
+        .arg(meta);
+}
+
+/// [`TOTAL`]'s answer: subscribers everywhere, and the topic's position
+/// in Redis (`None` if it has no history there).
+pub(super) fn total_of(value: &Value) -> Option<(usize, Option<Position>)> {
+    let Value::Array(parts) = value else {
+        return None;
+    };
+    let [sum, epoch, offset] = parts.as_slice() else {
+        return None;
+    };
+    let sum = usize::try_from(number(sum)?).ok()?;
+    let position = match (text(epoch), number(offset)) {
+        (Some(epoch), Some(offset)) => Some(Position {
+            epoch: epoch.parse().ok()?,
+            offset,
+        }),
+        _ => None,
+    };
+    Some((sum, position))
 }
 
 /// The seconds a stream is kept past its last publication.
