@@ -25,6 +25,9 @@
 //!   held all it missed (or the epoch is not the topic's), then live
 //!   messages. A subscriber that misses a delivery because it reads too
 //!   slowly gets `{"topic":"a","recovered":false}` where the gap is.
+//! - Last value ("cache" mode): `GET /ws?latest=a,b` subscribes to each
+//!   and sends its latest kept publication first (with `--history` of at
+//!   least 1; with Redis, the latest Redis keeps).
 //! - `POST /publish/<topic>[?key=K]` with a body publishes it (a text
 //!   message if it is UTF-8, else binary; `K` is what `--overflow
 //!   conflate` replaces by) and answers `200` with
@@ -293,6 +296,18 @@ impl ServerHandler for Bus {
             check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
             if !opening.iter().any(|(t, _)| *t == topic) {
                 opening.push((topic, Start::Now));
+            }
+        }
+        // `latest=a,b`: each starts with its latest kept publication
+        // ("cache" mode; needs --history).
+        let latest = query_values(query, "latest").next().unwrap_or("");
+        for raw in latest.split(',').filter(|t| !t.is_empty()) {
+            let topic = percent_decode(raw)
+                .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
+            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
+            match opening.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, start)) => *start = Start::Latest,
+                None => opening.push((topic, Start::Latest)),
             }
         }
         for raw in query_values(query, "since") {

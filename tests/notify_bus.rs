@@ -266,6 +266,23 @@ async fn positions_and_resume(backend: &str) {
         (answer["delivered"].as_u64(), answer["offset"].as_u64()),
         (Some(0), Some(1))
     );
+    // Last value on subscribe: the latest kept first, then live.
+    let mut cached = subscribe(addr, "?positions=1&latest=quiet,a").await;
+    let mut firsts = [
+        json(&text(&mut cached).await),
+        json(&text(&mut cached).await),
+    ];
+    firsts.sort_by_key(|d| d["topic"].as_str().map(str::to_owned));
+    assert_eq!(
+        (firsts[0]["topic"].as_str(), firsts[0]["offset"].as_u64()),
+        (Some("a"), Some(10))
+    );
+    assert_eq!(
+        (firsts[1]["topic"].as_str(), firsts[1]["data"].as_str()),
+        (Some("quiet"), Some("x"))
+    );
+    publish(addr, "quiet", b"y").await;
+    assert_eq!(json(&text(&mut cached).await)["data"], "y");
     // Bad since: refused before the upgrade, with the reason.
     for bad in ["a", "a:zz:1", "a:ab:-1", ":ab:1"] {
         let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?since={bad}")).await;

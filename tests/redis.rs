@@ -19,59 +19,13 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{
-    Child, Client, debian_binary, delivered, free_port, next, resident_of, start_example,
-};
+use common::redis::{bridge, command, http, redis_server, resp, wait_for_port};
+use common::{Client, delivered, free_port, next, resident_of, start_example};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-/// A `redis-server` on `port`, persisting nothing.
-fn redis_server(port: u16) -> Child {
-    let binary = debian_binary("/usr/bin/redis-server", "redis-server");
-    Child(
-        std::process::Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server runs"),
-    )
-}
-
-async fn wait_for_port(port: u16) {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("nothing listens on port {port}");
-}
-
-async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").unwrap();
-    body.to_owned()
-}
-
 async fn publish(addr: SocketAddr, topic: &str, body: &str) -> String {
     http(addr, "POST", &format!("/publish/{topic}"), body.as_bytes()).await
-}
-
-async fn bridge(addr: SocketAddr) -> serde_json::Value {
-    let stats = http(addr, "GET", "/stats", b"").await;
-    serde_json::from_str::<serde_json::Value>(&stats).unwrap()["bridge"].clone()
 }
 
 /// Waits until the node's bridge is connected (and subscribed).
@@ -189,30 +143,6 @@ async fn a_node_without_redis_serves_its_own() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad Redis URL"));
 }
 
-/// Sends one command to Redis in RESP and returns its first reply line.
-async fn redis_command(port: u16, args: &[&[u8]]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream.write_all(&resp(args)).await.unwrap();
-    let mut reader = tokio::io::BufReader::new(stream);
-    let mut line = String::new();
-    tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line)
-        .await
-        .unwrap();
-    line
-}
-
-fn resp(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 /// A bridge message as a node without a secret writes it (version 2:
 /// node, count, kind, payload): what anyone with access to Redis can
 /// write too.
@@ -303,7 +233,7 @@ async fn a_paused_redis_costs_bounded_memory_and_counts_what_it_lost() {
     connected(addr).await;
     let before = resident_of(&node);
     assert_eq!(
-        redis_command(port, &[b"CLIENT", b"PAUSE", b"6000", b"ALL"]).await,
+        command(port, &[b"CLIENT", b"PAUSE", b"6000", b"ALL"]).await,
         "+OK\r\n"
     );
     let body = "x".repeat(1 << 20);
@@ -320,7 +250,7 @@ async fn a_paused_redis_costs_bounded_memory_and_counts_what_it_lost() {
     assert!(lost >= 300, "{}", bridge(addr).await);
     assert!(grown < 96 << 20, "grew {} MiB", grown >> 20);
     // Redis back: relaying again.
-    redis_command(port, &[b"CLIENT", b"UNPAUSE"]).await;
+    command(port, &[b"CLIENT", b"UNPAUSE"]).await;
     connected(addr).await;
 }
 
@@ -337,25 +267,25 @@ async fn what_comes_from_redis_gets_the_nodes_limits() {
     let before = resident_of(&node);
     // 20 MiB straight to the channel: refused, not delivered.
     let large = forged([9; 16], 1, &vec![b'x'; 20 << 20]);
-    redis_command(port, &[b"PUBLISH", b"rapidws:t", &large]).await;
+    command(port, &[b"PUBLISH", b"rapidws:t", &large]).await;
     until_counter(addr, "refused", 1).await;
     // Not UTF-8 as text, and not the bridge's format: refused.
-    redis_command(
+    command(
         port,
         &[b"PUBLISH", b"rapidws:t", &forged([9; 16], 2, &[0xff])],
     )
     .await;
-    redis_command(port, &[b"PUBLISH", b"rapidws:t", b"hello"]).await;
+    command(port, &[b"PUBLISH", b"rapidws:t", b"hello"]).await;
     until_counter(addr, "refused", 3).await;
     // 64 MiB: past Redis's own pub/sub output limit, so Redis drops the
     // node's subscription; the node reconnects (and counts it).
     let huge = forged([9; 16], 3, &vec![b'x'; 64 << 20]);
-    redis_command(port, &[b"PUBLISH", b"rapidws:t", &huge]).await;
+    command(port, &[b"PUBLISH", b"rapidws:t", &huge]).await;
     until_counter(addr, "reconnects", 1).await;
     connected(addr).await;
     // Within the limits and in the format (no secret set): delivered, and
     // the subscriber got nothing before it.
-    redis_command(
+    command(
         port,
         &[b"PUBLISH", b"rapidws:t", &forged([9; 16], 4, b"fits")],
     )
@@ -386,23 +316,23 @@ async fn with_a_secret_forged_replayed_and_misattributed_messages_are_refused() 
     let (channel, captured) = next_pmessage(&mut spy).await;
     assert_eq!(channel, "rapidws:t");
     // A replay of the real message: refused by b (its count is not new).
-    redis_command(port, &[b"PUBLISH", b"rapidws:t", &captured]).await;
+    command(port, &[b"PUBLISH", b"rapidws:t", &captured]).await;
     until_counter(b, "refused", 1).await;
     // Unsigned, and claiming a's id (read from the capture): refused.
     let a_id: [u8; 16] = captured[1..17].try_into().unwrap();
-    redis_command(
+    command(
         port,
         &[b"PUBLISH", b"rapidws:t", &forged(a_id, 99, b"as a")],
     )
     .await;
-    redis_command(
+    command(
         port,
         &[b"PUBLISH", b"rapidws:t", &forged([5; 16], 1, b"new")],
     )
     .await;
     until_counter(b, "refused", 3).await;
     // Moved to another channel: refused.
-    redis_command(port, &[b"PUBLISH", b"rapidws:other", &captured]).await;
+    command(port, &[b"PUBLISH", b"rapidws:other", &captured]).await;
     until_counter(b, "refused", 4).await;
     // Nothing of it reached the subscriber: the next message is the next
     // real one.

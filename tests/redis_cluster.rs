@@ -11,61 +11,29 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Child, debian_binary, free_port, start_example};
+use common::redis::{bridge, command, next_json, publish_json, redis_server_with, wait_for_port};
+use common::{Child, Client, debian_binary, free_port, start_example};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-
-type Client = common::Client;
 
 const TOPICS: usize = 12;
 
 fn shard(port: u16, dir: &std::path::Path) -> Child {
-    let binary = debian_binary("/usr/bin/redis-server", "redis-server");
-    Child(
-        std::process::Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
-            .args(["--cluster-require-full-coverage", "no"])
-            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server runs"),
-    )
-}
-
-/// Sends one command in RESP and returns the answer (one read).
-async fn command(port: u16, args: &[&str]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 65536];
-    let n = stream.read(&mut answer).await.unwrap();
-    String::from_utf8_lossy(&answer[..n]).into_owned()
-}
-
-async fn wait_for_port(port: u16) {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("nothing listens on port {port}");
+    let config = format!("nodes-{port}.conf");
+    let cluster = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-node-timeout",
+        "1000",
+        "--cluster-require-full-coverage",
+        "no",
+        "--cluster-config-file",
+        &config,
+    ];
+    redis_server_with(port, &cluster, Some(dir))
 }
 
 /// Waits until every shard says the cluster is whole.
@@ -73,7 +41,7 @@ async fn cluster_ok(ports: &[u16]) {
     for _ in 0..400 {
         let mut ok = true;
         for &port in ports {
-            ok &= command(port, &["CLUSTER", "INFO"])
+            ok &= command(port, &[b"CLUSTER", b"INFO"])
                 .await
                 .contains("cluster_state:ok");
         }
@@ -87,7 +55,7 @@ async fn cluster_ok(ports: &[u16]) {
 
 /// Whether `slot` is served by the shard on `port`.
 async fn owns(port: u16, slot: u16) -> bool {
-    let nodes = command(port, &["CLUSTER", "NODES"]).await;
+    let nodes = command(port, &[b"CLUSTER", b"NODES"]).await;
     let me = nodes.lines().find(|l| l.contains("myself")).unwrap();
     me.split(' ').skip(8).any(|range| {
         let (low, high) = range.split_once('-').unwrap_or((range, range));
@@ -98,42 +66,8 @@ async fn owns(port: u16, slot: u16) -> bool {
     })
 }
 
-async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_owned()
-}
-
-async fn publish(addr: SocketAddr, topic: &str, body: &str) -> Value {
-    let answer = http(addr, "POST", &format!("/publish/{topic}"), body.as_bytes()).await;
-    serde_json::from_str(&answer).unwrap()
-}
-
-async fn bridge(addr: SocketAddr) -> Value {
-    let stats = http(addr, "GET", "/stats", b"").await;
-    serde_json::from_str::<Value>(&stats).unwrap()["bridge"].clone()
-}
-
 async fn json_message(client: &mut Client) -> Value {
-    loop {
-        let next = tokio::time::timeout(Duration::from_secs(10), client.next())
-            .await
-            .expect("a message within 10 s");
-        match next {
-            Some(Ok(WsMessage::Text(text))) => return serde_json::from_str(&text).unwrap(),
-            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
-            other => panic!("expected JSON text, got {other:?}"),
-        }
-    }
+    next_json(client).await.expect("the connection stays")
 }
 
 /// Nothing arrives within `quiet`.
@@ -196,7 +130,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
     for topic in &topics {
         let mut arrived = None;
         for attempt in 0..100 {
-            let answer = publish(b, topic, &format!("hello {attempt}")).await;
+            let answer = publish_json(b, topic, &format!("hello {attempt}")).await;
             if let Ok(Ok(Some(Ok(WsMessage::Text(text))))) =
                 tokio::time::timeout(Duration::from_millis(100), on_a.next())
                     .await
@@ -223,7 +157,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
         .map(|(t, (e, o))| format!("since={t}:{}:{o}", e.as_str().unwrap()))
         .collect();
     for (topic, (_, offset)) in topics.iter().zip(&epochs) {
-        let answer = publish(a, topic, "while away").await;
+        let answer = publish_json(a, topic, "while away").await;
         assert_eq!(answer["offset"], offset + 1);
         assert_eq!(json_message(&mut on_a).await["data"], "while away");
     }
@@ -250,7 +184,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
     let victim = 1;
     let mut doomed = Vec::new();
     for topic in &topics {
-        let slot = command(ports[0], &["CLUSTER", "KEYSLOT", topic]).await;
+        let slot = command(ports[0], &[b"CLUSTER", b"KEYSLOT", topic.as_bytes()]).await;
         let slot: u16 = slot.trim().trim_start_matches(':').parse().unwrap();
         doomed.push(owns(ports[victim], slot).await);
     }
@@ -265,7 +199,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
     // The other shards' topics: untouched. The dead shard's: still
     // delivered on the node that published them.
     for ((topic, &dead), (epoch, _)) in topics.iter().zip(&doomed).zip(&epochs) {
-        let answer = publish(b, topic, "during").await;
+        let answer = publish_json(b, topic, "during").await;
         // B's own subscriber gets it either way.
         assert_eq!(answer["delivered"], 1, "{answer}");
         assert_eq!(json_message(&mut on_b).await["data"], "during");
@@ -297,7 +231,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
     for (topic, &dead) in topics.iter().zip(&doomed) {
         let mut delivered = false;
         for attempt in 0..15 {
-            publish(b, topic, &format!("after {attempt}")).await;
+            publish_json(b, topic, &format!("after {attempt}")).await;
             let Ok(Some(Ok(WsMessage::Text(text)))) =
                 tokio::time::timeout(Duration::from_millis(200), on_a.next()).await
             else {
@@ -329,7 +263,7 @@ async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_ba
             "{topic} never flowed again: A {}, B {}, last answer {}",
             bridge(a).await,
             bridge(b).await,
-            publish(b, topic, "last").await
+            publish_json(b, topic, "last").await
         );
     }
     eprintln!(

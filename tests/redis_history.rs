@@ -14,75 +14,18 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Child, debian_binary, free_port, start_example};
-use futures_util::StreamExt;
+use common::redis::{
+    bridge, command, http, next_json, publish_json, redis_server, until_connected, wait_for_port,
+};
+use common::{Child, Client, free_port, start_example};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-type Client = common::Client;
-
-/// A `redis-server` on `port`, persisting nothing (a restart loses all).
-fn redis_server(port: u16) -> Child {
-    let binary = debian_binary("/usr/bin/redis-server", "redis-server");
-    Child(
-        std::process::Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server runs"),
-    )
-}
-
-async fn wait_for_port(port: u16) {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("nothing listens on port {port}");
-}
-
-async fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").unwrap();
-    body.to_owned()
-}
-
-/// Publishes and returns the answer (`delivered`, `epoch`, `offset`).
-async fn publish(addr: SocketAddr, topic: &str, body: &str) -> Value {
-    let answer = http(addr, "POST", &format!("/publish/{topic}"), body.as_bytes()).await;
-    serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer}"))
-}
-
-async fn bridge(addr: SocketAddr) -> Value {
-    let stats = http(addr, "GET", "/stats", b"").await;
-    serde_json::from_str::<Value>(&stats).unwrap()["bridge"].clone()
-}
-
-/// Waits until the node's bridge is connected (or, with `false`, not).
-async fn until_connected(addr: SocketAddr, connected: bool) -> Value {
-    for _ in 0..400 {
-        let stats = bridge(addr).await;
-        if stats["connected"] == connected {
-            return stats;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the bridge of {addr} never became connected={connected}");
+/// A Redis of the test's own: the server, its port and its URL.
+async fn redis() -> (Child, u16, String) {
+    let port = free_port();
+    let server = redis_server(port);
+    wait_for_port(port).await;
+    (server, port, format!("redis://127.0.0.1:{port}/"))
 }
 
 async fn bus(url: &str, extra: &[&str]) -> (Child, SocketAddr) {
@@ -100,19 +43,6 @@ async fn connect(addr: SocketAddr, query: &str) -> Client {
         .0
 }
 
-/// The next JSON message; `None` if the connection ended.
-async fn json(client: &mut Client) -> Option<Value> {
-    let next = tokio::time::timeout(Duration::from_secs(10), client.next())
-        .await
-        .expect("a message within 10 s");
-    match next {
-        Some(Ok(WsMessage::Text(text))) => Some(serde_json::from_str(&text).unwrap()),
-        Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => Box::pin(json(client)).await,
-        Some(Ok(other)) => panic!("expected JSON text, got {other:?}"),
-        Some(Err(_)) | None => None,
-    }
-}
-
 fn offset(value: &Value) -> u64 {
     value["offset"]
         .as_u64()
@@ -121,10 +51,7 @@ fn offset(value: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn positions_are_redis_and_a_subscriber_resumes_on_another_node() {
-    let port = free_port();
-    let _redis = redis_server(port);
-    wait_for_port(port).await;
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (_redis, _, url) = redis().await;
     let (_a, a) = bus(&url, &[]).await;
     #[cfg(all(target_os = "linux", feature = "uring"))]
     let (_b, b) = bus(&url, &["--backend", "uring"]).await;
@@ -135,7 +62,7 @@ async fn positions_are_redis_and_a_subscriber_resumes_on_another_node() {
     let mut epoch = String::new();
     // Publishes on either node take the next offset of one numbering.
     for (i, node) in [a, b, a, b, a].into_iter().enumerate() {
-        let answer = publish(node, "h", &format!("m{}", i + 1)).await;
+        let answer = publish_json(node, "h", &format!("m{}", i + 1)).await;
         assert_eq!(offset(&answer), i as u64 + 1, "{answer}");
         let answer_epoch = answer["epoch"].as_str().unwrap().to_owned();
         if epoch.is_empty() {
@@ -147,30 +74,30 @@ async fn positions_are_redis_and_a_subscriber_resumes_on_another_node() {
         assert_eq!(answer["delivered"], u64::from(node == a), "{answer}");
     }
     for i in 1..=5 {
-        let delivery = json(&mut on_a).await.unwrap();
+        let delivery = next_json(&mut on_a).await.unwrap();
         assert_eq!(delivery["data"], format!("m{i}"));
         assert_eq!(delivery["epoch"], epoch.as_str());
         assert_eq!(offset(&delivery), i);
     }
     drop(on_a);
     for i in 6..=8 {
-        publish(b, "h", &format!("m{i}")).await;
+        publish_json(b, "h", &format!("m{i}")).await;
     }
     // Resumes on B, which never had a subscriber of the topic.
     let mut on_b = connect(b, &format!("since=h:{epoch}:5")).await;
     for i in 6..=8 {
-        let delivery = json(&mut on_b).await.unwrap();
+        let delivery = next_json(&mut on_b).await.unwrap();
         assert_eq!(
             (offset(&delivery), &delivery["data"]),
             (i, &Value::from(format!("m{i}")))
         );
     }
     assert_eq!(
-        json(&mut on_b).await.unwrap(),
+        next_json(&mut on_b).await.unwrap(),
         serde_json::json!({"topic": "h", "recovered": true})
     );
-    publish(a, "h", "m9").await;
-    assert_eq!(offset(&json(&mut on_b).await.unwrap()), 9);
+    publish_json(a, "h", "m9").await;
+    assert_eq!(offset(&next_json(&mut on_b).await.unwrap()), 9);
     // The same position read on both nodes.
     for node in [a, b] {
         let topic = http(node, "GET", "/topics/h", b"").await;
@@ -184,21 +111,21 @@ async fn positions_are_redis_and_a_subscriber_resumes_on_another_node() {
     let (_c, c) = bus(&url, &[]).await;
     let mut on_c = connect(c, &format!("since=h:{epoch}:5")).await;
     for i in 6..=9 {
-        assert_eq!(offset(&json(&mut on_c).await.unwrap()), i);
+        assert_eq!(offset(&next_json(&mut on_c).await.unwrap()), i);
     }
     assert_eq!(
-        json(&mut on_c).await.unwrap(),
+        next_json(&mut on_c).await.unwrap(),
         serde_json::json!({"topic": "h", "recovered": true})
     );
     // A position from another epoch: not recovered, then live.
     let mut stale = connect(b, "since=h:0000000000000001:3").await;
     assert_eq!(
-        json(&mut stale).await.unwrap(),
+        next_json(&mut stale).await.unwrap(),
         serde_json::json!({"topic": "h", "recovered": false})
     );
-    publish(a, "h", "m10").await;
-    assert_eq!(offset(&json(&mut stale).await.unwrap()), 10);
-    assert_eq!(offset(&json(&mut on_c).await.unwrap()), 10);
+    publish_json(a, "h", "m10").await;
+    assert_eq!(offset(&next_json(&mut stale).await.unwrap()), 10);
+    assert_eq!(offset(&next_json(&mut on_c).await.unwrap()), 10);
     let stats = bridge(a).await;
     assert_eq!(stats["unrecorded"], 0, "{stats}");
     assert!(stats["recorded"].as_u64().unwrap() >= 4, "{stats}");
@@ -216,15 +143,12 @@ struct Seen {
 async fn subscribers_of_a_node_killed_under_load_resume_on_the_other_without_gaps_or_duplicates() {
     const SUBSCRIBERS: usize = 20;
     const PUBLISHES: u64 = 1500;
-    let port = free_port();
-    let _redis = redis_server(port);
-    wait_for_port(port).await;
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (_redis, _, url) = redis().await;
     let (mut victim, a) = bus(&url, &[]).await;
     let (_b, b) = bus(&url, &[]).await;
 
     // The first publish makes the epoch; subscribers start after it.
-    let first = publish(b, "load", "0").await;
+    let first = publish_json(b, "load", "0").await;
     let epoch = first["epoch"].as_str().unwrap().to_owned();
     assert_eq!(offset(&first), 1);
     let mut watchers = Vec::new();
@@ -237,7 +161,7 @@ async fn subscribers_of_a_node_killed_under_load_resume_on_the_other_without_gap
             loop {
                 let mut client = connect(node, &format!("since=load:{epoch}:{last}")).await;
                 seen.connections += 1;
-                while let Some(message) = json(&mut client).await {
+                while let Some(message) = next_json(&mut client).await {
                     if let Some(recovered) = message["recovered"].as_bool() {
                         seen.recovered.push(recovered);
                         continue;
@@ -256,7 +180,7 @@ async fn subscribers_of_a_node_killed_under_load_resume_on_the_other_without_gap
     tokio::time::sleep(Duration::from_millis(200)).await;
     let publisher = tokio::spawn(async move {
         for i in 1..=PUBLISHES {
-            let answer = publish(b, "load", &i.to_string()).await;
+            let answer = publish_json(b, "load", &i.to_string()).await;
             assert_eq!(offset(&answer), i + 1, "{answer}");
         }
     });
@@ -303,19 +227,19 @@ async fn a_redis_that_restarts_empty_is_a_discontinuity_never_a_silent_gap() {
     let (_b, b) = bus(&url, &[]).await;
     let mut on_a = connect(a, "topics=r").await;
     let mut on_b = connect(b, "topics=r").await;
-    let before = publish(a, "r", "before").await;
+    let before = publish_json(a, "r", "before").await;
     let old_epoch = before["epoch"].as_str().unwrap().to_owned();
     for client in [&mut on_a, &mut on_b] {
-        assert_eq!(json(client).await.unwrap()["data"], "before");
+        assert_eq!(next_json(client).await.unwrap()["data"], "before");
     }
 
     // Redis gone: A still delivers its own publish, in an epoch of its own.
     drop(redis);
     until_connected(a, false).await;
-    let alone = publish(a, "r", "alone").await;
+    let alone = publish_json(a, "r", "alone").await;
     assert_eq!(alone["delivered"], 1, "{alone}");
     assert_ne!(alone["epoch"], before["epoch"]);
-    let delivery = json(&mut on_a).await.unwrap();
+    let delivery = next_json(&mut on_a).await.unwrap();
     assert_eq!(delivery["data"], "alone");
     assert!(bridge(a).await["unrecorded"].as_u64().unwrap() >= 1);
 
@@ -325,15 +249,15 @@ async fn a_redis_that_restarts_empty_is_a_discontinuity_never_a_silent_gap() {
     wait_for_port(port).await;
     until_connected(a, true).await;
     until_connected(b, true).await;
-    let after = publish(b, "r", "after").await;
+    let after = publish_json(b, "r", "after").await;
     assert_ne!(after["epoch"], before["epoch"]);
     assert_ne!(after["epoch"], alone["epoch"]);
     for client in [&mut on_a, &mut on_b] {
         assert_eq!(
-            json(client).await.unwrap(),
+            next_json(client).await.unwrap(),
             serde_json::json!({"topic": "r", "recovered": false})
         );
-        let delivery = json(client).await.unwrap();
+        let delivery = next_json(client).await.unwrap();
         assert_eq!(delivery["data"], "after");
         assert_eq!(delivery["epoch"], after["epoch"]);
     }
@@ -341,7 +265,7 @@ async fn a_redis_that_restarts_empty_is_a_discontinuity_never_a_silent_gap() {
     for node in [a, b] {
         let mut resumed = connect(node, &format!("since=r:{old_epoch}:1")).await;
         assert_eq!(
-            json(&mut resumed).await.unwrap(),
+            next_json(&mut resumed).await.unwrap(),
             serde_json::json!({"topic": "r", "recovered": false})
         );
     }
@@ -349,41 +273,23 @@ async fn a_redis_that_restarts_empty_is_a_discontinuity_never_a_silent_gap() {
     let alone_epoch = alone["epoch"].as_str().unwrap();
     let mut resumed = connect(b, &format!("since=r:{alone_epoch}:2")).await;
     assert_eq!(
-        json(&mut resumed).await.unwrap(),
+        next_json(&mut resumed).await.unwrap(),
         serde_json::json!({"topic": "r", "recovered": false})
     );
     drop(redis);
 }
 
-/// Sends one command in RESP and returns the first line of the answer.
-async fn redis_command(port: u16, args: &[&str]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 4096];
-    let n = stream.read(&mut answer).await.unwrap();
-    String::from_utf8_lossy(&answer[..n]).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_redis_delivers_what_it_missed_in_order_when_back() {
-    let port = free_port();
-    let _redis = redis_server(port);
-    wait_for_port(port).await;
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (_redis, port, url) = redis().await;
     let (_a, a) = bus(&url, &[]).await;
     let (_b, b) = bus(&url, &[]).await;
     let mut on_a = connect(a, "topics=c").await;
-    publish(b, "c", "1").await;
-    assert_eq!(offset(&json(&mut on_a).await.unwrap()), 1);
+    publish_json(b, "c", "1").await;
+    assert_eq!(offset(&next_json(&mut on_a).await.unwrap()), 1);
     // A's subscription cut (A connected first: its id is the lower): B's
     // publishes meanwhile are recorded, but A hears none of them live.
-    let clients = redis_command(port, &["CLIENT", "LIST", "TYPE", "pubsub"]).await;
+    let clients = command(port, &[b"CLIENT", b"LIST", b"TYPE", b"pubsub"]).await;
     let ids = clients.lines().filter_map(|line| {
         let id = line
             .split(' ')
@@ -391,15 +297,15 @@ async fn a_node_cut_off_from_redis_delivers_what_it_missed_in_order_when_back() 
         id.parse::<u64>().ok()
     });
     let a_id = ids.min().expect("two subscribed nodes").to_string();
-    let killed = redis_command(port, &["CLIENT", "KILL", "ID", &a_id]).await;
+    let killed = command(port, &[b"CLIENT", b"KILL", b"ID", a_id.as_bytes()]).await;
     assert_eq!(killed, ":1\r\n");
     for i in 2..=30 {
-        publish(b, "c", &i.to_string()).await;
+        publish_json(b, "c", &i.to_string()).await;
     }
     let offsets: Vec<u64> = {
         let mut seen = Vec::new();
         while seen.last() != Some(&30) {
-            let message = json(&mut on_a).await.expect("A's subscriber stays");
+            let message = next_json(&mut on_a).await.expect("A's subscriber stays");
             assert!(message.get("recovered").is_none(), "no gap: {message}");
             seen.push(offset(&message));
         }
@@ -437,10 +343,7 @@ async fn until_subscribers(node: SocketAddr, topic: &str, want: u64) -> Duration
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_count_every_nodes_subscribers_and_forget_a_dead_node() {
-    let port = free_port();
-    let _redis = redis_server(port);
-    wait_for_port(port).await;
-    let url = format!("redis://127.0.0.1:{port}/");
+    let (_redis, _, url) = redis().await;
     let (mut victim, a) = bus(&url, &[]).await;
     let (_b, b) = bus(&url, &[]).await;
     let mut on_a = Vec::new();

@@ -127,7 +127,7 @@ use crate::proto::{CloseCode, Message, MessageKind, OpCode};
 pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 use log::Since;
-use registry::{Local, Numbering, Registry, Route, Subscriber, Topic};
+use registry::{Local, Numbering, Registry, Route, Subscriber, Topic, tell_gap};
 
 /// The longest topic name, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
@@ -255,6 +255,7 @@ pub(crate) trait Relay: Send + Sync {
 }
 
 /// A publish of this node, handed to the [`Relay`].
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) struct Outbound<'a> {
     pub(crate) topic: &'a str,
     pub(crate) key: Option<&'a str>,
@@ -272,6 +273,7 @@ pub(crate) struct Outbound<'a> {
 pub(crate) type Reply = Box<dyn FnOnce(Published) + Send>;
 
 /// What the relay did with a publish.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Relayed {
     /// Passed on (or lost on the way, counted there): deliver it here now.
@@ -1474,22 +1476,6 @@ struct Counts {
     /// Conflating subscribers whose queue had room by the time their
     /// wait was set up: flushed once the list's lock is let go.
     flush_now: Vec<usize>,
-}
-
-/// Tells `subscriber` of a gap (once per gap): its envelope's "not
-/// recovered" message, queued even past a full queue.
-fn tell_gap(subscriber: &mut Subscriber, topic: &str) {
-    if subscriber.gap {
-        return;
-    }
-    subscriber.gap = true;
-    let signal = subscriber
-        .envelope
-        .as_ref()
-        .and_then(|e| e.recovery(topic, false));
-    if let Some(signal) = signal {
-        let _ = subscriber.conn.send_signal(&envelope::prepare(&signal));
-    }
 }
 
 /// Wakes a conflating subscriber's flush: on its server loop (a job), or

@@ -309,7 +309,7 @@ impl TopicState {
                 let mut subscribers = held.lock();
                 for key in told {
                     if let Some(subscriber) = subscribers.find(key) {
-                        super::tell_gap(subscriber, &topic);
+                        tell_gap(subscriber, &topic);
                     }
                 }
             };
@@ -481,5 +481,23 @@ impl Registry {
             }
             true
         });
+    }
+}
+
+/// Tells `subscriber` of a gap (once per gap): its envelope's "not
+/// recovered" message, queued even past a full queue.
+pub(super) fn tell_gap(subscriber: &mut Subscriber, topic: &str) {
+    if subscriber.gap {
+        return;
+    }
+    subscriber.gap = true;
+    let signal = subscriber
+        .envelope
+        .as_ref()
+        .and_then(|e| e.recovery(topic, false));
+    if let Some(signal) = signal {
+        let _ = subscriber
+            .conn
+            .send_signal(&super::envelope::prepare(&signal));
     }
 }

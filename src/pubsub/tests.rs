@@ -493,8 +493,9 @@ fn text(payload: &str) -> (Option<&str>, OpCode, &[u8]) {
     (None, OpCode::Text, payload.as_bytes())
 }
 
-#[test]
-fn publications_numbered_elsewhere_arrive_in_order_once_and_a_gap_is_told() {
+/// A `PubSub` keeping 10 publications per topic, and a connection on a
+/// stand-in loop subscribed to `t` with [`Marks`].
+fn subscribed_with_marks() -> (PubSub, Arc<Loop>, Conn, Arc<dyn Envelope>) {
     let pubsub = PubSub::builder()
         .history(History::new(10, Duration::from_secs(60)))
         .build();
@@ -504,6 +505,12 @@ fn publications_numbered_elsewhere_arrive_in_order_once_and_a_gap_is_told() {
     pubsub
         .subscribe_with(&a, "t", &Subscribe::new().envelope(marks.clone()))
         .unwrap();
+    (pubsub, list, a, marks)
+}
+
+#[test]
+fn publications_numbered_elsewhere_arrive_in_order_once_and_a_gap_is_told() {
+    let (pubsub, list, a, marks) = subscribed_with_marks();
     let epoch = Epoch::from_u64(0xe);
     let at = |offset| Position { epoch, offset };
     // The first from elsewhere sets the numbering, silently.
@@ -544,15 +551,7 @@ fn publications_numbered_elsewhere_arrive_in_order_once_and_a_gap_is_told() {
 
 #[test]
 fn a_publication_that_could_not_be_recorded_breaks_the_numbering_until_redis_is_back() {
-    let pubsub = PubSub::builder()
-        .history(History::new(10, Duration::from_secs(60)))
-        .build();
-    let list = Arc::new(Loop::default());
-    let a = conn(&list, 1, 1 << 20);
-    let marks: Arc<dyn Envelope> = Arc::new(Marks);
-    pubsub
-        .subscribe_with(&a, "t", &Subscribe::new().envelope(marks.clone()))
-        .unwrap();
+    let (pubsub, list, a, _) = subscribed_with_marks();
     let epoch = Epoch::from_u64(0xe);
     pubsub.publish_at("t", Position { epoch, offset: 7 }, text("x"), None, false);
     // Redis gone: numbered here, in an epoch of this node's own.

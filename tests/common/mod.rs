@@ -18,6 +18,8 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "rustls")]
 pub mod tls;
 

@@ -107,8 +107,12 @@
 
 mod link;
 mod run;
+mod shared;
 mod streams;
 mod wire;
+
+pub use shared::Builder;
+use shared::Shared;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -116,10 +120,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    History, Outbound, PubSub, PubSubError, Published, Relay, Relayed, Reply, Start, Subscribe,
-    Subscribed,
-};
+use super::{PubSub, PubSubError, Published, Relay, Reply, Start, Subscribe, Subscribed};
 use crate::connection::conn::Conn;
 use crate::proto::Message;
 use crate::pubsub::PublishOptions;
@@ -129,14 +130,6 @@ use run::Run;
 /// Messages waiting for Redis at most (besides the bound in bytes); more
 /// are lost (and counted).
 const QUEUE: usize = 4096;
-
-/// The most topics remembered as published here unrecorded (to give them
-/// a new epoch when Redis is back); past it, the oldest is forgotten, and
-/// a subscriber of it may resume as recovered over what it missed.
-const BROKEN: usize = 65_536;
-
-/// Occupancy changes waiting for the bridge's task at most.
-const CHANGES: usize = 65_536;
 
 /// Why a bridge could not start.
 #[derive(Debug)]
@@ -219,263 +212,7 @@ impl std::fmt::Debug for Bridge {
     }
 }
 
-/// What the bridge's task and the publishers share.
-struct Shared {
-    /// Who this node is, in every message it sends.
-    node: [u8; 16],
-    /// This node's messages so far: the count each carries.
-    sent: AtomicU64,
-    settings: Builder,
-    outbound: mpsc::Sender<Outgoing>,
-    /// The bytes of the messages queued or in flight to Redis.
-    queued_bytes: AtomicUsize,
-    /// The bridge thread's runtime, for loads asked for elsewhere (set
-    /// once it runs).
-    runtime: OnceLock<tokio::runtime::Handle>,
-    /// The connection commands go on, while connected, and its scripts.
-    commands: Mutex<Option<(link::Commands, streams::Scripts)>>,
-    /// Topics with history published here while Redis could not record
-    /// them: they get a new epoch in Redis when it is back.
-    broken: Mutex<Vec<String>>,
-    relayed: AtomicU64,
-    recorded: AtomicU64,
-    received: AtomicU64,
-    lost: AtomicU64,
-    unrecorded: AtomicU64,
-    filled: AtomicU64,
-    refused: AtomicU64,
-    reconnects: AtomicU64,
-    connected: AtomicBool,
-    /// Messages from a cluster that did not fit the bridge's queue.
-    dropped_in: AtomicU64,
-    /// On a cluster: topics that got their first subscriber here (true)
-    /// or lost their last (false), for the task to (un)subscribe.
-    changes: Mutex<Vec<(String, bool)>>,
-    changed: tokio::sync::Notify,
-}
-
-/// A publish on its way to Redis: the channel and the encoded message.
-struct Outgoing {
-    channel: String,
-    message: Vec<u8>,
-    /// What it counts for in `Shared::queued_bytes`.
-    bytes: usize,
-    /// For a topic with history: how Redis keeps it.
-    record: Option<Record>,
-}
-
-/// A publication of a topic with history, to be numbered by Redis.
-struct Record {
-    topic: String,
-    history: History,
-    /// Its node count (what its return from Redis is known by).
-    count: u64,
-    except: Option<Conn>,
-    reply: Option<Reply>,
-}
-
-impl Relay for Shared {
-    fn relay(&self, outbound: Outbound<'_>) -> Relayed {
-        let Outbound {
-            topic,
-            key,
-            opcode,
-            payload,
-            history,
-            except,
-            reply,
-        } = outbound;
-        let record = history.is_on() && self.settings.record_history;
-        // A key over 64 KiB is not carried: relayed keyless.
-        let key = key.filter(|key| u16::try_from(key.len()).is_ok());
-        let refused = || {
-            if record {
-                self.unrecorded(topic);
-                Relayed::Unrecorded
-            } else {
-                self.lost.fetch_add(1, Ordering::Relaxed);
-                Relayed::Sent
-            }
-        };
-        if record && !self.connected.load(Ordering::Relaxed) {
-            return refused();
-        }
-        let channel = self.channel(topic);
-        let bytes = channel.len()
-            + key.map_or(0, |k| 2 + k.len())
-            + payload.len()
-            + wire::HEADER
-            + wire::TAG;
-        let queued = self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
-        if queued + bytes > self.settings.max_queued_bytes {
-            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            return refused();
-        }
-        let count = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
-        let message = wire::encode(
-            &self.node,
-            count,
-            key,
-            opcode,
-            payload,
-            &channel,
-            self.settings.secret.as_deref(),
-        );
-        let outgoing = Outgoing {
-            channel,
-            message,
-            bytes,
-            record: record.then(|| Record {
-                topic: topic.to_owned(),
-                history,
-                count,
-                except: except.cloned(),
-                reply,
-            }),
-        };
-        match self.outbound.try_send(outgoing) {
-            Ok(()) if record => Relayed::Recorded,
-            Ok(()) => Relayed::Sent,
-            Err(_) => {
-                self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-                refused()
-            }
-        }
-    }
-
-    fn occupancy(&self, topic: &str, occupied: bool) {
-        let mut changes = self.changes();
-        // Bounded: past it, the periodic rewrite of every count catches
-        // up (and a cluster subscribes again to every topic).
-        if changes.len() < CHANGES {
-            changes.push((topic.to_owned(), occupied));
-        }
-        drop(changes);
-        self.changed.notify_one();
-    }
-}
-
-impl Shared {
-    /// The channel of `topic`: `<prefix><topic>`, or on a cluster
-    /// `<prefix>{<topic>}` (in the slot of the topic's history keys).
-    fn channel(&self, topic: &str) -> String {
-        let prefix = &self.settings.prefix;
-        match self.settings.target {
-            Target::Single(_) => format!("{prefix}{topic}"),
-            Target::Cluster(_) => format!("{prefix}{{{topic}}}"),
-        }
-    }
-
-    /// The topic of a channel; `None` if it is not one of ours.
-    fn topic_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
-        let named = channel.strip_prefix(self.settings.prefix.as_str())?;
-        match self.settings.target {
-            Target::Single(_) => Some(named),
-            Target::Cluster(_) => named.strip_prefix('{')?.strip_suffix('}'),
-        }
-    }
-
-    fn changes(&self) -> std::sync::MutexGuard<'_, Vec<(String, bool)>> {
-        self.changes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn broken(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.broken.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn set_commands(&self, commands: Option<(link::Commands, streams::Scripts)>) {
-        *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
-    }
-
-    /// Counts a publish of `topic` Redis could not record, and remembers
-    /// the topic to give it a new epoch when Redis is back.
-    fn unrecorded(&self, topic: &str) {
-        self.unrecorded.fetch_add(1, Ordering::Relaxed);
-        let mut broken = self.broken();
-        if broken.iter().any(|t| t == topic) {
-            return;
-        }
-        if broken.len() >= BROKEN {
-            broken.remove(0);
-        }
-        broken.push(topic.to_owned());
-    }
-}
-
-/// How a [`Bridge`] is set up: [`Bridge::builder`].
-#[derive(Clone)]
-pub struct Builder {
-    target: Target,
-    prefix: String,
-    secret: Option<Vec<u8>>,
-    max_message_size: usize,
-    max_queued_bytes: usize,
-    timeout: Duration,
-    record_history: bool,
-}
-
-impl std::fmt::Debug for Builder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Builder")
-            .field("target", &self.target)
-            .field("prefix", &self.prefix)
-            .field("secret", &self.secret.as_ref().map(|_| "…"))
-            .field("max_message_size", &self.max_message_size)
-            .field("max_queued_bytes", &self.max_queued_bytes)
-            .field("timeout", &self.timeout)
-            .field("record_history", &self.record_history)
-            .finish()
-    }
-}
-
 impl Builder {
-    /// Channels are named `<prefix><topic>` (default `rapidws:`), and
-    /// history keys `<prefix>{<topic>}:m` and `:s`: nodes that share a
-    /// prefix share their topics.
-    pub fn prefix(mut self, prefix: &str) -> Builder {
-        self.prefix = prefix.to_owned();
-        self
-    }
-
-    /// A secret every node of the cluster shares (any length; 32 random
-    /// bytes is plenty): each message is signed with it, and only messages
-    /// signed with it are delivered. See "Redis is not trusted" in the
-    /// module docs.
-    pub fn secret(mut self, secret: &[u8]) -> Builder {
-        self.secret = Some(secret.to_vec());
-        self
-    }
-
-    /// The longest payload taken from Redis (default 16 MiB, the
-    /// connection's default limit): set it to the node's own
-    /// `Config::max_message_size`.
-    pub fn max_message_size(mut self, bytes: usize) -> Builder {
-        self.max_message_size = bytes;
-        self
-    }
-
-    /// The most bytes of this node's publishes waiting for Redis or in
-    /// flight (default 16 MiB); a publish past it is lost (counted).
-    pub fn max_queued_bytes(mut self, bytes: usize) -> Builder {
-        self.max_queued_bytes = bytes;
-        self
-    }
-
-    /// How long connecting, subscribing, and each round trip may take
-    /// before Redis is taken for gone (default 2 s).
-    pub fn timeout(mut self, timeout: Duration) -> Builder {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Whether topics with history are numbered and kept by Redis
-    /// (default true; see the module docs). Off, every node numbers and
-    /// keeps its own, and positions differ between nodes.
-    pub fn record_history(mut self, on: bool) -> Builder {
-        self.record_history = on;
-        self
-    }
-
     /// Starts relaying `pubsub`'s publishes. Returns at once: the bridge
     /// connects, and keeps reconnecting, on a thread of its own.
     pub fn start(self, pubsub: &PubSub) -> Result<Bridge, BridgeError> {
@@ -795,9 +532,11 @@ impl Bridge {
         runtime.spawn(async move {
             let _ = tell.send(run::occupancy(&shared, &topic).await);
         });
-        told.recv_timeout(self.shared.settings.timeout)
-            .ok()
-            .flatten()
+        let (subscribers, position) = told.recv_timeout(self.shared.settings.timeout).ok()??;
+        Some(Occupancy {
+            subscribers,
+            position,
+        })
     }
 
     /// [`Bridge::occupancy_wait`], awaited.
@@ -805,11 +544,14 @@ impl Bridge {
         let runtime = self.shared.runtime.get()?;
         let (shared, topic) = (self.shared.clone(), topic.to_owned());
         let asked = runtime.spawn(async move { run::occupancy(&shared, &topic).await });
-        tokio::time::timeout(self.shared.settings.timeout, asked)
+        let (subscribers, position) = tokio::time::timeout(self.shared.settings.timeout, asked)
             .await
             .ok()?
-            .ok()
-            .flatten()
+            .ok()??;
+        Some(Occupancy {
+            subscribers,
+            position,
+        })
     }
 
     /// Counts since the bridge started.
@@ -835,28 +577,5 @@ impl Drop for Bridge {
         // Only this bridge's relay: never one that came after it. The
         // bridge's thread ends with `_stop`.
         self.pubsub.clear_relay_if(&self.relay);
-    }
-}
-
-/// `prefix` with the glob characters of a Redis pattern escaped.
-fn escape_pattern(prefix: &str) -> String {
-    let mut escaped = String::with_capacity(prefix.len());
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefixes_are_escaped_in_patterns() {
-        assert_eq!(escape_pattern("rapidws:"), "rapidws:");
-        assert_eq!(escape_pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

@@ -9,8 +9,9 @@ use redis::Value;
 use tokio::sync::mpsc;
 
 use super::link::{self, Commands, Incoming, Messages, Target};
+use super::shared::{Outgoing, Shared, escape_pattern};
 use super::streams::{self, Check, Scripts};
-use super::{Outgoing, Shared, escape_pattern, wire};
+use super::wire;
 use crate::connection::conn::Conn;
 use crate::proto::OpCode;
 use crate::pubsub::{History, Inner, Placed, Position, PubSub, Published, Reply};
@@ -879,7 +880,10 @@ fn hex(node: &[u8; 16]) -> String {
 }
 
 /// Reads `topic`'s subscribers on every node, and its position in Redis.
-pub(super) async fn occupancy(shared: &Arc<Shared>, topic: &str) -> Option<super::Occupancy> {
+pub(super) async fn occupancy(
+    shared: &Arc<Shared>,
+    topic: &str,
+) -> Option<(usize, Option<Position>)> {
     let commands = shared
         .commands
         .lock()
@@ -889,9 +893,5 @@ pub(super) async fn occupancy(shared: &Arc<Shared>, topic: &str) -> Option<super
     let mut pipe = redis::pipe();
     streams::total(&mut pipe, &scripts, &shared.settings.prefix, topic);
     let answers = commands.run(&pipe, shared.settings.timeout).await.ok()?;
-    let (subscribers, position) = streams::total_of(answers.first()?.as_ref().ok()?)?;
-    Some(super::Occupancy {
-        subscribers,
-        position,
-    })
+    streams::total_of(answers.first()?.as_ref().ok()?)
 }

@@ -225,6 +225,23 @@ fn epoch_expiry(history: History) -> u64 {
         .clamp(1, MAX_EXPIRE)
 }
 
+/// Adds `script` (one of `scripts`) on `topic`'s epoch and stream keys to
+/// `pipe`; its arguments follow.
+fn on_topic<'p>(
+    pipe: &'p mut redis::Pipeline,
+    scripts: &Scripts,
+    script: &str,
+    prefix: &str,
+    topic: &str,
+) -> &'p mut redis::Pipeline {
+    let [meta, stream] = keys(prefix, topic);
+    pipe.cmd(scripts.eval)
+        .arg(script)
+        .arg(2)
+        .arg(meta)
+        .arg(stream)
+}
+
 /// Adds [`RECORD`] for one publication to `pipe`, published with
 /// `publish` (`PUBLISH` or `SPUBLISH`).
 pub(super) fn record(
@@ -235,12 +252,7 @@ pub(super) fn record(
     channel: &str,
     message: &[u8],
 ) {
-    let [meta, stream] = keys(prefix, topic);
-    pipe.cmd(scripts.eval)
-        .arg(&scripts.record)
-        .arg(2)
-        .arg(meta)
-        .arg(stream)
+    on_topic(pipe, scripts, &scripts.record, prefix, topic)
         .arg(Epoch::new().to_string())
         .arg(history.max_messages())
         .arg(stream_expiry(history))
@@ -261,16 +273,11 @@ pub(super) fn read(
     before: Option<u64>,
     count: usize,
 ) {
-    let [meta, stream] = keys(prefix, topic);
     let upto = match before {
         Some(before) => format!("0-{}", before.saturating_sub(1)),
         None => "+".to_owned(),
     };
-    pipe.cmd(scripts.eval)
-        .arg(&scripts.read)
-        .arg(2)
-        .arg(meta)
-        .arg(stream)
+    on_topic(pipe, scripts, &scripts.read, prefix, topic)
         .arg(after)
         .arg(count.max(1))
         .arg(upto);
@@ -284,12 +291,7 @@ pub(super) fn reset(
     topic: &str,
     history: History,
 ) {
-    let [meta, stream] = keys(prefix, topic);
-    pipe.cmd(scripts.eval)
-        .arg(&scripts.reset)
-        .arg(2)
-        .arg(meta)
-        .arg(stream)
+    on_topic(pipe, scripts, &scripts.reset, prefix, topic)
         .arg(Epoch::new().to_string())
         .arg(epoch_expiry(history));
 }

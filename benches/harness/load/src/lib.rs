@@ -7,6 +7,7 @@ pub mod fanout;
 pub mod handshake;
 pub mod idle;
 pub mod stats;
+pub mod storm;
 pub mod stream;
 pub mod wire;
 
@@ -37,6 +38,8 @@ pub enum Mode {
     ClientIdle(client::ClientIdleArgs),
     /// Pub/sub: subscribers on topics, a publisher at a fixed rate; deliveries/s and latency.
     Fanout(fanout::FanoutArgs),
+    /// A reconnect storm: subscribers dropped at once resume where they were.
+    Storm(storm::StormArgs),
 }
 
 impl Mode {
@@ -50,6 +53,7 @@ impl Mode {
             Mode::Client(args) => client::run(args).await,
             Mode::ClientIdle(args) => client::idle(args).await,
             Mode::Fanout(args) => fanout::run(args).await,
+            Mode::Storm(args) => storm::run(args).await,
         }
     }
 }

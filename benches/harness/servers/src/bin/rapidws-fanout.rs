@@ -3,11 +3,19 @@
 //! `<topic>\n<payload>` publishes `<payload>` to `<topic>`. On tokio
 //! (connection groups) or io_uring (`--backend uring`), with defaults;
 //! `--history N` keeps each topic's last N publications.
+//!
+//! For the reconnect storm: `&positions=1` shows each delivery as
+//! `<epoch>:<offset>\n<payload>` and a resume's outcome as
+//! `recovered:true|false`; `&since=<topic>:<epoch>:<offset>` resumes after
+//! that position (and subscribes).
 
 use clap::{Parser, ValueEnum};
 use std::time::Duration;
 
-use rapidws::pubsub::{History, PubSub};
+use std::sync::Arc;
+
+use rapidws::OwnedMessage;
+use rapidws::pubsub::{Envelope, History, Position, PubSub, Publication, Start, Subscribe};
 use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
 
 #[derive(Parser, Debug)]
@@ -30,20 +38,46 @@ enum Backend {
 
 struct Fanout {
     pubsub: PubSub,
+    positions: Arc<dyn Envelope>,
+}
+
+/// `<epoch>:<offset>\n<payload>`, and `recovered:<bool>`.
+struct Positions;
+
+impl Envelope for Positions {
+    fn wrap(&self, publication: &Publication) -> OwnedMessage {
+        let payload = String::from_utf8_lossy(publication.payload());
+        OwnedMessage::Text(format!("{}\n{payload}", publication.position()))
+    }
+
+    fn recovery(&self, _: &str, recovered: bool) -> Option<OwnedMessage> {
+        Some(OwnedMessage::Text(format!("recovered:{recovered}")))
+    }
+}
+
+/// What a connection asked for: its topics, where each starts, and
+/// whether it wants positions.
+#[derive(Default)]
+struct Opening {
+    topics: Vec<(String, Start)>,
+    positions: bool,
 }
 
 impl Handler for Fanout {
-    /// The topics from the query, subscribed when the connection opens.
-    type State = Vec<String>;
+    type State = Opening;
 
-    fn on_open(&self, conn: &Conn, topics: &mut Vec<String>) {
-        for topic in topics.drain(..) {
-            let _ = self.pubsub.subscribe(conn, &topic);
+    fn on_open(&self, conn: &Conn, opening: &mut Opening) {
+        for (topic, start) in opening.topics.drain(..) {
+            let mut how = Subscribe::new().start(start);
+            if opening.positions {
+                how = how.envelope(self.positions.clone());
+            }
+            let _ = self.pubsub.subscribe_with(conn, &topic, &how);
         }
-        topics.shrink_to_fit();
+        opening.topics.shrink_to_fit();
     }
 
-    fn on_message(&self, _: &Conn, _: &mut Vec<String>, message: Message<'_>) {
+    fn on_message(&self, _: &Conn, _: &mut Opening, message: Message<'_>) {
         if let Message::Text(text) = message
             && let Some((topic, payload)) = text.split_once('\n')
         {
@@ -53,16 +87,30 @@ impl Handler for Fanout {
 }
 
 impl ServerHandler for Fanout {
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Vec<String>, Reject> {
-        let topics = request
-            .query()
-            .and_then(|q| q.strip_prefix("topics="))
-            .unwrap_or("");
-        Ok(topics
-            .split(',')
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect())
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Opening, Reject> {
+        let mut opening = Opening::default();
+        for pair in request.query().unwrap_or("").split('&') {
+            match pair.split_once('=') {
+                Some(("topics", topics)) => opening.topics.extend(
+                    topics
+                        .split(',')
+                        .filter(|t| !t.is_empty())
+                        .map(|t| (t.to_owned(), Start::Now)),
+                ),
+                Some(("positions", "1")) => opening.positions = true,
+                Some(("since", since)) => {
+                    let (topic, position) = since
+                        .split_once(':')
+                        .and_then(|(t, p)| Some((t, p.parse::<Position>().ok()?)))
+                        .ok_or_else(|| Reject::new(400, "since=<topic>:<epoch>:<offset>"))?;
+                    opening
+                        .topics
+                        .push((topic.to_owned(), Start::After(position)));
+                }
+                _ => {}
+            }
+        }
+        Ok(opening)
     }
 }
 
@@ -71,6 +119,7 @@ fn main() -> std::io::Result<()> {
     let history = History::new(args.history, Duration::from_secs(300));
     let handler = Fanout {
         pubsub: PubSub::builder().history(history).build(),
+        positions: Arc::new(Positions),
     };
     match args.backend {
         Backend::Tokio => {

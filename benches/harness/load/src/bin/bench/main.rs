@@ -24,7 +24,7 @@ struct Args {
     /// Only these servers (comma-separated names), default all.
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
-    /// Only these scenarios (comma-separated numbers 1-9), default all.
+    /// Only these scenarios (comma-separated numbers 1-10), default all.
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<u8>,
     /// Warm-up seconds before each measured window.

@@ -267,6 +267,33 @@ fn idle_table(out: &mut String, summaries: &Summaries) {
     failures(out, &rows);
 }
 
+/// Scenario 10: every subscriber must be recovered, nothing missing or
+/// doubled; the time is from the drop to the last one recovered.
+fn storm_table(out: &mut String, summaries: &Summaries) {
+    let rows = sorted(rows(summaries, 10, ""), "recover_all_secs", true);
+    let _ = writeln!(
+        out,
+        "| server | recovered | not recovered / unanswered | missing / doubled | s to recover all | range | median s | peak RSS MiB |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (server, s) in &rows {
+        let _ = writeln!(
+            out,
+            "| {server} | {} | {} / {} | {} / {} | {} | {} | {} | {} |",
+            num(s.median("recovered")),
+            num(s.median("not_recovered")),
+            num(s.median("unanswered")),
+            num(s.median("missing")),
+            num(s.median("doubled")),
+            num(s.median("recover_all_secs")),
+            s.range("recover_all_secs"),
+            num(s.median("recover_p50_secs")),
+            num(s.median("peak_rss_mib")),
+        );
+    }
+    failures(out, &rows);
+}
+
 fn handshake_table(out: &mut String, summaries: &Summaries) {
     let rows = sorted(rows(summaries, 5, ""), "per_sec", false);
     let _ = writeln!(
@@ -893,7 +920,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
                 client_table(&mut out, summaries);
                 client_idle_table(&mut out, summaries);
             }
-            _ => fanout_table(&mut out, summaries),
+            9 => fanout_table(&mut out, summaries),
+            _ => storm_table(&mut out, summaries),
         }
     }
     if let Some(notes) = &context.notes {

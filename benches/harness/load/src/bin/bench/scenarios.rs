@@ -1,4 +1,4 @@
-//! The nine scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+//! The ten scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -92,7 +92,7 @@ pub struct Scenario {
     pub needs_deflate: bool,
 }
 
-pub const SCENARIOS: [Scenario; 9] = [
+pub const SCENARIOS: [Scenario; 10] = [
     Scenario {
         number: 1,
         title: "Echo, 100 connections x 1 KiB binary, depth 8",
@@ -156,6 +156,13 @@ pub const SCENARIOS: [Scenario; 9] = [
         needs_push: false,
         needs_deflate: false,
     },
+    Scenario {
+        number: 10,
+        title: "Reconnect storm: 10,000 subscribers of one topic (20 publishes/s) dropped at once, all resuming where they were",
+        raw_too: false,
+        needs_push: false,
+        needs_deflate: false,
+    },
 ];
 
 impl Scenario {
@@ -165,6 +172,8 @@ impl Scenario {
             && (self.number != 6 || STREAM_SERVERS.contains(&server.name.trim_end_matches("@before")))
             && (self.number != 8 || server.name == CLIENT_SERVER)
             && (self.number != 9 || server.supports_fanout())
+            // Resuming needs history: the fan-out servers that keep it.
+            && (self.number != 10 || (server.supports_fanout() && server.name.contains("-history")))
             && (!self.needs_deflate || server.supports_deflate())
             // wss: the echo (1) and idle memory (4) scenarios only.
             && (!server.tls || matches!(self.number, 1 | 4))
@@ -221,6 +230,7 @@ impl Scenario {
                 .iter()
                 .map(|v| measure(v.name, fanout(server, settings, v)))
                 .collect(),
+            10 => vec![measure("", storm(server, settings))],
             _ => {
                 // `applies_to` lets through only servers with deflate settings.
                 let Some(server) = server.with_deflate() else {
@@ -556,6 +566,35 @@ fn fanout(
         "bytes_per_subscriber".into(),
         metrics["rss_growth_mib"] * 1024.0 * 1024.0 / variant.subscribers as f64,
     );
+    Ok(metrics)
+}
+
+/// Scenario 10's shape.
+pub const STORM_SUBSCRIBERS: usize = 10_000;
+pub const STORM_RATE: u64 = 20;
+
+/// Scenario 10: the reconnect storm (`rapidws-load storm`): the warm-up
+/// before the drop, then at most the measured window for every resume.
+fn storm(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {
+    let args = strings(&[
+        "--subscribers",
+        &STORM_SUBSCRIBERS.to_string(),
+        "--rate",
+        &STORM_RATE.to_string(),
+    ]);
+    let (mut metrics, timed, running) = timed_run(server, settings, Role::Fanout, "storm", args)?;
+    for name in [
+        "recovered",
+        "not_recovered",
+        "unanswered",
+        "missing",
+        "doubled",
+        "recover_all_secs",
+        "recover_p50_secs",
+    ] {
+        metrics.insert(name.into(), timed.result[name].as_f64().unwrap_or(f64::NAN));
+    }
+    metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
     Ok(metrics)
 }
 
