@@ -48,6 +48,10 @@ const EVENTS_PER_POLL: usize = 256;
 /// task may run before it yields to the runtime's other tasks.
 const ROUNDS_PER_POLL: usize = 8;
 
+/// Woken connections advanced between two looks at the epoll within a
+/// round ([`Group::look_between`]).
+const LOOK_EVERY: usize = 1024;
+
 /// The part of a group other tasks see: the accept loop (or a client) hands
 /// connections over here, and wakers put slots on the woken list. `S` is
 /// the handler's connection state.
@@ -291,15 +295,42 @@ impl<H: Handler> Group<H> {
             return false;
         }
         let mut woken = std::mem::take(&mut self.woken);
-        for slot in woken.drain(..) {
+        for (done, slot) in woken.drain(..).enumerate() {
             if let Some(entry) = self.slots.get(slot) {
                 // Cleared before the turn, so a wake during it lists it again.
                 entry.waker.taken();
             }
             self.advance(slot);
+            if done % LOOK_EVERY == LOOK_EVERY - 1 {
+                self.look_between();
+            }
         }
         self.woken = woken;
         true
+    }
+
+    /// Takes what the epoll has ready now and advances it, in the middle of
+    /// a long pass over woken connections: a publisher's socket is read
+    /// while thousands of subscribers are written to, not only once per
+    /// round. Without it a fan-out settles into short rounds in which the
+    /// publisher's receive buffer (small, since it was read rarely) holds
+    /// about one message per subscriber, so every delivery costs a `writev`
+    /// (measured on 1,000 topics x 10: 200k deliveries/s in that state
+    /// against 800k in the other).
+    fn look_between(&mut self) {
+        if !matches!(take_events(self.epoll.get_mut(), &mut self.events), Ok(n) if n > 0) {
+            return;
+        }
+        self.ready.extend(self.events.iter().cloned());
+        let mut ready = std::mem::take(&mut self.ready);
+        for event in ready.drain(..) {
+            let slot = event.token().0 as u32;
+            if let Some(entry) = self.slots.get_mut(slot) {
+                entry.connection.on_event(&event);
+                self.advance(slot);
+            }
+        }
+        self.ready = ready;
     }
 
     /// Takes the ready sockets from the group's epoll and advances them.

@@ -18,7 +18,8 @@ use crate::proto::OpCode;
 use crate::pubsub::{Epoch, History, Loaded, Position};
 
 /// Numbers a publication (making the topic's epoch, `ARGV[1]`, if it has
-/// none), keeps it in the stream trimmed to `ARGV[2]` entries, lets the
+/// none: then whatever its stream still holds belongs to a lost epoch and
+/// goes, as when Redis evicted the epoch but not the stream), keeps it in the stream trimmed to `ARGV[2]` entries, lets the
 /// stream go `ARGV[3]` seconds after its last publication and the epoch
 /// `ARGV[6]` seconds after it, and publishes it on `ARGV[4]` with its
 /// position in front (with `ARGV[7]`: `PUBLISH`, or `SPUBLISH` on a
@@ -29,6 +30,7 @@ local epoch = redis.call('HGET', KEYS[1], 'e')
 if not epoch then
   epoch = ARGV[1]
   redis.call('HSET', KEYS[1], 'e', epoch)
+  redis.call('DEL', KEYS[2])
 end
 local offset = redis.call('HINCRBY', KEYS[1], 'o', 1)
 local now = redis.call('TIME')
