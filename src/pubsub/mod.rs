@@ -722,15 +722,7 @@ impl PubSub {
     ) -> Option<Published> {
         let opcode = data_opcode(message.kind());
         let payload = message.as_bytes();
-        let relayed = self.relay(Outbound {
-            topic,
-            key: options.key,
-            opcode,
-            payload,
-            history: self.inner.config.history_of(topic),
-            except: options.except,
-            reply,
-        });
+        let relayed = self.relay(topic, &options, (opcode, payload), reply);
         let unrecorded = match relayed {
             Relayed::Recorded => return None,
             Relayed::Sent => false,
@@ -777,14 +769,30 @@ impl PubSub {
         }
     }
 
-    /// Hands a publish of this node to the relay, if there is one.
-    fn relay(&self, outbound: Outbound<'_>) -> Relayed {
-        if check_topic(outbound.topic).is_err() {
+    /// Hands a publish of this node to the relay, if there is one (the
+    /// topic's history looked up only then: a node without a bridge pays
+    /// nothing here).
+    fn relay(
+        &self,
+        topic: &str,
+        options: &PublishOptions<'_>,
+        (opcode, payload): (OpCode, &[u8]),
+        reply: Option<Reply>,
+    ) -> Relayed {
+        if check_topic(topic).is_err() {
             return Relayed::Sent; // nobody can be subscribed to it, anywhere
         }
         let relay = self.inner.relay.read().unwrap_or_else(|p| p.into_inner());
         match relay.as_ref() {
-            Some(relay) => relay.relay(outbound),
+            Some(relay) => relay.relay(Outbound {
+                topic,
+                key: options.key,
+                opcode,
+                payload,
+                history: self.inner.config.history_of(topic),
+                except: options.except,
+                reply,
+            }),
             None => Relayed::Sent,
         }
     }

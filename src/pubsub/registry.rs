@@ -433,32 +433,30 @@ impl Registry {
 
     /// Every topic with subscribers.
     pub(super) fn occupied(&self) -> Vec<Arc<str>> {
-        let mut found = Vec::new();
-        for index in 0..self.shards.len() {
-            let shard = self.lock_shard(index);
-            for (name, topic) in shard.iter() {
-                if !topic.lock().locals.is_empty() {
-                    found.push(name.clone());
-                }
-            }
-        }
-        found
+        self.collect(|name, state| (!state.locals.is_empty()).then(|| name.clone()))
     }
 
     /// Every topic numbered by Redis here, with its latest position.
     pub(super) fn numbered_by_redis(&self) -> Vec<(Arc<str>, super::history::Position)> {
+        self.collect(|name, state| {
+            (state.numbering == Numbering::Redis).then(|| {
+                let position = super::history::Position {
+                    epoch: state.epoch,
+                    offset: state.last,
+                };
+                (name.clone(), position)
+            })
+        })
+    }
+
+    /// What `pick` takes from each topic, one shard (and one topic) locked
+    /// at a time.
+    fn collect<T>(&self, pick: impl Fn(&Arc<str>, &TopicState) -> Option<T>) -> Vec<T> {
         let mut found = Vec::new();
         for index in 0..self.shards.len() {
             let shard = self.lock_shard(index);
             for (name, topic) in shard.iter() {
-                let state = topic.lock();
-                if state.numbering == Numbering::Redis {
-                    let position = super::history::Position {
-                        epoch: state.epoch,
-                        offset: state.last,
-                    };
-                    found.push((name.clone(), position));
-                }
+                found.extend(pick(name, &topic.lock()));
             }
         }
         found

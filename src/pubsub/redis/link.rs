@@ -14,6 +14,14 @@ pub(super) enum Target {
     Cluster(Vec<String>),
 }
 
+/// An empty batch for [`Commands::run`]: one command's error is its
+/// answer, not the whole batch's.
+pub(super) fn pipe() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe
+}
+
 /// A connection for commands.
 #[derive(Clone)]
 pub(super) enum Commands {
@@ -25,7 +33,8 @@ pub(super) enum Commands {
 pub(super) type Answer = Result<Value, String>;
 
 impl Commands {
-    /// Runs `pipe`'s commands and returns each one's answer, in order; an
+    /// Runs `pipe`'s commands (made by [`pipe`]) and returns each one's
+    /// answer, in order; an
     /// error if the connection failed. On one server the batch is one
     /// round trip; on a cluster each command goes to its own shard, all at
     /// once, each bounded by `timeout` (a shard that is down fails its
@@ -37,8 +46,6 @@ impl Commands {
     ) -> redis::RedisResult<Vec<Answer>> {
         match self {
             Commands::Single(connection) => {
-                let mut pipe = pipe.clone();
-                pipe.ignore_errors();
                 let values: Vec<Value> = pipe.query_async(connection).await?;
                 Ok(values
                     .into_iter()

@@ -111,8 +111,8 @@ mod shared;
 mod streams;
 mod wire;
 
-pub use shared::Builder;
 use shared::Shared;
+pub use shared::{Builder, Occupancy};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -313,18 +313,6 @@ pub enum Subscribing {
     /// timeout), with its replay, and the subscriber's envelope tells it
     /// whether it was recovered.
     Loading,
-}
-
-/// A topic across every node: [`Bridge::occupancy`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Occupancy {
-    /// Subscribers on every node (each node's count is written every 5 s
-    /// and when its first subscriber comes or its last goes, and is
-    /// dropped 15 s after its node stopped writing).
-    pub subscribers: usize,
-    /// Its latest position in Redis; `None` if Redis keeps no history of
-    /// it.
-    pub position: Option<super::Position>,
 }
 
 /// A publish on its way through Redis: [`Bridge::publish_with`].
@@ -532,11 +520,7 @@ impl Bridge {
         runtime.spawn(async move {
             let _ = tell.send(run::occupancy(&shared, &topic).await);
         });
-        let (subscribers, position) = told.recv_timeout(self.shared.settings.timeout).ok()??;
-        Some(Occupancy {
-            subscribers,
-            position,
-        })
+        told.recv_timeout(self.shared.settings.timeout).ok()?
     }
 
     /// [`Bridge::occupancy_wait`], awaited.
@@ -544,14 +528,10 @@ impl Bridge {
         let runtime = self.shared.runtime.get()?;
         let (shared, topic) = (self.shared.clone(), topic.to_owned());
         let asked = runtime.spawn(async move { run::occupancy(&shared, &topic).await });
-        let (subscribers, position) = tokio::time::timeout(self.shared.settings.timeout, asked)
+        tokio::time::timeout(self.shared.settings.timeout, asked)
             .await
             .ok()?
-            .ok()??;
-        Some(Occupancy {
-            subscribers,
-            position,
-        })
+            .ok()?
     }
 
     /// Counts since the bridge started.

@@ -9,7 +9,7 @@ use redis::Value;
 use tokio::sync::mpsc;
 
 use super::link::{self, Commands, Incoming, Messages, Target};
-use super::shared::{Outgoing, Shared, escape_pattern};
+use super::shared::{Occupancy, Outgoing, Shared, escape_pattern};
 use super::streams::{self, Check, Scripts};
 use super::wire;
 use crate::connection::conn::Conn;
@@ -105,10 +105,7 @@ impl Run {
             let timeout = self.shared.settings.timeout;
             let connected = match tokio::time::timeout(timeout, self.connect()).await {
                 Ok(connected) => connected,
-                Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {timeout:?}"),
-                ))),
+                Err(_) => Err(timed_out(timeout)),
             };
             match connected {
                 Ok((mut commands, scripts, messages)) => {
@@ -208,18 +205,7 @@ impl Run {
                     .build()?;
                 let mut connection = client.get_async_connection().await?;
                 // The topics with subscribers here, each on its shard.
-                if let Some(pubsub) = self.pubsub() {
-                    let channels: Vec<String> = pubsub
-                        .occupied()
-                        .iter()
-                        .map(|topic| self.shared.channel(topic))
-                        .collect();
-                    for chunk in channels.chunks(CATCH_UP) {
-                        for channel in chunk {
-                            connection.ssubscribe(channel).await?;
-                        }
-                    }
-                }
+                self.subscribe_occupied(&mut connection).await?;
                 let messages = Messages::Cluster(pushes);
                 Ok((
                     Commands::Cluster(connection),
@@ -245,7 +231,7 @@ impl Run {
         self.reset_broken(commands, scripts).await?;
         let followed = pubsub.numbered_by_redis();
         for chunk in followed.chunks(CATCH_UP) {
-            let mut pipe = redis::pipe();
+            let mut pipe = link::pipe();
             for (topic, position) in chunk {
                 let count = pubsub.history(topic).max_messages();
                 streams::read(
@@ -281,7 +267,7 @@ impl Run {
         let prefix = &self.shared.settings.prefix;
         let broken = std::mem::take(&mut *self.shared.broken());
         for chunk in broken.chunks(CATCH_UP) {
-            let mut pipe = redis::pipe();
+            let mut pipe = link::pipe();
             for topic in chunk {
                 streams::reset(&mut pipe, scripts, prefix, topic, pubsub.history(topic));
             }
@@ -398,7 +384,7 @@ impl Run {
                 incoming = messages.next() => match incoming {
                     None => return "the subscription ended".into(),
                     Some(Incoming::Message { channel, payload }) => {
-                        self.deliver(&mut commands, &channel, &payload).await;
+                        self.deliver(&mut commands, &scripts, &channel, &payload).await;
                     }
                     Some(Incoming::Resubscribed(channel)) => {
                         self.resubscribed(&mut commands, &scripts, &channel).await;
@@ -422,7 +408,7 @@ impl Run {
     ) -> Result<(), String> {
         let prefix = &self.shared.settings.prefix;
         let publish = commands.publish();
-        let mut pipe = redis::pipe();
+        let mut pipe = link::pipe();
         for outgoing in batch.iter_mut() {
             let Outgoing {
                 channel,
@@ -475,6 +461,12 @@ impl Run {
             }
         };
         self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        // On a cluster, a node hears only the topics it has subscribers
+        // for: a waiter of a topic without any hears nothing back.
+        let hearing = match commands {
+            Commands::Cluster(_) => self.pubsub(),
+            Commands::Single(_) => None,
+        };
         for (outgoing, answer) in std::mem::take(batch).into_iter().zip(answers) {
             match (&outgoing.record, answer) {
                 (None, Ok(_)) => {
@@ -489,11 +481,9 @@ impl Run {
                         continue;
                     };
                     waiter.position = streams::recorded_at(&answer);
-                    // On a cluster, a node hears only the topics it has
-                    // subscribers for: without any, nothing comes back.
                     let unheard = matches!(commands, Commands::Cluster(_))
-                        && self
-                            .pubsub()
+                        && hearing
+                            .as_ref()
                             .is_none_or(|p| p.subscribers(&record.topic) == 0);
                     if unheard && let Some(waiter) = self.waiting.remove(&record.count) {
                         waiter.give_up();
@@ -555,7 +545,13 @@ impl Run {
     /// passes every check (see "Redis is not trusted"): another node's
     /// publish of a topic without history, or any node's (this one's too)
     /// recorded one, at its position.
-    async fn deliver(&mut self, commands: &mut Commands, channel: &str, bytes: &[u8]) {
+    async fn deliver(
+        &mut self,
+        commands: &mut Commands,
+        scripts: &Scripts,
+        channel: &str,
+        bytes: &[u8],
+    ) {
         let Some(topic) = self.shared.topic_of(channel) else {
             return;
         };
@@ -613,7 +609,15 @@ impl Run {
         let (key, opcode, payload) = (decoded.key, decoded.opcode, decoded.payload);
         let mut placed = pubsub.publish_at(topic, position, (key, opcode, payload), except, false);
         if let Placed::Missing { after } = placed {
-            self.fill(commands, &pubsub, topic, after, position).await;
+            // What was missed, from the stream: after `after`, before this.
+            let count = usize::try_from(position.offset - after - 1).unwrap_or(usize::MAX);
+            let since = Position {
+                epoch: position.epoch,
+                offset: after,
+            };
+            let read = (since, Some(position.offset), count);
+            self.read_into(commands, scripts, &pubsub, topic, read)
+                .await;
             placed = pubsub.publish_at(topic, position, (key, opcode, payload), except, true);
         }
         let published = match placed {
@@ -663,7 +667,7 @@ impl Run {
         let node = hex(&self.shared.node);
         let prefix = &self.shared.settings.prefix;
         for chunk in topics.chunks(CATCH_UP) {
-            let mut pipe = redis::pipe();
+            let mut pipe = link::pipe();
             for topic in chunk {
                 let here = pubsub.subscribers(topic);
                 streams::count(
@@ -685,17 +689,33 @@ impl Run {
     /// here (each answer's confirmation has the topic caught up); true if
     /// every one succeeded.
     async fn subscribe_all(&mut self, commands: &mut Commands) -> bool {
-        let (Commands::Cluster(connection), Some(pubsub)) = (commands, self.pubsub()) else {
-            return true;
+        match commands {
+            Commands::Cluster(connection) => self.subscribe_occupied(connection).await.is_ok(),
+            Commands::Single(_) => true,
+        }
+    }
+
+    /// Subscribes `connection` to every topic with subscribers here, each
+    /// on its shard and within the timeout; the last failure, if any (the
+    /// others are still tried).
+    async fn subscribe_occupied(
+        &self,
+        connection: &mut redis::cluster_async::ClusterConnection,
+    ) -> redis::RedisResult<()> {
+        let Some(pubsub) = self.pubsub() else {
+            return Ok(());
         };
         let timeout = self.shared.settings.timeout;
-        let mut all = true;
+        let mut outcome = Ok(());
         for topic in pubsub.occupied() {
             let channel = self.shared.channel(&topic);
-            let done = tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await;
-            all &= matches!(done, Ok(Ok(())));
+            match tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => outcome = Err(error),
+                Err(_) => outcome = Err(timed_out(timeout)),
+            }
         }
-        all
+        outcome
     }
 
     /// A cluster connection subscribed to `channel` again after losing
@@ -707,82 +727,44 @@ impl Run {
         let Some(position) = pubsub.position(topic) else {
             return;
         };
-        let count = pubsub.history(topic).max_messages();
-        let mut pipe = redis::pipe();
+        if pubsub.is_numbered_by_redis(topic) {
+            let read = (position, None, usize::MAX);
+            self.read_into(commands, scripts, &pubsub, topic, read)
+                .await;
+        }
+    }
+
+    /// Reads from `topic`'s stream what follows `since` (before the offset
+    /// given, at most the count given and the history's count) and
+    /// delivers it here, in order ([`Run::catch_up`]); on no answer in
+    /// time, nothing (a gap that stays is told to its subscribers).
+    async fn read_into(
+        &self,
+        commands: &mut Commands,
+        scripts: &Scripts,
+        pubsub: &PubSub,
+        topic: &str,
+        (since, before, count): (Position, Option<u64>, usize),
+    ) {
+        let count = count.min(pubsub.history(topic).max_messages());
+        let mut pipe = link::pipe();
         let prefix = &self.shared.settings.prefix;
         streams::read(
             &mut pipe,
             scripts,
             prefix,
             topic,
-            position.offset,
-            None,
+            since.offset,
+            before,
             count,
         );
         let timeout = self.shared.settings.timeout;
-        if let Ok(Ok(answers)) =
-            tokio::time::timeout(timeout, commands.run(&pipe, self.shared.settings.timeout)).await
+        let answer = tokio::time::timeout(timeout, commands.run(&pipe, timeout)).await;
+        if let Ok(Ok(answers)) = answer
             && let Some(Ok(answer)) = answers.first()
-            && pubsub.is_numbered_by_redis(topic)
         {
-            self.catch_up(&pubsub, topic, position, answer);
+            self.catch_up(pubsub, topic, since, answer);
         }
-    }
-
-    /// Reads the publications after `after` and before `upto` from the
-    /// topic's stream and delivers them, in order.
-    async fn fill(
-        &self,
-        commands: &mut Commands,
-        pubsub: &PubSub,
-        topic: &str,
-        after: u64,
-        upto: Position,
-    ) {
-        let history = pubsub.history(topic);
-        let Some(scripts) = self.scripts() else {
-            return;
-        };
-        let count = usize::try_from(upto.offset - after - 1)
-            .unwrap_or(usize::MAX)
-            .min(history.max_messages());
-        let mut pipe = redis::pipe();
-        let prefix = &self.shared.settings.prefix;
-        streams::read(
-            &mut pipe,
-            &scripts,
-            prefix,
-            topic,
-            after,
-            Some(upto.offset),
-            count,
-        );
-        let timeout = self.shared.settings.timeout;
-        let answer =
-            tokio::time::timeout(timeout, commands.run(&pipe, self.shared.settings.timeout)).await;
-        let Ok(Ok(answers)) = answer else {
-            return; // the gap stays, and its subscribers are told
-        };
-        if let Some(Ok(answer)) = answers.first() {
-            self.catch_up(
-                pubsub,
-                topic,
-                Position {
-                    epoch: upto.epoch,
-                    offset: after,
-                },
-                answer,
-            );
-        }
-    }
-
-    fn scripts(&self) -> Option<Scripts> {
-        let commands = self
-            .shared
-            .commands
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        commands.as_ref().map(|(_, scripts)| scripts.clone())
     }
 
     /// Whether `count` is above the last one from `node` (and remembers
@@ -835,7 +817,7 @@ pub(super) async fn load(
         return;
     };
     let settings = &shared.settings;
-    let mut pipe = redis::pipe();
+    let mut pipe = link::pipe();
     streams::read(
         &mut pipe,
         &scripts,
@@ -874,24 +856,33 @@ pub(super) async fn load(
     }
 }
 
+/// Redis did not answer within `timeout`.
+fn timed_out(timeout: std::time::Duration) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {timeout:?}"),
+    ))
+}
+
 /// A node id as hex.
 fn hex(node: &[u8; 16]) -> String {
     node.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads `topic`'s subscribers on every node, and its position in Redis.
-pub(super) async fn occupancy(
-    shared: &Arc<Shared>,
-    topic: &str,
-) -> Option<(usize, Option<Position>)> {
+pub(super) async fn occupancy(shared: &Arc<Shared>, topic: &str) -> Option<Occupancy> {
     let commands = shared
         .commands
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let (mut commands, scripts) = commands?;
-    let mut pipe = redis::pipe();
+    let mut pipe = link::pipe();
     streams::total(&mut pipe, &scripts, &shared.settings.prefix, topic);
     let answers = commands.run(&pipe, shared.settings.timeout).await.ok()?;
-    streams::total_of(answers.first()?.as_ref().ok()?)
+    let (subscribers, position) = streams::total_of(answers.first()?.as_ref().ok()?)?;
+    Some(Occupancy {
+        subscribers,
+        position,
+    })
 }

@@ -21,6 +21,18 @@ pub(super) const BROKEN: usize = 65_536;
 /// Occupancy changes waiting for the bridge's task at most.
 pub(super) const CHANGES: usize = 65_536;
 
+/// A topic across every node: [`Bridge::occupancy`](super::Bridge::occupancy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Subscribers on every node (each node's count is written every 5 s
+    /// and when its first subscriber comes or its last goes, and is
+    /// dropped 15 s after its node stopped writing).
+    pub subscribers: usize,
+    /// Its latest position in Redis; `None` if Redis keeps no history of
+    /// it.
+    pub position: Option<crate::pubsub::Position>,
+}
+
 /// What the bridge's task and the publishers share.
 pub(super) struct Shared {
     /// Who this node is, in every message it sends.
