@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 use crate::stats::{SharedStats, Stats};
 use crate::wire::{self, FrameReader};
@@ -110,34 +110,18 @@ async fn publish(
     phase: &SharedPhase,
     measured: &Cell<u64>,
 ) -> io::Result<()> {
-    let mut sent = 0u64;
-    let start = Instant::now();
-    let mut ticks = tokio::time::interval(Duration::from_millis(1));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let filler = vec![b'x'; args.size - 16];
-    let mut batch = Vec::new();
-    let mut topic = 0usize;
-    while phase.get() != Phase::Stop {
-        ticks.tick().await;
-        let due = (start.elapsed().as_secs_f64() * args.rate as f64) as u64;
-        batch.clear();
-        while sent < due {
-            let now = epoch().elapsed().as_nanos() as u64;
-            let mut message = format!("t{topic}\n{now:016x}").into_bytes();
-            message.extend_from_slice(&filler);
-            let mask = (sent as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
-            batch.extend_from_slice(&wire::masked_frame(wire::TEXT, &message, mask));
-            topic = (topic + 1) % args.topics;
-            sent += 1;
-            if phase.get() == Phase::Measure {
-                measured.set(measured.get() + 1);
-            }
+    let going = || phase.get() != Phase::Stop;
+    wire::paced(&mut stream, args.rate, going, |sent, message| {
+        let now = epoch().elapsed().as_nanos() as u64;
+        let topic = sent % args.topics as u64;
+        message.extend_from_slice(format!("t{topic}\n{now:016x}").as_bytes());
+        message.extend_from_slice(&filler);
+        if phase.get() == Phase::Measure {
+            measured.set(measured.get() + 1);
         }
-        if !batch.is_empty() {
-            stream.write_all(&batch).await?;
-        }
-    }
-    Ok(())
+    })
+    .await
 }
 
 /// Reads deliveries and records each one's latency from its timestamp.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 use crate::wire::{self, FrameReader};
 use crate::{TargetArgs, Window, emit};
@@ -186,27 +186,17 @@ pub async fn run(args: StormArgs) -> io::Result<()> {
 
 /// Publishes `t0\n<payload>` at `args.rate` a second until `stop`.
 async fn publish(mut stream: wire::Stream, args: &StormArgs, stop: &Cell<bool>) -> io::Result<()> {
-    let start = Instant::now();
-    let mut sent = 0u64;
-    let mut ticks = tokio::time::interval(Duration::from_millis(1));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut message = b"t0\n".to_vec();
     message.resize(3 + args.size, b'x');
-    let mut batch = Vec::new();
-    while !stop.get() {
-        ticks.tick().await;
-        let due = (start.elapsed().as_secs_f64() * args.rate as f64) as u64;
-        batch.clear();
-        while sent < due {
-            let mask = (sent as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
-            batch.extend_from_slice(&wire::masked_frame(wire::TEXT, &message, mask));
-            sent += 1;
-        }
-        if !batch.is_empty() {
-            stream.write_all(&batch).await?;
-        }
-    }
-    Ok(())
+    wire::paced(
+        &mut stream,
+        args.rate,
+        || !stop.get(),
+        |_, out| {
+            out.extend_from_slice(&message);
+        },
+    )
+    .await
 }
 
 /// Reads deliveries (`<epoch>:<offset>\n...`) and a resume's outcome

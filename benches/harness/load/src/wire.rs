@@ -376,6 +376,37 @@ pub(crate) fn server_frame(first: u8, payload: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// Sends text messages at `rate` a second, in one write per millisecond,
+/// until `going` says stop: `next(n, message)` fills the `n`-th message's
+/// payload (cleared before), and each goes out masked.
+pub async fn paced(
+    stream: &mut Stream,
+    rate: u64,
+    going: impl Fn() -> bool,
+    mut next: impl FnMut(u64, &mut Vec<u8>),
+) -> io::Result<()> {
+    let (start, mut sent) = (std::time::Instant::now(), 0u64);
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let (mut batch, mut message) = (Vec::new(), Vec::new());
+    while going() {
+        ticks.tick().await;
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        batch.clear();
+        while sent < due {
+            message.clear();
+            next(sent, &mut message);
+            let mask = (sent as u32).wrapping_mul(0x9e37_79b9).to_le_bytes();
+            batch.extend_from_slice(&masked_frame(TEXT, &message, mask));
+            sent += 1;
+        }
+        if !batch.is_empty() {
+            stream.write_all(&batch).await?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
