@@ -135,9 +135,23 @@ impl Outbox {
     }
 
     /// Queues a message framed once for many connections (see
-    /// `Conn::send_prepared`).
+    /// `Conn::send_prepared`). A server's plain frame is queued here, in a
+    /// few instructions (a fan-out's loop runs this once per subscriber);
+    /// a compressor or a client's mask takes the way out of line.
     #[cfg(feature = "pubsub")]
+    #[inline]
     pub(crate) fn push_prepared(&mut self, message: &Prepared) {
+        if self.deflate.is_some() || self.queue.role() == Role::Client {
+            return self.push_prepared_framed(message);
+        }
+        self.queue
+            .push_prepared(message.opcode(), message.frame().clone());
+    }
+
+    /// [`Outbox::push_prepared`] with a compressor, or for a client.
+    #[cfg(feature = "pubsub")]
+    #[inline(never)]
+    fn push_prepared_framed(&mut self, message: &Prepared) {
         let opcode = message.opcode();
         if self.queue.role() == Role::Client {
             if !self.push_compressed(opcode, message.payload()) {
