@@ -2,7 +2,8 @@
 //! with a message that names the cause and the fix, each example has its own
 //! default port, logs carry no colour codes when they go to a file, and
 //! `autobahn_client` pointed at an ordinary server says what it needs and
-//! exits instead of waiting.
+//! exits instead of waiting, and the client prints what arrives after its
+//! close.
 
 mod common;
 
@@ -221,6 +222,44 @@ async fn client_cafile_trusts_a_ca_flagged_self_signed_certificate() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
     assert!(!stderr.contains("CaUsedAsEndEntity"), "{stderr}");
+}
+
+/// `printf 'hello\nworld\n' | client ws://...` against the echo example:
+/// the client closes at the end of its input, right after sending both
+/// lines, so the echoes arrive after its close frame left; they are the
+/// server's answers to what it sent, and are printed.
+#[tokio::test]
+async fn the_client_prints_echoes_that_arrive_after_its_close() {
+    let (_echo, addr) = start_example("echo", &[]).await;
+    let url = format!("ws://{addr}/");
+    let output = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(example("client"))
+            .arg(url.as_str())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // All the input at once, then its end: no waiting for the echoes.
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"hello\nworld\n")
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["hello", "world"], "stderr: {stderr}");
 }
 
 /// The gateway's `--upstream-cafile` does the same for a wss upstream.

@@ -1,7 +1,8 @@
 //! Plain HTTP on the WebSocket port (`Handler::on_http`), on every backend:
 //! a health check and a page answered beside the upgrades, `HEAD` without a
 //! body, the old refusals when the handler gives no answer, 500 for a
-//! panic, request bodies (whole, in pieces, bounded: 413, 411, 400);
+//! panic, request bodies (whole, in pieces, bounded: 413, 411, 400; a
+//! refused upload read through so that the client gets the 413);
 //! connections kept alive (sequential and pipelined requests, HTTP/1.0 and
 //! `Connection: close`, the idle timeout, the bound on requests, an upgrade
 //! after a plain request); and the echo example's `--http-fallback`.
@@ -25,6 +26,7 @@ backend_tests!(
     plain_requests_are_answered_beside_upgrades,
     without_an_answer_the_refusals_stay,
     request_bodies_are_read_whole_and_bounded,
+    a_refused_upload_is_read_through_so_the_client_gets_the_answer,
 );
 
 /// Answers `/healthz` and `/panic` (by panicking); nothing else.
@@ -293,6 +295,43 @@ async fn request_bodies_are_read_whole_and_bounded(backend: Backend) {
     );
 
     // And the server goes on serving upgrades.
+    assert_healthy(server.addr).await;
+}
+
+/// Python's `urllib` (like most HTTP clients) sends its whole body before
+/// it reads the answer. A 413 answered without reading 20 MB is followed by
+/// a close with the rest still coming; unless the server reads it through
+/// (bounded: `close_timeout`, 64 MiB), the kernel resets the connection and
+/// the client sees "broken pipe" instead of the 413.
+async fn a_refused_upload_is_read_through_so_the_client_gets_the_answer(backend: Backend) {
+    let config = Config::default().max_http_body_size(100_000);
+    let server = common::serve(backend, Site, config, Arc::default()).await;
+    let url = format!("http://{}/body", server.addr);
+    let script = r#"
+import sys, urllib.request, urllib.error
+request = urllib.request.Request(sys.argv[1], data=b"x" * 20_000_000, method="POST")
+try:
+    print(urllib.request.urlopen(request, timeout=30).status)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+except Exception as e:
+    print("failed:", e)
+"#;
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", script, &url])
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "413 request body too large",
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_healthy(server.addr).await;
 }
 

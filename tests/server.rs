@@ -27,6 +27,7 @@ backend_tests!(
     answers_pings_and_sends_its_own,
     peer_close_codes_are_echoed_and_reported,
     handler_close_sends_the_code_and_waits_for_the_peer,
+    messages_the_peer_sent_before_our_close_reached_it_are_delivered,
     rejects_bad_handshakes_with_the_right_status,
     upgrade_hook_can_reject_and_pick_a_subprotocol,
     frames_sent_with_the_request_are_not_lost,
@@ -179,6 +180,42 @@ async fn handler_close_sends_the_code_and_waits_for_the_peer(backend: Backend) {
     // on_close reports the peer's reply (tungstenite echoes code and reason).
     let closes = server.recorder.wait_closes(1).await;
     assert_eq!(closes[0].0, 4001, "{closes:?}");
+}
+
+/// The messages a peer sent before our close frame reached it were
+/// acknowledged by its TCP stack, so it counts them as delivered: they reach
+/// `on_message` while the server waits for the peer's close.
+async fn messages_the_peer_sent_before_our_close_reached_it_are_delivered(backend: Backend) {
+    let server = start(backend, Config::default()).await;
+    let mut client = server.client().await;
+    // Sent together, before the client reads anything: the two notes arrive
+    // after the server has asked to close.
+    for text in ["close 1012 draining", "note one", "note two"] {
+        client.feed(Ws::text(text)).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    assert_eq!(expect_close(&mut client).await, (1012, "draining".into()));
+    // tungstenite sends its close reply when polled again.
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.next()).await;
+    let closes = server.recorder.wait_closes(1).await;
+    assert_eq!(closes[0].0, 1012, "{closes:?}");
+    let seen: Vec<String> = server
+        .recorder
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|seen| match seen {
+            Seen::Message(_, text) => Some(text.clone()),
+            Seen::Close(..) => Some("(closed)".into()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        ["close 1012 draining", "note one", "note two", "(closed)"],
+        "every message before the peer's close, then on_close"
+    );
 }
 
 async fn rejects_bad_handshakes_with_the_right_status(backend: Backend) {

@@ -40,8 +40,14 @@ use crate::pool::BufferPool;
 use crate::proto::{Role, WriteQueue};
 
 /// Bytes read and thrown away while lingering (waiting for the peer to end
-/// TCP after our FIN), at most.
-const LINGER_LIMIT: usize = 1 << 20;
+/// TCP after our FIN), at most; `close_timeout` bounds the time. Large
+/// enough for what a peer sends before it reads our answer: an HTTP client
+/// uploads its whole body before it reads a 413, and a peer sends a whole
+/// message before it reads the 1009 that refused it. Closing with its bytes
+/// still arriving would make the kernel reset the connection, and the peer
+/// would see "broken pipe" instead of the answer. Reading and dropping costs
+/// no memory, and any open connection can make the server read as much.
+const LINGER_LIMIT: usize = 64 << 20;
 
 /// What a server loop shares with all its connections.
 pub(crate) struct Env<H: Handler> {

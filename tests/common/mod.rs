@@ -242,7 +242,8 @@ impl Drop for State {
 /// `push-text N SIZE` (a task sends N messages of SIZE bytes as the reader
 /// makes room, each starting with its number: see `push_payload`),
 /// `req ...` (answered with `Conn::reply`: the same text, then ` after K`,
-/// K the pushes queued by then), `bye` (the reply `last`, then a close).
+/// K the pushes queued by then), `bye` (the reply `last`, then a close),
+/// `note ...` (recorded, not answered).
 pub struct TestHandler {
     pub recorder: Arc<Recorder>,
     /// Where `spawn` starts its task: callbacks on the io_uring backend run
@@ -328,6 +329,9 @@ impl Handler for TestHandler {
                 conn.close(CloseCode::NORMAL, "bye").unwrap();
             }
             (Some("count"), None, None) => conn.send_text(&count.to_string()).unwrap(),
+            (Some("note"), _, _) => self
+                .recorder
+                .push(Seen::Message(conn.id(), text.to_owned())),
             (Some("flood-and-close"), Some(n), Some(size)) => {
                 let (n, size): (usize, usize) = (n.parse().unwrap(), size.parse().unwrap());
                 let payload = vec![0xCD; size];

@@ -103,7 +103,8 @@ impl std::error::Error for ProtocolError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Open,
-    /// We sent a close frame and wait for the peer's.
+    /// We sent a close frame and wait for the peer's; what the peer sent
+    /// before it saw ours is still read and delivered.
     CloseSent,
     /// The close handshake is complete, or the connection failed.
     Closed,
@@ -331,9 +332,14 @@ impl Session {
         input.len() > self.consume
     }
 
-    /// Starts the close handshake: queues a close frame and stops delivering
-    /// messages. Returns `false` (and queues nothing) if a close was already sent
-    /// or the connection is over.
+    /// Starts the close handshake: queues a close frame. Returns `false` (and
+    /// queues nothing) if a close was already sent or the connection is over.
+    ///
+    /// Messages that arrive until the peer's close are still delivered, under
+    /// the same limits: the peer sent them before it saw our close, and its
+    /// TCP stack acknowledged them, so its application counts them as
+    /// delivered (RFC 6455 §1.4 forbids sending data after a close, not
+    /// receiving it). Pings are no longer answered.
     ///
     /// A code that may not be sent (see [`CloseCode::is_sendable`]) is replaced by
     /// 1000; a reason longer than 123 bytes is cut at a character boundary.
@@ -574,9 +580,6 @@ impl Session {
                 return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
             self.release_assembly = true;
-            if self.state == State::CloseSent {
-                return Ok(Step::Skip);
-            }
             return Ok(Step::Ready(Ready::Message {
                 text: fragmented.text,
                 source: Source::Assembly,
@@ -596,9 +599,6 @@ impl Session {
         let payload = frame.header_len..frame.header_len + frame.payload_len;
         self.consume = payload.end;
         self.frame = None;
-        if self.state == State::CloseSent {
-            return Ok(Step::Skip);
-        }
         // A text frame that arrived whole is validated once, when `read` turns it
         // into a `&str`.
         Ok(Step::Ready(Ready::Message {

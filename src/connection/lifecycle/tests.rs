@@ -220,7 +220,12 @@ fn the_linger_is_bounded_in_bytes_and_time() {
     let mut h = Harness::new(Config::default());
     h.receive(b"GET / HTTP/1.0\r\n\r\n");
     assert_eq!(h.run(), Action::Wait);
-    h.receive(&vec![0u8; LINGER_LIMIT]);
+    let read = vec![0u8; 1 << 20];
+    for _ in 1..LINGER_LIMIT / read.len() {
+        h.receive(&read);
+        assert_eq!(h.run(), Action::Wait, "an upload read through");
+    }
+    h.receive(&read);
     assert_eq!(h.run(), Action::Close, "a peer that keeps sending");
 
     let mut h = Harness::new(Config::default());

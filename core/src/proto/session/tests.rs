@@ -403,7 +403,7 @@ fn oversized_frames_fail_with_1009_before_their_payload_arrives() {
 }
 
 #[test]
-fn handler_close_waits_for_the_peer_and_drops_data_meanwhile() {
+fn handler_close_waits_for_the_peer_and_delivers_data_meanwhile() {
     let mut h = Harness::new();
     assert!(h.session.close(CloseCode(4000), "done", &mut h.out));
     assert!(!h.session.close(CloseCode::NORMAL, "again", &mut h.out));
@@ -413,12 +413,21 @@ fn handler_close_waits_for_the_peer_and_drops_data_meanwhile() {
     assert!(h.session.is_closing());
     assert!(!h.session.peer_closed());
 
+    // What the peer sent before it saw our close: a whole message, a
+    // fragmented one with a ping between its fragments, then its close.
     let mut wire = frame(true, OpCode::Text, b"late");
+    wire.extend(frame(false, OpCode::Binary, b"in "));
     wire.extend(frame(true, OpCode::Ping, b"p"));
+    wire.extend(frame(true, OpCode::Continuation, b"parts"));
     wire.extend(close_frame(1000, b""));
     assert_eq!(
         h.feed(&wire),
-        [Ev::Ping(b"p".to_vec()), Ev::Closed(1000, String::new())]
+        [
+            Ev::Text("late".into()),
+            Ev::Ping(b"p".to_vec()),
+            Ev::Binary(b"in parts".to_vec()),
+            Ev::Closed(1000, String::new())
+        ]
     );
     assert!(
         h.sent().is_empty(),
