@@ -566,20 +566,18 @@ fn query_values<'q>(query: &'q str, name: &str) -> impl Iterator<Item = &'q str>
 }
 
 /// `%XX` escapes decoded (`+` is kept as it is); `None` for a broken escape
-/// or bytes that are not UTF-8.
+/// (anything but two hex digits after `%`: `%+A` is not a newline) or bytes
+/// that are not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
+    let mut out = Vec::with_capacity(text.len());
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let high = char::from(bytes.next()?).to_digit(16)?;
+            let low = char::from(bytes.next()?).to_digit(16)?;
+            out.push((high << 4 | low) as u8);
         } else {
-            out.push(bytes[i]);
-            i += 1;
+            out.push(b);
         }
     }
     String::from_utf8(out).ok()
@@ -655,6 +653,10 @@ mod tests {
         assert_eq!(percent_decode("%E2%9C%93").as_deref(), Some("✓"));
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%4"), None);
+        for broken in ["%+A", "%-1", "%+0", "% A", "%A"] {
+            assert_eq!(percent_decode(broken), None, "{broken}");
+        }
+        assert_eq!(percent_decode("%0a%0A").as_deref(), Some("\n\n"));
         assert_eq!(percent_decode("%ff"), None, "not UTF-8");
     }
 

@@ -128,6 +128,8 @@ async fn one_port_for_everything(backend: &str) {
             "longer than 1024",
         ),
         ("POST", "/publish/%zz", b"x", 400, "percent-encoded"),
+        // Not a newline: a sign is no hex digit.
+        ("POST", "/publish/%+A", b"x", 400, "percent-encoded"),
         ("POST", "/publish/big", &[b'x'; 100_001], 413, "too large"),
         ("GET", "/publish/a", b"", 405, "POST"),
         ("GET", "/nope", b"", 404, "not found"),

@@ -99,11 +99,26 @@ impl Url {
         if rest.contains('#') {
             return Err(UrlError::new("a WebSocket URL must not have a fragment"));
         }
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let scheme = scheme.to_ascii_lowercase();
+        // In the schemes browsers call special, a backslash is a slash
+        // (WHATWG URL): `ws://a:1\@b/` is host `a`, port 1, path `/@b/`.
+        // Reading the `@` as the end of credentials instead would connect
+        // where an allow-list checked with a browser's parser did not look.
+        let special = matches!(scheme.as_str(), "ws" | "wss" | "http" | "https");
+        let ends_authority: &[char] = if special {
+            &['/', '?', '\\']
+        } else {
+            &['/', '?']
+        };
+        let authority_end = rest.find(ends_authority).unwrap_or(rest.len());
         let (authority, target) = rest.split_at(authority_end);
         let target = match target {
             "" => "/".to_owned(),
             t if t.starts_with('?') => format!("/{t}"),
+            t if special => {
+                let (path, query) = t.split_at(t.find('?').unwrap_or(t.len()));
+                format!("{}{query}", path.replace('\\', "/"))
+            }
             t => t.to_owned(),
         };
         if !target.bytes().all(|b| b.is_ascii_graphic()) {
@@ -117,7 +132,7 @@ impl Url {
         };
         let (host, port) = parse_host_port(host_port)?;
         Ok(Url {
-            scheme: scheme.to_ascii_lowercase(),
+            scheme,
             credentials,
             host,
             port,
@@ -189,8 +204,10 @@ fn parse_name(host: &str) -> Result<Host, UrlError> {
     if host.is_empty() {
         return Err(UrlError::new("no host"));
     }
-    if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Ok(Host::V4(ip));
+    if ends_in_a_number(host) {
+        return parse_ipv4(host)
+            .map(Host::V4)
+            .ok_or(UrlError::new("the host is not a valid IPv4 address"));
     }
     let valid = host.len() <= 253
         && host.split('.').enumerate().all(|(i, label)| {
@@ -210,16 +227,78 @@ fn parse_name(host: &str) -> Result<Host, UrlError> {
     Ok(Host::Name(host.to_ascii_lowercase()))
 }
 
-/// Decodes `%XX` escapes; `None` for a broken escape or bytes that are not
-/// UTF-8.
+/// Whether a browser reads `host` as an IPv4 address (WHATWG URL, "ends in
+/// a number"): its last label (a trailing dot aside) is decimal digits, or
+/// `0x` and hex digits. Such a host is an address or an error, never a name
+/// to resolve: `2130706433` and `0x7f.1` are 127.0.0.1, as in a browser.
+fn ends_in_a_number(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let last = host.rsplit('.').next().unwrap_or(host);
+    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    last.strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// An IPv4 address in any form a browser takes (WHATWG URL's IPv4 parser):
+/// one to four parts, each decimal, octal (a leading 0) or hex (`0x`); the
+/// last part fills the bytes the others leave (`127.1` is 127.0.0.1).
+fn parse_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.len() > 4 {
+        return None;
+    }
+    let mut numbers = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let (digits, radix) =
+            if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+                (hex, 16)
+            } else if part.len() > 1 && part.starts_with('0') {
+                (&part[1..], 8)
+            } else if part.is_empty() {
+                return None;
+            } else {
+                (*part, 10)
+            };
+        if !digits.bytes().all(|b| char::from(b).is_digit(radix)) {
+            return None;
+        }
+        // Leading zeros cannot overflow the check: they are trimmed.
+        let digits = digits.trim_start_matches('0');
+        let number = if digits.is_empty() {
+            0
+        } else if digits.len() > 12 {
+            return None;
+        } else {
+            u64::from_str_radix(digits, radix).ok()?
+        };
+        numbers.push(number);
+    }
+    let (last, first) = numbers.split_last()?;
+    if first.iter().any(|&n| n > 255) || *last >= 256u64.pow(5 - numbers.len() as u32) {
+        return None;
+    }
+    let mut address = *last;
+    for (i, n) in first.iter().enumerate() {
+        address += n << (8 * (3 - i));
+    }
+    Some(Ipv4Addr::from(u32::try_from(address).ok()?))
+}
+
+/// Decodes `%XX` escapes (two hex digits, nothing else: `%+A` is broken,
+/// where `u8::from_str_radix` would read a newline); `None` for a broken
+/// escape or bytes that are not UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
     let mut out = Vec::with_capacity(s.len());
     let mut bytes = s.bytes();
     while let Some(b) = bytes.next() {
         if b == b'%' {
-            let hex = [bytes.next()?, bytes.next()?];
-            let hex = std::str::from_utf8(&hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let high = char::from(bytes.next()?).to_digit(16)?;
+            let low = char::from(bytes.next()?).to_digit(16)?;
+            out.push((high << 4 | low) as u8);
         } else {
             out.push(b);
         }
@@ -280,10 +359,69 @@ mod tests {
         assert_eq!(url.port, Some(3128));
         let url = parse("socks5://alice@127.0.0.1:1080");
         assert_eq!(url.credentials, Some(("alice".into(), String::new())));
-        assert_eq!(
-            refused("http://a%4@proxy/"),
-            "the credentials are not validly percent-encoded"
-        );
+        for broken in [
+            "http://a%4@proxy/",
+            "http://a%+A@proxy/",
+            "http://a:%-1@proxy/",
+        ] {
+            assert_eq!(
+                refused(broken),
+                "the credentials are not validly percent-encoded",
+                "{broken}"
+            );
+        }
+    }
+
+    /// The cases where a parser that is not a browser's would connect
+    /// somewhere else than the browser's reading says (the client tests
+    /// compare many more with Node's WHATWG parser).
+    #[test]
+    fn hosts_are_read_as_a_browser_reads_them() {
+        let url = parse("ws://127.0.0.2:1\\@127.0.0.1:41103/");
+        assert_eq!(url.host, Host::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(url.port, Some(1));
+        assert_eq!(url.credentials, None);
+        assert_eq!(url.target, "/@127.0.0.1:41103/");
+        assert_eq!(parse("wss://h\\a\\b?c\\d").target, "/a/b?c\\d");
+        for (host, ip) in [
+            ("2130706433", [127, 0, 0, 1]),
+            ("0x7f.1", [127, 0, 0, 1]),
+            ("0x7F000001", [127, 0, 0, 1]),
+            ("0177.0.0.1", [127, 0, 0, 1]),
+            ("127.1", [127, 0, 0, 1]),
+            ("127.0.1", [127, 0, 0, 1]),
+            ("1.2.3.4.", [1, 2, 3, 4]),
+            ("0x", [0, 0, 0, 0]),
+            ("00000000000000000000001.0.0.1", [1, 0, 0, 1]),
+            ("4294967295", [255, 255, 255, 255]),
+        ] {
+            assert_eq!(
+                parse(&format!("ws://{host}/")).host,
+                Host::V4(Ipv4Addr::from(ip)),
+                "{host}"
+            );
+        }
+        for host in [
+            "4294967296",
+            "1.2.3.256",
+            "1.2.65536",
+            "256.1.1.1",
+            "1.2.3.4.5",
+            "09.1.1.1",
+            "example.1",
+            "1..1",
+            "0xg.1",
+            "99999999999999999999",
+        ] {
+            assert_eq!(
+                refused(&format!("ws://{host}/")),
+                "the host is not a valid IPv4 address",
+                "{host}"
+            );
+        }
+        // Not numbers at the end: names.
+        assert_eq!(parse("ws://1.2.3.x/").host, Host::Name("1.2.3.x".into()));
+        assert_eq!(parse("ws://0x7f.ex/").host, Host::Name("0x7f.ex".into()));
     }
 
     #[test]
