@@ -17,8 +17,13 @@
 //!
 //! `--deflate` offers permessage-deflate on both with the library's
 //! defaults. With `--tls-cert` and `--tls-key` everything is served over
-//! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C shuts
-//! down gracefully.
+//! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C stops
+//! accepting and closes the WebSocket connections with 1001.
+//!
+//! Hardened as the standalone servers are, which `axum::serve`'s defaults
+//! are not: a request's head must come within 10 s (a slowloris client is
+//! cut off) and be at most 64 KiB (431), an upgrade's at most the server's
+//! handshake limit, 8 KiB (431, from the extractor).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -162,26 +167,12 @@ async fn run(args: Args) -> Result<(), String> {
         "axum_echo on {scheme}://{}/ (/ws, /stream, /healthz)",
         args.addr
     );
-    let served = match tls {
-        None => {
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                if let Err(error) = tcp.set_nodelay(true) {
-                    tracing::debug!(%error, "cannot set TCP_NODELAY");
-                }
-            });
-            let service = app.into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, service)
-                .with_graceful_shutdown(ctrl_c())
-                .await
-                .map_err(|error| format!("serving failed: {error}"))
-        }
-        Some(mut tls) => {
-            // HTTP/2 (and WebSockets over it) for clients that offer h2.
-            Arc::make_mut(&mut tls).alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            serve_tls(listener, tls, app).await
-        }
-    };
+    let tls = tls.map(|mut tls| {
+        // HTTP/2 (and WebSockets over it) for clients that offer h2.
+        Arc::make_mut(&mut tls).alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        tokio_rustls::TlsAcceptor::from(tls)
+    });
+    let served = serve(listener, tls, app).await;
     // The upgraded connections outlive axum's: close them with 1001.
     tokio::join!(echo.shutdown(), sockets.shutdown());
     served
@@ -193,16 +184,25 @@ async fn ctrl_c() {
     }
 }
 
-/// https: rustls in front of the same app, one task per connection (axum's
-/// `serve` takes only plain listeners).
-async fn serve_tls(
+/// How long a client has to send a request's head (as the standalone
+/// servers' `handshake_timeout`): a slowloris client is cut off after it.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most bytes of a request head hyper buffers (HTTP/1.1; its minimum is
+/// 8 KiB) or takes as headers (HTTP/2): larger gets 431. An upgrade's head
+/// is held to the server's `max_handshake_size` (8 KiB) by the extractor.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// The app on hyper, one task per connection, over TCP or rustls.
+/// `axum::serve` would do for plain TCP, but it gives no way to set a
+/// header timeout or a head limit: behind it a client may hold a
+/// connection open forever by sending its headers a byte at a time. Ctrl-C
+/// stops accepting.
+async fn serve(
     listener: tokio::net::TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
 ) -> Result<(), String> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use tower::Service;
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let shutdown = ctrl_c();
     tokio::pin!(shutdown);
     loop {
@@ -218,26 +218,49 @@ async fn serve_tls(
             },
             () = &mut shutdown => return Ok(()),
         };
-        let _ = tcp.set_nodelay(true);
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+        let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
-            let tls =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(error)) => return tracing::debug!(%peer, %error, "TLS handshake failed"),
-                    Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-                };
-            let service = hyper::service::service_fn(move |mut request| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().call(request)
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // WebSockets over HTTP/2 when the client chose h2 by ALPN.
-            builder.http2().enable_connect_protocol();
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, %error, "connection failed");
+            let Some(acceptor) = tls else {
+                return serve_connection(tcp, peer, app).await;
+            };
+            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => serve_connection(tls, peer, app).await,
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
         });
+    }
+}
+
+/// One connection: HTTP/1.1 or HTTP/2 (by ALPN over TLS, by its preface in
+/// plain), upgrades included, with the head bounded in time and size.
+async fn serve_connection<I>(io: I, peer: SocketAddr, app: Router)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::Service;
+    let service = hyper::service::service_fn(move |mut request| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        app.clone().call(request)
+    });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD as u32)
+        // WebSockets over HTTP/2 (RFC 8441 extended CONNECT).
+        .enable_connect_protocol();
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    if let Err(error) = connection.await {
+        tracing::debug!(%peer, %error, "connection failed");
     }
 }

@@ -91,6 +91,21 @@ pub(crate) fn extended_protocol(extensions: &::hyper::http::Extensions) -> Optio
 }
 
 impl HeadRef<'_> {
+    /// The head's length as HTTP/1.1 writes it (request line, headers,
+    /// blank line): what `Config::max_handshake_size` bounds on the
+    /// standalone servers, so an upgrade through hyper or axum is refused
+    /// (431) where theirs would be, whatever hyper itself let through.
+    fn len(&self) -> usize {
+        let target = self.uri.path_and_query().map_or(1, |t| t.as_str().len());
+        let request_line = self.method.as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + 2 + value.len() + 2)
+            .sum();
+        request_line + headers + 2
+    }
+
     /// Runs the RFC 6455 checks ([`check_request`]), or over HTTP/2 the RFC
     /// 8441 ones ([`check_extended_connect`]), and gives the checked request
     /// to `then`.
@@ -151,9 +166,16 @@ pub(crate) fn decide<H: ServerHandler>(
 ) -> Answer<H::State> {
     // HTTP/2 has no key: its answer is a 200 without an accept key.
     let http2 = head.version == Version::HTTP_2;
-    let decision = head.check(|checked| {
-        let decision = server.decide(checked, accept, settings);
-        (decision, (!http2).then(|| accept_key(checked.key())))
+    let decision = if head.len() > server.config().max_handshake_size {
+        Err(HandshakeError::HeadTooLarge)
+    } else {
+        Ok(())
+    };
+    let decision = decision.and_then(|()| {
+        head.check(|checked| {
+            let decision = server.decide(checked, accept, settings);
+            (decision, (!http2).then(|| accept_key(checked.key())))
+        })
     });
     let (decision, key) = match decision {
         Ok(decided) => decided,

@@ -342,6 +342,23 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
     .await;
     assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
     assert!(denied.ends_with("denied by the hook\n"), "{denied}");
+    // 64 KiB of headers: within hyper's limit, over the server's
+    // handshake limit (8 KiB): 431, as the standalone servers answer.
+    for path in ["/ws", "/stream"] {
+        let big = "X-Filler: ".to_owned() + &"a".repeat(1000) + "\r\n";
+        let head = upgrade_head(
+            "GET",
+            path,
+            "HTTP/1.1",
+            &(version.to_owned() + &big.repeat(64)),
+        );
+        let response = http_exchange(served.addr, &head).await;
+        assert!(response.starts_with("HTTP/1.1 431"), "{:.200}", response);
+        assert!(
+            response.to_ascii_lowercase().contains("header"),
+            "{response}"
+        );
+    }
     // A huge header: hyper's own limit answers, before any upgrade.
     let huge = format!(
         "GET /ws HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -410,6 +427,41 @@ async fn the_axum_echo_example_serves_its_page_and_both_endpoints() {
         echoes(&mut client).await;
         client.close(None).await.unwrap();
     }
+}
+
+/// The example people copy into production refuses what the standalone
+/// servers refuse: a head over the handshake limit (431, from the
+/// extractor), a head over hyper's buffer (431, from hyper), and a head sent
+/// a byte at a time (cut off after 10 s; `axum::serve` kept it open).
+#[tokio::test]
+async fn the_axum_echo_example_bounds_request_heads_in_size_and_time() {
+    let (_example, addr) = start_example("axum_echo", &[]).await;
+    let filler = |kib: usize| ("X-Filler: ".to_owned() + &"a".repeat(1000) + "\r\n").repeat(kib);
+    let version = "Sec-WebSocket-Version: 13\r\n".to_owned();
+    for (path, kib) in [("/ws", 32), ("/stream", 32), ("/ws", 200)] {
+        let head = upgrade_head("GET", path, "HTTP/1.1", &(version.clone() + &filler(kib)));
+        let response = http_exchange(addr, &head).await;
+        assert!(
+            response.starts_with("HTTP/1.1 431"),
+            "{path}, {kib} KiB: {:.200}",
+            response
+        );
+    }
+    // A slowloris client: a head begun, never finished.
+    let started = std::time::Instant::now();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /ws HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "still open after 20 s");
+    let after = started.elapsed();
+    assert!(
+        after >= Duration::from_secs(9) && after < Duration::from_secs(15),
+        "cut off after {after:?}"
+    );
+    assert_healthy(addr).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
