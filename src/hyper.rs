@@ -119,7 +119,7 @@ impl HeadRef<'_> {
             // Refused by the check as "not HTTP/1.1" (400).
             _ => u8::MAX,
         };
-        let headers: Vec<httparse::Header<'_>> = self
+        let mut headers: Vec<httparse::Header<'_>> = self
             .headers
             .iter()
             .map(|(name, value)| httparse::Header {
@@ -127,6 +127,17 @@ impl HeadRef<'_> {
                 value: value.as_bytes(),
             })
             .collect();
+        // HTTP/2's `:authority` stands for `Host` (RFC 9113 §8.3.1): what
+        // the `Origin` check compares with.
+        if let Some(authority) = self.uri.authority()
+            && self.version == Version::HTTP_2
+            && !self.headers.contains_key(::hyper::header::HOST)
+        {
+            headers.push(httparse::Header {
+                name: "host",
+                value: authority.as_str().as_bytes(),
+            });
+        }
         let target = self
             .uri
             .path_and_query()

@@ -334,6 +334,14 @@ async fn bad_upgrades_get_the_standalone_servers_statuses() {
             assert!(lower.contains("content-type: text/plain"), "{response}");
         }
     }
+    // A page of another origin, on either API.
+    for path in ["/ws", "/stream"] {
+        let extra = format!("{version}Origin: https://evil.example\r\n");
+        let refused =
+            http_exchange(served.addr, &upgrade_head("GET", path, "HTTP/1.1", &extra)).await;
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(refused.contains("Config::allow_origins"), "{refused}");
+    }
     // The handler's hook refuses, as on the standalone server.
     let denied = http_exchange(
         served.addr,
@@ -634,9 +642,23 @@ async fn bad_http2_upgrades_get_a_status_and_a_reason() {
     let (status, headers, _) = h2_connect(served.addr, "/stream", Some("websocket"), &old).await;
     assert_eq!(status, 426);
     assert_eq!(headers["sec-websocket-version"], "13");
+    // A page of another origin: 403; of the server's own (`:authority`
+    // stands for Host): let in.
+    let evil = [
+        ("sec-websocket-version", "13"),
+        ("origin", "https://evil.example"),
+    ];
+    let (status, _, socket) = h2_connect(served.addr, "/ws", Some("websocket"), &evil).await;
+    assert_eq!(status, 403);
+    assert!(socket.is_none());
     // Nothing was opened, and everyone else is still served, over either
     // protocol.
     assert_eq!(served.opened.load(Ordering::SeqCst), 0);
+    let own = format!("http://{}", served.addr);
+    let own = [("sec-websocket-version", "13"), ("origin", own.as_str())];
+    let (status, _, socket) = h2_connect(served.addr, "/stream", Some("websocket"), &own).await;
+    assert_eq!(status, 200);
+    drop(socket);
     let (status, _, socket) = h2_connect(served.addr, "/stream", Some("websocket"), &version).await;
     assert_eq!(status, 200);
     let mut socket = socket.unwrap();

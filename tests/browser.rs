@@ -11,7 +11,8 @@
 //! Against `axum_echo --deflate` (`/ws` and `/stream`) and the echo
 //! example's `--http-fallback`; and the notify_bus demo page's self-test:
 //! a refused subscription is shown as an error (not as a delivery, not in
-//! the subscribed list), and a delivery is shown with its topic and offset.
+//! the subscribed list), and a delivery is shown with its topic and offset;
+//! and a page of another origin refused (403) unless its origin is allowed.
 #![cfg(all(feature = "axum", feature = "rustls"))]
 
 mod common;
@@ -258,5 +259,57 @@ async fn chromium_shows_the_bus_pages_errors_as_errors_and_deliveries_with_their
     assert!(
         verdict.contains(r#"topics: "news", "selftest";"#),
         "{verdict}"
+    );
+}
+
+/// A page that opens a WebSocket to the URL in its `target` query
+/// parameter and says in `#verdict` what happened.
+const CROSS_ORIGIN_PAGE: &str = r#"<!doctype html><meta charset="utf-8"><p id="verdict"></p>
+<script>
+const target = new URLSearchParams(location.search).get("target");
+const say = (text) => { document.getElementById("verdict").textContent = text; };
+const ws = new WebSocket(target);
+let opened = false;
+ws.onopen = () => { opened = true; ws.send("from " + location.origin); };
+ws.onmessage = (event) => { say("open, echoed: " + event.data); ws.close(1000); };
+ws.onclose = (event) => { if (!opened) say("refused (" + event.code + ")"); };
+</script>"#;
+
+async fn cross_origin_server(config: rapidws::Config) -> SocketAddr {
+    let echo = Echo {
+        page: Some(CROSS_ORIGIN_PAGE),
+    };
+    let server = rapidws::tokio::Server::bind("127.0.0.1:0", echo, config)
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve());
+    addr
+}
+
+/// Cross-site WebSocket hijacking, in a real browser: a page of one origin
+/// (server A) opens a WebSocket to another (server B, default config):
+/// Chromium sends its `Origin`, B refuses with 403, and the page sees the
+/// socket fail. Server C lets A's origin in: the page's socket opens and
+/// echoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_pages_of_another_origin_are_refused_unless_allowed() {
+    let a = cross_origin_server(rapidws::Config::default()).await;
+    let b = cross_origin_server(rapidws::Config::default()).await;
+    let allowed = format!("http://{a}");
+    let c = cross_origin_server(rapidws::Config::default().allow_origins([allowed.clone()])).await;
+
+    let refused = verdict_of(&format!("http://{a}/?target=ws://{b}/")).await;
+    assert!(refused.starts_with("refused (1006)"), "{refused}");
+    let open = verdict_of(&format!("http://{a}/?target=ws://{c}/")).await;
+    assert!(
+        open.starts_with(&format!("open, echoed: from {allowed}")),
+        "{open}"
+    );
+    // And a page of B's own origin is let in by B.
+    let own = verdict_of(&format!("http://{b}/?target=ws://{b}/")).await;
+    assert!(
+        own.starts_with(&format!("open, echoed: from http://{b}")),
+        "{own}"
     );
 }

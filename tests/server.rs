@@ -28,6 +28,7 @@ backend_tests!(
     peer_close_codes_are_echoed_and_reported,
     handler_close_sends_the_code_and_waits_for_the_peer,
     messages_the_peer_sent_before_our_close_reached_it_are_delivered,
+    pages_of_other_origins_are_refused_unless_allowed,
     rejects_bad_handshakes_with_the_right_status,
     upgrade_hook_can_reject_and_pick_a_subprotocol,
     frames_sent_with_the_request_are_not_lost,
@@ -216,6 +217,53 @@ async fn messages_the_peer_sent_before_our_close_reached_it_are_delivered(backen
         ["close 1012 draining", "note one", "note two", "(closed)"],
         "every message before the peer's close, then on_close"
     );
+}
+
+/// Cross-site WebSocket hijacking: a browser page of another host gets 403
+/// unless its origin is allowed; clients without `Origin` are let in.
+async fn pages_of_other_origins_are_refused_unless_allowed(backend: Backend) {
+    let status = |response: Vec<u8>| {
+        let text = String::from_utf8_lossy(&response).into_owned();
+        (text.get(9..12).unwrap_or("").to_owned(), text)
+    };
+    let origin = |value: &str| format!("Origin: {value}\r\n");
+    let default = start(backend, Config::default()).await;
+    let listed = start(
+        backend,
+        Config::default().allow_origins(["https://app.example", "http://localhost:3000"]),
+    )
+    .await;
+    let any = start(backend, Config::default().allow_any_origin()).await;
+    // (server, Origin, status); the requests say `Host: localhost`.
+    let cases = [
+        (&default, None, "101"),
+        (&default, Some("http://localhost"), "101"),
+        (&default, Some("https://LOCALHOST"), "101"),
+        (&default, Some("https://evil.example"), "403"),
+        (&default, Some("http://localhost:3000"), "403"),
+        (&default, Some("null"), "403"),
+        (&listed, Some("https://app.example"), "101"),
+        (&listed, Some("http://localhost:3000"), "101"),
+        (&listed, Some("http://localhost"), "101"),
+        (&listed, Some("https://evil.example"), "403"),
+        (&any, Some("https://evil.example"), "101"),
+        (&any, Some("null"), "101"),
+    ];
+    for (server, value, want) in cases {
+        let extra = value.map(origin).unwrap_or_default();
+        if want == "101" {
+            raw_upgraded_with(server.addr, &extra).await;
+            continue;
+        }
+        let request = upgrade_request("/", &extra);
+        let (got, text) = status(raw_exchange(server.addr, request.as_bytes()).await);
+        assert_eq!(got, want, "{value:?}: {text}");
+        assert!(text.contains("Config::allow_origins"), "{text}");
+    }
+    // tungstenite sends no Origin: let in.
+    let mut client = default.client().await;
+    send_text(&mut client, "still served").await;
+    assert_eq!(next(&mut client).await, Ws::text("still served"));
 }
 
 async fn rejects_bad_handshakes_with_the_right_status(backend: Backend) {
@@ -1055,7 +1103,7 @@ impl tokio::io::AsyncWrite for SlowFlush {
 #[tokio::test]
 async fn the_stream_driver_flushes_the_close_frame_before_dropping_the_stream() {
     use tokio::io::AsyncReadExt;
-    let server = rapidws::stream::Server::new(EchoOnly, Config::default());
+    let server = rapidws::stream::Server::new(Echo { page: None }, Config::default());
     let (ours, mut theirs) = tokio::io::duplex(1 << 16);
     let stream = SlowFlush {
         inner: ours,
@@ -1083,25 +1131,4 @@ async fn the_stream_driver_flushes_the_close_frame_before_dropping_the_stream() 
         Some(&(0x8, 1000u16.to_be_bytes().to_vec())),
         "the close frame went out before the stream was dropped"
     );
-}
-
-/// Echoes; takes every upgrade.
-struct EchoOnly;
-
-impl rapidws::Handler for EchoOnly {
-    type State = ();
-
-    fn on_message(&self, conn: &rapidws::Conn, _: &mut (), message: rapidws::Message<'_>) {
-        let _ = conn.send(message);
-    }
-}
-
-impl rapidws::ServerHandler for EchoOnly {
-    fn on_upgrade(
-        &self,
-        _: &rapidws::Request<'_>,
-        _: &mut rapidws::Accept,
-    ) -> Result<(), rapidws::Reject> {
-        Ok(())
-    }
 }

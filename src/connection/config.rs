@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::connection::origin::Origins;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::{CloseCode, Limits};
 
@@ -30,6 +31,7 @@ pub struct Config {
     pub(crate) max_connections: Option<usize>,
     pub(crate) ping_interval: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) origins: Origins,
 }
 
 /// What happens when a connection's outbound queue reaches
@@ -79,6 +81,7 @@ impl Default for Config {
             max_connections: None,
             ping_interval: None,
             idle_timeout: None,
+            origins: Origins::default(),
         }
     }
 }
@@ -200,6 +203,38 @@ impl Config {
     /// early.
     pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.idle_timeout = timeout.into().filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Lets web pages from these origins open WebSockets here, beside the
+    /// pages of the host a request is sent to: each as a browser writes it
+    /// in `Origin`, `scheme://host[:port]` (`https://app.example`,
+    /// `http://localhost:3000`), compared without regard to case. Calls add
+    /// up.
+    ///
+    /// By default an upgrade from a browser page of another host is refused
+    /// with 403 (cross-site WebSocket hijacking: a browser lets any page open
+    /// a WebSocket to any server, with that server's cookies). The rule is
+    /// gorilla/websocket's: a request without `Origin` (not from a browser)
+    /// is let in; one with `Origin` only if the origin's host and port are
+    /// the request's `Host` (over HTTP/2, its `:authority`). It holds on every
+    /// driver, upgrades through hyper and axum included.
+    pub fn allow_origins<I>(mut self, origins: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.origins = self.origins.with(origins.into_iter().map(Into::into));
+        self
+    }
+
+    /// Lets a page of any origin open a WebSocket here (see
+    /// [`Config::allow_origins`]): for a public endpoint that authenticates
+    /// each connection by something a page of another site cannot send on
+    /// its behalf (a token in the URL or the first message), never by a
+    /// cookie.
+    pub fn allow_any_origin(mut self) -> Self {
+        self.origins = Origins::Any;
         self
     }
 

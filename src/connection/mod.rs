@@ -13,6 +13,7 @@
 //! | `keepalive.rs` | pings and the idle timeout, counted in a loop's sweeps |
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
+//! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
 //! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
 
@@ -25,6 +26,7 @@ pub(crate) mod keepalive;
 pub(crate) mod lifecycle;
 #[cfg(feature = "pubsub")]
 pub(crate) mod membership;
+pub(crate) mod origin;
 pub(crate) mod outbox;
 pub(crate) mod upgrade;
 pub(crate) mod wake;

@@ -279,6 +279,22 @@ pub(crate) fn decide<H: Handler>(
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
 ) -> Decision<H::State> {
+    let origin = request.header("origin");
+    if !endpoint
+        .config
+        .origins
+        .allow(origin, request.header("host"))
+    {
+        tracing::debug!(
+            origin = %String::from_utf8_lossy(origin.unwrap_or_default()),
+            "refused upgrade: a page of another origin"
+        );
+        return Decision::Refused(Reject::new(
+            403,
+            "a page of this origin may not open a WebSocket here \
+             (the server lets in other origins with Config::allow_origins)",
+        ));
+    }
     if !endpoint.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
         return Decision::Refused(Reject::new(

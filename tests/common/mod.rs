@@ -399,6 +399,35 @@ impl ServerHandler for TestHandler {
     }
 }
 
+/// Echoes every message and takes every upgrade; with a page, answers
+/// `GET /` with it (HTML).
+pub struct Echo {
+    pub page: Option<&'static str>,
+}
+
+impl Handler for Echo {
+    type State = ();
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl ServerHandler for Echo {
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+
+    fn on_http(&self, request: &Request<'_>) -> Option<rapidws::HttpResponse> {
+        let page = self.page.filter(|_| request.path() == "/")?;
+        Some(rapidws::HttpResponse::new(
+            200,
+            "text/html; charset=utf-8",
+            page,
+        ))
+    }
+}
+
 /// The `i`th message of a `push` (binary: `i` as 4 big-endian bytes, then
 /// zeros) or `push-text` (`push i `, then letters from a generator seeded
 /// with `i`, as tests/interop/push_client.py makes them), `size` bytes (or
