@@ -69,6 +69,11 @@ rm -rf target/publish
 
 step "cargo test (the workspace: rapidws-core and rapidws)"
 cargo test --workspace --all-features
+# An example's own unit tests (the bus's query parsing and escapes) run
+# only when asked for; `test = true` in Cargo.toml would instead stop
+# `cargo test` from building the example's binary, which the integration
+# tests start.
+cargo test --all-features --example notify_bus
 
 step "load harness: fmt, clippy, unit tests, go vet (it is not run here; see benches/harness/README.md)"
 cargo fmt --manifest-path benches/harness/Cargo.toml --all -- --check
