@@ -26,7 +26,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL=0
 export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says when it started, so a slow gate shows which step grew.
+step() { printf '\n== %s (at %d:%02d)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
