@@ -180,14 +180,11 @@ pub(crate) fn decide<H: ServerHandler>(
     let decision = if head.len() > server.config().max_handshake_size {
         Err(HandshakeError::HeadTooLarge)
     } else {
-        Ok(())
-    };
-    let decision = decision.and_then(|()| {
         head.check(|checked| {
             let decision = server.decide(checked, accept, settings);
             (decision, (!http2).then(|| accept_key(checked.key())))
         })
-    });
+    };
     let (decision, key) = match decision {
         Ok(decided) => decided,
         Err(error) => {

@@ -11,16 +11,21 @@ use std::sync::Arc;
 /// The origins a server lets in (see [`Config::allow_origins`]).
 ///
 /// [`Config::allow_origins`]: crate::Config::allow_origins
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) enum Origins {
     /// Pages of the host the request names (`Host`, or HTTP/2's
     /// `:authority`), and the origins listed (as a browser writes them:
-    /// `scheme://host[:port]`, compared without regard to case).
-    #[default]
-    SameHost,
+    /// `scheme://host[:port]`, compared without regard to case); by
+    /// default none are.
     Listed(Arc<[Box<str>]>),
     /// Every page.
     Any,
+}
+
+impl Default for Origins {
+    fn default() -> Self {
+        Origins::Listed(Arc::from([]))
+    }
 }
 
 impl Origins {
@@ -30,10 +35,8 @@ impl Origins {
         let Some(origin) = origin.map(<[u8]>::trim_ascii) else {
             return true; // not a browser
         };
-        let listed: &[Box<str>] = match self {
-            Origins::Any => return true,
-            Origins::SameHost => &[],
-            Origins::Listed(listed) => listed,
+        let Origins::Listed(listed) = self else {
+            return true; // Any
         };
         if listed
             .iter()
@@ -46,11 +49,10 @@ impl Origins {
 
     /// `origins` added to those let in.
     pub(crate) fn with(&self, origins: impl IntoIterator<Item = String>) -> Origins {
-        let mut listed: Vec<Box<str>> = match self {
-            Origins::Any => return Origins::Any,
-            Origins::SameHost => Vec::new(),
-            Origins::Listed(listed) => listed.to_vec(),
+        let Origins::Listed(listed) = self else {
+            return Origins::Any;
         };
+        let mut listed = listed.to_vec();
         listed.extend(origins.into_iter().map(|origin| {
             origin
                 .trim()
