@@ -18,7 +18,9 @@
 //! `--deflate` offers permessage-deflate on both with the library's
 //! defaults. With `--tls-cert` and `--tls-key` everything is served over
 //! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C stops
-//! accepting and closes the WebSocket connections with 1001.
+//! accepting and closes the WebSocket connections with 1001; SIGTERM stops
+//! accepting and closes them with 1012 spread over `--drain-secs` (default 0: at
+//! once), and the process exits 0 when they have ended.
 //!
 //! Hardened as the standalone servers are, which `axum::serve`'s defaults
 //! are not: a request's head must come within 10 s (a slowloris client is
@@ -65,6 +67,11 @@ struct Args {
     /// The private key for --tls-cert (PEM).
     #[arg(long, requires = "tls_cert", value_name = "PEM")]
     tls_key: Option<PathBuf>,
+    /// On SIGTERM, close the WebSocket connections with 1012 (service
+    /// restart) spread evenly over this many seconds; 0 closes them all at
+    /// once. The process exits 0 once every connection has ended.
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = support::drain_secs)]
+    drain_secs: f64,
 }
 
 /// The demo page (the echo example's): a socket back to this server.
@@ -172,16 +179,27 @@ async fn run(args: Args) -> Result<(), String> {
         Arc::make_mut(&mut tls).alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         tokio_rustls::TlsAcceptor::from(tls)
     });
-    let served = serve(listener, tls, app).await;
-    // The upgraded connections outlive axum's: close them with 1001.
-    tokio::join!(echo.shutdown(), sockets.shutdown());
-    served
-}
-
-async fn ctrl_c() {
-    if tokio::signal::ctrl_c().await.is_ok() {
-        tracing::info!("shutting down");
+    let stop = serve(listener, tls, app).await;
+    // The upgraded connections outlive axum's connections: Ctrl-C closes
+    // them with 1001 at once, SIGTERM closes them with 1012 spread over the window.
+    match stop {
+        support::Stop::Interrupt => {
+            tracing::info!("shutting down");
+            tokio::join!(echo.shutdown(), sockets.shutdown());
+        }
+        support::Stop::Terminate => {
+            let window = Duration::from_secs_f64(args.drain_secs);
+            tracing::info!(
+                window_secs = args.drain_secs,
+                "shutting down, closes spread"
+            );
+            tokio::join!(
+                echo.shutdown_gracefully(window),
+                sockets.shutdown_gracefully(window)
+            );
+        }
     }
+    Ok(())
 }
 
 /// How long a client has to send a request's head (as the standalone
@@ -197,13 +215,13 @@ const MAX_HEAD: usize = 64 * 1024;
 /// `axum::serve` would do for plain TCP, but it gives no way to set a
 /// header timeout or a head limit: behind it a client may hold a
 /// connection open forever by sending its headers a byte at a time. Ctrl-C
-/// stops accepting.
+/// or SIGTERM stops accepting (the listener closes) and says which came.
 async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
-) -> Result<(), String> {
-    let shutdown = ctrl_c();
+) -> support::Stop {
+    let shutdown = support::stop_signal();
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -216,7 +234,7 @@ async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            stop = &mut shutdown => return stop,
         };
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY");

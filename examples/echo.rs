@@ -5,7 +5,9 @@
 //! ```
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later).
 //! Logging follows
-//! `RUST_LOG` (default `info`). Ctrl-C shuts down gracefully.
+//! `RUST_LOG` (default `info`). Ctrl-C closes every connection with 1001;
+//! SIGTERM closes them with 1012 spread over `--drain-secs` (default 0: at
+//! once), and the process exits 0 once they have ended.
 
 use std::process::ExitCode;
 

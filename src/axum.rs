@@ -149,6 +149,17 @@ impl Sockets {
     pub async fn shutdown(&self) {
         self.server.shutdown().await;
     }
+
+    /// Shuts down gracefully with the closes spread (see
+    /// [`ServerHandle::shutdown_spread`]): new upgrades are
+    /// answered 503, open connections get close 1012 spread over `window`
+    /// with jitter, and this waits for them to end, at most `window` plus
+    /// the config's shutdown timeout. What `axum::serve`'s graceful shutdown
+    /// does not do: it stops accepting but never reaches the WebSocket
+    /// connections it upgraded.
+    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
+        self.server.shutdown_gracefully(window).await;
+    }
 }
 
 /// Why a request could not be upgraded: the status and reason the client

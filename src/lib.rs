@@ -110,6 +110,7 @@ pub use connection::config::{Config, SlowConsumer};
 pub use connection::conn::{Conn, Ready, SendError};
 pub use connection::endpoint::ServerHandle;
 pub use connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
+pub use connection::spread::Spread;
 pub use handshake::Request;
 pub use proto::deflate::{DeflateConfig, DeflateParams};
 pub use proto::{CloseCode, Limits, Message, MessageKind, OwnedMessage};

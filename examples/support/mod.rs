@@ -1,6 +1,7 @@
 //! What the examples share: the `--addr`, `--backend` and `--threads` options,
-//! and running a handler on the chosen backend until Ctrl-C, which shuts the
-//! server down gracefully.
+//! and running a handler on the chosen backend until Ctrl-C (close every
+//! connection with 1001 at once) or SIGTERM (close them with 1012 spread
+//! over `--drain-secs`), then exiting 0.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -76,6 +77,44 @@ pub struct ServeArgs {
     /// byte tells a TLS handshake from an HTTP request).
     #[arg(long, requires = "tls_cert")]
     pub also_plain: bool,
+    /// On SIGTERM, close the connections with 1012 (service restart) spread
+    /// evenly over this many seconds, so that their clients do not all
+    /// reconnect at once; 0 closes them all at once. The process exits 0
+    /// once every connection has ended.
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = drain_secs)]
+    pub drain_secs: f64,
+}
+
+/// `--drain-secs`: a number of seconds, at least 0 (fractions allowed).
+pub fn drain_secs(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        Ok(_) => Err("must be between 0 and 86400 seconds".into()),
+        Err(error) => Err(format!("{error}: a number of seconds, e.g. 30 or 2.5")),
+    }
+}
+
+/// What stopped the process: Ctrl-C (SIGINT) or SIGTERM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Interrupt,
+    Terminate,
+}
+
+/// Resolves at the first SIGINT or SIGTERM (on Unix; Ctrl-C elsewhere).
+pub async fn stop_signal() -> Stop {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => Stop::Interrupt,
+                _ = terminate.recv() => Stop::Terminate,
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    Stop::Interrupt
 }
 
 impl ServeArgs {
@@ -96,6 +135,11 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--drain-secs` as a window.
+    pub fn spread_window(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.drain_secs)
+    }
+
     /// Why this build cannot serve the TLS asked for, if it cannot.
     fn tls_missing(&self) -> Option<&'static str> {
         self.tls_cert.as_ref()?;
@@ -278,7 +322,11 @@ async fn serve_tokio<H: ServerHandler>(
         (Some(_), false) => "wss",
         (Some(_), true) => "ws+wss",
     };
-    shut_down_on_ctrl_c(&tokio::runtime::Handle::current(), server.handle());
+    shut_down_on_signal(
+        &tokio::runtime::Handle::current(),
+        server.handle(),
+        args.spread_window(),
+    );
     tracing::info!(addr = %args.addr, backend = "tokio", scheme, "{name} server listening");
     server.serve().await.map_err(|error| error.to_string())
 }
@@ -301,7 +349,7 @@ fn serve_uring<H: ServerHandler>(
         server = server.tls(config);
     }
     let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
-    shut_down_on_ctrl_c(runtime.handle(), server.handle());
+    shut_down_on_signal(runtime.handle(), server.handle(), args.spread_window());
     tracing::info!(addr = %args.addr, backend = "uring", scheme, "{name} server listening");
     // Blocks this thread; the reactors run on threads of their own.
     server.serve().map_err(|error| error.to_string())
@@ -318,10 +366,17 @@ fn serve_uring<H: ServerHandler>(
     unreachable!("`serve` checked Backend::missing first")
 }
 
-fn shut_down_on_ctrl_c(runtime: &tokio::runtime::Handle, handle: rapidws::ServerHandle) {
+/// Ctrl-C closes every connection with 1001 at once; SIGTERM closes them
+/// with 1012 spread over `window`.
+fn shut_down_on_signal(
+    runtime: &tokio::runtime::Handle,
+    handle: rapidws::ServerHandle,
+    window: std::time::Duration,
+) {
     runtime.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            handle.shutdown();
+        match stop_signal().await {
+            Stop::Interrupt => handle.shutdown(),
+            Stop::Terminate => handle.shutdown_spread(rapidws::Spread::over(window)),
         }
     });
 }

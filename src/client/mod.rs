@@ -411,6 +411,15 @@ impl<H: Handler> Client<H> {
         self.env.endpoint.finish_shutdown().await;
     }
 
+    /// Shuts down gracefully with the closes spread (see
+    /// [`ServerHandle::shutdown_spread`]): open connections
+    /// get close 1012 spread over `window` with jitter, and this waits for
+    /// them, at most `window` plus `shutdown_timeout`.
+    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
+        self.handle().shutdown_spread(crate::Spread::over(window));
+        self.env.endpoint.finish_shutdown().await;
+    }
+
     /// Connects, opens the connection with `state`, and returns its
     /// [`Conn`] and the server's `101`. `on_open` has run when this
     /// returns. Must be called within a tokio runtime, which drives the

@@ -10,7 +10,7 @@
 //! table, and connecting takes no shared lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
 use crate::connection::outbox::{ConnShared, Outbound};
+use crate::connection::spread::{Spread, Spreader};
 use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 use crate::proto::CloseCode;
@@ -40,6 +41,9 @@ pub(crate) struct Endpoint {
     shutting_down: AtomicBool,
     /// Set when the shutdown timeout has passed: loops drop their connections.
     aborting: AtomicBool,
+    /// Set (before the shutdown flag) when the shutdown is spread: the
+    /// loops hand their connections to it instead of closing them.
+    spreader: OnceLock<Arc<Spreader>>,
     /// Wakes the tasks that wait for a shutdown or an abort (the tokio accept
     /// loop, stream connections); they look at the flags when woken.
     #[cfg(feature = "stream")]
@@ -68,6 +72,7 @@ impl Endpoint {
             idle: Notify::new(),
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
+            spreader: OnceLock::new(),
             #[cfg(feature = "stream")]
             signals: Notify::new(),
             loop_wakers: Mutex::new(Vec::new()),
@@ -100,9 +105,45 @@ impl Endpoint {
         let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);
         if self.is_shutting_down() {
-            close_for_shutdown(&conn);
+            self.close_for_shutdown(&conn);
         }
         (conn, registration)
+    }
+
+    /// Asks an open connection to close because the server is shutting
+    /// down: with 1001 at once, or, in a spread shutdown, at its slot in the window.
+    pub(crate) fn close_for_shutdown(&self, conn: &Conn) {
+        match self.spreader.get() {
+            Some(spreader) => spreader.add(conn),
+            // Refused only if it is closing already, which is as good.
+            None => {
+                let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
+            }
+        }
+    }
+
+    /// Starts a shutdown that closes the open connections as `spread` says
+    /// (see [`Spreader`]). Returns false if a shutdown was already under way.
+    pub(crate) fn begin_spread(&self, spread: Spread) -> bool {
+        if self.is_shutting_down() || self.spreader.get().is_some() {
+            return false;
+        }
+        let spreader = Spreader::start(spread, self.open());
+        if self.spreader.set(spreader).is_err() {
+            return false;
+        }
+        // The loops see the spreader once they see this flag.
+        self.begin_shutdown()
+    }
+
+    /// How long a shutdown waits for the connections to close before
+    /// dropping them: a spread shutdown's window, then `shutdown_timeout`.
+    pub(crate) fn shutdown_wait(&self) -> Duration {
+        let window = self
+            .spreader
+            .get()
+            .map_or(Duration::ZERO, |s| s.spread().window());
+        self.config.shutdown_timeout.saturating_add(window)
     }
 
     /// Sets the shutdown flag and wakes the accept loop and every server loop,
@@ -158,11 +199,11 @@ impl Endpoint {
     }
 
     /// After a shutdown began: waits for the connections to close, at most
-    /// `shutdown_timeout`, then aborts the rest and gives them a second to go.
+    /// [`shutdown_wait`](Self::shutdown_wait), then aborts the rest and gives
+    /// them a second to go.
     #[cfg(feature = "stream")]
     pub(crate) async fn finish_shutdown(&self) {
-        let shutdown_timeout = self.config.shutdown_timeout;
-        if tokio::time::timeout(shutdown_timeout, self.wait_idle())
+        if tokio::time::timeout(self.shutdown_wait(), self.wait_idle())
             .await
             .is_err()
         {
@@ -205,6 +246,9 @@ impl Endpoint {
     /// shutdown timeout).
     pub(crate) fn abort_all(&self) {
         self.aborting.store(true, Ordering::SeqCst);
+        if let Some(spreader) = self.spreader.get() {
+            spreader.finish();
+        }
         self.wake_loops();
     }
 
@@ -257,12 +301,6 @@ impl Endpoint {
             .max_connections
             .is_none_or(|max| self.open() < max)
     }
-}
-
-/// Asks an open connection to close because the server is shutting down.
-pub(crate) fn close_for_shutdown(conn: &Conn) {
-    // Refused only if it is closing already, which is as good.
-    let _ = conn.close(CloseCode::GOING_AWAY, "server shutting down");
 }
 
 /// `timeout` from now (see [`deadline_from`]).
@@ -326,6 +364,50 @@ impl ServerHandle {
         if self.endpoint.begin_shutdown() {
             tracing::info!(connections = self.connections(), "shutting down");
         }
+    }
+
+    /// Starts a spread shutdown: a graceful shutdown whose closes are
+    /// spread over a window instead of sent at once, so that the clients of
+    /// a server being deployed reconnect over the window rather than all in
+    /// the same second (NATS's lame duck mode). The server stops accepting
+    /// at once (the listening sockets close, so a load balancer moves on;
+    /// upgrades in progress are answered 503); each open connection gets
+    /// the close of `spread` (1012, service restart, unless
+    /// [`Spread::code`] says otherwise) at its own moment in the window,
+    /// evenly spread with jitter; the close handshakes then have
+    /// `shutdown_timeout` to finish before the rest are dropped. Calling it
+    /// (or [`shutdown`](Self::shutdown)) again does nothing. It returns at
+    /// once; [`ended`](Self::ended) waits for the end, and
+    /// [`shutdown_gracefully`](Self::shutdown_gracefully) does both.
+    ///
+    /// [`Spread::over`] a zero window closes every connection at once.
+    pub fn shutdown_spread(&self, spread: Spread) {
+        let window = spread.window();
+        if self.endpoint.begin_spread(spread) {
+            tracing::info!(
+                connections = self.connections(),
+                window_ms = window.as_millis() as u64,
+                "shutting down, closes spread over the window"
+            );
+        }
+    }
+
+    /// Closes every connection with 1012 spread over `window` (see
+    /// [`shutdown_spread`](Self::shutdown_spread)) and resolves once every
+    /// connection has ended: at most `window` plus the config's
+    /// `shutdown_timeout` after the call. On io_uring, `serve` returns then
+    /// too.
+    ///
+    /// ```no_run
+    /// # async fn run(handle: rapidws::ServerHandle) {
+    /// // On SIGTERM: stop accepting, close everyone with 1012 over 30 s.
+    /// handle.shutdown_gracefully(std::time::Duration::from_secs(30)).await;
+    /// # }
+    /// ```
+    #[cfg(feature = "stream")]
+    pub async fn shutdown_gracefully(&self, window: Duration) {
+        self.shutdown_spread(Spread::over(window));
+        self.ended().await;
     }
 
     /// Resolves once a shutdown was asked for (through any handle) and

@@ -15,6 +15,7 @@
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
 //! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
 //! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
+//! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
 //! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
 
 pub(crate) mod config;
@@ -28,5 +29,6 @@ pub(crate) mod lifecycle;
 pub(crate) mod membership;
 pub(crate) mod origin;
 pub(crate) mod outbox;
+pub(crate) mod spread;
 pub(crate) mod upgrade;
 pub(crate) mod wake;

@@ -1,9 +1,10 @@
 //! A server loop's part in a shutdown: each loop (a tokio group, an io_uring
 //! reactor, a stream connection's task) reaches its own connections once per
-//! step (close with 1001, then abort), since no shared table lists them.
+//! step (close with 1001 or hand to the spread, then abort), since no shared
+//! table lists them.
 
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::{Endpoint, close_for_shutdown};
+use crate::connection::endpoint::Endpoint;
 
 /// What one server loop (a tokio group, an io_uring reactor, a stream
 /// connection's task) has acted on of the server's shutdown: each step
@@ -16,7 +17,7 @@ pub(crate) struct ShutdownSeen {
 
 impl ShutdownSeen {
     /// Acts on what is new: a shutdown asks each open connection to close
-    /// with 1001, an abort makes each drop at once. `each` calls its
+    /// with 1001 (or hands it to the spread shutdown), an abort makes each drop at once. `each` calls its
     /// argument on every open connection of the loop. Both are looked at
     /// every time: a loop first run after both flags were set must not spend
     /// the abort's wake-up on the shutdown. True if it acted (the loop then
@@ -29,7 +30,7 @@ impl ShutdownSeen {
         let mut acted = false;
         if !self.shutdown && endpoint.is_shutting_down() {
             self.shutdown = true;
-            each(&close_for_shutdown);
+            each(&|conn| endpoint.close_for_shutdown(conn));
             acted = true;
         }
         if !self.abort && endpoint.is_aborting() {

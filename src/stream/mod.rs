@@ -224,6 +224,15 @@ impl<H: ServerHandler> Server<H> {
         self.handle().shutdown();
         self.env.endpoint.finish_shutdown().await;
     }
+
+    /// Shuts down gracefully with the closes spread (see
+    /// [`ServerHandle::shutdown_spread`]): open connections
+    /// get close 1012 spread over `window` with jitter, and this waits for
+    /// them, at most `window` plus `shutdown_timeout`.
+    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
+        self.handle().shutdown_spread(crate::Spread::over(window));
+        self.env.endpoint.finish_shutdown().await;
+    }
 }
 
 /// A connection upgraded elsewhere whose stream comes later (see

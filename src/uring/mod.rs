@@ -214,8 +214,7 @@ impl<H: ServerHandler> Server<H> {
             }
         }
         wait_for_shutdown(&endpoint);
-        let shutdown_timeout = endpoint.config.shutdown_timeout;
-        if !wait_until_idle(&endpoint, deadline_after(shutdown_timeout)) {
+        if !wait_until_idle(&endpoint, deadline_after(endpoint.shutdown_wait())) {
             endpoint.abort_remaining();
             wait_until_idle(&endpoint, Instant::now() + Duration::from_secs(1));
         }
