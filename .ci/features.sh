@@ -23,10 +23,11 @@ done
 # alone, not in every combination; `client` with TLS, with the socket, and
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
-# and with io_uring.
+# and with io_uring. `metrics` (a facade: handles and counts) on each driver.
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
-    pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring; do
+    pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
+    metrics,pubsub,stream; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done
@@ -57,6 +58,8 @@ forbid() {
 }
 forbid uring tokio mio zlib-rs rustls
 forbid uring,pubsub tokio mio zlib-rs rustls
+# Metrics are the facade alone: no exporter, no runtime.
+forbid uring,metrics tokio mio zlib-rs rustls metrics-exporter-prometheus metrics-util
 # wss on io_uring: rustls, and still no tokio.
 forbid uring,rustls tokio tokio-util mio tokio-rustls
 forbid tokio io-uring zlib-rs rustls

@@ -8,6 +8,7 @@
 //! - `GET /`: a page that connects back (to `/ws`, or `?path=/stream`) and
 //!   shows the echoes;
 //! - `GET /healthz`: `ok`;
+//! - `GET /metrics`: with `--metrics`, rapidws's metrics (Prometheus text);
 //! - `/ws`: echoes every message through a [`Handler`] (the callback API);
 //! - `/stream`: echoes through the async socket (`recv`/`send`).
 //!
@@ -72,6 +73,9 @@ struct Args {
     /// once. The process exits 0 once every connection has ended.
     #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = support::drain_secs)]
     drain_secs: f64,
+    /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
+    #[arg(long)]
+    metrics: bool,
 }
 
 /// The demo page (the echo example's): a socket back to this server.
@@ -104,6 +108,19 @@ struct App {
 
 async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
     upgrade.serve(&app.echo)
+}
+
+/// `GET /metrics` with `--metrics` (404 without).
+async fn metrics() -> Response {
+    use axum::response::IntoResponse;
+    match support::metrics_text() {
+        Some(text) => (
+            [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+            text,
+        )
+            .into_response(),
+        None => (axum::http::StatusCode::NOT_FOUND, "start with --metrics\n").into_response(),
+    }
 }
 
 async fn stream(upgrade: WebSocketUpgrade) -> Response {
@@ -144,6 +161,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if args.metrics {
+        // Before the servers: they take their metric handles when made.
+        support::install_metrics();
+    }
     let config = Config::default();
     let config = match (args.deflate, args.deflate_min_size) {
         (false, _) => config,
@@ -161,6 +182,7 @@ async fn run(args: Args) -> Result<(), String> {
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
         // CONNECT too: WebSockets over HTTP/2 (RFC 8441) are extended CONNECTs.
         .route("/ws", get(ws).connect(ws))
         .route("/stream", get(stream).connect(stream))

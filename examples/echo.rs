@@ -51,6 +51,9 @@ impl ServerHandler for Echo {
     }
 
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        if let Some(page) = support::metrics_page(request.method(), request.path()) {
+            return Some(page);
+        }
         if !self.http_fallback {
             return None;
         }

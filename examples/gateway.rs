@@ -33,8 +33,8 @@ use std::time::Duration;
 use clap::Parser;
 use rapidws::client::{Client, ConnectRequest as UpstreamRequest};
 use rapidws::{
-    Accept, CloseCode, Config, Conn, DeflateConfig, Handler, Message, Reject, Request,
-    ServerHandler,
+    Accept, CloseCode, Config, Conn, DeflateConfig, Handler, HttpResponse, Message, Reject,
+    Request, ServerHandler,
 };
 use tokio::runtime::Handle;
 
@@ -255,6 +255,11 @@ impl Handler for Clients {
 }
 
 impl ServerHandler for Clients {
+    /// `GET /metrics` with `--metrics`.
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        support::metrics_page(request.method(), request.path())
+    }
+
     fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Side, Reject> {
         // The client's path and query, after the upstream URL's path.
         let path = request.path().trim_start_matches('/');

@@ -35,7 +35,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::{Accept, Bytes, Conn, Handler, Message, MessageKind, Reject, Request, ServerHandler};
+use rapidws::{
+    Accept, Bytes, Conn, Handler, HttpResponse, Message, MessageKind, Reject, Request,
+    ServerHandler,
+};
 use tokio::runtime;
 
 mod support;
@@ -93,6 +96,11 @@ impl Handler for Feed {
 impl ServerHandler for Feed {
     fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
         Ok(())
+    }
+
+    /// `GET /metrics` with `--metrics`.
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        support::metrics_page(request.method(), request.path())
     }
 }
 

@@ -193,6 +193,9 @@ pub(crate) fn decide<H: ServerHandler>(
                 reason = error.reason(),
                 "refused upgrade"
             );
+            server
+                .meters()
+                .rejected(crate::connection::meters::rejection_reason(&error));
             return Answer::Refused(refusal(error.status(), error.reason()));
         }
     };

@@ -83,6 +83,46 @@ pub struct ServeArgs {
     /// once every connection has ended.
     #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = drain_secs)]
     pub drain_secs: f64,
+    /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
+    #[arg(long)]
+    pub metrics: bool,
+}
+
+/// The Prometheus recorder, once `--metrics` installed it.
+static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+    std::sync::OnceLock::new();
+
+/// Installs the Prometheus recorder (once; later calls do nothing). Call it
+/// before the server or the `PubSub` is built: they take their metric
+/// handles from the recorder installed when they are made.
+pub fn install_metrics() {
+    METRICS.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .unwrap_or_else(|error| {
+                eprintln!("error: --metrics: cannot install the recorder: {error}");
+                std::process::exit(2);
+            })
+    });
+}
+
+/// The answer to `GET /metrics` once `--metrics` installed the recorder:
+/// the Prometheus text format. `None` for any other request.
+pub fn metrics_page(method: &str, path: &str) -> Option<rapidws::HttpResponse> {
+    let handle = METRICS.get()?;
+    (matches!(method, "GET" | "HEAD") && path == "/metrics").then(|| {
+        rapidws::HttpResponse::new(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            handle.render(),
+        )
+    })
+}
+
+/// The Prometheus text at `/metrics`, or `None` without `--metrics`.
+#[allow(dead_code)] // axum_echo serves it from a route of its own
+pub fn metrics_text() -> Option<String> {
+    METRICS.get().map(|handle| handle.render())
 }
 
 /// `--drain-secs`: a number of seconds, at least 0 (fractions allowed).
@@ -270,6 +310,9 @@ pub fn serve_with<H: ServerHandler>(
     if let Some(missing) = args.backend.missing().or_else(|| args.tls_missing()) {
         eprintln!("error: {missing}");
         return ExitCode::from(2);
+    }
+    if args.metrics {
+        install_metrics();
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     match (args.backend, args.threads) {

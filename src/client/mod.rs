@@ -343,7 +343,7 @@ impl<H: Handler> Client<H> {
     pub fn with_handler(handler: H, config: Config) -> Self {
         Client {
             env: Env {
-                endpoint: Endpoint::new(config),
+                endpoint: Endpoint::new(config, "client"),
                 handler: Arc::new(handler),
                 hooks: None,
             },

@@ -401,6 +401,9 @@ impl Conn {
                     }
                     (_, SlowConsumer::Close(code)) => Some(code),
                 };
+                if !matches!(sender, Sender::Keepalive | Sender::Waiting) {
+                    outbound.meters.queue_full();
+                }
                 if let Some(code) = close {
                     self.close_full(code, outbox);
                 }
@@ -413,6 +416,9 @@ impl Conn {
                 outbox.provide_buffer(&outbound.pool, payload_len + MAX_HEADER_LEN);
             }
             write(&mut outbox);
+            if !matches!(sender, Sender::Keepalive) {
+                outbox.count_message();
+            }
             outbox.schedule_flush()
         };
         if wake {
@@ -569,6 +575,7 @@ mod tests {
         let outbound = Outbound {
             pool: Arc::default(),
             max_bytes: max_outbound,
+            meters: crate::connection::meters::Meters::new("test"),
             on_full,
         };
         let shared = ConnShared::new(

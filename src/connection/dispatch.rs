@@ -98,6 +98,7 @@ impl<H: Handler> App<H> {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }
+        self.conn.shared().outbound().meters.closed(code);
         let (handler, conn, state) = (&self.handler, &self.conn, &mut self.state);
         if catch_unwind(AssertUnwindSafe(|| {
             handler.on_close(conn, state, code, reason)
@@ -199,6 +200,19 @@ impl<H: Handler> Dispatch<H> {
     /// whenever bytes arrive: that is what keeps the connection from
     /// counting as idle.
     pub(crate) fn input(&mut self, input: &mut BytesMut) -> Input {
+        let mut messages = 0;
+        let done = self.handle_input(input, &mut messages);
+        self.app
+            .conn
+            .shared()
+            .outbound()
+            .meters
+            .received(messages, 0);
+        done
+    }
+
+    /// [`Dispatch::input`], counting the messages handed to the handler.
+    fn handle_input(&mut self, input: &mut BytesMut, messages: &mut u64) -> Input {
         self.heard_from_peer();
         let max = self.app.conn.shared().outbound().max_bytes;
         let mut first = true;
@@ -233,6 +247,7 @@ impl<H: Handler> Dispatch<H> {
             match event {
                 Ok(None) => return Input::Done,
                 Ok(Some(Event::Message(message))) => {
+                    *messages += 1;
                     if let Err(panicked) = self.app.on_message(message) {
                         self.fail_after_panic(panicked);
                         return Input::Done;
@@ -346,15 +361,26 @@ impl<H: Handler> Dispatch<H> {
         pool: &BufferPool,
         write: impl FnMut(&[io::IoSlice<'_>]) -> io::Result<usize>,
     ) -> io::Result<Written> {
-        let mut outbox = self.app.conn.shared().lock();
+        let shared = self.app.conn.shared();
+        let mut outbox = shared.lock();
         outbox.unschedule_flush();
-        outbox.write_with(pool, write)
+        let written = outbox.write_with(pool, write);
+        let messages = outbox.take_messages();
+        drop(outbox);
+        shared.outbound().meters.sent(messages, 0);
+        written
     }
 
     /// Moves what is queued into `into`, for a write that owns its buffers
     /// until it completes (io_uring).
     pub(crate) fn take_for_send(&mut self, into: &mut WriteQueue) {
-        self.app.conn.shared().lock().take_for_send(into);
+        let shared = self.app.conn.shared();
+        let messages = {
+            let mut outbox = shared.lock();
+            outbox.take_for_send(into);
+            outbox.take_messages()
+        };
+        shared.outbound().meters.sent(messages, 0);
     }
 
     /// `n` bytes of what [`Dispatch::take_for_send`] took are no longer

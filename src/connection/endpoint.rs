@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
+use crate::connection::meters::Meters;
 use crate::connection::outbox::{ConnShared, Outbound};
 use crate::connection::spread::{Spread, Spreader};
 use crate::connection::wake::ConnWake;
@@ -54,12 +55,15 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn new(config: Config) -> Arc<Endpoint> {
+    /// An endpoint of `driver` (the `driver` label of its metrics:
+    /// `tokio`, `uring`, `stream` or `client`).
+    pub(crate) fn new(config: Config, driver: &'static str) -> Arc<Endpoint> {
         let pool = Arc::new(BufferPool::default());
         let outbound = Arc::new(Outbound {
             pool: pool.clone(),
             max_bytes: config.max_outbound_bytes,
             on_full: config.slow_consumer,
+            meters: Meters::new(driver),
         });
         Arc::new(Endpoint {
             config,
@@ -102,6 +106,7 @@ impl Endpoint {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let shared = ConnShared::new(id, peer, self.outbound.clone(), wake, role);
         self.open.fetch_add(1, Ordering::Relaxed);
+        self.outbound.meters.opened();
         let registration = Registration(self.clone());
         let conn = Conn::from_shared(shared);
         if self.is_shutting_down() {
@@ -290,6 +295,11 @@ impl Endpoint {
         self.live.load(Ordering::SeqCst)
     }
 
+    /// The metric handles (nothing without feature `metrics`).
+    pub(crate) fn meters(&self) -> &Meters {
+        &self.outbound.meters
+    }
+
     /// Upgraded connections not yet ended.
     pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
@@ -331,6 +341,7 @@ pub(crate) struct Registration(Arc<Endpoint>);
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        self.0.outbound.meters.ended();
         self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -236,12 +236,13 @@ impl Accept {
 }
 
 /// The answer to a plain HTTP request ([`ServerHandler::on_http`]): a status, a
-/// content type and a body, sent with `Content-Length` and
-/// `Connection: close`.
+/// content type, headers of the handler's own and a body, sent with
+/// `Content-Length` and `Connection: close` (or `keep-alive`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpResponse {
     status: u16,
     content_type: Cow<'static, str>,
+    headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
     body: bytes::Bytes,
 }
 
@@ -259,8 +260,47 @@ impl HttpResponse {
                 500
             },
             content_type: content_type.into(),
+            headers: Vec::new(),
             body: body.into(),
         }
+    }
+
+    /// Adds a header (`WWW-Authenticate` with a 401, `Retry-After` with a
+    /// 503, `Cache-Control`, ...). One the server writes itself
+    /// (`Content-Type`, `Content-Length`, `Connection`,
+    /// `Transfer-Encoding`), a name that is not an HTTP token, or a value
+    /// with a control character other than tab (CR and LF above all: they
+    /// would split the response) is left out, with a warning in the log.
+    pub fn header(
+        mut self,
+        name: impl Into<Cow<'static, str>>,
+        value: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        let (name, value) = (name.into(), value.into());
+        let reserved = [
+            "content-type",
+            "content-length",
+            "connection",
+            "transfer-encoding",
+        ]
+        .iter()
+        .any(|r| name.eq_ignore_ascii_case(r));
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        let clean = value.bytes().all(|b| b == b'\t' || !b.is_ascii_control());
+        if reserved || !token || !clean {
+            tracing::warn!(%name, "HttpResponse::header left out: reserved, or not a valid name or value");
+            return self;
+        }
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The headers added with [`header`](Self::header), in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers.iter().map(|(n, v)| (n.as_ref(), v.as_ref()))
     }
 
     /// `text/plain; charset=utf-8`.

@@ -33,6 +33,7 @@ use crate::connection::dispatch::{Dispatch, Input, QueueState};
 use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
 use crate::connection::handler::{Handler, Hooks, ServerHandler};
 use crate::connection::keepalive::Sweep;
+use crate::connection::meters::rejection_reason;
 use crate::connection::upgrade::{self, Answer, Upgraded};
 use crate::connection::wake::ConnWake;
 use crate::handshake::{HandshakeError, write_error};
@@ -544,13 +545,16 @@ impl<H: Handler> Lifecycle<H> {
         // decided.
         let answering = self.writing || !handshake.response.is_empty();
         if !handshake.refused && !answering {
+            let meters = env.endpoint.meters();
             let refusal = if env.endpoint.is_shutting_down() {
+                meters.rejected("shutting_down");
                 (503, "server shutting down")
             } else if failed || (self.read_closed && handshake.seen == 0) {
                 // Connected and left (a port check), or broke: no answer.
                 return self.close();
             } else if self.read_closed {
                 let e = HandshakeError::Incomplete;
+                meters.rejected(rejection_reason(&e));
                 (e.status(), e.reason())
             } else if now >= handshake.deadline
                 && handshake.answered > 0
@@ -562,6 +566,7 @@ impl<H: Handler> Lifecycle<H> {
                 return self.close();
             } else if now >= handshake.deadline {
                 let e = HandshakeError::TimedOut;
+                meters.rejected(rejection_reason(&e));
                 (e.status(), e.reason())
             } else {
                 return Action::Wait;

@@ -16,6 +16,7 @@
 //! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
 //! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
+//! | `meters.rs` | the endpoint's metric handles (feature `metrics`), Prometheus names |
 //! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
 
 pub(crate) mod config;
@@ -27,6 +28,7 @@ pub(crate) mod keepalive;
 pub(crate) mod lifecycle;
 #[cfg(feature = "pubsub")]
 pub(crate) mod membership;
+pub(crate) mod meters;
 pub(crate) mod origin;
 pub(crate) mod outbox;
 pub(crate) mod spread;

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crate::connection::config::SlowConsumer;
 #[cfg(feature = "pubsub")]
 use crate::connection::membership::Memberships;
+use crate::connection::meters::Meters;
 use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
 #[cfg(feature = "pubsub")]
@@ -236,6 +237,80 @@ pub(crate) struct Outbox {
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
     deflate: Option<Compressor>,
+    /// Data messages queued since the driver last took the count.
+    #[cfg(feature = "metrics")]
+    messages: u32,
+    /// A sampled pub/sub delivery waiting to be written (see
+    /// [`Outbox::probe`]); boxed, as it is rare.
+    #[cfg(feature = "metrics")]
+    probe: Option<Box<Probe>>,
+}
+
+/// A sampled pub/sub delivery in a connection's queue: when its publish
+/// was called, and how many bytes are to be written up to its end.
+#[cfg(feature = "metrics")]
+struct Probe {
+    since: std::time::Instant,
+    ahead: usize,
+}
+
+/// Counting for feature `metrics`.
+#[cfg(feature = "metrics")]
+impl Outbox {
+    /// A data message was queued.
+    #[inline(always)]
+    pub(crate) fn count_message(&mut self) {
+        self.messages = self.messages.wrapping_add(1);
+    }
+
+    /// The data messages queued since the last call.
+    pub(crate) fn take_messages(&mut self) -> u64 {
+        u64::from(std::mem::take(&mut self.messages))
+    }
+
+    /// The message just queued is a sampled delivery of a publish called
+    /// at `since`: once the bytes up to its end are written, the time it
+    /// took goes to `rapidws_pubsub_delivery_seconds`. One at a time per
+    /// connection (a later sample waits for the next).
+    pub(crate) fn probe(&mut self, since: std::time::Instant) {
+        if self.probe.is_none() {
+            self.probe = Some(Box::new(Probe {
+                since,
+                ahead: self.queued(),
+            }));
+        }
+    }
+
+    /// `n` bytes were handed to the kernel: a probe they complete is recorded.
+    #[inline]
+    fn probe_written(&mut self, n: usize) {
+        let Some(probe) = self.probe.as_mut() else {
+            return;
+        };
+        if probe.ahead > n {
+            probe.ahead -= n;
+            return;
+        }
+        let since = probe.since;
+        self.probe = None;
+        metrics::histogram!("rapidws_pubsub_delivery_seconds")
+            .record(since.elapsed().as_secs_f64());
+    }
+}
+
+/// Without feature `metrics`: nothing is counted.
+#[cfg(not(feature = "metrics"))]
+impl Outbox {
+    #[inline(always)]
+    pub(crate) fn count_message(&mut self) {}
+
+    #[inline(always)]
+    pub(crate) fn take_messages(&mut self) -> u64 {
+        0
+    }
+
+    #[inline(always)]
+    fn probe_written(&mut self, _n: usize) {}
 }
 
 /// The driver's side of the outbox: what the connection's life does with it.
@@ -317,6 +392,7 @@ impl Outbox {
         write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<Written> {
         let written = self.queue.write_with(write)?;
+        self.probe_written(written.bytes);
         if self.queue.is_empty()
             && let Some(buf) = self.queue.take_buffer()
         {
@@ -354,6 +430,7 @@ impl Outbox {
     /// `n` taken bytes are no longer being written: they went out, or the
     /// write failed and they never will.
     pub(crate) fn no_longer_sending(&mut self, n: usize) {
+        self.probe_written(n);
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.sending = self.sending.saturating_sub(n);
     }
@@ -370,6 +447,10 @@ impl Outbox {
         let unwritten = self.queue.len();
         self.queue.advance(unwritten);
         self.sending = 0;
+        #[cfg(feature = "metrics")]
+        {
+            self.probe = None;
+        }
         if let Some(buf) = self.queue.take_buffer() {
             pool.give(buf);
         }
@@ -413,6 +494,8 @@ pub(crate) struct Outbound {
     pub(crate) max_bytes: usize,
     /// What a full queue leads to.
     pub(crate) on_full: SlowConsumer,
+    /// The endpoint's metric handles (nothing without feature `metrics`).
+    pub(crate) meters: Meters,
 }
 
 impl Outbound {
@@ -483,6 +566,10 @@ impl ConnShared {
                 wants_drain: false,
                 waiting: None,
                 deflate: None,
+                #[cfg(feature = "metrics")]
+                messages: 0,
+                #[cfg(feature = "metrics")]
+                probe: None,
             }),
         })
     }

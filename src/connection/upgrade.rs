@@ -11,6 +11,7 @@ use crate::connection::config::Config;
 use crate::connection::conn::Conn;
 use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, Handler, Hooks, HttpResponse, Reject};
+use crate::connection::meters::rejection_reason;
 use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
     write_http_response,
@@ -155,17 +156,17 @@ pub(crate) fn answer<H: Handler>(
     }
     let (head, head_len) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return refuse(out, e),
+        Err(e) => return refuse(out, endpoint, e),
     };
     if !head.wants_websocket() {
         // Plain HTTP: its body, bounded, is read whole before the handler
         // sees the request.
         let body_len = match head.body_len() {
             Ok(n) if n > endpoint.config.max_http_body_size => {
-                return refuse(out, HandshakeError::BodyTooLarge);
+                return refuse(out, endpoint, HandshakeError::BodyTooLarge);
             }
             Ok(n) => n,
-            Err(e) => return refuse(out, e),
+            Err(e) => return refuse(out, endpoint, e),
         };
         let end = head_len + body_len;
         if buf.len() < end {
@@ -183,7 +184,7 @@ pub(crate) fn answer<H: Handler>(
     }
     let request = match head.check() {
         Ok(request) => request,
-        Err(e) => return refuse(out, e),
+        Err(e) => return refuse(out, endpoint, e),
     };
     match decide(
         &request,
@@ -215,8 +216,9 @@ pub(crate) fn answer<H: Handler>(
 }
 
 /// Queues the response for a request that failed to parse or to check.
-fn refuse<S>(out: &mut WriteQueue, e: HandshakeError) -> Answer<S> {
+fn refuse<S>(out: &mut WriteQueue, endpoint: &Endpoint, e: HandshakeError) -> Answer<S> {
     tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
+    endpoint.meters().rejected(rejection_reason(&e));
     write_error(out, e.status(), e.reason());
     Answer::Refused
 }
@@ -241,10 +243,12 @@ fn answer_http<'a, H: Handler>(
             HttpResponse::text(500, "internal server error\n")
         }
     };
+    let headers: Vec<(&str, &str)> = response.headers().collect();
     write_http_response(
         out,
         response.status(),
         response.content_type(),
+        &headers,
         response.body(),
         head.is_head(),
         keep_alive,
@@ -289,6 +293,7 @@ pub(crate) fn decide<H: Handler>(
             origin = %String::from_utf8_lossy(origin.unwrap_or_default()),
             "refused upgrade: a page of another origin"
         );
+        endpoint.meters().rejected("origin");
         return Decision::Refused(Reject::new(
             403,
             "a page of this origin may not open a WebSocket here \
@@ -297,6 +302,7 @@ pub(crate) fn decide<H: Handler>(
     }
     if !endpoint.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
+        endpoint.meters().rejected("connection_limit");
         return Decision::Refused(Reject::new(
             503,
             "connection limit reached, try again later",
@@ -305,13 +311,19 @@ pub(crate) fn decide<H: Handler>(
     let decision = catch_unwind(AssertUnwindSafe(|| {
         (hooks.on_upgrade)(handler, request, &mut accept)
     }));
-    let internal_error = || Decision::Refused(Reject::new(500, "internal server error"));
+    let internal_error = || {
+        endpoint.meters().rejected("internal");
+        Decision::Refused(Reject::new(500, "internal server error"))
+    };
     match decision {
         Err(_) => {
             tracing::error!("on_upgrade panicked; answered 500");
             internal_error()
         }
-        Ok(Err(reject)) => Decision::Refused(reject),
+        Ok(Err(reject)) => {
+            endpoint.meters().rejected("handler");
+            Decision::Refused(reject)
+        }
         Ok(Ok(state)) => {
             if let Some(chosen) = accept.chosen_protocol()
                 && !request.protocols().any(|offered| offered == chosen)

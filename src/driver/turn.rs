@@ -92,6 +92,7 @@ pub(crate) fn turn<H: Handler>(
     now: Instant,
 ) -> Turn {
     let pool = &env.endpoint.pool;
+    let meters = env.endpoint.meters();
     let mut reads = 0;
     let turn = loop {
         transport.progress(cx);
@@ -109,7 +110,13 @@ pub(crate) fn turn<H: Handler>(
                 continue;
             }
             Action::Write if transport.writable() => {
-                life.write_in_place(pool, |slices| transport.write(cx, slices));
+                life.write_in_place(pool, |slices| {
+                    let written = transport.write(cx, slices);
+                    if let Ok(n) = written {
+                        meters.sent(0, n as u64);
+                    }
+                    written
+                });
                 continue;
             }
             // Nothing to write, or the transport takes nothing more now:
@@ -141,7 +148,10 @@ pub(crate) fn turn<H: Handler>(
         read_buf::prepare(read_buf, wanted, pool, env.endpoint.config.read_buffer_size);
         match transport.read(cx, read_buf) {
             Poll::Ready(Ok(0)) => life.receive_eof(),
-            Poll::Ready(Ok(_)) => life.receive(read_buf, env, now),
+            Poll::Ready(Ok(n)) => {
+                meters.received(0, n as u64);
+                life.receive(read_buf, env, now);
+            }
             Poll::Ready(Err(error)) => life.read_failed(&error),
             Poll::Pending => {}
         }

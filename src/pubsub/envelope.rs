@@ -70,6 +70,9 @@ pub struct Publication {
     wrapped: OnceLock<(usize, Arc<Prepared>)>,
     /// Other envelopes' frames (a server rarely has more than one).
     more: Mutex<Vec<(usize, Arc<Prepared>)>>,
+    /// When its publish was called, if it is one of the publishes whose
+    /// delivery is timed (feature `metrics`).
+    sampled: Option<Instant>,
 }
 
 impl Publication {
@@ -89,7 +92,19 @@ impl Publication {
             at,
             wrapped: OnceLock::new(),
             more: Mutex::new(Vec::new()),
+            sampled: None,
         }
+    }
+
+    /// Marks it as a publish whose delivery is timed, called at `since`.
+    pub(crate) fn timed(mut self, since: Option<Instant>) -> Publication {
+        self.sampled = since;
+        self
+    }
+
+    /// When its publish was called, if its delivery is timed.
+    pub(crate) fn sampled(&self) -> Option<Instant> {
+        self.sampled
     }
 
     /// The topic it was published on.

@@ -110,6 +110,7 @@
 mod envelope;
 mod history;
 mod log;
+mod meters;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
@@ -483,6 +484,7 @@ impl Builder {
                 replayed: AtomicU64::new(0),
                 conflated: AtomicU64::new(0),
                 publishes: AtomicU64::new(0),
+                meters: meters::PubSubMeters::new(),
             }),
         }
     }
@@ -527,6 +529,8 @@ struct Inner {
     conflated: AtomicU64,
     /// Publishes so far, to sweep history now and then.
     publishes: AtomicU64,
+    /// The metric handles (nothing without feature `metrics`).
+    meters: meters::PubSubMeters,
 }
 
 /// Publishes between two sweeps of one registry shard's history (64
@@ -1066,6 +1070,7 @@ impl PubSub {
         except: Option<&Conn>,
     ) -> Published {
         let inner = &self.inner;
+        let sampled = meters::sample();
         state.last += 1;
         let position = Position {
             epoch: state.epoch,
@@ -1075,14 +1080,10 @@ impl PubSub {
             Some(_) => Instant::now(),
             None => epoch_start(),
         };
-        let publication = Arc::new(Publication::new(
-            entry.name.clone(),
-            position,
-            key,
-            opcode,
-            payload,
-            now,
-        ));
+        let publication = Arc::new(
+            Publication::new(entry.name.clone(), position, key, opcode, payload, now)
+                .timed(sampled),
+        );
         if let Some(log) = &mut state.log {
             log.push(publication.clone(), now);
         }
@@ -1104,6 +1105,7 @@ impl PubSub {
             conn.key()
         });
         inner.published.fetch_add(1, Ordering::Relaxed);
+        inner.meters.published();
         let bytes = publication.plain().frame().len();
         for local in &state.locals {
             match &local.route {
@@ -1119,6 +1121,7 @@ impl PubSub {
                         // The loop is far behind its publishers: its
                         // subscribers miss this message, as a full queue's would.
                         inner.dropped.fetch_add(missed as u64, Ordering::Relaxed);
+                        inner.meters.loop_behind(missed as u64);
                     }
                 }
                 Route::Direct => inner.deliver(local, &publication, except),
@@ -1128,6 +1131,17 @@ impl PubSub {
             subscribers: reached,
             position: Some(position),
         }
+    }
+}
+
+/// Times a sampled publish's delivery on `conn` (the last of a walk: the
+/// one that waited for all the others) from `since` to its frame handed to
+/// the kernel (feature `metrics`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn probe(conn: Option<&Conn>, since: Instant) {
+    #[cfg(feature = "metrics")]
+    if let Some(conn) = conn {
+        conn.shared().lock().probe(since);
     }
 }
 
@@ -1236,6 +1250,10 @@ impl Inner {
                 let sent = conn.send_prepared(publication.plain(), close_on_full);
                 counts.sent(sent, close_on_full.is_some());
             }
+            if let Some(since) = publication.sampled() {
+                let last = subscribers.conns.last();
+                probe(last.filter(|conn| Some(conn.key()) != except), since);
+            }
             drop(subscribers);
             self.count(counts);
             return;
@@ -1260,6 +1278,10 @@ impl Inner {
                 Sent::Dropped => tell_gap(subscriber, publication.topic()),
                 _ => {}
             }
+        }
+        if let Some(since) = publication.sampled() {
+            let last = subscribers.list.last().map(|s| &s.conn);
+            probe(last.filter(|conn| Some(conn.key()) != except), since);
         }
         drop(subscribers);
         let flush_now = std::mem::take(&mut counts.flush_now);
@@ -1423,6 +1445,13 @@ impl Inner {
     }
 
     fn count(&self, counts: Counts) {
+        self.meters.walked(&meters::Walk {
+            delivered: counts.delivered,
+            dropped: counts.dropped,
+            closed: counts.closed,
+            gone: counts.gone,
+            conflated: counts.conflated,
+        });
         for (counter, n) in [
             (&self.delivered, counts.delivered),
             (&self.dropped, counts.dropped),
@@ -1443,6 +1472,7 @@ impl Inner {
             .map_or(0, |p| p.publications.len());
         if waiting > 0 {
             self.gone.fetch_add(waiting as u64, Ordering::Relaxed);
+            self.meters.gone(waiting as u64);
         }
     }
 }

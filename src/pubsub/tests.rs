@@ -61,6 +61,7 @@ fn conn(list: &Arc<Loop>, slot: u32, max_outbound: usize) -> Conn {
     let outbound = Outbound {
         pool: Arc::default(),
         max_bytes: max_outbound,
+        meters: crate::connection::meters::Meters::new("test"),
         on_full: SlowConsumer::Pause,
     };
     let wake = ConnWake::Shared(Arc::new(SlotWake::new(list, slot)));

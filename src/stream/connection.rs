@@ -201,6 +201,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             Turn::Pending => Poll::Pending,
             Turn::Done => Poll::Ready(()),
         };
+        // What this poll counted, added once.
+        endpoint.meters().flush();
         let deadline = self.stream.end_by.or_else(|| self.life.deadline());
         self.timer.follow(deadline, cx);
         poll

@@ -88,7 +88,7 @@ impl<H: ServerHandler> Server<H> {
     /// A server for `handler` with `config`; it serves the streams handed to it.
     pub fn new(handler: H, config: Config) -> Self {
         Server {
-            env: Env::server(Endpoint::new(config), Arc::new(handler)),
+            env: Env::server(Endpoint::new(config, "stream"), Arc::new(handler)),
         }
     }
 
@@ -203,6 +203,12 @@ impl<H: ServerHandler> Server<H> {
             accept,
             deflate,
         )
+    }
+
+    /// The server's metric handles (the hyper upgrade counts its refusals).
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    pub(crate) fn meters(&self) -> &crate::connection::meters::Meters {
+        self.env.endpoint.meters()
     }
 
     /// The server's settings (the base an upgrade's own settings start from).

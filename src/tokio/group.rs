@@ -182,6 +182,17 @@ impl<H: Handler> Future for Group<H> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let group = self.get_mut();
+        let poll = group.step(cx);
+        // What this poll counted, added once.
+        group.env.endpoint.meters().flush();
+        poll
+    }
+}
+
+impl<H: Handler> Group<H> {
+    /// One poll's work (see `poll`).
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let group = self;
         group.shared.waker.register(cx.waker());
         // Open connections close with 1001 (handshakes in progress answer
         // 503 when they see the flag), or drop at once after the timeout.

@@ -92,7 +92,7 @@ impl<H: ServerHandler> Server<H> {
         Server {
             listener,
             handler: Arc::new(handler),
-            endpoint: Endpoint::new(config),
+            endpoint: Endpoint::new(config, "tokio"),
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]

@@ -179,6 +179,7 @@ impl<H: Handler> Connection<H> {
                 if self.tls.is_none() {
                     // With TLS, plaintext counts as sent once sealed.
                     self.life.sent(n);
+                    env.endpoint.meters().sent(0, n as u64);
                 }
                 false
             }
@@ -257,6 +258,7 @@ impl<H: Handler> Connection<H> {
                         let failed = match sealed {
                             Ok(n) => {
                                 self.life.sent(n);
+                                env.endpoint.meters().sent(0, n as u64);
                                 false
                             }
                             Err(error) => {
@@ -383,6 +385,7 @@ impl<H: Handler> Connection<H> {
 
     /// Handles bytes that just arrived, where they landed when it can.
     fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
+        env.endpoint.meters().received(0, chunk.len() as u64);
         let pool = &env.endpoint.pool;
         let read_size = env.endpoint.config.read_buffer_size;
         if self.life.is_paused() || !self.read_buf.is_empty() {

@@ -111,7 +111,7 @@ impl<H: ServerHandler> Server<H> {
         Ok(Server {
             listener,
             handler: Arc::new(handler),
-            endpoint: Endpoint::new(config),
+            endpoint: Endpoint::new(config, "uring"),
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,

@@ -237,6 +237,8 @@ impl<H: Handler> Reactor<H> {
             self.notice_shutdown();
             self.run_dirty();
             self.arm_accept();
+            // What this turn counted, added once.
+            self.env.endpoint.meters().flush();
         }
     }
 

@@ -96,14 +96,17 @@ pub fn first_line(text: &str) -> &str {
 }
 
 /// Queues a plain HTTP response (the handler's answer to a request that is
-/// not an upgrade): status, `Content-Type`, `Content-Length`,
-/// `Connection: close` (the server closes after it) or, with `keep_alive`,
-/// `Connection: keep-alive` (it reads the next request), and the body
-/// unless `head_only` (a `HEAD` request).
+/// not an upgrade): status, `Content-Type`, the `headers` given (each
+/// value up to its first line break: a break would start a header of the
+/// value's choosing), `Content-Length`, `Connection: close` (the server
+/// closes after it) or, with `keep_alive`, `Connection: keep-alive` (it
+/// reads the next request), and the body unless `head_only` (a `HEAD`
+/// request).
 pub fn write_http_response(
     out: &mut WriteQueue,
     status: u16,
     content_type: &str,
+    headers: &[(&str, &str)],
     body: &[u8],
     head_only: bool,
     keep_alive: bool,
@@ -113,11 +116,15 @@ pub fn write_http_response(
     let mut head = HeadWriter(out);
     let _ = write!(
         head,
-        "HTTP/1.1 {status} {}\r\n\
-         Content-Type: {content_type}\r\n\
-         Content-Length: {}\r\n\
-         Connection: {connection}\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n",
         status_text(status),
+    );
+    for (name, value) in headers {
+        let _ = write!(head, "{}: {}\r\n", first_line(name), first_line(value));
+    }
+    let _ = write!(
+        head,
+        "Content-Length: {}\r\nConnection: {connection}\r\n\r\n",
         body.len(),
     );
     if !head_only {
@@ -236,6 +243,7 @@ mod tests {
             &mut q,
             200,
             "text/html\r\nSet-Cookie: x=1",
+            &[],
             b"<p>hi</p>",
             false,
             false,
@@ -246,7 +254,7 @@ mod tests {
              Connection: close\r\n\r\n<p>hi</p>"
         );
         let mut q = WriteQueue::new();
-        write_http_response(&mut q, 404, "text/plain", b"missing\n", true, false);
+        write_http_response(&mut q, 404, "text/plain", &[], b"missing\n", true, false);
         let t = text(&q);
         assert!(t.starts_with("HTTP/1.1 404 Not Found\r\n"), "{t}");
         assert!(
@@ -254,7 +262,23 @@ mod tests {
             "{t}"
         );
         let mut q = WriteQueue::new();
-        write_http_response(&mut q, 200, "text/plain", b"ok", false, true);
+        write_http_response(&mut q, 200, "text/plain", &[], b"ok", false, true);
         assert!(text(&q).ends_with("Connection: keep-alive\r\n\r\nok"));
+    }
+
+    #[test]
+    fn extra_headers_come_after_the_type_and_cannot_split_the_head() {
+        let mut q = WriteQueue::new();
+        let headers = [
+            ("WWW-Authenticate", "Bearer realm=\"bus\""),
+            ("Retry-After", "5\r\nSet-Cookie: x=1"),
+        ];
+        write_http_response(&mut q, 401, "text/plain", &headers, b"no\n", false, false);
+        assert_eq!(
+            text(&q),
+            "HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\n\
+             WWW-Authenticate: Bearer realm=\"bus\"\r\nRetry-After: 5\r\n\
+             Content-Length: 3\r\nConnection: close\r\n\r\nno\n"
+        );
     }
 }

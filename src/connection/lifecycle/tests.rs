@@ -73,7 +73,7 @@ impl Harness {
     }
 
     fn with(config: Config, handler: Echo) -> Harness {
-        let env = Env::server(Endpoint::new(config), Arc::new(handler));
+        let env = Env::server(Endpoint::new(config, "test"), Arc::new(handler));
         let now = Instant::now();
         let life = Lifecycle::accept(peer(), env.endpoint.enter(), wake(), &env, now);
         Harness {
@@ -554,7 +554,10 @@ fn an_abort_drops_the_connection_at_once() {
 
 #[test]
 fn an_upgraded_connection_opens_at_once() {
-    let env = Env::server(Endpoint::new(Config::default()), Arc::new(Echo::default()));
+    let env = Env::server(
+        Endpoint::new(Config::default(), "test"),
+        Arc::new(Echo::default()),
+    );
     let handed = Arc::new(Mutex::new(Vec::new()));
     let to = handed.clone();
     let upgraded = Upgraded {
@@ -605,7 +608,7 @@ fn dropping_a_connection_ends_it_for_the_server() {
 fn client(config: Config) -> Harness {
     // A client's connections carry no server hooks.
     let env = Env {
-        endpoint: Endpoint::new(config),
+        endpoint: Endpoint::new(config, "test"),
         handler: Arc::new(Echo::default()),
         hooks: None,
     };

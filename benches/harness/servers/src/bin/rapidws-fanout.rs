@@ -2,7 +2,8 @@
 //! protocol: `/?topics=a,b` subscribes at open, and a text message
 //! `<topic>\n<payload>` publishes `<payload>` to `<topic>`. On tokio
 //! (connection groups) or io_uring (`--backend uring`), with defaults;
-//! `--history N` keeps each topic's last N publications.
+//! `--history N` keeps each topic's last N publications; `--metrics`
+//! records rapidws's metrics (into a Prometheus recorder nobody reads).
 //!
 //! For the reconnect storm: `&positions=1` shows each delivery as
 //! `<epoch>:<offset>\n<payload>` and a resume's outcome as
@@ -28,6 +29,10 @@ struct Args {
     /// Publications each topic keeps (for 300 s); 0, the default: none.
     #[arg(long, default_value_t = 0)]
     history: usize,
+    /// Install a Prometheus recorder, so that rapidws's metrics are
+    /// recorded (what they cost; nothing serves them).
+    #[arg(long)]
+    metrics: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -116,6 +121,12 @@ impl ServerHandler for Fanout {
 
 fn main() -> std::io::Result<()> {
     let args = Args::parse();
+    if args.metrics {
+        // Before the PubSub and the server: they take their handles when made.
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(std::io::Error::other)?;
+    }
     let history = History::new(args.history, Duration::from_secs(300));
     let handler = Fanout {
         pubsub: PubSub::builder().history(history).build(),

@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
 //! cargo run --release --example notify_bus -- --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001 [...]
+//! cargo run --release --example notify_bus -- --publish-token T --jwt-secret S [--metrics] [--drain-secs 30]
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
@@ -77,6 +78,20 @@
 //! it and counted in `/stats`) unless `--overflow close` (or `--close-slow`)
 //! asks to close it with 1008 instead, or `--overflow conflate` keeps the
 //! latest publication per key waiting for it (`conflated` in `/stats`).
+//!
+//! Who may come in (see `auth.rs`): with `--publish-token T`, publishing
+//! needs `Authorization: Bearer T` (401 with a `WWW-Authenticate: Bearer`
+//! challenge otherwise); with `--jwt-secret S`, subscribing needs a JWT
+//! signed with S (HS256) whose `topics` claim names the topics (`"news"`,
+//! `"news.*"`, `"*"`) and whose `exp` says until when: in the upgrade's
+//! `token` query parameter (a bad one: 401 with why; a topic it does not
+//! name: 403) or as a text message `token:<jwt>` (first, or later to
+//! refresh it; a bad one closes with 1008 and why). Joining a topic the
+//! token does not name is answered `error: not allowed`; when the token
+//! expires, the connection is closed with 1008, `token expired`.
+//!
+//! `--metrics` serves `GET /metrics` (Prometheus text); SIGTERM closes the
+//! connections with 1012 spread over `--drain-secs` and exits 0.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +109,10 @@ use rapidws::{
 };
 use serde_json::json;
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod auth;
 
 #[derive(Parser, Debug)]
 #[command(about = "A notification bus: topics over WebSockets, publishing over HTTP, one port")]
@@ -138,6 +156,14 @@ struct Args {
     /// delivered (see `rapidws::pubsub::redis`).
     #[arg(long, value_name = "SECRET", value_parser = secret)]
     redis_secret: Option<String>,
+    /// `POST /publish...` needs `Authorization: Bearer <T>` (401 without).
+    #[arg(long, value_name = "T", value_parser = secret)]
+    publish_token: Option<String>,
+    /// Subscribers need a JWT signed with this secret (HS256), in the
+    /// `token` query parameter or a first message `token:<jwt>`, naming the
+    /// topics they may join (claim `topics`) and when it expires (`exp`).
+    #[arg(long, value_name = "S", value_parser = secret)]
+    jwt_secret: Option<String>,
 }
 
 /// `--redis-secret`: short secrets are guessable.
@@ -171,7 +197,7 @@ const MAX_TOPICS_PER_CONNECTION: usize = 256;
 /// The longest `?key=` a publish takes.
 const MAX_KEY_LEN: usize = 256;
 
-const PAGE: &str = include_str!("assets/notify_bus.html");
+const PAGE: &str = include_str!("../assets/notify_bus.html");
 
 struct Bus {
     pubsub: PubSub,
@@ -180,6 +206,10 @@ struct Bus {
     json: Arc<dyn Envelope>,
     /// Kept for as long as the bus runs: dropping it stops the relaying.
     bridge: Option<Bridge>,
+    /// `--publish-token`.
+    publish_token: Option<auth::PublishToken>,
+    /// `--jwt-secret`.
+    tokens: Option<auth::Tokens>,
 }
 
 /// `positions=1`'s wire format (see the module docs).
@@ -218,12 +248,18 @@ impl Envelope for Json {
 struct Session {
     positions: bool,
     opening: Vec<(String, Start)>,
+    /// With `--jwt-secret`: what the connection's token allows, once it
+    /// presented one.
+    grant: Option<auth::Grant>,
 }
 
 impl Handler for Bus {
     type State = Session;
 
     fn on_open(&self, conn: &Conn, session: &mut Session) {
+        if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
+            tokens.watch(conn, grant, None);
+        }
         for (topic, start) in session.opening.drain(..) {
             let how = self.how(session.positions, start);
             // Checked at the upgrade; only a closing connection is refused.
@@ -244,6 +280,14 @@ impl Handler for Bus {
             return;
         };
         let outcome = match text.split_once(':') {
+            Some(("token", token)) => match self.authorize(conn, session, token) {
+                Ok(()) => Ok(json!({ "authorized": true })),
+                // Closed with 1008 and the reason.
+                Err(()) => return,
+            },
+            Some(("subscribe", topic)) if !self.may_join(session, topic) => {
+                Err("not allowed".into())
+            }
             Some(("subscribe", topic)) => self
                 .subscribe(conn, topic, positions)
                 .map(|()| json!({ "subscribed": topic })),
@@ -267,6 +311,12 @@ impl Handler for Bus {
             }
         }
     }
+
+    fn on_close(&self, conn: &Conn, session: &mut Session, _: CloseCode, _: &str) {
+        if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
+            tokens.forget(conn, grant);
+        }
+    }
 }
 
 /// A refused command, as the connection's format shows it.
@@ -288,6 +338,14 @@ impl ServerHandler for Bus {
         }
         let query = request.query().unwrap_or("");
         let positions = query_values(query, "positions").any(|v| v == "1");
+        let grant = match (&self.tokens, query_values(query, "token").next()) {
+            (None, _) | (Some(_), None) => None,
+            (Some(tokens), Some(raw)) => {
+                let token = percent_decode(raw)
+                    .ok_or_else(|| Reject::new(400, "the token is not valid percent-encoded"))?;
+                Some(tokens.check(&token).map_err(|why| Reject::new(401, why))?)
+            }
+        };
         let mut opening: Vec<(String, Start)> = Vec::new();
         let listed = query_values(query, "topics").next().unwrap_or("");
         for raw in listed.split(',').filter(|t| !t.is_empty()) {
@@ -320,17 +378,51 @@ impl ServerHandler for Bus {
         if opening.len() > MAX_TOPICS_PER_CONNECTION {
             return Err(Reject::new(400, "more than 256 topics"));
         }
-        Ok(Session { positions, opening })
+        if self.tokens.is_some() {
+            match &grant {
+                None if !opening.is_empty() => {
+                    return Err(Reject::new(
+                        401,
+                        "subscribing needs a token: ?token=<jwt> (or a first message token:<jwt>)",
+                    ));
+                }
+                Some(grant) => {
+                    if let Some((topic, _)) = opening.iter().find(|(t, _)| !grant.allows(t)) {
+                        return Err(Reject::new(
+                            403,
+                            format!("not allowed: the token does not name {}", shorten(topic)),
+                        ));
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(Session {
+            positions,
+            opening,
+            grant,
+        })
     }
 
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        if let Some(page) = support::metrics_page(request.method(), request.path()) {
+            return Some(page);
+        }
         let path = request.path();
         Some(match (request.method(), path) {
             ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
             ("GET" | "HEAD", "/stats") => self.stats(),
             ("GET" | "HEAD", _) if path.starts_with("/topics/") => self.topic(path),
-            ("POST", "/publish") => self.publish_lines(request),
-            ("POST", _) if path.starts_with("/publish/") => self.publish(request),
+            ("POST", _) if path == "/publish" || path.starts_with("/publish/") => {
+                if let Some(refused) = self.publish_token.as_ref().and_then(|t| t.refuse(request)) {
+                    return Some(refused);
+                }
+                if path == "/publish" {
+                    self.publish_lines(request)
+                } else {
+                    self.publish(request)
+                }
+            }
             (_, _) if path == "/publish" || path.starts_with("/publish/") => {
                 HttpResponse::text(405, "use POST to publish\n")
             }
@@ -376,6 +468,38 @@ impl Bus {
             how.envelope(self.json.clone())
         } else {
             how
+        }
+    }
+
+    /// Whether the connection may join `topic`: always without
+    /// `--jwt-secret`, else if its token names it.
+    fn may_join(&self, session: &Session, topic: &str) -> bool {
+        self.tokens.is_none() || session.grant.as_ref().is_some_and(|g| g.allows(topic))
+    }
+
+    /// `token:<jwt>`: takes the token (a first one, or a fresh one before
+    /// the last expires), leaves the topics it does not name, and watches
+    /// its expiry. A token that is not valid closes with 1008 and why.
+    fn authorize(&self, conn: &Conn, session: &mut Session, token: &str) -> Result<(), ()> {
+        let Some(tokens) = &self.tokens else {
+            let _ = conn.send_text(&refusal(session.positions, "this bus takes no tokens"));
+            return Ok(());
+        };
+        match tokens.check(token.trim()) {
+            Ok(grant) => {
+                tokens.watch(conn, &grant, session.grant.as_ref());
+                for topic in self.pubsub.topics(conn) {
+                    if !grant.allows(&topic) {
+                        self.pubsub.unsubscribe(conn, &topic);
+                    }
+                }
+                session.grant = Some(grant);
+                Ok(())
+            }
+            Err(why) => {
+                let _ = conn.close(CloseCode::POLICY_VIOLATION, &why);
+                Err(())
+            }
         }
     }
 
@@ -598,6 +722,10 @@ fn main() -> std::process::ExitCode {
         OverflowArg::Drop => Overflow::Drop,
         OverflowArg::Conflate => Overflow::Conflate { close: None },
     };
+    if args.serve.metrics {
+        // Before the PubSub: it takes its metric handles when built.
+        support::install_metrics();
+    }
     let history = History::new(args.history, Duration::from_secs(args.history_secs));
     let pubsub = PubSub::builder()
         .overflow(overflow)
@@ -617,6 +745,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let (secret, max_message_size) = (args.redis_secret.clone(), args.max_message_size);
+    let (publish_token, jwt_secret) = (args.publish_token.clone(), args.jwt_secret.clone());
     support::serve_with("notify_bus", &args.serve, config, move |_runtime| {
         // The bridge runs on a thread of its own.
         let bridge = builder.map(|(builder, flag)| {
@@ -633,6 +762,8 @@ fn main() -> std::process::ExitCode {
             pubsub,
             json: Arc::new(Json),
             bridge,
+            publish_token: publish_token.map(auth::PublishToken),
+            tokens: jwt_secret.as_deref().map(auth::Tokens::new),
         }
     })
 }

@@ -1,0 +1,129 @@
+//! What pub/sub reports through the `metrics` facade (feature `metrics`):
+//! publishes, deliveries, what subscribers missed and why, and, for a
+//! sample of publishes, how long a delivery took from the publish call to
+//! its frame handed to the kernel. Handles are taken when the `PubSub` is
+//! built (install the recorder first); counts are added once per delivery
+//! walk, not per subscriber. Without the feature, nothing.
+
+use std::time::Instant;
+
+#[cfg(feature = "metrics")]
+use metrics::Counter;
+
+/// One publish in this many (per publishing thread) is timed to the
+/// kernel: a clock read and a probe on one subscriber per server loop.
+#[cfg(feature = "metrics")]
+const SAMPLE_EVERY: u32 = 64;
+
+#[cfg(feature = "metrics")]
+pub(crate) struct PubSubMeters {
+    published: Counter,
+    delivered: Counter,
+    /// By reason: the queue was full, the server loop was too far behind,
+    /// the subscriber was closed for its full queue, its connection was
+    /// closing, a newer publication with the same key replaced it.
+    queue_full: Counter,
+    loop_behind: Counter,
+    subscriber_closed: Counter,
+    connection_closing: Counter,
+    conflated: Counter,
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) struct PubSubMeters;
+
+/// What one delivery walk counted, to add at once.
+pub(crate) struct Walk {
+    pub(crate) delivered: u64,
+    pub(crate) dropped: u64,
+    pub(crate) closed: u64,
+    pub(crate) gone: u64,
+    pub(crate) conflated: u64,
+}
+
+#[cfg(feature = "metrics")]
+impl PubSubMeters {
+    pub(crate) fn new() -> PubSubMeters {
+        let dropped = |reason: &'static str| metrics::counter!("rapidws_pubsub_dropped_total", "reason" => reason);
+        PubSubMeters {
+            published: metrics::counter!("rapidws_pubsub_published_total"),
+            delivered: metrics::counter!("rapidws_pubsub_delivered_total"),
+            queue_full: dropped("queue_full"),
+            loop_behind: dropped("loop_behind"),
+            subscriber_closed: dropped("subscriber_closed"),
+            connection_closing: dropped("connection_closing"),
+            conflated: dropped("conflated"),
+        }
+    }
+
+    pub(crate) fn published(&self) {
+        self.published.increment(1);
+    }
+
+    /// Subscribers of a server loop too far behind its publishers missed one.
+    pub(crate) fn loop_behind(&self, missed: u64) {
+        self.loop_behind.increment(missed);
+    }
+
+    /// Subscriptions ended with publications still waiting for them.
+    pub(crate) fn gone(&self, missed: u64) {
+        self.connection_closing.increment(missed);
+    }
+
+    pub(crate) fn walked(&self, walk: &Walk) {
+        for (counter, n) in [
+            (&self.delivered, walk.delivered),
+            (&self.queue_full, walk.dropped),
+            (&self.subscriber_closed, walk.closed),
+            (&self.connection_closing, walk.gone),
+            (&self.conflated, walk.conflated),
+        ] {
+            if n > 0 {
+                counter.increment(n);
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::unused_self)]
+impl PubSubMeters {
+    pub(crate) fn new() -> PubSubMeters {
+        PubSubMeters
+    }
+    #[inline(always)]
+    pub(crate) fn published(&self) {}
+    #[inline(always)]
+    pub(crate) fn loop_behind(&self, _missed: u64) {}
+    #[inline(always)]
+    pub(crate) fn gone(&self, _missed: u64) {}
+    #[inline(always)]
+    pub(crate) fn walked(&self, _walk: &Walk) {}
+}
+
+impl std::fmt::Debug for PubSubMeters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PubSubMeters")
+    }
+}
+
+/// Whether this publish is one to time (every [`SAMPLE_EVERY`]th on this
+/// thread): when it was called, if so.
+#[cfg(feature = "metrics")]
+pub(crate) fn sample() -> Option<Instant> {
+    use std::cell::Cell;
+    thread_local! {
+        static PUBLISHES: Cell<u32> = const { Cell::new(0) };
+    }
+    PUBLISHES.with(|count| {
+        let n = count.get().wrapping_add(1);
+        count.set(n);
+        (n % SAMPLE_EVERY == 1).then(Instant::now)
+    })
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline(always)]
+pub(crate) fn sample() -> Option<Instant> {
+    None
+}

@@ -1,0 +1,272 @@
+//! Who may publish and subscribe on the notify_bus example (issue 30,
+//! section 5): `--publish-token` (401 with a `Bearer` challenge without the
+//! token or with another) and `--jwt-secret` (HS256 tokens naming topics and
+//! an expiry, in the query or a first message): each refusal with its
+//! reason, on both backends, while an authorized subscriber goes on
+//! receiving. Clients: raw HTTP and tokio-tungstenite; tokens made with
+//! the jsonwebtoken crate.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use futures_util::StreamExt as _;
+use jsonwebtoken::{EncodingKey, Header, encode};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+const PUBLISH_TOKEN: &str = "publish-token-0123456789";
+const SECRET: &str = "jwt-secret-0123456789abcdef";
+
+/// A token for `topics`, expiring `secs` from now (negative: expired),
+/// signed with `secret`.
+fn token(secret: &str, topics: &[&str], secs: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = json!({ "exp": now + secs, "topics": topics, "sub": "test" });
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// `POST path` with `body` and extra header lines; the whole response.
+async fn post(addr: SocketAddr, path: &str, extra: &str, body: &str) -> String {
+    http_exchange(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n{extra}\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
+/// The `delivered` count of a whole publish response.
+fn delivered_in(response: &str) -> u64 {
+    delivered(response.split_once("\r\n\r\n").expect("a whole response").1)
+}
+
+async fn connect(addr: SocketAddr, query: &str) -> Client {
+    tokio_tungstenite::connect_async(format!("ws://{addr}/ws{query}"))
+        .await
+        .expect("upgraded")
+        .0
+}
+
+async fn text(client: &mut Client) -> String {
+    match next(client).await {
+        WsMessage::Text(text) => text.to_string(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// The upgrade's refusal: status line and body.
+async fn refused_upgrade(addr: SocketAddr, query: &str) -> String {
+    let head = upgrade_head(
+        "GET",
+        &format!("/ws{query}"),
+        "HTTP/1.1",
+        "Sec-WebSocket-Version: 13\r\n",
+    );
+    http_exchange(addr, &head).await
+}
+
+async fn publishing_needs_the_token(backend: &str) {
+    let (_bus, addr) = start_example(
+        "notify_bus",
+        &["--backend", backend, "--publish-token", PUBLISH_TOKEN],
+    )
+    .await;
+    let mut subscriber = connect(addr, "?topics=news").await;
+    let bearer = format!("Authorization: Bearer {PUBLISH_TOKEN}\r\n");
+    for (extra, challenge, reason) in [
+        (
+            "",
+            "WWW-Authenticate: Bearer realm=\"notify_bus\"\r\n",
+            "needs Authorization: Bearer",
+        ),
+        (
+            "Authorization: Bearer guess\r\n",
+            "error=\"invalid_token\"",
+            "not the bus's --publish-token",
+        ),
+        (
+            "Authorization: Basic dXNlcjpwYXNz\r\n",
+            "WWW-Authenticate: Bearer",
+            "needs Authorization",
+        ),
+    ] {
+        for path in ["/publish/news", "/publish"] {
+            let response = post(addr, path, extra, "{\"topic\":\"news\",\"data\":\"x\"}").await;
+            assert!(
+                response.starts_with("HTTP/1.1 401"),
+                "{backend} {path} {extra:?}: {response}"
+            );
+            assert!(response.contains(challenge), "{backend}: {response}");
+            assert!(response.contains(reason), "{backend}: {response}");
+        }
+    }
+    let response = post(addr, "/publish/news", &bearer, "with the token").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(delivered_in(&response), 1);
+    let response = post(
+        addr,
+        "/publish",
+        &bearer,
+        "{\"topic\":\"news\",\"data\":\"a line\"}\n",
+    )
+    .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // Only what came with the token reached the subscriber.
+    assert_eq!(text(&mut subscriber).await, "with the token");
+    assert_eq!(text(&mut subscriber).await, "a line");
+    // Reading is open to anyone.
+    let stats = http_exchange(
+        addr,
+        "GET /stats HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(stats.contains("\"published\":2"), "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_needs_the_bearer_token_on_both_backends() {
+    publishing_needs_the_token("tokio").await;
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    publishing_needs_the_token("uring").await;
+}
+
+async fn subscribing_needs_a_token(backend: &str) {
+    let (_bus, addr) = start_example(
+        "notify_bus",
+        &["--backend", backend, "--jwt-secret", SECRET],
+    )
+    .await;
+    let publish = |topic: &'static str, body: &'static str| async move {
+        let response = post(addr, &format!("/publish/{topic}"), "", body).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        delivered_in(&response)
+    };
+    // An authorized subscriber, there through everything below.
+    let good = token(SECRET, &["news", "scores.*"], 3600);
+    let mut steady = connect(addr, &format!("?topics=news&token={good}")).await;
+
+    // Refused at the upgrade, each with its reason.
+    for (query, status, reason) in [
+        ("?topics=news".to_owned(), 401, "subscribing needs a token"),
+        (
+            format!(
+                "?topics=news&token={}",
+                token("another-secret-0123456789", &["news"], 3600)
+            ),
+            401,
+            "not signed with this server's key",
+        ),
+        (
+            format!("?topics=news&token={}", token(SECRET, &["news"], -5)),
+            401,
+            "token expired",
+        ),
+        (format!("?topics=weather&token={good}"), 403, "not allowed"),
+        (
+            "?topics=news&token=not.a.jwt".to_owned(),
+            401,
+            "token not valid",
+        ),
+    ] {
+        let response = refused_upgrade(addr, &query).await;
+        assert!(
+            response.starts_with(&format!("HTTP/1.1 {status}")),
+            "{backend} {query}: {response}"
+        );
+        assert!(response.contains(reason), "{backend} {query}: {response}");
+    }
+
+    // A token's topics, and no other.
+    let mut client = connect(addr, &format!("?token={good}")).await;
+    send_text(&mut client, "subscribe:weather").await;
+    assert_eq!(text(&mut client).await, "error: not allowed");
+    send_text(&mut client, "subscribe:scores.football").await;
+    send_text(&mut client, "sync").await;
+    assert!(
+        text(&mut client)
+            .await
+            .starts_with("error: unknown command")
+    );
+    assert_eq!(publish("scores.football", "2:1").await, 1);
+    assert_eq!(text(&mut client).await, "2:1");
+    assert_eq!(publish("weather", "rain").await, 0);
+
+    // The token as the first message; before it, nothing may be joined.
+    let mut late = connect(addr, "").await;
+    send_text(&mut late, "subscribe:news").await;
+    assert_eq!(text(&mut late).await, "error: not allowed");
+    send_text(&mut late, &format!("token:{good}")).await;
+    send_text(&mut late, "subscribe:news").await;
+    send_text(&mut late, "sync").await;
+    assert!(text(&mut late).await.starts_with("error: unknown command"));
+
+    // A token message signed with another key closes with 1008 and why.
+    let mut forged = connect(addr, "").await;
+    let other = token("another-secret-0123456789", &["*"], 3600);
+    send_text(&mut forged, &format!("token:{other}")).await;
+    let (code, reason) = expect_close(&mut forged).await;
+    assert_eq!(code, 1008);
+    assert!(
+        reason.contains("not signed with this server's key"),
+        "{reason}"
+    );
+
+    // A token that expires closes its connection with 1008 when it does.
+    let short = token(SECRET, &["news"], 2);
+    let mut brief = connect(addr, &format!("?topics=news&token={short}")).await;
+    let opened = std::time::Instant::now();
+    assert_eq!(publish("news", "first").await, 3, "steady, late and brief");
+    assert_eq!(text(&mut brief).await, "first");
+    let (code, reason) = expect_close(&mut brief).await;
+    assert_eq!((code, reason.as_str()), (1008, "token expired"));
+    // Our close reply goes out as the stream is read on to its end.
+    while let Some(Ok(_)) = brief.next().await {}
+    let lived = opened.elapsed();
+    assert!(
+        lived > Duration::from_millis(900) && lived < Duration::from_secs(5),
+        "closed after {lived:?} for a token of 2 s"
+    );
+
+    // Nothing else was disturbed.
+    assert_eq!(text(&mut steady).await, "first");
+    assert_eq!(text(&mut late).await, "first");
+    // The closed one leaves the topic once its close handshake is done.
+    let topic = || async {
+        http_exchange(
+            addr,
+            "GET /topics/news HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n\r\n",
+        )
+        .await
+    };
+    for _ in 0..100 {
+        if topic().await.contains("\"subscribers\":2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(publish("news", "second").await, 2);
+    assert_eq!(text(&mut steady).await, "second");
+    assert_eq!(text(&mut late).await, "second");
+    steady.close(None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_need_a_token_naming_their_topics_on_both_backends() {
+    subscribing_needs_a_token("tokio").await;
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    subscribing_needs_a_token("uring").await;
+}
