@@ -248,6 +248,12 @@ def main():
         for message in compressed_messages(stream):
             seeds["inflate"].append(b"\x00" + message)
 
+    # The handoff's seeds are the session's streams, cut at a third and at
+    # two thirds (the first byte picks the cut).
+    seeds["session_handoff"] = [
+        bytes([cut]) + data[1:] for data in seeds["session"] for cut in (0x55, 0xAA)
+    ]
+
     for target, inputs in seeds.items():
         directory = SEEDS / target
         directory.mkdir(parents=True, exist_ok=True)

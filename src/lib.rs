@@ -76,6 +76,8 @@
 
 mod connection;
 mod driver;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+mod handoff;
 
 #[cfg(feature = "axum")]
 pub mod axum;

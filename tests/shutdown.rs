@@ -240,3 +240,63 @@ async fn shutdown_gracefully_closes_with_the_chosen_code_and_returns_when_all_ar
         );
     }
 }
+
+/// The client's connections too: `Client::shutdown_gracefully` closes each
+/// with 1012, spread over the window; the servers are tokio-tungstenite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_connections_close_with_1012_spread_over_the_window() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen, mut closes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut server = tokio_tungstenite::accept_async(tcp).await.unwrap();
+                // Read on after the close, so that the reply goes out.
+                while let Some(Ok(message)) = server.next().await {
+                    if let tungstenite::Message::Close(frame) = message {
+                        let code = frame.map_or(1005, |frame| u16::from(frame.code));
+                        let _ = seen.send((Instant::now(), code));
+                    }
+                }
+            });
+        }
+    });
+    let client = rapidws::client::Client::new(rapidws::Config::default());
+    let mut sockets = Vec::new();
+    for _ in 0..40 {
+        let (socket, _) = client.connect(format!("ws://{addr}/")).await.unwrap();
+        sockets.push(socket);
+    }
+    let began = Instant::now();
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        client.shutdown_gracefully(Duration::from_millis(800)),
+    )
+    .await
+    .expect("the shutdown ends within the window and the timeout");
+    let mut offsets = Vec::new();
+    for _ in 0..40 {
+        let (at, code) = tokio::time::timeout(Duration::from_secs(5), closes.recv())
+            .await
+            .expect("every server saw a close")
+            .unwrap();
+        assert_eq!(code, 1012);
+        offsets.push(at - began);
+    }
+    assert!(
+        offsets.iter().any(|o| *o < Duration::from_millis(300)),
+        "{offsets:?}"
+    );
+    assert!(
+        offsets.iter().any(|o| *o > Duration::from_millis(500)),
+        "{offsets:?}"
+    );
+    assert!(
+        offsets.iter().all(|o| *o < Duration::from_secs(3)),
+        "{offsets:?}"
+    );
+    drop(sockets);
+}

@@ -26,6 +26,7 @@
 pub mod handshake;
 pub mod pool;
 pub mod proto;
+pub mod snapshot;
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times

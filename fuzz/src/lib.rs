@@ -403,6 +403,140 @@ fn check_replies(mut bytes: &[u8], role: Role, failure: Option<u16>) {
     }
 }
 
+// ---------------------------------------------------------------- session handoff
+
+/// A session's events, owned, to compare two readings of one stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Owned {
+    Message(bool, Vec<u8>),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Closed(u16, String),
+    Failed(u16),
+}
+
+/// Reads what `input` holds (and stops at the end or the first failure),
+/// appending the events to `events`; false once the session has ended.
+fn read_all(
+    session: &mut Session,
+    input: &mut BytesMut,
+    out: &mut WriteQueue,
+    events: &mut Vec<Owned>,
+) -> bool {
+    loop {
+        match session.read(input, out) {
+            Ok(None) => return true,
+            Ok(Some(event)) => events.push(match event {
+                Event::Message(Message::Text(t)) => Owned::Message(true, t.as_bytes().to_vec()),
+                Event::Message(Message::Binary(b)) => Owned::Message(false, b.to_vec()),
+                Event::Ping(p) => Owned::Ping(p.to_vec()),
+                Event::Pong(p) => Owned::Pong(p.to_vec()),
+                Event::Closed { code, reason } => {
+                    events.push(Owned::Closed(code.0, reason.to_owned()));
+                    return false;
+                }
+            }),
+            Err(error) => {
+                events.push(Owned::Failed(error.code.0));
+                return false;
+            }
+        }
+    }
+}
+
+/// The handoff of a session to another process, differentially: the first
+/// byte picks the chunking and where the stream is cut; a server session
+/// reads up to the cut, is snapshotted, encoded, decoded and restored, and
+/// the restored one reads the rest. Its events and replies, after the first
+/// one's, must be exactly those of one session reading the whole stream (a
+/// session that could not move must say why, and only for a reason its
+/// stream gives). Then the same bytes are taken as a snapshot themselves:
+/// decoding and restoring them must never panic, and a restored session
+/// reads on under its limits.
+pub fn session_handoff(data: &[u8]) {
+    use rapidws_core::proto::{SessionSnapshot, Unmovable};
+    use rapidws_core::snapshot::{SnapshotReader, SnapshotWriter};
+    let Some((&seed, stream)) = data.split_first() else {
+        return;
+    };
+    let pool = || Arc::new(BufferPool::with_classes(&[(4096, 4), (16 * 1024, 4)]));
+    let cut = if stream.is_empty() {
+        0
+    } else {
+        usize::from(seed) * stream.len() / 255
+    };
+    // The reference: one session, the whole stream.
+    let mut whole = Session::new(Role::Server, LIMITS, pool());
+    let (mut input, mut out, mut expected) = (BytesMut::new(), WriteQueue::new(), Vec::new());
+    let mut chunker = Chunker::new(seed);
+    for chunk in chunker.split(stream, 97) {
+        input.extend_from_slice(chunk);
+        if !read_all(&mut whole, &mut input, &mut out, &mut expected) {
+            break;
+        }
+    }
+    let expected_replies = drain(&mut out);
+
+    // The first process, to the cut.
+    let mut first = Session::new(Role::Server, LIMITS, pool());
+    let (mut input, mut out, mut events) = (BytesMut::new(), WriteQueue::new(), Vec::new());
+    let mut replies = Vec::new();
+    let mut open = true;
+    let mut chunker = Chunker::new(seed.rotate_left(3));
+    for chunk in chunker.split(&stream[..cut], 61) {
+        input.extend_from_slice(chunk);
+        open = read_all(&mut first, &mut input, &mut out, &mut events);
+        if !open {
+            break;
+        }
+    }
+    if open {
+        match first.snapshot(&mut input) {
+            Ok(snapshot) => {
+                let mut writer = SnapshotWriter::new();
+                snapshot.encode(&mut writer);
+                let bytes = writer.finish();
+                let mut reader = SnapshotReader::new(&bytes);
+                let decoded = SessionSnapshot::decode(&mut reader).expect("our own snapshot");
+                reader.finish().expect("read whole");
+                assert_eq!(decoded, snapshot);
+                let mut second = Session::restore(&decoded, pool()).expect("restores");
+                let mut out2 = WriteQueue::new();
+                let mut rest = input.split();
+                rest.extend_from_slice(&stream[cut..]);
+                read_all(&mut second, &mut rest, &mut out2, &mut events);
+                replies.extend(drain(&mut out));
+                replies.extend(drain(&mut out2));
+            }
+            // A server session without deflate closes, or holds a failure,
+            // only after its stream said so: the reference saw it too.
+            Err(Unmovable::Closing | Unmovable::HeldFailure) => {
+                panic!("an open session without held failures refused to move")
+            }
+            Err(other) => panic!("a session without deflate refused to move: {other}"),
+        }
+    }
+    replies.extend(drain(&mut out));
+    assert_eq!(events, expected, "events across the handoff");
+    assert_eq!(replies, expected_replies, "replies across the handoff");
+
+    // The bytes as a snapshot of their own.
+    let mut reader = SnapshotReader::new(stream);
+    if let Ok(snapshot) = SessionSnapshot::decode(&mut reader)
+        && let Ok(mut session) = Session::restore(&snapshot, pool())
+    {
+        let mut input = BytesMut::from(reader.rest());
+        let mut out = WriteQueue::with_role(session.role());
+        let mut events = Vec::new();
+        read_all(&mut session, &mut input, &mut out, &mut events);
+        for event in &events {
+            if let Owned::Message(_, bytes) = event {
+                assert!(bytes.len() <= snapshot.limits().max_message_size);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- client handshake
 
 /// The accept value of the RFC 6455 §1.3 example. Seeds carry it where the

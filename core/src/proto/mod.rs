@@ -41,6 +41,6 @@ pub use message::{Message, MessageKind, OwnedMessage};
 pub use prepared::Prepared;
 pub use random::fill as fill_random;
 pub use role::Role;
-pub use session::{Event, Limits, ProtocolError, Session};
+pub use session::{Event, Limits, ProtocolError, Session, SessionSnapshot, Unmovable};
 pub use utf8::{InvalidUtf8, Utf8Validator, validate as validate_utf8};
 pub use write_queue::{MAX_IOVECS, PONG_BUDGET, WriteQueue, Written, write_at_most};

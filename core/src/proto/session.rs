@@ -785,5 +785,7 @@ fn write_close(out: &mut WriteQueue, code: CloseCode, reason: &str) {
     out.push_frame(true, 0, OpCode::Close, &payload[..2 + reason.len()]);
 }
 
+mod snapshot;
+pub use snapshot::{SessionSnapshot, Unmovable};
 #[cfg(test)]
 mod tests;

@@ -50,6 +50,12 @@ impl Inflater {
         }
     }
 
+    /// Whether the window is kept from one message to the next (then the
+    /// inflater holds zlib state between messages).
+    pub fn keeps_context(&self) -> bool {
+        self.keep_context
+    }
+
     /// Inflates the next piece of a message's payload, appending to `out`,
     /// which may hold at most `limit` bytes.
     pub fn feed(

@@ -469,12 +469,18 @@ fn bytes_wanted_reports_the_rest_of_the_frame() {
 type Sent = Vec<(OpCode, Vec<u8>)>;
 
 fn random_wire(rng: &mut impl Rng) -> (Vec<u8>, Vec<Ev>, Sent) {
+    random_wire_of(rng, 12, 0.1)
+}
+
+/// [`random_wire`] with fewer than `messages` messages, each large (up to
+/// 70,000 bytes) with probability `large`.
+fn random_wire_of(rng: &mut impl Rng, messages: usize, large: f64) -> (Vec<u8>, Vec<Ev>, Sent) {
     let mut wire = Vec::new();
     let mut events = Vec::new();
     let mut sent = Vec::new();
-    for _ in 0..rng.random_range(1..12) {
+    for _ in 0..rng.random_range(1..messages) {
         let text = rng.random_bool(0.5);
-        let len = if rng.random_bool(0.1) {
+        let len = if rng.random_bool(large) {
             rng.random_range(0..70_000)
         } else {
             rng.random_range(0..300)
@@ -620,6 +626,51 @@ mod deflate {
         let mut out = Vec::new();
         write_frame(&mut out, fin, rsv, opcode, payload, Some(KEY));
         out
+    }
+
+    #[test]
+    fn a_compressed_session_moves_between_messages_unless_the_peer_keeps_its_window() {
+        let text = "handoff, handoff, handoff".repeat(8);
+        // The peer starts each message afresh: between messages it moves,
+        // and the successor inflates what comes next.
+        let mut h = harness(Limits::default(), false);
+        let mut peer = client(false);
+        let first = masked(
+            true,
+            RSV1,
+            OpCode::Text,
+            &compress(&mut peer, text.as_bytes()),
+        );
+        assert_eq!(h.feed(&first), [Ev::Text(text.clone())]);
+        let second = masked(
+            true,
+            RSV1,
+            OpCode::Text,
+            &compress(&mut peer, text.as_bytes()),
+        );
+        let (start, end) = second.split_at(5);
+        assert!(h.feed(start).is_empty());
+        // Its header not whole yet: nothing of it was taken, so it moves.
+        let mut b = hand_over(&mut h).expect("moves between compressed messages");
+        assert_eq!(b.feed(end), [Ev::Text(text.clone())]);
+        // Halfway through a fragmented compressed message it cannot.
+        let wire = compress(&mut peer, text.as_bytes());
+        let (a, rest) = wire.split_at(wire.len() / 2);
+        assert!(b.feed(&masked(false, RSV1, OpCode::Text, a)).is_empty());
+        assert_eq!(
+            hand_over(&mut b).err(),
+            Some(super::super::Unmovable::CompressedMessage)
+        );
+        assert_eq!(
+            b.feed(&masked(true, 0, OpCode::Continuation, rest)),
+            [Ev::Text(text.clone())]
+        );
+        // A peer that keeps its window: the inflater's zlib state stays here.
+        let mut h = harness(Limits::default(), true);
+        assert_eq!(
+            hand_over(&mut h).err(),
+            Some(super::super::Unmovable::InflateContext)
+        );
     }
 
     #[test]
@@ -962,4 +1013,152 @@ mod client_role {
         h.feed(&[]);
         assert!(!h.session.inflater.as_ref().unwrap().holds_stream());
     }
+}
+
+/// Hands the session of `a` over as a snapshot, through its encoding, to a
+/// new harness that reads on from the bytes `a` had not consumed.
+fn hand_over(a: &mut Harness) -> Result<Harness, super::Unmovable> {
+    use crate::snapshot::{SnapshotReader, SnapshotWriter};
+    let snapshot = a.session.snapshot(&mut a.input)?;
+    let mut writer = SnapshotWriter::new();
+    snapshot.encode(&mut writer);
+    let bytes = writer.finish();
+    let mut reader = SnapshotReader::new(&bytes);
+    let decoded = super::SessionSnapshot::decode(&mut reader).expect("decodes");
+    reader.finish().expect("nothing left over");
+    assert_eq!(decoded, snapshot);
+    let session = Session::restore(&decoded, Arc::new(BufferPool::default())).expect("restores");
+    Ok(Harness {
+        session,
+        input: a.input.split(),
+        out: WriteQueue::new(),
+    })
+}
+
+#[test]
+fn a_session_handed_over_anywhere_goes_on_exactly_where_it_stopped() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x4a4d);
+    let mut mid_frame = 0;
+    // Under Miri, which interprets every byte twice here, three short
+    // conversations.
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    for round in 0..rounds {
+        let (wire, events, sent) = if cfg!(miri) {
+            random_wire_of(&mut rng, 4, 0.0)
+        } else {
+            random_wire(&mut rng)
+        };
+        // Where the old process stops reading: anywhere, often inside a
+        // frame or a fragmented message.
+        let stop = rng.random_range(0..=wire.len());
+        let mut a = Harness::new();
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at < stop {
+            let n = rng.random_range(1..=3000).min(stop - at);
+            got.extend(a.feed(&wire[at..at + n]));
+            at += n;
+        }
+        let mut b = match hand_over(&mut a) {
+            Ok(b) => b,
+            Err(super::Unmovable::Closing) => {
+                // It read the close already: nothing is left to hand over.
+                assert_eq!(got, events, "round {round}");
+                continue;
+            }
+            Err(other) => panic!("round {round}: {other}"),
+        };
+        if !b.input.is_empty() || b.session.frame.is_some() {
+            mid_frame += 1;
+        }
+        got.extend(b.feed(&[]));
+        while at < wire.len() {
+            let n = rng.random_range(1..=3000).min(wire.len() - at);
+            got.extend(b.feed(&wire[at..at + n]));
+            at += n;
+        }
+        assert_eq!(
+            got,
+            events,
+            "round {round}, stopped at {stop} of {}",
+            wire.len()
+        );
+        let mut replies = a.sent();
+        replies.extend(b.sent());
+        assert_eq!(replies, sent, "round {round}");
+    }
+    if !cfg!(miri) {
+        assert!(mid_frame > 10, "only {mid_frame} hand-overs inside a frame");
+    }
+}
+
+#[test]
+fn sessions_that_cannot_move_say_why() {
+    // Closing: our close is out.
+    let mut h = Harness::new();
+    assert!(h.session.close(CloseCode::NORMAL, "", &mut h.out));
+    assert_eq!(hand_over(&mut h).err(), Some(super::Unmovable::Closing));
+    // A failure held for the application.
+    let mut h = Harness::new();
+    h.session.hold_failures();
+    h.feed(&frame(true, OpCode::Continuation, b"x"));
+    assert_eq!(hand_over(&mut h).err(), Some(super::Unmovable::HeldFailure));
+}
+
+#[test]
+fn snapshots_that_a_session_could_not_have_made_are_refused() {
+    use crate::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
+    // A fragmented text message half received, with a fragment in progress.
+    let mut h = Harness::new();
+    h.feed(&frame(false, OpCode::Text, "é".as_bytes()));
+    let mut continuation = frame(true, OpCode::Continuation, b"abcdef");
+    continuation.truncate(continuation.len() - 3);
+    h.feed(&continuation);
+    let snapshot = h.session.snapshot(&mut h.input).unwrap();
+    let mut writer = SnapshotWriter::new();
+    snapshot.encode(&mut writer);
+    let good = writer.finish();
+    // Every truncation is refused, never a panic.
+    for cut in 0..good.len() {
+        let mut reader = SnapshotReader::new(&good[..cut]);
+        assert!(
+            super::SessionSnapshot::decode(&mut reader).is_err(),
+            "cut {cut}"
+        );
+    }
+    // Every single-byte change either fails to decode, fails to restore, or
+    // restores a session that reads on without panicking.
+    // Every byte natively; under Miri, which interprets each restore and
+    // read, every fifth, with one pattern.
+    let (step, flips): (usize, &[u8]) = if cfg!(miri) {
+        (5, &[0x80])
+    } else {
+        (1, &[0x01, 0x80, 0xff])
+    };
+    for at in (0..good.len()).step_by(step) {
+        for &flip in flips {
+            let mut bad = good.clone();
+            bad[at] ^= flip;
+            let mut reader = SnapshotReader::new(&bad);
+            let Ok(decoded) = super::SessionSnapshot::decode(&mut reader) else {
+                continue;
+            };
+            if let Ok(session) = Session::restore(&decoded, Arc::new(BufferPool::default())) {
+                let mut b = Harness {
+                    session,
+                    input: BytesMut::new(),
+                    out: WriteQueue::new(),
+                };
+                b.feed(b"def");
+                b.feed(&frame(true, OpCode::Binary, b"next"));
+            }
+        }
+    }
+    // A version we do not know.
+    let mut bad = good.clone();
+    bad[0] = 9;
+    assert_eq!(
+        super::SessionSnapshot::decode(&mut SnapshotReader::new(&bad)).err(),
+        Some(SnapshotError::Version(9))
+    );
 }
