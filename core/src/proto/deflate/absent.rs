@@ -39,6 +39,25 @@ impl Compressor {
     }
 }
 
+impl Compressor {
+    /// Never called: there is no compressor.
+    pub fn snapshot(
+        &self,
+        _out: &mut crate::snapshot::SnapshotWriter,
+    ) -> Result<(), crate::proto::Unmovable> {
+        match *self {}
+    }
+
+    /// There is no compressor to restore: permessage-deflate is not built in.
+    pub fn restore(
+        _from: &mut crate::snapshot::SnapshotReader<'_>,
+    ) -> Result<Compressor, crate::snapshot::SnapshotError> {
+        Err(crate::snapshot::SnapshotError::Invalid(
+            "permessage-deflate (built without it)",
+        ))
+    }
+}
+
 /// Never called: no key exists.
 pub fn compress_alone(key: DeflateKey, _payload: &[u8], _out: &mut BytesMut) -> bool {
     match key {}

@@ -10,7 +10,8 @@ use zlib_rs::Deflate;
 use super::inflate::TAIL;
 use super::zlib::{self, DeflateKey};
 use super::{DeflateConfig, DeflateParams};
-use crate::proto::Role;
+use crate::proto::{Role, Unmovable};
+use crate::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
 
 /// The sending side of permessage-deflate for one connection: compresses
 /// with the window and context takeover the parameters give its role.
@@ -36,6 +37,42 @@ impl Compressor {
             min_size: u32::try_from(config.compress_min_size).unwrap_or(u32::MAX),
             stream: None,
         }
+    }
+
+    /// The compressor as data, for a successor process to go on compressing
+    /// the connection's messages (see `Session::snapshot`): its window,
+    /// level, memory level and smallest message compressed. One that keeps
+    /// its window between messages (our context takeover) cannot move:
+    /// zlib's state stays in this process.
+    pub fn snapshot(&self, out: &mut SnapshotWriter) -> Result<(), Unmovable> {
+        if self.keep_context {
+            return Err(Unmovable::DeflateContext);
+        }
+        out.u8(self.key.window_bits)
+            .u8(self.key.level)
+            .u8(self.key.mem_level)
+            .u32(self.min_size);
+        Ok(())
+    }
+
+    /// A compressor from what [`snapshot`](Self::snapshot) wrote, its
+    /// values checked against what zlib takes.
+    pub fn restore(from: &mut SnapshotReader<'_>) -> Result<Compressor, SnapshotError> {
+        let (window_bits, level, mem_level) = (from.u8()?, from.u8()?, from.u8()?);
+        let min_size = from.u32()?;
+        if !(9..=15).contains(&window_bits) || level > 9 || !(1..=9).contains(&mem_level) {
+            return Err(SnapshotError::Invalid("compressor settings"));
+        }
+        Ok(Compressor {
+            key: DeflateKey {
+                window_bits,
+                level,
+                mem_level,
+            },
+            keep_context: false,
+            min_size,
+            stream: None,
+        })
     }
 
     /// Whether a message of `len` bytes is worth compressing.
@@ -140,6 +177,51 @@ mod tests {
         DeflateParams {
             server_max_window_bits: bits,
             ..DeflateParams::new(server_no_context_takeover, true)
+        }
+    }
+
+    #[test]
+    fn a_compressor_without_context_moves_and_compresses_the_same() {
+        let config = DeflateConfig {
+            level: 6,
+            compress_min_size: 20,
+            ..DeflateConfig::default()
+        };
+        let mut here = Compressor::new(Role::Server, &params(true, 10), &config);
+        let message = b"handoff handoff handoff handoff handoff handoff";
+        let mut before = BytesMut::new();
+        assert!(here.compress(message, &mut before));
+        let mut writer = SnapshotWriter::new();
+        here.snapshot(&mut writer).unwrap();
+        let bytes = writer.finish();
+        let mut reader = SnapshotReader::new(&bytes);
+        let mut there = Compressor::restore(&mut reader).unwrap();
+        reader.finish().unwrap();
+        let mut after = BytesMut::new();
+        assert!(there.compress(message, &mut after));
+        assert_eq!(before, after, "the same settings, the same bytes");
+        assert!(!there.wants(19) && there.wants(20));
+        // Keeping our window between messages: zlib's state cannot move.
+        let keeping = Compressor::new(Role::Server, &params(false, 15), &config);
+        assert_eq!(
+            keeping.snapshot(&mut SnapshotWriter::new()),
+            Err(Unmovable::DeflateContext)
+        );
+        // Settings zlib does not take are refused.
+        for bad in [
+            [8u8, 6, 8],
+            [16, 6, 8],
+            [15, 10, 8],
+            [15, 6, 0],
+            [15, 6, 10],
+        ] {
+            let mut writer = SnapshotWriter::new();
+            writer.u8(bad[0]).u8(bad[1]).u8(bad[2]).u32(0);
+            let bytes = writer.finish();
+            assert!(
+                Compressor::restore(&mut SnapshotReader::new(&bytes)).is_err(),
+                "{bad:?}"
+            );
         }
     }
 

@@ -42,6 +42,9 @@ pub enum Unmovable {
     InflateContext,
     /// A compressed message is half received.
     CompressedMessage,
+    /// We compress with context takeover: the deflater's window is zlib
+    /// state that stays in this process.
+    DeflateContext,
 }
 
 impl std::fmt::Display for Unmovable {
@@ -51,6 +54,7 @@ impl std::fmt::Display for Unmovable {
             Unmovable::HeldFailure => "a protocol failure waits to be answered",
             Unmovable::InflateContext => "the peer compresses with context takeover",
             Unmovable::CompressedMessage => "a compressed message is half received",
+            Unmovable::DeflateContext => "we compress with context takeover",
         })
     }
 }
