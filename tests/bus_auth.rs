@@ -225,6 +225,15 @@ async fn subscribing_needs_a_token(backend: &str) {
         "{reason}"
     );
 
+    // An unsigned token ("alg":"none"): refused with a reason that fits a
+    // close frame (the library's own words for it run past 123 bytes).
+    let mut unsigned = connect(addr, "").await;
+    let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJleHAiOjk5OTk5OTk5OTksInRvcGljcyI6WyIqIl19.";
+    send_text(&mut unsigned, &format!("token:{none}")).await;
+    let (code, reason) = expect_close(&mut unsigned).await;
+    assert_eq!(code, 1008);
+    assert!(reason.starts_with("token not valid"), "{reason}");
+
     // A token that expires closes its connection with 1008 when it does.
     let short = token(SECRET, &["news"], 2);
     let mut brief = connect(addr, &format!("?topics=news&token={short}")).await;

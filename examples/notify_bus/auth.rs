@@ -85,8 +85,15 @@ impl Tokens {
                 ErrorKind::MissingRequiredClaim(claim) => {
                     format!("token not valid: no \"{claim}\" claim")
                 }
-                _ => format!("token not valid: {error}"),
-            })?;
+                // The library's own words can be long (a close reason
+                // holds 123 bytes) and name what the sender chose: a
+                // short, fixed reason, the details in the log.
+                _ => {
+                    tracing::debug!(%error, "token refused");
+                    "token not valid: not a JWT this server reads".to_owned()
+                }
+            })
+            .map_err(|why| shorten_reason(&why))?;
         let claims = data.claims;
         let expires = claims["exp"]
             .as_u64()
@@ -145,6 +152,15 @@ impl Expiry {
             }
         }
     }
+}
+
+/// At most the 123 bytes a close reason holds, cut at a character.
+fn shorten_reason(why: &str) -> String {
+    let mut end = why.len().min(123);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    why[..end].to_owned()
 }
 
 /// Seconds since the epoch.

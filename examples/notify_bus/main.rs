@@ -497,7 +497,9 @@ impl Bus {
                 Ok(())
             }
             Err(why) => {
-                let _ = conn.close(CloseCode::POLICY_VIOLATION, &why);
+                if let Err(error) = conn.close(CloseCode::POLICY_VIOLATION, &why) {
+                    tracing::debug!(id = conn.id(), %error, "token refusal not sent");
+                }
                 Err(())
             }
         }

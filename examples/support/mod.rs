@@ -148,13 +148,21 @@ pub async fn stop_signal() -> Stop {
         use tokio::signal::unix::{SignalKind, signal};
         if let Ok(mut terminate) = signal(SignalKind::terminate()) {
             return tokio::select! {
-                _ = tokio::signal::ctrl_c() => Stop::Interrupt,
+                () = interrupted() => Stop::Interrupt,
                 _ = terminate.recv() => Stop::Terminate,
             };
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+    interrupted().await;
     Stop::Interrupt
+}
+
+/// Resolves at Ctrl-C; never, if Ctrl-C cannot be listened for (that is no
+/// reason to stop).
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 impl ServeArgs {

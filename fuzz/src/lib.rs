@@ -500,7 +500,7 @@ pub fn session_handoff(data: &[u8]) {
                 let decoded = SessionSnapshot::decode(&mut reader).expect("our own snapshot");
                 reader.finish().expect("read whole");
                 assert_eq!(decoded, snapshot);
-                let mut second = Session::restore(&decoded, pool()).expect("restores");
+                let mut second = Session::restore(&decoded, LIMITS, pool()).expect("restores");
                 let mut out2 = WriteQueue::new();
                 let mut rest = input.split();
                 rest.extend_from_slice(&stream[cut..]);
@@ -523,7 +523,7 @@ pub fn session_handoff(data: &[u8]) {
     // The bytes as a snapshot of their own.
     let mut reader = SnapshotReader::new(stream);
     if let Ok(snapshot) = SessionSnapshot::decode(&mut reader)
-        && let Ok(mut session) = Session::restore(&snapshot, pool())
+        && let Ok(mut session) = Session::restore(&snapshot, LIMITS, pool())
     {
         let mut input = BytesMut::from(reader.rest());
         let mut out = WriteQueue::with_role(session.role());

@@ -308,7 +308,9 @@ impl Conn {
         if payload.len() > MAX_CONTROL_PAYLOAD {
             return Err(SendError::PayloadTooLong);
         }
-        self.enqueue(payload.len(), |outbox| outbox.push_ping(payload))
+        self.enqueue_as(Sender::Ping, Some(payload.len()), |outbox| {
+            outbox.push_ping(payload)
+        })
     }
 
     /// Starts the close handshake: frames queued so far are sent, then a close
@@ -416,7 +418,7 @@ impl Conn {
                 outbox.provide_buffer(&outbound.pool, payload_len + MAX_HEADER_LEN);
             }
             write(&mut outbox);
-            if !matches!(sender, Sender::Keepalive) {
+            if !matches!(sender, Sender::Keepalive | Sender::Ping) {
                 outbox.count_message();
             }
             outbox.schedule_flush()
@@ -512,6 +514,9 @@ enum Sender {
     Waiting,
     /// The keepalive sweep's ping.
     Keepalive,
+    /// [`Conn::ping`]: the application's, under its rules, but no data
+    /// message (not counted as one).
+    Ping,
     /// A pub/sub delivery: a full queue drops it, or closes with the code.
     #[cfg(feature = "pubsub")]
     Published { close_on_full: Option<CloseCode> },

@@ -45,6 +45,9 @@ pub(crate) struct Endpoint {
     /// Set (before the shutdown flag) when the shutdown is spread: the
     /// loops hand their connections to it instead of closing them.
     spreader: OnceLock<Arc<Spreader>>,
+    /// Held while a shutdown is started, so that a plain one and a spread
+    /// one asked for at once make one shutdown of one kind.
+    starting: Mutex<()>,
     /// Wakes the tasks that wait for a shutdown or an abort (the tokio accept
     /// loop, stream connections); they look at the flags when woken.
     #[cfg(feature = "stream")]
@@ -77,6 +80,7 @@ impl Endpoint {
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
             spreader: OnceLock::new(),
+            starting: Mutex::new(()),
             #[cfg(feature = "stream")]
             signals: Notify::new(),
             loop_wakers: Mutex::new(Vec::new()),
@@ -130,15 +134,15 @@ impl Endpoint {
     /// Starts a shutdown that closes the open connections as `spread` says
     /// (see [`Spreader`]). Returns false if a shutdown was already under way.
     pub(crate) fn begin_spread(&self, spread: Spread) -> bool {
-        if self.is_shutting_down() || self.spreader.get().is_some() {
+        let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_shutting_down() {
             return false;
         }
-        let spreader = Spreader::start(spread, self.open());
-        if self.spreader.set(spreader).is_err() {
-            return false;
-        }
-        // The loops see the spreader once they see this flag.
-        self.begin_shutdown()
+        // Its thread starts only now that this is the shutdown; the loops
+        // see it once they see the flag, and so does the wait before the
+        // abort (`shutdown_wait`).
+        let _ = self.spreader.set(Spreader::start(spread, self.open()));
+        self.raise_shutdown()
     }
 
     /// How long a shutdown waits for the connections to close before
@@ -155,6 +159,12 @@ impl Endpoint {
     /// which close their connections with 1001. Returns false if a shutdown
     /// was already under way.
     pub(crate) fn begin_shutdown(&self) -> bool {
+        let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        self.raise_shutdown()
+    }
+
+    /// Sets the flag and wakes the loops (under `starting`).
+    fn raise_shutdown(&self) -> bool {
         if self.shutting_down.swap(true, Ordering::SeqCst) {
             return false;
         }

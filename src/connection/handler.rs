@@ -277,20 +277,7 @@ impl HttpResponse {
         value: impl Into<Cow<'static, str>>,
     ) -> Self {
         let (name, value) = (name.into(), value.into());
-        let reserved = [
-            "content-type",
-            "content-length",
-            "connection",
-            "transfer-encoding",
-        ]
-        .iter()
-        .any(|r| name.eq_ignore_ascii_case(r));
-        let token = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        let clean = value.bytes().all(|b| b == b'\t' || !b.is_ascii_control());
-        if reserved || !token || !clean {
+        if !crate::handshake::header_allowed(&name, &value) {
             tracing::warn!(%name, "HttpResponse::header left out: reserved, or not a valid name or value");
             return self;
         }

@@ -79,7 +79,7 @@ impl Meters {
         metrics::counter!(
             "rapidws_closes_total",
             "driver" => self.driver,
-            "code" => code.0.to_string()
+            "code" => code_label(code)
         )
         .increment(1);
     }
@@ -193,6 +193,24 @@ thread_local! {
             bytes_sent: std::cell::Cell::new(0),
         }
     };
+}
+
+/// The `code` label of a close: RFC 6455's codes as themselves, the
+/// application's ranges as `3xxx` and `4xxx`, anything else `other`. The
+/// peer picks the code: a label per code would let it make series without
+/// bound.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn code_label(code: CloseCode) -> &'static str {
+    const RFC: [&str; 16] = [
+        "1000", "1001", "1002", "1003", "1004", "1005", "1006", "1007", "1008", "1009", "1010",
+        "1011", "1012", "1013", "1014", "1015",
+    ];
+    match code.0 {
+        1000..=1015 => RFC[usize::from(code.0 - 1000)],
+        3000..=3999 => "3xxx",
+        4000..=4999 => "4xxx",
+        _ => "other",
+    }
 }
 
 /// The metric name's label for why a request got an HTTP error.

@@ -29,10 +29,10 @@ pub struct Spread {
 
 impl Spread {
     /// Closes every connection with 1012 (service restart), spread over
-    /// `window` (zero: all at once).
+    /// `window` (zero: all at once; at most a day, longer is a day).
     pub fn over(window: Duration) -> Spread {
         Spread {
-            window,
+            window: window.min(Duration::from_secs(86_400)),
             code: CloseCode::SERVICE_RESTART,
             reason: "service restart".into(),
         }

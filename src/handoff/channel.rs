@@ -30,11 +30,17 @@ const HEADER: usize = 8;
 #[derive(Debug)]
 pub(crate) struct Channel {
     stream: UnixStream,
+    /// A receive failed midway: the stream is no longer at a message's
+    /// start, so every later receive fails too.
+    broken: bool,
 }
 
 impl Channel {
     pub(crate) fn new(stream: UnixStream) -> Channel {
-        Channel { stream }
+        Channel {
+            stream,
+            broken: false,
+        }
     }
 
     /// Sends `payload` with `fds` (at most [`MAX_FDS`]); the descriptors
@@ -86,6 +92,19 @@ impl Channel {
     /// Receives the next message: its payload (at most `max_len` bytes) and
     /// descriptors. `Ok(None)` if the other end closed between messages.
     pub(crate) fn recv(&mut self, max_len: usize) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+        if self.broken {
+            return Err(invalid(
+                "an earlier message was refused; the channel is out of step",
+            ));
+        }
+        let received = self.recv_message(max_len);
+        if received.is_err() {
+            self.broken = true;
+        }
+        received
+    }
+
+    fn recv_message(&mut self, max_len: usize) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
         let mut header = [0u8; HEADER];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -204,8 +223,17 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut sender, mut receiver) = (Channel::new(a), Channel::new(b));
         sender.send(&[7u8; 100], &[]).unwrap();
+        sender.send(b"next", &[]).unwrap();
         let error = receiver.recv(99).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        // Out of step from there on: the next message is not read as one.
+        assert!(
+            receiver
+                .recv(1 << 20)
+                .unwrap_err()
+                .to_string()
+                .contains("out of step")
+        );
         // A header that promises descriptors it does not carry.
         let (mut a, b) = UnixStream::pair().unwrap();
         let mut receiver = Channel::new(b);

@@ -222,7 +222,8 @@ impl std::error::Error for PubSubError {}
 /// [`Overflow::Conflate`], when it was sent or replaced).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Publishes that had at least one subscriber.
+    /// Publishes that had at least one subscriber (besides a sender it
+    /// skipped).
     pub published: u64,
     /// Messages queued for a subscriber.
     pub delivered: u64,
@@ -1104,8 +1105,10 @@ impl PubSub {
             }
             conn.key()
         });
-        inner.published.fetch_add(1, Ordering::Relaxed);
-        inner.meters.published();
+        if reached > 0 {
+            inner.published.fetch_add(1, Ordering::Relaxed);
+            inner.meters.published();
+        }
         let bytes = publication.plain().frame().len();
         for local in &state.locals {
             match &local.route {
@@ -1134,13 +1137,16 @@ impl PubSub {
     }
 }
 
-/// Times a sampled publish's delivery on `conn` (the last of a walk: the
-/// one that waited for all the others) from `since` to its frame handed to
-/// the kernel (feature `metrics`).
+/// Times a sampled publish's delivery on `conn` (the last of a walk it
+/// reached: the one that waited for all the others) from `since`, the
+/// publish call, to its frame handed to the kernel (feature `metrics`).
+/// Set right after the walk: on a server loop nothing is written in
+/// between; a connection with a task of its own may have written some of
+/// its queue meanwhile, which only makes the time longer.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn probe(conn: Option<&Conn>, since: Instant) {
+fn probe(conn: Option<Conn>, since: Option<Instant>) {
     #[cfg(feature = "metrics")]
-    if let Some(conn) = conn {
+    if let (Some(conn), Some(since)) = (conn, since) {
         conn.shared().lock().probe(since);
     }
 }
@@ -1239,6 +1245,11 @@ impl Inner {
         let _busy = busy::Busy::enter();
         let offset = publication.position().offset;
         let mut counts = Counts::default();
+        // A timed publish: the last subscriber it reached, whose write is
+        // timed (a clone only then).
+        let sampled = publication.sampled();
+        #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
+        let mut timed: Option<Conn> = None;
         let mut subscribers = local.lock();
         if subscribers.is_plain_for(offset, conflate) {
             // The common case, as fast as before positions: one frame for
@@ -1247,14 +1258,18 @@ impl Inner {
                 if Some(conn.key()) == except {
                     continue;
                 }
-                let sent = conn.send_prepared(publication.plain(), close_on_full);
-                counts.sent(sent, close_on_full.is_some());
-            }
-            if let Some(since) = publication.sampled() {
-                let last = subscribers.conns.last();
-                probe(last.filter(|conn| Some(conn.key()) != except), since);
+                let sent = counts.sent(
+                    conn.send_prepared(publication.plain(), close_on_full),
+                    close_on_full.is_some(),
+                );
+                #[cfg(feature = "metrics")]
+                if sampled.is_some() && sent == Sent::Delivered {
+                    timed = Some(conn.clone());
+                }
+                let _ = sent;
             }
             drop(subscribers);
+            probe(timed, sampled);
             self.count(counts);
             return;
         }
@@ -1268,10 +1283,15 @@ impl Inner {
                 continue;
             }
             let frame = publication.frame(subscriber.envelope.as_ref());
-            match counts.sent(
+            let sent = counts.sent(
                 conn.send_prepared(&frame, close_on_full),
                 close_on_full.is_some(),
-            ) {
+            );
+            #[cfg(feature = "metrics")]
+            if sampled.is_some() && sent == Sent::Delivered {
+                timed = Some(conn.clone());
+            }
+            match sent {
                 // Written only when set: most deliveries leave the
                 // subscriber's entry (and its cache line) unwritten.
                 Sent::Delivered if subscriber.gap => subscriber.gap = false,
@@ -1279,11 +1299,8 @@ impl Inner {
                 _ => {}
             }
         }
-        if let Some(since) = publication.sampled() {
-            let last = subscribers.list.last().map(|s| &s.conn);
-            probe(last.filter(|conn| Some(conn.key()) != except), since);
-        }
         drop(subscribers);
+        probe(timed, sampled);
         let flush_now = std::mem::take(&mut counts.flush_now);
         self.count(counts);
         for key in flush_now {

@@ -95,10 +95,32 @@ pub fn first_line(text: &str) -> &str {
     text.split(['\r', '\n']).next().unwrap_or("")
 }
 
+/// Whether `name: value` may go into a plain response as a header of the
+/// handler's own: a name that is an HTTP token and not one the response
+/// writes itself (`Content-Type`, `Content-Length`, `Connection`,
+/// `Transfer-Encoding`: a second one would change how the peer reads the
+/// body), and a value with no control character but tab (CR and LF above
+/// all: they would start a header of the value's choosing).
+pub fn header_allowed(name: &str, value: &str) -> bool {
+    let reserved = [
+        "content-type",
+        "content-length",
+        "connection",
+        "transfer-encoding",
+    ]
+    .iter()
+    .any(|r| name.eq_ignore_ascii_case(r));
+    let token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    let clean = value.bytes().all(|b| b == b'\t' || !b.is_ascii_control());
+    token && clean && !reserved
+}
+
 /// Queues a plain HTTP response (the handler's answer to a request that is
-/// not an upgrade): status, `Content-Type`, the `headers` given (each
-/// value up to its first line break: a break would start a header of the
-/// value's choosing), `Content-Length`, `Connection: close` (the server
+/// not an upgrade): status, `Content-Type`, the `headers` given (those
+/// [`header_allowed`] refuses are left out), `Content-Length`, `Connection: close` (the server
 /// closes after it) or, with `keep_alive`, `Connection: keep-alive` (it
 /// reads the next request), and the body unless `head_only` (a `HEAD`
 /// request).
@@ -119,8 +141,8 @@ pub fn write_http_response(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n",
         status_text(status),
     );
-    for (name, value) in headers {
-        let _ = write!(head, "{}: {}\r\n", first_line(name), first_line(value));
+    for (name, value) in headers.iter().filter(|(n, v)| header_allowed(n, v)) {
+        let _ = write!(head, "{name}: {value}\r\n");
     }
     let _ = write!(
         head,
@@ -272,12 +294,15 @@ mod tests {
         let headers = [
             ("WWW-Authenticate", "Bearer realm=\"bus\""),
             ("Retry-After", "5\r\nSet-Cookie: x=1"),
+            ("Content-Length", "0"),
+            ("Bad Name", "x"),
+            ("Cache-Control", "no-store"),
         ];
         write_http_response(&mut q, 401, "text/plain", &headers, b"no\n", false, false);
         assert_eq!(
             text(&q),
             "HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\n\
-             WWW-Authenticate: Bearer realm=\"bus\"\r\nRetry-After: 5\r\n\
+             WWW-Authenticate: Bearer realm=\"bus\"\r\nCache-Control: no-store\r\n\
              Content-Length: 3\r\nConnection: close\r\n\r\nno\n"
         );
     }

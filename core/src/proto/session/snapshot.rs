@@ -164,14 +164,23 @@ impl Session {
     }
 
     /// A session that goes on from `snapshot`, reading the bytes handed over
-    /// with it first. Checked against what a session's own reading could
-    /// have produced (lengths within the limits, the fragment's mask as the
-    /// role wants it, a text assembly that is UTF-8 so far), so a snapshot
-    /// that was not made so is refused rather than trusted.
+    /// with it first. The snapshot's limits (the connection's own, which
+    /// its upgrade may have set) must be within `ceiling`, the most this
+    /// process would give a connection; and everything is checked against
+    /// what a session's own reading could have produced (lengths within the
+    /// limits, a fragment within what its message announced, its mask as
+    /// the role wants it, a text assembly that is UTF-8 so far), so a
+    /// snapshot that was not made so is refused rather than trusted.
     pub fn restore(
         snapshot: &SessionSnapshot,
+        ceiling: Limits,
         pool: std::sync::Arc<BufferPool>,
     ) -> Result<Session, SnapshotError> {
+        if snapshot.limits.max_frame_size > ceiling.max_frame_size
+            || snapshot.limits.max_message_size > ceiling.max_message_size
+        {
+            return Err(SnapshotError::Invalid("limits above this process's"));
+        }
         let mut session = Session::new(snapshot.role, snapshot.limits, pool);
         if snapshot.hold_failures {
             session.hold_failures();
@@ -194,10 +203,12 @@ impl Session {
         }
         if let Some(fragment) = assembly.fragment {
             let masked = session.rules.expect_masked;
+            let unread = fragment.payload_len.saturating_sub(fragment.done);
             if fragment.opcode.is_control()
                 || fragment.done >= fragment.payload_len
                 || fragment.payload_len > limits.max_frame_size
                 || fragment.mask.is_some() != masked
+                || assembly.bytes.len().saturating_add(unread) > assembly.announced
             {
                 return Err(SnapshotError::Invalid("fragment"));
             }

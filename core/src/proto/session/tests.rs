@@ -1027,7 +1027,8 @@ fn hand_over(a: &mut Harness) -> Result<Harness, super::Unmovable> {
     let decoded = super::SessionSnapshot::decode(&mut reader).expect("decodes");
     reader.finish().expect("nothing left over");
     assert_eq!(decoded, snapshot);
-    let session = Session::restore(&decoded, Arc::new(BufferPool::default())).expect("restores");
+    let session = Session::restore(&decoded, Limits::default(), Arc::new(BufferPool::default()))
+        .expect("restores");
     Ok(Harness {
         session,
         input: a.input.split(),
@@ -1118,6 +1119,15 @@ fn snapshots_that_a_session_could_not_have_made_are_refused() {
     let mut writer = SnapshotWriter::new();
     snapshot.encode(&mut writer);
     let good = writer.finish();
+    // Limits above what this process gives a connection are refused.
+    let small = Limits {
+        max_frame_size: 4,
+        max_message_size: 4,
+    };
+    assert_eq!(
+        Session::restore(&snapshot, small, Arc::new(BufferPool::default())).err(),
+        Some(SnapshotError::Invalid("limits above this process's"))
+    );
     // Every truncation is refused, never a panic.
     for cut in 0..good.len() {
         let mut reader = SnapshotReader::new(&good[..cut]);
@@ -1143,7 +1153,9 @@ fn snapshots_that_a_session_could_not_have_made_are_refused() {
             let Ok(decoded) = super::SessionSnapshot::decode(&mut reader) else {
                 continue;
             };
-            if let Ok(session) = Session::restore(&decoded, Arc::new(BufferPool::default())) {
+            if let Ok(session) =
+                Session::restore(&decoded, Limits::default(), Arc::new(BufferPool::default()))
+            {
                 let mut b = Harness {
                     session,
                     input: BytesMut::new(),
