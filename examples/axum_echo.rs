@@ -114,11 +114,7 @@ async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
 async fn metrics() -> Response {
     use axum::response::IntoResponse;
     match support::metrics_text() {
-        Some(text) => (
-            [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-            text,
-        )
-            .into_response(),
+        Some(text) => ([("content-type", support::METRICS_TYPE)], text).into_response(),
         None => (axum::http::StatusCode::NOT_FOUND, "start with --metrics\n").into_response(),
     }
 }

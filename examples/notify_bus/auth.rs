@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use rapidws::rapidws_core::proto::truncate_reason;
 use rapidws::{CloseCode, Conn, HttpResponse, Request};
 
 /// What a subscriber's token lets it do.
@@ -93,7 +94,7 @@ impl Tokens {
                     "token not valid: not a JWT this server reads".to_owned()
                 }
             })
-            .map_err(|why| shorten_reason(&why))?;
+            .map_err(|why| truncate_reason(&why).to_owned())?;
         let claims = data.claims;
         let expires = claims["exp"]
             .as_u64()
@@ -152,15 +153,6 @@ impl Expiry {
             }
         }
     }
-}
-
-/// At most the 123 bytes a close reason holds, cut at a character.
-fn shorten_reason(why: &str) -> String {
-    let mut end = why.len().min(123);
-    while !why.is_char_boundary(end) {
-        end -= 1;
-    }
-    why[..end].to_owned()
 }
 
 /// Seconds since the epoch.

@@ -109,18 +109,17 @@ pub fn install_metrics() {
 /// The answer to `GET /metrics` once `--metrics` installed the recorder:
 /// the Prometheus text format. `None` for any other request.
 pub fn metrics_page(method: &str, path: &str) -> Option<rapidws::HttpResponse> {
-    let handle = METRICS.get()?;
-    (matches!(method, "GET" | "HEAD") && path == "/metrics").then(|| {
-        rapidws::HttpResponse::new(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            handle.render(),
-        )
-    })
+    if !matches!(method, "GET" | "HEAD") || path != "/metrics" {
+        return None;
+    }
+    let text = metrics_text()?;
+    Some(rapidws::HttpResponse::new(200, METRICS_TYPE, text))
 }
 
+/// The Prometheus text format's content type.
+pub const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// The Prometheus text at `/metrics`, or `None` without `--metrics`.
-#[allow(dead_code)] // axum_echo serves it from a route of its own
 pub fn metrics_text() -> Option<String> {
     METRICS.get().map(|handle| handle.render())
 }

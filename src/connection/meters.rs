@@ -233,9 +233,6 @@ pub(crate) fn rejection_reason(error: &crate::handshake::HandshakeError) -> &'st
         | E::InvalidKey
         | E::NotExtendedConnect
         | E::BadContentLength => "bad_request",
-        // A variant added to the core later.
-        #[allow(unreachable_patterns)]
-        _ => "bad_request",
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::connection::conn::Conn;
-use crate::proto::{CloseCode, MAX_CLOSE_REASON};
+use crate::proto::{CloseCode, truncate_reason};
 
 /// How a spread shutdown closes connections: over how long, with which code and reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,11 +46,7 @@ impl Spread {
         if code.is_sendable() {
             self.code = code;
         }
-        let mut end = reason.len().min(MAX_CLOSE_REASON);
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.reason = reason[..end].to_owned();
+        self.reason = truncate_reason(reason).to_owned();
         self
     }
 
@@ -173,20 +169,13 @@ impl Spreader {
                 self.finish();
                 return;
             }
-            if state.waiting.is_empty() {
-                // Nothing handed in yet (or everything closed): wait for
-                // more, or for the window's end.
+            // Nothing handed in yet (or everything closed): wait for more,
+            // or for the window's end; else for the next slot.
+            let until = if state.waiting.is_empty() { end } else { due };
+            if now < until {
                 state = self
                     .arrived
-                    .wait_timeout(state, end - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-                continue;
-            }
-            if now < due {
-                state = self
-                    .arrived
-                    .wait_timeout(state, due - now)
+                    .wait_timeout(state, until - now)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
                 continue;
@@ -211,6 +200,7 @@ impl Spreader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::MAX_CLOSE_REASON;
 
     #[test]
     fn a_spread_keeps_a_code_it_may_send_and_cuts_a_long_reason() {

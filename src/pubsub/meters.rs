@@ -7,6 +7,8 @@
 
 use std::time::Instant;
 
+use super::Counts;
+
 #[cfg(feature = "metrics")]
 use metrics::Counter;
 
@@ -31,15 +33,6 @@ pub(crate) struct PubSubMeters {
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) struct PubSubMeters;
-
-/// What one delivery walk counted, to add at once.
-pub(crate) struct Walk {
-    pub(crate) delivered: u64,
-    pub(crate) dropped: u64,
-    pub(crate) closed: u64,
-    pub(crate) gone: u64,
-    pub(crate) conflated: u64,
-}
 
 #[cfg(feature = "metrics")]
 impl PubSubMeters {
@@ -70,7 +63,8 @@ impl PubSubMeters {
         self.connection_closing.increment(missed);
     }
 
-    pub(crate) fn walked(&self, walk: &Walk) {
+    /// What one delivery walk counted, added at once.
+    pub(crate) fn walked(&self, walk: &Counts) {
         for (counter, n) in [
             (&self.delivered, walk.delivered),
             (&self.queue_full, walk.dropped),
@@ -98,7 +92,7 @@ impl PubSubMeters {
     #[inline(always)]
     pub(crate) fn gone(&self, _missed: u64) {}
     #[inline(always)]
-    pub(crate) fn walked(&self, _walk: &Walk) {}
+    pub(crate) fn walked(&self, _walk: &Counts) {}
 }
 
 impl std::fmt::Debug for PubSubMeters {

@@ -1462,13 +1462,7 @@ impl Inner {
     }
 
     fn count(&self, counts: Counts) {
-        self.meters.walked(&meters::Walk {
-            delivered: counts.delivered,
-            dropped: counts.dropped,
-            closed: counts.closed,
-            gone: counts.gone,
-            conflated: counts.conflated,
-        });
+        self.meters.walked(&counts);
         for (counter, n) in [
             (&self.delivered, counts.delivered),
             (&self.dropped, counts.dropped),
