@@ -27,7 +27,7 @@ done
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream handoff handoff,uring; do
+    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

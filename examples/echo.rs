@@ -8,6 +8,12 @@
 //! `RUST_LOG` (default `info`). Ctrl-C closes every connection with 1001;
 //! SIGTERM closes them with 1012 spread over `--drain-secs` (default 0: at
 //! once), and the process exits 0 once they have ended.
+//!
+//! A deploy that keeps every connection (Linux): start the server with
+//! `--handoff-socket /run/echo.sock`, then the new binary with the same
+//! arguments and `--take-over /run/echo.sock`; the new process takes the
+//! listening socket and every connection (each goes on mid-message if it
+//! was), and the old one exits 0.
 
 use std::process::ExitCode;
 
@@ -42,6 +48,16 @@ impl Handler for Echo {
         if let Err(error) = conn.send(message) {
             tracing::debug!(id = conn.id(), %error, "echo not sent");
         }
+    }
+
+    /// An echo has no state of its own: every connection may move to the
+    /// next process (`--handoff-socket`, `--take-over`).
+    fn hand_off(&self, _conn: &Conn, _state: &mut ()) -> Option<Vec<u8>> {
+        Some(Vec::new())
+    }
+
+    fn take_over(&self, _conn: &Conn, state: &[u8]) -> Option<()> {
+        state.is_empty().then_some(())
     }
 }
 

@@ -86,6 +86,17 @@ pub struct ServeArgs {
     /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
     #[arg(long)]
     pub metrics: bool,
+    /// Listen at this Unix socket for a successor: a new process of this
+    /// program started with `--take-over PATH` (and the same other
+    /// arguments) takes the listening socket and every connection over,
+    /// and this process then exits 0. (Linux, --backend tokio.)
+    #[arg(long, value_name = "PATH")]
+    pub handoff_socket: Option<std::path::PathBuf>,
+    /// Take the listening socket and every connection over from the
+    /// process listening at this Unix socket (its `--handoff-socket`)
+    /// instead of binding `--addr`. (Linux, --backend tokio.)
+    #[arg(long, value_name = "PATH")]
+    pub take_over: Option<std::path::PathBuf>,
 }
 
 /// The Prometheus recorder, once `--metrics` installed it.
@@ -185,6 +196,23 @@ impl ServeArgs {
     /// `--drain-secs` as a window.
     pub fn spread_window(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.drain_secs)
+    }
+
+    /// Why `--handoff-socket` or `--take-over` cannot be served, if so.
+    fn handoff_missing(&self) -> Option<&'static str> {
+        if self.handoff_socket.is_none() && self.take_over.is_none() {
+            return None;
+        }
+        if !cfg!(all(target_os = "linux", feature = "handoff")) {
+            return Some("handing connections over needs Linux and the `handoff` feature");
+        }
+        match self.backend {
+            Backend::Uring => Some(
+                "--handoff-socket and --take-over are for --backend tokio so far \
+                 (io_uring's connections do not move yet)",
+            ),
+            Backend::Tokio => None,
+        }
     }
 
     /// Why this build cannot serve the TLS asked for, if it cannot.
@@ -314,7 +342,9 @@ pub fn serve_with<H: ServerHandler>(
     config: Config,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
 ) -> ExitCode {
-    if let Some(missing) = args.backend.missing().or_else(|| args.tls_missing()) {
+    let missing = args.backend.missing();
+    if let Some(missing) = missing.or_else(|| args.tls_missing().or_else(|| args.handoff_missing()))
+    {
         eprintln!("error: {missing}");
         return ExitCode::from(2);
     }
@@ -358,9 +388,22 @@ async fn serve_tokio<H: ServerHandler>(
     config: Config,
     handler: H,
 ) -> Result<(), String> {
-    let server = rapidws::tokio::Server::bind(args.addr, handler, config)
-        .await
-        .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    let server = match &args.take_over {
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        Some(path) => rapidws::tokio::Server::take_over(path, handler, config)
+            .await
+            .map_err(|error| format!("cannot take over: {error}"))?,
+        _ => rapidws::tokio::Server::bind(args.addr, handler, config)
+            .await
+            .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?,
+    };
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    let server = match &args.handoff_socket {
+        Some(path) => server
+            .handoff_socket(path)
+            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?,
+        None => server,
+    };
     #[cfg(feature = "rustls")]
     let server = match args.tls_config()? {
         Some(config) if args.also_plain => server.tls(config).also_plain(),
@@ -377,7 +420,8 @@ async fn serve_tokio<H: ServerHandler>(
         server.handle(),
         args.spread_window(),
     );
-    tracing::info!(addr = %args.addr, backend = "tokio", scheme, "{name} server listening");
+    let addr = server.local_addr().map_err(|error| error.to_string())?;
+    tracing::info!(%addr, backend = "tokio", scheme, "{name} server listening");
     server.serve().await.map_err(|error| error.to_string())
 }
 

@@ -565,7 +565,7 @@ impl<H: Handler> Client<H> {
             stream,
             peer,
             live: self.env.endpoint.enter(),
-            opened: Some(Box::new(opening)),
+            start: crate::tokio::group::Start::Opened(Box::new(opening)),
         });
         let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;
         Ok((conn, switched.response))

@@ -494,6 +494,137 @@ impl<H: Handler> Dispatch<H> {
     }
 }
 
+/// The handoff (feature `handoff`): a connection leaving this process, or
+/// arriving from the previous one.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+impl<H: Handler> Dispatch<H> {
+    /// The connection as a record, or why it stays: it is closing, its
+    /// queue cannot move (see `Outbox::hand_off`), its limits are above
+    /// `ceiling` (the successor, with the same settings, would refuse
+    /// them), its session cannot move (`Unmovable`), or the handler keeps
+    /// it (`Handler::hand_off`). Once it returns a record, the connection
+    /// is over here without a word: no `on_close`, sends fail.
+    pub(crate) fn hand_off(
+        &mut self,
+        input: &mut BytesMut,
+        ceiling: crate::proto::Limits,
+    ) -> Result<crate::handoff::record::OpenRecord, &'static str> {
+        if self.aborted || !self.is_open() || self.holds_failure() {
+            return Err("closing");
+        }
+        let shared = self.app.conn.shared();
+        if !shared.lock().is_open() {
+            return Err("closing");
+        }
+        let (handler, conn, state) = (&self.app.handler, &self.app.conn, &mut self.app.state);
+        let state = catch_unwind(AssertUnwindSafe(|| handler.hand_off(conn, state)))
+            .map_err(|_| "the handler's hand_off panicked")?
+            .ok_or("the handler keeps its connections")?;
+        // From here on under the outbox's lock: no send slips in between
+        // the queue leaving and the sends being refused.
+        let mut outbox = shared.lock();
+        if !outbox.is_open() {
+            return Err("closing");
+        }
+        let session = self
+            .session
+            .snapshot(input)
+            .map_err(|unmovable| match unmovable {
+                crate::proto::Unmovable::Closing => "closing",
+                crate::proto::Unmovable::HeldFailure => "a failure waits to be answered",
+                crate::proto::Unmovable::InflateContext => {
+                    "the peer compresses with context takeover"
+                }
+                crate::proto::Unmovable::CompressedMessage => {
+                    "a compressed message is half received"
+                }
+                crate::proto::Unmovable::DeflateContext => "we compress with context takeover",
+            })?;
+        let limits = session.limits();
+        if limits.max_frame_size > ceiling.max_frame_size
+            || limits.max_message_size > ceiling.max_message_size
+        {
+            return Err("its limits are above the server's");
+        }
+        let (output, compressor, waiting) = outbox
+            .hand_off(shared.pool())
+            .ok_or("closing, or its compressor keeps its context")?;
+        drop(outbox);
+        wake_all(waiting);
+        self.app.conn.leave_all();
+        // It lives on elsewhere: the drop calls no `on_close`.
+        self.app.closed = true;
+        Ok(crate::handoff::record::OpenRecord {
+            session,
+            input: input.split().to_vec(),
+            output,
+            compressor,
+            quiet: self.quiet,
+            reading_paused: shared.is_reading_paused(),
+            state,
+        })
+    }
+
+    /// A connection handed over by the previous process, with its `session`
+    /// restored from `record`: counted as open, its queued bytes first in
+    /// its queue, its state from `Handler::take_over` (no `on_open`: it ran
+    /// there). Returns the bytes it had read and not handled, for
+    /// [`Dispatch::input`] before anything new. `Err` with the bytes to
+    /// write before closing (what was queued, then a close frame with
+    /// 1012) if the handler refuses it.
+    pub(crate) fn take_over(
+        endpoint: &Arc<Endpoint>,
+        handler: &Arc<H>,
+        peer: SocketAddr,
+        mut session: Session,
+        record: crate::handoff::record::OpenRecord,
+        wake: ConnWake,
+    ) -> Result<(Self, Registration, BytesMut), Vec<u8>> {
+        let role = session.role();
+        let (conn, registration) = endpoint.open_connection(peer, wake, role);
+        let crate::handoff::record::OpenRecord {
+            input,
+            output,
+            compressor,
+            quiet,
+            reading_paused,
+            state,
+            ..
+        } = record;
+        let taken = catch_unwind(AssertUnwindSafe(|| handler.take_over(&conn, &state)));
+        let Ok(Some(state)) = taken else {
+            tracing::warn!(%peer, "the handler refused a connection handed over; closing it with 1012");
+            let mut goodbye = WriteQueue::with_role(role);
+            session.close(CloseCode::SERVICE_RESTART, "service restart", &mut goodbye);
+            let mut bytes = output;
+            goodbye.move_into(&mut bytes);
+            let waiting = conn.shared().lock().close_sends();
+            wake_all(waiting);
+            return Err(bytes);
+        };
+        {
+            let mut outbox = conn.shared().lock();
+            outbox.take_over(&output, compressor);
+            outbox.schedule_flush();
+        }
+        if reading_paused {
+            conn.pause_reading();
+        }
+        let dispatch = Dispatch {
+            session,
+            app: App {
+                handler: handler.clone(),
+                conn,
+                state,
+                closed: false,
+            },
+            aborted: false,
+            quiet,
+        };
+        Ok((dispatch, registration, BytesMut::from(&input[..])))
+    }
+}
+
 impl<H: Handler> Drop for Dispatch<H> {
     /// Whatever ends the connection (even a runtime dropping its task), later
     /// sends fail, buffers go back to the pool, and `on_close` has run once.

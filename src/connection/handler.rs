@@ -68,6 +68,33 @@ pub trait Handler: Send + Sync + 'static {
         let _ = state;
         false
     }
+
+    /// The connection is about to move to the next process of this program
+    /// (a deploy that keeps every connection: feature `handoff`, on the
+    /// tokio server's `handoff_socket`): its state as bytes, which the
+    /// successor's [`Handler::take_over`] turns back into a state. Nothing
+    /// else runs for this connection here afterwards: no `on_close`, no
+    /// close frame; the successor carries on with the same TCP connection.
+    ///
+    /// `None`, the default, keeps the connection in this process, which
+    /// closes it with 1012 (service restart) once the handoff is done, as a
+    /// graceful shutdown would. Called only for a connection that can move
+    /// (open, not closing); in the rare case that it starts to close before
+    /// it leaves, it stays and `on_close` follows as usual.
+    fn hand_off(&self, conn: &Conn, state: &mut Self::State) -> Option<Vec<u8>> {
+        let _ = (conn, state);
+        None
+    }
+
+    /// A connection handed over by the previous process arrives with the
+    /// bytes its [`Handler::hand_off`] made: the state it goes on with
+    /// (instead of `on_open`, which ran there). `conn` is its new handle
+    /// (a new id), which may already send. `None` refuses it: it is closed
+    /// with 1012 (service restart).
+    fn take_over(&self, conn: &Conn, state: &[u8]) -> Option<Self::State> {
+        let _ = (conn, state);
+        None
+    }
 }
 
 /// The callbacks only a server calls: the upgrade hook, which makes each

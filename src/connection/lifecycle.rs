@@ -810,5 +810,7 @@ fn refuse(handshake: &mut Handshake, endpoint: &Endpoint, now: Instant) {
     handshake.deadline = deadline_from(now, endpoint.config.close_timeout);
 }
 
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+mod handoff;
 #[cfg(test)]
 mod tests;

@@ -435,6 +435,43 @@ impl Outbox {
         self.sending = self.sending.saturating_sub(n);
     }
 
+    /// The connection leaves for another process (the handoff): what is
+    /// queued, in the order it would have been written (the rest of a
+    /// frame begun on the wire first), and the compressor; sends fail from
+    /// now on. `None`, changing nothing, if it cannot leave: a close was
+    /// asked for or sent, the server gave up on it, a write owns part of
+    /// the queue (io_uring), or the compressor keeps its context.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn hand_off(
+        &mut self,
+        pool: &BufferPool,
+    ) -> Option<(Vec<u8>, Option<Compressor>, Option<Waiters>)> {
+        let stays = !self.is_open()
+            || self.close_request.is_some()
+            || self.abort
+            || self.sending != 0
+            || self.deflate.as_ref().is_some_and(Compressor::keeps_context);
+        if stays {
+            return None;
+        }
+        let mut queued = Vec::new();
+        self.queue.move_into(&mut queued);
+        let compressor = self.deflate.take();
+        let waiting = self.clear(pool);
+        Some((queued, compressor, waiting))
+    }
+
+    /// Puts what a connection handed over from another process had queued
+    /// (see [`Outbox::hand_off`]) at the head of its queue, and its
+    /// compressor in place.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn take_over(&mut self, queued: &[u8], compressor: Option<Compressor>) {
+        if !queued.is_empty() {
+            self.queue.push_raw(queued);
+        }
+        self.deflate = compressor;
+    }
+
     /// The connection is over: later sends fail, a close request is void,
     /// the compressor goes (its zlib stream, if it holds one, back to this
     /// thread's pool), and what was never written is dropped, its buffer

@@ -43,6 +43,11 @@ impl Channel {
         }
     }
 
+    /// How long a receive may wait for the other end (`None`: for ever).
+    pub(crate) fn set_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
     /// Sends `payload` with `fds` (at most [`MAX_FDS`]); the descriptors
     /// stay open here too (the receiver gets its own).
     pub(crate) fn send(&mut self, payload: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {

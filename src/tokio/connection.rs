@@ -145,6 +145,56 @@ impl<H: Handler> Connection<H> {
     }
 }
 
+/// The handoff (feature `handoff`): a connection leaving for the next
+/// process, or arriving from the previous one.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+impl<H: Handler> Connection<H> {
+    /// The connection's state as a record, its read buffer in it; then
+    /// only its socket is left (see [`Connection::into_stream`]). `Err`
+    /// says why it stays, unchanged.
+    pub(crate) fn hand_off(
+        &mut self,
+        env: &Env<H>,
+    ) -> Result<crate::handoff::record::Moved, &'static str> {
+        self.life.hand_off(&mut self.read_buf, env)
+    }
+
+    /// The socket, without a word to the peer (after `hand_off`, or to
+    /// hand back one that could not start).
+    pub(crate) fn into_stream(self) -> mio::net::TcpStream {
+        let Connection { socket, .. } = self;
+        socket.stream
+    }
+
+    /// A connection handed over by the previous process. The socket counts
+    /// as readable and writable until it says otherwise: it may hold bytes
+    /// the previous process never read. `Err` with the socket and the
+    /// bytes to write before closing it, if the handler refused it.
+    pub(crate) fn take_over(
+        stream: mio::net::TcpStream,
+        live: LiveGuard,
+        wake: ConnWake,
+        arriving: crate::handoff::Arriving,
+        env: &Env<H>,
+    ) -> Result<Self, (mio::net::TcpStream, Vec<u8>)> {
+        let now = std::time::Instant::now();
+        match Lifecycle::take_over(arriving, live, wake, env, now) {
+            Ok((life, read_buf)) => Ok(Connection {
+                socket: Socket {
+                    stream,
+                    readable: true,
+                    writable: true,
+                    read_closed: false,
+                },
+                read_buf,
+                timer: Timer::default(),
+                life,
+            }),
+            Err(goodbye) => Err((stream, goodbye)),
+        }
+    }
+}
+
 /// The TCP stream and what epoll last said about it.
 struct Socket {
     stream: mio::net::TcpStream,

@@ -40,6 +40,13 @@ use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
 use crate::driver::mailbox::{Posted, lock};
 use crate::driver::shutdown::ShutdownSeen;
 use crate::driver::slab::Slab;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+use crate::handoff::protocol::{Departure, batch_is_full};
+
+/// Where a group sends a batch of connections leaving, and the slot to go
+/// on from.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+pub(crate) type Leaving = tokio::sync::oneshot::Sender<(Vec<Departure>, Option<u32>)>;
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -65,17 +72,31 @@ pub(crate) struct GroupShared<S> {
     accepting: AtomicBool,
     /// Connections handed over and not yet finished, to balance the groups.
     connections: AtomicUsize,
+    /// A handoff asks for the next batch of connections that can move
+    /// (see [`GroupShared::hand_off`]).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    departures: Mutex<Option<(u32, Leaving)>>,
 }
 
-/// A connection on its way to a group: accepted (its request comes next), or
-/// `opened` elsewhere (a client's, whose `101` was read).
+/// A connection on its way to a group.
 pub(crate) struct Incoming<S> {
     pub(crate) stream: mio::net::TcpStream,
     pub(crate) peer: SocketAddr,
     pub(crate) live: LiveGuard,
-    /// Boxed: the handler's state need not be `Unpin`, and most incoming
-    /// connections have none.
-    pub(crate) opened: Option<Box<Upgraded<S>>>,
+    pub(crate) start: Start<S>,
+}
+
+/// Where an incoming connection starts. Boxed: the handler's state need
+/// not be `Unpin`, and most incoming connections are accepted.
+pub(crate) enum Start<S> {
+    /// Accepted: its request comes next.
+    Accepted,
+    /// Opened elsewhere: a client's, whose `101` was read.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    Opened(Box<Upgraded<S>>),
+    /// Handed over by the previous process (the handoff).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    Moved(Box<crate::handoff::Arriving>),
 }
 
 impl<S> GroupShared<S> {
@@ -89,6 +110,17 @@ impl<S> GroupShared<S> {
     /// Connections the group serves or is about to.
     pub(crate) fn load(&self) -> usize {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Asks the group for the next batch of connections that can move to
+    /// the next process, from slot `from` on: at the start of its next
+    /// step, between two turns of each, it sends a batch through `reply`
+    /// (their sockets out of its epoll) with the slot to go on from
+    /// (`None`: it has looked at every slot), and goes on serving the rest.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn hand_off(&self, from: u32, reply: Leaving) {
+        *self.departures.lock().unwrap_or_else(|p| p.into_inner()) = Some((from, reply));
+        self.waker.wake();
     }
 
     /// No more connections will come: the group's task ends with its last one.
@@ -125,6 +157,14 @@ struct Slot<H: Handler> {
     waker: Arc<SlotWake>,
 }
 
+/// The group with the fewest connections (of at least one).
+pub(crate) fn least_loaded<S>(groups: &[Arc<GroupShared<S>>]) -> &Arc<GroupShared<S>> {
+    groups
+        .iter()
+        .min_by_key(|group| group.load())
+        .expect("at least one group")
+}
+
 /// Starts a group's task on the current runtime.
 pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::State>>> {
     let endpoint = &env.endpoint;
@@ -136,6 +176,8 @@ pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::St
         incoming: Mutex::new(Vec::new()),
         accepting: AtomicBool::new(true),
         connections: AtomicUsize::new(0),
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        departures: Mutex::new(None),
     });
     endpoint.watch(Waker::from(shared.clone()));
     let group = Group {
@@ -194,6 +236,8 @@ impl<H: Handler> Group<H> {
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let group = self;
         group.shared.waker.register(cx.waker());
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        group.hand_off_if_asked();
         // Open connections close with 1001 (handshakes in progress answer
         // 503 when they see the flag), or drop at once after the timeout.
         let slots = &group.slots;
@@ -242,7 +286,7 @@ impl<H: Handler> Group<H> {
             mut stream,
             peer,
             live,
-            opened,
+            start,
         } in incoming.drain(..)
         {
             let slot = self.slots.next_slot();
@@ -255,14 +299,29 @@ impl<H: Handler> Group<H> {
             }
             let waker = SlotWake::waker(self.shared.clone(), slot);
             let wake = ConnWake::Shared(waker.clone());
-            let connection = match opened {
-                None => Connection::accept(stream, peer, live, wake, &self.env),
-                Some(upgraded) => {
+            let connection = match start {
+                Start::Accepted => Connection::accept(stream, peer, live, wake, &self.env),
+                Start::Opened(upgraded) => {
                     let mut connection =
                         Connection::opened(stream, peer, live, wake, *upgraded, &self.env);
                     // Frames that came with the `101`.
                     connection.receive_pending(&self.env);
                     connection
+                }
+                #[cfg(all(target_os = "linux", feature = "handoff"))]
+                Start::Moved(arriving) => {
+                    match Connection::take_over(stream, live, wake, *arriving, &self.env) {
+                        Ok(mut connection) => {
+                            // What the previous process had read and not handled.
+                            connection.receive_pending(&self.env);
+                            connection
+                        }
+                        Err((stream, goodbye)) => {
+                            refuse(stream, &goodbye, registry);
+                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
                 }
             };
             self.slots.insert(Slot { connection, waker });
@@ -423,6 +482,90 @@ impl<H: Handler> Group<H> {
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The handoff: connections out to the next process.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+impl<H: Handler> Group<H> {
+    /// If a handoff asked (see [`GroupShared::hand_off`]), the next batch
+    /// of connections that can move leaves: their records made, their
+    /// sockets out of the epoll and out of the group. Connections handed to
+    /// the group and not started yet are started first, so they move too.
+    fn hand_off_if_asked(&mut self) {
+        let departures = &self.shared.departures;
+        let Some((from, reply)) = departures.lock().unwrap_or_else(|p| p.into_inner()).take()
+        else {
+            return;
+        };
+        self.take_incoming();
+        let mut departures = Vec::new();
+        let (mut bytes, mut stayed) = (0, 0usize);
+        let mut next = None;
+        for slot in from..self.slots.end() {
+            if batch_is_full(&departures, bytes) {
+                next = Some(slot);
+                break;
+            }
+            let Some(entry) = self.slots.get_mut(slot) else {
+                continue;
+            };
+            let moved = match entry.connection.hand_off(&self.env) {
+                Ok(moved) => moved,
+                Err(reason) => {
+                    stayed += 1;
+                    tracing::debug!(reason, "a connection stays for the handoff");
+                    continue;
+                }
+            };
+            let Some(finished) = self.slots.remove(slot) else {
+                continue;
+            };
+            self.live -= 1;
+            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+            let stream = finished.connection.into_stream();
+            let registry = self.epoll.get_ref().registry();
+            if let Some(departure) = departure(stream, moved, registry) {
+                bytes += departure.record.len();
+                departures.push(departure);
+            }
+        }
+        if stayed > 0 {
+            tracing::info!(
+                stayed,
+                "connections that cannot move stay, to be closed with 1012"
+            );
+        }
+        // Only a handoff dropped half-way (its server dropped) drops them.
+        let _ = reply.send((departures, next));
+    }
+}
+
+/// A connection leaving: out of the group's epoll (its descriptor lives on
+/// in the successor, and epoll would go on reporting it here), with its
+/// record. `None` if it has no peer any more (it went away meanwhile).
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+fn departure(
+    mut stream: mio::net::TcpStream,
+    moved: crate::handoff::record::Moved,
+    registry: &mio::Registry,
+) -> Option<Departure> {
+    if let Err(error) = registry.deregister(&mut stream) {
+        tracing::warn!(%error, "could not unwatch a connection leaving");
+    }
+    let peer = stream.peer_addr().ok()?;
+    Some(Departure {
+        fd: std::os::fd::OwnedFd::from(stream),
+        record: crate::handoff::record::Record { peer, stage: moved }.encode(),
+    })
+}
+
+/// A connection handed over whose handler refused it: what it had queued
+/// and a close frame go out if the socket takes them now, and it is closed.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+fn refuse(mut stream: mio::net::TcpStream, goodbye: &[u8], registry: &mio::Registry) {
+    let _ = registry.deregister(&mut stream);
+    let _ = std::io::Write::write(&mut stream, goodbye);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 /// Takes what the epoll has ready now, without waiting; returns how many.

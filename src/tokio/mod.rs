@@ -35,6 +35,10 @@
 
 mod connection;
 pub(crate) mod group;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+mod handoff;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+use handoff::Handoff;
 #[allow(unsafe_code)] // recv into spare capacity; AsyncFd registration
 mod sys;
 #[cfg(feature = "rustls")]
@@ -53,7 +57,7 @@ use crate::connection::lifecycle::Env;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
 };
-use group::{GroupShared, Incoming};
+use group::{GroupShared, Incoming, Start};
 
 /// Connections accepted in a row before the accept loop lets other tasks run.
 const ACCEPTS_PER_TURN: usize = 64;
@@ -69,6 +73,34 @@ pub struct Server<H: ServerHandler> {
     /// Set by [`Server::also_plain`]: with TLS, plain ws on the same port.
     #[cfg(feature = "rustls")]
     also_plain: bool,
+    /// Set by [`Server::handoff_socket`] and [`Server::take_over`].
+    handoff: Handoff,
+}
+
+/// Without the `handoff` feature: no successor ever comes.
+#[cfg(not(all(target_os = "linux", feature = "handoff")))]
+#[derive(Default)]
+struct Handoff(());
+
+#[cfg(not(all(target_os = "linux", feature = "handoff")))]
+impl Handoff {
+    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn successor(&self) -> std::convert::Infallible {
+        std::future::pending().await
+    }
+
+    async fn hand_off<S>(
+        &self,
+        successor: std::convert::Infallible,
+        _: &tokio::io::unix::AsyncFd<mio::net::TcpListener>,
+        _: &[Arc<GroupShared<S>>],
+        _: &Arc<Endpoint>,
+    ) -> io::Result<bool> {
+        match successor {}
+    }
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -97,7 +129,54 @@ impl<H: ServerHandler> Server<H> {
             tls: None,
             #[cfg(feature = "rustls")]
             also_plain: false,
+            handoff: Handoff::default(),
         }
+    }
+
+    /// Takes over from the server of this program that listens for a
+    /// successor at `path` ([`Server::handoff_socket`]): its listening
+    /// socket now, and, once [`serve`](Server::serve) runs, every
+    /// connection that can move, each going on where it was (no close, no
+    /// reconnect, nothing read twice or lost); the old process then closes
+    /// what stays with 1012 and its `serve` returns. The handler's
+    /// [`Handler::take_over`] turns each connection's state back into a
+    /// state. Give the same `config` the old process had (a connection
+    /// whose limits are above this one's is refused). Errors if no process
+    /// listens at `path` or it does not greet as a handoff does. (Linux,
+    /// feature `handoff`.)
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub async fn take_over(
+        path: impl AsRef<std::path::Path>,
+        handler: H,
+        config: Config,
+    ) -> io::Result<Self> {
+        let path = path.as_ref();
+        let (successor, listener) = handoff::meet(path).await?;
+        let mut server = Server::from_listener(TcpListener::from_std(listener)?, handler, config);
+        server.handoff.predecessor = Some((path.to_owned(), successor));
+        Ok(server)
+    }
+
+    /// Listens at `path` (a Unix socket, mode 0600) for a successor: a new
+    /// process of this program started with [`Server::take_over`] on the
+    /// same path. When one connects, the server stops accepting, hands it
+    /// the listening socket and every connection that can move (an open
+    /// connection whose handler implements [`Handler::hand_off`], not
+    /// closing, with permessage-deflate only without context takeover; a
+    /// request still coming in), closes the rest with 1012 and returns
+    /// from `serve`. If the successor fails half-way (refuses, dies, or
+    /// does not answer for 10 s), the server takes back what it did not
+    /// hand over and goes on serving. A socket file left at `path` by a
+    /// process that ended is replaced; one where a process still listens is
+    /// an error, unless this server took over from there. Connections of a
+    /// wss server are served by the stream driver and do not move (they
+    /// are closed with 1012). (Linux, feature `handoff`.)
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
+        let path = path.as_ref();
+        let replacing = matches!(&self.handoff.predecessor, Some((from, _)) if from == path);
+        self.handoff.socket = Some(handoff::HandoffSocket::bind(path, replacing)?);
+        Ok(self)
     }
 
     /// Serves wss: every connection starts with a TLS handshake with this
@@ -152,17 +231,30 @@ impl<H: ServerHandler> Server<H> {
             tls,
             #[cfg(feature = "rustls")]
             also_plain,
+            mut handoff,
         } = self;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
         let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
         let env = Env::server(endpoint.clone(), handler);
         let groups = Groups::spawn(&env)?;
+        // A predecessor's connections, if this server took over.
+        handoff.take_in(&groups.0, &endpoint)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {
                 biased;
                 () = endpoint.shutdown_requested() => break,
+                successor = handoff.successor() => {
+                    // Not accepting meanwhile: the successor has the
+                    // listening socket from the start.
+                    if handoff.hand_off(successor, &listener, &groups.0, &endpoint).await? {
+                        // What stays is closed with 1012, at once.
+                        endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
+                        break;
+                    }
+                    continue;
+                }
                 ready = listener.readable() => ready?,
             };
             let mut accepted = 0;
@@ -194,7 +286,7 @@ impl<H: ServerHandler> Server<H> {
                             stream,
                             peer,
                             live,
-                            opened: None,
+                            start: Start::Accepted,
                         });
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
@@ -244,10 +336,7 @@ impl<S> Groups<S> {
     }
 
     pub(crate) fn least_loaded(&self) -> &Arc<GroupShared<S>> {
-        self.0
-            .iter()
-            .min_by_key(|group| group.load())
-            .expect("at least one group")
+        group::least_loaded(&self.0)
     }
 }
 

@@ -82,7 +82,7 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
                         stream: mio::net::TcpStream::from_std(stream),
                         peer,
                         live,
-                        opened: None,
+                        start: crate::tokio::group::Start::Accepted,
                     }),
                     Err(error) => {
                         tracing::debug!(%peer, %error, "could not hand a plain connection over");

@@ -1,0 +1,209 @@
+//! What the two processes say to each other over the channel.
+//!
+//! ```text
+//! predecessor                                  successor
+//!   HELLO version  + listening sockets  ──▶      (starts accepting)
+//!   BATCH n records + n connections     ──▶      reads every record
+//!                                       ◀──      ACK (they are its now)
+//!                                                or REFUSE reason (they stay)
+//!   ... one batch after the other ...
+//!   DONE                                ──▶
+//!                                       ◀──      ACK
+//! ```
+//!
+//! A batch is the successor's once it acknowledges it, and it acknowledges
+//! before it serves any of it: so a connection the predecessor takes back
+//! (no acknowledgement came: the successor refused, died or hung) was never
+//! served by the successor, and nothing is served twice. A batch holds at
+//! most [`MAX_FDS`] connections and about [`BATCH_BYTES`] of records (or
+//! one larger record). The predecessor takes each batch out of its loops
+//! only when the one before is acknowledged, so a connection is frozen for
+//! one batch's trip, not the whole handoff's.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+use rapidws_core::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
+
+use super::channel::{Channel, MAX_FDS};
+
+const HELLO: u8 = b'H';
+const BATCH: u8 = b'B';
+const DONE: u8 = b'D';
+const ACK: u8 = b'A';
+const REFUSE: u8 = b'N';
+
+/// The protocol's version: a successor refuses a predecessor of another.
+const VERSION: u8 = 1;
+
+/// Records in one batch, about (a single larger record goes alone).
+const BATCH_BYTES: usize = 4 << 20;
+
+/// The longest message a successor reads: a batch of records up to
+/// `BATCH_BYTES`, or one record with a connection's whole queue and read
+/// buffer.
+const MAX_MESSAGE: usize = 256 << 20;
+
+/// How long the predecessor waits for an answer before it takes a batch
+/// back (its connections are frozen meanwhile).
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection leaving: its descriptor and its record.
+pub(crate) struct Departure {
+    pub(crate) fd: OwnedFd,
+    pub(crate) record: Vec<u8>,
+}
+
+/// The predecessor's side.
+pub(crate) struct Predecessor {
+    channel: Channel,
+}
+
+/// Whether `batch` is as large as a batch may be: [`MAX_FDS`]
+/// connections, or [`BATCH_BYTES`] of records.
+pub(crate) fn batch_is_full(batch: &[Departure], bytes: usize) -> bool {
+    batch.len() >= MAX_FDS || bytes >= BATCH_BYTES
+}
+
+impl Predecessor {
+    /// Greets a successor that connected, handing it the listening sockets.
+    pub(crate) fn greet(channel: Channel, listeners: &[BorrowedFd<'_>]) -> io::Result<Self> {
+        channel.set_timeout(Some(ANSWER_TIMEOUT))?;
+        let mut channel = channel;
+        channel.send(&[HELLO, VERSION], listeners)?;
+        Ok(Predecessor { channel })
+    }
+
+    /// Sends a batch (at most [`MAX_FDS`] departures; see
+    /// [`batch_is_full`]) and waits for its acknowledgement: `Ok` once the
+    /// successor has them (our descriptors can close), `Err` if it refused,
+    /// went away or did not answer within [`ANSWER_TIMEOUT`] (they are
+    /// still ours).
+    pub(crate) fn send_batch(&mut self, batch: &[Departure]) -> io::Result<()> {
+        let mut out = SnapshotWriter::new();
+        out.u8(BATCH).u32(batch.len() as u32);
+        for departure in batch {
+            out.bytes(&departure.record);
+        }
+        let fds: Vec<_> = batch.iter().map(|d| d.fd.as_fd()).collect();
+        self.channel.send(&out.finish(), &fds)?;
+        self.answer()
+    }
+
+    /// Says that nothing more comes, and waits for the acknowledgement.
+    pub(crate) fn finish(&mut self) -> io::Result<()> {
+        self.channel.send(&[DONE], &[])?;
+        self.answer()
+    }
+
+    /// Waits for ACK; anything else is an error (a refusal with its reason).
+    fn answer(&mut self) -> io::Result<()> {
+        match self.channel.recv(64 << 10)? {
+            Some((answer, _)) if answer == [ACK] => Ok(()),
+            Some((answer, _)) if answer.first() == Some(&REFUSE) => Err(io::Error::other(format!(
+                "the successor refused: {}",
+                String::from_utf8_lossy(&answer[1..])
+            ))),
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the successor answered out of turn",
+            )),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the successor went away",
+            )),
+        }
+    }
+}
+
+/// The successor's side.
+pub(crate) struct Successor {
+    channel: Channel,
+}
+
+/// What came next from the predecessor.
+pub(crate) enum Received<T> {
+    /// Connections, acknowledged: now the successor's.
+    Batch(Vec<(T, OwnedFd)>),
+    /// Nothing more comes (acknowledged too).
+    Done,
+}
+
+impl Successor {
+    /// Takes the greeting: the predecessor's listening sockets.
+    pub(crate) fn meet(mut channel: Channel) -> io::Result<(Self, Vec<OwnedFd>)> {
+        match channel.recv(16)? {
+            Some((hello, listeners)) if hello == [HELLO, VERSION] => {
+                Ok((Successor { channel }, listeners))
+            }
+            Some((hello, _)) if hello.first() == Some(&HELLO) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the running process speaks handoff version {:?}, this one {VERSION}",
+                    hello.get(1)
+                ),
+            )),
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the running process did not greet as a handoff does",
+            )),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the running process closed the handoff socket",
+            )),
+        }
+    }
+
+    /// The next batch, each record read by `read` (which checks it all);
+    /// acknowledged once every record of it reads, refused (and then
+    /// `Err`) if one does not.
+    pub(crate) fn receive<T>(
+        &mut self,
+        mut read: impl FnMut(&[u8]) -> Result<T, SnapshotError>,
+    ) -> io::Result<Received<T>> {
+        let Some((message, fds)) = self.channel.recv(MAX_MESSAGE)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the running process went away before it was done",
+            ));
+        };
+        if message == [DONE] {
+            self.channel.send(&[ACK], &[])?;
+            return Ok(Received::Done);
+        }
+        match read_batch(&message, fds, &mut read) {
+            Ok(batch) => {
+                self.channel.send(&[ACK], &[])?;
+                Ok(Received::Batch(batch))
+            }
+            Err(error) => {
+                let mut refusal = vec![REFUSE];
+                refusal.extend_from_slice(error.to_string().as_bytes());
+                let _ = self.channel.send(&refusal, &[]);
+                Err(io::Error::new(io::ErrorKind::InvalidData, error))
+            }
+        }
+    }
+}
+
+fn read_batch<T>(
+    message: &[u8],
+    fds: Vec<OwnedFd>,
+    read: &mut impl FnMut(&[u8]) -> Result<T, SnapshotError>,
+) -> Result<Vec<(T, OwnedFd)>, SnapshotError> {
+    let mut from = SnapshotReader::new(message);
+    if from.u8()? != BATCH {
+        return Err(SnapshotError::Invalid("message kind"));
+    }
+    let count = from.u32()? as usize;
+    if count != fds.len() {
+        return Err(SnapshotError::Invalid("records and connections differ"));
+    }
+    let mut batch = Vec::with_capacity(count);
+    for fd in fds {
+        batch.push((read(from.bytes()?)?, fd));
+    }
+    from.finish()?;
+    Ok(batch)
+}

@@ -1,0 +1,299 @@
+//! The tokio server's part in a handoff (feature `handoff`): listening for
+//! a successor, freezing the groups and sending their connections, taking
+//! back what a failed handoff leaves; and, in the successor, taking the
+//! connections in. The protocol is `handoff::protocol`'s, the records
+//! `handoff::record`'s; a connection's own part is its lifecycle's.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::group::{GroupShared, Incoming, Start, least_loaded};
+use crate::connection::endpoint::Endpoint;
+use crate::handoff::Arriving;
+use crate::handoff::channel::Channel;
+use crate::handoff::protocol::{Departure, Predecessor, Received, Successor};
+
+/// A tokio server's two sides of a handoff.
+#[derive(Default)]
+pub(super) struct Handoff {
+    /// Where it waits for a successor.
+    pub(super) socket: Option<HandoffSocket>,
+    /// Where it took over from, and the predecessor's connections still to
+    /// come there.
+    pub(super) predecessor: Option<(PathBuf, Successor)>,
+}
+
+impl Handoff {
+    /// If this server took over, takes in the predecessor's connections
+    /// on a thread of its own (see [`take_in`]).
+    pub(super) fn take_in<S: Send + 'static>(
+        &mut self,
+        groups: &[Arc<GroupShared<S>>],
+        endpoint: &Arc<Endpoint>,
+    ) -> io::Result<()> {
+        if let Some((_, successor)) = self.predecessor.take() {
+            let (groups, endpoint) = (groups.to_vec(), endpoint.clone());
+            std::thread::Builder::new()
+                .name("rapidws-take-over".into())
+                .spawn(move || take_in(successor, groups, endpoint))?;
+        }
+        Ok(())
+    }
+
+    /// The next successor to connect (never, without a handoff socket).
+    /// An accept that fails is logged and waited past.
+    pub(super) async fn successor(&self) -> UnixStream {
+        let Some(socket) = &self.socket else {
+            return std::future::pending().await;
+        };
+        loop {
+            match socket.accept().await {
+                Ok(stream) => return stream,
+                Err(error) => {
+                    let path = socket.path.display();
+                    tracing::warn!(%error, %path, "accepting a successor failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Hands the server to `successor` (see [`hand_off`]): true if it has
+    /// everything now, and this server is to end.
+    pub(super) async fn hand_off<S: Send + 'static>(
+        &self,
+        successor: UnixStream,
+        listener: &tokio::io::unix::AsyncFd<mio::net::TcpListener>,
+        groups: &[Arc<GroupShared<S>>],
+        endpoint: &Arc<Endpoint>,
+    ) -> io::Result<bool> {
+        let listener = listener.get_ref().as_fd().try_clone_to_owned()?;
+        Ok(hand_off(successor, listener, groups, endpoint).await)
+    }
+}
+
+/// Where a running server waits for its successor: a Unix socket only its
+/// user may connect to (mode 0600).
+pub(crate) struct HandoffSocket {
+    listener: tokio::net::UnixListener,
+    path: PathBuf,
+}
+
+impl HandoffSocket {
+    /// Listens at `path`. A socket file already there is replaced if no
+    /// process answers on it (left by one that ended), or if `replacing`
+    /// (this process took over from the one that listens there); otherwise
+    /// it is an error: another server is running.
+    pub(crate) fn bind(path: &Path, replacing: bool) -> io::Result<Self> {
+        let listener = match UnixListener::bind(path) {
+            Err(error) if error.kind() == io::ErrorKind::AddrInUse => {
+                if !replacing && UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!(
+                            "{}: another process listens for a successor there; \
+                             take it over (--take-over) or pick another path",
+                            path.display()
+                        ),
+                    ));
+                }
+                std::fs::remove_file(path)?;
+                UnixListener::bind(path)?
+            }
+            bound => bound?,
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        Ok(HandoffSocket {
+            listener: tokio::net::UnixListener::from_std(listener)?,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The next successor to connect.
+    pub(crate) async fn accept(&self) -> io::Result<UnixStream> {
+        let (stream, _) = self.listener.accept().await?;
+        let stream = stream.into_std()?;
+        stream.set_nonblocking(false)?;
+        Ok(stream)
+    }
+}
+
+/// Connects to the process listening at `path` and takes its greeting:
+/// the channel for the connections to come and the listening socket.
+pub(super) async fn meet(path: &Path) -> io::Result<(Successor, std::net::TcpListener)> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let stream = UnixStream::connect(&path).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("taking over from {}: {error}", path.display()),
+            )
+        })?;
+        let (successor, listeners) = Successor::meet(Channel::new(stream))?;
+        let [listener]: [OwnedFd; 1] = listeners.try_into().map_err(|fds: Vec<_>| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the running process handed over {} listening sockets, not one",
+                    fds.len()
+                ),
+            )
+        })?;
+        let listener = std::net::TcpListener::from(listener);
+        listener.set_nonblocking(true)?;
+        Ok((successor, listener))
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
+/// Takes in the connections the predecessor sends, each read and checked
+/// before the batch is acknowledged, and hands them to the groups. Runs on
+/// a thread of its own until the predecessor is done (or fails: what it
+/// did not send stays its own).
+fn take_in<S: Send + 'static>(
+    mut successor: Successor,
+    groups: Vec<Arc<GroupShared<S>>>,
+    endpoint: Arc<Endpoint>,
+) {
+    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    let mut taken = 0usize;
+    loop {
+        match successor.receive(|bytes| Arriving::read(bytes, limits, &pool)) {
+            Ok(Received::Batch(batch)) => {
+                taken += batch.len();
+                for (arriving, fd) in batch {
+                    hand_to_least_loaded(&groups, &endpoint, arriving, fd);
+                }
+            }
+            Ok(Received::Done) => {
+                tracing::info!(connections = taken, "took over every connection");
+                return;
+            }
+            Err(error) => {
+                tracing::error!(%error, taken, "the handoff stopped; the rest stays with the running process");
+                return;
+            }
+        }
+    }
+}
+
+fn hand_to_least_loaded<S>(
+    groups: &[Arc<GroupShared<S>>],
+    endpoint: &Arc<Endpoint>,
+    arriving: Arriving,
+    fd: OwnedFd,
+) {
+    let group = least_loaded(groups);
+    group.hand_over(Incoming {
+        stream: mio::net::TcpStream::from(fd),
+        peer: arriving.peer,
+        live: endpoint.enter(),
+        start: Start::Moved(Box::new(arriving)),
+    });
+}
+
+/// Hands the server to the successor on `stream`: greets it with the
+/// listening socket `listener`, then has each group give up a batch of
+/// connections that can move, sends it, and asks for the next once it is
+/// acknowledged (a connection is frozen for its batch's trip only). True
+/// once the successor has everything; false if the handoff failed, after
+/// the batch it did not take is back in the groups (the server then goes
+/// on as before, with the connections not handed over).
+async fn hand_off<S: Send + 'static>(
+    stream: UnixStream,
+    listener: OwnedFd,
+    groups: &[Arc<GroupShared<S>>],
+    endpoint: &Arc<Endpoint>,
+) -> bool {
+    let greeted = tokio::task::spawn_blocking(move || {
+        Predecessor::greet(Channel::new(stream), &[listener.as_fd()])
+    })
+    .await
+    .map_err(io::Error::other)
+    .and_then(|greeted| greeted);
+    let mut predecessor = match greeted {
+        Ok(predecessor) => predecessor,
+        Err(error) => {
+            tracing::error!(%error, "a successor connected, but the handoff could not begin");
+            return false;
+        }
+    };
+    let began = std::time::Instant::now();
+    let mut handed = 0;
+    for group in groups {
+        let mut from = Some(0);
+        while let Some(slot) = from {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            group.hand_off(slot, reply);
+            // A group that ended has nothing left.
+            let (batch, next) = answer.await.unwrap_or_default();
+            from = next;
+            if batch.is_empty() {
+                continue;
+            }
+            let sent = tokio::task::spawn_blocking(move || {
+                let sent = predecessor.send_batch(&batch);
+                (predecessor, sent, batch)
+            })
+            .await;
+            let batch = match sent {
+                Ok((back, Ok(()), batch)) => {
+                    predecessor = back;
+                    handed += batch.len();
+                    // The successor's now: our descriptors close.
+                    drop(batch);
+                    continue;
+                }
+                Ok((_, Err(error), batch)) => {
+                    tracing::error!(
+                        %error,
+                        handed,
+                        "the handoff failed; serving on with the connections not handed over"
+                    );
+                    batch
+                }
+                Err(error) => {
+                    // The sending thread panicked: its batch went with it.
+                    tracing::error!(%error, "the handoff's thread failed");
+                    return false;
+                }
+            };
+            take_back(batch, groups, endpoint);
+            return false;
+        }
+    }
+    if let Err(error) = tokio::task::spawn_blocking(move || predecessor.finish())
+        .await
+        .map_err(io::Error::other)
+        .and_then(|finished| finished)
+    {
+        // It has every connection; only its last word is missing.
+        tracing::warn!(%error, "the successor did not acknowledge the handoff's end");
+    }
+    tracing::info!(
+        connections = handed,
+        ms = began.elapsed().as_millis() as u64,
+        "handed every connection that can move to the successor"
+    );
+    true
+}
+
+/// Connections a failed handoff did not hand over, back in the groups.
+fn take_back<S>(batch: Vec<Departure>, groups: &[Arc<GroupShared<S>>], endpoint: &Arc<Endpoint>) {
+    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    for Departure { fd, record } in batch {
+        match Arriving::read(&record, limits, &pool) {
+            Ok(arriving) => hand_to_least_loaded(groups, endpoint, arriving, fd),
+            // Made here a moment ago: only a bug could get here.
+            Err(error) => {
+                tracing::error!(%error, "a connection's own record did not read back; dropped")
+            }
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! Deploys that keep every connection (issue 30, section 3): the echo
+//! example started with `--handoff-socket PATH` hands its listening socket
+//! and every connection to a new process started with `--take-over PATH`,
+//! and exits 0. The clients (tokio-tungstenite, and raw sockets where a
+//! frame or a request must be cut at a chosen byte) see no close, no lost
+//! or repeated byte, only a pause.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+/// A path for a handoff socket, unique to the test.
+fn socket_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rapidws-handoff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.sock"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The echo example, listening for a successor at `socket`.
+async fn start_old(socket: &Path) -> (Child, SocketAddr) {
+    start_example("echo", &["--handoff-socket", socket.to_str().unwrap()]).await
+}
+
+/// A new echo process taking over from the one listening at `socket`, and
+/// listening there for its own successor.
+fn start_successor(addr: SocketAddr, socket: &Path) -> Child {
+    let socket = socket.to_str().unwrap();
+    Child(
+        std::process::Command::new(example("echo"))
+            .args(["--addr", &addr.to_string()])
+            .args(["--take-over", socket, "--handoff-socket", socket])
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits (at most `within`) for `child` to exit; true if it exited 0.
+async fn exits_zero(child: &mut Child, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status.success();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still running {within:?} after its successor started");
+}
+
+/// What one talking client saw.
+struct Talked {
+    /// Messages echoed, in order and intact.
+    echoed: u64,
+    /// The longest wait for an echo sent before the successor started, and
+    /// since.
+    worst: [Duration; 2],
+}
+
+/// Talks to the echo server until `stop`: sends a numbered text, waits
+/// for exactly it to come back, again and again; then closes with 1000 and
+/// expects the server's close reply. Anything else (a close from the
+/// server, a message out of order, an error) fails.
+async fn talk(url: String, id: usize, stop: Arc<AtomicBool>, handing: Arc<AtomicBool>) -> Talked {
+    let (mut client, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("upgraded");
+    let mut talked = Talked {
+        echoed: 0,
+        worst: [Duration::ZERO; 2],
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let text = format!("{id}:{}", talked.echoed);
+        let sent = Instant::now();
+        let phase = usize::from(handing.load(Ordering::Relaxed));
+        client.send(Message::text(text.clone())).await.unwrap();
+        let echo = tokio::time::timeout(Duration::from_secs(20), client.next())
+            .await
+            .unwrap_or_else(|_| panic!("client {id}: no echo of {text} within 20 s"))
+            .unwrap_or_else(|| panic!("client {id}: the connection ended"))
+            .unwrap_or_else(|error| panic!("client {id}: {error}"));
+        assert_eq!(echo, Message::text(text), "client {id}");
+        talked.worst[phase] = talked.worst[phase].max(sent.elapsed());
+        talked.echoed += 1;
+    }
+    close_politely(&mut client).await;
+    talked
+}
+
+/// Closes with 1000 and expects the server to answer with 1000.
+async fn close_politely<S>(client: &mut tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    client
+        .close(Some(CloseFrame {
+            code: 1000.into(),
+            reason: "done".into(),
+        }))
+        .await
+        .unwrap();
+    match client.next().await {
+        Some(Ok(Message::Close(frame))) => {
+            assert_eq!(frame.map(|f| u16::from(f.code)), Some(1000));
+        }
+        Some(Ok(other)) => panic!("after our close: {other:?}"),
+        Some(Err(error)) => panic!("closing: {error}"),
+        None => panic!("ended without a close reply"),
+    }
+}
+
+/// Nearest-rank percentile of sorted durations.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// 1,000 clients talk without a pause and 9,000 more sit idle while the
+/// echo server hands everything to a successor: no connection sees a
+/// close, every echo comes back in order, the old process exits 0, and
+/// the idle connections answer through the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_keeps_ten_thousand_connections_and_every_message() {
+    set_soft_limit(None);
+    let socket = socket_path("deploy");
+    let (mut old, addr) = start_old(&socket).await;
+    let url = format!("ws://{addr}/");
+    let (stop, handing) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let talking: Vec<_> = (0..1000)
+        .map(|id| tokio::spawn(talk(url.clone(), id, stop.clone(), handing.clone())))
+        .collect();
+    let limit = Arc::new(tokio::sync::Semaphore::new(256));
+    let mut idle = Vec::new();
+    for _ in 0..9000 {
+        let (url, limit) = (url.clone(), limit.clone());
+        idle.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            tokio_tungstenite::connect_async(url.as_str())
+                .await
+                .expect("upgraded")
+                .0
+        }));
+    }
+    let mut idle_clients = Vec::new();
+    for opened in idle {
+        idle_clients.push(opened.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old_rss = resident_of(&old);
+    let began = Instant::now();
+    handing.store(true, Ordering::Relaxed);
+    let mut new = start_successor(addr, &socket);
+    assert!(
+        exits_zero(&mut old, Duration::from_secs(30)).await,
+        "the old process did not exit 0 after the handoff"
+    );
+    let handed = began.elapsed();
+    // The talk goes on through the new process for a while.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let new_rss = resident_of(&new);
+    stop.store(true, Ordering::Relaxed);
+    let (mut before, mut worst) = (Vec::new(), Vec::new());
+    for task in talking {
+        let talked = task.await.unwrap();
+        assert!(talked.echoed > 0);
+        before.push(talked.worst[0]);
+        worst.push(talked.worst[1]);
+    }
+    before.sort();
+    worst.sort();
+    // Every idle connection still answers, now from the new process.
+    let mut idle_checks = Vec::new();
+    for (i, mut client) in idle_clients.into_iter().enumerate() {
+        idle_checks.push(tokio::spawn(async move {
+            let text = format!("idle {i}");
+            client.send(Message::text(text.clone())).await.unwrap();
+            let echo = client.next().await.unwrap().unwrap();
+            assert_eq!(echo, Message::text(text));
+            close_politely(&mut client).await;
+        }));
+    }
+    for check in idle_checks {
+        check.await.unwrap();
+    }
+    eprintln!(
+        "handoff of 10,000 connections: old process exited {handed:?} after the successor \
+         started; longest echo wait per talking client through the handoff p50 {:?}, \
+         p99 {:?}, max {:?} (before it: p50 {:?}, p99 {:?}, max {:?}); \
+         RSS old {} MiB before, new {} MiB after",
+        percentile(&worst, 50.0),
+        percentile(&worst, 99.0),
+        worst.last().unwrap(),
+        percentile(&before, 50.0),
+        percentile(&before, 99.0),
+        before.last().unwrap(),
+        old_rss >> 20,
+        new_rss >> 20
+    );
+    drop(new.0.kill());
+}
+
+/// Reads from `stream` until `bytes` more have come (or 20 s pass).
+async fn read_exactly(stream: &mut TcpStream, bytes: usize) -> Vec<u8> {
+    let mut got = vec![0u8; bytes];
+    tokio::time::timeout(Duration::from_secs(20), stream.read_exact(&mut got))
+        .await
+        .expect("the bytes within 20 s")
+        .unwrap();
+    got
+}
+
+/// The length of a server frame's header, from its first bytes.
+fn header_len(second: u8) -> usize {
+    match second & 0x7F {
+        126 => 4,
+        127 => 10,
+        _ => 2,
+    }
+}
+
+/// Hands the echo server over while a large message is half received
+/// (its second fragment cut mid-payload) and while the echo of another is
+/// half written (the client stopped reading mid-frame): both finish
+/// through the new process, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_in_the_middle_of_large_fragmented_messages_both_ways() {
+    let socket = socket_path("fragments");
+    let (mut old, addr) = start_old(&socket).await;
+
+    // Inbound: a text message in three fragments; the handoff comes after
+    // the first and half of the second.
+    let mut inbound = raw_upgraded(addr).await;
+    let parts: Vec<Vec<u8>> = (0..3)
+        .map(|i| {
+            (0..300_000)
+                .map(|j| b'a' + ((i * 7 + j) % 26) as u8)
+                .collect()
+        })
+        .collect();
+    let second = client_frame(false, 0, &parts[1]);
+    let (second_now, second_later) = second.split_at(second.len() / 2);
+    inbound
+        .write_all(&client_frame(false, 1, &parts[0]))
+        .await
+        .unwrap();
+    inbound.write_all(second_now).await.unwrap();
+
+    // Outbound: a 3 MiB binary message whose echo the client reads only
+    // 100 KiB of before the handoff, so the rest waits in the old
+    // process's queue (and the kernel's buffers).
+    let mut outbound = raw_upgraded(addr).await;
+    let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    outbound
+        .write_all(&client_frame(true, 2, &big))
+        .await
+        .unwrap();
+    let head = read_exactly(&mut outbound, 2).await;
+    let mut echoed = head.clone();
+    echoed.extend(read_exactly(&mut outbound, header_len(head[1]) - 2 + (100 << 10)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut new = start_successor(addr, &socket);
+    assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
+
+    // The rest of the inbound message, to the new process.
+    inbound.write_all(second_later).await.unwrap();
+    inbound
+        .write_all(&client_frame(true, 0, &parts[2]))
+        .await
+        .unwrap();
+    let whole: Vec<u8> = parts.concat();
+    let head = read_exactly(&mut inbound, 2).await;
+    let header = read_exactly(&mut inbound, header_len(head[1]) - 2).await;
+    let mut frame = head;
+    frame.extend(header);
+    frame.extend(read_exactly(&mut inbound, whole.len()).await);
+    assert_eq!(
+        server_frames(&frame),
+        vec![(1, whole)],
+        "the fragmented message's echo"
+    );
+
+    // The rest of the outbound echo, from the new process's queue.
+    let header = header_len(echoed[1]);
+    echoed.extend(read_exactly(&mut outbound, header + big.len() - echoed.len()).await);
+    assert_eq!(server_frames(&echoed), vec![(2, big)], "the big echo");
+
+    // Both connections go on: a ping each, answered.
+    for stream in [&mut inbound, &mut outbound] {
+        stream
+            .write_all(&client_frame(true, 9, b"still here"))
+            .await
+            .unwrap();
+        let pong = read_exactly(stream, 12).await;
+        assert_eq!(server_frames(&pong), vec![(10, b"still here".to_vec())]);
+    }
+    drop(new.0.kill());
+}
+
+/// Half an upgrade request before the handoff, the rest after: the new
+/// process answers it with 101 and echoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_while_a_request_is_half_sent() {
+    let socket = socket_path("handshake");
+    let (mut old, addr) = start_old(&socket).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = upgrade_request("/", "");
+    let (now, later) = request.as_bytes().split_at(request.len() / 2);
+    stream.write_all(now).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut new = start_successor(addr, &socket);
+    assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
+    stream.write_all(later).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.extend(read_exactly(&mut stream, 1).await);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    stream
+        .write_all(&client_frame(true, 1, b"after"))
+        .await
+        .unwrap();
+    let echo = read_exactly(&mut stream, 7).await;
+    assert_eq!(server_frames(&echo), vec![(1, b"after".to_vec())]);
+    drop(new.0.kill());
+}
+
+/// A successor that takes the greeting and the first batch, then dies
+/// without acknowledging it: the old process takes everything back and
+/// serves on (no client notices but a pause), and a real successor can
+/// then take over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_dies_half_way_leaves_everything_to_the_old_process() {
+    let socket = socket_path("dies");
+    let (mut old, addr) = start_old(&socket).await;
+    let url = format!("ws://{addr}/");
+    let (stop, handing) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let talking: Vec<_> = (0..300)
+        .map(|id| tokio::spawn(talk(url.clone(), id, stop.clone(), handing.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The dying successor: reads what comes (the greeting, the start of
+    // the first batch; descriptors are dropped by a plain read) and
+    // leaves without a word.
+    let dying = socket.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut stream = std::os::unix::net::UnixStream::connect(dying).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.len() < 1024 {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the old process closed the handoff socket");
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .unwrap();
+
+    // The old process serves on: the clients keep talking, and it has not
+    // exited.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        old.0.try_wait().unwrap().is_none(),
+        "the old process exited"
+    );
+    let mut check = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("a new connection to the old process")
+        .0;
+    check.send(Message::text("new")).await.unwrap();
+    assert_eq!(check.next().await.unwrap().unwrap(), Message::text("new"));
+
+    // Now a real one.
+    let mut new = start_successor(addr, &socket);
+    assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in talking {
+        assert!(task.await.unwrap().echoed > 0);
+    }
+    close_politely(&mut check).await;
+    drop(new.0.kill());
+}
+
+/// Runs tests/interop/handoff_client.py against `addr` while `during`
+/// runs; its report, one entry per connection.
+async fn python_talks(
+    addr: SocketAddr,
+    connections: usize,
+    seconds: f64,
+    during: impl std::future::Future<Output = ()>,
+) -> Vec<serde_json::Value> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/handoff_client.py"
+    );
+    let child = std::process::Command::new(python())
+        .arg(script)
+        .arg(format!("ws://{addr}/"))
+        .arg(connections.to_string())
+        .arg(seconds.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    during.await;
+    let out = out.await.unwrap();
+    assert!(
+        out.status.success(),
+        "handoff_client.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// permessage-deflate without context takeover (the library's default)
+/// moves: Python `websockets` clients with compression talk through the
+/// handoff and close with 1000 at the end, to the new process. With the
+/// server's context takeover (zlib's window stays in the old process) the
+/// connections stay, and the old process closes them with 1012.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_connections_move_unless_the_server_keeps_its_context() {
+    for (extra, moves) in [
+        (&["--deflate"][..], true),
+        (&["--deflate", "--deflate-context-takeover"][..], false),
+    ] {
+        let socket = socket_path(if moves { "deflate" } else { "takeover" });
+        let mut args = vec!["--handoff-socket", socket.to_str().unwrap()];
+        args.extend(extra);
+        let (mut old, addr) = start_example("echo", &args).await;
+        let successor = {
+            let socket = socket.clone();
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let socket = socket.to_str().unwrap();
+                let new = Child(
+                    std::process::Command::new(example("echo"))
+                        .args(["--addr", &addr.to_string(), "--take-over", socket])
+                        .args(["--handoff-socket", socket])
+                        .args(&extra)
+                        .spawn()
+                        .unwrap(),
+                );
+                assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
+                new
+            }
+        };
+        let (reports, new) = {
+            let new = std::sync::Mutex::new(None);
+            let reports = python_talks(addr, 20, 3.0, async {
+                *new.lock().unwrap() = Some(successor.await);
+            })
+            .await;
+            (reports, new.into_inner().unwrap())
+        };
+        assert_eq!(reports.len(), 20);
+        for report in &reports {
+            let agreed = report["extensions"].as_str().unwrap_or("");
+            assert!(agreed.starts_with("permessage-deflate"), "{report}");
+            assert!(report["echoed"].as_u64().unwrap() > 0, "{report}");
+            let ended = (report["closed_by"].as_str(), report["code"].as_u64());
+            if moves {
+                assert_eq!(ended, (Some("client"), Some(1000)), "{report}");
+            } else {
+                assert_eq!(ended, (Some("server"), Some(1012)), "{report}");
+            }
+        }
+        drop(new);
+    }
+}
