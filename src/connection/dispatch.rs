@@ -494,6 +494,19 @@ impl<H: Handler> Dispatch<H> {
     }
 }
 
+/// Why a session stays, in the handoff's words.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+fn unmovable_reason(unmovable: crate::proto::Unmovable) -> &'static str {
+    use crate::proto::Unmovable;
+    match unmovable {
+        Unmovable::Closing => "closing",
+        Unmovable::HeldFailure => "a failure waits to be answered",
+        Unmovable::InflateContext => "the peer compresses with context takeover",
+        Unmovable::CompressedMessage => "a compressed message is half received",
+        Unmovable::DeflateContext => "we compress with context takeover",
+    }
+}
+
 /// The handoff (feature `handoff`): a connection leaving this process, or
 /// arriving from the previous one.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -509,46 +522,41 @@ impl<H: Handler> Dispatch<H> {
         input: &mut BytesMut,
         ceiling: crate::proto::Limits,
     ) -> Result<crate::handoff::record::OpenRecord, &'static str> {
-        if self.aborted || !self.is_open() || self.holds_failure() {
+        if self.aborted || !self.is_open() {
             return Err("closing");
         }
+        // Everything that can keep it here is asked before the handler is:
+        // a handler told its connection moves may let go of its state.
+        self.session.movable().map_err(unmovable_reason)?;
+        let limits = self.session.limits();
+        if limits.max_frame_size > ceiling.max_frame_size
+            || limits.max_message_size > ceiling.max_message_size
+        {
+            return Err("its limits are above the server's");
+        }
         let shared = self.app.conn.shared();
-        if !shared.lock().is_open() {
-            return Err("closing");
+        {
+            let outbox = shared.lock();
+            if !outbox.may_hand_off() {
+                return Err("closing, writing, or its compressor keeps its context");
+            }
+            if outbox.queued().saturating_add(input.len()) > crate::handoff::record::MAX_CARRIED {
+                return Err("more queued and unread than a record carries");
+            }
         }
         let (handler, conn, state) = (&self.app.handler, &self.app.conn, &mut self.app.state);
         let state = catch_unwind(AssertUnwindSafe(|| handler.hand_off(conn, state)))
             .map_err(|_| "the handler's hand_off panicked")?
             .ok_or("the handler keeps its connections")?;
         // From here on under the outbox's lock: no send slips in between
-        // the queue leaving and the sends being refused.
+        // the queue leaving and the sends being refused. Only a close asked
+        // for meanwhile (another thread's `Conn::close`) keeps it now.
         let mut outbox = shared.lock();
-        if !outbox.is_open() {
+        if !outbox.may_hand_off() {
             return Err("closing");
         }
-        let session = self
-            .session
-            .snapshot(input)
-            .map_err(|unmovable| match unmovable {
-                crate::proto::Unmovable::Closing => "closing",
-                crate::proto::Unmovable::HeldFailure => "a failure waits to be answered",
-                crate::proto::Unmovable::InflateContext => {
-                    "the peer compresses with context takeover"
-                }
-                crate::proto::Unmovable::CompressedMessage => {
-                    "a compressed message is half received"
-                }
-                crate::proto::Unmovable::DeflateContext => "we compress with context takeover",
-            })?;
-        let limits = session.limits();
-        if limits.max_frame_size > ceiling.max_frame_size
-            || limits.max_message_size > ceiling.max_message_size
-        {
-            return Err("its limits are above the server's");
-        }
-        let (output, compressor, waiting) = outbox
-            .hand_off(shared.pool())
-            .ok_or("closing, or its compressor keeps its context")?;
+        let session = self.session.snapshot(input).map_err(unmovable_reason)?;
+        let (output, compressor, waiting) = outbox.hand_off(shared.pool()).ok_or("closing")?;
         drop(outbox);
         wake_all(waiting);
         self.app.conn.leave_all();
@@ -591,17 +599,8 @@ impl<H: Handler> Dispatch<H> {
             state,
             ..
         } = record;
-        let taken = catch_unwind(AssertUnwindSafe(|| handler.take_over(&conn, &state)));
-        let Ok(Some(state)) = taken else {
-            tracing::warn!(%peer, "the handler refused a connection handed over; closing it with 1012");
-            let mut goodbye = WriteQueue::with_role(role);
-            session.close(CloseCode::SERVICE_RESTART, "service restart", &mut goodbye);
-            let mut bytes = output;
-            goodbye.move_into(&mut bytes);
-            let waiting = conn.shared().lock().close_sends();
-            wake_all(waiting);
-            return Err(bytes);
-        };
+        // What it had queued goes first, before anything the handler or a
+        // publisher sends it now.
         {
             let mut outbox = conn.shared().lock();
             outbox.take_over(&output, compressor);
@@ -610,6 +609,17 @@ impl<H: Handler> Dispatch<H> {
         if reading_paused {
             conn.pause_reading();
         }
+        let taken = catch_unwind(AssertUnwindSafe(|| handler.take_over(&conn, &state)));
+        let Ok(Some(state)) = taken else {
+            tracing::warn!(%peer, "the handler refused a connection handed over; closing it with 1012");
+            let (mut bytes, waiting) = conn.shared().lock().give_up(&endpoint.pool);
+            wake_all(waiting);
+            conn.leave_all();
+            let mut goodbye = WriteQueue::with_role(role);
+            session.close(CloseCode::SERVICE_RESTART, "service restart", &mut goodbye);
+            goodbye.move_into(&mut bytes);
+            return Err(bytes);
+        };
         let dispatch = Dispatch {
             session,
             app: App {

@@ -164,6 +164,26 @@ pub trait ServerHandler: Handler {
         let _ = request;
         None
     }
+
+    /// A handoff (feature `handoff`) is under way: what the whole server
+    /// hands to the successor besides its connections (its pub/sub topics:
+    /// [`PubSub::hand_off`](crate::pubsub::PubSub::hand_off)), as bytes
+    /// for the successor's [`ServerHandler::take_over_server`]. Called once
+    /// the requests being read (plain HTTP, upgrades: the publishers of a
+    /// bus) have moved and before the open connections do, so that no
+    /// request here changes it afterwards; the successor applies it before
+    /// it serves anything. The default hands nothing.
+    fn hand_off_server(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Takes what the predecessor's [`ServerHandler::hand_off_server`]
+    /// made, before anything is served. An `Err` is logged and the server
+    /// goes on without it. The default takes nothing.
+    fn take_over_server(&self, state: &[u8]) -> Result<(), String> {
+        let _ = state;
+        Ok(())
+    }
 }
 
 /// A server's two callbacks as plain functions: the connection code that

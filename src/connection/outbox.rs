@@ -435,6 +435,16 @@ impl Outbox {
         self.sending = self.sending.saturating_sub(n);
     }
 
+    /// Whether [`Outbox::hand_off`] would let the connection go now.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn may_hand_off(&self) -> bool {
+        self.is_open()
+            && self.close_request.is_none()
+            && !self.abort
+            && self.sending == 0
+            && !self.deflate.as_ref().is_some_and(Compressor::keeps_context)
+    }
+
     /// The connection leaves for another process (the handoff): what is
     /// queued, in the order it would have been written (the rest of a
     /// frame begun on the wire first), and the compressor; sends fail from
@@ -446,12 +456,7 @@ impl Outbox {
         &mut self,
         pool: &BufferPool,
     ) -> Option<(Vec<u8>, Option<Compressor>, Option<Waiters>)> {
-        let stays = !self.is_open()
-            || self.close_request.is_some()
-            || self.abort
-            || self.sending != 0
-            || self.deflate.as_ref().is_some_and(Compressor::keeps_context);
-        if stays {
+        if !self.may_hand_off() {
             return None;
         }
         let mut queued = Vec::new();
@@ -467,9 +472,19 @@ impl Outbox {
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn take_over(&mut self, queued: &[u8], compressor: Option<Compressor>) {
         if !queued.is_empty() {
-            self.queue.push_raw(queued);
+            self.queue.push_started(queued);
         }
         self.deflate = compressor;
+    }
+
+    /// What is queued, in the order it would have been written, and no
+    /// more sends: for a connection handed over that its handler refused,
+    /// which goes with a last write of these.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn give_up(&mut self, pool: &BufferPool) -> (Vec<u8>, Option<Waiters>) {
+        let mut queued = Vec::new();
+        self.queue.move_into(&mut queued);
+        (queued, self.clear(pool))
     }
 
     /// The connection is over: later sends fail, a close request is void,

@@ -43,9 +43,17 @@ impl Channel {
         }
     }
 
-    /// How long a receive may wait for the other end (`None`: for ever).
+    /// How long a receive, or a send, may wait for the other end (`None`:
+    /// for ever).
     pub(crate) fn set_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        self.stream.set_read_timeout(timeout)
+        self.stream.set_read_timeout(timeout)?;
+        self.stream.set_write_timeout(timeout)
+    }
+
+    /// Ends the channel both ways: the other end's next send or receive
+    /// fails.
+    pub(crate) fn shut_down(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
     /// Sends `payload` with `fds` (at most [`MAX_FDS`]); the descriptors
@@ -154,8 +162,14 @@ impl Channel {
         if len > max_len {
             return Err(invalid("a message longer than allowed"));
         }
-        let mut payload = vec![0u8; len];
-        self.stream.read_exact(&mut payload)?;
+        // Grown as the bytes come, not sized by the header alone.
+        let mut payload = Vec::new();
+        (&mut self.stream)
+            .take(len as u64)
+            .read_to_end(&mut payload)?;
+        if payload.len() < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         Ok(Some((payload, fds)))
     }
 }

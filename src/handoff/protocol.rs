@@ -2,14 +2,23 @@
 //!
 //! ```text
 //! predecessor                                  successor
-//!   HELLO version  + listening sockets  ──▶      (starts accepting)
+//!   HELLO version                       ──▶
 //!   BATCH n records + n connections     ──▶      reads every record
-//!                                       ◀──      ACK (they are its now)
+//!     (requests being read first)       ◀──      ACK (they are its now)
 //!                                                or REFUSE reason (they stay)
+//!   STATE server state + listening sockets ──▶   applies it, serves what
+//!                                       ◀──      it holds, starts accepting
+//!   BATCH ... (open connections)        ──▶
+//!                                       ◀──      ACK
 //!   ... one batch after the other ...
 //!   DONE                                ──▶
 //!                                       ◀──      ACK
 //! ```
+//!
+//! The requests being read (a bus's publishers) move first and the
+//! successor holds them, serving nothing and accepting nothing, until the
+//! server's own state (its pub/sub topics, numbering and history) comes:
+//! so nothing is published in either process while that state moves.
 //!
 //! A batch is the successor's once it acknowledges it, and it acknowledges
 //! before it serves any of it: so a connection the predecessor takes back
@@ -31,6 +40,7 @@ use super::channel::{Channel, MAX_FDS};
 const HELLO: u8 = b'H';
 const BATCH: u8 = b'B';
 const DONE: u8 = b'D';
+const STATE: u8 = b'S';
 const ACK: u8 = b'A';
 const REFUSE: u8 = b'N';
 
@@ -45,9 +55,13 @@ const BATCH_BYTES: usize = 4 << 20;
 /// buffer.
 const MAX_MESSAGE: usize = 256 << 20;
 
-/// How long the predecessor waits for an answer before it takes a batch
-/// back (its connections are frozen meanwhile).
+/// How long the predecessor waits for an answer, or for the successor to
+/// take a message, before it takes a batch back (its connections are
+/// frozen meanwhile).
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the successor waits for the predecessor's next message.
+const NEXT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A connection leaving: its descriptor and its record.
 pub(crate) struct Departure {
@@ -67,12 +81,26 @@ pub(crate) fn batch_is_full(batch: &[Departure], bytes: usize) -> bool {
 }
 
 impl Predecessor {
-    /// Greets a successor that connected, handing it the listening sockets.
-    pub(crate) fn greet(channel: Channel, listeners: &[BorrowedFd<'_>]) -> io::Result<Self> {
+    /// Greets a successor that connected.
+    pub(crate) fn greet(channel: Channel) -> io::Result<Self> {
         channel.set_timeout(Some(ANSWER_TIMEOUT))?;
         let mut channel = channel;
-        channel.send(&[HELLO, VERSION], listeners)?;
+        channel.send(&[HELLO, VERSION], &[])?;
         Ok(Predecessor { channel })
+    }
+
+    /// Hands over the server's own state and the listening sockets (the
+    /// successor accepts from now on), and waits for the acknowledgement.
+    pub(crate) fn send_state(
+        &mut self,
+        state: &[u8],
+        listeners: &[BorrowedFd<'_>],
+    ) -> io::Result<()> {
+        let mut message = Vec::with_capacity(state.len() + 1);
+        message.push(STATE);
+        message.extend_from_slice(state);
+        self.channel.send(&message, listeners)?;
+        self.answer()
     }
 
     /// Sends a batch (at most [`MAX_FDS`] departures; see
@@ -95,6 +123,13 @@ impl Predecessor {
     pub(crate) fn finish(&mut self) -> io::Result<()> {
         self.channel.send(&[DONE], &[])?;
         self.answer()
+    }
+
+    /// Gives up after a failure: the channel ends both ways, so a successor
+    /// that acknowledges what it was sent only now fails to (and serves
+    /// none of it), and the batch is the predecessor's again.
+    pub(crate) fn abandon(self) {
+        self.channel.shut_down();
     }
 
     /// Waits for ACK; anything else is an error (a refusal with its reason).
@@ -126,16 +161,19 @@ pub(crate) struct Successor {
 pub(crate) enum Received<T> {
     /// Connections, acknowledged: now the successor's.
     Batch(Vec<(T, OwnedFd)>),
+    /// The server's own state and the listening sockets (acknowledged).
+    State(Vec<u8>, Vec<OwnedFd>),
     /// Nothing more comes (acknowledged too).
     Done,
 }
 
 impl Successor {
-    /// Takes the greeting: the predecessor's listening sockets.
-    pub(crate) fn meet(mut channel: Channel) -> io::Result<(Self, Vec<OwnedFd>)> {
+    /// Takes the greeting.
+    pub(crate) fn meet(mut channel: Channel) -> io::Result<Self> {
+        channel.set_timeout(Some(NEXT_TIMEOUT))?;
         match channel.recv(16)? {
-            Some((hello, listeners)) if hello == [HELLO, VERSION] => {
-                Ok((Successor { channel }, listeners))
+            Some((hello, fds)) if hello == [HELLO, VERSION] && fds.is_empty() => {
+                Ok(Successor { channel })
             }
             Some((hello, _)) if hello.first() == Some(&HELLO) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -157,7 +195,8 @@ impl Successor {
 
     /// The next batch, each record read by `read` (which checks it all);
     /// acknowledged once every record of it reads, refused (and then
-    /// `Err`) if one does not.
+    /// `Err`) if one does not. A batch whose acknowledgement cannot be
+    /// sent (the predecessor gave up on it) is dropped, not served: `Err`.
     pub(crate) fn receive<T>(
         &mut self,
         mut read: impl FnMut(&[u8]) -> Result<T, SnapshotError>,
@@ -171,6 +210,12 @@ impl Successor {
         if message == [DONE] {
             self.channel.send(&[ACK], &[])?;
             return Ok(Received::Done);
+        }
+        if message.first() == Some(&STATE) {
+            self.channel.send(&[ACK], &[])?;
+            let mut state = message;
+            state.remove(0);
+            return Ok(Received::State(state, fds));
         }
         match read_batch(&message, fds, &mut read) {
             Ok(batch) => {

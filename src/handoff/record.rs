@@ -27,6 +27,12 @@ use crate::proto::deflate::Compressor;
 /// The record format; a successor refuses others.
 const VERSION: u8 = 1;
 
+/// The most a record carries of unread input and unwritten output
+/// together: a connection with more stays (and is closed with 1012), so
+/// that every record fits a message the successor reads
+/// (`protocol::MAX_MESSAGE`).
+pub(crate) const MAX_CARRIED: usize = 192 << 20;
+
 /// One connection handed over.
 pub(crate) struct Record {
     pub(crate) peer: SocketAddr,

@@ -43,6 +43,16 @@ use crate::driver::slab::Slab;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 use crate::handoff::protocol::{Departure, batch_is_full};
 
+/// Which connections a handoff asks a group for.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Requests being read (plain HTTP, upgrades): first.
+    Requests,
+    /// Everything that can move.
+    Open,
+}
+
 /// Where a group sends a batch of connections leaving, and the slot to go
 /// on from.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -75,7 +85,7 @@ pub(crate) struct GroupShared<S> {
     /// A handoff asks for the next batch of connections that can move
     /// (see [`GroupShared::hand_off`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
-    departures: Mutex<Option<(u32, Leaving)>>,
+    departures: Mutex<Option<(u32, Phase, Leaving)>>,
 }
 
 /// A connection on its way to a group.
@@ -118,8 +128,8 @@ impl<S> GroupShared<S> {
     /// (their sockets out of its epoll) with the slot to go on from
     /// (`None`: it has looked at every slot), and goes on serving the rest.
     #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub(crate) fn hand_off(&self, from: u32, reply: Leaving) {
-        *self.departures.lock().unwrap_or_else(|p| p.into_inner()) = Some((from, reply));
+    pub(crate) fn hand_off(&self, from: u32, phase: Phase, reply: Leaving) {
+        *self.departures.lock().unwrap_or_else(|p| p.into_inner()) = Some((from, phase, reply));
         self.waker.wake();
     }
 
@@ -264,6 +274,9 @@ impl<H: Handler> Group<H> {
             if !busy {
                 let finished = !group.shared.accepting.load(Ordering::SeqCst) && group.live == 0;
                 if finished && lock(&group.shared.incoming).is_empty() {
+                    // A handoff waiting on this group hears it has nothing.
+                    #[cfg(all(target_os = "linux", feature = "handoff"))]
+                    drop(group.shared.departures.lock().map(|mut d| d.take()));
                     return Poll::Ready(());
                 }
                 return Poll::Pending;
@@ -493,11 +506,18 @@ impl<H: Handler> Group<H> {
     /// the group and not started yet are started first, so they move too.
     fn hand_off_if_asked(&mut self) {
         let departures = &self.shared.departures;
-        let Some((from, reply)) = departures.lock().unwrap_or_else(|p| p.into_inner()).take()
+        let Some((from, phase, reply)) =
+            departures.lock().unwrap_or_else(|p| p.into_inner()).take()
         else {
             return;
         };
-        self.take_incoming();
+        if from == 0 {
+            // Slots they take are behind no later batch's start.
+            self.take_incoming();
+        }
+        // Deliveries posted to its connections go in their queues first:
+        // they move with them.
+        self.shared.posted.run(&mut self.jobs);
         let mut departures = Vec::new();
         let (mut bytes, mut stayed) = (0, 0usize);
         let mut next = None;
@@ -509,7 +529,10 @@ impl<H: Handler> Group<H> {
             let Some(entry) = self.slots.get_mut(slot) else {
                 continue;
             };
-            let moved = match entry.connection.hand_off(&self.env) {
+            let moved = match entry
+                .connection
+                .hand_off(&self.env, phase == Phase::Requests)
+            {
                 Ok(moved) => moved,
                 Err(reason) => {
                     stayed += 1;

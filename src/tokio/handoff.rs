@@ -9,45 +9,103 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use super::group::{GroupShared, Incoming, Start, least_loaded};
+use tokio::sync::watch;
+
+use super::group::{GroupShared, Incoming, Phase, Start, least_loaded};
 use crate::connection::endpoint::Endpoint;
+use crate::connection::handler::ServerHandler;
+use crate::connection::lifecycle::Env;
 use crate::handoff::Arriving;
 use crate::handoff::channel::Channel;
-use crate::handoff::protocol::{Departure, Predecessor, Received, Successor};
+use crate::handoff::protocol::{ANSWER_TIMEOUT, Departure, Predecessor, Received, Successor};
 
 /// A tokio server's two sides of a handoff.
 #[derive(Default)]
 pub(super) struct Handoff {
     /// Where it waits for a successor.
-    pub(super) socket: Option<HandoffSocket>,
-    /// Where it took over from, and the predecessor's connections still to
-    /// come there.
-    pub(super) predecessor: Option<(PathBuf, Successor)>,
+    pub(super) socket: OnceLock<HandoffSocket>,
+    /// Where it is to wait for one once its predecessor, which listens
+    /// there now, is done: the path, and the word that it is (`true`) or
+    /// that it failed (`false`: the path stays the predecessor's).
+    pub(super) later: Option<(PathBuf, Option<watch::Receiver<Option<bool>>>)>,
+    /// Where it took over from, and what is still to come from there.
+    pub(super) predecessor: Option<(PathBuf, Taken)>,
+}
+
+/// What a successor has from its predecessor before it serves: the
+/// channel for the open connections still to come, the requests it holds,
+/// and the server's state.
+pub(super) struct Taken {
+    successor: Successor,
+    held: Vec<(Arriving, OwnedFd)>,
+    state: Vec<u8>,
 }
 
 impl Handoff {
-    /// If this server took over, takes in the predecessor's connections
-    /// on a thread of its own (see [`take_in`]).
-    pub(super) fn take_in<S: Send + 'static>(
+    /// If this server took over: applies the predecessor's server state
+    /// (`ServerHandler::take_over_server`), hands the requests it held to
+    /// the groups, and takes in the open connections still to come on a
+    /// thread of its own (see [`take_in`]). Before anything is accepted.
+    pub(super) fn take_in<H: ServerHandler>(
         &mut self,
-        groups: &[Arc<GroupShared<S>>],
+        handler: &H,
+        groups: &[Arc<GroupShared<H::State>>],
         endpoint: &Arc<Endpoint>,
     ) -> io::Result<()> {
-        if let Some((_, successor)) = self.predecessor.take() {
-            let (groups, endpoint) = (groups.to_vec(), endpoint.clone());
-            std::thread::Builder::new()
-                .name("rapidws-take-over".into())
-                .spawn(move || take_in(successor, groups, endpoint))?;
+        let Some((_, taken)) = self.predecessor.take() else {
+            return Ok(());
+        };
+        let (done, finished) = watch::channel(None);
+        if let Some((_, waiting)) = &mut self.later {
+            *waiting = Some(finished);
         }
+        let Taken {
+            successor,
+            held,
+            state,
+        } = taken;
+        if let Err(error) = handler.take_over_server(&state) {
+            tracing::error!(%error, "the predecessor's server state was refused; serving without it");
+        }
+        for (arriving, fd) in held {
+            hand_to_least_loaded(groups, endpoint, arriving, fd);
+        }
+        let (groups, endpoint) = (groups.to_vec(), endpoint.clone());
+        std::thread::Builder::new()
+            .name("rapidws-take-over".into())
+            .spawn(move || {
+                let whole = take_in(successor, groups, endpoint);
+                let _ = done.send(Some(whole));
+            })?;
         Ok(())
     }
 
     /// The next successor to connect (never, without a handoff socket).
     /// An accept that fails is logged and waited past.
     pub(super) async fn successor(&self) -> UnixStream {
-        let Some(socket) = &self.socket else {
+        if self.socket.get().is_none()
+            && let Some((path, Some(finished))) = &self.later
+        {
+            let mut finished = finished.clone();
+            let whole = finished.wait_for(Option::is_some).await.map(|w| *w);
+            if whole.ok().flatten() != Some(true) {
+                // The predecessor serves on: its path stays its own.
+                return std::future::pending().await;
+            }
+            match HandoffSocket::bind(path, true) {
+                Ok(socket) => {
+                    tracing::info!(path = %path.display(), "listening for a successor");
+                    let _ = self.socket.set(socket);
+                }
+                Err(error) => {
+                    tracing::error!(%error, path = %path.display(), "cannot listen for a successor");
+                    return std::future::pending().await;
+                }
+            }
+        }
+        let Some(socket) = self.socket.get() else {
             return std::future::pending().await;
         };
         loop {
@@ -64,15 +122,15 @@ impl Handoff {
 
     /// Hands the server to `successor` (see [`hand_off`]): true if it has
     /// everything now, and this server is to end.
-    pub(super) async fn hand_off<S: Send + 'static>(
+    pub(super) async fn hand_off<H: ServerHandler>(
         &self,
         successor: UnixStream,
         listener: &tokio::io::unix::AsyncFd<mio::net::TcpListener>,
-        groups: &[Arc<GroupShared<S>>],
-        endpoint: &Arc<Endpoint>,
+        groups: &[Arc<GroupShared<H::State>>],
+        env: &Env<H>,
     ) -> io::Result<bool> {
         let listener = listener.get_ref().as_fd().try_clone_to_owned()?;
-        Ok(hand_off(successor, listener, groups, endpoint).await)
+        Ok(hand_off(successor, listener, groups, env).await)
     }
 }
 
@@ -123,10 +181,15 @@ impl HandoffSocket {
     }
 }
 
-/// Connects to the process listening at `path` and takes its greeting:
-/// the channel for the connections to come and the listening socket.
-pub(super) async fn meet(path: &Path) -> io::Result<(Successor, std::net::TcpListener)> {
+/// Connects to the process listening at `path`, and takes what comes
+/// before anything is served: the requests it moves first (held), its
+/// server state and its listening socket.
+pub(super) async fn meet(
+    path: &Path,
+    endpoint: &Arc<Endpoint>,
+) -> io::Result<(Taken, std::net::TcpListener)> {
     let path = path.to_owned();
+    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
     tokio::task::spawn_blocking(move || {
         let stream = UnixStream::connect(&path).map_err(|error| {
             io::Error::new(
@@ -134,7 +197,20 @@ pub(super) async fn meet(path: &Path) -> io::Result<(Successor, std::net::TcpLis
                 format!("taking over from {}: {error}", path.display()),
             )
         })?;
-        let (successor, listeners) = Successor::meet(Channel::new(stream))?;
+        let mut successor = Successor::meet(Channel::new(stream))?;
+        let mut held = Vec::new();
+        let (state, listeners) = loop {
+            match successor.receive(|bytes| Arriving::read(bytes, limits, &pool))? {
+                Received::Batch(batch) => held.extend(batch),
+                Received::State(state, listeners) => break (state, listeners),
+                Received::Done => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the running process ended the handoff without its listening socket",
+                    ));
+                }
+            }
+        };
         let [listener]: [OwnedFd; 1] = listeners.try_into().map_err(|fds: Vec<_>| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -146,7 +222,12 @@ pub(super) async fn meet(path: &Path) -> io::Result<(Successor, std::net::TcpLis
         })?;
         let listener = std::net::TcpListener::from(listener);
         listener.set_nonblocking(true)?;
-        Ok((successor, listener))
+        let taken = Taken {
+            successor,
+            held,
+            state,
+        };
+        Ok((taken, listener))
     })
     .await
     .map_err(io::Error::other)?
@@ -160,7 +241,7 @@ fn take_in<S: Send + 'static>(
     mut successor: Successor,
     groups: Vec<Arc<GroupShared<S>>>,
     endpoint: Arc<Endpoint>,
-) {
+) -> bool {
     let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
     let mut taken = 0usize;
     loop {
@@ -173,11 +254,15 @@ fn take_in<S: Send + 'static>(
             }
             Ok(Received::Done) => {
                 tracing::info!(connections = taken, "took over every connection");
-                return;
+                return true;
+            }
+            Ok(Received::State(..)) => {
+                tracing::error!("the predecessor sent its state twice; the handoff stops here");
+                return false;
             }
             Err(error) => {
                 tracing::error!(%error, taken, "the handoff stopped; the rest stays with the running process");
-                return;
+                return false;
             }
         }
     }
@@ -198,25 +283,24 @@ fn hand_to_least_loaded<S>(
     });
 }
 
-/// Hands the server to the successor on `stream`: greets it with the
-/// listening socket `listener`, then has each group give up a batch of
-/// connections that can move, sends it, and asks for the next once it is
-/// acknowledged (a connection is frozen for its batch's trip only). True
-/// once the successor has everything; false if the handoff failed, after
-/// the batch it did not take is back in the groups (the server then goes
-/// on as before, with the connections not handed over).
-async fn hand_off<S: Send + 'static>(
+/// Hands the server to the successor on `stream`: the requests being
+/// read first (a bus's publishers), then the server's state and the
+/// listening socket `listener`, then the open connections; each group
+/// gives up a batch at a time, sent and acknowledged before the next
+/// leaves it (a connection is frozen for its batch's trip only). True once
+/// the successor has everything; false if the handoff failed, after the
+/// batch it did not take is back in the groups (the server then goes on,
+/// with the connections not handed over, accepting again).
+async fn hand_off<H: ServerHandler>(
     stream: UnixStream,
     listener: OwnedFd,
-    groups: &[Arc<GroupShared<S>>],
-    endpoint: &Arc<Endpoint>,
+    groups: &[Arc<GroupShared<H::State>>],
+    env: &Env<H>,
 ) -> bool {
-    let greeted = tokio::task::spawn_blocking(move || {
-        Predecessor::greet(Channel::new(stream), &[listener.as_fd()])
-    })
-    .await
-    .map_err(io::Error::other)
-    .and_then(|greeted| greeted);
+    let greeted = tokio::task::spawn_blocking(move || Predecessor::greet(Channel::new(stream)))
+        .await
+        .map_err(io::Error::other)
+        .and_then(|greeted| greeted);
     let mut predecessor = match greeted {
         Ok(predecessor) => predecessor,
         Err(error) => {
@@ -226,46 +310,72 @@ async fn hand_off<S: Send + 'static>(
     };
     let began = std::time::Instant::now();
     let mut handed = 0;
-    for group in groups {
-        let mut from = Some(0);
-        while let Some(slot) = from {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            group.hand_off(slot, reply);
-            // A group that ended has nothing left.
-            let (batch, next) = answer.await.unwrap_or_default();
-            from = next;
-            if batch.is_empty() {
-                continue;
-            }
+    let mut listener = Some(listener);
+    for phase in [Phase::Requests, Phase::Open] {
+        if let Some(listener) = listener.take_if(|_| phase == Phase::Open) {
+            let state = env.handler.hand_off_server();
             let sent = tokio::task::spawn_blocking(move || {
-                let sent = predecessor.send_batch(&batch);
-                (predecessor, sent, batch)
+                let sent = predecessor.send_state(&state, &[listener.as_fd()]);
+                (predecessor, sent)
             })
             .await;
-            let batch = match sent {
-                Ok((back, Ok(()), batch)) => {
-                    predecessor = back;
-                    handed += batch.len();
-                    // The successor's now: our descriptors close.
-                    drop(batch);
-                    continue;
-                }
-                Ok((_, Err(error), batch)) => {
-                    tracing::error!(
-                        %error,
-                        handed,
-                        "the handoff failed; serving on with the connections not handed over"
-                    );
-                    batch
+            match sent {
+                Ok((back, Ok(()))) => predecessor = back,
+                Ok((back, Err(error))) => {
+                    back.abandon();
+                    tracing::error!(%error, handed, "the handoff failed; serving on");
+                    return false;
                 }
                 Err(error) => {
-                    // The sending thread panicked: its batch went with it.
                     tracing::error!(%error, "the handoff's thread failed");
                     return false;
                 }
-            };
-            take_back(batch, groups, endpoint);
-            return false;
+            }
+        }
+        for group in groups {
+            let mut from = Some(0);
+            while let Some(slot) = from {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                group.hand_off(slot, phase, reply);
+                // A group that ended has nothing left (its task drops the
+                // request; the timeout is a backstop).
+                let answered = tokio::time::timeout(ANSWER_TIMEOUT, answer).await;
+                let (batch, next) = answered.ok().and_then(Result::ok).unwrap_or_default();
+                from = next;
+                if batch.is_empty() {
+                    continue;
+                }
+                let sent = tokio::task::spawn_blocking(move || {
+                    let sent = predecessor.send_batch(&batch);
+                    (predecessor, sent, batch)
+                })
+                .await;
+                let batch = match sent {
+                    Ok((back, Ok(()), batch)) => {
+                        predecessor = back;
+                        handed += batch.len();
+                        // The successor's now: our descriptors close.
+                        drop(batch);
+                        continue;
+                    }
+                    Ok((back, Err(error), batch)) => {
+                        back.abandon();
+                        tracing::error!(
+                            %error,
+                            handed,
+                            "the handoff failed; serving on with the connections not handed over"
+                        );
+                        batch
+                    }
+                    Err(error) => {
+                        // The sending thread panicked: its batch went with it.
+                        tracing::error!(%error, "the handoff's thread failed");
+                        return false;
+                    }
+                };
+                take_back(batch, groups, &env.endpoint);
+                return false;
+            }
         }
     }
     if let Err(error) = tokio::task::spawn_blocking(move || predecessor.finish())

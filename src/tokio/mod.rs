@@ -84,7 +84,12 @@ struct Handoff(());
 
 #[cfg(not(all(target_os = "linux", feature = "handoff")))]
 impl Handoff {
-    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<()> {
+    fn take_in<H: Handler>(
+        &mut self,
+        _: &H,
+        _: &[Arc<GroupShared<H::State>>],
+        _: &Arc<Endpoint>,
+    ) -> io::Result<()> {
         Ok(())
     }
 
@@ -92,12 +97,12 @@ impl Handoff {
         std::future::pending().await
     }
 
-    async fn hand_off<S>(
+    async fn hand_off<H: Handler>(
         &self,
         successor: std::convert::Infallible,
         _: &tokio::io::unix::AsyncFd<mio::net::TcpListener>,
-        _: &[Arc<GroupShared<S>>],
-        _: &Arc<Endpoint>,
+        _: &[Arc<GroupShared<H::State>>],
+        _: &Env<H>,
     ) -> io::Result<bool> {
         match successor {}
     }
@@ -121,10 +126,14 @@ impl<H: ServerHandler> Server<H> {
 
     /// Serves on a listener the caller has set up.
     pub fn from_listener(listener: TcpListener, handler: H, config: Config) -> Self {
+        Server::with_endpoint(listener, handler, Endpoint::new(config, "tokio"))
+    }
+
+    fn with_endpoint(listener: TcpListener, handler: H, endpoint: Arc<Endpoint>) -> Self {
         Server {
             listener,
             handler: Arc::new(handler),
-            endpoint: Endpoint::new(config, "tokio"),
+            endpoint,
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]
@@ -151,9 +160,11 @@ impl<H: ServerHandler> Server<H> {
         config: Config,
     ) -> io::Result<Self> {
         let path = path.as_ref();
-        let (successor, listener) = handoff::meet(path).await?;
-        let mut server = Server::from_listener(TcpListener::from_std(listener)?, handler, config);
-        server.handoff.predecessor = Some((path.to_owned(), successor));
+        let endpoint = Endpoint::new(config, "tokio");
+        let (taken, listener) = handoff::meet(path, &endpoint).await?;
+        let listener = TcpListener::from_std(listener)?;
+        let mut server = Server::with_endpoint(listener, handler, endpoint);
+        server.handoff.predecessor = Some((path.to_owned(), taken));
         Ok(server)
     }
 
@@ -168,14 +179,21 @@ impl<H: ServerHandler> Server<H> {
     /// does not answer for 10 s), the server takes back what it did not
     /// hand over and goes on serving. A socket file left at `path` by a
     /// process that ended is replaced; one where a process still listens is
-    /// an error, unless this server took over from there. Connections of a
+    /// an error, unless this server took over from there: then it listens
+    /// there once its predecessor is done (until then the path is the
+    /// predecessor's, which keeps it should the handoff fail). Connections of a
     /// wss server are served by the stream driver and do not move (they
     /// are closed with 1012). (Linux, feature `handoff`.)
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
         let path = path.as_ref();
-        let replacing = matches!(&self.handoff.predecessor, Some((from, _)) if from == path);
-        self.handoff.socket = Some(handoff::HandoffSocket::bind(path, replacing)?);
+        if matches!(&self.handoff.predecessor, Some((from, _)) if from == path) {
+            // The predecessor listens there until it is done.
+            self.handoff.later = Some((path.to_owned(), None));
+        } else {
+            let socket = handoff::HandoffSocket::bind(path, false)?;
+            self.handoff.socket = std::sync::OnceLock::from(socket);
+        }
         Ok(self)
     }
 
@@ -239,7 +257,7 @@ impl<H: ServerHandler> Server<H> {
         let env = Env::server(endpoint.clone(), handler);
         let groups = Groups::spawn(&env)?;
         // A predecessor's connections, if this server took over.
-        handoff.take_in(&groups.0, &endpoint)?;
+        handoff.take_in(&*env.handler, &groups.0, &endpoint)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {
@@ -248,7 +266,7 @@ impl<H: ServerHandler> Server<H> {
                 successor = handoff.successor() => {
                     // Not accepting meanwhile: the successor has the
                     // listening socket from the start.
-                    if handoff.hand_off(successor, &listener, &groups.0, &endpoint).await? {
+                    if handoff.hand_off(successor, &listener, &groups.0, &env).await? {
                         // What stays is closed with 1012, at once.
                         endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
                         break;

@@ -105,19 +105,8 @@ impl Session {
     /// [`Session::read`] would.
     pub fn snapshot(&mut self, input: &mut BytesMut) -> Result<SessionSnapshot, Unmovable> {
         self.settle(input);
-        if self.held.is_some() {
-            return Err(Unmovable::HeldFailure);
-        }
-        if self.state != State::Open {
-            return Err(Unmovable::Closing);
-        }
+        self.movable()?;
         let compressed = self.rules.allowed_rsv & RSV1 != 0;
-        if self.inflater.as_ref().is_some_and(|i| i.keeps_context()) {
-            return Err(Unmovable::InflateContext);
-        }
-        if self.fragmented.is_some_and(|f| f.compressed) {
-            return Err(Unmovable::CompressedMessage);
-        }
         let fragment = match (&self.frame, self.fragmented.is_some()) {
             // A fragment whose earlier bytes went to the assembly.
             (Some(frame), true) if !frame.header.opcode.is_control() => {
@@ -161,6 +150,29 @@ impl Session {
             hold_failures: self.hold_failures,
             assembly,
         })
+    }
+
+    /// Whether [`Session::snapshot`] would move the session now (it
+    /// changes nothing): a caller with work of its own to undo asks first.
+    pub fn movable(&self) -> Result<(), Unmovable> {
+        if self.held.is_some() {
+            return Err(Unmovable::HeldFailure);
+        }
+        if self.state != State::Open {
+            return Err(Unmovable::Closing);
+        }
+        if self.inflater.as_ref().is_some_and(|i| i.keeps_context()) {
+            return Err(Unmovable::InflateContext);
+        }
+        if self.fragmented.is_some_and(|f| f.compressed) {
+            return Err(Unmovable::CompressedMessage);
+        }
+        Ok(())
+    }
+
+    /// The limits the session reads under.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// A session that goes on from `snapshot`, reading the bytes handed over

@@ -388,6 +388,15 @@ impl WriteQueue {
         self.len.add(n);
     }
 
+    /// Queues bytes another writer began to write (what a connection
+    /// handed over from another process had queued, the rest of a frame
+    /// first): they count as started, so no reply or pong overtakes any of
+    /// them (nobody knows where their frames begin).
+    pub fn push_started(&mut self, bytes: &[u8]) {
+        self.push_raw(bytes);
+        self.keep_ahead_of_replies();
+    }
+
     /// Queues raw bytes, for the HTTP handshake request or response: they
     /// count as a message of the ordered lane.
     pub fn push_raw(&mut self, bytes: &[u8]) {

@@ -670,3 +670,23 @@ fn replies_overtake_prepared_frames_not_yet_started() {
     );
     assert_eq!(out.len(), expected.len() + 3 * news.frame().len());
 }
+
+#[test]
+fn bytes_begun_elsewhere_go_out_before_any_reply() {
+    // The rest of a 40 KiB frame another writer began (its header went
+    // out there), then a pong and a reply: they wait behind all of it.
+    for len in [100, 40 << 10] {
+        let begun: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut q = WriteQueue::new();
+        q.push_started(&begun);
+        q.push_pong(b"p");
+        q.push_reply(0, OpCode::Text, b"r");
+        let out = drain(&mut q, 4096);
+        assert_eq!(&out[..len], &begun[..], "{len} bytes");
+        assert_eq!(
+            &out[len..],
+            &[0x8A, 1, b'p', 0x81, 1, b'r'][..],
+            "{len} bytes"
+        );
+    }
+}
