@@ -34,6 +34,22 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// The grant as JSON, for a connection handed to the next process.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "topics": self.topics, "expires": self.expires })
+    }
+
+    /// A grant [`Grant::to_json`] made; `None` if it is not one.
+    pub fn from_json(value: &serde_json::Value) -> Option<Grant> {
+        let topics = value["topics"]
+            .as_array()?
+            .iter()
+            .map(|t| t.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()?;
+        let expires = value["expires"].as_u64()?;
+        Some(Grant { topics, expires })
+    }
+
     /// Whether the token names `topic` (exactly, by a `prefix*`, or `*`).
     pub fn allows(&self, topic: &str) -> bool {
         self.topics

@@ -6,6 +6,8 @@
 //! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
 //! cargo run --release --example notify_bus -- --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001 [...]
 //! cargo run --release --example notify_bus -- --publish-token T --jwt-secret S [--metrics] [--drain-secs 30]
+//! cargo run --release --example notify_bus -- --history 10000 --handoff-socket /tmp/bus.sock
+//! cargo run --release --example notify_bus -- --history 10000 --take-over /tmp/bus.sock --handoff-socket /tmp/bus.sock
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
@@ -73,6 +75,17 @@
 //! `--redis-secret S` (the same on every node) only messages signed with S
 //! are delivered, so a party that can write to Redis cannot inject,
 //! replay or misattribute one.
+//!
+//! A deploy that keeps every connection (Linux, `--backend tokio`):
+//! started with `--handoff-socket PATH`, the bus hands everything to a new
+//! process started with the same arguments and `--take-over PATH`, and
+//! exits 0: the publishers' connections first, then the topics (numbering
+//! and history), then each subscriber with its topics, format, token and
+//! the position it had been sent up to. The new process replays from
+//! history what was published while a subscriber was on its way, so it
+//! gets every publication exactly once, in order, and never sees a close;
+//! with history too short for that, a `positions=1` subscriber is told
+//! `{"topic":"a","recovered":false}` where the gap is.
 //!
 //! A subscriber that reads too slowly misses messages (they are dropped for
 //! it and counted in `/stats`) unless `--overflow close` (or `--close-slow`)
@@ -317,6 +330,59 @@ impl Handler for Bus {
             tokens.forget(conn, grant);
         }
     }
+
+    /// `--handoff-socket`: a subscriber moves with its topics, each with
+    /// the position it has been sent up to (nothing is published here once
+    /// the publishers moved, so that is the topic's latest), its format
+    /// and its token's grant.
+    fn hand_off(&self, conn: &Conn, session: &mut Session) -> Option<Vec<u8>> {
+        let topics: Vec<_> = self
+            .pubsub
+            .topics(conn)
+            .iter()
+            .map(|topic| {
+                let position = self.pubsub.position(topic).map(|p| p.to_string());
+                json!([&**topic, position])
+            })
+            .collect();
+        let grant = session.grant.as_ref().map(auth::Grant::to_json);
+        if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
+            tokens.forget(conn, grant);
+        }
+        let state = json!({ "positions": session.positions, "topics": topics, "grant": grant });
+        Some(state.to_string().into_bytes())
+    }
+
+    /// `--take-over`: the subscriber's topics again, each resumed after
+    /// the position it had been sent up to (what was published since, in
+    /// this process, is replayed from history first: exactly once).
+    fn take_over(&self, conn: &Conn, state: &[u8]) -> Option<Session> {
+        let state: serde_json::Value = serde_json::from_slice(state).ok()?;
+        let positions = state["positions"].as_bool()?;
+        let grant = match &state["grant"] {
+            serde_json::Value::Null => None,
+            grant => Some(auth::Grant::from_json(grant)?),
+        };
+        if let (Some(tokens), Some(grant)) = (&self.tokens, &grant) {
+            tokens.watch(conn, grant, None);
+        }
+        for topic in state["topics"].as_array()? {
+            let name = topic[0].as_str()?;
+            let how = match topic[1].as_str().map(str::parse::<Position>) {
+                Some(Ok(position)) => self.how(positions, Start::Now).after_handoff(position),
+                _ => self.how(positions, Start::Now),
+            };
+            let _ = match &self.bridge {
+                Some(bridge) => bridge.subscribe_with(conn, name, &how).map(drop),
+                None => self.pubsub.subscribe_with(conn, name, &how).map(drop),
+            };
+        }
+        Some(Session {
+            positions,
+            opening: Vec::new(),
+            grant,
+        })
+    }
 }
 
 /// A refused command, as the connection's format shows it.
@@ -329,6 +395,18 @@ fn refusal(positions: bool, why: &str) -> String {
 }
 
 impl ServerHandler for Bus {
+    /// `--handoff-socket`: the topics (numbering and history) go to the
+    /// successor before the subscribers do.
+    fn hand_off_server(&self) -> Vec<u8> {
+        self.pubsub.hand_off()
+    }
+
+    fn take_over_server(&self, state: &[u8]) -> Result<(), String> {
+        let topics = self.pubsub.take_over(state).map_err(|e| e.to_string())?;
+        tracing::info!(topics, "took over the topics");
+        Ok(())
+    }
+
     fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Session, Reject> {
         if request.path() != "/ws" {
             return Err(Reject::new(

@@ -119,6 +119,11 @@ impl Log {
         Since::All(self.entries.range(skip.min(self.entries.len())..))
     }
 
+    /// Every publication kept, oldest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<Publication>> {
+        self.entries.iter()
+    }
+
     /// The latest publication kept.
     pub(super) fn latest(&self) -> Option<&Arc<Publication>> {
         self.entries.back()

@@ -108,6 +108,7 @@
 //! [`Prepared`]: crate::proto::Prepared
 
 mod envelope;
+mod handoff;
 mod history;
 mod log;
 mod meters;
@@ -346,6 +347,8 @@ pub enum Start {
 pub struct Subscribe {
     start: Start,
     envelope: Option<Arc<dyn Envelope>>,
+    /// A whole replay is not told (see [`Subscribe::after_handoff`]).
+    quiet_when_whole: bool,
 }
 
 impl std::fmt::Debug for Subscribe {
@@ -373,6 +376,17 @@ impl Subscribe {
     /// subscriptions: each publication is wrapped once for all of them).
     pub fn envelope(mut self, envelope: Arc<dyn Envelope>) -> Subscribe {
         self.envelope = Some(envelope);
+        self
+    }
+
+    /// A subscription carried on from the previous process (a handoff:
+    /// `Handler::take_over`), which had delivered up to `position`: what
+    /// was published since is replayed as with [`Start::After`], but the
+    /// client, which never resubscribed, is told only if something is
+    /// missing ([`Envelope::recovery`] with false), not that all is well.
+    pub fn after_handoff(mut self, position: Position) -> Subscribe {
+        self.start = Start::After(position);
+        self.quiet_when_whole = true;
         self
     }
 }
@@ -1216,7 +1230,11 @@ impl Inner {
                         Some(Since::Gap) | None => false,
                     }
                 };
-                if let Some(signal) = envelope.and_then(|e| e.recovery(&entry.name, whole)) {
+                let told = !(whole && how.quiet_when_whole);
+                if let Some(signal) = envelope
+                    .filter(|_| told)
+                    .and_then(|e| e.recovery(&entry.name, whole))
+                {
                     let _ = conn.send_signal(&envelope::prepare(&signal));
                 }
                 Some(whole)

@@ -451,7 +451,7 @@ impl Registry {
 
     /// What `pick` takes from each topic, one shard (and one topic) locked
     /// at a time.
-    fn collect<T>(&self, pick: impl Fn(&Arc<str>, &TopicState) -> Option<T>) -> Vec<T> {
+    pub(super) fn collect<T>(&self, pick: impl Fn(&Arc<str>, &TopicState) -> Option<T>) -> Vec<T> {
         let mut found = Vec::new();
         for index in 0..self.shards.len() {
             let shard = self.lock_shard(index);

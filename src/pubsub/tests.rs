@@ -624,3 +624,72 @@ fn history_loaded_from_elsewhere_is_replayed_and_joins_the_live_ones() {
         Some((1, Some(4)))
     );
 }
+
+#[test]
+fn topics_handed_over_number_on_and_a_moved_subscriber_resumes_quietly_once() {
+    // The predecessor: two topics; a subscriber of `t` has been sent up
+    // to offset 3.
+    let (old, list, a, marks) = subscribed_with_marks();
+    for n in 1..=3 {
+        old.publish("t", Message::Text(&format!("p{n}")));
+    }
+    old.publish("u", Message::Text("not kept"));
+    list.run(usize::MAX);
+    assert_eq!(frames(&a), ["o1", "o2", "o3"]);
+    let moved_at = old.position("t").unwrap();
+    let bytes = old.hand_off();
+
+    // The successor takes the topics, publishes two more, then the
+    // subscriber arrives and resumes from where it was.
+    let new = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    assert_eq!(new.take_over(&bytes), Ok(2), "`t` and `u`, both kept");
+    assert_eq!(new.position("t"), Some(moved_at), "numbering goes on");
+    assert_eq!(
+        new.publish("t", Message::Text("p4"))
+            .position
+            .unwrap()
+            .offset,
+        4
+    );
+    assert_eq!(
+        new.publish("t", Message::Text("p5"))
+            .position
+            .unwrap()
+            .offset,
+        5
+    );
+    let list = Arc::new(Loop::default());
+    let b = conn(&list, 2, 1 << 20);
+    let how = Subscribe::new()
+        .envelope(marks.clone())
+        .after_handoff(moved_at);
+    let subscribed = new.subscribe_with(&b, "t", &how).unwrap();
+    assert_eq!(subscribed.recovered, Some(true));
+    new.publish("t", Message::Text("p6"));
+    list.run(usize::MAX);
+    // Nothing twice, nothing missing, and no "recovered" signal.
+    assert_eq!(frames(&b), ["o4", "o5", "o6"]);
+    // One that missed more than history holds is told.
+    let c = conn(&list, 3, 1 << 20);
+    let older = Position {
+        epoch: moved_at.epoch,
+        offset: 0,
+    };
+    let mut cut = bytes.clone();
+    // (A history of 10 holds 1..=5 here: resume from 0 is whole too.)
+    let how = Subscribe::new().envelope(marks).after_handoff(older);
+    new.subscribe_with(&c, "t", &how).unwrap();
+    assert_eq!(frames(&c), ["o1", "o2", "o3", "o4", "o5", "o6"]);
+
+    // Altered or cut bytes are refused, never a panic.
+    for end in 0..cut.len() {
+        assert!(
+            PubSub::new().take_over(&cut[..end]).is_err(),
+            "cut at {end}"
+        );
+    }
+    cut[0] = 9;
+    assert!(PubSub::new().take_over(&cut).is_err());
+}
