@@ -52,18 +52,6 @@ fn start_successor(addr: SocketAddr, socket: &Path) -> Child {
     )
 }
 
-/// Waits (at most `within`) for `child` to exit; true if it exited 0.
-async fn exits_zero(child: &mut Child, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            return status.success();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("still running {within:?} after its successor started");
-}
-
 /// What one talking client saw.
 struct Talked {
     /// Messages echoed, in order and intact.
@@ -240,17 +228,7 @@ async fn read_exactly(stream: &mut TcpStream, bytes: usize) -> Vec<u8> {
 async fn raw_upgraded_small(addr: SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(16 << 10).unwrap();
-    let mut stream = socket.connect(addr).await.unwrap();
-    stream
-        .write_all(upgrade_request("/", "").as_bytes())
-        .await
-        .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.extend(read_exactly(&mut stream, 1).await);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101 "));
-    stream
+    upgrade_raw(socket.connect(addr).await.unwrap(), "").await.0
 }
 
 /// The length of a server frame's header, from its first bytes.
@@ -368,11 +346,7 @@ async fn a_handoff_while_a_request_is_half_sent() {
     let mut new = start_successor(addr, &socket);
     assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
     stream.write_all(later).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.extend(read_exactly(&mut stream, 1).await);
-    }
-    let head = String::from_utf8(head).unwrap();
+    let head = read_head(&mut stream).await;
     assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
     stream
         .write_all(&client_frame(true, 1, b"after"))

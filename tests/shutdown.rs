@@ -59,18 +59,6 @@ fn terminate(child: &Child) {
     assert_eq!(sent, 0);
 }
 
-/// Waits (at most `within`) for `child` to exit; true if it exited 0.
-async fn exits_zero(child: &mut Child, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            return status.success();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("still running {within:?} after SIGTERM");
-}
-
 /// Collects when each connection saw its close (after `start`) and with
 /// which code.
 async fn closes(

@@ -763,20 +763,43 @@ pub async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
 /// Opens a raw, upgraded connection whose request carries the header lines
 /// `extra`; returns it with the `101` response head.
 pub async fn raw_upgraded_with(addr: SocketAddr, extra: &str) -> (TcpStream, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    upgrade_raw(stream, extra).await
+}
+
+/// Sends an upgrade request with the header lines `extra` on `stream` and
+/// reads the `101`; returns the stream, upgraded, with the response head.
+pub async fn upgrade_raw(mut stream: TcpStream, extra: &str) -> (TcpStream, String) {
     stream
         .write_all(upgrade_request("/", extra).as_bytes())
         .await
         .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    (stream, head)
+}
+
+/// Reads an HTTP response head, byte by byte (nothing after it is taken).
+pub async fn read_head(stream: &mut TcpStream) -> String {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         let mut byte = [0u8; 1];
         stream.read_exact(&mut byte).await.unwrap();
         head.push(byte[0]);
     }
-    let head = String::from_utf8(head).expect("an ASCII head");
-    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-    (stream, head)
+    String::from_utf8(head).expect("an ASCII head")
+}
+
+/// Waits (at most `within`) for `child` to exit; true if it exited 0.
+pub async fn exits_zero(child: &mut Child, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status.success();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still running {within:?} after it was told to end");
 }
 
 /// A masked client frame.
