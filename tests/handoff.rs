@@ -593,16 +593,21 @@ struct Heard {
 }
 
 /// 10,000 subscribers of `notify_bus` (1,000 topics, 10 each, with
-/// positions) and a publisher at 1,000 messages per second over one
-/// keep-alive HTTP connection, through a handoff: no subscriber sees a
+/// positions) and a publisher at 1,000 messages per second over
+/// keep-alive HTTP connections, through a handoff: no subscriber sees a
 /// close or a gap, every publication arrives exactly once and in order
-/// (offsets 1..=N of its topic), the publisher's connection moves too, and
-/// the old process exits 0.
+/// (offsets 1..=N of its topic, each with the payload published at that
+/// offset), the publisher's connection moves too, and the old process
+/// exits 0. Ten of the topics get nothing before the handoff (a topic
+/// taken over empty must keep its numbering for the subscribers on their
+/// way) and five publications each after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bus_deploy_delivers_every_publication_exactly_once() {
     let _turn = TEN_THOUSAND.lock().await;
     set_soft_limit(None);
     const TOPICS: usize = 1000;
+    // Published to from the start; the rest only after the handoff.
+    const BUSY: usize = 990;
     let socket = socket_path("bus");
     let path = socket.to_str().unwrap();
     let args = ["--history", "100000", "--handoff-socket", path];
@@ -612,6 +617,8 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
+    // Set once the last publication had time to arrive.
+    let heard_all = Arc::new(AtomicBool::new(false));
     let limit = Arc::new(tokio::sync::Semaphore::new(256));
     let mut opening = Vec::new();
     for i in 0..10_000 {
@@ -632,7 +639,7 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
     let mut listening = Vec::new();
     for opened in opening {
         let (topic, mut client) = opened.await.unwrap();
-        let (stop, handing) = (stop.clone(), handing.clone());
+        let (stop, handing) = (heard_all.clone(), handing.clone());
         listening.push(tokio::spawn(async move {
             let mut heard = Heard {
                 topic,
@@ -651,11 +658,14 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
                     other => panic!("subscriber of t{topic}: {other:?}"),
                 };
                 let delivery: serde_json::Value = serde_json::from_str(&text).unwrap();
-                let sent: u64 = delivery["data"]
+                let data = delivery["data"]
                     .as_str()
-                    .unwrap_or_else(|| panic!("not a delivery: {text}"))
-                    .parse()
-                    .unwrap();
+                    .unwrap_or_else(|| panic!("not a delivery: {text}"));
+                // `<offset>:<microseconds>`, as published.
+                let (offset, sent) = data.split_once(':').unwrap();
+                let sent: u64 = sent.parse().unwrap();
+                let offset: u64 = offset.parse().unwrap();
+                assert_eq!(Some(offset), delivery["offset"].as_u64(), "{text}");
                 if handing.load(Ordering::Relaxed) {
                     let delay = Duration::from_micros(micros_since(start).saturating_sub(sent));
                     heard.worst = heard.worst.max(delay);
@@ -675,10 +685,9 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
                 for _ in 0..10 {
-                    let topic = n % TOPICS;
-                    let offset = publisher
-                        .publish(&format!("t{topic}"), &micros_since(start).to_string())
-                        .await;
+                    let topic = n % BUSY;
+                    let data = format!("{}:{}", published[topic] + 1, micros_since(start));
+                    let offset = publisher.publish(&format!("t{topic}"), &data).await;
                     assert_eq!(offset, published[topic] + 1, "t{topic}'s numbering");
                     published[topic] = offset;
                     n += 1;
@@ -704,10 +713,21 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
         "the old bus did not exit 0 after the handoff"
     );
     let handed = began.elapsed();
+    // The quiet topics, through the new process.
+    let mut quiet = Publisher::connect(addr).await;
+    for topic in BUSY..TOPICS {
+        for offset in 1..=5 {
+            let data = format!("{offset}:{}", micros_since(start));
+            assert_eq!(quiet.publish(&format!("t{topic}"), &data).await, offset);
+        }
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let new_rss = resident_of(&new);
     stop.store(true, Ordering::Relaxed);
-    let published = publishing.await.unwrap();
+    let mut published = publishing.await.unwrap();
+    published[BUSY..].fill(5);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    heard_all.store(true, Ordering::Relaxed);
     let total: u64 = published.iter().sum();
     let mut worst = Vec::new();
     for listener in listening {

@@ -79,9 +79,10 @@
 //! A deploy that keeps every connection (Linux, `--backend tokio`):
 //! started with `--handoff-socket PATH`, the bus hands everything to a new
 //! process started with the same arguments and `--take-over PATH`, and
-//! exits 0: the publishers' connections first, then the topics (numbering
-//! and history), then each subscriber with its topics, format, token and
-//! the position it had been sent up to. The new process replays from
+//! exits 0: publishing stops there, the topics (numbering and history)
+//! go first, then every connection (a publisher's keep-alive connection
+//! with it) and each subscriber with its topics, format, token and the
+//! position it had been sent up to. The new process replays from
 //! history what was published while a subscriber was on its way, so it
 //! gets every publication exactly once, in order, and never sees a close;
 //! with history too short for that, a `positions=1` subscriber is told
@@ -341,14 +342,13 @@ impl Handler for Bus {
             .topics(conn)
             .iter()
             .map(|topic| {
-                let position = self.pubsub.position(topic).map(|p| p.to_string());
+                let position = self.pubsub.sent_up_to(conn, topic).map(|p| p.to_string());
                 json!([&**topic, position])
             })
             .collect();
         let grant = session.grant.as_ref().map(auth::Grant::to_json);
-        if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
-            tokens.forget(conn, grant);
-        }
+        // (Its token's expiry watch stays: this process ends soon, and
+        // should the connection stay after all, it is still enforced.)
         let state = json!({ "positions": session.positions, "topics": topics, "grant": grant });
         Some(state.to_string().into_bytes())
     }
@@ -363,14 +363,25 @@ impl Handler for Bus {
             serde_json::Value::Null => None,
             grant => Some(auth::Grant::from_json(grant)?),
         };
+        // Everything is read before anything is done: a state that does not
+        // read refuses the connection (closed with 1012) with nothing left
+        // behind.
+        let mut topics = Vec::new();
+        for topic in state["topics"].as_array()? {
+            let name = topic[0].as_str()?;
+            let position = match &topic[1] {
+                serde_json::Value::Null => None,
+                position => Some(position.as_str()?.parse::<Position>().ok()?),
+            };
+            topics.push((name, position));
+        }
         if let (Some(tokens), Some(grant)) = (&self.tokens, &grant) {
             tokens.watch(conn, grant, None);
         }
-        for topic in state["topics"].as_array()? {
-            let name = topic[0].as_str()?;
-            let how = match topic[1].as_str().map(str::parse::<Position>) {
-                Some(Ok(position)) => self.how(positions, Start::Now).after_handoff(position),
-                _ => self.how(positions, Start::Now),
+        for (name, position) in topics {
+            let how = match position {
+                Some(position) => self.how(positions, Start::Now).after_handoff(position),
+                None => self.how(positions, Start::Now),
             };
             let _ = match &self.bridge {
                 Some(bridge) => bridge.subscribe_with(conn, name, &how).map(drop),
@@ -405,6 +416,12 @@ impl ServerHandler for Bus {
         let topics = self.pubsub.take_over(state).map_err(|e| e.to_string())?;
         tracing::info!(topics, "took over the topics");
         Ok(())
+    }
+
+    /// A handoff failed after the successor took the topics: what it
+    /// numbered meanwhile must not alias ours.
+    fn take_back_server(&self) {
+        self.pubsub.renumber();
     }
 
     fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Session, Reject> {

@@ -45,6 +45,11 @@ pub(crate) struct Endpoint {
     /// Set (before the shutdown flag) when the shutdown is spread: the
     /// loops hand their connections to it instead of closing them.
     spreader: OnceLock<Arc<Spreader>>,
+    /// A handoff is under way: requests (plain HTTP, upgrades) are not
+    /// read or handled here, so nothing a request does (a publish) happens
+    /// after the server's state left.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    requests_frozen: AtomicBool,
     /// Held while a shutdown is started, so that a plain one and a spread
     /// one asked for at once make one shutdown of one kind.
     starting: Mutex<()>,
@@ -80,6 +85,8 @@ impl Endpoint {
             shutting_down: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
             spreader: OnceLock::new(),
+            #[cfg(all(target_os = "linux", feature = "handoff"))]
+            requests_frozen: AtomicBool::new(false),
             starting: Mutex::new(()),
             #[cfg(feature = "stream")]
             signals: Notify::new(),
@@ -303,6 +310,19 @@ impl Endpoint {
     /// Connections alive, including those still in the handshake or closing.
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
+    }
+
+    /// Stops (or lets go on) reading and handling requests, for a handoff
+    /// (see the field). A loop sees it from its next step on.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn freeze_requests(&self, frozen: bool) {
+        self.requests_frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Whether requests wait (see [`Endpoint::freeze_requests`]).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn requests_frozen(&self) -> bool {
+        self.requests_frozen.load(Ordering::Relaxed)
     }
 
     /// The metric handles (nothing without feature `metrics`).

@@ -169,21 +169,30 @@ pub trait ServerHandler: Handler {
     /// hands to the successor besides its connections (its pub/sub topics:
     /// [`PubSub::hand_off`](crate::pubsub::PubSub::hand_off)), as bytes
     /// for the successor's [`ServerHandler::take_over_server`]. Called once
-    /// the requests being read (plain HTTP, upgrades: the publishers of a
-    /// bus) have moved and before the open connections do, so that no
-    /// request here changes it afterwards; the successor applies it before
-    /// it serves anything. The default hands nothing.
+    /// requests (plain HTTP, upgrades: the publishers of a bus) have
+    /// stopped being handled here and before any connection moves, so no
+    /// request changes it afterwards; the successor applies it before it
+    /// serves anything. The default hands nothing.
     fn hand_off_server(&self) -> Vec<u8> {
         Vec::new()
     }
 
     /// Takes what the predecessor's [`ServerHandler::hand_off_server`]
-    /// made, before anything is served. An `Err` is logged and the server
-    /// goes on without it. The default takes nothing.
+    /// made, before anything is served. An `Err` refuses the handoff (the
+    /// predecessor serves on, and `take_over` returns the error). The
+    /// default takes nothing.
     fn take_over_server(&self, state: &[u8]) -> Result<(), String> {
         let _ = state;
         Ok(())
     }
+
+    /// A handoff failed after the successor took this server's state (it
+    /// refused or lost a batch of connections, or went away): this server
+    /// serves on with what it still has. Whatever the successor did with
+    /// the state meanwhile must not be mistaken for this server's own (for
+    /// a bus, publications it numbered: `PubSub::renumber` gives every topic
+    /// a new epoch). The default does nothing.
+    fn take_back_server(&self) {}
 }
 
 /// A server's two callbacks as plain functions: the connection code that

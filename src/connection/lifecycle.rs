@@ -313,6 +313,11 @@ impl<H: Handler> Lifecycle<H> {
                 if input.len() < handshake.body_end {
                     return false;
                 }
+                // A handoff under way: the request waits, and moves.
+                #[cfg(all(target_os = "linux", feature = "handoff"))]
+                if env.endpoint.requests_frozen() {
+                    return false;
+                }
                 let (handler, endpoint) = (&*env.handler, &*env.endpoint);
                 let out = &mut handshake.response;
                 // A client's connections start upgraded: only a server's
@@ -729,6 +734,17 @@ impl<H: Handler> Lifecycle<H> {
             }
             Stage::Done => false,
         }
+    }
+
+    /// [`Lifecycle::wants_read`], unless a handoff froze requests and this
+    /// is one: what a driver asks before it reads.
+    pub(crate) fn reads_now(&self, env: &Env<H>) -> bool {
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        if matches!(self.stage, Stage::Handshake(_)) && env.endpoint.requests_frozen() {
+            return false;
+        }
+        let _ = env;
+        self.wants_read()
     }
 
     /// Reading is paused: the outbound queue reached `max_outbound_bytes`

@@ -135,7 +135,7 @@ pub(crate) fn turn<H: Handler>(
             life.receive(read_buf, env, now);
             continue;
         }
-        if !life.wants_read() || !transport.readable() {
+        if !life.reads_now(env) || !transport.readable() {
             break Turn::Pending;
         }
         if reads == READS_PER_TURN {

@@ -3,22 +3,22 @@
 //! ```text
 //! predecessor                                  successor
 //!   HELLO version                       ──▶
+//!   (requests stop being handled here)
+//!   STATE server state + listening sockets ──▶   applies it
+//!                                       ◀──      ACK (it accepts from now)
+//!                                                or REFUSE reason
 //!   BATCH n records + n connections     ──▶      reads every record
-//!     (requests being read first)       ◀──      ACK (they are its now)
+//!                                       ◀──      ACK (they are its now)
 //!                                                or REFUSE reason (they stay)
-//!   STATE server state + listening sockets ──▶   applies it, serves what
-//!                                       ◀──      it holds, starts accepting
-//!   BATCH ... (open connections)        ──▶
-//!                                       ◀──      ACK
 //!   ... one batch after the other ...
 //!   DONE                                ──▶
 //!                                       ◀──      ACK
 //! ```
 //!
-//! The requests being read (a bus's publishers) move first and the
-//! successor holds them, serving nothing and accepting nothing, until the
-//! server's own state (its pub/sub topics, numbering and history) comes:
-//! so nothing is published in either process while that state moves.
+//! Before the server's own state (its pub/sub topics, numbering and
+//! history) leaves, the predecessor stops handling requests (a bus's
+//! publishers): nothing is published there after it, and the successor,
+//! which applies it before it serves anything, numbers on from it.
 //!
 //! A batch is the successor's once it acknowledges it, and it acknowledges
 //! before it serves any of it: so a connection the predecessor takes back
@@ -161,13 +161,44 @@ pub(crate) struct Successor {
 pub(crate) enum Received<T> {
     /// Connections, acknowledged: now the successor's.
     Batch(Vec<(T, OwnedFd)>),
-    /// The server's own state and the listening sockets (acknowledged).
-    State(Vec<u8>, Vec<OwnedFd>),
     /// Nothing more comes (acknowledged too).
     Done,
 }
 
 impl Successor {
+    /// The server's state and the listening sockets, which come right
+    /// after the greeting; answer with [`Successor::answer_state`] once
+    /// applied.
+    pub(crate) fn receive_state(&mut self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+        match self.channel.recv(MAX_MESSAGE)? {
+            Some((mut message, fds)) if message.first() == Some(&STATE) => {
+                message.remove(0);
+                Ok((message, fds))
+            }
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the running process did not send its state first",
+            )),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the running process went away before it sent its state",
+            )),
+        }
+    }
+
+    /// Acknowledges the server's state (it was applied: connections may
+    /// come), or refuses it with the reason.
+    pub(crate) fn answer_state(&mut self, applied: Result<(), &str>) -> io::Result<()> {
+        match applied {
+            Ok(()) => self.channel.send(&[ACK], &[]),
+            Err(why) => {
+                let mut refusal = vec![REFUSE];
+                refusal.extend_from_slice(why.as_bytes());
+                self.channel.send(&refusal, &[])
+            }
+        }
+    }
+
     /// Takes the greeting.
     pub(crate) fn meet(mut channel: Channel) -> io::Result<Self> {
         channel.set_timeout(Some(NEXT_TIMEOUT))?;
@@ -210,12 +241,6 @@ impl Successor {
         if message == [DONE] {
             self.channel.send(&[ACK], &[])?;
             return Ok(Received::Done);
-        }
-        if message.first() == Some(&STATE) {
-            self.channel.send(&[ACK], &[])?;
-            let mut state = message;
-            state.remove(0);
-            return Ok(Received::State(state, fds));
         }
         match read_batch(&message, fds, &mut read) {
             Ok(batch) => {

@@ -3,7 +3,7 @@
 //! latest offset, who numbers it, and the publications it keeps, so that
 //! the successor numbers on where the predecessor stopped and a
 //! subscriber that moves resumes from the kept publications exactly once
-//! ([`Subscribe::after_handoff`]).
+//! ([`Subscribe::after_handoff`](super::Subscribe::after_handoff)).
 //!
 //! ```text
 //! topics = version:u8 count:u32 topic*
@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use rapidws_core::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
 
-use super::registry::Numbering;
+use super::registry::{Numbering, Route};
 use super::{Epoch, Position, PubSub, Publication, check_topic};
+use crate::connection::conn::Conn;
 use crate::proto::{MessageKind, OpCode};
 
 const VERSION: u8 = 1;
@@ -68,11 +69,12 @@ impl PubSub {
 
     /// Takes the topics [`PubSub::hand_off`] made in the previous process:
     /// each numbers on from where it was, and keeps what it kept there
-    /// (within this bus's own [`History`](super::History) for it). Call
-    /// before anything subscribes or publishes here. Every field is
-    /// checked (topic names as [`check_topic`] wants them, offsets
-    /// consecutive and ending at the topic's latest); returns how many
-    /// topics it took.
+    /// (within this bus's own [`History`](super::History) for it), and is
+    /// kept until a subscriber comes. Call before anything subscribes or
+    /// publishes here. Every field is checked (topic names as
+    /// [`check_topic`] wants them, offsets from 1, consecutive and ending at
+    /// the topic's latest, far from overflowing); nothing is taken unless
+    /// all of it reads. Returns how many topics it took.
     pub fn take_over(&self, bytes: &[u8]) -> Result<usize, SnapshotError> {
         let mut from = SnapshotReader::new(bytes);
         let version = from.u8()?;
@@ -80,68 +82,28 @@ impl PubSub {
             return Err(SnapshotError::Version(version));
         }
         let count = from.u32()?;
-        let mut taken = 0;
+        let mut topics = Vec::new();
         for _ in 0..count {
             let mut topic = SnapshotReader::new(from.bytes()?);
-            self.take_topic(&mut topic)?;
+            topics.push(read_topic(&mut topic)?);
             topic.finish()?;
-            taken += 1;
         }
         from.finish()?;
+        let taken = topics.len();
+        for topic in topics {
+            self.take_topic(topic);
+        }
         Ok(taken)
     }
 
-    fn take_topic(&self, from: &mut SnapshotReader<'_>) -> Result<(), SnapshotError> {
-        let name =
-            std::str::from_utf8(from.bytes()?).map_err(|_| SnapshotError::Invalid("topic name"))?;
-        check_topic(name).map_err(|_| SnapshotError::Invalid("topic name"))?;
-        let epoch = Epoch::from_u64(from.u64()?);
-        let last = from.u64()?;
-        let numbering = match from.u8()? {
-            0 => Numbering::Here,
-            1 => Numbering::Redis,
-            2 => Numbering::Lost,
-            _ => return Err(SnapshotError::Invalid("numbering")),
-        };
-        let name: Arc<str> = Arc::from(name);
-        let now = Instant::now();
-        let mut kept = Vec::new();
-        for _ in 0..from.u32()? {
-            let offset = from.u64()?;
-            let key = if from.bool("keyed")? {
-                let key = std::str::from_utf8(from.bytes()?)
-                    .map_err(|_| SnapshotError::Invalid("key"))?;
-                Some(key.to_owned())
-            } else {
-                None
-            };
-            let opcode = if from.bool("text")? {
-                OpCode::Text
-            } else {
-                OpCode::Binary
-            };
-            let payload = from.bytes()?;
-            if opcode == OpCode::Text && std::str::from_utf8(payload).is_err() {
-                return Err(SnapshotError::Invalid("text payload"));
-            }
-            let age = Duration::from_millis(from.u64()?);
-            let at = now.checked_sub(age).unwrap_or(now);
-            let position = Position { epoch, offset };
-            kept.push(Arc::new(Publication::new(
-                name.clone(),
-                position,
-                key.as_deref(),
-                opcode,
-                payload,
-                at,
-            )));
-        }
-        let consecutive = kept
-            .windows(2)
-            .all(|w| w[0].position().offset + 1 == w[1].position().offset);
-        if !consecutive || kept.last().is_some_and(|p| p.position().offset != last) {
-            return Err(SnapshotError::Invalid("kept publications"));
-        }
+    fn take_topic(&self, topic: TakenTopic) {
+        let TakenTopic {
+            name,
+            epoch,
+            last,
+            numbering,
+            kept,
+        } = topic;
         let history = self.inner.config.history_of(&name);
         let entry = loop {
             let entry = self.inner.registry.open(&name, history);
@@ -153,10 +115,138 @@ impl PubSub {
         state.epoch = epoch;
         state.last = last;
         state.numbering = numbering;
+        state.pinned = true;
         if let Some(log) = &mut state.log {
             log.clear();
-            log.prepend(kept, last, now);
+            log.prepend(kept, last, Instant::now());
         }
-        Ok(())
     }
+
+    /// How far `conn`'s subscription to `topic` has been sent: the topic's
+    /// latest position, or, for a conflating subscriber with publications
+    /// waiting for room, the one before the first of them. What a
+    /// subscriber moving to the next process resumes after
+    /// ([`Subscribe::after_handoff`](super::Subscribe::after_handoff)). Exact
+    /// when nothing is published meanwhile and the deliveries posted to the
+    /// connection's loop have run, as in a handoff (`Handler::hand_off`);
+    /// `None` if it is not subscribed.
+    pub fn sent_up_to(&self, conn: &Conn, topic: &str) -> Option<Position> {
+        let entry = self.inner.registry.find(topic)?;
+        let state = entry.lock();
+        let route = Route::of(conn);
+        let local = state.locals.iter().find(|l| l.route.same(&route))?;
+        let mut subscribers = local.lock();
+        let subscriber = subscribers.find(conn.key())?;
+        let waiting = subscriber
+            .pending
+            .as_ref()
+            .and_then(|p| p.publications.front())
+            .map(|first| first.position().offset);
+        Some(Position {
+            epoch: state.epoch,
+            offset: waiting.map_or(state.last, |first| first.saturating_sub(1)),
+        })
+    }
+
+    /// Gives every topic a new epoch, numbering from 1 again, its history
+    /// let go: after a handoff that failed once the successor had taken
+    /// the topics (`ServerHandler::take_back_server`), so that what it
+    /// numbered meanwhile is never taken for this bus's. Subscribers here
+    /// go on with the next publication; a position from before (or from
+    /// the successor) resumes as not recovered.
+    pub fn renumber(&self) {
+        let topics = self.inner.registry.collect(|name, _| Some(name.clone()));
+        for name in topics {
+            let Some(entry) = self.inner.registry.find(&name) else {
+                continue;
+            };
+            let mut state = entry.lock();
+            if state.gone {
+                continue;
+            }
+            let fresh = Position {
+                epoch: Epoch::new(),
+                offset: 1,
+            };
+            state.renumber(&name, fresh, false);
+            state.numbering = Numbering::Here;
+        }
+    }
+}
+
+/// A topic read from a predecessor's bytes, not applied yet.
+struct TakenTopic {
+    name: Arc<str>,
+    epoch: Epoch,
+    last: u64,
+    numbering: Numbering,
+    kept: Vec<Arc<Publication>>,
+}
+
+/// The most a topic's latest offset may be: far from where adding one
+/// would overflow.
+const MAX_OFFSET: u64 = u64::MAX / 2;
+
+fn read_topic(from: &mut SnapshotReader<'_>) -> Result<TakenTopic, SnapshotError> {
+    let name =
+        std::str::from_utf8(from.bytes()?).map_err(|_| SnapshotError::Invalid("topic name"))?;
+    check_topic(name).map_err(|_| SnapshotError::Invalid("topic name"))?;
+    let epoch = Epoch::from_u64(from.u64()?);
+    let last = from.u64()?;
+    if last > MAX_OFFSET {
+        return Err(SnapshotError::Invalid("latest offset"));
+    }
+    let numbering = match from.u8()? {
+        0 => Numbering::Here,
+        1 => Numbering::Redis,
+        2 => Numbering::Lost,
+        _ => return Err(SnapshotError::Invalid("numbering")),
+    };
+    let name: Arc<str> = Arc::from(name);
+    let now = Instant::now();
+    let mut kept: Vec<Arc<Publication>> = Vec::new();
+    for _ in 0..from.u32()? {
+        let offset = from.u64()?;
+        let expected = kept.last().map(|p| p.position().offset + 1);
+        if offset == 0 || offset > last || expected.is_some_and(|next| next != offset) {
+            return Err(SnapshotError::Invalid("kept publications"));
+        }
+        let key = if from.bool("keyed")? {
+            let key =
+                std::str::from_utf8(from.bytes()?).map_err(|_| SnapshotError::Invalid("key"))?;
+            Some(key.to_owned())
+        } else {
+            None
+        };
+        let opcode = if from.bool("text")? {
+            OpCode::Text
+        } else {
+            OpCode::Binary
+        };
+        let payload = from.bytes()?;
+        if opcode == OpCode::Text && std::str::from_utf8(payload).is_err() {
+            return Err(SnapshotError::Invalid("text payload"));
+        }
+        let age = Duration::from_millis(from.u64()?);
+        let at = now.checked_sub(age).unwrap_or(now);
+        let position = Position { epoch, offset };
+        kept.push(Arc::new(Publication::new(
+            name.clone(),
+            position,
+            key.as_deref(),
+            opcode,
+            payload,
+            at,
+        )));
+    }
+    if kept.last().is_some_and(|p| p.position().offset != last) {
+        return Err(SnapshotError::Invalid("kept publications"));
+    }
+    Ok(TakenTopic {
+        name,
+        epoch,
+        last,
+        numbering,
+        kept,
+    })
 }

@@ -151,14 +151,12 @@ impl<H: Handler> Connection<H> {
 impl<H: Handler> Connection<H> {
     /// The connection's state as a record, its read buffer in it; then
     /// only its socket is left (see [`Connection::into_stream`]). `Err`
-    /// says why it stays, unchanged (with `requests_only`, an open
-    /// connection stays for now).
+    /// says why it stays, unchanged.
     pub(crate) fn hand_off(
         &mut self,
         env: &Env<H>,
-        requests_only: bool,
     ) -> Result<crate::handoff::record::Moved, &'static str> {
-        self.life.hand_off(&mut self.read_buf, env, requests_only)
+        self.life.hand_off(&mut self.read_buf, env)
     }
 
     /// The socket, without a word to the peer (after `hand_off`, or to

@@ -43,14 +43,18 @@ use crate::driver::slab::Slab;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 use crate::handoff::protocol::{Departure, batch_is_full};
 
-/// Which connections a handoff asks a group for.
+/// What a handoff asks a group for.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Requests being read (plain HTTP, upgrades): first.
-    Requests,
-    /// Everything that can move.
-    Open,
+    /// Nothing: the answer says the group is between two steps (after
+    /// requests were frozen, none is being handled any more).
+    Sync,
+    /// A batch of everything that can move.
+    Move,
+    /// Every connection a turn (requests thawed after a failed handoff
+    /// wait in their buffers).
+    Thaw,
 }
 
 /// Where a group sends a batch of connections leaving, and the slot to go
@@ -511,6 +515,18 @@ impl<H: Handler> Group<H> {
         else {
             return;
         };
+        match phase {
+            Phase::Sync => {
+                let _ = reply.send((Vec::new(), None));
+                return;
+            }
+            Phase::Thaw => {
+                self.advance_all();
+                let _ = reply.send((Vec::new(), None));
+                return;
+            }
+            Phase::Move => {}
+        }
         if from == 0 {
             // Slots they take are behind no later batch's start.
             self.take_incoming();
@@ -529,10 +545,7 @@ impl<H: Handler> Group<H> {
             let Some(entry) = self.slots.get_mut(slot) else {
                 continue;
             };
-            let moved = match entry
-                .connection
-                .hand_off(&self.env, phase == Phase::Requests)
-            {
+            let moved = match entry.connection.hand_off(&self.env) {
                 Ok(moved) => moved,
                 Err(reason) => {
                     stayed += 1;
@@ -558,8 +571,24 @@ impl<H: Handler> Group<H> {
                 "connections that cannot move stay, to be closed with 1012"
             );
         }
-        // Only a handoff dropped half-way (its server dropped) drops them.
-        let _ = reply.send((departures, next));
+        if let Err((departures, _)) = reply.send((departures, next)) {
+            // The handoff stopped waiting: they stay here after all.
+            let endpoint = &self.env.endpoint;
+            let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+            for Departure { fd, record } in departures {
+                match crate::handoff::Arriving::read(&record, limits, &pool) {
+                    Ok(arriving) => self.shared.hand_over(Incoming {
+                        stream: mio::net::TcpStream::from(fd),
+                        peer: arriving.peer,
+                        live: endpoint.enter(),
+                        start: Start::Moved(Box::new(arriving)),
+                    }),
+                    Err(error) => {
+                        tracing::error!(%error, "a connection's own record did not read back")
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -35,42 +35,25 @@ pub(super) struct Handoff {
 }
 
 /// What a successor has from its predecessor before it serves: the
-/// channel for the open connections still to come, the requests it holds,
-/// and the server's state.
+/// channel the connections come on (its state was applied already).
 pub(super) struct Taken {
     successor: Successor,
-    held: Vec<(Arriving, OwnedFd)>,
-    state: Vec<u8>,
 }
 
 impl Handoff {
-    /// If this server took over: applies the predecessor's server state
-    /// (`ServerHandler::take_over_server`), hands the requests it held to
-    /// the groups, and takes in the open connections still to come on a
-    /// thread of its own (see [`take_in`]). Before anything is accepted.
-    pub(super) fn take_in<H: ServerHandler>(
+    /// If this server took over: takes in the predecessor's connections on
+    /// a thread of its own (see [`take_in`]), before anything is accepted.
+    pub(super) fn take_in<S: Send + 'static>(
         &mut self,
-        handler: &H,
-        groups: &[Arc<GroupShared<H::State>>],
+        groups: &[Arc<GroupShared<S>>],
         endpoint: &Arc<Endpoint>,
     ) -> io::Result<()> {
-        let Some((_, taken)) = self.predecessor.take() else {
+        let Some((_, Taken { successor })) = self.predecessor.take() else {
             return Ok(());
         };
         let (done, finished) = watch::channel(None);
         if let Some((_, waiting)) = &mut self.later {
             *waiting = Some(finished);
-        }
-        let Taken {
-            successor,
-            held,
-            state,
-        } = taken;
-        if let Err(error) = handler.take_over_server(&state) {
-            tracing::error!(%error, "the predecessor's server state was refused; serving without it");
-        }
-        for (arriving, fd) in held {
-            hand_to_least_loaded(groups, endpoint, arriving, fd);
         }
         let (groups, endpoint) = (groups.to_vec(), endpoint.clone());
         std::thread::Builder::new()
@@ -181,15 +164,14 @@ impl HandoffSocket {
     }
 }
 
-/// Connects to the process listening at `path`, and takes what comes
-/// before anything is served: the requests it moves first (held), its
-/// server state and its listening socket.
+/// Connects to the process listening at `path`, takes its server state
+/// and hands it to `apply` (`ServerHandler::take_over_server`: the
+/// predecessor learns whether it was taken), and its listening socket.
 pub(super) async fn meet(
     path: &Path,
-    endpoint: &Arc<Endpoint>,
+    apply: impl FnOnce(&[u8]) -> Result<(), String> + Send + 'static,
 ) -> io::Result<(Taken, std::net::TcpListener)> {
     let path = path.to_owned();
-    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
     tokio::task::spawn_blocking(move || {
         let stream = UnixStream::connect(&path).map_err(|error| {
             io::Error::new(
@@ -198,36 +180,26 @@ pub(super) async fn meet(
             )
         })?;
         let mut successor = Successor::meet(Channel::new(stream))?;
-        let mut held = Vec::new();
-        let (state, listeners) = loop {
-            match successor.receive(|bytes| Arriving::read(bytes, limits, &pool))? {
-                Received::Batch(batch) => held.extend(batch),
-                Received::State(state, listeners) => break (state, listeners),
-                Received::Done => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "the running process ended the handoff without its listening socket",
-                    ));
-                }
+        let (state, listeners) = successor.receive_state()?;
+        let listener = match <[OwnedFd; 1]>::try_from(listeners) {
+            Ok([listener]) => listener,
+            Err(fds) => {
+                let why = format!("{} listening sockets handed over, not one", fds.len());
+                let _ = successor.answer_state(Err(&why));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, why));
             }
         };
-        let [listener]: [OwnedFd; 1] = listeners.try_into().map_err(|fds: Vec<_>| {
-            io::Error::new(
+        if let Err(why) = apply(&state) {
+            let _ = successor.answer_state(Err(&why));
+            return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "the running process handed over {} listening sockets, not one",
-                    fds.len()
-                ),
-            )
-        })?;
+                format!("the running process's state was refused: {why}"),
+            ));
+        }
+        successor.answer_state(Ok(()))?;
         let listener = std::net::TcpListener::from(listener);
         listener.set_nonblocking(true)?;
-        let taken = Taken {
-            successor,
-            held,
-            state,
-        };
-        Ok((taken, listener))
+        Ok((Taken { successor }, listener))
     })
     .await
     .map_err(io::Error::other)?
@@ -256,10 +228,6 @@ fn take_in<S: Send + 'static>(
                 tracing::info!(connections = taken, "took over every connection");
                 return true;
             }
-            Ok(Received::State(..)) => {
-                tracing::error!("the predecessor sent its state twice; the handoff stops here");
-                return false;
-            }
             Err(error) => {
                 tracing::error!(%error, taken, "the handoff stopped; the rest stays with the running process");
                 return false;
@@ -283,14 +251,15 @@ fn hand_to_least_loaded<S>(
     });
 }
 
-/// Hands the server to the successor on `stream`: the requests being
-/// read first (a bus's publishers), then the server's state and the
-/// listening socket `listener`, then the open connections; each group
-/// gives up a batch at a time, sent and acknowledged before the next
-/// leaves it (a connection is frozen for its batch's trip only). True once
-/// the successor has everything; false if the handoff failed, after the
-/// batch it did not take is back in the groups (the server then goes on,
-/// with the connections not handed over, accepting again).
+/// Hands the server to the successor on `stream`: stops handling
+/// requests (so nothing is published here any more), sends the server's
+/// state and the listening socket `listener`, then has each group give up
+/// a batch at a time, each sent and acknowledged before the next leaves it
+/// (a connection is frozen for its batch's trip only); a few passes, for
+/// connections that could not move at the first (a reply being written).
+/// True once the successor has everything; false if the handoff failed:
+/// the batch it did not take is back in the groups, requests are handled
+/// again, and the server goes on with the connections it has, accepting.
 async fn hand_off<H: ServerHandler>(
     stream: UnixStream,
     listener: OwnedFd,
@@ -309,38 +278,38 @@ async fn hand_off<H: ServerHandler>(
         }
     };
     let began = std::time::Instant::now();
-    let mut handed = 0;
-    let mut listener = Some(listener);
-    for phase in [Phase::Requests, Phase::Open] {
-        if let Some(listener) = listener.take_if(|_| phase == Phase::Open) {
-            let state = env.handler.hand_off_server();
-            let sent = tokio::task::spawn_blocking(move || {
-                let sent = predecessor.send_state(&state, &[listener.as_fd()]);
-                (predecessor, sent)
-            })
-            .await;
-            match sent {
-                Ok((back, Ok(()))) => predecessor = back,
-                Ok((back, Err(error))) => {
-                    back.abandon();
-                    tracing::error!(%error, handed, "the handoff failed; serving on");
-                    return false;
-                }
-                Err(error) => {
-                    tracing::error!(%error, "the handoff's thread failed");
-                    return false;
-                }
-            }
+    let endpoint = &env.endpoint;
+    // No request is handled from here on: once every group has been
+    // between two steps, none is being handled either.
+    endpoint.freeze_requests(true);
+    ask_each(groups, Phase::Sync).await;
+    let state = env.handler.hand_off_server();
+    let sent = tokio::task::spawn_blocking(move || {
+        let sent = predecessor.send_state(&state, &[listener.as_fd()]);
+        (predecessor, sent)
+    })
+    .await;
+    predecessor = match sent {
+        Ok((predecessor, Ok(()))) => predecessor,
+        Ok((predecessor, Err(error))) => {
+            predecessor.abandon();
+            tracing::error!(%error, "the successor did not take the server's state; serving on");
+            thaw(groups, endpoint).await;
+            return false;
         }
+        Err(error) => {
+            tracing::error!(%error, "the handoff's thread failed; serving on");
+            thaw(groups, endpoint).await;
+            return false;
+        }
+    };
+    let mut handed = 0;
+    for _pass in 0..3 {
+        let before = handed;
         for group in groups {
             let mut from = Some(0);
             while let Some(slot) = from {
-                let (reply, answer) = tokio::sync::oneshot::channel();
-                group.hand_off(slot, phase, reply);
-                // A group that ended has nothing left (its task drops the
-                // request; the timeout is a backstop).
-                let answered = tokio::time::timeout(ANSWER_TIMEOUT, answer).await;
-                let (batch, next) = answered.ok().and_then(Result::ok).unwrap_or_default();
+                let (batch, next) = ask(group, slot, Phase::Move).await;
                 from = next;
                 if batch.is_empty() {
                     continue;
@@ -350,7 +319,7 @@ async fn hand_off<H: ServerHandler>(
                     (predecessor, sent, batch)
                 })
                 .await;
-                let batch = match sent {
+                let (back, error, batch) = match sent {
                     Ok((back, Ok(()), batch)) => {
                         predecessor = back;
                         handed += batch.len();
@@ -358,24 +327,29 @@ async fn hand_off<H: ServerHandler>(
                         drop(batch);
                         continue;
                     }
-                    Ok((back, Err(error), batch)) => {
-                        back.abandon();
-                        tracing::error!(
-                            %error,
-                            handed,
-                            "the handoff failed; serving on with the connections not handed over"
-                        );
-                        batch
-                    }
+                    Ok((back, Err(error), batch)) => (back, error, batch),
                     Err(error) => {
                         // The sending thread panicked: its batch went with it.
                         tracing::error!(%error, "the handoff's thread failed");
+                        env.handler.take_back_server();
+                        thaw(groups, endpoint).await;
                         return false;
                     }
                 };
-                take_back(batch, groups, &env.endpoint);
+                back.abandon();
+                tracing::error!(
+                    %error,
+                    handed,
+                    "the handoff failed; serving on with the connections not handed over"
+                );
+                take_back(batch, groups, endpoint);
+                env.handler.take_back_server();
+                thaw(groups, endpoint).await;
                 return false;
             }
+        }
+        if handed == before {
+            break;
         }
     }
     if let Err(error) = tokio::task::spawn_blocking(move || predecessor.finish())
@@ -392,6 +366,30 @@ async fn hand_off<H: ServerHandler>(
         "handed every connection that can move to the successor"
     );
     true
+}
+
+/// Asks `group` for `phase` from `slot` on: a batch, and where to go on.
+/// A group that ended has nothing (its task drops the request; the timeout
+/// is a backstop, after which a late batch stays with the group).
+async fn ask<S>(group: &GroupShared<S>, slot: u32, phase: Phase) -> (Vec<Departure>, Option<u32>) {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    group.hand_off(slot, phase, reply);
+    let answered = tokio::time::timeout(ANSWER_TIMEOUT, answer).await;
+    answered.ok().and_then(Result::ok).unwrap_or_default()
+}
+
+/// Asks every group for `phase` and waits for every answer.
+async fn ask_each<S>(groups: &[Arc<GroupShared<S>>], phase: Phase) {
+    for group in groups {
+        ask(group, 0, phase).await;
+    }
+}
+
+/// After a failed handoff: requests are handled again, and every
+/// connection gets a turn (a request that waited is in its buffer).
+async fn thaw<S>(groups: &[Arc<GroupShared<S>>], endpoint: &Endpoint) {
+    endpoint.freeze_requests(false);
+    ask_each(groups, Phase::Thaw).await;
 }
 
 /// Connections a failed handoff did not hand over, back in the groups.

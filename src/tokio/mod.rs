@@ -84,12 +84,7 @@ struct Handoff(());
 
 #[cfg(not(all(target_os = "linux", feature = "handoff")))]
 impl Handoff {
-    fn take_in<H: Handler>(
-        &mut self,
-        _: &H,
-        _: &[Arc<GroupShared<H::State>>],
-        _: &Arc<Endpoint>,
-    ) -> io::Result<()> {
+    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<()> {
         Ok(())
     }
 
@@ -126,13 +121,13 @@ impl<H: ServerHandler> Server<H> {
 
     /// Serves on a listener the caller has set up.
     pub fn from_listener(listener: TcpListener, handler: H, config: Config) -> Self {
-        Server::with_endpoint(listener, handler, Endpoint::new(config, "tokio"))
+        Server::with_endpoint(listener, Arc::new(handler), Endpoint::new(config, "tokio"))
     }
 
-    fn with_endpoint(listener: TcpListener, handler: H, endpoint: Arc<Endpoint>) -> Self {
+    fn with_endpoint(listener: TcpListener, handler: Arc<H>, endpoint: Arc<Endpoint>) -> Self {
         Server {
             listener,
-            handler: Arc::new(handler),
+            handler,
             endpoint,
             #[cfg(feature = "rustls")]
             tls: None,
@@ -160,9 +155,12 @@ impl<H: ServerHandler> Server<H> {
         config: Config,
     ) -> io::Result<Self> {
         let path = path.as_ref();
-        let endpoint = Endpoint::new(config, "tokio");
-        let (taken, listener) = handoff::meet(path, &endpoint).await?;
+        let handler = Arc::new(handler);
+        let applying = handler.clone();
+        let apply = move |state: &[u8]| applying.take_over_server(state);
+        let (taken, listener) = handoff::meet(path, apply).await?;
         let listener = TcpListener::from_std(listener)?;
+        let endpoint = Endpoint::new(config, "tokio");
         let mut server = Server::with_endpoint(listener, handler, endpoint);
         server.handoff.predecessor = Some((path.to_owned(), taken));
         Ok(server)
@@ -257,7 +255,7 @@ impl<H: ServerHandler> Server<H> {
         let env = Env::server(endpoint.clone(), handler);
         let groups = Groups::spawn(&env)?;
         // A predecessor's connections, if this server took over.
-        handoff.take_in(&*env.handler, &groups.0, &endpoint)?;
+        handoff.take_in(&groups.0, &endpoint)?;
         let mut backoff = MIN_BACKOFF;
         'serving: loop {
             let mut ready = tokio::select! {

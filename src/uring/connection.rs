@@ -292,7 +292,7 @@ impl<H: Handler> Connection<H> {
             if !std::mem::replace(&mut self.cancelling, true) {
                 io.ring.cancel(Op::Recv(io.slot));
             }
-        } else if self.life.wants_read() && !self.receiving {
+        } else if self.life.reads_now(env) && !self.receiving {
             self.receive(io);
         }
         Progress::Pending

@@ -18,19 +18,14 @@ use crate::handoff::record::Moved;
 
 impl<H: Handler> Lifecycle<H> {
     /// The connection as a record, with `input` (the driver's read buffer,
-    /// emptied) in it (with `requests_only`, only a request being read
-    /// moves). Then the lifecycle is over without a word (no
+    /// emptied) in it. Then the lifecycle is over without a word (no
     /// `on_close`, no close frame, no FIN): drop the socket, whose
     /// descriptor the successor has. `Err` says why it stays, unchanged.
     pub(crate) fn hand_off(
         &mut self,
         input: &mut BytesMut,
         env: &Env<H>,
-        requests_only: bool,
     ) -> Result<Moved, &'static str> {
-        if requests_only && !matches!(self.stage, Stage::Handshake(_)) {
-            return Err("open: it moves after the requests");
-        }
         if self.ending.is_some() || self.read_closed {
             return Err("closing");
         }
