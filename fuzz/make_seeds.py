@@ -254,6 +254,8 @@ def main():
         bytes([cut]) + data[1:] for data in seeds["session"] for cut in (0x55, 0xAA)
     ]
 
+    seeds["pubsub_handoff"] = pubsub_handoff_seeds()
+
     for target, inputs in seeds.items():
         directory = SEEDS / target
         directory.mkdir(parents=True, exist_ok=True)
@@ -267,6 +269,32 @@ def main():
         for name, data in list(unique.items())[:MAX_PER_TARGET]:
             (directory / name).write_bytes(data)
         print(f"{target}: {min(len(unique), MAX_PER_TARGET)} seeds")
+
+
+def pubsub_handoff_seeds():
+    """A bus's topics as `PubSub::hand_off` writes them (src/pubsub/handoff.rs):
+    little-endian integers, byte strings with an eight-byte length."""
+    u8 = lambda v: bytes([v])
+    u32 = lambda v: v.to_bytes(4, "little")
+    u64 = lambda v: v.to_bytes(8, "little")
+    string = lambda b: u64(len(b)) + b
+
+    def topic(name, epoch, last, numbering, kept):
+        out = string(name) + u64(epoch) + u64(last) + u8(numbering) + u32(len(kept))
+        for offset, key, text, payload, age in kept:
+            out += u64(offset) + u8(key is not None)
+            if key is not None:
+                out += string(key)
+            out += u8(text) + string(payload) + u64(age)
+        return string(out)
+
+    def topics(*each):
+        return u8(1) + u32(len(each)) + b"".join(each)
+
+    news = topic(b"news", 0xABC, 3, 0, [(n, None, True, b"headline %d" % n, 5) for n in (1, 2, 3)])
+    prices = topic(b"prices/eur", 7, 9, 1, [(9, b"eur", False, bytes(range(32)), 0)])
+    empty = topic(b"quiet", 1, 0, 0, [])
+    return [topics(), topics(news), topics(news, prices, empty)]
 
 
 if __name__ == "__main__":

@@ -809,3 +809,29 @@ pub fn proxy_reply(data: &[u8]) {
         Err(_) => {}
     }
 }
+
+/// `PubSub::take_over` on any bytes: what a successor reads from its
+/// predecessor over the handoff socket (a bus's topics). Checked: no panic
+/// and no runaway allocation whatever the bytes; what it took, it hands on
+/// in a form another bus takes again, with the same latest positions.
+pub fn pubsub_handoff(data: &[u8]) {
+    use rapidws::pubsub::{History, PubSub};
+    let bus = || {
+        PubSub::builder()
+            .history(History::new(16, std::time::Duration::from_secs(60)))
+            .build()
+    };
+    let first = bus();
+    if first.take_over(data).is_err() {
+        return;
+    }
+    let again = first.hand_off();
+    let second = bus();
+    let taken = second.take_over(&again);
+    assert!(taken.is_ok(), "its own hand-off refused: {taken:?}");
+    assert_eq!(
+        second.hand_off().len(),
+        again.len(),
+        "the same topics, kept the same"
+    );
+}
