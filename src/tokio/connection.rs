@@ -159,6 +159,12 @@ impl<H: Handler> Connection<H> {
         self.life.hand_off(&mut self.read_buf, env)
     }
 
+    /// Requests are handled again after a failed handoff: one waiting in
+    /// the read buffer is handled now (see `Lifecycle::thaw`).
+    pub(crate) fn thaw(&mut self, env: &Env<H>) {
+        self.life.thaw(&mut self.read_buf, env);
+    }
+
     /// The socket, without a word to the peer (after `hand_off`, or to
     /// hand back one that could not start).
     pub(crate) fn into_stream(self) -> mio::net::TcpStream {

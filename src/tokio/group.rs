@@ -521,6 +521,9 @@ impl<H: Handler> Group<H> {
                 return;
             }
             Phase::Thaw => {
+                for entry in self.slots.iter_mut() {
+                    entry.connection.thaw(&self.env);
+                }
                 self.advance_all();
                 let _ = reply.send((Vec::new(), None));
                 return;

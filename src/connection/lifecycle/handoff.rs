@@ -51,6 +51,15 @@ impl<H: Handler> Lifecycle<H> {
         Ok(moved)
     }
 
+    /// Requests are handled again after a failed handoff (see
+    /// `Endpoint::freeze_requests`): one that waited whole in `input` is
+    /// handled now, with no new bytes to prompt it.
+    pub(crate) fn thaw(&mut self, input: &mut BytesMut, env: &Env<H>) {
+        if matches!(self.stage, Stage::Handshake(_)) && !input.is_empty() {
+            self.receive(input, env, Instant::now());
+        }
+    }
+
     /// A connection handed over by the previous process, as it was there:
     /// a request coming in, or open. Returns the bytes it had read and not
     /// handled: the driver's read buffer, to [`Lifecycle::receive`] before
