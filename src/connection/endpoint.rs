@@ -50,6 +50,10 @@ pub(crate) struct Endpoint {
     /// after the server's state left.
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     requests_frozen: AtomicBool,
+    /// Requests being handled now, on any thread (see
+    /// [`Endpoint::begin_request`]).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    requests_handled: AtomicUsize,
     /// Held while a shutdown is started, so that a plain one and a spread
     /// one asked for at once make one shutdown of one kind.
     starting: Mutex<()>,
@@ -87,6 +91,8 @@ impl Endpoint {
             spreader: OnceLock::new(),
             #[cfg(all(target_os = "linux", feature = "handoff"))]
             requests_frozen: AtomicBool::new(false),
+            #[cfg(all(target_os = "linux", feature = "handoff"))]
+            requests_handled: AtomicUsize::new(0),
             starting: Mutex::new(()),
             #[cfg(feature = "stream")]
             signals: Notify::new(),
@@ -322,7 +328,25 @@ impl Endpoint {
     /// Whether requests wait (see [`Endpoint::freeze_requests`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn requests_frozen(&self) -> bool {
-        self.requests_frozen.load(Ordering::Relaxed)
+        self.requests_frozen.load(Ordering::SeqCst)
+    }
+
+    /// A request is about to be handled: counted until the guard goes, or
+    /// `None` (not counted) if requests are frozen. Counted first, the flag
+    /// read after (both `SeqCst`), so a handoff that sets the flag and then
+    /// sees no request counted knows none is being handled anywhere (a
+    /// group, a stream task), nor will be.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn begin_request(&self) -> Option<RequestGuard<'_>> {
+        self.requests_handled.fetch_add(1, Ordering::SeqCst);
+        let guard = RequestGuard(self);
+        (!self.requests_frozen()).then_some(guard)
+    }
+
+    /// Requests being handled now (see [`Endpoint::begin_request`]).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn requests_handled(&self) -> usize {
+        self.requests_handled.load(Ordering::SeqCst)
     }
 
     /// The metric handles (nothing without feature `metrics`).
@@ -340,6 +364,17 @@ impl Endpoint {
         self.config
             .max_connections
             .is_none_or(|max| self.open() < max)
+    }
+}
+
+/// A request counted as being handled (see [`Endpoint::begin_request`]).
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+pub(crate) struct RequestGuard<'a>(&'a Endpoint);
+
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+impl Drop for RequestGuard<'_> {
+    fn drop(&mut self) {
+        self.0.requests_handled.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -315,9 +315,9 @@ impl<H: Handler> Lifecycle<H> {
                 }
                 // A handoff under way: the request waits, and moves.
                 #[cfg(all(target_os = "linux", feature = "handoff"))]
-                if env.endpoint.requests_frozen() {
+                let Some(_handling) = env.endpoint.begin_request() else {
                     return false;
-                }
+                };
                 let (handler, endpoint) = (&*env.handler, &*env.endpoint);
                 let out = &mut handshake.response;
                 // A client's connections start upgraded: only a server's
@@ -561,6 +561,11 @@ impl<H: Handler> Lifecycle<H> {
                 let e = HandshakeError::Incomplete;
                 meters.rejected(rejection_reason(&e));
                 (e.status(), e.reason())
+            } else if now >= handshake.deadline && requests_frozen(env) {
+                // A request that waits for a handoff is not late: looked
+                // at again in a second, or moved.
+                handshake.deadline = deadline_from(now, std::time::Duration::from_secs(1));
+                return Action::Wait;
             } else if now >= handshake.deadline
                 && handshake.answered > 0
                 && handshake.seen == 0
@@ -815,6 +820,17 @@ impl<H: Handler> Lifecycle<H> {
     /// True once over: the driver closes the socket.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.stage, Stage::Done)
+    }
+}
+
+/// Whether a handoff froze requests (never, without the feature).
+fn requests_frozen<H: Handler>(env: &Env<H>) -> bool {
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    return env.endpoint.requests_frozen();
+    #[cfg(not(all(target_os = "linux", feature = "handoff")))]
+    {
+        let _ = env;
+        false
     }
 }
 

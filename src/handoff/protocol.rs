@@ -136,10 +136,14 @@ impl Predecessor {
     fn answer(&mut self) -> io::Result<()> {
         match self.channel.recv(64 << 10)? {
             Some((answer, _)) if answer == [ACK] => Ok(()),
-            Some((answer, _)) if answer.first() == Some(&REFUSE) => Err(io::Error::other(format!(
-                "the successor refused: {}",
-                String::from_utf8_lossy(&answer[1..])
-            ))),
+            // (ConnectionRefused: a refusal, not a loss: see `refused`.)
+            Some((answer, _)) if answer.first() == Some(&REFUSE) => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!(
+                    "the successor refused: {}",
+                    String::from_utf8_lossy(&answer[1..])
+                ),
+            )),
             Some(_) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the successor answered out of turn",
@@ -150,6 +154,12 @@ impl Predecessor {
             )),
         }
     }
+}
+
+/// Whether `error` is the successor's refusal (it said no, so it kept
+/// nothing), rather than a loss (it may have taken what was sent).
+pub(crate) fn refused(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::ConnectionRefused
 }
 
 /// The successor's side.

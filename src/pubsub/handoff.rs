@@ -70,7 +70,8 @@ impl PubSub {
     /// Takes the topics [`PubSub::hand_off`] made in the previous process:
     /// each numbers on from where it was, and keeps what it kept there
     /// (within this bus's own [`History`](super::History) for it), and is
-    /// kept until a subscriber comes. Call before anything subscribes or
+    /// kept a minute even with nothing in it, for its subscribers on their
+    /// way. Call before anything subscribes or
     /// publishes here. Every field is checked (topic names as
     /// [`check_topic`] wants them, offsets from 1, consecutive and ending at
     /// the topic's latest, far from overflowing); nothing is taken unless
@@ -115,7 +116,7 @@ impl PubSub {
         state.epoch = epoch;
         state.last = last;
         state.numbering = numbering;
-        state.pinned = true;
+        state.pinned_until = Some(Instant::now() + PINNED_FOR);
         if let Some(log) = &mut state.log {
             log.clear();
             log.prepend(kept, last, Instant::now());
@@ -148,7 +149,7 @@ impl PubSub {
         })
     }
 
-    /// Gives every topic a new epoch, numbering from 1 again, its history
+    /// Gives every topic numbered here a new epoch, numbering from 1 again, its history
     /// let go: after a handoff that failed once the successor had taken
     /// the topics (`ServerHandler::take_back_server`), so that what it
     /// numbered meanwhile is never taken for this bus's. Subscribers here
@@ -161,7 +162,8 @@ impl PubSub {
                 continue;
             };
             let mut state = entry.lock();
-            if state.gone {
+            // Redis numbers those, the same on every node.
+            if state.gone || state.numbering == Numbering::Redis {
                 continue;
             }
             let fresh = Position {
@@ -182,6 +184,9 @@ struct TakenTopic {
     numbering: Numbering,
     kept: Vec<Arc<Publication>>,
 }
+
+/// How long a topic taken over is kept with nothing in it.
+const PINNED_FOR: Duration = Duration::from_secs(60);
 
 /// The most a topic's latest offset may be: far from where adding one
 /// would overflow.

@@ -210,10 +210,10 @@ pub(super) struct TopicState {
     pub(super) gone: bool,
     /// Who numbers its publications.
     pub(super) numbering: Numbering,
-    /// Taken over from the previous process (a handoff): kept, whatever it
-    /// holds, until a subscriber comes, so that its numbering is there for
-    /// the subscribers on their way.
-    pub(super) pinned: bool,
+    /// Taken over from the previous process (a handoff): kept until then,
+    /// whatever it holds, so that its numbering is there for the
+    /// subscribers on their way (a handoff takes far less).
+    pub(super) pinned_until: Option<Instant>,
 }
 
 /// Who numbers a topic's publications.
@@ -241,7 +241,7 @@ impl Topic {
                 log: history.is_on().then(|| Log::new(history)),
                 gone: false,
                 numbering: Numbering::Here,
-                pinned: false,
+                pinned_until: None,
             }),
         }
     }
@@ -268,7 +268,6 @@ impl TopicState {
 
     /// Adds a subscriber; false if its connection was subscribed already.
     pub(super) fn add(&mut self, subscriber: Subscriber) -> bool {
-        self.pinned = false;
         let route = Route::of(&subscriber.conn);
         let local = match self.locals.iter().find(|l| l.route.same(&route)) {
             Some(local) => local.clone(),
@@ -333,7 +332,10 @@ impl TopicState {
 
     /// Whether nothing needs it kept: no subscribers, nothing to replay.
     fn idle(&self) -> bool {
-        !self.pinned && self.locals.is_empty() && self.log.as_ref().is_none_or(Log::is_empty)
+        let pinned = self
+            .pinned_until
+            .is_some_and(|until| Instant::now() < until);
+        !pinned && self.locals.is_empty() && self.log.as_ref().is_none_or(Log::is_empty)
     }
 }
 

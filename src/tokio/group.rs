@@ -47,9 +47,6 @@ use crate::handoff::protocol::{Departure, batch_is_full};
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Nothing: the answer says the group is between two steps (after
-    /// requests were frozen, none is being handled any more).
-    Sync,
     /// A batch of everything that can move.
     Move,
     /// Every connection a turn (requests thawed after a failed handoff
@@ -516,10 +513,6 @@ impl<H: Handler> Group<H> {
             return;
         };
         match phase {
-            Phase::Sync => {
-                let _ = reply.send((Vec::new(), None));
-                return;
-            }
             Phase::Thaw => {
                 for entry in self.slots.iter_mut() {
                     entry.connection.thaw(&self.env);

@@ -19,7 +19,9 @@ use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
 use crate::handoff::Arriving;
 use crate::handoff::channel::Channel;
-use crate::handoff::protocol::{ANSWER_TIMEOUT, Departure, Predecessor, Received, Successor};
+use crate::handoff::protocol::{
+    ANSWER_TIMEOUT, Departure, Predecessor, Received, Successor, refused,
+};
 
 /// A tokio server's two sides of a handoff.
 #[derive(Default)]
@@ -59,7 +61,15 @@ impl Handoff {
         std::thread::Builder::new()
             .name("rapidws-take-over".into())
             .spawn(move || {
-                let whole = take_in(successor, groups, endpoint);
+                let whole = take_in(successor, groups, endpoint.clone());
+                if !whole {
+                    // The predecessor serves on with what it did not hand
+                    // over, and accepts again: only one process may.
+                    tracing::error!(
+                        "the handoff failed half-way; closing what came (1012) and ending"
+                    );
+                    endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
+                }
                 let _ = done.send(Some(whole));
             })?;
         Ok(())
@@ -279,10 +289,15 @@ async fn hand_off<H: ServerHandler>(
     };
     let began = std::time::Instant::now();
     let endpoint = &env.endpoint;
-    // No request is handled from here on: once every group has been
-    // between two steps, none is being handled either.
+    // No request is handled from here on (on any thread: a group, a wss
+    // connection's task); once none is being handled, nothing publishes.
     endpoint.freeze_requests(true);
-    ask_each(groups, Phase::Sync).await;
+    if !requests_settled(endpoint).await {
+        predecessor.abandon();
+        tracing::error!("a request was still being handled after 10 s; the handoff gives up");
+        thaw(groups, endpoint).await;
+        return false;
+    }
     let state = env.handler.hand_off_server();
     let sent = tokio::task::spawn_blocking(move || {
         let sent = predecessor.send_state(&state, &[listener.as_fd()]);
@@ -294,17 +309,25 @@ async fn hand_off<H: ServerHandler>(
         Ok((predecessor, Err(error))) => {
             predecessor.abandon();
             tracing::error!(%error, "the successor did not take the server's state; serving on");
+            if !refused(&error) {
+                // It may have taken it all the same.
+                env.handler.take_back_server();
+            }
             thaw(groups, endpoint).await;
             return false;
         }
         Err(error) => {
             tracing::error!(%error, "the handoff's thread failed; serving on");
+            env.handler.take_back_server();
             thaw(groups, endpoint).await;
             return false;
         }
     };
     let mut handed = 0;
-    for _pass in 0..3 {
+    // Passes until one moves nothing after PASSES_FOR: a connection still
+    // writing an answer moves once it is written.
+    let passing = std::time::Instant::now();
+    loop {
         let before = handed;
         for group in groups {
             let mut from = Some(0);
@@ -349,7 +372,10 @@ async fn hand_off<H: ServerHandler>(
             }
         }
         if handed == before {
-            break;
+            if passing.elapsed() >= PASSES_FOR {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
     if let Err(error) = tokio::task::spawn_blocking(move || predecessor.finish())
@@ -378,18 +404,31 @@ async fn ask<S>(group: &GroupShared<S>, slot: u32, phase: Phase) -> (Vec<Departu
     answered.ok().and_then(Result::ok).unwrap_or_default()
 }
 
-/// Asks every group for `phase` and waits for every answer.
-async fn ask_each<S>(groups: &[Arc<GroupShared<S>>], phase: Phase) {
-    for group in groups {
-        ask(group, 0, phase).await;
+/// How long the handoff goes on passing over the groups for connections
+/// that could not move yet (a reply being written).
+const PASSES_FOR: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Waits (at most `ANSWER_TIMEOUT`) until no request is being handled
+/// anywhere; false if one still is then.
+async fn requests_settled(endpoint: &Endpoint) -> bool {
+    let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+    while endpoint.requests_handled() > 0 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
+    true
 }
 
-/// After a failed handoff: requests are handled again, and every
-/// connection gets a turn (a request that waited is in its buffer).
+/// After a failed handoff: requests are handled again, and every group's
+/// connections get a turn (a request that waited whole in its buffer is
+/// handled now).
 async fn thaw<S>(groups: &[Arc<GroupShared<S>>], endpoint: &Endpoint) {
     endpoint.freeze_requests(false);
-    ask_each(groups, Phase::Thaw).await;
+    for group in groups {
+        ask(group, 0, Phase::Thaw).await;
+    }
 }
 
 /// Connections a failed handoff did not hand over, back in the groups.
