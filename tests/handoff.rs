@@ -376,35 +376,12 @@ async fn a_successor_that_dies_half_way_leaves_everything_to_the_old_process() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The dying successor speaks the handoff's protocol (tests/handoff.rs
-    // has its own reading of it, from ARCHITECTURE.md): it takes the
-    // greeting and the server's state (acknowledging it), then the start
-    // of the first batch of connections, and leaves without a word.
+    // has its own reading of it, from ARCHITECTURE.md) until the first
+    // batch of connections, and leaves without a word.
     let dying = socket.clone();
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut stream = std::os::unix::net::UnixStream::connect(dying).unwrap();
-        // A message: its length and descriptor count (little-endian u32s),
-        // then its payload. Descriptors are dropped by a plain read.
-        let next = |stream: &mut std::os::unix::net::UnixStream| {
-            let mut header = [0u8; 8];
-            stream.read_exact(&mut header).unwrap();
-            let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
-            let mut payload = vec![0u8; len];
-            stream.read_exact(&mut payload).unwrap();
-            payload
-        };
-        assert_eq!(next(&mut stream), b"H\x01", "the greeting");
-        // No request is being read: the server's state comes next.
-        assert_eq!(next(&mut stream)[0], b'S', "the server's state");
-        stream.write_all(&[1, 0, 0, 0, 0, 0, 0, 0, b'A']).unwrap();
-        let mut header = [0u8; 8];
-        stream.read_exact(&mut header).unwrap();
-        let mut start = [0u8; 64];
-        stream.read_exact(&mut start).unwrap();
-        assert_eq!(start[0], b'B', "a batch");
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(move || die_after_the_state(&dying))
+        .await
+        .unwrap();
 
     // The old process serves on: the clients keep talking, and it has not
     // exited.
@@ -752,5 +729,127 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
         old_rss >> 20,
         new_rss >> 20
     );
+    drop(new.0.kill());
+}
+
+/// Plays a successor that takes the greeting and the server's state, then
+/// the start of the first batch, and dies without acknowledging it.
+fn die_after_the_state(socket: &Path) {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    // A message: its length and descriptor count (little-endian u32s),
+    // then its payload. Descriptors are dropped by a plain read.
+    let next = |stream: &mut std::os::unix::net::UnixStream| {
+        let mut header = [0u8; 8];
+        stream.read_exact(&mut header).unwrap();
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).unwrap();
+        payload
+    };
+    assert_eq!(next(&mut stream), b"H\x01", "the greeting");
+    assert_eq!(next(&mut stream)[0], b'S', "the server's state");
+    stream.write_all(&[1, 0, 0, 0, 0, 0, 0, 0, b'A']).unwrap();
+    let mut start = [0u8; 9];
+    stream.read_exact(&mut start).unwrap();
+    assert_eq!(start[8], b'B', "a batch");
+}
+
+/// The deliveries (epoch, offset, data) a bus subscriber with positions
+/// gets next, `n` of them; anything else fails.
+async fn deliveries<S>(
+    client: &mut tokio_tungstenite::WebSocketStream<S>,
+    n: usize,
+) -> Vec<(String, u64, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut got = Vec::new();
+    while got.len() < n {
+        let message = tokio::time::timeout(Duration::from_secs(20), client.next())
+            .await
+            .expect("a delivery within 20 s");
+        let Some(Ok(Message::Text(text))) = message else {
+            panic!("not a delivery: {message:?}");
+        };
+        let delivery: serde_json::Value = serde_json::from_str(&text).unwrap();
+        got.push((
+            delivery["epoch"].as_str().expect(&text).to_owned(),
+            delivery["offset"].as_u64().expect(&text),
+            delivery["data"].as_str().expect(&text).to_owned(),
+        ));
+    }
+    got
+}
+
+/// A bus whose successor dies after taking the topics: the old process
+/// serves on (no subscriber is closed) and numbers its topics in a new
+/// epoch, so nothing the dead successor numbered is taken for its own;
+/// a real successor then takes over and numbering goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_whose_successor_dies_after_the_topics_serves_on_in_a_new_epoch() {
+    let socket = socket_path("bus-dies");
+    let path = socket.to_str().unwrap();
+    let args = ["--history", "1000", "--handoff-socket", path];
+    let (mut old, addr) = start_example("notify_bus", &args).await;
+    let mut subscribers = Vec::new();
+    for _ in 0..20 {
+        let url = format!("ws://{addr}/ws?topics=a&positions=1");
+        subscribers.push(tokio_tungstenite::connect_async(url).await.unwrap().0);
+    }
+    let mut publisher = Publisher::connect(addr).await;
+    for n in 1..=5 {
+        assert_eq!(publisher.publish("a", &format!("before {n}")).await, n);
+    }
+    let mut first_epoch = String::new();
+    for subscriber in &mut subscribers {
+        let got = deliveries(subscriber, 5).await;
+        first_epoch = got[0].0.clone();
+        let offsets: Vec<u64> = got.iter().map(|d| d.1).collect();
+        assert_eq!(offsets, [1, 2, 3, 4, 5]);
+    }
+    let dying = socket.clone();
+    tokio::task::spawn_blocking(move || die_after_the_state(&dying))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(old.0.try_wait().unwrap().is_none(), "the old bus exited");
+    // The publisher's connection stayed too; the topic numbers anew.
+    for n in 1..=5 {
+        assert_eq!(publisher.publish("a", &format!("after {n}")).await, n);
+    }
+    let mut second_epoch = String::new();
+    for subscriber in &mut subscribers {
+        let got = deliveries(subscriber, 5).await;
+        second_epoch = got[0].0.clone();
+        assert!(got.iter().all(|d| d.0 == second_epoch));
+        let data: Vec<&str> = got.iter().map(|d| d.2.as_str()).collect();
+        assert_eq!(
+            data,
+            ["after 1", "after 2", "after 3", "after 4", "after 5"]
+        );
+    }
+    assert_ne!(
+        first_epoch, second_epoch,
+        "a new epoch after the failed handoff"
+    );
+    // A real successor now.
+    let mut new = Child(
+        std::process::Command::new(example("notify_bus"))
+            .args(["--addr", &addr.to_string(), "--history", "1000"])
+            .args(["--take-over", path, "--handoff-socket", path])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
+    for n in 6..=8 {
+        assert_eq!(publisher.publish("a", &format!("after {n}")).await, n);
+    }
+    for subscriber in &mut subscribers {
+        let got = deliveries(subscriber, 3).await;
+        let positions: Vec<(&str, u64)> = got.iter().map(|d| (d.0.as_str(), d.1)).collect();
+        let epoch = second_epoch.as_str();
+        assert_eq!(positions, [(epoch, 6), (epoch, 7), (epoch, 8)]);
+    }
     drop(new.0.kill());
 }

@@ -153,8 +153,10 @@ impl PubSub {
     /// let go: after a handoff that failed once the successor had taken
     /// the topics (`ServerHandler::take_back_server`), so that what it
     /// numbered meanwhile is never taken for this bus's. Subscribers here
-    /// go on with the next publication; a position from before (or from
-    /// the successor) resumes as not recovered.
+    /// go on with the next publication; a subscriber that resumes from
+    /// where the old epoch ended (one the handoff gave back) missed
+    /// nothing, any other position from before (or from the successor)
+    /// resumes as not recovered.
     pub fn renumber(&self) {
         let topics = self.inner.registry.collect(|name, _| Some(name.clone()));
         for name in topics {
@@ -166,12 +168,17 @@ impl PubSub {
             if state.gone || state.numbering == Numbering::Redis {
                 continue;
             }
+            let ended = Position {
+                epoch: state.epoch,
+                offset: state.last,
+            };
             let fresh = Position {
                 epoch: Epoch::new(),
                 offset: 1,
             };
             state.renumber(&name, fresh, false);
             state.numbering = Numbering::Here;
+            state.renumbered_from = Some(ended);
         }
     }
 }

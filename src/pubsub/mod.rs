@@ -1207,6 +1207,15 @@ impl Inner {
                 None
             }
             Start::After(seen) => {
+                // Everything of the epoch before a renumbering is nothing
+                // missed of this one.
+                let seen = match state.renumbered_from {
+                    Some(ended) if ended == seen => Position {
+                        epoch: state.epoch,
+                        offset: 0,
+                    },
+                    _ => seen,
+                };
                 let whole = if seen.epoch != state.epoch || seen.offset > state.last {
                     false
                 } else if seen.offset == state.last {

@@ -214,6 +214,9 @@ pub(super) struct TopicState {
     /// whatever it holds, so that its numbering is there for the
     /// subscribers on their way (a handoff takes far less).
     pub(super) pinned_until: Option<Instant>,
+    /// Where the previous epoch ended when `PubSub::renumber` began this
+    /// one: a subscriber that had everything up to there missed nothing.
+    pub(super) renumbered_from: Option<super::history::Position>,
 }
 
 /// Who numbers a topic's publications.
@@ -242,6 +245,7 @@ impl Topic {
                 gone: false,
                 numbering: Numbering::Here,
                 pinned_until: None,
+                renumbered_from: None,
             }),
         }
     }

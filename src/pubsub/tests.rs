@@ -683,6 +683,35 @@ fn topics_handed_over_number_on_and_a_moved_subscriber_resumes_quietly_once() {
     new.subscribe_with(&c, "t", &how).unwrap();
     assert_eq!(frames(&c), ["o1", "o2", "o3", "o4", "o5", "o6"]);
 
+    // A handoff that failed after this: the successor's numbering is
+    // disowned. A subscriber given back at the old epoch's end missed
+    // nothing; an older position is told it was not kept whole.
+    let ended = new.position("t").unwrap();
+    new.renumber();
+    let renumbered = new.position("t").unwrap();
+    assert_ne!(renumbered.epoch, ended.epoch);
+    assert_eq!(renumbered.offset, 0);
+    let d = conn(&list, 4, 1 << 20);
+    let how = Subscribe::new()
+        .envelope(Arc::new(Marks))
+        .after_handoff(ended);
+    assert_eq!(
+        new.subscribe_with(&d, "t", &how).unwrap().recovered,
+        Some(true)
+    );
+    let e = conn(&list, 5, 1 << 20);
+    let how = Subscribe::new()
+        .envelope(Arc::new(Marks))
+        .after_handoff(moved_at);
+    assert_eq!(
+        new.subscribe_with(&e, "t", &how).unwrap().recovered,
+        Some(false)
+    );
+    new.publish("t", Message::Text("p1 again"));
+    list.run(usize::MAX);
+    assert_eq!(frames(&d), ["o1"]);
+    assert_eq!(frames(&e), ["rfalse", "o1"]);
+
     // Altered or cut bytes are refused, never a panic.
     for end in 0..cut.len() {
         assert!(
