@@ -114,8 +114,8 @@ use base64::Engine as _;
 use clap::Parser;
 use rapidws::pubsub::redis::{Bridge, Receipt};
 use rapidws::pubsub::{
-    Envelope, History, Overflow, Position, PubSub, Publication, PublishOptions, Start, Subscribe,
-    check_topic,
+    Envelope, History, Overflow, Position, PubSub, PubSubError, Publication, PublishOptions, Start,
+    Subscribe, check_topic,
 };
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, OwnedMessage, Reject,
@@ -277,11 +277,7 @@ impl Handler for Bus {
         for (topic, start) in session.opening.drain(..) {
             let how = self.how(session.positions, start);
             // Checked at the upgrade; only a closing connection is refused.
-            let _ = match &self.bridge {
-                // Resumes on this node from Redis's history.
-                Some(bridge) => bridge.subscribe_with(conn, &topic, &how).map(drop),
-                None => self.pubsub.subscribe_with(conn, &topic, &how).map(drop),
-            };
+            let _ = self.subscribe_how(conn, &topic, &how);
         }
         session.opening.shrink_to_fit();
     }
@@ -383,10 +379,7 @@ impl Handler for Bus {
                 Some(position) => self.how(positions, Start::Now).after_handoff(position),
                 None => self.how(positions, Start::Now),
             };
-            let _ = match &self.bridge {
-                Some(bridge) => bridge.subscribe_with(conn, name, &how).map(drop),
-                None => self.pubsub.subscribe_with(conn, name, &how).map(drop),
-            };
+            let _ = self.subscribe_how(conn, name, &how);
         }
         Some(Session {
             positions,
@@ -557,6 +550,15 @@ fn position_fields(position: Option<Position>) -> (String, u64) {
 }
 
 impl Bus {
+    /// Subscribes `conn` to `topic` as `how` says: through the bridge when
+    /// there is one (a resume then replays from Redis's history).
+    fn subscribe_how(&self, conn: &Conn, topic: &str, how: &Subscribe) -> Result<(), PubSubError> {
+        match &self.bridge {
+            Some(bridge) => bridge.subscribe_with(conn, topic, how).map(drop),
+            None => self.pubsub.subscribe_with(conn, topic, how).map(drop),
+        }
+    }
+
     fn how(&self, positions: bool, start: Start) -> Subscribe {
         let how = Subscribe::new().start(start);
         if positions {

@@ -494,19 +494,6 @@ impl<H: Handler> Dispatch<H> {
     }
 }
 
-/// Why a session stays, in the handoff's words.
-#[cfg(all(target_os = "linux", feature = "handoff"))]
-fn unmovable_reason(unmovable: crate::proto::Unmovable) -> &'static str {
-    use crate::proto::Unmovable;
-    match unmovable {
-        Unmovable::Closing => "closing",
-        Unmovable::HeldFailure => "a failure waits to be answered",
-        Unmovable::InflateContext => "the peer compresses with context takeover",
-        Unmovable::CompressedMessage => "a compressed message is half received",
-        Unmovable::DeflateContext => "we compress with context takeover",
-    }
-}
-
 /// The handoff (feature `handoff`): a connection leaving this process, or
 /// arriving from the previous one.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -527,7 +514,9 @@ impl<H: Handler> Dispatch<H> {
         }
         // Everything that can keep it here is asked before the handler is:
         // a handler told its connection moves may let go of its state.
-        self.session.movable().map_err(unmovable_reason)?;
+        self.session
+            .movable()
+            .map_err(crate::proto::Unmovable::reason)?;
         let limits = self.session.limits();
         if limits.max_frame_size > ceiling.max_frame_size
             || limits.max_message_size > ceiling.max_message_size
@@ -555,7 +544,10 @@ impl<H: Handler> Dispatch<H> {
         if !outbox.may_hand_off() {
             return Err("closing");
         }
-        let session = self.session.snapshot(input).map_err(unmovable_reason)?;
+        let session = self
+            .session
+            .snapshot(input)
+            .map_err(crate::proto::Unmovable::reason)?;
         let (output, compressor, waiting) = outbox.hand_off(shared.pool()).ok_or("closing")?;
         drop(outbox);
         wake_all(waiting);

@@ -744,12 +744,8 @@ impl<H: Handler> Lifecycle<H> {
     /// [`Lifecycle::wants_read`], unless a handoff froze requests and this
     /// is one: what a driver asks before it reads.
     pub(crate) fn reads_now(&self, env: &Env<H>) -> bool {
-        #[cfg(all(target_os = "linux", feature = "handoff"))]
-        if matches!(self.stage, Stage::Handshake(_)) && env.endpoint.requests_frozen() {
-            return false;
-        }
-        let _ = env;
-        self.wants_read()
+        let frozen = matches!(self.stage, Stage::Handshake(_)) && requests_frozen(env);
+        !frozen && self.wants_read()
     }
 
     /// Reading is paused: the outbound queue reached `max_outbound_bytes`

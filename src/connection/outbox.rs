@@ -459,10 +459,8 @@ impl Outbox {
         if !self.may_hand_off() {
             return None;
         }
-        let mut queued = Vec::new();
-        self.queue.move_into(&mut queued);
         let compressor = self.deflate.take();
-        let waiting = self.clear(pool);
+        let (queued, waiting) = self.give_up(pool);
         Some((queued, compressor, waiting))
     }
 

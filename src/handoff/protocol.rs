@@ -144,16 +144,20 @@ impl Predecessor {
                     String::from_utf8_lossy(&answer[1..])
                 ),
             )),
-            Some(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the successor answered out of turn",
-            )),
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the successor went away",
-            )),
+            Some(_) => Err(out_of_step("the successor answered out of turn")),
+            None => Err(gone("the successor went away")),
         }
     }
+}
+
+/// The other end said something the protocol does not allow here.
+fn out_of_step(why: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.into())
+}
+
+/// The other end closed the channel before the protocol's end.
+fn gone(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, why)
 }
 
 /// Whether `error` is the successor's refusal (it said no, so it kept
@@ -177,29 +181,26 @@ pub(crate) enum Received<T> {
 
 impl Successor {
     /// The server's state and the listening sockets, which come right
-    /// after the greeting; answer with [`Successor::answer_state`] once
-    /// applied.
+    /// after the greeting; answer with [`Successor::answer`] once applied.
     pub(crate) fn receive_state(&mut self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         match self.channel.recv(MAX_MESSAGE)? {
             Some((mut message, fds)) if message.first() == Some(&STATE) => {
                 message.remove(0);
                 Ok((message, fds))
             }
-            Some(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
+            Some(_) => Err(out_of_step(
                 "the running process did not send its state first",
             )),
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
+            None => Err(gone(
                 "the running process went away before it sent its state",
             )),
         }
     }
 
-    /// Acknowledges the server's state (it was applied: connections may
-    /// come), or refuses it with the reason.
-    pub(crate) fn answer_state(&mut self, applied: Result<(), &str>) -> io::Result<()> {
-        match applied {
+    /// Acknowledges what came last (the server's state, applied: then
+    /// connections may come; a batch, read), or refuses it with the reason.
+    pub(crate) fn answer(&mut self, taken: Result<(), &str>) -> io::Result<()> {
+        match taken {
             Ok(()) => self.channel.send(&[ACK], &[]),
             Err(why) => {
                 let mut refusal = vec![REFUSE];
@@ -216,21 +217,14 @@ impl Successor {
             Some((hello, fds)) if hello == [HELLO, VERSION] && fds.is_empty() => {
                 Ok(Successor { channel })
             }
-            Some((hello, _)) if hello.first() == Some(&HELLO) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "the running process speaks handoff version {:?}, this one {VERSION}",
-                    hello.get(1)
-                ),
-            )),
-            Some(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
+            Some((hello, _)) if hello.first() == Some(&HELLO) => Err(out_of_step(format!(
+                "the running process speaks handoff version {:?}, this one {VERSION}",
+                hello.get(1)
+            ))),
+            Some(_) => Err(out_of_step(
                 "the running process did not greet as a handoff does",
             )),
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the running process closed the handoff socket",
-            )),
+            None => Err(gone("the running process closed the handoff socket")),
         }
     }
 
@@ -243,25 +237,20 @@ impl Successor {
         mut read: impl FnMut(&[u8]) -> Result<T, SnapshotError>,
     ) -> io::Result<Received<T>> {
         let Some((message, fds)) = self.channel.recv(MAX_MESSAGE)? else {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the running process went away before it was done",
-            ));
+            return Err(gone("the running process went away before it was done"));
         };
         if message == [DONE] {
-            self.channel.send(&[ACK], &[])?;
+            self.answer(Ok(()))?;
             return Ok(Received::Done);
         }
         match read_batch(&message, fds, &mut read) {
             Ok(batch) => {
-                self.channel.send(&[ACK], &[])?;
+                self.answer(Ok(()))?;
                 Ok(Received::Batch(batch))
             }
             Err(error) => {
-                let mut refusal = vec![REFUSE];
-                refusal.extend_from_slice(error.to_string().as_bytes());
-                let _ = self.channel.send(&refusal, &[]);
-                Err(io::Error::new(io::ErrorKind::InvalidData, error))
+                let _ = self.answer(Err(&error.to_string()));
+                Err(out_of_step(error.to_string()))
             }
         }
     }

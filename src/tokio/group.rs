@@ -110,6 +110,44 @@ pub(crate) enum Start<S> {
     Moved(Box<crate::handoff::Arriving>),
 }
 
+/// The handoff's connections on their way to a group.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+impl<S> Incoming<S> {
+    /// A connection handed over (from the predecessor, or back after a
+    /// failed handoff), counted live from now.
+    pub(crate) fn moved(
+        fd: std::os::fd::OwnedFd,
+        arriving: crate::handoff::Arriving,
+        endpoint: &Arc<crate::connection::endpoint::Endpoint>,
+    ) -> Self {
+        Incoming {
+            stream: mio::net::TcpStream::from(fd),
+            peer: arriving.peer,
+            live: endpoint.enter(),
+            start: Start::Moved(Box::new(arriving)),
+        }
+    }
+
+    /// Connections that left and were not taken (the handoff failed), on
+    /// their way back: their own records read again.
+    pub(crate) fn taken_back(
+        departures: Vec<Departure>,
+        endpoint: &Arc<crate::connection::endpoint::Endpoint>,
+    ) -> impl Iterator<Item = Self> {
+        let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+        departures.into_iter().filter_map(move |Departure { fd, record }| {
+            match crate::handoff::Arriving::read(&record, limits, &pool) {
+                Ok(arriving) => Some(Incoming::moved(fd, arriving, endpoint)),
+                // Made here a moment ago: only a bug could get here.
+                Err(error) => {
+                    tracing::error!(%error, "a connection's own record did not read back; dropped");
+                    None
+                }
+            }
+        })
+    }
+}
+
 impl<S> GroupShared<S> {
     /// Gives the group a new connection.
     pub(crate) fn hand_over(&self, incoming: Incoming<S>) {
@@ -569,20 +607,8 @@ impl<H: Handler> Group<H> {
         }
         if let Err((departures, _)) = reply.send((departures, next)) {
             // The handoff stopped waiting: they stay here after all.
-            let endpoint = &self.env.endpoint;
-            let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
-            for Departure { fd, record } in departures {
-                match crate::handoff::Arriving::read(&record, limits, &pool) {
-                    Ok(arriving) => self.shared.hand_over(Incoming {
-                        stream: mio::net::TcpStream::from(fd),
-                        peer: arriving.peer,
-                        live: endpoint.enter(),
-                        start: Start::Moved(Box::new(arriving)),
-                    }),
-                    Err(error) => {
-                        tracing::error!(%error, "a connection's own record did not read back")
-                    }
-                }
+            for incoming in Incoming::taken_back(departures, &self.env.endpoint) {
+                self.shared.hand_over(incoming);
             }
         }
     }

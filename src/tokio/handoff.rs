@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
 
-use super::group::{GroupShared, Incoming, Phase, Start, least_loaded};
+use super::group::{GroupShared, Incoming, Phase, least_loaded};
 use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
@@ -32,14 +32,9 @@ pub(super) struct Handoff {
     /// there now, is done: the path, and the word that it is (`true`) or
     /// that it failed (`false`: the path stays the predecessor's).
     pub(super) later: Option<(PathBuf, Option<watch::Receiver<Option<bool>>>)>,
-    /// Where it took over from, and what is still to come from there.
-    pub(super) predecessor: Option<(PathBuf, Taken)>,
-}
-
-/// What a successor has from its predecessor before it serves: the
-/// channel the connections come on (its state was applied already).
-pub(super) struct Taken {
-    successor: Successor,
+    /// Where it took over from, and the channel the predecessor's
+    /// connections come on (its state was applied already).
+    pub(super) predecessor: Option<(PathBuf, Successor)>,
 }
 
 impl Handoff {
@@ -50,7 +45,7 @@ impl Handoff {
         groups: &[Arc<GroupShared<S>>],
         endpoint: &Arc<Endpoint>,
     ) -> io::Result<()> {
-        let Some((_, Taken { successor })) = self.predecessor.take() else {
+        let Some((_, successor)) = self.predecessor.take() else {
             return Ok(());
         };
         let (done, finished) = watch::channel(None);
@@ -180,9 +175,9 @@ impl HandoffSocket {
 pub(super) async fn meet(
     path: &Path,
     apply: impl FnOnce(&[u8]) -> Result<(), String> + Send + 'static,
-) -> io::Result<(Taken, std::net::TcpListener)> {
+) -> io::Result<(Successor, std::net::TcpListener)> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         let stream = UnixStream::connect(&path).map_err(|error| {
             io::Error::new(
                 error.kind(),
@@ -195,24 +190,33 @@ pub(super) async fn meet(
             Ok([listener]) => listener,
             Err(fds) => {
                 let why = format!("{} listening sockets handed over, not one", fds.len());
-                let _ = successor.answer_state(Err(&why));
+                let _ = successor.answer(Err(&why));
                 return Err(io::Error::new(io::ErrorKind::InvalidData, why));
             }
         };
         if let Err(why) = apply(&state) {
-            let _ = successor.answer_state(Err(&why));
+            let _ = successor.answer(Err(&why));
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("the running process's state was refused: {why}"),
             ));
         }
-        successor.answer_state(Ok(()))?;
+        successor.answer(Ok(()))?;
         let listener = std::net::TcpListener::from(listener);
         listener.set_nonblocking(true)?;
-        Ok((Taken { successor }, listener))
+        Ok((successor, listener))
     })
     .await
-    .map_err(io::Error::other)?
+}
+
+/// Runs `f`, which waits on the handoff's channel, on tokio's blocking
+/// threads; a panic in it is an error.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
 }
 
 /// Takes in the connections the predecessor sends, each read and checked
@@ -231,7 +235,7 @@ fn take_in<S: Send + 'static>(
             Ok(Received::Batch(batch)) => {
                 taken += batch.len();
                 for (arriving, fd) in batch {
-                    hand_to_least_loaded(&groups, &endpoint, arriving, fd);
+                    least_loaded(&groups).hand_over(Incoming::moved(fd, arriving, &endpoint));
                 }
             }
             Ok(Received::Done) => {
@@ -244,21 +248,6 @@ fn take_in<S: Send + 'static>(
             }
         }
     }
-}
-
-fn hand_to_least_loaded<S>(
-    groups: &[Arc<GroupShared<S>>],
-    endpoint: &Arc<Endpoint>,
-    arriving: Arriving,
-    fd: OwnedFd,
-) {
-    let group = least_loaded(groups);
-    group.hand_over(Incoming {
-        stream: mio::net::TcpStream::from(fd),
-        peer: arriving.peer,
-        live: endpoint.enter(),
-        start: Start::Moved(Box::new(arriving)),
-    });
 }
 
 /// Hands the server to the successor on `stream`: stops handling
@@ -276,11 +265,7 @@ async fn hand_off<H: ServerHandler>(
     groups: &[Arc<GroupShared<H::State>>],
     env: &Env<H>,
 ) -> bool {
-    let greeted = tokio::task::spawn_blocking(move || Predecessor::greet(Channel::new(stream)))
-        .await
-        .map_err(io::Error::other)
-        .and_then(|greeted| greeted);
-    let mut predecessor = match greeted {
+    let mut predecessor = match blocking(move || Predecessor::greet(Channel::new(stream))).await {
         Ok(predecessor) => predecessor,
         Err(error) => {
             tracing::error!(%error, "a successor connected, but the handoff could not begin");
@@ -295,8 +280,7 @@ async fn hand_off<H: ServerHandler>(
     if !requests_settled(endpoint).await {
         predecessor.abandon();
         tracing::error!("a request was still being handled after 10 s; the handoff gives up");
-        thaw(groups, endpoint).await;
-        return false;
+        return serve_on(groups, env, false).await;
     }
     let state = env.handler.hand_off_server();
     let sent = tokio::task::spawn_blocking(move || {
@@ -309,18 +293,12 @@ async fn hand_off<H: ServerHandler>(
         Ok((predecessor, Err(error))) => {
             predecessor.abandon();
             tracing::error!(%error, "the successor did not take the server's state; serving on");
-            if !refused(&error) {
-                // It may have taken it all the same.
-                env.handler.take_back_server();
-            }
-            thaw(groups, endpoint).await;
-            return false;
+            // Unless it refused, it may have taken it all the same.
+            return serve_on(groups, env, !refused(&error)).await;
         }
         Err(error) => {
             tracing::error!(%error, "the handoff's thread failed; serving on");
-            env.handler.take_back_server();
-            thaw(groups, endpoint).await;
-            return false;
+            return serve_on(groups, env, true).await;
         }
     };
     let mut handed = 0;
@@ -354,9 +332,7 @@ async fn hand_off<H: ServerHandler>(
                     Err(error) => {
                         // The sending thread panicked: its batch went with it.
                         tracing::error!(%error, "the handoff's thread failed");
-                        env.handler.take_back_server();
-                        thaw(groups, endpoint).await;
-                        return false;
+                        return serve_on(groups, env, true).await;
                     }
                 };
                 back.abandon();
@@ -366,9 +342,7 @@ async fn hand_off<H: ServerHandler>(
                     "the handoff failed; serving on with the connections not handed over"
                 );
                 take_back(batch, groups, endpoint);
-                env.handler.take_back_server();
-                thaw(groups, endpoint).await;
-                return false;
+                return serve_on(groups, env, true).await;
             }
         }
         if handed == before {
@@ -378,11 +352,7 @@ async fn hand_off<H: ServerHandler>(
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
-    if let Err(error) = tokio::task::spawn_blocking(move || predecessor.finish())
-        .await
-        .map_err(io::Error::other)
-        .and_then(|finished| finished)
-    {
+    if let Err(error) = blocking(move || predecessor.finish()).await {
         // It has every connection; only its last word is missing.
         tracing::warn!(%error, "the successor did not acknowledge the handoff's end");
     }
@@ -421,26 +391,29 @@ async fn requests_settled(endpoint: &Endpoint) -> bool {
     true
 }
 
-/// After a failed handoff: requests are handled again, and every group's
-/// connections get a turn (a request that waited whole in its buffer is
-/// handled now).
-async fn thaw<S>(groups: &[Arc<GroupShared<S>>], endpoint: &Endpoint) {
-    endpoint.freeze_requests(false);
+/// After a failed handoff (false, for `hand_off` to return): with
+/// `disown`, the server's state may be in the successor's hands, and the
+/// handler disowns what it does with it (`take_back_server`); requests are
+/// handled again, and every group's connections get a turn (a request
+/// that waited whole in its buffer is handled now).
+async fn serve_on<H: ServerHandler>(
+    groups: &[Arc<GroupShared<H::State>>],
+    env: &Env<H>,
+    disown: bool,
+) -> bool {
+    if disown {
+        env.handler.take_back_server();
+    }
+    env.endpoint.freeze_requests(false);
     for group in groups {
         ask(group, 0, Phase::Thaw).await;
     }
+    false
 }
 
 /// Connections a failed handoff did not hand over, back in the groups.
 fn take_back<S>(batch: Vec<Departure>, groups: &[Arc<GroupShared<S>>], endpoint: &Arc<Endpoint>) {
-    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
-    for Departure { fd, record } in batch {
-        match Arriving::read(&record, limits, &pool) {
-            Ok(arriving) => hand_to_least_loaded(groups, endpoint, arriving, fd),
-            // Made here a moment ago: only a bug could get here.
-            Err(error) => {
-                tracing::error!(%error, "a connection's own record did not read back; dropped")
-            }
-        }
+    for incoming in Incoming::taken_back(batch, endpoint) {
+        least_loaded(groups).hand_over(incoming);
     }
 }

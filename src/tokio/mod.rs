@@ -158,11 +158,11 @@ impl<H: ServerHandler> Server<H> {
         let handler = Arc::new(handler);
         let applying = handler.clone();
         let apply = move |state: &[u8]| applying.take_over_server(state);
-        let (taken, listener) = handoff::meet(path, apply).await?;
+        let (successor, listener) = handoff::meet(path, apply).await?;
         let listener = TcpListener::from_std(listener)?;
         let endpoint = Endpoint::new(config, "tokio");
         let mut server = Server::with_endpoint(listener, handler, endpoint);
-        server.handoff.predecessor = Some((path.to_owned(), taken));
+        server.handoff.predecessor = Some((path.to_owned(), successor));
         Ok(server)
     }
 

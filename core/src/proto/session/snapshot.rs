@@ -47,15 +47,22 @@ pub enum Unmovable {
     DeflateContext,
 }
 
-impl std::fmt::Display for Unmovable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Unmovable {
+    /// Why, in words (what `Display` writes), for a log line.
+    pub fn reason(self) -> &'static str {
+        match self {
             Unmovable::Closing => "the connection is closing",
             Unmovable::HeldFailure => "a protocol failure waits to be answered",
             Unmovable::InflateContext => "the peer compresses with context takeover",
             Unmovable::CompressedMessage => "a compressed message is half received",
             Unmovable::DeflateContext => "we compress with context takeover",
-        })
+        }
+    }
+}
+
+impl std::fmt::Display for Unmovable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
     }
 }
 
