@@ -34,18 +34,20 @@ fn socket_path(name: &str) -> PathBuf {
     path
 }
 
-/// The echo example, listening for a successor at `socket`.
-async fn start_old(socket: &Path) -> (Child, SocketAddr) {
-    start_example("echo", &["--handoff-socket", socket.to_str().unwrap()]).await
+/// The echo example on `backend` (`tokio` or `uring`), listening for a
+/// successor at `socket`.
+async fn start_old(socket: &Path, backend: &str) -> (Child, SocketAddr) {
+    let socket = socket.to_str().unwrap();
+    start_example("echo", &["--handoff-socket", socket, "--backend", backend]).await
 }
 
-/// A new echo process taking over from the one listening at `socket`, and
-/// listening there for its own successor.
-fn start_successor(addr: SocketAddr, socket: &Path) -> Child {
+/// A new echo process on `backend` taking over from the one listening at
+/// `socket`, and listening there for its own successor.
+fn start_successor(addr: SocketAddr, socket: &Path, backend: &str) -> Child {
     let socket = socket.to_str().unwrap();
     Child(
         std::process::Command::new(example("echo"))
-            .args(["--addr", &addr.to_string()])
+            .args(["--addr", &addr.to_string(), "--backend", backend])
             .args(["--take-over", socket, "--handoff-socket", socket])
             .spawn()
             .unwrap(),
@@ -129,10 +131,24 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// the idle connections answer through the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deploy_keeps_ten_thousand_connections_and_every_message() {
+    deploy("deploy", &["tokio", "tokio"]).await;
+}
+
+/// The same from tokio to io_uring, io_uring to io_uring, and back to
+/// tokio: three deploys, the same 10,000 connections through all of them.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploys_between_tokio_and_io_uring_keep_every_connection() {
+    deploy("across", &["tokio", "uring", "uring", "tokio"]).await;
+}
+
+/// 10,000 connections (1,000 talking) through deploys from one backend to
+/// the next in `chain`.
+async fn deploy(name: &str, chain: &[&str]) {
     let _turn = TEN_THOUSAND.lock().await;
     set_soft_limit(None);
-    let socket = socket_path("deploy");
-    let (mut old, addr) = start_old(&socket).await;
+    let socket = socket_path(name);
+    let (mut old, addr) = start_old(&socket, chain[0]).await;
     let url = format!("ws://{addr}/");
     let (stop, handing) = (
         Arc::new(AtomicBool::new(false)),
@@ -159,17 +175,22 @@ async fn a_deploy_keeps_ten_thousand_connections_and_every_message() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let old_rss = resident_of(&old);
-    let began = Instant::now();
-    handing.store(true, Ordering::Relaxed);
-    let mut new = start_successor(addr, &socket);
-    assert!(
-        exits_zero(&mut old, Duration::from_secs(30)).await,
-        "the old process did not exit 0 after the handoff"
-    );
-    let handed = began.elapsed();
-    // The talk goes on through the new process for a while.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let new_rss = resident_of(&new);
+    let mut handed = Vec::new();
+    let mut new_rss = 0;
+    for (from, to) in chain.iter().zip(&chain[1..]) {
+        let began = Instant::now();
+        handing.store(true, Ordering::Relaxed);
+        let new = start_successor(addr, &socket, to);
+        assert!(
+            exits_zero(&mut old, Duration::from_secs(30)).await,
+            "the old process ({from}) did not exit 0 after the handoff to {to}"
+        );
+        handed.push(began.elapsed());
+        // The talk goes on through the new process for a while.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        new_rss = resident_of(&new);
+        old = new;
+    }
     stop.store(true, Ordering::Relaxed);
     let (mut before, mut worst) = (Vec::new(), Vec::new());
     for task in talking {
@@ -196,10 +217,11 @@ async fn a_deploy_keeps_ten_thousand_connections_and_every_message() {
         check.await.unwrap();
     }
     eprintln!(
-        "handoff of 10,000 connections: old process exited {handed:?} after the successor \
-         started; longest echo wait per talking client through the handoff p50 {:?}, \
+        "handoffs of 10,000 connections ({}): each old process exited {handed:?} after its \
+         successor started; longest echo wait per talking client through the handoff p50 {:?}, \
          p99 {:?}, max {:?} (before it: p50 {:?}, p99 {:?}, max {:?}); \
          RSS old {} MiB before, new {} MiB after",
+        chain.join(" -> "),
         percentile(&worst, 50.0),
         percentile(&worst, 99.0),
         worst.last().unwrap(),
@@ -207,9 +229,9 @@ async fn a_deploy_keeps_ten_thousand_connections_and_every_message() {
         percentile(&before, 99.0),
         before.last().unwrap(),
         old_rss >> 20,
-        new_rss >> 20
+        new_rss >> 20,
     );
-    drop(new.0.kill());
+    drop(old.0.kill());
 }
 
 /// Reads from `stream` until `bytes` more have come (or 20 s pass).
@@ -246,8 +268,20 @@ fn header_len(second: u8) -> usize {
 /// through the new process, byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_in_the_middle_of_large_fragmented_messages_both_ways() {
-    let socket = socket_path("fragments");
-    let (mut old, addr) = start_old(&socket).await;
+    fragments("fragments", "tokio", "tokio").await;
+}
+
+/// The same from io_uring (whose send of the echo is in flight, and is
+/// cut short for the handoff) to tokio.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_uring_hands_over_half_sent_and_half_received_messages_to_tokio() {
+    fragments("fragments-uring", "uring", "tokio").await;
+}
+
+async fn fragments(name: &str, backend: &str, next: &str) {
+    let socket = socket_path(name);
+    let (mut old, addr) = start_old(&socket, backend).await;
 
     // Inbound: a text message in three fragments; the handoff comes after
     // the first and half of the second.
@@ -282,7 +316,7 @@ async fn a_handoff_in_the_middle_of_large_fragmented_messages_both_ways() {
     echoed.extend(read_exactly(&mut outbound, header_len(head[1]) - 2 + (100 << 10)).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut new = start_successor(addr, &socket);
+    let mut new = start_successor(addr, &socket, next);
     assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
 
     // A ping to the new process: its pong must not cut the frame it goes
@@ -336,14 +370,25 @@ async fn a_handoff_in_the_middle_of_large_fragmented_messages_both_ways() {
 /// process answers it with 101 and echoes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_while_a_request_is_half_sent() {
-    let socket = socket_path("handshake");
-    let (mut old, addr) = start_old(&socket).await;
+    half_request("handshake", "tokio", "tokio").await;
+}
+
+/// The same from io_uring to io_uring.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_uring_hands_over_a_half_sent_request_to_io_uring() {
+    half_request("handshake-uring", "uring", "uring").await;
+}
+
+async fn half_request(name: &str, backend: &str, next: &str) {
+    let socket = socket_path(name);
+    let (mut old, addr) = start_old(&socket, backend).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = upgrade_request("/", "");
     let (now, later) = request.as_bytes().split_at(request.len() / 2);
     stream.write_all(now).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut new = start_successor(addr, &socket);
+    let mut new = start_successor(addr, &socket, next);
     assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
     stream.write_all(later).await.unwrap();
     let head = read_head(&mut stream).await;
@@ -363,8 +408,19 @@ async fn a_handoff_while_a_request_is_half_sent() {
 /// then take over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_that_dies_half_way_leaves_everything_to_the_old_process() {
-    let socket = socket_path("dies");
-    let (mut old, addr) = start_old(&socket).await;
+    dying_successor("dies", "tokio", "tokio").await;
+}
+
+/// The same with an io_uring server, and then a tokio successor.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_io_uring_server_takes_back_what_a_dying_successor_took() {
+    dying_successor("dies-uring", "uring", "tokio").await;
+}
+
+async fn dying_successor(name: &str, backend: &str, next: &str) {
+    let socket = socket_path(name);
+    let (mut old, addr) = start_old(&socket, backend).await;
     let url = format!("ws://{addr}/");
     let (stop, handing) = (
         Arc::new(AtomicBool::new(false)),
@@ -398,7 +454,7 @@ async fn a_successor_that_dies_half_way_leaves_everything_to_the_old_process() {
     assert_eq!(check.next().await.unwrap().unwrap(), Message::text("new"));
 
     // Now a real one.
-    let mut new = start_successor(addr, &socket);
+    let mut new = start_successor(addr, &socket, next);
     assert!(exits_zero(&mut old, Duration::from_secs(30)).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -580,14 +636,32 @@ struct Heard {
 /// way) and five publications each after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bus_deploy_delivers_every_publication_exactly_once() {
+    bus_deploy("bus", "tokio", "tokio").await;
+}
+
+/// The same on io_uring, both processes.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_deploy_on_io_uring_delivers_every_publication_exactly_once() {
+    bus_deploy("bus-uring", "uring", "uring").await;
+}
+
+async fn bus_deploy(name: &str, backend: &str, next: &str) {
     let _turn = TEN_THOUSAND.lock().await;
     set_soft_limit(None);
     const TOPICS: usize = 1000;
     // Published to from the start; the rest only after the handoff.
     const BUSY: usize = 990;
-    let socket = socket_path("bus");
+    let socket = socket_path(name);
     let path = socket.to_str().unwrap();
-    let args = ["--history", "100000", "--handoff-socket", path];
+    let args = [
+        "--history",
+        "100000",
+        "--handoff-socket",
+        path,
+        "--backend",
+        backend,
+    ];
     let (mut old, addr) = start_example("notify_bus", &args).await;
     let start = Instant::now();
     let (stop, handing) = (
@@ -682,6 +756,7 @@ async fn a_bus_deploy_delivers_every_publication_exactly_once() {
         std::process::Command::new(example("notify_bus"))
             .args(["--addr", &addr.to_string(), "--history", "100000"])
             .args(["--take-over", socket_arg, "--handoff-socket", socket_arg])
+            .args(["--backend", next])
             .spawn()
             .unwrap(),
     );

@@ -206,13 +206,7 @@ impl ServeArgs {
         if !cfg!(all(target_os = "linux", feature = "handoff")) {
             return Some("handing connections over needs Linux and the `handoff` feature");
         }
-        match self.backend {
-            Backend::Uring => Some(
-                "--handoff-socket and --take-over are for --backend tokio so far \
-                 (io_uring's connections do not move yet)",
-            ),
-            Backend::Tokio => None,
-        }
+        None
     }
 
     /// Why this build cannot serve the TLS asked for, if it cannot.
@@ -433,8 +427,19 @@ fn serve_uring<H: ServerHandler>(
     handler: H,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<(), String> {
-    let mut server = rapidws::uring::Server::bind(args.addr, handler, config)
-        .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?;
+    let mut server = match &args.take_over {
+        #[cfg(feature = "handoff")]
+        Some(path) => rapidws::uring::Server::take_over(path, handler, config)
+            .map_err(|error| format!("cannot take over: {error}"))?,
+        _ => rapidws::uring::Server::bind(args.addr, handler, config)
+            .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?,
+    };
+    #[cfg(feature = "handoff")]
+    if let Some(path) = &args.handoff_socket {
+        server = server
+            .handoff_socket(path)
+            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?;
+    }
     if let Some(threads) = args.threads {
         server = server.threads(threads);
     }
@@ -444,7 +449,8 @@ fn serve_uring<H: ServerHandler>(
     }
     let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
     shut_down_on_signal(runtime.handle(), server.handle(), args.spread_window());
-    tracing::info!(addr = %args.addr, backend = "uring", scheme, "{name} server listening");
+    let addr = server.local_addr().map_err(|error| error.to_string())?;
+    tracing::info!(%addr, backend = "uring", scheme, "{name} server listening");
     // Blocks this thread; the reactors run on threads of their own.
     server.serve().map_err(|error| error.to_string())
 }

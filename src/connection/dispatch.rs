@@ -389,6 +389,13 @@ impl<H: Handler> Dispatch<H> {
         self.app.conn.shared().lock().no_longer_sending(n);
     }
 
+    /// What a write took and did not write goes back to the head of the
+    /// queue (a handoff stopped it: see `Outbox::put_back`).
+    #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
+    pub(crate) fn give_back(&mut self, unsent: &mut WriteQueue, pool: &crate::pool::BufferPool) {
+        self.app.conn.shared().lock().put_back(unsent, pool);
+    }
+
     /// The outbound queue as the driver's next step needs it, under one
     /// lock: whether it is written out (then a send wakes the driver again,
     /// and whether a send was refused as full since is taken), and wakes

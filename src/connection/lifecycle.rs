@@ -514,6 +514,18 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
+    /// The driver is done with what it took, and gives back `unsent`, the
+    /// part it did not write (a handoff stopped the write): it goes out
+    /// first, next time, or moves with the connection. Only for an open
+    /// connection (a handshake's response is never stopped).
+    #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
+    pub(crate) fn give_back(&mut self, unsent: &mut WriteQueue, pool: &crate::pool::BufferPool) {
+        self.writing = false;
+        if let Stage::Open(open) = &mut self.stage {
+            open.dispatch.give_back(unsent, pool);
+        }
+    }
+
     /// Writing failed: the connection is over.
     pub(crate) fn write_failed(&mut self, error: &io::Error) {
         self.fail(|| format!("write failed: {error}"));

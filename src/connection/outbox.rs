@@ -475,6 +475,30 @@ impl Outbox {
         self.deflate = compressor;
     }
 
+    /// A write that owned `unsent` (io_uring's) stopped short for a
+    /// handoff: its bytes go back to the head of the queue, counting as
+    /// started (the first may be the rest of a frame on the wire), ahead
+    /// of everything queued since; they are no longer being sent.
+    #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
+    pub(crate) fn put_back(&mut self, unsent: &mut WriteQueue, pool: &BufferPool) {
+        let n = unsent.len();
+        let mut bytes = Vec::with_capacity(n);
+        unsent.move_into(&mut bytes);
+        if let Some(buf) = unsent.take_buffer() {
+            pool.give(buf);
+        }
+        let mut front = WriteQueue::with_role(self.queue.role());
+        front.push_started(&bytes);
+        front.append(&mut self.queue);
+        if let Some(buf) = self.queue.take_buffer() {
+            pool.give(buf);
+        }
+        self.queue = front;
+        self.sending = self
+            .sending
+            .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+
     /// What is queued, in the order it would have been written, and no
     /// more sends: for a connection handed over that its handler refused,
     /// which goes with a last write of these.

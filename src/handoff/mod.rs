@@ -12,10 +12,15 @@
 //! | `channel.rs` | the Unix socket between the two processes: messages with descriptors (`SCM_RIGHTS`), bounded |
 //! | `protocol.rs` | what the two say: the greeting with the listeners, acknowledged batches, the end |
 //! | `record.rs` | one connection as data (the same from every driver) |
+//! | `socket.rs` | where a running process waits for its successor |
+//! | `leave.rs` | the running process's side: freezing requests, the state, batch after batch out of the loops |
+//! | `arrive.rs` | the successor's side: meeting, the state applied, batches into the loops |
 //!
 //! The connection's own part (what moves, what stays) is the lifecycle's:
-//! `connection/lifecycle/handoff.rs`; the driver's (freezing its loops,
-//! sockets out and in) is in the driver (`tokio/handoff.rs`).
+//! `connection/lifecycle/handoff.rs`; the driver's (a loop giving up a batch
+//! of its connections, taking them in) is in the driver
+//! (`tokio/group.rs`, `uring/handoff.rs`), behind [`Loops`]: so either
+//! driver hands over to either.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,11 +30,105 @@ use rapidws_core::snapshot::SnapshotError;
 use crate::pool::BufferPool;
 use crate::proto::{Limits, Session};
 
+pub(crate) mod arrive;
 pub(crate) mod channel;
+pub(crate) mod leave;
 pub(crate) mod protocol;
 pub(crate) mod record;
+pub(crate) mod socket;
 
+use protocol::Departure;
 use record::{Moved, OpenRecord, Record};
+
+/// What a handoff asks a server loop (a tokio group, an io_uring reactor)
+/// for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// A batch of what can move, from a slot on.
+    Move,
+    /// Every connection a turn, and accepting again (after a failed
+    /// handoff: requests thawed wait in their buffers).
+    Thaw,
+}
+
+/// Where a loop sends its answer: a batch of connections leaving, and the
+/// slot to go on from (`None`: it has no more).
+pub(crate) type Leaving = std::sync::mpsc::SyncSender<(Vec<Departure>, Option<u32>)>;
+
+/// A server's loops, as the handoff sees them, whatever the driver.
+pub(crate) trait Loops {
+    /// How many there are.
+    fn count(&self) -> usize;
+
+    /// Posts `phase` from `slot` to loop `index`: the loop answers on
+    /// `reply` between two of its turns. (A loop that ended drops it.)
+    fn post(&self, index: usize, slot: u32, phase: Phase, reply: Leaving);
+
+    /// Stops accepting: the successor has the listening sockets from now.
+    /// (A loop that accepts stops, and answers its next `Move` only once
+    /// its accept has ended, so what it accepted meanwhile moves too.)
+    fn stop_accepting(&self) {}
+
+    /// A connection arriving (from the predecessor, or back after a failed
+    /// handoff), with its socket, for a loop to take in.
+    fn arrive(&self, fd: std::os::fd::OwnedFd, arriving: Arriving);
+}
+
+/// Asks loop `index` of `loops` for `phase` from `slot`, and waits (at
+/// most [`protocol::ANSWER_TIMEOUT`]) for a batch and where to go on. A
+/// loop that ended has nothing; after the timeout, a late batch stays with
+/// its loop (its sending fails, and it takes them back).
+pub(crate) fn ask(
+    loops: &dyn Loops,
+    index: usize,
+    slot: u32,
+    phase: Phase,
+) -> (Vec<Departure>, Option<u32>) {
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    loops.post(index, slot, phase, reply);
+    answer
+        .recv_timeout(protocol::ANSWER_TIMEOUT)
+        .unwrap_or_default()
+}
+
+/// Connections that left and were not taken (the handoff failed), back
+/// into `loops`: their own records read again (one that does not read,
+/// which cannot happen to a record this process made, is closed).
+pub(crate) fn take_back(
+    departures: Vec<Departure>,
+    loops: &dyn Loops,
+    endpoint: &crate::connection::endpoint::Endpoint,
+) {
+    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    for Departure { fd, record } in departures {
+        match Arriving::read(&record, limits, &pool) {
+            Ok(arriving) => loops.arrive(fd, arriving),
+            Err(error) => {
+                tracing::error!(%error, "a connection taken back did not read; closed");
+            }
+        }
+    }
+}
+
+/// A connection leaving with its record, its socket out of its loop.
+/// `None` if it has no peer any more (it went away meanwhile).
+pub(crate) fn departure(stream: std::net::TcpStream, moved: Moved) -> Option<Departure> {
+    let peer = stream.peer_addr().ok()?;
+    Some(Departure {
+        fd: stream.into(),
+        record: Record { peer, stage: moved }.encode(),
+    })
+}
+
+/// Sets a socket handed over to the mode its new driver needs: epoll (the
+/// tokio groups) reads without blocking, io_uring's operations wait. The
+/// mode belongs to the socket, which both processes share until the
+/// handoff ends: so each side sets it when it takes a socket in.
+pub(crate) fn set_blocking(fd: std::os::fd::BorrowedFd<'_>, blocking: bool) {
+    if let Err(error) = rustix::io::ioctl_fionbio(fd, !blocking) {
+        tracing::warn!(%error, "could not set a handed-over socket's mode");
+    }
+}
 
 /// A connection handed over, read and checked, on its way to a server loop.
 pub(crate) struct Arriving {

@@ -42,22 +42,8 @@ use crate::driver::shutdown::ShutdownSeen;
 use crate::driver::slab::Slab;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 use crate::handoff::protocol::{Departure, batch_is_full};
-
-/// What a handoff asks a group for.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// A batch of everything that can move.
-    Move,
-    /// Every connection a turn (requests thawed after a failed handoff
-    /// wait in their buffers).
-    Thaw,
-}
-
-/// Where a group sends a batch of connections leaving, and the slot to go
-/// on from.
-#[cfg(all(target_os = "linux", feature = "handoff"))]
-pub(crate) type Leaving = tokio::sync::oneshot::Sender<(Vec<Departure>, Option<u32>)>;
+use crate::handoff::{Leaving, Phase};
 
 /// Socket events taken from the group's epoll at a time.
 const EVENTS_PER_POLL: usize = 256;
@@ -120,6 +106,8 @@ impl<S> Incoming<S> {
         arriving: crate::handoff::Arriving,
         endpoint: &Arc<crate::connection::endpoint::Endpoint>,
     ) -> Self {
+        // It may come from io_uring, whose sockets block.
+        crate::handoff::set_blocking(std::os::fd::AsFd::as_fd(&fd), false);
         Incoming {
             stream: mio::net::TcpStream::from(fd),
             peer: arriving.peer,
@@ -556,7 +544,7 @@ impl<H: Handler> Group<H> {
                     entry.connection.thaw(&self.env);
                 }
                 self.advance_all();
-                let _ = reply.send((Vec::new(), None));
+                let _ = reply.try_send((Vec::new(), None));
                 return;
             }
             Phase::Move => {}
@@ -605,7 +593,11 @@ impl<H: Handler> Group<H> {
                 "connections that cannot move stay, to be closed with 1012"
             );
         }
-        if let Err((departures, _)) = reply.send((departures, next)) {
+        if let Err(
+            std::sync::mpsc::TrySendError::Disconnected((departures, _))
+            | std::sync::mpsc::TrySendError::Full((departures, _)),
+        ) = reply.try_send((departures, next))
+        {
             // The handoff stopped waiting: they stay here after all.
             for incoming in Incoming::taken_back(departures, &self.env.endpoint) {
                 self.shared.hand_over(incoming);
@@ -616,7 +608,7 @@ impl<H: Handler> Group<H> {
 
 /// A connection leaving: out of the group's epoll (its descriptor lives on
 /// in the successor, and epoll would go on reporting it here), with its
-/// record. `None` if it has no peer any more (it went away meanwhile).
+/// record.
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 fn departure(
     mut stream: mio::net::TcpStream,
@@ -626,11 +618,8 @@ fn departure(
     if let Err(error) = registry.deregister(&mut stream) {
         tracing::warn!(%error, "could not unwatch a connection leaving");
     }
-    let peer = stream.peer_addr().ok()?;
-    Some(Departure {
-        fd: std::os::fd::OwnedFd::from(stream),
-        record: crate::handoff::record::Record { peer, stage: moved }.encode(),
-    })
+    let stream = std::net::TcpStream::from(std::os::fd::OwnedFd::from(stream));
+    crate::handoff::departure(stream, moved)
 }
 
 /// A connection handed over whose handler refused it: what it had queued

@@ -48,6 +48,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::connection::config::Config;
@@ -64,7 +65,9 @@ const ACCEPTS_PER_TURN: usize = 64;
 
 /// A WebSocket server on tokio.
 pub struct Server<H: ServerHandler> {
-    listener: TcpListener,
+    /// One, unless taken over from an io_uring server (one per reactor,
+    /// each with its own accept queue: all are accepted from).
+    listeners: Vec<TcpListener>,
     handler: Arc<H>,
     endpoint: Arc<Endpoint>,
     /// Set by [`Server::tls`]: every connection is wss.
@@ -95,7 +98,7 @@ impl Handoff {
     async fn hand_off<H: Handler>(
         &self,
         successor: std::convert::Infallible,
-        _: &tokio::io::unix::AsyncFd<mio::net::TcpListener>,
+        _: &[tokio::io::unix::AsyncFd<mio::net::TcpListener>],
         _: &[Arc<GroupShared<H::State>>],
         _: &Env<H>,
     ) -> io::Result<bool> {
@@ -106,7 +109,7 @@ impl Handoff {
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("local_addr", &self.listener.local_addr().ok())
+            .field("local_addr", &self.local_addr().ok())
             .finish_non_exhaustive()
     }
 }
@@ -121,12 +124,17 @@ impl<H: ServerHandler> Server<H> {
 
     /// Serves on a listener the caller has set up.
     pub fn from_listener(listener: TcpListener, handler: H, config: Config) -> Self {
-        Server::with_endpoint(listener, Arc::new(handler), Endpoint::new(config, "tokio"))
+        let endpoint = Endpoint::new(config, "tokio");
+        Server::with_endpoint(vec![listener], Arc::new(handler), endpoint)
     }
 
-    fn with_endpoint(listener: TcpListener, handler: Arc<H>, endpoint: Arc<Endpoint>) -> Self {
+    fn with_endpoint(
+        listeners: Vec<TcpListener>,
+        handler: Arc<H>,
+        endpoint: Arc<Endpoint>,
+    ) -> Self {
         Server {
-            listener,
+            listeners,
             handler,
             endpoint,
             #[cfg(feature = "rustls")]
@@ -158,10 +166,13 @@ impl<H: ServerHandler> Server<H> {
         let handler = Arc::new(handler);
         let applying = handler.clone();
         let apply = move |state: &[u8]| applying.take_over_server(state);
-        let (successor, listener) = handoff::meet(path, apply).await?;
-        let listener = TcpListener::from_std(listener)?;
+        let (successor, listeners) = handoff::meet(path, apply).await?;
+        let listeners = listeners
+            .into_iter()
+            .map(TcpListener::from_std)
+            .collect::<io::Result<_>>()?;
         let endpoint = Endpoint::new(config, "tokio");
-        let mut server = Server::with_endpoint(listener, handler, endpoint);
+        let mut server = Server::with_endpoint(listeners, handler, endpoint);
         server.handoff.predecessor = Some((path.to_owned(), successor));
         Ok(server)
     }
@@ -189,7 +200,7 @@ impl<H: ServerHandler> Server<H> {
             // The predecessor listens there until it is done.
             self.handoff.later = Some((path.to_owned(), None));
         } else {
-            let socket = handoff::HandoffSocket::bind(path, false)?;
+            let socket = handoff::Waiting::bind(path, false)?;
             self.handoff.socket = std::sync::OnceLock::from(socket);
         }
         Ok(self)
@@ -222,7 +233,7 @@ impl<H: ServerHandler> Server<H> {
 
     /// The address the server listens on (useful after binding port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners[0].local_addr()
     }
 
     /// A handle to shut the server down or count its connections.
@@ -240,7 +251,7 @@ impl<H: ServerHandler> Server<H> {
     /// are free again.
     pub async fn serve(self) -> io::Result<()> {
         let Server {
-            listener,
+            listeners,
             handler,
             endpoint,
             #[cfg(feature = "rustls")]
@@ -251,12 +262,18 @@ impl<H: ServerHandler> Server<H> {
         } = self;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
-        let listener = sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))?;
+        let listeners = listeners
+            .into_iter()
+            .map(|listener| {
+                sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
         let env = Env::server(endpoint.clone(), handler);
         let groups = Groups::spawn(&env)?;
         // A predecessor's connections, if this server took over.
         handoff.take_in(&groups.0, &endpoint)?;
         let mut backoff = MIN_BACKOFF;
+        let mut turn = 0;
         'serving: loop {
             let mut ready = tokio::select! {
                 biased;
@@ -264,14 +281,14 @@ impl<H: ServerHandler> Server<H> {
                 successor = handoff.successor() => {
                     // Not accepting meanwhile: the successor has the
                     // listening socket from the start.
-                    if handoff.hand_off(successor, &listener, &groups.0, &env).await? {
+                    if handoff.hand_off(successor, &listeners, &groups.0, &env).await? {
                         // What stays is closed with 1012, at once.
                         endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
                         break;
                     }
                     continue;
                 }
-                ready = listener.readable() => ready?,
+                ready = readable(&listeners, &mut turn) => ready?,
             };
             let mut accepted = 0;
             while accepted < ACCEPTS_PER_TURN {
@@ -327,11 +344,31 @@ impl<H: ServerHandler> Server<H> {
             // More may be waiting; let the groups take these first.
             tokio::task::yield_now().await;
         }
-        drop(listener);
+        drop(listeners);
         drop(groups);
         endpoint.finish_shutdown().await;
         Ok(())
     }
+}
+
+/// The first of `listeners` with a connection to accept, looking from a
+/// different one each time (so none waits behind a busy one).
+async fn readable<'a>(
+    listeners: &'a [AsyncFd<mio::net::TcpListener>],
+    turn: &mut usize,
+) -> io::Result<AsyncFdReadyGuard<'a, mio::net::TcpListener>> {
+    *turn = turn.wrapping_add(1);
+    let first = *turn;
+    std::future::poll_fn(|cx| {
+        for i in 0..listeners.len() {
+            let listener = &listeners[(first + i) % listeners.len()];
+            if let std::task::Poll::Ready(ready) = listener.poll_read_ready(cx) {
+                return std::task::Poll::Ready(ready);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// The server's connection groups. However `serve` ends (even by being

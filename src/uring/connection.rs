@@ -80,6 +80,9 @@ pub(crate) struct Connection<H: Handler> {
     shut_down_after_send: bool,
     /// wss: the TLS session. Boxed: most connections have none.
     tls: Option<Box<Tls>>,
+    /// A handoff is taking it: its receive is not armed again (see
+    /// `hold`).
+    held: bool,
     life: Lifecycle<H>,
 }
 
@@ -105,6 +108,7 @@ impl<H: Handler> Connection<H> {
             sending_taken: false,
             shut_down_after_send: false,
             tls,
+            held: false,
             life: Lifecycle::accept(peer, live, wake, env, Instant::now()),
         };
         connection.receive(io);
@@ -169,6 +173,11 @@ impl<H: Handler> Connection<H> {
     ) {
         self.sending = false;
         let taken = std::mem::take(&mut self.sending_taken);
+        #[cfg(feature = "handoff")]
+        if self.held && taken && self.give_back(&result, &mut outgoing, env) {
+            io.spare.push(outgoing);
+            return;
+        }
         let written = match result {
             Ok(0) => Err(io::ErrorKind::WriteZero.into()),
             other => other,
@@ -241,7 +250,8 @@ impl<H: Handler> Connection<H> {
                     self.read_buf.clear();
                     read_buf::release(&mut self.read_buf, &env.endpoint.pool);
                 }
-                Action::Write if self.sending => break,
+                // (Held for a handoff: what is queued moves with it.)
+                Action::Write if self.sending || self.held => break,
                 Action::Write => {
                     let mut outgoing = io.spare.pop().unwrap_or_else(Outgoing::new);
                     self.life.take_queue(&mut outgoing.queue);
@@ -292,7 +302,7 @@ impl<H: Handler> Connection<H> {
             if !std::mem::replace(&mut self.cancelling, true) {
                 io.ring.cancel(Op::Recv(io.slot));
             }
-        } else if self.life.reads_now(env) && !self.receiving {
+        } else if self.life.reads_now(env) && !self.receiving && !self.held {
             self.receive(io);
         }
         Progress::Pending
@@ -407,5 +417,135 @@ impl<H: Handler> Connection<H> {
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
             self.read_buf.extend_from_slice(chunk);
         }
+    }
+}
+
+/// The handoff (feature `handoff`): a connection can leave only when
+/// quiet, with no operation in flight (the kernel holds no buffer of its,
+/// and no completion is to come), so a reactor first holds it: cancels
+/// its receive and does not arm one again.
+#[cfg(feature = "handoff")]
+impl<H: Handler> Connection<H> {
+    /// Holds the connection for a handoff: false if it cannot move at all
+    /// (TLS, or over).
+    pub(crate) fn hold(&mut self, io: &mut Io<'_>) -> bool {
+        if self.tls.is_some() || self.life.is_done() {
+            return false;
+        }
+        self.held = true;
+        if self.receiving && !std::mem::replace(&mut self.cancelling, true) {
+            io.ring.cancel(Op::Recv(io.slot));
+        }
+        if self.sending && self.sending_taken && self.life.conn().is_some() {
+            // A peer slow to read can hold a send for ever: what it has
+            // not written comes back (see `give_back`).
+            io.ring.cancel(Op::Send(io.slot));
+        }
+        true
+    }
+
+    /// A send of what the lifecycle took ended while held (done, cut
+    /// short, or cancelled before a byte went): what was written counts,
+    /// the rest goes back to the lifecycle's queue, to move with the
+    /// connection. False if it failed (handled as any failed send).
+    fn give_back(
+        &mut self,
+        result: &io::Result<usize>,
+        outgoing: &mut Outgoing,
+        env: &Env<H>,
+    ) -> bool {
+        let n = match result {
+            Ok(n) if *n > 0 => *n,
+            Err(error) if error.raw_os_error() == Some(libc::ECANCELED) => 0,
+            _ => return false,
+        };
+        if n > 0 {
+            outgoing.queue.advance(n);
+            self.life.sent(n);
+            env.endpoint.meters().sent(0, n as u64);
+        }
+        let pool = &env.endpoint.pool;
+        if outgoing.queue.is_empty() {
+            self.life.write_finished(0);
+            if let Some(buf) = outgoing.queue.take_buffer() {
+                pool.give(buf);
+            }
+        } else {
+            self.life.give_back(&mut outgoing.queue, pool);
+        }
+        true
+    }
+
+    /// No operation in flight.
+    pub(crate) fn is_quiet(&self) -> bool {
+        !self.receiving && !self.sending
+    }
+
+    /// Not taken after all: it reads again at its next turn.
+    pub(crate) fn release(&mut self) {
+        self.held = false;
+    }
+
+    /// The connection as a record (see `Lifecycle::hand_off`), if it is
+    /// quiet; then drop it with `into_stream`.
+    pub(crate) fn hand_off(
+        &mut self,
+        env: &Env<H>,
+    ) -> Result<crate::handoff::record::Moved, &'static str> {
+        if self.tls.is_some() {
+            return Err("TLS");
+        }
+        if !self.is_quiet() {
+            return Err("an operation is in flight");
+        }
+        self.life.hand_off(&mut self.read_buf, env)
+    }
+
+    /// Requests are handled again after a failed handoff: one waiting in
+    /// the read buffer is handled now (see `Lifecycle::thaw`), and it reads
+    /// again.
+    pub(crate) fn thaw(&mut self, env: &Env<H>) {
+        self.held = false;
+        self.life.thaw(&mut self.read_buf, env);
+    }
+
+    /// The socket, without a word to the peer (after `hand_off`).
+    pub(crate) fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
+    /// A connection handed over by the previous process (or back after a
+    /// failed handoff): what it had read and not handled is handled now;
+    /// its receive is armed at its first turn. `Err` with the socket and
+    /// the bytes to write before closing it, if the handler refused it.
+    pub(crate) fn take_over(
+        stream: TcpStream,
+        live: LiveGuard,
+        wake: ConnWake,
+        arriving: crate::handoff::Arriving,
+        env: &Env<H>,
+    ) -> Result<Self, (TcpStream, Vec<u8>)> {
+        let now = Instant::now();
+        let (life, read_buf) = match Lifecycle::take_over(arriving, live, wake, env, now) {
+            Ok(taken) => taken,
+            Err(goodbye) => return Err((stream, goodbye)),
+        };
+        let mut connection = Connection {
+            stream,
+            read_buf,
+            receiving: false,
+            cancelling: false,
+            sending: false,
+            sending_taken: false,
+            shut_down_after_send: false,
+            tls: None,
+            held: false,
+            life,
+        };
+        if !connection.read_buf.is_empty() {
+            connection.life.receive(&mut connection.read_buf, env, now);
+            read_buf::release(&mut connection.read_buf, &env.endpoint.pool);
+        }
+        Ok(connection)
     }
 }

@@ -53,6 +53,8 @@ mod tls;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+#[cfg(feature = "handoff")]
+use std::os::fd::AsFd;
 use std::sync::{Arc, mpsc};
 use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
@@ -76,19 +78,39 @@ const DEFAULT_BUFFERS: u16 = 512;
 
 /// A WebSocket server on io_uring.
 pub struct Server<H: ServerHandler> {
-    listener: TcpListener,
+    /// One, bound here (each reactor then opens its own on the same port,
+    /// SO_REUSEPORT), or those taken over from a predecessor (each with its
+    /// own accept queue: see [`Server::take_over`]).
+    listeners: Vec<TcpListener>,
     handler: Arc<H>,
     endpoint: Arc<Endpoint>,
     threads: usize,
     buffers: u16,
     /// wss: every connection's TLS configuration.
     tls: Option<Arc<tls::ServerConfig>>,
+    /// Set by [`Server::handoff_socket`] and [`Server::take_over`].
+    #[cfg(feature = "handoff")]
+    handoff: Handoff,
+}
+
+/// An io_uring server's two sides of a handoff.
+#[cfg(feature = "handoff")]
+#[derive(Default)]
+struct Handoff {
+    /// Where it waits for a successor.
+    socket: Option<crate::handoff::socket::HandoffSocket>,
+    /// Where it is to wait for one once its predecessor (which listens
+    /// there now) is done.
+    later: Option<std::path::PathBuf>,
+    /// Where it took over from, and the channel the predecessor's
+    /// connections come on (its state was applied already).
+    predecessor: Option<(std::path::PathBuf, crate::handoff::protocol::Successor)>,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("local_addr", &self.listener.local_addr().ok())
+            .field("local_addr", &self.local_addr().ok())
             .field("threads", &self.threads)
             .field("buffers", &self.buffers)
             .finish_non_exhaustive()
@@ -108,14 +130,78 @@ impl<H: ServerHandler> Server<H> {
         let listener = bind_first(addr.to_socket_addrs()?, |addr| {
             check_free(addr).and_then(listen)
         })?;
-        Ok(Server {
-            listener,
-            handler: Arc::new(handler),
+        Ok(Server::with(vec![listener], Arc::new(handler), config))
+    }
+
+    fn with(listeners: Vec<TcpListener>, handler: Arc<H>, config: Config) -> Self {
+        Server {
+            listeners,
+            handler,
             endpoint: Endpoint::new(config, "uring"),
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,
-        })
+            #[cfg(feature = "handoff")]
+            handoff: Handoff::default(),
+        }
+    }
+
+    /// Takes over from the server of this program (on io_uring or on
+    /// tokio) that listens for a successor at `path` (its
+    /// `handoff_socket`): its listening sockets now, and, once
+    /// [`serve`](Server::serve) runs, every connection that can move, each
+    /// going on where it was (no close, no reconnect, nothing read twice or
+    /// lost); the old process then closes what stays with 1012 and its
+    /// `serve` returns. The handler's [`Handler::take_over`] turns each
+    /// connection's state back into a state. Give the same `config` the old
+    /// process had (a connection whose limits are above this one's is
+    /// refused). Runs at least one reactor per listening socket taken (an
+    /// io_uring predecessor has one per reactor, each with its own accept
+    /// queue); more share them. Blocks while it meets the old process;
+    /// errors if no process listens at `path` or it does not greet as a
+    /// handoff does. (Feature `handoff`.)
+    ///
+    /// [`Handler::take_over`]: crate::Handler::take_over
+    #[cfg(feature = "handoff")]
+    pub fn take_over(
+        path: impl AsRef<std::path::Path>,
+        handler: H,
+        config: Config,
+    ) -> io::Result<Self> {
+        let path = path.as_ref();
+        let handler = Arc::new(handler);
+        let apply = |state: &[u8]| handler.take_over_server(state);
+        let (successor, listeners) = crate::handoff::arrive::meet(path, true, apply)?;
+        let mut server = Server::with(listeners, handler, config);
+        server.handoff.predecessor = Some((path.to_owned(), successor));
+        Ok(server)
+    }
+
+    /// Listens at `path` (a Unix socket, mode 0600) for a successor: a new
+    /// process of this program started with `take_over` on the same path,
+    /// on io_uring ([`Server::take_over`]) or on tokio
+    /// (`tokio::Server::take_over`). When one connects, the server stops
+    /// accepting, hands it every reactor's listening socket and every
+    /// connection that can move (as on tokio: an open connection whose
+    /// handler implements `Handler::hand_off`, not closing, with
+    /// permessage-deflate only without context takeover; a request still
+    /// coming in; never a TLS connection), closes the rest with 1012 and
+    /// returns from `serve`. If the successor fails half-way, the server
+    /// takes back what it did not hand over and goes on serving. A socket
+    /// file left at `path` by a process that ended is replaced; one where a
+    /// process still listens is an error, unless this server took over from
+    /// there: then it listens there once its predecessor is done. (Feature
+    /// `handoff`.)
+    #[cfg(feature = "handoff")]
+    pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
+        let path = path.as_ref();
+        if matches!(&self.handoff.predecessor, Some((from, _)) if from == path) {
+            // The predecessor listens there until it is done.
+            self.handoff.later = Some(path.to_owned());
+            return Ok(self);
+        }
+        self.handoff.socket = Some(crate::handoff::socket::HandoffSocket::bind(path, false)?);
+        Ok(self)
     }
 
     /// Serves wss: every connection starts with a TLS handshake (rustls,
@@ -145,7 +231,7 @@ impl<H: ServerHandler> Server<H> {
 
     /// The address the server listens on (useful after binding port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners[0].local_addr()
     }
 
     /// A handle to shut the server down or count its connections.
@@ -167,18 +253,41 @@ impl<H: ServerHandler> Server<H> {
     /// until the accept is armed again (after an accept error such as EMFILE).
     pub fn serve(self) -> io::Result<()> {
         let Server {
-            listener,
+            listeners,
             handler,
             endpoint,
             threads,
             buffers,
             tls,
+            #[cfg(feature = "handoff")]
+            handoff,
         } = self;
-        let addr = listener.local_addr()?;
-        let mut listeners = vec![listener];
-        for _ in 1..threads {
-            listeners.push(listen(addr)?);
+        #[cfg(feature = "handoff")]
+        let took_over = handoff.predecessor.is_some();
+        #[cfg(not(feature = "handoff"))]
+        let took_over = false;
+        let addr = listeners[0].local_addr()?;
+        // What a successor would be handed: each accept queue once.
+        #[cfg(feature = "handoff")]
+        let handed = if took_over {
+            listeners.len()
+        } else {
+            threads.max(listeners.len())
+        };
+        let mut listeners = listeners;
+        for index in listeners.len()..threads.max(listeners.len()) {
+            listeners.push(if took_over {
+                // A predecessor's socket may lack SO_REUSEPORT: share it.
+                listeners[index % listeners.len()].try_clone()?
+            } else {
+                listen(addr)?
+            });
         }
+        #[cfg(feature = "handoff")]
+        let handed = listeners[..handed]
+            .iter()
+            .map(|listener| listener.as_fd().try_clone_to_owned())
+            .collect::<io::Result<Vec<_>>>()?;
         let setup = Arc::new(Setup {
             ring_entries: RING_ENTRIES,
             buffers,
@@ -213,6 +322,18 @@ impl<H: ServerHandler> Server<H> {
                 Err(_) => return Err(io::Error::other("a reactor thread died while starting")),
             }
         }
+        #[cfg(feature = "handoff")]
+        {
+            let loops = reactor::handoff::ReactorLoops::new(
+                reactors
+                    .0
+                    .iter()
+                    .map(|(shared, _)| shared.clone())
+                    .collect(),
+            );
+            let env = Env::server(endpoint.clone(), handler.clone());
+            handoff.start(loops, env, handed)?;
+        }
         wait_for_shutdown(&endpoint);
         if !wait_until_idle(&endpoint, deadline_after(endpoint.shutdown_wait())) {
             endpoint.abort_remaining();
@@ -230,6 +351,71 @@ impl<H: ServerHandler> Server<H> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "handoff")]
+impl Handoff {
+    /// If this server took over, or waits for a successor: a thread that
+    /// takes in the predecessor's connections, then waits for a successor
+    /// and hands it everything (`listeners` and the reactors' connections);
+    /// once one has it all, the server shuts down, closing what stays with
+    /// 1012 at once.
+    fn start<H: ServerHandler>(
+        self,
+        loops: reactor::handoff::ReactorLoops,
+        env: Env<H>,
+        listeners: Vec<std::os::fd::OwnedFd>,
+    ) -> io::Result<()> {
+        if self.predecessor.is_none() && self.socket.is_none() {
+            return Ok(());
+        }
+        thread::Builder::new()
+            .name("rapidws-handoff".into())
+            .spawn(move || self.run(&loops, &env, &listeners))?;
+        Ok(())
+    }
+
+    fn run<H: ServerHandler>(
+        self,
+        loops: &reactor::handoff::ReactorLoops,
+        env: &Env<H>,
+        listeners: &[std::os::fd::OwnedFd],
+    ) {
+        use crate::handoff::{arrive, leave, socket::HandoffSocket};
+        let endpoint = &env.endpoint;
+        let Handoff {
+            mut socket,
+            later,
+            predecessor,
+        } = self;
+        if let Some((_, successor)) = predecessor {
+            if !arrive::take_in(successor, loops, endpoint) {
+                // The predecessor serves on, and keeps the path.
+                return;
+            }
+            if let Some(path) = later {
+                match HandoffSocket::bind(&path, true) {
+                    Ok(bound) => {
+                        tracing::info!(path = %path.display(), "listening for a successor");
+                        socket = Some(bound);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, path = %path.display(), "cannot listen for a successor");
+                    }
+                }
+            }
+        }
+        let Some(socket) = socket else {
+            return;
+        };
+        let every = Duration::from_millis(100);
+        while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
+            if leave::hand_off(successor, listeners, loops, env) {
+                endpoint.begin_spread(crate::Spread::over(Duration::ZERO));
+                return;
+            }
+        }
     }
 }
 

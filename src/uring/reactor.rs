@@ -34,6 +34,10 @@ use crate::driver::mailbox::{Posted, lock};
 use crate::driver::shutdown::ShutdownSeen;
 use crate::driver::slab::Slab;
 
+#[cfg(feature = "handoff")]
+#[path = "handoff.rs"]
+pub(crate) mod handoff;
+
 /// The woken-list entry that concerns the reactor itself (shutdown, stop).
 const REACTOR: u32 = u32::MAX;
 
@@ -49,6 +53,9 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     /// Why the reactor ended early, for `serve` to return.
     pub(crate) failure: Mutex<Option<io::Error>>,
+    /// What a handoff asks of the reactor, and the connections it brings.
+    #[cfg(feature = "handoff")]
+    handoff: handoff::Mailbox,
 }
 
 impl Shared {
@@ -60,6 +67,8 @@ impl Shared {
             eventfd: File::from(ring::eventfd()?),
             stop: AtomicBool::new(false),
             failure: Mutex::new(None),
+            #[cfg(feature = "handoff")]
+            handoff: handoff::Mailbox::default(),
         }))
     }
 
@@ -141,6 +150,9 @@ pub(crate) struct Reactor<H: Handler> {
     sweep: Option<(Sweep, Instant)>,
     seen: ShutdownSeen,
     tls: Option<Arc<ServerConfig>>,
+    /// A handoff under way: a batch being made, accepting paused.
+    #[cfg(feature = "handoff")]
+    handing: handoff::Handing,
 }
 
 /// The reactor's settings.
@@ -184,6 +196,8 @@ impl<H: Handler> Reactor<H> {
             sweep,
             seen: ShutdownSeen::default(),
             tls: setup.tls.clone(),
+            #[cfg(feature = "handoff")]
+            handing: handoff::Handing::default(),
         })
     }
 
@@ -236,6 +250,8 @@ impl<H: Handler> Reactor<H> {
             self.sweep_if_due();
             self.notice_shutdown();
             self.run_dirty();
+            #[cfg(feature = "handoff")]
+            self.handoff_turn();
             self.arm_accept();
             // What this turn counted, added once.
             self.env.endpoint.meters().flush();
@@ -256,7 +272,11 @@ impl<H: Handler> Reactor<H> {
     fn next_deadline(&self) -> Option<Instant> {
         let timer = self.timers.first().map(|&(at, _)| at);
         let sweep = self.sweep.map(|(_, at)| at);
-        [timer, self.accept_paused_until, sweep]
+        #[cfg(feature = "handoff")]
+        let handing = self.handing.deadline();
+        #[cfg(not(feature = "handoff"))]
+        let handing = None;
+        [timer, self.accept_paused_until, sweep, handing]
             .into_iter()
             .flatten()
             .min()
@@ -474,6 +494,10 @@ impl<H: Handler> Reactor<H> {
 
     fn arm_accept(&mut self) {
         if self.accepting || self.seen.shutdown() {
+            return;
+        }
+        #[cfg(feature = "handoff")]
+        if self.handing.paused {
             return;
         }
         let Some(listener) = &self.listener else {
