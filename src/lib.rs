@@ -50,7 +50,7 @@
 //! | wss | `tls(config)` on [`tokio::Server::tls`], [`uring::Server::tls`] | `rustls` |
 //! | a client | [`client::Client`] | `client` |
 //! | topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |
-//! | deploys that keep every connection (Linux) | `tokio::Server::handoff_socket`, `take_over` | `handoff` |
+//! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on [`tokio::Server`] and [`uring::Server`] | `handoff` |
 //!
 //! Callbacks run on the server's own threads with each message borrowed
 //! from the read buffer; the async socket gives each connection a task and

@@ -631,6 +631,44 @@ mod tests {
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
     }
 
+    /// A send io_uring cut short for a handoff: its rest goes back ahead
+    /// of what was queued since (a shared segment, which a reply could
+    /// overtake), a reply queued later comes after all of it, and nothing
+    /// counts as being sent any more.
+    #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
+    #[test]
+    fn a_send_cut_short_goes_back_ahead_of_everything_queued_since() {
+        let (conn, _) = conn(1 << 20);
+        conn.send_binary(&[1u8; 100]).unwrap();
+        let mut taken = crate::proto::WriteQueue::new();
+        conn.shared().lock().take_for_send(&mut taken);
+        assert_eq!(taken.len(), 102);
+        // Shared bytes: the queue keeps them as a segment of their own, where
+        // a reply could overtake them.
+        conn.send_shared(MessageKind::Binary, Bytes::from(vec![2u8; 2000]))
+            .unwrap();
+        // 30 bytes went out before the send was cancelled.
+        taken.advance(30);
+        let mut outbox = conn.shared().lock();
+        outbox.no_longer_sending(30);
+        assert!(!outbox.may_hand_off(), "72 bytes are still being sent");
+        outbox.put_back(&mut taken, &crate::pool::BufferPool::default());
+        assert!(taken.is_empty());
+        assert!(outbox.may_hand_off(), "nothing is being sent any more");
+        outbox.push_reply_message(OpCode::Pong, b"r");
+        let mut out = crate::proto::WriteQueue::new();
+        outbox.take_for_send(&mut out);
+        let mut bytes = Vec::new();
+        out.move_into(&mut bytes);
+        let mut expected = vec![0x82, 100];
+        expected.extend([1u8; 100]);
+        expected.drain(..30);
+        expected.extend([0x82, 126, 0x07, 0xD0]);
+        expected.extend([2u8; 2000]);
+        expected.extend([0x8A, 1, b'r']);
+        assert_eq!(bytes, expected);
+    }
+
     #[test]
     fn a_full_queue_refuses_sends_and_asks_for_drain() {
         let (conn, _) = conn(10);

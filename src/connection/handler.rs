@@ -70,8 +70,9 @@ pub trait Handler: Send + Sync + 'static {
     }
 
     /// The connection is about to move to the next process of this program
-    /// (a deploy that keeps every connection: feature `handoff`, on the
-    /// tokio server's `handoff_socket`): its state as bytes, which the
+    /// (a deploy that keeps every connection: feature `handoff`, the
+    /// `handoff_socket` of the tokio and io_uring servers): its state as
+    /// bytes, which the
     /// successor's [`Handler::take_over`] turns back into a state. Nothing
     /// else runs for this connection here afterwards: no `on_close`, no
     /// close frame; the successor carries on with the same TCP connection.

@@ -482,18 +482,18 @@ impl Outbox {
     #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
     pub(crate) fn put_back(&mut self, unsent: &mut WriteQueue, pool: &BufferPool) {
         let n = unsent.len();
-        let mut bytes = Vec::with_capacity(n);
+        // Everything, in the order it would have gone (what was queued
+        // since, replies included, after it), counts as started: nothing
+        // queued later overtakes any of it.
+        let mut bytes = Vec::with_capacity(n + self.queue.len());
         unsent.move_into(&mut bytes);
-        if let Some(buf) = unsent.take_buffer() {
-            pool.give(buf);
+        self.queue.move_into(&mut bytes);
+        for queue in [unsent, &mut self.queue] {
+            if let Some(buf) = queue.take_buffer() {
+                pool.give(buf);
+            }
         }
-        let mut front = WriteQueue::with_role(self.queue.role());
-        front.push_started(&bytes);
-        front.append(&mut self.queue);
-        if let Some(buf) = self.queue.take_buffer() {
-            pool.give(buf);
-        }
-        self.queue = front;
+        self.queue.push_started(&bytes);
         self.sending = self
             .sending
             .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));

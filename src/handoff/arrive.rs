@@ -16,11 +16,9 @@ use crate::connection::endpoint::Endpoint;
 /// Connects to the process listening at `path`, takes its server state
 /// and hands it to `apply` (`ServerHandler::take_over_server`: the
 /// predecessor learns whether it was taken), and its listening sockets
-/// (at least one), each set to block or not as the successor's driver
-/// needs (`blocking`).
+/// (at least one), non-blocking (see `set_nonblocking`).
 pub(crate) fn meet(
     path: &Path,
-    blocking: bool,
     apply: impl FnOnce(&[u8]) -> Result<(), String>,
 ) -> io::Result<(Successor, Vec<std::net::TcpListener>)> {
     let stream = UnixStream::connect(path).map_err(|error| {
@@ -55,7 +53,7 @@ pub(crate) fn meet(
         );
     }
     for listener in &listeners {
-        listener.set_nonblocking(!blocking)?;
+        listener.set_nonblocking(true)?;
     }
     successor.answer(Ok(()))?;
     Ok((successor, listeners))

@@ -51,9 +51,46 @@ pub(crate) enum Phase {
     Thaw,
 }
 
-/// Where a loop sends its answer: a batch of connections leaving, and the
-/// slot to go on from (`None`: it has no more).
-pub(crate) type Leaving = std::sync::mpsc::SyncSender<(Vec<Departure>, Option<u32>)>;
+/// A loop's answer: a batch of connections leaving, and the slot to go on
+/// from (`None`: it has no more).
+pub(crate) type Answer = (Vec<Departure>, Option<u32>);
+
+/// Where a loop puts its answer, for the handoff waiting in [`ask`].
+pub(crate) struct Leaving(Arc<AnswerSlot>);
+
+#[derive(Default)]
+struct AnswerSlot {
+    /// The answer, and whether the handoff stopped waiting for it.
+    state: std::sync::Mutex<(Option<Answer>, bool)>,
+    given: std::sync::Condvar,
+}
+
+impl Leaving {
+    /// Gives the answer; `Err` with it if the handoff stopped waiting (its
+    /// connections are then the loop's again). Decided under one lock, so
+    /// an answer is either taken by the handoff or back with the loop,
+    /// never lost between the two.
+    pub(crate) fn give(self, answer: Answer) -> Result<(), Answer> {
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.1 {
+            return Err(answer);
+        }
+        state.0 = Some(answer);
+        self.0.given.notify_one();
+        Ok(())
+    }
+}
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        // A loop that ended without answering: the handoff need not wait.
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.0.is_none() {
+            state.1 = true;
+        }
+        self.0.given.notify_one();
+    }
+}
 
 /// A server's loops, as the handoff sees them, whatever the driver.
 pub(crate) trait Loops {
@@ -78,17 +115,27 @@ pub(crate) trait Loops {
 /// most [`protocol::ANSWER_TIMEOUT`]) for a batch and where to go on. A
 /// loop that ended has nothing; after the timeout, a late batch stays with
 /// its loop (its sending fails, and it takes them back).
-pub(crate) fn ask(
-    loops: &dyn Loops,
-    index: usize,
-    slot: u32,
-    phase: Phase,
-) -> (Vec<Departure>, Option<u32>) {
-    let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    loops.post(index, slot, phase, reply);
-    answer
-        .recv_timeout(protocol::ANSWER_TIMEOUT)
-        .unwrap_or_default()
+pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> Answer {
+    let waiting = Arc::new(AnswerSlot::default());
+    loops.post(index, slot, phase, Leaving(waiting.clone()));
+    let deadline = std::time::Instant::now() + protocol::ANSWER_TIMEOUT;
+    let mut state = waiting.state.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if let Some(answer) = state.0.take() {
+            return answer;
+        }
+        let now = std::time::Instant::now();
+        if state.1 || now >= deadline {
+            // Stopped waiting: a late answer goes back to its loop.
+            state.1 = true;
+            return Answer::default();
+        }
+        state = waiting
+            .given
+            .wait_timeout(state, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
 }
 
 /// Connections that left and were not taken (the handoff failed), back
@@ -120,13 +167,14 @@ pub(crate) fn departure(stream: std::net::TcpStream, moved: Moved) -> Option<Dep
     })
 }
 
-/// Sets a socket handed over to the mode its new driver needs: epoll (the
-/// tokio groups) reads without blocking, io_uring's operations wait. The
-/// mode belongs to the socket, which both processes share until the
-/// handoff ends: so each side sets it when it takes a socket in.
-pub(crate) fn set_blocking(fd: std::os::fd::BorrowedFd<'_>, blocking: bool) {
-    if let Err(error) = rustix::io::ioctl_fionbio(fd, !blocking) {
-        tracing::warn!(%error, "could not set a handed-over socket's mode");
+/// Makes a socket handed over non-blocking, as epoll (the tokio groups)
+/// needs it. io_uring's operations work either way, so a socket is never
+/// set back to blocking: the mode belongs to the socket, which both
+/// processes share until the handoff ends, and a predecessor that takes a
+/// socket back, or serves on after a failure, must find it as it works.
+pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
+    if let Err(error) = rustix::io::ioctl_fionbio(fd, true) {
+        tracing::warn!(%error, "could not make a handed-over socket non-blocking");
     }
 }
 

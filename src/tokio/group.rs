@@ -107,7 +107,7 @@ impl<S> Incoming<S> {
         endpoint: &Arc<crate::connection::endpoint::Endpoint>,
     ) -> Self {
         // It may come from io_uring, whose sockets block.
-        crate::handoff::set_blocking(std::os::fd::AsFd::as_fd(&fd), false);
+        crate::handoff::set_nonblocking(std::os::fd::AsFd::as_fd(&fd));
         Incoming {
             stream: mio::net::TcpStream::from(fd),
             peer: arriving.peer,
@@ -544,7 +544,7 @@ impl<H: Handler> Group<H> {
                     entry.connection.thaw(&self.env);
                 }
                 self.advance_all();
-                let _ = reply.try_send((Vec::new(), None));
+                let _ = reply.give((Vec::new(), None));
                 return;
             }
             Phase::Move => {}
@@ -593,11 +593,7 @@ impl<H: Handler> Group<H> {
                 "connections that cannot move stay, to be closed with 1012"
             );
         }
-        if let Err(
-            std::sync::mpsc::TrySendError::Disconnected((departures, _))
-            | std::sync::mpsc::TrySendError::Full((departures, _)),
-        ) = reply.try_send((departures, next))
-        {
+        if let Err((departures, _)) = reply.give((departures, next)) {
             // The handoff stopped waiting: they stay here after all.
             for incoming in Incoming::taken_back(departures, &self.env.endpoint) {
                 self.shared.hand_over(incoming);

@@ -104,8 +104,7 @@ impl Handoff {
 
     /// Hands the server to `successor` (see `handoff::leave::hand_off`,
     /// run on a blocking thread): true if it has everything now, and this
-    /// server is to end; false if it failed, and the server serves on (its
-    /// listeners set back to non-blocking).
+    /// server is to end; false if it failed, and the server serves on.
     pub(super) async fn hand_off<H: ServerHandler>(
         &self,
         successor: UnixStream,
@@ -122,19 +121,9 @@ impl Handoff {
             endpoint: env.endpoint.clone(),
         };
         let env = env.clone();
-        let whole = tokio::task::spawn_blocking(move || {
-            let whole = leave::hand_off(successor, &fds, &loops, &env);
-            if !whole {
-                // A successor may have made them block.
-                for fd in &fds {
-                    crate::handoff::set_blocking(fd.as_fd(), false);
-                }
-            }
-            whole
-        })
-        .await
-        .map_err(io::Error::other)?;
-        Ok(whole)
+        tokio::task::spawn_blocking(move || leave::hand_off(successor, &fds, &loops, &env))
+            .await
+            .map_err(io::Error::other)
     }
 }
 
@@ -190,7 +179,7 @@ pub(super) async fn meet(
     apply: impl FnOnce(&[u8]) -> Result<(), String> + Send + 'static,
 ) -> io::Result<(Successor, Vec<std::net::TcpListener>)> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || arrive::meet(&path, false, apply))
+    tokio::task::spawn_blocking(move || arrive::meet(&path, apply))
         .await
         .map_err(io::Error::other)?
 }

@@ -447,13 +447,17 @@ impl<H: Handler> Connection<H> {
     /// A send of what the lifecycle took ended while held (done, cut
     /// short, or cancelled before a byte went): what was written counts,
     /// the rest goes back to the lifecycle's queue, to move with the
-    /// connection. False if it failed (handled as any failed send).
+    /// connection. False if it failed, or the connection is not open (a
+    /// response is never cut): then it is handled as any send.
     fn give_back(
         &mut self,
         result: &io::Result<usize>,
         outgoing: &mut Outgoing,
         env: &Env<H>,
     ) -> bool {
+        if self.life.conn().is_none() {
+            return false;
+        }
         let n = match result {
             Ok(n) if *n > 0 => *n,
             Err(error) if error.raw_os_error() == Some(libc::ECANCELED) => 0,
@@ -474,6 +478,11 @@ impl<H: Handler> Connection<H> {
             self.life.give_back(&mut outgoing.queue, pool);
         }
         true
+    }
+
+    /// Held for a handoff.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held
     }
 
     /// No operation in flight.

@@ -14,7 +14,7 @@
 //!
 //! Declared inside `reactor.rs`: the reactor's fields are its own.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use crate::connection::wake::{ConnWake, SlotWake, WokenList};
 use crate::driver::mailbox::lock;
 use crate::handoff::channel::MAX_FDS;
 use crate::handoff::protocol::{Departure, batch_is_full};
-use crate::handoff::{Arriving, Leaving, Loops, Phase, departure, set_blocking};
+use crate::handoff::{Arriving, Leaving, Loops, Phase, departure};
 use crate::uring::connection::Connection;
 
 /// How long a reactor waits for the connections it picked to be quiet
@@ -38,6 +38,19 @@ pub(crate) struct Mailbox {
     asked: Mutex<Option<(u32, Phase, Leaving)>>,
     arriving: Mutex<Vec<(OwnedFd, Arriving)>>,
     stop_accepting: AtomicBool,
+    /// The reactor ended (see [`Mailbox::close`]).
+    closed: AtomicBool,
+}
+
+impl Mailbox {
+    /// The reactor ended: a handoff waiting for it hears it has nothing,
+    /// and connections on their way are closed (`post` and `arrive` after
+    /// this drop theirs at once).
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        drop(self.asked.lock().unwrap_or_else(|p| p.into_inner()).take());
+        lock(&self.arriving).clear();
+    }
 }
 
 /// A reactor's handoff state.
@@ -91,7 +104,7 @@ impl<H: Handler> Reactor<H> {
                 None => {}
                 Some((_, Phase::Thaw, reply)) => {
                     self.thaw();
-                    let _ = reply.try_send((Vec::new(), None));
+                    let _ = reply.give((Vec::new(), None));
                 }
                 Some((from, Phase::Move, reply)) => {
                     // (Asked before `stop_accepting`: stop now all the same.)
@@ -166,7 +179,9 @@ impl<H: Handler> Reactor<H> {
                 self.mark_dirty(slot);
                 continue;
             }
-            let Some(connection) = self.slots.get_mut(slot) else {
+            // (A slot freed and taken by an arrival meanwhile is not ours
+            // to move.)
+            let Some(connection) = self.slots.get_mut(slot).filter(|c| c.is_held()) else {
                 continue;
             };
             let moved = match connection.hand_off(&self.env) {
@@ -197,11 +212,7 @@ impl<H: Handler> Reactor<H> {
                 "connections that cannot move yet stay, for a later pass or 1012"
             );
         }
-        if let Err(
-            std::sync::mpsc::TrySendError::Disconnected((departures, _))
-            | std::sync::mpsc::TrySendError::Full((departures, _)),
-        ) = reply.try_send((departures, next))
-        {
+        if let Err((departures, _)) = reply.give((departures, next)) {
             // The handoff stopped waiting: they stay here after all.
             self.take_back(departures);
         }
@@ -220,13 +231,9 @@ impl<H: Handler> Reactor<H> {
     }
 
     /// After a failed handoff: every connection a turn (a request that
-    /// waited is handled), reading again, and accepting again (its
-    /// listening socket blocks again, whatever a successor set).
+    /// waited is handled), reading again, and accepting again.
     fn thaw(&mut self) {
         self.handing.paused = false;
-        if let Some(listener) = &self.listener {
-            set_blocking(listener.as_fd(), true);
-        }
         for connection in self.slots.iter_mut() {
             connection.thaw(&self.env);
         }
@@ -244,7 +251,6 @@ impl<H: Handler> Reactor<H> {
 
     /// Starts serving a connection handed over, where it was.
     fn arrive(&mut self, fd: OwnedFd, arriving: Arriving) {
-        set_blocking(fd.as_fd(), true);
         let stream = std::net::TcpStream::from(fd);
         let live = self.env.endpoint.enter();
         let slot = self.slots.next_slot();
@@ -298,6 +304,10 @@ impl Loops for ReactorLoops {
             .asked
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some((slot, phase, reply));
+        if shared.handoff.closed.load(Ordering::SeqCst) {
+            // It ended meanwhile: nobody will answer.
+            shared.handoff.close();
+        }
         shared.push_woken(REACTOR);
     }
 
@@ -312,6 +322,9 @@ impl Loops for ReactorLoops {
         let index = self.next.fetch_add(1, Ordering::Relaxed) % self.reactors.len();
         let shared = &self.reactors[index];
         lock(&shared.handoff.arriving).push((fd, arriving));
+        if shared.handoff.closed.load(Ordering::SeqCst) {
+            shared.handoff.close();
+        }
         shared.push_woken(REACTOR);
     }
 }

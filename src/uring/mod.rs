@@ -171,7 +171,7 @@ impl<H: ServerHandler> Server<H> {
         let path = path.as_ref();
         let handler = Arc::new(handler);
         let apply = |state: &[u8]| handler.take_over_server(state);
-        let (successor, listeners) = crate::handoff::arrive::meet(path, true, apply)?;
+        let (successor, listeners) = crate::handoff::arrive::meet(path, apply)?;
         let mut server = Server::with(listeners, handler, config);
         server.handoff.predecessor = Some((path.to_owned(), successor));
         Ok(server)
@@ -323,7 +323,7 @@ impl<H: ServerHandler> Server<H> {
             }
         }
         #[cfg(feature = "handoff")]
-        {
+        let handing = {
             let loops = reactor::handoff::ReactorLoops::new(
                 reactors
                     .0
@@ -332,12 +332,20 @@ impl<H: ServerHandler> Server<H> {
                     .collect(),
             );
             let env = Env::server(endpoint.clone(), handler.clone());
-            handoff.start(loops, env, handed)?;
-        }
+            handoff.start(loops, env, handed)?
+        };
         wait_for_shutdown(&endpoint);
         if !wait_until_idle(&endpoint, deadline_after(endpoint.shutdown_wait())) {
             endpoint.abort_remaining();
             wait_until_idle(&endpoint, Instant::now() + Duration::from_secs(1));
+        }
+        // The handoff's thread holds copies of the listening sockets: once
+        // it is gone, the port is free. (It sees the shutdown within 100 ms.)
+        #[cfg(feature = "handoff")]
+        if let Some(thread) = handing
+            && thread.join().is_err()
+        {
+            tracing::error!("the handoff's thread panicked");
         }
         // A reactor that failed started the shutdown; its error is `serve`'s.
         for (shared, _) in &reactors.0 {
@@ -366,14 +374,14 @@ impl Handoff {
         loops: reactor::handoff::ReactorLoops,
         env: Env<H>,
         listeners: Vec<std::os::fd::OwnedFd>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<thread::JoinHandle<()>>> {
         if self.predecessor.is_none() && self.socket.is_none() {
-            return Ok(());
+            return Ok(None);
         }
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("rapidws-handoff".into())
             .spawn(move || self.run(&loops, &env, &listeners))?;
-        Ok(())
+        Ok(Some(thread))
     }
 
     fn run<H: ServerHandler>(

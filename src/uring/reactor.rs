@@ -256,6 +256,8 @@ impl<H: Handler> Reactor<H> {
             // What this turn counted, added once.
             self.env.endpoint.meters().flush();
         }
+        #[cfg(feature = "handoff")]
+        self.shared.handoff.close();
     }
 
     /// Whether the next submit may wait: nothing is left to do this turn.
