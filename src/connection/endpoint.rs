@@ -50,6 +50,12 @@ pub(crate) struct Endpoint {
     /// after the server's state left.
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     requests_frozen: AtomicBool,
+    /// A handoff is about to send the server's state: open connections
+    /// read and handle nothing more here (what their callbacks do, a
+    /// publish, would come after the state left); what they sent waits for
+    /// the successor. Each loop acknowledges it between two turns.
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    input_frozen: AtomicBool,
     /// Requests being handled now, on any thread (see
     /// [`Endpoint::begin_request`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -91,6 +97,8 @@ impl Endpoint {
             spreader: OnceLock::new(),
             #[cfg(all(target_os = "linux", feature = "handoff"))]
             requests_frozen: AtomicBool::new(false),
+            #[cfg(all(target_os = "linux", feature = "handoff"))]
+            input_frozen: AtomicBool::new(false),
             #[cfg(all(target_os = "linux", feature = "handoff"))]
             requests_handled: AtomicUsize::new(0),
             starting: Mutex::new(()),
@@ -323,6 +331,20 @@ impl Endpoint {
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn freeze_requests(&self, frozen: bool) {
         self.requests_frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Stops (or lets go on) reading and handling open connections' input,
+    /// for a handoff (see the field).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn freeze_input(&self, frozen: bool) {
+        self.input_frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Whether open connections' input waits (see
+    /// [`Endpoint::freeze_input`]).
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub(crate) fn input_frozen(&self) -> bool {
+        self.input_frozen.load(Ordering::Relaxed)
     }
 
     /// Whether requests wait (see [`Endpoint::freeze_requests`]).

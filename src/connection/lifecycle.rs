@@ -380,6 +380,8 @@ impl<H: Handler> Lifecycle<H> {
                     }
                 }
             }
+            // A handoff is under way: the input waits, and moves.
+            Stage::Open(_) if self.ending.is_none() && input_frozen(env) => self.held = false,
             Stage::Open(open) => {
                 self.held = false;
                 if !open.dispatch.is_closed() {
@@ -753,10 +755,15 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
-    /// [`Lifecycle::wants_read`], unless a handoff froze requests and this
-    /// is one: what a driver asks before it reads.
+    /// [`Lifecycle::wants_read`], unless a handoff froze what this
+    /// connection would read (a request, or an open connection's input):
+    /// what a driver asks before it reads.
     pub(crate) fn reads_now(&self, env: &Env<H>) -> bool {
-        let frozen = matches!(self.stage, Stage::Handshake(_)) && requests_frozen(env);
+        let frozen = match self.stage {
+            Stage::Handshake(_) => requests_frozen(env),
+            Stage::Open(_) => input_frozen(env) && self.ending.is_none(),
+            Stage::Done => false,
+        };
         !frozen && self.wants_read()
     }
 
@@ -828,6 +835,18 @@ impl<H: Handler> Lifecycle<H> {
     /// True once over: the driver closes the socket.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.stage, Stage::Done)
+    }
+}
+
+/// Whether a handoff froze open connections' input (never, without the
+/// feature).
+fn input_frozen<H: Handler>(env: &Env<H>) -> bool {
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    return env.endpoint.input_frozen();
+    #[cfg(not(all(target_os = "linux", feature = "handoff")))]
+    {
+        let _ = env;
+        false
     }
 }
 

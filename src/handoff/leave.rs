@@ -18,7 +18,8 @@ use crate::connection::lifecycle::Env;
 const PASSES_FOR: Duration = Duration::from_millis(300);
 
 /// Hands the server to the successor on `stream`: stops handling requests
-/// (so nothing is published here any more), has the loops stop accepting,
+/// and open connections' input (so nothing is published here any more: the
+/// bytes wait, and move), has the loops stop accepting,
 /// sends the server's state and the listening sockets `listeners`, then
 /// has each loop give up a batch at a time, each sent and acknowledged
 /// before the next leaves it (a connection is frozen for its batch's trip
@@ -50,6 +51,13 @@ pub(crate) fn hand_off<H: ServerHandler>(
         predecessor.abandon();
         tracing::error!("a request was still being handled after 10 s; the handoff gives up");
         return serve_on(loops, env, false);
+    }
+    // Nor is any open connection's input (what a callback does, a publish,
+    // would come after the state left): once every loop has answered
+    // between two of its turns, none handles any.
+    endpoint.freeze_input(true);
+    for index in 0..loops.count() {
+        ask(loops, index, 0, Phase::Freeze);
     }
     loops.stop_accepting();
     let state = env.handler.hand_off_server();
@@ -131,6 +139,7 @@ fn serve_on<H: ServerHandler>(loops: &dyn Loops, env: &Env<H>, disown: bool) -> 
         env.handler.take_back_server();
     }
     env.endpoint.freeze_requests(false);
+    env.endpoint.freeze_input(false);
     for index in 0..loops.count() {
         ask(loops, index, 0, Phase::Thaw);
     }

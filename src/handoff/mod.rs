@@ -44,6 +44,9 @@ use record::{Moved, OpenRecord, Record};
 /// for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
+    /// Nothing but an answer, between two turns: a loop that answers has
+    /// seen what the handoff set before it asked (input frozen).
+    Freeze,
     /// A batch of what can move, from a slot on.
     Move,
     /// Every connection a turn, and accepting again (after a failed

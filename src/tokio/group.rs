@@ -547,6 +547,10 @@ impl<H: Handler> Group<H> {
                 let _ = reply.give((Vec::new(), None));
                 return;
             }
+            Phase::Freeze => {
+                let _ = reply.give((Vec::new(), None));
+                return;
+            }
             Phase::Move => {}
         }
         if from == 0 {

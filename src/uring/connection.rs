@@ -297,7 +297,9 @@ impl<H: Handler> Connection<H> {
             }
         }
         self.send_records(&env.endpoint.pool, io);
-        if self.life.is_paused() && self.receiving {
+        // (Frozen for a handoff: a multishot receive would go on reading.)
+        let frozen = self.life.wants_read() && !self.life.reads_now(env);
+        if (self.life.is_paused() || frozen) && self.receiving {
             // A peer that does not read its replies stops being read from.
             if !std::mem::replace(&mut self.cancelling, true) {
                 io.ring.cancel(Op::Recv(io.slot));

@@ -102,6 +102,9 @@ impl<H: Handler> Reactor<H> {
                 .take();
             match asked {
                 None => {}
+                Some((_, Phase::Freeze, reply)) => {
+                    let _ = reply.give((Vec::new(), None));
+                }
                 Some((_, Phase::Thaw, reply)) => {
                     self.thaw();
                     let _ = reply.give((Vec::new(), None));

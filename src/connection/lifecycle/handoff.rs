@@ -51,11 +51,13 @@ impl<H: Handler> Lifecycle<H> {
         Ok(moved)
     }
 
-    /// Requests are handled again after a failed handoff (see
-    /// `Endpoint::freeze_requests`): one that waited whole in `input` is
-    /// handled now, with no new bytes to prompt it.
+    /// Requests and input are handled again after a failed handoff (see
+    /// `Endpoint::freeze_requests`, `freeze_input`): what waited in
+    /// `input` (a whole request, frames) is handled now, with no new bytes
+    /// to prompt it.
     pub(crate) fn thaw(&mut self, input: &mut BytesMut, env: &Env<H>) {
-        if matches!(self.stage, Stage::Handshake(_)) && !input.is_empty() {
+        let waiting = matches!(self.stage, Stage::Handshake(_) | Stage::Open(_));
+        if waiting && !input.is_empty() {
             self.receive(input, env, Instant::now());
         }
     }

@@ -773,3 +773,44 @@ fn the_upgrade_hook_sets_the_connections_own_limits() {
         "close 1009 message exceeds the maximum message size"
     );
 }
+
+/// A handoff freezes input before the server's state leaves: an open
+/// connection's frames wait in the driver's buffer, unhandled (nothing a
+/// callback would do, a publish, happens after the state left), and it
+/// reads nothing more; when a failed handoff thaws it, they are handled
+/// at once, in order. A connection closing is not frozen: it reads and
+/// handles the peer's close reply.
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+#[test]
+fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
+    let mut h = Harness::open(Config::default());
+    h.env.endpoint.freeze_input(true);
+    assert!(!h.life.reads_now(&h.env) && h.life.wants_read());
+    let mut frames = masked(OpCode::Text, b"one");
+    frames.extend(masked(OpCode::Text, b"two"));
+    h.receive(&frames);
+    assert_eq!(h.run(), Action::Wait);
+    assert!(h.written().is_empty(), "nothing echoed while frozen");
+    assert_eq!(h.input.len(), frames.len(), "the frames wait, whole");
+    assert!(!h.life.holds_input(), "not due: the driver must not spin");
+    h.env.endpoint.freeze_input(false);
+    assert!(h.life.reads_now(&h.env));
+    h.life.thaw(&mut h.input, &h.env);
+    assert_eq!(h.run(), Action::Wait);
+    let mut echoed = unmasked(OpCode::Text, b"one");
+    echoed.extend(unmasked(OpCode::Text, b"two"));
+    assert_eq!(h.written(), echoed);
+    assert!(h.input.is_empty());
+
+    // Closing: the close reply is read and handled though input is frozen.
+    let conn = h.life.conn().unwrap().clone();
+    conn.close(CloseCode::NORMAL, "bye").unwrap();
+    assert_eq!(h.run(), Action::Wait);
+    h.written();
+    h.env.endpoint.freeze_input(true);
+    assert!(h.life.reads_now(&h.env), "a closing connection reads on");
+    h.receive(&masked(OpCode::Close, &close_payload(1000)));
+    assert!(h.input.is_empty());
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.seen(), ["open", "close 1000 "]);
+}
