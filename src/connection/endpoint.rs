@@ -338,6 +338,11 @@ impl Endpoint {
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn freeze_input(&self, frozen: bool) {
         self.input_frozen.store(frozen, Ordering::SeqCst);
+        if !frozen {
+            // Connections served by tasks (the stream driver), which no
+            // loop gives a turn: they read, and handle what waited, again.
+            self.wake_loops();
+        }
     }
 
     /// Whether open connections' input waits (see
@@ -345,6 +350,15 @@ impl Endpoint {
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn input_frozen(&self) -> bool {
         self.input_frozen.load(Ordering::Relaxed)
+    }
+
+    /// Whether keepalive sweeps wait: while a handoff froze input, no
+    /// pong is read, so none may count against a connection's idle time.
+    pub(crate) fn sweeps_wait(&self) -> bool {
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        return self.input_frozen();
+        #[cfg(not(all(target_os = "linux", feature = "handoff")))]
+        false
     }
 
     /// Whether requests wait (see [`Endpoint::freeze_requests`]).

@@ -145,6 +145,11 @@ pub(crate) struct Lifecycle<H: Handler> {
     /// queue was full), or bytes arrived while paused: they go before any
     /// new read once reading resumes.
     held: bool,
+    /// [`Lifecycle::receive`] left bytes in the driver's buffer because a
+    /// handoff froze input: they go before any new read once it is thawed
+    /// (or the connection starts to close), and the peer's end after them
+    /// is no abrupt end.
+    frozen: bool,
     /// The driver holds bytes it took with [`Lifecycle::take_queue`] and has
     /// not finished with.
     writing: bool,
@@ -276,6 +281,7 @@ impl<H: Handler> Lifecycle<H> {
             read_closed: false,
             queue_paused: false,
             held: false,
+            frozen: false,
             writing: false,
             _live: live,
         }
@@ -381,9 +387,12 @@ impl<H: Handler> Lifecycle<H> {
                 }
             }
             // A handoff is under way: the input waits, and moves.
-            Stage::Open(_) if self.ending.is_none() && input_frozen(env) => self.held = false,
-            Stage::Open(open) => {
+            Stage::Open(_) if self.ending.is_none() && input_frozen(env) => {
                 self.held = false;
+                self.frozen = !input.is_empty();
+            }
+            Stage::Open(open) => {
+                (self.held, self.frozen) = (false, false);
                 if !open.dispatch.is_closed() {
                     match open.dispatch.input(input) {
                         Input::Done => {}
@@ -645,7 +654,7 @@ impl<H: Handler> Lifecycle<H> {
                 dispatch.abnormal(failure);
                 return self.close();
             }
-            if self.read_closed && !dispatch.is_closed() && !self.held {
+            if self.read_closed && !dispatch.is_closed() && !self.held && !self.frozen {
                 dispatch.abnormal("connection closed without a close frame");
                 return self.close();
             }
@@ -779,10 +788,14 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Bytes the driver kept (left by [`Lifecycle::receive`] while the queue
-    /// was full, or arrived while paused) are due: call `receive` with them
-    /// before reading more.
-    pub(crate) fn holds_input(&self) -> bool {
-        self.held && !self.is_paused() && matches!(self.stage, Stage::Open(_))
+    /// was full or input was frozen, or arrived while paused) are due: call
+    /// `receive` with them before reading more.
+    pub(crate) fn holds_input(&self, env: &Env<H>) -> bool {
+        let Stage::Open(_) = self.stage else {
+            return false;
+        };
+        let frozen_now = self.ending.is_none() && input_frozen(env);
+        (self.held && !self.is_paused()) || (self.frozen && !frozen_now)
     }
 
     /// How many bytes, counted from the start of the read buffer, the next

@@ -130,7 +130,7 @@ pub(crate) fn turn<H: Handler>(
                 }
             }
         }
-        if life.holds_input() {
+        if life.holds_input(env) {
             // The queue drained: what waited in the buffer goes first.
             life.receive(read_buf, env, now);
             continue;

@@ -22,13 +22,12 @@ const PASSES_FOR: Duration = Duration::from_millis(300);
 /// bytes wait, and move), has the loops stop accepting,
 /// sends the server's state and the listening sockets `listeners`, then
 /// has each loop give up a batch at a time, each sent and acknowledged
-/// before the next leaves it (a connection is frozen for its batch's trip
-/// only); a few passes, for connections that could not move at the first
-/// (a reply being written). True once the successor has everything;
+/// before the next leaves it (a socket leaves its loop for its batch's
+/// trip only); a few passes, for connections that could not move at the
+/// first (a reply being written). True once the successor has everything;
 /// false if the handoff failed: the batch it did not take is back in the
-/// loops, requests are handled again, and the loops accept and serve on
-/// (the driver sets its listening sockets' mode back: see
-/// [`super::set_blocking`]).
+/// loops, requests and input are handled again, and the loops accept and
+/// serve on.
 pub(crate) fn hand_off<H: ServerHandler>(
     stream: UnixStream,
     listeners: &[OwnedFd],
@@ -57,7 +56,11 @@ pub(crate) fn hand_off<H: ServerHandler>(
     // between two of its turns, none handles any.
     endpoint.freeze_input(true);
     for index in 0..loops.count() {
-        ask(loops, index, 0, Phase::Freeze);
+        if ask(loops, index, 0, Phase::Freeze).is_none() {
+            predecessor.abandon();
+            tracing::error!("a loop did not answer for 10 s; the handoff gives up");
+            return serve_on(loops, env, false);
+        }
     }
     loops.stop_accepting();
     let state = env.handler.hand_off_server();
@@ -77,7 +80,7 @@ pub(crate) fn hand_off<H: ServerHandler>(
         for index in 0..loops.count() {
             let mut from = Some(0);
             while let Some(slot) = from {
-                let (batch, next) = ask(loops, index, slot, Phase::Move);
+                let (batch, next) = ask(loops, index, slot, Phase::Move).unwrap_or_default();
                 from = next;
                 if batch.is_empty() {
                     continue;

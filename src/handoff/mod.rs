@@ -116,22 +116,26 @@ pub(crate) trait Loops {
 
 /// Asks loop `index` of `loops` for `phase` from `slot`, and waits (at
 /// most [`protocol::ANSWER_TIMEOUT`]) for a batch and where to go on. A
-/// loop that ended has nothing; after the timeout, a late batch stays with
-/// its loop (its sending fails, and it takes them back).
-pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> Answer {
+/// loop that ended has nothing; after the timeout, `None`, and a late
+/// batch stays with its loop (its giving fails, and it takes them back).
+pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> Option<Answer> {
     let waiting = Arc::new(AnswerSlot::default());
     loops.post(index, slot, phase, Leaving(waiting.clone()));
     let deadline = std::time::Instant::now() + protocol::ANSWER_TIMEOUT;
     let mut state = waiting.state.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if let Some(answer) = state.0.take() {
-            return answer;
+            return Some(answer);
+        }
+        if state.1 {
+            // The loop ended without a word.
+            return Some(Answer::default());
         }
         let now = std::time::Instant::now();
-        if state.1 || now >= deadline {
+        if now >= deadline {
             // Stopped waiting: a late answer goes back to its loop.
             state.1 = true;
-            return Answer::default();
+            return None;
         }
         state = waiting
             .given

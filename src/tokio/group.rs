@@ -386,6 +386,9 @@ impl<H: Handler> Group<H> {
         timer.as_mut().reset(Instant::now() + sweep.period);
         // Registers the task's waker for the next sweep.
         let _ = timer.as_mut().poll(cx);
+        if self.env.endpoint.sweeps_wait() {
+            return;
+        }
         for entry in self.slots.iter_mut() {
             entry.connection.sweep(sweep);
         }

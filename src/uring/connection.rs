@@ -288,7 +288,7 @@ impl<H: Handler> Connection<H> {
                     self.sending_taken = true;
                     io.ring.send(io.slot, self.stream.as_raw_fd(), outgoing);
                 }
-                Action::Wait if self.life.holds_input() => {
+                Action::Wait if self.life.holds_input(env) => {
                     // Reading resumed: what waited goes first.
                     self.life.receive(&mut self.read_buf, env, now);
                     read_buf::release(&mut self.read_buf, &env.endpoint.pool);

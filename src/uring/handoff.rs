@@ -104,6 +104,10 @@ impl<H: Handler> Reactor<H> {
                 None => {}
                 Some((_, Phase::Freeze, reply)) => {
                     let _ = reply.give((Vec::new(), None));
+                    // Their receives are cancelled at their next turn.
+                    for slot in 0..self.slots.end() {
+                        self.mark_dirty(slot);
+                    }
                 }
                 Some((_, Phase::Thaw, reply)) => {
                     self.thaw();

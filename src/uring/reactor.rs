@@ -296,6 +296,9 @@ impl<H: Handler> Reactor<H> {
             return;
         }
         *due = now + sweep.period;
+        if self.env.endpoint.sweeps_wait() {
+            return;
+        }
         for connection in self.slots.iter_mut() {
             connection.sweep(sweep);
         }

@@ -386,7 +386,7 @@ fn a_full_queue_holds_the_input_until_it_drains_to_half() {
     h.receive(&burst);
     // Three echoes (3012 bytes) fill the queue: the other two frames wait.
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    assert!(h.life.is_paused() && !h.life.wants_read() && !h.life.holds_input());
+    assert!(h.life.is_paused() && !h.life.wants_read() && !h.life.holds_input(&h.env));
     assert_eq!(h.life.conn().unwrap().queued_bytes(), 3 * 1004);
     assert!(!h.input.is_empty(), "the rest waits in the driver's buffer");
     // Drained to 1912 bytes: above half the bound, still paused.
@@ -396,9 +396,9 @@ fn a_full_queue_holds_the_input_until_it_drains_to_half() {
     // Drained to 1412: the held frames are due, then reading goes on.
     assert!(!write_some(&mut h, 500));
     assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    assert!(h.life.holds_input() && h.life.wants_read());
+    assert!(h.life.holds_input(&h.env) && h.life.wants_read());
     h.life.receive(&mut h.input, &h.env, h.now);
-    assert!(h.input.is_empty() && !h.life.holds_input());
+    assert!(h.input.is_empty() && !h.life.holds_input(&h.env));
     assert_eq!(h.run(), Action::Wait);
     let mut expected = Vec::new();
     for i in 0..5u8 {
@@ -792,7 +792,10 @@ fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
     assert_eq!(h.run(), Action::Wait);
     assert!(h.written().is_empty(), "nothing echoed while frozen");
     assert_eq!(h.input.len(), frames.len(), "the frames wait, whole");
-    assert!(!h.life.holds_input(), "not due: the driver must not spin");
+    assert!(
+        !h.life.holds_input(&h.env),
+        "not due: the driver must not spin"
+    );
     h.env.endpoint.freeze_input(false);
     assert!(h.life.reads_now(&h.env));
     h.life.thaw(&mut h.input, &h.env);
@@ -813,4 +816,36 @@ fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
     assert!(h.input.is_empty());
     assert_eq!(h.run(), Action::Close);
     assert_eq!(h.seen(), ["open", "close 1000 "]);
+}
+
+/// The peer's end arrives after frames that wait frozen (io_uring's
+/// receive may deliver both before it is cancelled): the frames are no
+/// less the peer's, so they are handled when input thaws (`holds_input`
+/// says they are due, without a thaw call: a stream task only polls),
+/// and only then does the end count (as any end without a close frame).
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+#[test]
+fn frames_frozen_before_the_peers_end_are_handled_when_thawed() {
+    let mut h = Harness::open(Config::default());
+    h.env.endpoint.freeze_input(true);
+    h.receive(&masked(OpCode::Text, b"last words"));
+    h.life.receive_eof();
+    assert_eq!(h.run(), Action::Wait, "not an abrupt end: frames wait");
+    assert!(!h.life.holds_input(&h.env));
+    assert_eq!(h.seen(), ["open"]);
+    h.env.endpoint.freeze_input(false);
+    assert!(h.life.holds_input(&h.env), "due once thawed");
+    h.life.receive(&mut h.input, &h.env, h.now);
+    assert!(h.input.is_empty());
+    let echo = unmasked(OpCode::Text, b"last words").len();
+    assert_eq!(
+        h.life.conn().unwrap().queued_bytes(),
+        echo,
+        "handled: echoed"
+    );
+    assert_eq!(h.run(), Action::Close);
+    assert_eq!(
+        h.seen(),
+        ["open", "close 1006 connection closed without a close frame"]
+    );
 }
