@@ -13,7 +13,8 @@
 //! `--handoff-socket /run/echo.sock`, then the new binary with the same
 //! arguments and `--take-over /run/echo.sock`; the new process takes the
 //! listening socket and every connection (each goes on mid-message if it
-//! was), and the old one exits 0.
+//! was), and the old one exits 0. Either `--backend` hands over to either.
+//! What cannot move (wss) is closed as SIGTERM closes it.
 
 use std::process::ExitCode;
 

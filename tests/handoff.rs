@@ -959,3 +959,95 @@ async fn a_bus_whose_successor_dies_after_the_topics_serves_on_in_a_new_epoch() 
     }
     drop(new.0.kill());
 }
+
+/// A handler that keeps its connections (the push example's does not
+/// implement `hand_off`): after the handoff the old process closes them
+/// with 1012 spread over `--drain-secs`, as SIGTERM would, not all in the
+/// same instant, and exits 0; the new one serves new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_stay_are_drained_over_the_window_after_a_handoff() {
+    stayers_drained("stay", "tokio").await;
+}
+
+/// The same on io_uring.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_uring_drains_the_connections_that_stay_over_the_window() {
+    stayers_drained("stay-uring", "uring").await;
+}
+
+async fn stayers_drained(name: &str, backend: &str) {
+    let socket = socket_path(name);
+    let path = socket.to_str().unwrap();
+    let pace = ["--push-size", "16", "--push-every-us", "100000"];
+    let mut args = vec!["--handoff-socket", path, "--drain-secs", "2"];
+    args.extend(["--backend", backend]);
+    args.extend(pace);
+    let (mut old, addr) = start_example("stream", &args).await;
+    let url = format!("ws://{addr}/");
+    let mut clients = Vec::new();
+    for _ in 0..200 {
+        let (client, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .expect("upgraded");
+        clients.push(client);
+    }
+    let began = Instant::now();
+    // Each client reads pushes until its close: when, and with what code.
+    let closes: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::time::timeout(Duration::from_secs(20), client.next());
+                    match next.await.expect("a close within 20 s") {
+                        Some(Ok(Message::Close(frame))) => {
+                            return (began.elapsed(), frame.map(|f| u16::from(f.code)));
+                        }
+                        Some(Ok(_)) => {}
+                        other => panic!("ended without a close: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut new = Child(
+        std::process::Command::new(example("stream"))
+            .args(["--addr", &addr.to_string(), "--take-over", path])
+            .args(["--backend", backend])
+            .args(pace)
+            .spawn()
+            .unwrap(),
+    );
+    let mut at = Vec::new();
+    for close in closes {
+        let (when, code) = close.await.unwrap();
+        assert_eq!(code, Some(1012));
+        at.push(when);
+    }
+    assert!(exits_zero(&mut old, Duration::from_secs(15)).await);
+    at.sort();
+    let (first, last) = (at[0], at[at.len() - 1]);
+    let early = at
+        .iter()
+        .filter(|t| **t < first + Duration::from_secs(1))
+        .count();
+    eprintln!(
+        "{backend}: 200 connections that stay closed from {first:?} to {last:?} after the \
+         successor started, {early} in the first second"
+    );
+    assert!(
+        last - first >= Duration::from_millis(1500),
+        "spread over the window: {first:?}..{last:?}"
+    );
+    assert!(
+        (40..=160).contains(&early),
+        "about half in each second: {early}"
+    );
+    // The new process has the listener.
+    let (mut fresh, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("the new process accepts");
+    assert!(matches!(fresh.next().await, Some(Ok(Message::Binary(_)))));
+    drop(new.0.kill());
+}

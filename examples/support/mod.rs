@@ -80,7 +80,8 @@ pub struct ServeArgs {
     /// On SIGTERM, close the connections with 1012 (service restart) spread
     /// evenly over this many seconds, so that their clients do not all
     /// reconnect at once; 0 closes them all at once. The process exits 0
-    /// once every connection has ended.
+    /// once every connection has ended. After a handoff, the connections
+    /// that could not move are closed the same way.
     #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = drain_secs)]
     pub drain_secs: f64,
     /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
@@ -393,9 +394,11 @@ async fn serve_tokio<H: ServerHandler>(
     };
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     let server = match &args.handoff_socket {
+        // What does not move is drained as SIGTERM drains.
         Some(path) => server
             .handoff_socket(path)
-            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?,
+            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?
+            .after_handoff(rapidws::Spread::over(args.spread_window())),
         None => server,
     };
     #[cfg(feature = "rustls")]
@@ -438,7 +441,8 @@ fn serve_uring<H: ServerHandler>(
     if let Some(path) = &args.handoff_socket {
         server = server
             .handoff_socket(path)
-            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?;
+            .map_err(|error| format!("--handoff-socket {}: {error}", path.display()))?
+            .after_handoff(rapidws::Spread::over(args.spread_window()));
     }
     if let Some(threads) = args.threads {
         server = server.threads(threads);

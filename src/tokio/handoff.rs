@@ -34,9 +34,19 @@ pub(super) struct Handoff {
     /// Where it took over from, and the channel the predecessor's
     /// connections come on (its state was applied already).
     pub(super) predecessor: Option<(PathBuf, Successor)>,
+    /// How what stays is closed once a successor has the rest (default:
+    /// 1012, all at once).
+    pub(super) after: Option<crate::Spread>,
 }
 
 impl Handoff {
+    /// How what stays is closed once a successor has the rest.
+    pub(super) fn after_spread(&self) -> crate::Spread {
+        self.after
+            .clone()
+            .unwrap_or_else(|| crate::Spread::over(std::time::Duration::ZERO))
+    }
+
     /// If this server took over: takes in the predecessor's connections on
     /// a thread of its own (see `handoff::arrive::take_in`), before anything is accepted.
     pub(super) fn take_in<S: Send + 'static>(

@@ -91,6 +91,10 @@ impl Handoff {
         Ok(())
     }
 
+    fn after_spread(&self) -> crate::Spread {
+        crate::Spread::over(std::time::Duration::ZERO)
+    }
+
     async fn successor(&self) -> std::convert::Infallible {
         std::future::pending().await
     }
@@ -206,6 +210,18 @@ impl<H: ServerHandler> Server<H> {
         Ok(self)
     }
 
+    /// How the connections that do not move are closed once a successor
+    /// has the rest ([`Server::handoff_socket`]): by default with 1012, all
+    /// at once; with a [`Spread`](crate::Spread) over a window, as a
+    /// graceful drain closes them, so that their clients do not all
+    /// reconnect in the same second (a handler that keeps its connections
+    /// keeps them all). (Linux, feature `handoff`.)
+    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    pub fn after_handoff(mut self, spread: crate::Spread) -> Self {
+        self.handoff.after = Some(spread);
+        self
+    }
+
     /// Serves wss: every connection starts with a TLS handshake with this
     /// rustls configuration, then the WebSocket upgrade, both within
     /// `handshake_timeout`. TLS connections are served by the stream driver
@@ -282,8 +298,8 @@ impl<H: ServerHandler> Server<H> {
                     // Not accepting meanwhile: the successor has the
                     // listening socket from the start.
                     if handoff.hand_off(successor, &listeners, &groups.0, &env).await? {
-                        // What stays is closed with 1012, at once.
-                        endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
+                        // What stays is closed (1012, at once by default).
+                        endpoint.begin_spread(handoff.after_spread());
                         break;
                     }
                     continue;

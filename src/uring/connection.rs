@@ -81,8 +81,8 @@ pub(crate) struct Connection<H: Handler> {
     /// wss: the TLS session. Boxed: most connections have none.
     tls: Option<Box<Tls>>,
     /// A handoff is taking it: its receive is not armed again (see
-    /// `hold`).
-    held: bool,
+    /// `quieten`).
+    quieting: bool,
     life: Lifecycle<H>,
 }
 
@@ -108,7 +108,7 @@ impl<H: Handler> Connection<H> {
             sending_taken: false,
             shut_down_after_send: false,
             tls,
-            held: false,
+            quieting: false,
             life: Lifecycle::accept(peer, live, wake, env, Instant::now()),
         };
         connection.receive(io);
@@ -174,7 +174,7 @@ impl<H: Handler> Connection<H> {
         self.sending = false;
         let taken = std::mem::take(&mut self.sending_taken);
         #[cfg(feature = "handoff")]
-        if self.held && taken && self.give_back(&result, &mut outgoing, env) {
+        if self.quieting && taken && self.give_back(&result, &mut outgoing, env) {
             io.spare.push(outgoing);
             return;
         }
@@ -250,8 +250,8 @@ impl<H: Handler> Connection<H> {
                     self.read_buf.clear();
                     read_buf::release(&mut self.read_buf, &env.endpoint.pool);
                 }
-                // (Held for a handoff: what is queued moves with it.)
-                Action::Write if self.sending || self.held => break,
+                // (Quieting for a handoff: what is queued moves with it.)
+                Action::Write if self.sending || self.quieting => break,
                 Action::Write => {
                     let mut outgoing = io.spare.pop().unwrap_or_else(Outgoing::new);
                     self.life.take_queue(&mut outgoing.queue);
@@ -304,7 +304,7 @@ impl<H: Handler> Connection<H> {
             if !std::mem::replace(&mut self.cancelling, true) {
                 io.ring.cancel(Op::Recv(io.slot));
             }
-        } else if self.life.reads_now(env) && !self.receiving && !self.held {
+        } else if self.life.reads_now(env) && !self.receiving && !self.quieting {
             self.receive(io);
         }
         Progress::Pending
@@ -424,17 +424,17 @@ impl<H: Handler> Connection<H> {
 
 /// The handoff (feature `handoff`): a connection can leave only when
 /// quiet, with no operation in flight (the kernel holds no buffer of its,
-/// and no completion is to come), so a reactor first holds it: cancels
+/// and no completion is to come), so a reactor first quietens it: cancels
 /// its receive and does not arm one again.
 #[cfg(feature = "handoff")]
 impl<H: Handler> Connection<H> {
-    /// Holds the connection for a handoff: false if it cannot move at all
+    /// Quietens the connection for a handoff: false if it cannot move at all
     /// (TLS, or over).
-    pub(crate) fn hold(&mut self, io: &mut Io<'_>) -> bool {
+    pub(crate) fn quieten(&mut self, io: &mut Io<'_>) -> bool {
         if self.tls.is_some() || self.life.is_done() {
             return false;
         }
-        self.held = true;
+        self.quieting = true;
         if self.receiving && !std::mem::replace(&mut self.cancelling, true) {
             io.ring.cancel(Op::Recv(io.slot));
         }
@@ -446,7 +446,7 @@ impl<H: Handler> Connection<H> {
         true
     }
 
-    /// A send of what the lifecycle took ended while held (done, cut
+    /// A send of what the lifecycle took ended while quieting (done, cut
     /// short, or cancelled before a byte went): what was written counts,
     /// the rest goes back to the lifecycle's queue, to move with the
     /// connection. False if it failed, or the connection is not open (a
@@ -482,9 +482,9 @@ impl<H: Handler> Connection<H> {
         true
     }
 
-    /// Held for a handoff.
-    pub(crate) fn is_held(&self) -> bool {
-        self.held
+    /// Being quietened for a handoff.
+    pub(crate) fn is_quieting(&self) -> bool {
+        self.quieting
     }
 
     /// No operation in flight.
@@ -493,8 +493,8 @@ impl<H: Handler> Connection<H> {
     }
 
     /// Not taken after all: it reads again at its next turn.
-    pub(crate) fn release(&mut self) {
-        self.held = false;
+    pub(crate) fn resume(&mut self) {
+        self.quieting = false;
     }
 
     /// The connection as a record (see `Lifecycle::hand_off`), if it is
@@ -516,7 +516,7 @@ impl<H: Handler> Connection<H> {
     /// the read buffer is handled now (see `Lifecycle::thaw`), and it reads
     /// again.
     pub(crate) fn thaw(&mut self, env: &Env<H>) {
-        self.held = false;
+        self.quieting = false;
         self.life.thaw(&mut self.read_buf, env);
     }
 
@@ -550,7 +550,7 @@ impl<H: Handler> Connection<H> {
             sending_taken: false,
             shut_down_after_send: false,
             tls: None,
-            held: false,
+            quieting: false,
             life,
         };
         if !connection.read_buf.is_empty() {

@@ -6,7 +6,7 @@
 //! A connection leaves only when quiet (no receive armed, no send in
 //! flight: the kernel holds none of its buffers and owes it no
 //! completion). So a reactor asked for a batch picks up to a batch's worth
-//! of connections, holds them (cancels their receives: what arrives
+//! of connections, quietens them (cancels their receives: what arrives
 //! meanwhile waits in the socket, and moves with it), and answers once
 //! they are quiet, or after [`QUIET_WITHIN`], leaving those that are not
 //! (a later pass takes them). Connections picked are frozen for that
@@ -130,7 +130,7 @@ impl<H: Handler> Reactor<H> {
         }
     }
 
-    /// Holds up to a batch's worth of connections from slot `from` on.
+    /// Quietens up to a batch's worth of connections from slot `from` on.
     fn pick(&mut self, from: u32, reply: Leaving) {
         let mut picked = Vec::new();
         let mut next = None;
@@ -141,7 +141,7 @@ impl<H: Handler> Reactor<H> {
             }
             let mut io = self.parts.io(slot);
             if let Some(connection) = self.slots.get_mut(slot)
-                && connection.hold(&mut io)
+                && connection.quieten(&mut io)
             {
                 picked.push(slot);
             }
@@ -181,14 +181,14 @@ impl<H: Handler> Reactor<H> {
             if next.is_some_and(|next| slot >= next) {
                 // Past a full batch: read again, and come next time.
                 if let Some(connection) = self.slots.get_mut(slot) {
-                    connection.release();
+                    connection.resume();
                 }
                 self.mark_dirty(slot);
                 continue;
             }
             // (A slot freed and taken by an arrival meanwhile is not ours
             // to move.)
-            let Some(connection) = self.slots.get_mut(slot).filter(|c| c.is_held()) else {
+            let Some(connection) = self.slots.get_mut(slot).filter(|c| c.is_quieting()) else {
                 continue;
             };
             let moved = match connection.hand_off(&self.env) {
@@ -196,7 +196,7 @@ impl<H: Handler> Reactor<H> {
                 Err(reason) => {
                     stayed += 1;
                     tracing::debug!(reason, "a connection stays for the handoff");
-                    connection.release();
+                    connection.resume();
                     self.mark_dirty(slot);
                     continue;
                 }

@@ -105,6 +105,9 @@ struct Handoff {
     /// Where it took over from, and the channel the predecessor's
     /// connections come on (its state was applied already).
     predecessor: Option<(std::path::PathBuf, crate::handoff::protocol::Successor)>,
+    /// How what stays is closed once a successor has the rest (default:
+    /// 1012, all at once).
+    after: Option<crate::Spread>,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -211,6 +214,16 @@ impl<H: ServerHandler> Server<H> {
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(config);
+        self
+    }
+
+    /// How the connections that do not move are closed once a successor
+    /// has the rest ([`Server::handoff_socket`]): by default with 1012, all
+    /// at once; with a [`Spread`](crate::Spread) over a window, as a
+    /// graceful drain closes them. (Feature `handoff`.)
+    #[cfg(feature = "handoff")]
+    pub fn after_handoff(mut self, spread: crate::Spread) -> Self {
+        self.handoff.after = Some(spread);
         self
     }
 
@@ -396,6 +409,7 @@ impl Handoff {
             mut socket,
             later,
             predecessor,
+            after,
         } = self;
         if let Some((_, successor)) = predecessor {
             if !arrive::take_in(successor, loops, endpoint) {
@@ -420,7 +434,8 @@ impl Handoff {
         let every = Duration::from_millis(100);
         while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
             if leave::hand_off(successor, listeners, loops, env) {
-                endpoint.begin_spread(crate::Spread::over(Duration::ZERO));
+                let after = after.unwrap_or_else(|| crate::Spread::over(Duration::ZERO));
+                endpoint.begin_spread(after);
                 return;
             }
         }
