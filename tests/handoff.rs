@@ -526,16 +526,32 @@ async fn python_talks(
 /// connections stay, and the old process closes them with 1012.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_connections_move_unless_the_server_keeps_its_context() {
+    compressed("", "tokio", "tokio").await;
+}
+
+/// The same from io_uring to io_uring.
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_uring_moves_compressed_connections_unless_it_keeps_their_context() {
+    compressed("-uring", "uring", "uring").await;
+}
+
+async fn compressed(name: &str, backend: &str, next: &str) {
     for (extra, moves) in [
         (&["--deflate"][..], true),
         (&["--deflate", "--deflate-context-takeover"][..], false),
     ] {
-        let socket = socket_path(if moves { "deflate" } else { "takeover" });
+        let socket = socket_path(&format!(
+            "{}{name}",
+            if moves { "deflate" } else { "takeover" }
+        ));
         let mut args = vec!["--handoff-socket", socket.to_str().unwrap()];
         args.extend(extra);
+        args.extend(["--backend", backend]);
         let (mut old, addr) = start_example("echo", &args).await;
         let successor = {
             let socket = socket.clone();
+            let next = next.to_owned();
             let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
             async move {
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -543,7 +559,7 @@ async fn compressed_connections_move_unless_the_server_keeps_its_context() {
                 let new = Child(
                     std::process::Command::new(example("echo"))
                         .args(["--addr", &addr.to_string(), "--take-over", socket])
-                        .args(["--handoff-socket", socket])
+                        .args(["--handoff-socket", socket, "--backend", &next])
                         .args(&extra)
                         .spawn()
                         .unwrap(),
