@@ -1067,3 +1067,100 @@ async fn stayers_drained(name: &str, backend: &str) {
     assert!(matches!(fresh.next().await, Some(Ok(Message::Binary(_)))));
     drop(new.0.kill());
 }
+
+/// TLS sessions do not move (their state is rustls's, not data we
+/// carry): after the handoff the old process closes its wss connections
+/// with 1012, while the plain ones beside them (tokio's `--also-plain`)
+/// move and talk on; the new process serves wss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_connections_stay_and_get_1012_while_plain_ones_move() {
+    wss_stays("wss", "tokio", &["--also-plain"]).await;
+}
+
+/// The same on io_uring (wss only: it serves either ws or wss).
+#[cfg(feature = "uring")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_uring_wss_connections_stay_and_get_1012() {
+    wss_stays("wss-uring", "uring", &[]).await;
+}
+
+async fn wss_stays(name: &str, backend: &str, extra: &[&str]) {
+    let identity = tls::identity();
+    let (cert, key) = (identity.cert_pem.to_str(), identity.key_pem.to_str());
+    let socket = socket_path(name);
+    let path = socket.to_str().unwrap();
+    let mut args = vec!["--backend", backend, "--tls-cert", cert.unwrap()];
+    args.extend(["--tls-key", key.unwrap()]);
+    args.extend(extra);
+    let (mut old, addr) =
+        start_example("echo", &[&args[..], &["--handoff-socket", path]].concat()).await;
+    let url = format!("wss://localhost:{}/", addr.port());
+    let mut secure = Vec::new();
+    for i in 0..5 {
+        let stream = tls::connect(addr).await.expect("a TLS handshake");
+        let (mut client, _) = tokio_tungstenite::client_async(url.as_str(), stream)
+            .await
+            .unwrap();
+        client
+            .send(Message::text(format!("wss {i}")))
+            .await
+            .unwrap();
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::text(format!("wss {i}"))
+        );
+        secure.push(client);
+    }
+    let mut plain = Vec::new();
+    if !extra.is_empty() {
+        for i in 0..5 {
+            let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+                .await
+                .unwrap();
+            client.send(Message::text(format!("ws {i}"))).await.unwrap();
+            assert_eq!(
+                client.next().await.unwrap().unwrap(),
+                Message::text(format!("ws {i}"))
+            );
+            plain.push(client);
+        }
+    }
+    let mut new = Child(
+        std::process::Command::new(example("echo"))
+            .args(["--addr", &addr.to_string(), "--take-over", path])
+            .args(&args)
+            .spawn()
+            .unwrap(),
+    );
+    for mut client in secure {
+        let next = tokio::time::timeout(Duration::from_secs(20), client.next()).await;
+        match next.expect("a close within 20 s") {
+            Some(Ok(Message::Close(frame))) => {
+                assert_eq!(frame.map(|f| u16::from(f.code)), Some(1012));
+            }
+            other => panic!("a wss connection after the handoff: {other:?}"),
+        }
+    }
+    assert!(exits_zero(&mut old, Duration::from_secs(20)).await);
+    for (i, mut client) in plain.into_iter().enumerate() {
+        client
+            .send(Message::text(format!("moved {i}")))
+            .await
+            .unwrap();
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::text(format!("moved {i}"))
+        );
+        close_politely(&mut client).await;
+    }
+    // The new process serves wss.
+    let stream = tls::connect(addr)
+        .await
+        .expect("a TLS handshake with the new process");
+    let (mut client, _) = tokio_tungstenite::client_async(url.as_str(), stream)
+        .await
+        .unwrap();
+    client.send(Message::text("new")).await.unwrap();
+    assert_eq!(client.next().await.unwrap().unwrap(), Message::text("new"));
+    drop(new.0.kill());
+}
