@@ -346,25 +346,23 @@ impl Endpoint {
     }
 
     /// Whether open connections' input waits (see
-    /// [`Endpoint::freeze_input`]).
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    /// [`Endpoint::freeze_input`]; never without the `handoff` feature).
+    /// Keepalive sweeps wait too: no pong is read meanwhile, so none may
+    /// count against a connection's idle time.
     pub(crate) fn input_frozen(&self) -> bool {
-        self.input_frozen.load(Ordering::Relaxed)
-    }
-
-    /// Whether keepalive sweeps wait: while a handoff froze input, no
-    /// pong is read, so none may count against a connection's idle time.
-    pub(crate) fn sweeps_wait(&self) -> bool {
         #[cfg(all(target_os = "linux", feature = "handoff"))]
-        return self.input_frozen();
+        return self.input_frozen.load(Ordering::Relaxed);
         #[cfg(not(all(target_os = "linux", feature = "handoff")))]
         false
     }
 
-    /// Whether requests wait (see [`Endpoint::freeze_requests`]).
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
+    /// Whether requests wait (see [`Endpoint::freeze_requests`]; never
+    /// without the `handoff` feature).
     pub(crate) fn requests_frozen(&self) -> bool {
-        self.requests_frozen.load(Ordering::SeqCst)
+        #[cfg(all(target_os = "linux", feature = "handoff"))]
+        return self.requests_frozen.load(Ordering::SeqCst);
+        #[cfg(not(all(target_os = "linux", feature = "handoff")))]
+        false
     }
 
     /// A request is about to be handled: counted until the guard goes, or

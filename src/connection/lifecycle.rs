@@ -309,6 +309,7 @@ impl<H: Handler> Lifecycle<H> {
             input.clear();
             return false;
         }
+        let input_waits = self.input_waits(env);
         match &mut self.stage {
             Stage::Handshake(handshake) => {
                 if handshake.refused || env.endpoint.is_shutting_down() {
@@ -387,7 +388,7 @@ impl<H: Handler> Lifecycle<H> {
                 }
             }
             // A handoff is under way: the input waits, and moves.
-            Stage::Open(_) if self.ending.is_none() && input_frozen(env) => {
+            Stage::Open(_) if input_waits => {
                 self.held = false;
                 self.frozen = !input.is_empty();
             }
@@ -584,7 +585,7 @@ impl<H: Handler> Lifecycle<H> {
                 let e = HandshakeError::Incomplete;
                 meters.rejected(rejection_reason(&e));
                 (e.status(), e.reason())
-            } else if now >= handshake.deadline && requests_frozen(env) {
+            } else if now >= handshake.deadline && env.endpoint.requests_frozen() {
                 // A request that waits for a handoff is not late: looked
                 // at again in a second, or moved.
                 handshake.deadline = deadline_from(now, std::time::Duration::from_secs(1));
@@ -769,8 +770,8 @@ impl<H: Handler> Lifecycle<H> {
     /// what a driver asks before it reads.
     pub(crate) fn reads_now(&self, env: &Env<H>) -> bool {
         let frozen = match self.stage {
-            Stage::Handshake(_) => requests_frozen(env),
-            Stage::Open(_) => input_frozen(env) && self.ending.is_none(),
+            Stage::Handshake(_) => env.endpoint.requests_frozen(),
+            Stage::Open(_) => self.input_waits(env),
             Stage::Done => false,
         };
         !frozen && self.wants_read()
@@ -787,6 +788,12 @@ impl<H: Handler> Lifecycle<H> {
         matches!(&self.stage, Stage::Open(open) if open.dispatch.is_reading_paused())
     }
 
+    /// A handoff froze input and this connection is not closing (one that
+    /// is reads and handles the peer's close reply): its input waits.
+    fn input_waits(&self, env: &Env<H>) -> bool {
+        self.ending.is_none() && env.endpoint.input_frozen()
+    }
+
     /// Bytes the driver kept (left by [`Lifecycle::receive`] while the queue
     /// was full or input was frozen, or arrived while paused) are due: call
     /// `receive` with them before reading more.
@@ -794,8 +801,7 @@ impl<H: Handler> Lifecycle<H> {
         let Stage::Open(_) = self.stage else {
             return false;
         };
-        let frozen_now = self.ending.is_none() && input_frozen(env);
-        (self.held && !self.is_paused()) || (self.frozen && !frozen_now)
+        (self.held && !self.is_paused()) || (self.frozen && !self.input_waits(env))
     }
 
     /// How many bytes, counted from the start of the read buffer, the next
@@ -848,29 +854,6 @@ impl<H: Handler> Lifecycle<H> {
     /// True once over: the driver closes the socket.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.stage, Stage::Done)
-    }
-}
-
-/// Whether a handoff froze open connections' input (never, without the
-/// feature).
-fn input_frozen<H: Handler>(env: &Env<H>) -> bool {
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    return env.endpoint.input_frozen();
-    #[cfg(not(all(target_os = "linux", feature = "handoff")))]
-    {
-        let _ = env;
-        false
-    }
-}
-
-/// Whether a handoff froze requests (never, without the feature).
-fn requests_frozen<H: Handler>(env: &Env<H>) -> bool {
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    return env.endpoint.requests_frozen();
-    #[cfg(not(all(target_os = "linux", feature = "handoff")))]
-    {
-        let _ = env;
-        false
     }
 }
 

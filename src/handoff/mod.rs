@@ -145,22 +145,36 @@ pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> O
     }
 }
 
-/// Connections that left and were not taken (the handoff failed), back
-/// into `loops`: their own records read again (one that does not read,
-/// which cannot happen to a record this process made, is closed).
+/// Connections that left and were not taken (the handoff failed, or
+/// stopped waiting for a loop's answer), on their way back: their own
+/// records read again. One that does not read, which only a bug could
+/// make of a record this process made, is logged and closed.
+pub(crate) fn read_back(
+    departures: Vec<Departure>,
+    endpoint: &crate::connection::endpoint::Endpoint,
+) -> impl Iterator<Item = (std::os::fd::OwnedFd, Arriving)> {
+    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    departures
+        .into_iter()
+        .filter_map(
+            move |Departure { fd, record }| match Arriving::read(&record, limits, &pool) {
+                Ok(arriving) => Some((fd, arriving)),
+                Err(error) => {
+                    tracing::error!(%error, "a connection's own record did not read back; closed");
+                    None
+                }
+            },
+        )
+}
+
+/// [`read_back`] into `loops`.
 pub(crate) fn take_back(
     departures: Vec<Departure>,
     loops: &dyn Loops,
     endpoint: &crate::connection::endpoint::Endpoint,
 ) {
-    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
-    for Departure { fd, record } in departures {
-        match Arriving::read(&record, limits, &pool) {
-            Ok(arriving) => loops.arrive(fd, arriving),
-            Err(error) => {
-                tracing::error!(%error, "a connection taken back did not read; closed");
-            }
-        }
+    for (fd, arriving) in read_back(departures, endpoint) {
+        loops.arrive(fd, arriving);
     }
 }
 

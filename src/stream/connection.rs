@@ -192,7 +192,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             .act(endpoint, |act| life.conn().into_iter().for_each(act));
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
-        self.sweep_if_due(cx, now, endpoint.sweeps_wait());
+        self.sweep_if_due(cx, now, endpoint.input_frozen());
         // Both are per poll: the stream wakes the task when either changes.
         self.stream.read_blocked = false;
         self.stream.write_blocked = false;
@@ -209,7 +209,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
     }
 
     /// Runs the keepalive sweep over this one connection when it is due.
-    /// (Not while `waits`: see `Endpoint::sweeps_wait`.)
+    /// (Not while `waits`: see `Endpoint::input_frozen`.)
     fn sweep_if_due(&mut self, cx: &mut Context<'_>, now: Instant, waits: bool) {
         let Some((sweep, timer, due)) = self.keepalive.as_deref_mut() else {
             return;

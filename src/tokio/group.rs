@@ -122,17 +122,8 @@ impl<S> Incoming<S> {
         departures: Vec<Departure>,
         endpoint: &Arc<crate::connection::endpoint::Endpoint>,
     ) -> impl Iterator<Item = Self> {
-        let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
-        departures.into_iter().filter_map(move |Departure { fd, record }| {
-            match crate::handoff::Arriving::read(&record, limits, &pool) {
-                Ok(arriving) => Some(Incoming::moved(fd, arriving, endpoint)),
-                // Made here a moment ago: only a bug could get here.
-                Err(error) => {
-                    tracing::error!(%error, "a connection's own record did not read back; dropped");
-                    None
-                }
-            }
-        })
+        crate::handoff::read_back(departures, endpoint)
+            .map(|(fd, arriving)| Incoming::moved(fd, arriving, endpoint))
     }
 }
 
@@ -386,7 +377,7 @@ impl<H: Handler> Group<H> {
         timer.as_mut().reset(Instant::now() + sweep.period);
         // Registers the task's waker for the next sweep.
         let _ = timer.as_mut().poll(cx);
-        if self.env.endpoint.sweeps_wait() {
+        if self.env.endpoint.input_frozen() {
             return;
         }
         for entry in self.slots.iter_mut() {

@@ -25,7 +25,7 @@ use crate::connection::wake::{ConnWake, SlotWake, WokenList};
 use crate::driver::mailbox::lock;
 use crate::handoff::channel::MAX_FDS;
 use crate::handoff::protocol::{Departure, batch_is_full};
-use crate::handoff::{Arriving, Leaving, Loops, Phase, departure};
+use crate::handoff::{Arriving, Leaving, Loops, Phase, departure, read_back};
 use crate::uring::connection::Connection;
 
 /// How long a reactor waits for the connections it picked to be quiet
@@ -227,13 +227,9 @@ impl<H: Handler> Reactor<H> {
 
     /// Connections a handoff that stopped waiting did not take.
     fn take_back(&mut self, departures: Vec<Departure>) {
-        let endpoint = &self.env.endpoint;
-        let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
-        for Departure { fd, record } in departures {
-            match Arriving::read(&record, limits, &pool) {
-                Ok(arriving) => self.arrive(fd, arriving),
-                Err(error) => tracing::error!(%error, "a connection taken back did not read"),
-            }
+        let endpoint = self.env.endpoint.clone();
+        for (fd, arriving) in read_back(departures, &endpoint) {
+            self.arrive(fd, arriving);
         }
     }
 

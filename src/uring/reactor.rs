@@ -296,7 +296,7 @@ impl<H: Handler> Reactor<H> {
             return;
         }
         *due = now + sweep.period;
-        if self.env.endpoint.sweeps_wait() {
+        if self.env.endpoint.input_frozen() {
             return;
         }
         for connection in self.slots.iter_mut() {
