@@ -99,8 +99,9 @@ async fn two_nodes_share_topics_and_survive_a_redis_restart() {
     }
     assert_eq!(delivered(&publish(a, "news", "local only").await), 1);
     assert_eq!(text(&mut on_a).await, "local only");
-    let lost = bridge(a).await["lost"].as_u64().unwrap();
-    assert!(lost >= 1, "{}", bridge(a).await);
+    // The relay is counted lost by the bridge's own task, after the
+    // publish has answered: wait for it (bounded).
+    until_counter(a, "lost", 1).await;
 
     // Redis comes back on the same port: both bridges reconnect and
     // subscribe again.
