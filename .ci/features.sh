@@ -24,10 +24,11 @@ done
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
 # and with io_uring. `metrics` (a facade: handles and counts) on each driver.
+# `mux` (on the stream driver's tokio) alone and with the socket.
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate; do
+    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

@@ -255,6 +255,7 @@ def main():
     ]
 
     seeds["pubsub_handoff"] = pubsub_handoff_seeds()
+    seeds["mux_frame"], seeds["mux_session"] = mux_seeds()
 
     for target, inputs in seeds.items():
         directory = SEEDS / target
@@ -295,6 +296,41 @@ def pubsub_handoff_seeds():
     prices = topic(b"prices/eur", 7, 9, 1, [(9, b"eur", False, bytes(range(32)), 0)])
     empty = topic(b"quiet", 1, 0, 0, [])
     return [topics(), topics(news), topics(news, prices, empty)]
+
+
+def mux_seeds():
+    """smux frames as xtaci/smux sends them (core/src/mux/frame.rs): a
+    header of version, command, u16 length and u32 stream id (little-endian),
+    then the payload. The session's seeds start with its configuration
+    byte (fuzz/src/lib.rs, mux_session)."""
+
+    def frame(version, command, stream, payload=b""):
+        return bytes([version, command]) + len(payload).to_bytes(2, "little") + \
+            stream.to_bytes(4, "little") + payload
+
+    def upd(consumed, window):
+        return consumed.to_bytes(4, "little") + window.to_bytes(4, "little")
+
+    def conversation(v):
+        out = frame(v, 0, 3) + frame(v, 2, 3, b"hello") + frame(v, 0, 5)
+        out += frame(v, 2, 5, bytes(range(256)) * 3) + frame(v, 3, 0) + frame(v, 1, 3)
+        if v == 2:
+            out += frame(v, 4, 2, upd(5, 262144))
+        return out + frame(v, 2, 7, b"unknown") + frame(v, 1, 5)
+
+    frames = [frame(1, 0, 3), frame(2, 2, 3, b"x"), frame(2, 4, 3, upd(1, 65536)), frame(1, 3, 0),
+              frame(1, 1, 2), frame(2, 2, 1, b"") + b"\xff", frame(9, 7, 0xFFFFFFFF)]
+    flood = b"".join(frame(1, 0, 1 + 2 * i) for i in range(20))
+    sessions = [
+        b"\x00" + conversation(1),
+        b"\x03" + conversation(2),
+        b"\x06" + conversation(1),
+        b"\x07" + conversation(2),
+        b"\x02" + flood + frame(1, 2, 39, b"past the limit"),
+        b"\x03" + frame(2, 0, 3) + frame(2, 2, 3, bytes(2000)) * 3,
+        b"\x00" + frame(2, 0, 3),
+    ]
+    return frames, sessions
 
 
 if __name__ == "__main__":

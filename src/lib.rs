@@ -86,6 +86,8 @@ pub mod axum;
 pub mod client;
 #[cfg(feature = "hyper")]
 pub mod hyper;
+#[cfg(feature = "mux")]
+pub mod mux;
 #[cfg(feature = "pubsub")]
 pub mod pubsub;
 #[cfg(feature = "socket")]

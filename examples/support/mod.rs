@@ -120,6 +120,7 @@ pub fn install_metrics() {
 
 /// The answer to `GET /metrics` once `--metrics` installed the recorder:
 /// the Prometheus text format. `None` for any other request.
+#[allow(dead_code)] // the examples with --metrics
 pub fn metrics_page(method: &str, path: &str) -> Option<rapidws::HttpResponse> {
     if !matches!(method, "GET" | "HEAD") || path != "/metrics" {
         return None;
@@ -129,9 +130,11 @@ pub fn metrics_page(method: &str, path: &str) -> Option<rapidws::HttpResponse> {
 }
 
 /// The Prometheus text format's content type.
+#[allow(dead_code)] // the examples with --metrics
 pub const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The Prometheus text at `/metrics`, or `None` without `--metrics`.
+#[allow(dead_code)] // the examples with --metrics
 pub fn metrics_text() -> Option<String> {
     METRICS.get().map(|handle| handle.render())
 }

@@ -44,6 +44,12 @@ impl Chunker {
         1 + (self.0 as usize % max.max(1))
     }
 
+    /// Splits `data` into chunks of up to 600 bytes, with a generator of
+    /// its own (this one's sequence goes on unchanged).
+    pub fn clone_split<'a>(&mut self, data: &'a [u8]) -> Vec<&'a [u8]> {
+        Chunker(self.0.rotate_left(7) | 1).split(data, 600)
+    }
+
     /// Splits `data` into chunks of up to `max` bytes.
     pub fn split<'a>(&mut self, mut data: &'a [u8], max: usize) -> Vec<&'a [u8]> {
         let mut chunks = Vec::new();
@@ -834,4 +840,144 @@ pub fn pubsub_handoff(data: &[u8]) {
         again.len(),
         "the same topics, kept the same"
     );
+}
+
+/// An smux frame header (rapidws-core's `mux::frame`): decoding never
+/// panics, encodes back to the same eight bytes, and what `check` accepts
+/// obeys smux's rules for every version and payload limit.
+pub fn mux_frame(data: &[u8]) {
+    use rapidws_core::mux::frame::{Command, Header, UPD_LEN};
+    let Some(header) = Header::decode(data) else {
+        assert!(data.len() < 8);
+        return;
+    };
+    assert_eq!(header.encode()[..], data[..8]);
+    let limit = data.get(8).map_or(u16::MAX, |&b| u16::from(b) << 8 | 0xff);
+    for version in [1, 2] {
+        match header.check(version, limit) {
+            Ok(command) => {
+                assert_eq!(header.version, version);
+                assert_eq!(command.byte(), header.command);
+                let length = usize::from(header.length);
+                match command {
+                    Command::Syn | Command::Fin | Command::Nop => assert_eq!(length, 0),
+                    Command::Upd => assert!(version == 2 && length == UPD_LEN),
+                    Command::Psh => assert!(header.length <= limit),
+                }
+            }
+            Err(error) => assert!(!error.to_string().is_empty()),
+        }
+    }
+}
+
+/// A whole smux session (rapidws-core's `mux::Mux`) fed the fuzzer's bytes
+/// as its peer's, in chunks, with an application that accepts, reads,
+/// echoes, opens, finishes and closes streams as a chunker says, and time
+/// moving on: nothing panics; the streams, the unread bytes and what is
+/// owed stay within their bounds; every frame sent is whole and one an smux
+/// receiver accepts; a failed session sends nothing and reads nothing.
+///
+/// The first byte: bit 0 version 2, bit 1 the accepting side, bit 2 the
+/// version left to the peer; the whole byte seeds the chunker.
+pub fn mux_session(data: &[u8]) {
+    use rapidws_core::mux::frame::{Command, Header};
+    use rapidws_core::mux::{Config, INITIAL_WINDOW, Mux, Read, Side, Version};
+    use std::time::{Duration, Instant};
+
+    let Some((&first, wire)) = data.split_first() else {
+        return;
+    };
+    let version = if first & 1 == 0 { Version::V1 } else { Version::V2 };
+    let config = Config {
+        version: (first & 4 == 0).then_some(version),
+        max_frame_size: 300,
+        max_receive_frame: 2000,
+        max_streams: 8,
+        receive_buffer: 4096,
+        send_buffer: 1024,
+        ..Config::default()
+    };
+    let side = if first & 2 == 0 { Side::Dialer } else { Side::Acceptor };
+    let start = Instant::now();
+    let mut now = start;
+    let mut mux = Mux::new(side, config.clone(), now);
+    let mut chunker = Chunker::new(first);
+    let mut input = BytesMut::new();
+    let mut open: Vec<u32> = Vec::new();
+    let mut buf = [0u8; 700];
+    for chunk in chunker.clone_split(wire) {
+        input.extend_from_slice(chunk);
+        now += Duration::from_millis(chunker.next(4000) as u64);
+        let failed = mux.receive(&mut input, now).is_err() | mux.handle_timeout(now).is_err();
+        // Bounds.
+        assert!(mux.streams() <= config.max_streams);
+        match mux.version() {
+            Some(Version::V1) => {
+                assert!(mux.buffered() <= config.receive_buffer + usize::from(config.max_receive_frame))
+            }
+            _ => assert!(mux.buffered() <= mux.streams() * INITIAL_WINDOW as usize),
+        }
+        // The application.
+        while let Some(id) = mux.accept() {
+            open.push(id);
+        }
+        while mux.poll_event().is_some() {}
+        if chunker.next(4) == 1 && let Ok(id) = mux.open() {
+            open.push(id);
+        }
+        open.retain(|&id| {
+            let want = chunker.next(buf.len());
+            match mux.read(id, &mut buf[..want]) {
+                Ok(Read::Data(n)) => {
+                    let _ = mux.write(id, &buf[..n]);
+                    true
+                }
+                Ok(Read::End) => {
+                    let _ = mux.finish(id);
+                    if chunker.next(2) == 1 {
+                        mux.close(id);
+                        false
+                    } else {
+                        true
+                    }
+                }
+                Ok(Read::Empty) => {
+                    if chunker.next(16) == 1 {
+                        mux.close(id);
+                        false
+                    } else {
+                        true
+                    }
+                }
+                Err(_) => {
+                    mux.close(id);
+                    false
+                }
+            }
+        });
+        // What it sends: whole frames an smux receiver accepts.
+        let mut out = BytesMut::new();
+        let limit = chunker.next(3000);
+        mux.transmit(&mut out, limit);
+        assert!(out.len() < limit + 8 + usize::from(config.max_frame_size) + 8 + 8);
+        if failed || mux.is_failed() {
+            assert!(out.is_empty() && !mux.wants_input() && !mux.has_output());
+            assert!(mux.open().is_err());
+            return;
+        }
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let header = Header::decode(rest).expect("whole frames");
+            let spoken = mux.version().expect("nothing is sent before the version").byte();
+            let command = header
+                .check(spoken, config.max_frame_size)
+                .expect("a frame smux accepts");
+            if command == Command::Nop {
+                assert_eq!(header.stream, 0);
+            } else {
+                assert_ne!(header.stream, 0);
+            }
+            rest = &rest[8 + usize::from(header.length)..];
+        }
+    }
 }

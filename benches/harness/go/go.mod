@@ -4,10 +4,12 @@ go 1.26
 
 require (
 	github.com/antlabs/quickws v0.2.2
+	github.com/coder/websocket v1.8.15
 	github.com/gobwas/ws v1.5.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/lesismal/nbio v1.6.12
 	github.com/lxzan/gws v1.10.2
+	github.com/xtaci/smux v1.5.58
 )
 
 require (

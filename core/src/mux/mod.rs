@@ -1,0 +1,311 @@
+//! Many streams on one connection: the smux protocol (xtaci/smux, versions
+//! 1 and 2), sans-I/O.
+//!
+//! [`Mux`] is one side of an smux session over some byte stream (a TCP
+//! connection, TLS, or a WebSocket whose binary messages carry the bytes,
+//! their boundaries meaning nothing). Like the WebSocket [`Session`], it
+//! does no I/O and reads no clock:
+//!
+//! - bytes in: [`Mux::receive`] takes whole frames from the input buffer
+//!   (a partial one stays for the next call);
+//! - events out: [`Mux::poll_event`] says which streams became readable or
+//!   writable and when a stream waits to be accepted;
+//! - frames out: [`Mux::transmit`] appends frames to an output buffer, the
+//!   streams with data taking turns a frame at a time;
+//! - time in, deadlines out: [`Mux::poll_timeout`] and
+//!   [`Mux::handle_timeout`] (keepalive: a NOP every interval, the session
+//!   ends when the peer is silent for the timeout).
+//!
+//! The application's side: [`Mux::open`], [`Mux::accept`], [`Mux::read`],
+//! [`Mux::write`], [`Mux::finish`] (our FIN: a half-close) and
+//! [`Mux::close`] (the application is done with the stream).
+//!
+//! What bounds a peer (see [`Config`]): the streams open at once (a SYN
+//! past the limit is answered with a FIN, the session goes on); the bytes
+//! received and not yet read by the application, in version 1
+//! session-wide (when they reach [`Config::receive_buffer`],
+//! [`Mux::wants_input`] turns false and the driver stops reading, as smux
+//! does), in version 2 per stream (a peer that sends past the window it
+//! was given ends the session; a session holds at most `max_streams`
+//! windows); the frames we owe the peer (a peer that never reads stops
+//! being read); and every frame's length. Data for a stream that is
+//! unknown or already closed is dropped and counted ([`MuxStats`]).
+//!
+//! | file | concern |
+//! |---|---|
+//! | `frame.rs` | the 8-byte header and what each command allows |
+//! | `multiplexer.rs` | [`Mux`]: streams, windows, the budget, keepalive |
+//! | `schedule.rs` | whose turn it is to send |
+//!
+//! [`Session`]: crate::proto::Session
+
+pub mod frame;
+mod multiplexer;
+mod schedule;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use frame::{Command, FrameError, Header};
+pub use multiplexer::Mux;
+
+/// Which side of the byte stream this is: the one that dialled opens
+/// streams with odd ids (3, 5, ...), the one that accepted with even ids
+/// (2, 4, ...), as smux's client and server do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The side that dialled (smux's client).
+    Dialer,
+    /// The side that accepted (smux's server).
+    Acceptor,
+}
+
+/// The smux protocol version. Both sides must speak the same one: smux does
+/// not negotiate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Version {
+    /// Version 1: no flow control per stream, one receive budget for the
+    /// whole session (a stream nobody reads stalls the others).
+    V1 = 1,
+    /// Version 2: each stream has a window the receiver moves with UPD
+    /// frames, so a stream nobody reads stalls only itself.
+    V2 = 2,
+}
+
+impl Version {
+    /// The version's byte on the wire.
+    pub const fn byte(self) -> u8 {
+        self as u8
+    }
+
+    /// The version a byte names, if any.
+    pub const fn from_byte(byte: u8) -> Option<Version> {
+        match byte {
+            1 => Some(Version::V1),
+            2 => Some(Version::V2),
+            _ => None,
+        }
+    }
+}
+
+/// The window a version 2 sender assumes for a stream before the
+/// receiver's first UPD (xtaci/smux's `initialPeerWindow`). A receiver
+/// must accept this much whatever window it announces later.
+pub const INITIAL_WINDOW: u32 = 256 * 1024;
+
+/// A session's settings. The defaults are xtaci/smux's, but for the
+/// stream window (256 KiB: what its senders assume anyway) and the limits
+/// smux does not have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The version to speak; `None`: the version of the peer's first
+    /// frame, with nothing sent until it arrives (for a server that serves
+    /// peers of both versions). Default: version 1, smux's default.
+    pub version: Option<Version>,
+    /// The longest data frame sent (at most 65535). Default 32768. A
+    /// stream with more to send waits for its next turn after each.
+    pub max_frame_size: u16,
+    /// The longest data frame accepted; a longer one ends the session.
+    /// Default 65535 (smux's own maximum: any smux sender is accepted).
+    pub max_receive_frame: u16,
+    /// The most streams open at once, both directions together (opened,
+    /// accepted or waiting to be accepted, or closed by the application
+    /// with data still to send). A SYN past it is answered with a FIN.
+    /// Default 512 (with version 2's windows, at most 128 MiB received and
+    /// unread per session).
+    pub max_streams: usize,
+    /// Version 2: the window announced for each stream, the most bytes a
+    /// stream's peer may send ahead of what the application has read
+    /// (never below [`INITIAL_WINDOW`] in effect). Default 256 KiB.
+    pub stream_window: u32,
+    /// Version 1: received bytes the application has not read yet, all
+    /// streams together, at which the session stops reading its input
+    /// until the application reads (smux's `MaxReceiveBuffer`; one stream
+    /// nobody reads then stalls them all). Default 4 MiB. Version 2 is
+    /// bounded by its windows instead: at most `max_streams` ×
+    /// `max(stream_window, INITIAL_WINDOW)`.
+    pub receive_buffer: usize,
+    /// Bytes a stream may have queued and not yet sent; a write past it
+    /// waits for [`Event::Writable`]. Default 128 KiB.
+    pub send_buffer: usize,
+    /// How often a NOP is sent; `None`: never. Default 10 s.
+    pub keepalive_interval: Option<Duration>,
+    /// How long the peer may stay silent before the session ends; `None`:
+    /// forever. Default 30 s.
+    pub keepalive_timeout: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            version: Some(Version::V1),
+            max_frame_size: 32768,
+            max_receive_frame: u16::MAX,
+            max_streams: 512,
+            stream_window: INITIAL_WINDOW,
+            receive_buffer: 4 << 20,
+            send_buffer: 128 << 10,
+            keepalive_interval: Some(Duration::from_secs(10)),
+            keepalive_timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl Config {
+    /// Says what is wrong with the settings, if anything: a zero frame size,
+    /// stream limit, window or buffer, or a keepalive timeout not longer
+    /// than its interval.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_frame_size == 0 || self.max_receive_frame == 0 {
+            return Err("mux frame sizes must be at least 1 byte".into());
+        }
+        if self.max_streams == 0 {
+            return Err("max_streams must be at least 1".into());
+        }
+        if self.stream_window == 0 || self.receive_buffer == 0 || self.send_buffer == 0 {
+            return Err("the mux's windows and buffers must be at least 1 byte".into());
+        }
+        if let (Some(interval), Some(timeout)) = (self.keepalive_interval, self.keepalive_timeout)
+            && timeout <= interval
+        {
+            return Err(format!(
+                "keepalive_timeout ({timeout:?}) must be longer than keepalive_interval ({interval:?}), or the peer's NOPs cannot keep the session alive"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What happened that the application may want to act on. Each is given
+/// once per change: a stream already readable is not announced again until
+/// it has been read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A stream the peer opened waits in the accept queue ([`Mux::accept`]).
+    Incoming,
+    /// The stream has data to read, or the peer's FIN, or the session ended.
+    Readable(u32),
+    /// The stream's send buffer, full before, has room again.
+    Writable(u32),
+}
+
+/// What a [`Mux::read`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// This many bytes were copied.
+    Data(usize),
+    /// Nothing yet: wait for [`Event::Readable`].
+    Empty,
+    /// The peer's FIN: everything it sent has been read.
+    End,
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MuxError {
+    /// A frame no smux receiver accepts.
+    Frame(FrameError),
+    /// Version 2: the peer sent a stream more than the window it had.
+    Window {
+        /// The stream.
+        stream: u32,
+        /// Its bytes not acknowledged by our UPDs, with this frame.
+        unacknowledged: u32,
+    },
+    /// The peer stayed silent past the keepalive timeout.
+    KeepaliveTimeout,
+}
+
+impl fmt::Display for MuxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MuxError::Frame(error) => error.fmt(f),
+            MuxError::Window {
+                stream,
+                unacknowledged,
+            } => write!(
+                f,
+                "the peer sent stream {stream} {unacknowledged} bytes ahead of its window (a version 2 peer must wait for window updates)"
+            ),
+            MuxError::KeepaliveTimeout => {
+                f.write_str("the peer sent nothing within the keepalive timeout")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MuxError {}
+
+impl From<FrameError> for MuxError {
+    fn from(error: FrameError) -> Self {
+        MuxError::Frame(error)
+    }
+}
+
+/// Why a stream operation was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamError {
+    /// No such stream (never opened, or closed and gone).
+    Unknown,
+    /// A write after [`Mux::finish`] or [`Mux::close`].
+    Finished,
+    /// The session ended (or is ending: [`Mux::shut_down`]).
+    Ended,
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StreamError::Unknown => "no such mux stream",
+            StreamError::Finished => "the mux stream's write side is finished (FIN sent)",
+            StreamError::Ended => "the mux session ended",
+        })
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+/// Why [`Mux::open`] could not open a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// [`Config::max_streams`] streams are open.
+    TooManyStreams,
+    /// Every stream id of this side has been used (smux's "go away").
+    IdsExhausted,
+    /// The session ended or is ending.
+    Ended,
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpenError::TooManyStreams => {
+                "max_streams mux streams are open (close some or raise the limit)"
+            }
+            OpenError::IdsExhausted => {
+                "this mux session has used all its stream ids: open a new session"
+            }
+            OpenError::Ended => "the mux session ended",
+        })
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// What a session counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MuxStats {
+    /// Streams opened by this side.
+    pub opened: u64,
+    /// Streams the peer opened that were taken in.
+    pub incoming: u64,
+    /// SYNs answered with a FIN: past `max_streams`, id 0, or while ending.
+    pub refused: u64,
+    /// Data frames dropped: for a stream unknown, closed by the
+    /// application, or after the peer's own FIN.
+    pub discarded_frames: u64,
+    /// Their payload bytes.
+    pub discarded_bytes: u64,
+}

@@ -1,0 +1,195 @@
+//! The session's driver: a task that reads the transport into the
+//! protocol, writes the protocol's frames out, and keeps its time.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Sleep;
+
+use super::Error;
+use super::shared::Shared;
+
+/// Bytes read from the transport at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Frames gathered before they are written: enough for few, large writes,
+/// small enough that a stream's write waits behind little.
+const WRITE_BATCH: usize = 64 * 1024;
+
+pub(crate) struct Driver<T> {
+    io: T,
+    shared: Arc<Shared>,
+    input: BytesMut,
+    output: BytesMut,
+    /// Written, not flushed yet.
+    unflushed: bool,
+    timer: Pin<Box<Sleep>>,
+    /// The deadline the timer is set to.
+    armed: Option<Instant>,
+    /// The transport's read side ended.
+    eof: bool,
+}
+
+/// What a pass found.
+enum Step {
+    Again,
+    Wait,
+    Done(Error),
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
+    pub(crate) fn new(io: T, shared: Arc<Shared>) -> Driver<T> {
+        Driver {
+            io,
+            shared,
+            input: BytesMut::new(),
+            output: BytesMut::new(),
+            unflushed: false,
+            timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
+            armed: None,
+            eof: false,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let why = poll_fn(|cx| self.poll(cx)).await;
+        // Shut the transport down (bounded: a peer that does not read gets
+        // no more than the shutdown's own try).
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)),
+        )
+        .await;
+        let mut state = self.shared.lock();
+        state.end(why);
+        state.dispatch();
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Error> {
+        // Bounded passes before giving the runtime back its thread.
+        for _ in 0..32 {
+            match self.pass(cx) {
+                Step::Again => continue,
+                Step::Wait => return Poll::Pending,
+                Step::Done(why) => return Poll::Ready(why),
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One pass: write, read, gather frames, keep time.
+    fn pass(&mut self, cx: &mut Context<'_>) -> Step {
+        let mut progress = false;
+
+        // Write out what was gathered.
+        while !self.output.is_empty() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.output) {
+                Poll::Ready(Ok(0)) => {
+                    return Step::Done(transport(io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.output.advance(n);
+                    self.unflushed = true;
+                    progress = true;
+                }
+                Poll::Ready(Err(error)) => return Step::Done(transport(error)),
+                Poll::Pending => break,
+            }
+        }
+        if self.output.is_empty() && self.unflushed {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(error)) => return Step::Done(transport(error)),
+                Poll::Pending => {}
+            }
+        }
+
+        // Read, if the protocol wants input.
+        let wants_input = {
+            let mut state = self.shared.lock();
+            state.park_driver(cx.waker());
+            state.protocol.wants_input()
+        };
+        if wants_input && !self.eof {
+            if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
+                self.input.reserve(READ_CHUNK);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input) {
+                Poll::Ready(Ok(n)) => {
+                    self.eof = n == 0;
+                    progress = true;
+                }
+                Poll::Ready(Err(error)) => return Step::Done(transport(error)),
+                Poll::Pending => {}
+            }
+        }
+        // Frames already read wait here while the budget is spent: take
+        // them whenever input is wanted, new bytes or not.
+        if wants_input && !self.input.is_empty() {
+            let before = self.input.len();
+            let mut state = self.shared.lock();
+            let received = state.protocol.receive(&mut self.input, Instant::now());
+            state.dispatch();
+            if let Err(error) = received {
+                return Step::Done(Error::Protocol(error));
+            }
+            progress |= self.input.len() != before;
+        }
+
+        // Gather frames, keep time, see whether it is over.
+        let mut state = self.shared.lock();
+        if self.output.len() < WRITE_BATCH && state.protocol.has_output() {
+            state.protocol.transmit(&mut self.output, WRITE_BATCH);
+            state.dispatch();
+            progress = true;
+        }
+        let now = Instant::now();
+        if let Some(deadline) = state.protocol.poll_timeout()
+            && deadline <= now
+        {
+            let timed = state.protocol.handle_timeout(now);
+            state.dispatch();
+            if let Err(error) = timed {
+                return Step::Done(Error::Protocol(error));
+            }
+            progress = true;
+        }
+        let deadline = state.protocol.poll_timeout();
+        let quiet = self.output.is_empty() && !state.protocol.has_output();
+        if self.eof && quiet {
+            return Step::Done(Error::Closed);
+        }
+        if quiet && (state.protocol.is_ending() || state.abandoned()) {
+            if !state.protocol.is_ending() {
+                state.protocol.shut_down();
+                return Step::Again;
+            }
+            return Step::Done(Error::Closed);
+        }
+        drop(state);
+        if progress {
+            return Step::Again;
+        }
+        if deadline != self.armed {
+            self.armed = deadline;
+            if let Some(deadline) = deadline {
+                self.timer.as_mut().reset(deadline.into());
+            }
+        }
+        if self.armed.is_some() && self.timer.as_mut().poll(cx).is_ready() {
+            return Step::Again;
+        }
+        Step::Wait
+    }
+}
+
+fn transport(error: io::Error) -> Error {
+    Error::Transport(Arc::new(error))
+}

@@ -1,0 +1,168 @@
+//! [`Mux`], the session's handle.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use rapidws_core::mux::{Config, Mux as Protocol, MuxStats, Side, Version};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::driver::Driver;
+use super::shared::Shared;
+use super::{Error, Stream};
+
+/// One smux session: opens and accepts [`Stream`]s.
+///
+/// Cloning gives another handle to the same session. The session ends
+/// when the transport does, when the peer breaks the protocol, at
+/// [`close`](Mux::close), or once every handle and every stream is
+/// dropped; its streams then read what had arrived and then fail.
+pub struct Mux {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Mux {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("Mux")
+            .field("side", &state.protocol.side())
+            .field("version", &state.protocol.version())
+            .field("streams", &state.protocol.streams())
+            .field("ended", &state.ended)
+            .finish()
+    }
+}
+
+impl Clone for Mux {
+    fn clone(&self) -> Self {
+        self.shared.lock().handles += 1;
+        Mux {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.handles -= 1;
+        if state.abandoned() {
+            state.wake_driver();
+        }
+    }
+}
+
+impl Mux {
+    /// A session over `io` (a TCP or TLS stream, any async byte stream),
+    /// on `side`: [`Side::Dialer`] if this end connected, as smux's
+    /// client (it opens odd stream ids). Spawns its driver on the current
+    /// tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or if `config` fails [`Config::check`]
+    /// (the message says what is wrong).
+    pub fn new<T>(io: T, side: Side, config: Config) -> Mux
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        if let Err(problem) = config.check() {
+            panic!("rapidws::mux::Config: {problem}");
+        }
+        let protocol = Protocol::new(side, config, Instant::now());
+        let shared = Arc::new(Shared::new(protocol));
+        tokio::spawn(Driver::new(io, shared.clone()).run());
+        Mux { shared }
+    }
+
+    /// A session over a WebSocket whose binary messages carry the smux
+    /// bytes (see [`MessageStream`](super::MessageStream)).
+    #[cfg(feature = "socket")]
+    pub fn over_websocket(socket: crate::socket::WebSocket, side: Side, config: Config) -> Mux {
+        Mux::new(super::MessageStream::new(socket), side, config)
+    }
+
+    /// Opens a stream. Its SYN goes out at once; the peer sees the stream
+    /// when it accepts. Fails at once when [`Config::max_streams`] streams
+    /// are open or the session ended.
+    pub async fn open_stream(&self) -> Result<Stream, Error> {
+        let mut state = self.shared.lock();
+        if let Some(why) = &state.ended {
+            return Err(why.clone());
+        }
+        let id = state.protocol.open().map_err(Error::Open)?;
+        state.wake_driver();
+        drop(state);
+        Ok(Stream::new(self.shared.clone(), id))
+    }
+
+    /// The next stream the peer opens; `None` once the session ended.
+    pub async fn accept_stream(&self) -> Option<Stream> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// [`accept_stream`](Mux::accept_stream) as a poll.
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<Option<Stream>> {
+        let mut state = self.shared.lock();
+        if let Some(id) = state.protocol.accept() {
+            return Poll::Ready(Some(Stream::new(self.shared.clone(), id)));
+        }
+        if state.ended.is_some() || state.protocol.is_failed() {
+            return Poll::Ready(None);
+        }
+        state.park_acceptor(cx.waker());
+        Poll::Pending
+    }
+
+    /// Streams open now (opened, accepted or waiting to be, or closed with
+    /// data still going out).
+    pub fn streams(&self) -> usize {
+        self.shared.lock().protocol.streams()
+    }
+
+    /// The version spoken, once known (see [`Config::version`]).
+    pub fn version(&self) -> Option<Version> {
+        self.shared.lock().protocol.version()
+    }
+
+    /// What the session counted (refused SYNs, data dropped).
+    pub fn stats(&self) -> MuxStats {
+        self.shared.lock().protocol.stats()
+    }
+
+    /// Whether the session ended.
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().ended.is_some()
+    }
+
+    /// Ends the session cleanly: every stream gets its FIN after what was
+    /// written, new streams are refused both ways, and once that is out
+    /// the transport is shut down. Returns when the driver is done (what
+    /// [`closed`](Mux::closed) returns).
+    pub async fn close(&self) -> Result<(), Error> {
+        {
+            let mut state = self.shared.lock();
+            state.protocol.shut_down();
+            state.wake_driver();
+        }
+        self.closed().await
+    }
+
+    /// Waits for the session to end: `Ok` if it ended cleanly (the
+    /// transport closed, or [`close`](Mux::close)), the error otherwise.
+    pub async fn closed(&self) -> Result<(), Error> {
+        poll_fn(|cx| {
+            let mut state = self.shared.lock();
+            match &state.ended {
+                Some(Error::Closed) => Poll::Ready(Ok(())),
+                Some(error) => Poll::Ready(Err(error.clone())),
+                None => {
+                    state.park_watcher(cx.waker());
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}

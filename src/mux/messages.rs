@@ -1,0 +1,117 @@
+//! A WebSocket's binary messages as a byte stream, for a session over a
+//! WebSocket.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes};
+use futures_core::Stream as _;
+use futures_sink::Sink;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::socket::WebSocket;
+use crate::{CloseCode, OwnedMessage};
+
+/// The most bytes put in one message: coder/websocket's default read limit
+/// (32 KiB), so a Go peer on its defaults takes every message.
+pub const MAX_MESSAGE: usize = 32 * 1024;
+
+/// A [`WebSocket`] as `AsyncRead + AsyncWrite`: what is written goes out
+/// as binary messages (of at most [`MAX_MESSAGE`] bytes), what is read is
+/// the binary messages' bytes one after the other, their boundaries
+/// meaning nothing (coder/websocket's `NetConn`). A text message is an
+/// error ([`io::ErrorKind::InvalidData`]); the connection's end is the
+/// end of file (a failure code is an error); `shutdown` starts the close
+/// handshake with 1000.
+pub struct MessageStream {
+    socket: WebSocket,
+    /// What is left of the message being read.
+    reading: Bytes,
+}
+
+impl std::fmt::Debug for MessageStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageStream")
+            .field("unread", &self.reading.len())
+            .finish()
+    }
+}
+
+impl MessageStream {
+    /// The socket's binary messages as a byte stream.
+    pub fn new(socket: WebSocket) -> MessageStream {
+        MessageStream {
+            socket,
+            reading: Bytes::new(),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &WebSocket {
+        &self.socket
+    }
+}
+
+impl AsyncRead for MessageStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        while this.reading.is_empty() {
+            match ready!(Pin::new(&mut this.socket).poll_next(cx)) {
+                Some(Ok(OwnedMessage::Binary(data))) => this.reading = data,
+                Some(Ok(OwnedMessage::Text(_))) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a text message where the byte stream takes binary messages only",
+                    )));
+                }
+                Some(Err(error)) => {
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, error)));
+                }
+                None => return Poll::Ready(Ok(())),
+            }
+        }
+        let n = buf.remaining().min(this.reading.len());
+        buf.put_slice(&this.reading[..n]);
+        this.reading.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn refused(error: crate::socket::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, error)
+}
+
+impl AsyncWrite for MessageStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        ready!(Pin::new(&mut this.socket).poll_ready(cx)).map_err(refused)?;
+        let n = buf.len().min(MAX_MESSAGE);
+        let message = OwnedMessage::Binary(Bytes::copy_from_slice(&buf[..n]));
+        Pin::new(&mut this.socket)
+            .start_send(message)
+            .map_err(refused)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The connection's driver writes what is queued without being asked.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let _ = self.socket.close(CloseCode::NORMAL, "");
+        Poll::Ready(Ok(()))
+    }
+}

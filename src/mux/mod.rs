@@ -1,0 +1,97 @@
+//! Many streams on one connection: smux (xtaci/smux's protocol, versions 1
+//! and 2) over a WebSocket or any async byte stream.
+//!
+//! One [`Mux`] carries any number of [`Stream`]s, each a tokio
+//! `AsyncRead + AsyncWrite` with its own half-close, over one transport:
+//! a TCP or TLS stream (any `AsyncRead + AsyncWrite`), or a rapidws
+//! [`WebSocket`](crate::socket::WebSocket) whose binary messages carry the
+//! smux bytes ([`Mux::over_websocket`]: message boundaries mean nothing,
+//! as with xtaci/smux over coder/websocket's `NetConn`). Either side opens
+//! streams, whichever dialled: a client behind NAT that connected out can
+//! serve streams the server opens (a reverse connection).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use rapidws::mux::{Config, Mux, Side};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! let tcp = tokio::net::TcpStream::connect("127.0.0.1:9006").await?;
+//! let mux = Mux::new(tcp, Side::Dialer, Config::default());
+//! let mut stream = mux.open_stream().await?;
+//! stream.write_all(b"hello").await?;
+//! stream.shutdown().await?; // our FIN; the peer's data still arrives
+//! let mut echo = Vec::new();
+//! stream.read_to_end(&mut echo).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The protocol itself is rapidws-core's sans-I/O [`rapidws_core::mux`]:
+//! its documentation says what bounds a peer. A spawned task (the
+//! session's driver, on the runtime `Mux::new` is called on) moves bytes
+//! between the transport and the protocol; streams and the handle share
+//! the protocol's state under one lock, held only to copy bytes.
+//!
+//! | file | concern |
+//! |---|---|
+//! | `handle.rs` | [`Mux`]: open, accept, count, close |
+//! | `shared.rs` | the state the handle, the streams and the driver share, and who waits on it |
+//! | `stream.rs` | [`Stream`]: `AsyncRead`, `AsyncWrite`, half-close, drop |
+//! | `driver.rs` | the task between the transport and the protocol |
+//! | `messages.rs` | a WebSocket's binary messages as a byte stream |
+
+mod driver;
+mod handle;
+#[cfg(feature = "socket")]
+mod messages;
+mod shared;
+mod stream;
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub use handle::Mux;
+#[cfg(feature = "socket")]
+pub use messages::{MAX_MESSAGE, MessageStream};
+pub use rapidws_core::mux::{Config, INITIAL_WINDOW, MuxError, MuxStats, OpenError, Side, Version};
+pub use stream::Stream;
+
+/// Why a session ended, or why it could not open a stream.
+#[derive(Clone, Debug)]
+pub enum Error {
+    /// The peer broke the protocol (or went silent past the keepalive
+    /// timeout).
+    Protocol(MuxError),
+    /// Reading or writing the transport failed.
+    Transport(Arc<io::Error>),
+    /// The transport ended (the peer closed it), or [`Mux::close`] ended
+    /// the session.
+    Closed,
+    /// A stream could not be opened.
+    Open(OpenError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Protocol(error) => write!(f, "mux protocol error: {error}"),
+            Error::Transport(error) => write!(f, "mux transport failed: {error}"),
+            Error::Closed => f.write_str("the mux session is closed"),
+            Error::Open(error) => write!(f, "cannot open a mux stream: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for io::Error {
+    fn from(error: Error) -> io::Error {
+        let kind = match &error {
+            Error::Transport(inner) => inner.kind(),
+            Error::Open(OpenError::TooManyStreams) => io::ErrorKind::WouldBlock,
+            Error::Closed | Error::Open(_) => io::ErrorKind::NotConnected,
+            Error::Protocol(_) => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, error)
+    }
+}

@@ -1,0 +1,350 @@
+//! Many streams on one connection (`rapidws::mux`): the async API over
+//! real sockets, the `mux_echo` example over TCP and WebSockets on both
+//! backends, and xtaci/smux (Go) as the independent peer both ways.
+#![cfg(feature = "mux")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use rapidws::mux::{Config, Mux, Side, Stream, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use common::start_example;
+
+fn config(version: Version) -> Config {
+    Config {
+        version: Some(version),
+        ..Config::default()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes `data` (in random pieces), half-closes, and reads the echo to
+/// the end at the same time; the echo must be `data`.
+async fn check_echo(stream: Stream, data: Vec<u8>, seed: u64) {
+    let id = stream.id();
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let len = data.len();
+    let write = async move {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut at = 0;
+        while at < data.len() {
+            let end = (at + rng.random_range(1..100_000)).min(data.len());
+            writer.write_all(&data[at..end]).await.unwrap();
+            at = end;
+        }
+        writer.shutdown().await.unwrap();
+        data
+    };
+    let read = async move {
+        let mut echo = Vec::with_capacity(len);
+        reader.read_to_end(&mut echo).await.unwrap();
+        echo
+    };
+    let (data, echo) = tokio::join!(write, read);
+    assert_eq!(echo.len(), data.len(), "stream {id}");
+    assert!(echo == data, "stream {id}: the echo differs");
+}
+
+fn random_data(rng: &mut StdRng, max: usize) -> Vec<u8> {
+    let len = rng.random_range(0..=max);
+    (0..len).map(|_| rng.random()).collect()
+}
+
+/// Opens `count` streams on `mux` and checks each one's echo, all at once.
+async fn echo_streams(mux: &Mux, count: usize, max: usize, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut tasks = Vec::new();
+    for i in 0..count {
+        let stream = mux.open_stream().await.unwrap();
+        let size = match i {
+            0 => 0,
+            1 => 1,
+            2 => max,
+            _ => max,
+        };
+        let data = random_data(&mut rng, size);
+        tasks.push(tokio::spawn(check_echo(stream, data, seed + i as u64)));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+async fn tcp_mux(addr: SocketAddr, version: Version) -> Mux {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    Mux::new(tcp, Side::Dialer, config(version))
+}
+
+async fn ws_mux(addr: SocketAddr, version: Version) -> Mux {
+    let (socket, _) = rapidws::client::connect(format!("ws://{addr}/mux"))
+        .await
+        .unwrap();
+    Mux::over_websocket(socket, Side::Dialer, config(version))
+}
+
+async fn start_mux_echo(args: &[&str]) -> (common::Child, SocketAddr, SocketAddr) {
+    let tcp = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut all = vec!["--tcp-addr".to_string(), tcp.to_string()];
+    all.extend(args.iter().map(|arg| arg.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (child, ws) = start_example("mux_echo", &all).await;
+    (child, ws, tcp)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_through_mux_echo_over_tcp_and_websockets() {
+    let (_server, ws, tcp) = start_mux_echo(&[]).await;
+    for version in [Version::V1, Version::V2] {
+        let mux = tcp_mux(tcp, version).await;
+        echo_streams(&mux, 20, 300_000, 1).await;
+        assert_eq!(mux.version(), Some(version));
+        mux.close().await.unwrap();
+        let mux = ws_mux(ws, version).await;
+        echo_streams(&mux, 20, 300_000, 2).await;
+        mux.close().await.unwrap();
+    }
+}
+
+/// Two ends over a real TCP connection, both ours.
+async fn pair(version: Version) -> (Mux, Mux) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (dialled, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+    (
+        Mux::new(dialled.unwrap(), Side::Dialer, config(version)),
+        Mux::new(accepted.unwrap().0, Side::Acceptor, config(version)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn either_side_opens_and_a_half_closed_stream_still_reads() {
+    for version in [Version::V1, Version::V2] {
+        let (dialer, acceptor) = pair(version).await;
+        // The side that accepted the TCP connection opens (a reverse
+        // connection); ids are even from it.
+        let mut opened = acceptor.open_stream().await.unwrap();
+        assert_eq!(opened.id(), 2);
+        opened.write_all(b"question").await.unwrap();
+        opened.shutdown().await.unwrap();
+        let mut taken = dialer.accept_stream().await.unwrap();
+        assert_eq!(taken.id(), 2);
+        let mut question = Vec::new();
+        taken.read_to_end(&mut question).await.unwrap();
+        assert_eq!(question, b"question");
+        // Half-closed by the opener: the answer still arrives.
+        taken.write_all(b"answer").await.unwrap();
+        drop(taken);
+        let mut answer = Vec::new();
+        opened.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"answer");
+        // A write after our FIN is refused.
+        assert!(opened.write_all(b"more").await.is_err());
+        drop(opened);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!((dialer.streams(), acceptor.streams()), (0, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_session_dies_streams_read_what_came_then_fail() {
+    let (dialer, acceptor) = pair(Version::V2).await;
+    let mut stream = dialer.open_stream().await.unwrap();
+    stream.write_all(b"x").await.unwrap();
+    let mut taken = acceptor.accept_stream().await.unwrap();
+    taken.write_all(b"last").await.unwrap();
+    let mut first = [0; 4];
+    stream.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"last");
+    // The acceptor ends: the transport closes under the dialer.
+    acceptor.close().await.unwrap();
+    drop(taken);
+    drop(acceptor);
+    let error = stream.read(&mut [0; 8]).await;
+    // The acceptor's close sent our stream a FIN first: a clean end.
+    assert_eq!(error.unwrap(), 0);
+    assert!(dialer.accept_stream().await.is_none());
+    assert!(dialer.closed().await.is_ok());
+    assert!(dialer.open_stream().await.is_err());
+    let error = stream.write_all(b"y").await.unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mux_echo_opens_streams_to_its_peers() {
+    let (_server, ws, tcp) = start_mux_echo(&["--open", "5"]).await;
+    for mux in [
+        tcp_mux(tcp, Version::V2).await,
+        ws_mux(ws, Version::V1).await,
+    ] {
+        // The server waits for our first frame (the version) to open.
+        let hello = mux.open_stream().await.unwrap();
+        check_echo(hello, b"hello".to_vec(), 0).await;
+        let mut rng = StdRng::seed_from_u64(7);
+        for _ in 0..5 {
+            let stream = tokio::time::timeout(Duration::from_secs(10), mux.accept_stream())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(stream.id() % 2, 0);
+            check_echo(stream, random_data(&mut rng, 100_000), 3).await;
+        }
+    }
+}
+
+/// xtaci/smux v1.5.58 (Go), as the load harness's `smuxpeer` program
+/// (`benches/harness/go/cmd/smuxpeer`), built once per test run.
+fn smuxpeer() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("rapidws-smux-{}", std::process::id()));
+            let binary = dir.join("smuxpeer");
+            let built = std::process::Command::new("go")
+                .args(["build", "-trimpath", "-o"])
+                .arg(&binary)
+                .arg("./cmd/smuxpeer")
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/harness/go"))
+                .status()
+                .expect("go runs");
+            assert!(built.success(), "go build failed");
+            binary
+        })
+        .clone()
+}
+
+/// Runs smuxpeer with `args` to its end (bounded by its own `-timeout`);
+/// it must print `ok`.
+async fn run_smuxpeer(args: &[&str]) -> String {
+    let output = tokio::process::Command::new(smuxpeer())
+        .args(args)
+        .args(["-timeout", "60s"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && stdout.starts_with("ok"),
+        "smuxpeer {args:?}: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Go dials `mux_echo`: 100 streams at once over TCP and over a
+/// coder/websocket `NetConn`, sizes up to 1 MiB (some empty, one byte and
+/// exactly 1 MiB), written in random pieces and half-closed, every byte of
+/// the echo checked; then it accepts 20 streams the server opens and
+/// checks their echo. Both versions, both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xtaci_smux_dials_mux_echo() {
+    let backends: &[&str] = if cfg!(all(target_os = "linux", feature = "uring")) {
+        &["tokio", "uring"]
+    } else {
+        &["tokio"]
+    };
+    for backend in backends {
+        let (_server, ws, tcp) = start_mux_echo(&["--open", "20", "--backend", backend]).await;
+        let (tcp, url) = (tcp.to_string(), format!("ws://{ws}/mux"));
+        for version in ["1", "2"] {
+            for transport in [["-tcp", tcp.as_str()], ["-url", url.as_str()]] {
+                let mut args = vec!["-version", version, "-streams", "100"];
+                args.extend(transport);
+                let report = run_smuxpeer(&args).await;
+                eprintln!("{backend} {transport:?} v{version}: {report}");
+                args.extend(["-mode", "accept-check", "-streams", "20"]);
+                run_smuxpeer(&args).await;
+            }
+        }
+    }
+}
+
+/// Starts smuxpeer listening (`-listen`, plain TCP or `-ws`) with `args`;
+/// returns it and its address once it says it listens.
+async fn listening_smuxpeer(args: &[&str]) -> (tokio::process::Child, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(smuxpeer())
+        .args(["-listen", "127.0.0.1:0", "-timeout", "60s"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("smuxpeer listens within 30 s")
+        .unwrap()
+        .unwrap();
+    let addr = line
+        .strip_prefix("listening ")
+        .expect(&line)
+        .parse()
+        .unwrap();
+    // The rest of its output: its `ok` line.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+/// We dial a Go smux server (over TCP, and over a WebSocket it accepts
+/// with coder/websocket) that echoes our streams and opens 20 of its own,
+/// which we accept and echo while it checks every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn we_dial_xtaci_smux_and_serve_the_streams_it_opens() {
+    for version in [Version::V1, Version::V2] {
+        let v = if version == Version::V1 { "1" } else { "2" };
+        for ws in [false, true] {
+            let mut args = vec!["-mode", "echo-serve", "-open", "20", "-version", v];
+            if ws {
+                args.push("-ws");
+            }
+            let (mut go, addr) = listening_smuxpeer(&args).await;
+            let mux = if ws {
+                let (socket, _) = rapidws::client::connect(format!("ws://{addr}/any"))
+                    .await
+                    .unwrap();
+                Mux::over_websocket(socket, Side::Dialer, config(version))
+            } else {
+                tcp_mux(addr, version).await
+            };
+            // Echo what Go opens, while our own streams are checked.
+            let server = mux.clone();
+            let echoing = tokio::spawn(async move {
+                let mut served = 0;
+                while let Some(stream) = server.accept_stream().await {
+                    served += 1;
+                    tokio::spawn(async move {
+                        let (mut reader, mut writer) = tokio::io::split(stream);
+                        tokio::io::copy(&mut reader, &mut writer).await.unwrap();
+                        writer.shutdown().await.unwrap();
+                    });
+                }
+                served
+            });
+            echo_streams(&mux, 100, 1 << 20, 5).await;
+            // Go checked its 20 streams and said ok; we end the session.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            mux.close().await.unwrap();
+            assert_eq!(echoing.await.unwrap(), 20, "v{v} ws={ws}");
+            let status = tokio::time::timeout(Duration::from_secs(10), go.wait())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(status.success(), "smuxpeer v{v} ws={ws}: {status}");
+        }
+    }
+}
