@@ -103,7 +103,7 @@ fi
 mkdir -p target
 cargo +nightly miri test --workspace --lib -- proto::mask proto::deflate proto::session \
     proto::frame proto::utf8 proto::close pool:: connection::keepalive:: driver::read_buf:: \
-    handshake::extensions >target/miri.log 2>&1 &
+    handshake::extensions mux:: >target/miri.log 2>&1 &
 miri_pid=$!
 
 step "fuzz smoke: every target for ${FUZZ_SMOKE_SECONDS:=20}s from its seeds (fuzz/run.sh), beside Miri"

@@ -58,8 +58,9 @@ async fn check_echo(stream: Stream, data: Vec<u8>, seed: u64) {
 }
 
 fn random_data(rng: &mut StdRng, max: usize) -> Vec<u8> {
-    let len = rng.random_range(0..=max);
-    (0..len).map(|_| rng.random()).collect()
+    let mut data = vec![0; rng.random_range(0..=max)];
+    rng.fill(&mut data[..]);
+    data
 }
 
 /// Opens `count` streams on `mux` and checks each one's echo, all at once.
@@ -82,16 +83,29 @@ async fn echo_streams(mux: &Mux, count: usize, max: usize, seed: u64) {
     }
 }
 
+/// `future`, or a panic that shows the session's state after 30 s.
+async fn bounded<T>(mux: &Mux, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(30), future).await {
+        Ok(value) => value,
+        Err(_) => panic!("stuck: {mux:?}"),
+    }
+}
+
 async fn tcp_mux(addr: SocketAddr, version: Version) -> Mux {
     let tcp = TcpStream::connect(addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     Mux::new(tcp, Side::Dialer, config(version))
 }
 
+/// A client of this test's own: `rapidws::client::connect`'s shared one
+/// lives on the runtime of the test that first used it, gone when that
+/// test ends.
+fn client() -> rapidws::client::Client {
+    rapidws::client::Client::new(rapidws::Config::default())
+}
+
 async fn ws_mux(addr: SocketAddr, version: Version) -> Mux {
-    let (socket, _) = rapidws::client::connect(format!("ws://{addr}/mux"))
-        .await
-        .unwrap();
+    let (socket, _) = client().connect(format!("ws://{addr}/mux")).await.unwrap();
     Mux::over_websocket(socket, Side::Dialer, config(version))
 }
 
@@ -109,12 +123,12 @@ async fn our_client_through_mux_echo_over_tcp_and_websockets() {
     let (_server, ws, tcp) = start_mux_echo(&[]).await;
     for version in [Version::V1, Version::V2] {
         let mux = tcp_mux(tcp, version).await;
-        echo_streams(&mux, 20, 300_000, 1).await;
+        bounded(&mux, echo_streams(&mux, 20, 300_000, 1)).await;
         assert_eq!(mux.version(), Some(version));
-        mux.close().await.unwrap();
+        bounded(&mux, mux.close()).await.unwrap();
         let mux = ws_mux(ws, version).await;
-        echo_streams(&mux, 20, 300_000, 2).await;
-        mux.close().await.unwrap();
+        bounded(&mux, echo_streams(&mux, 20, 300_000, 2)).await;
+        bounded(&mux, mux.close()).await.unwrap();
     }
 }
 
@@ -248,27 +262,32 @@ async fn run_smuxpeer(args: &[&str]) -> String {
 /// Go dials `mux_echo`: 100 streams at once over TCP and over a
 /// coder/websocket `NetConn`, sizes up to 1 MiB (some empty, one byte and
 /// exactly 1 MiB), written in random pieces and half-closed, every byte of
-/// the echo checked; then it accepts 20 streams the server opens and
-/// checks their echo. Both versions, both backends.
+/// the echo checked; and it accepts 20 streams the server opens and checks
+/// their echo. Both versions and transports on tokio; on io_uring (the
+/// same session code behind another driver) one of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xtaci_smux_dials_mux_echo() {
-    let backends: &[&str] = if cfg!(all(target_os = "linux", feature = "uring")) {
-        &["tokio", "uring"]
-    } else {
-        &["tokio"]
-    };
-    for backend in backends {
+    let mut backends = vec![(
+        "tokio",
+        vec![("1", false), ("1", true), ("2", false), ("2", true)],
+    )];
+    if cfg!(all(target_os = "linux", feature = "uring")) {
+        backends.push(("uring", vec![("1", false), ("2", true)]));
+    }
+    for (backend, runs) in backends {
         let (_server, ws, tcp) = start_mux_echo(&["--open", "20", "--backend", backend]).await;
         let (tcp, url) = (tcp.to_string(), format!("ws://{ws}/mux"));
-        for version in ["1", "2"] {
-            for transport in [["-tcp", tcp.as_str()], ["-url", url.as_str()]] {
-                let mut args = vec!["-version", version, "-streams", "100"];
-                args.extend(transport);
-                let report = run_smuxpeer(&args).await;
-                eprintln!("{backend} {transport:?} v{version}: {report}");
-                args.extend(["-mode", "accept-check", "-streams", "20"]);
-                run_smuxpeer(&args).await;
-            }
+        for (version, over_ws) in runs {
+            let transport = match over_ws {
+                false => ["-tcp", tcp.as_str()],
+                true => ["-url", url.as_str()],
+            };
+            let mut args = vec!["-version", version, "-streams", "100"];
+            args.extend(transport);
+            let report = run_smuxpeer(&args).await;
+            eprintln!("{backend} {transport:?} v{version}: {report}");
+            args.extend(["-mode", "accept-check", "-streams", "20"]);
+            run_smuxpeer(&args).await;
         }
     }
 }
@@ -301,8 +320,9 @@ async fn listening_smuxpeer(args: &[&str]) -> (tokio::process::Child, SocketAddr
 }
 
 /// We dial a Go smux server (over TCP, and over a WebSocket it accepts
-/// with coder/websocket) that echoes our streams and opens 20 of its own,
-/// which we accept and echo while it checks every byte.
+/// with coder/websocket) that accepts and echoes 50 streams we open (sizes
+/// up to 1 MiB, half-closed, checked) and opens 20 of its own, which we
+/// accept and echo while it checks every byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn we_dial_xtaci_smux_and_serve_the_streams_it_opens() {
     for version in [Version::V1, Version::V2] {
@@ -314,37 +334,144 @@ async fn we_dial_xtaci_smux_and_serve_the_streams_it_opens() {
             }
             let (mut go, addr) = listening_smuxpeer(&args).await;
             let mux = if ws {
-                let (socket, _) = rapidws::client::connect(format!("ws://{addr}/any"))
-                    .await
-                    .unwrap();
+                let (socket, _) = client().connect(format!("ws://{addr}/any")).await.unwrap();
                 Mux::over_websocket(socket, Side::Dialer, config(version))
             } else {
                 tcp_mux(addr, version).await
             };
-            // Echo what Go opens, while our own streams are checked.
+            // Echo the 20 streams Go opens, while our own are checked.
             let server = mux.clone();
             let echoing = tokio::spawn(async move {
-                let mut served = 0;
-                while let Some(stream) = server.accept_stream().await {
-                    served += 1;
-                    tokio::spawn(async move {
+                let mut echoes = Vec::new();
+                for _ in 0..20 {
+                    let stream = server.accept_stream().await.expect("20 streams from Go");
+                    echoes.push(tokio::spawn(async move {
                         let (mut reader, mut writer) = tokio::io::split(stream);
                         tokio::io::copy(&mut reader, &mut writer).await.unwrap();
                         writer.shutdown().await.unwrap();
-                    });
+                    }));
                 }
-                served
+                for echo in echoes {
+                    echo.await.unwrap();
+                }
             });
-            echo_streams(&mux, 100, 1 << 20, 5).await;
-            // Go checked its 20 streams and said ok; we end the session.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            echo_streams(&mux, 50, 1 << 20, 5).await;
+            echoing.await.unwrap();
+            // Our FINs are out once the echoes ended; then the session.
             mux.close().await.unwrap();
-            assert_eq!(echoing.await.unwrap(), 20, "v{v} ws={ws}");
             let status = tokio::time::timeout(Duration::from_secs(10), go.wait())
                 .await
                 .unwrap()
                 .unwrap();
             assert!(status.success(), "smuxpeer v{v} ws={ws}: {status}");
         }
+    }
+}
+
+/// Spawns an example with `args` (stderr kept to a file the test reads).
+fn spawn_example(name: &str, args: &[String], log: &std::path::Path) -> common::Child {
+    common::Child(
+        std::process::Command::new(common::example(name))
+            .args(args)
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn wait_for(addr: SocketAddr) {
+    for _ in 0..200 {
+        if TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on {addr}");
+}
+
+/// `curl` through the tunnel: `Some(body)` if it got a 200.
+async fn curl(url: &str) -> Option<String> {
+    let output = tokio::process::Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "10", url])
+        .output()
+        .await
+        .unwrap();
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The reverse tunnel: `curl` on the server's public port reaches an HTTP
+/// server (Python's `http.server`) that only the agent connects to, over
+/// ws and wss; with the HTTP server not yet there, the stream ends and
+/// the session stays, and the next request goes through on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_reaches_a_private_http_server_through_mux_tunnel() {
+    let dir = std::env::temp_dir().join(format!("rapidws-tunnel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let body: String = (0..20_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    std::fs::write(dir.join("page.txt"), &body).unwrap();
+    let private = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    for wss in [false, true] {
+        let (ws, public) = (free_port(), free_port());
+        let mut server_args: Vec<String> = ["server", "--ws-addr", &format!("127.0.0.1:{ws}")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        server_args.extend(["--listen".into(), format!("127.0.0.1:{public}")]);
+        let mut agent_args = vec!["agent".to_string(), "--to".into(), private.to_string()];
+        if wss {
+            let identity = common::tls::identity();
+            let (cert, key) = (identity.cert_pem.display(), identity.key_pem.display());
+            server_args.extend(["--tls-cert".into(), cert.to_string()]);
+            server_args.extend(["--tls-key".into(), key.to_string()]);
+            agent_args.extend(["--url".into(), format!("wss://localhost:{ws}/agent")]);
+            agent_args.extend(["--cafile".into(), cert.to_string()]);
+        } else {
+            agent_args.extend(["--url".into(), format!("ws://127.0.0.1:{ws}/agent")]);
+        }
+        let logs = dir.join(format!("agent-{wss}.log"));
+        let _server = spawn_example("mux_tunnel", &server_args, &dir.join("server.log"));
+        wait_for(SocketAddr::from(([127, 0, 0, 1], ws))).await;
+        let _agent = spawn_example("mux_tunnel", &agent_args, &logs);
+        wait_for(SocketAddr::from(([127, 0, 0, 1], public))).await;
+        let url = format!("http://127.0.0.1:{public}/page.txt");
+        // Until the agent is in, and while nothing listens at --to, curl
+        // gets no answer; the agent logs the failed connect.
+        let mut seen = false;
+        for _ in 0..100 {
+            assert_eq!(curl(&url).await, None);
+            if std::fs::read_to_string(&logs)
+                .unwrap()
+                .contains("cannot connect --to")
+            {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(seen, "the agent never tried --to");
+        // The private HTTP server comes up: the same session carries it.
+        let _http = common::Child(
+            std::process::Command::new("python3")
+                .args(["-m", "http.server", "--bind", "127.0.0.1"])
+                .arg(private.port().to_string())
+                .current_dir(&dir)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for(private).await;
+        let pages = futures_util::future::join_all((0..8).map(|_| curl(&url))).await;
+        for page in pages {
+            assert_eq!(page.as_deref(), Some(body.as_str()), "wss={wss}");
+        }
+        let log = std::fs::read_to_string(&logs).unwrap();
+        assert_eq!(log.matches("agent connected").count(), 1, "{log}");
+        assert!(!log.contains("session ended"), "{log}");
     }
 }

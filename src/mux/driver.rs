@@ -6,9 +6,10 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
+use rapidws_core::mux::frame::{HEADER_LEN, Header};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Sleep;
 
@@ -22,6 +23,10 @@ const READ_CHUNK: usize = 64 * 1024;
 /// small enough that a stream's write waits behind little.
 const WRITE_BATCH: usize = 64 * 1024;
 
+/// How long a session that is ending waits for streams whose last bytes
+/// wait for the peer's window (version 2).
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
+
 pub(crate) struct Driver<T> {
     io: T,
     shared: Arc<Shared>,
@@ -34,6 +39,8 @@ pub(crate) struct Driver<T> {
     armed: Option<Instant>,
     /// The transport's read side ended.
     eof: bool,
+    /// Ending: when to stop waiting for streams' last bytes.
+    ending_by: Option<Instant>,
 }
 
 /// What a pass found.
@@ -54,21 +61,25 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
             armed: None,
             eof: false,
+            ending_by: None,
         }
     }
 
     pub(crate) async fn run(mut self) {
         let why = poll_fn(|cx| self.poll(cx)).await;
+        {
+            // Everyone learns at once; the transport's shutdown may wait.
+            let mut state = self.shared.lock();
+            state.end(why);
+            state.dispatch();
+        }
         // Shut the transport down (bounded: a peer that does not read gets
         // no more than the shutdown's own try).
         let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(1),
+            Duration::from_secs(1),
             poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)),
         )
         .await;
-        let mut state = self.shared.lock();
-        state.end(why);
-        state.dispatch();
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Error> {
@@ -161,9 +172,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             }
             progress = true;
         }
-        let deadline = state.protocol.poll_timeout();
+        let mut deadline = state.protocol.poll_timeout();
         let quiet = self.output.is_empty() && !state.protocol.has_output();
-        if self.eof && quiet {
+        // At the transport's end, frames the budget kept back are still
+        // taken as the application reads.
+        if self.eof && quiet && !holds_frame(&self.input) {
             return Step::Done(Error::Closed);
         }
         if quiet && (state.protocol.is_ending() || state.abandoned()) {
@@ -171,7 +184,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
                 state.protocol.shut_down();
                 return Step::Again;
             }
-            return Step::Done(Error::Closed);
+            // Streams waiting for the peer's window to send their last
+            // bytes and FIN get a while, not forever.
+            let limit = *self.ending_by.get_or_insert(now + CLOSE_LINGER);
+            if state.protocol.unsent() == 0 || now >= limit {
+                return Step::Done(Error::Closed);
+            }
+            deadline = Some(deadline.map_or(limit, |deadline| deadline.min(limit)));
         }
         drop(state);
         if progress {
@@ -188,6 +207,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         }
         Step::Wait
     }
+}
+
+/// Whether `input` starts with a whole frame.
+fn holds_frame(input: &[u8]) -> bool {
+    Header::decode(input)
+        .is_some_and(|header| input.len() >= HEADER_LEN + usize::from(header.length))
 }
 
 fn transport(error: io::Error) -> Error {

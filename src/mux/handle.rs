@@ -29,6 +29,11 @@ impl std::fmt::Debug for Mux {
             .field("side", &state.protocol.side())
             .field("version", &state.protocol.version())
             .field("streams", &state.protocol.streams())
+            .field("unsent", &state.protocol.unsent())
+            .field("buffered", &state.protocol.buffered())
+            .field("wants_input", &state.protocol.wants_input())
+            .field("has_output", &state.protocol.has_output())
+            .field("ending", &state.protocol.is_ending())
             .field("ended", &state.ended)
             .finish()
     }
@@ -47,7 +52,10 @@ impl Drop for Mux {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.handles -= 1;
-        if state.abandoned() {
+        if state.handles == 0 {
+            // Nobody can accept any more: what the peer opens is refused.
+            state.protocol.refuse_incoming();
+            state.dispatch();
             state.wake_driver();
         }
     }
@@ -61,14 +69,21 @@ impl Mux {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime, or if `config` fails [`Config::check`]
-    /// (the message says what is wrong).
+    /// Outside a tokio runtime, if `config` fails [`Config::check`] (the
+    /// message says what is wrong), or if a [`Side::Dialer`] leaves the
+    /// version to the peer (the peer, a server, waits for it to speak).
     pub fn new<T>(io: T, side: Side, config: Config) -> Mux
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         if let Err(problem) = config.check() {
             panic!("rapidws::mux::Config: {problem}");
+        }
+        if side == Side::Dialer && config.version.is_none() {
+            // It would wait for a peer that waits for it.
+            panic!(
+                "rapidws::mux::Config: the side that dialled must choose the version (version: None is for servers)"
+            );
         }
         let protocol = Protocol::new(side, config, Instant::now());
         let shared = Arc::new(Shared::new(protocol));
@@ -138,8 +153,10 @@ impl Mux {
 
     /// Ends the session cleanly: every stream gets its FIN after what was
     /// written, new streams are refused both ways, and once that is out
-    /// the transport is shut down. Returns when the driver is done (what
-    /// [`closed`](Mux::closed) returns).
+    /// (streams waiting for the peer's window get 5 s) the transport is
+    /// shut down. Returns when the driver is done (what
+    /// [`closed`](Mux::closed) returns). A program about to exit calls it:
+    /// a stream's `flush` and `shutdown` return before the bytes leave.
     pub async fn close(&self) -> Result<(), Error> {
         {
             let mut state = self.shared.lock();

@@ -13,8 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::socket::WebSocket;
 use crate::{CloseCode, OwnedMessage};
 
-/// The most bytes put in one message: coder/websocket's default read limit
-/// (32 KiB), so a Go peer on its defaults takes every message.
+/// The most bytes put in one message: 32 KiB, the default read limit of
+/// coder/websocket's `Conn` (its `NetConn` lifts it) and well within any
+/// WebSocket library's, so a peer on its defaults takes every message.
 pub const MAX_MESSAGE: usize = 32 * 1024;
 
 /// A [`WebSocket`] as `AsyncRead + AsyncWrite`: what is written goes out

@@ -88,8 +88,8 @@ impl From<Error> for io::Error {
     fn from(error: Error) -> io::Error {
         let kind = match &error {
             Error::Transport(inner) => inner.kind(),
-            Error::Open(OpenError::TooManyStreams) => io::ErrorKind::WouldBlock,
-            Error::Closed | Error::Open(_) => io::ErrorKind::NotConnected,
+            Error::Closed | Error::Open(OpenError::Ended) => io::ErrorKind::NotConnected,
+            Error::Open(_) => io::ErrorKind::Other,
             Error::Protocol(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, error)

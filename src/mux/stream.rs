@@ -20,7 +20,8 @@ use super::shared::{Shared, State};
 ///   ([`io::ErrorKind::ConnectionReset`], the reason in the message).
 /// - Writing queues up to [`Config::send_buffer`](super::Config::send_buffer)
 ///   bytes and waits when that is full; the session's driver sends them
-///   without being asked, so `flush` returns at once.
+///   without being asked, so `flush` returns at once (before the bytes
+///   leave: [`Mux::close`](super::Mux::close) waits for them).
 /// - `shutdown` sends our FIN after what was written (a half-close: reading
 ///   goes on).
 /// - Dropping the stream sends the FIN if `shutdown` did not, and drops
@@ -72,7 +73,12 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         let mut state = self.shared.lock();
         let was_blocked = !state.protocol.wants_input();
-        match state.protocol.read(self.id, buf.initialize_unfilled()) {
+        // Only as much of the buffer as there is to read is initialized.
+        let available = state.protocol.readable(self.id).min(buf.remaining());
+        match state
+            .protocol
+            .read(self.id, buf.initialize_unfilled_to(available))
+        {
             Ok(Read::Data(n)) => {
                 buf.advance(n);
                 // Reading may have made room in the budget or owe an UPD.

@@ -216,6 +216,12 @@ pub enum MuxError {
     },
     /// The peer stayed silent past the keepalive timeout.
     KeepaliveTimeout,
+    /// Version 2: a window update that says more was consumed than was
+    /// ever sent on the stream.
+    Update {
+        /// The stream.
+        stream: u32,
+    },
 }
 
 impl fmt::Display for MuxError {
@@ -232,6 +238,10 @@ impl fmt::Display for MuxError {
             MuxError::KeepaliveTimeout => {
                 f.write_str("the peer sent nothing within the keepalive timeout")
             }
+            MuxError::Update { stream } => write!(
+                f,
+                "the peer's window update for stream {stream} counts more bytes consumed than were sent"
+            ),
         }
     }
 }

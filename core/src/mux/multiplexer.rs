@@ -64,6 +64,9 @@ struct Stream {
     readable_told: bool,
     /// A write found the send buffer full: tell the writer when it is not.
     write_blocked: bool,
+    /// Released, finished by the peer, and without window at the last
+    /// keepalive tick (see `give_up_stuck`).
+    stale: bool,
 }
 
 /// One side of an smux session, sans-I/O: see the module's documentation
@@ -100,8 +103,14 @@ pub struct Mux {
     schedule: Schedule,
     /// Received bytes not yet read, all streams.
     buffered: usize,
-    /// `receive` stopped at the budget or the control limit.
-    input_blocked: bool,
+    /// Input was not wanted and is again: the peer's silence meanwhile
+    /// was ours, so the keepalive clock restarts at the next timeout call.
+    resumed: bool,
+    /// Refusals (FINs for SYNs not taken in) owed to the peer.
+    refusals: usize,
+    /// No more streams are taken in (the application can no longer
+    /// accept them): a SYN gets a FIN.
+    refusing: bool,
     /// Ending: no new streams either way.
     ending: bool,
     failed: Option<MuxError>,
@@ -131,13 +140,17 @@ impl Mux {
             updates: VecDeque::new(),
             schedule: Schedule::default(),
             buffered: 0,
-            input_blocked: false,
+            resumed: false,
+            refusals: 0,
+            refusing: false,
             ending: false,
             failed: None,
             stats: MuxStats::default(),
             last_received: now,
             unread: 0,
-            next_keepalive: config.keepalive_interval.map(|interval| now + interval),
+            next_keepalive: config
+                .keepalive_interval
+                .and_then(|interval| now.checked_add(interval)),
             config,
         }
     }
@@ -194,7 +207,14 @@ impl Mux {
     pub fn wants_input(&self) -> bool {
         self.failed.is_none()
             && (self.buffered < self.config.receive_buffer || self.version != Some(Version::V1))
-            && self.control.len() < CONTROL_LIMIT
+            && self.refusals < CONTROL_LIMIT
+    }
+
+    /// Notes that the application's call may have made input wanted again.
+    fn note_resumed(&mut self, wanted_before: bool) {
+        if !wanted_before && self.wants_input() {
+            self.resumed = true;
+        }
     }
 
     // ---- the peer's side: bytes in ----
@@ -211,7 +231,6 @@ impl Mux {
         if input.len() != self.unread {
             self.last_received = now;
         }
-        self.input_blocked = false;
         let result = self.take_frames(input);
         self.unread = input.len();
         result
@@ -220,7 +239,6 @@ impl Mux {
     fn take_frames(&mut self, input: &mut BytesMut) -> Result<(), MuxError> {
         loop {
             if !self.wants_input() {
-                self.input_blocked = true;
                 return Ok(());
             }
             let Some(header) = Header::decode(input) else {
@@ -264,8 +282,7 @@ impl Mux {
                 Command::Upd => {
                     let consumed = u32::from_le_bytes(input[..4].try_into().expect("8 bytes"));
                     let window = u32::from_le_bytes(input[4..UPD_LEN].try_into().expect("8 bytes"));
-                    self.on_update(header.stream, consumed, window);
-                    Ok(())
+                    self.on_update(header.stream, consumed, window)
                 }
             };
             input.advance(length);
@@ -285,8 +302,9 @@ impl Mux {
             self.stats.refused += 1;
             return;
         }
-        if self.ending || self.streams.len() >= self.config.max_streams {
+        if self.ending || self.refusing || self.streams.len() >= self.config.max_streams {
             self.stats.refused += 1;
+            self.refusals += 1;
             self.control.push_back(Control::Refuse(id));
             return;
         }
@@ -304,12 +322,42 @@ impl Mux {
     }
 
     fn on_fin(&mut self, id: u32) {
-        if let Some(stream) = self.streams.get_mut(&id)
-            && !stream.released
-            && !stream.fin_received
-        {
-            stream.fin_received = true;
+        let Some(stream) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if stream.fin_received {
+            return;
+        }
+        stream.fin_received = true;
+        if !stream.released {
             tell_readable(&mut self.events, id, stream);
+        }
+    }
+
+    /// Version 2: streams the application let go of, whose peer has sent
+    /// its FIN and has given them no window for what they still have to
+    /// send through two keepalive ticks, give up: their data is dropped,
+    /// their FIN sent, and they go. (A FIN does not say whether the peer
+    /// still reads, smux's `CloseWrite`, or forgot the stream, its
+    /// `Close`, after which no window update ever comes: only time tells.)
+    fn give_up_stuck(&mut self) {
+        let max_frame = self.config.max_frame_size;
+        for (&id, stream) in &mut self.streams {
+            let stuck = stream.released
+                && stream.fin_received
+                && !stream.send.is_empty()
+                && room(stream, true, max_frame) == 0;
+            if !stuck {
+                stream.stale = false;
+            } else if !stream.stale {
+                stream.stale = true;
+            } else {
+                stream.send = BytesMut::new();
+                if !stream.scheduled {
+                    stream.scheduled = true;
+                    self.schedule.push(id, stream.priority);
+                }
+            }
         }
     }
 
@@ -348,22 +396,28 @@ impl Mux {
         Ok(())
     }
 
-    fn on_update(&mut self, id: u32, consumed: u32, window: u32) {
+    fn on_update(&mut self, id: u32, consumed: u32, window: u32) -> Result<(), MuxError> {
         let Some(stream) = self.streams.get_mut(&id) else {
-            return;
+            return Ok(());
         };
+        if (stream.written.wrapping_sub(consumed) as i32) < 0 {
+            // More consumed than was ever sent (smux's ErrConsumed).
+            return Err(MuxError::Update { stream: id });
+        }
         stream.peer_consumed = consumed;
         stream.peer_window = window;
         if !stream.scheduled && sendable(stream, true, self.config.max_frame_size) {
             stream.scheduled = true;
             self.schedule.push(id, stream.priority);
         }
+        Ok(())
     }
 
     fn fail(&mut self, error: MuxError) -> MuxError {
         if self.failed.is_none() {
             self.failed = Some(error);
             self.control.clear();
+            self.refusals = 0;
             self.updates.clear();
             for (&id, stream) in &mut self.streams {
                 if !stream.released {
@@ -433,6 +487,7 @@ impl Mux {
     /// [`Read::End`]).
     pub fn read(&mut self, id: u32, buf: &mut [u8]) -> Result<Read, StreamError> {
         let v2 = self.version == Some(Version::V2);
+        let wanted = self.wants_input();
         let stream = self.streams.get_mut(&id).ok_or(StreamError::Unknown)?;
         stream.readable_told = false;
         if stream.recv.is_empty() {
@@ -464,6 +519,7 @@ impl Mux {
                 self.updates.push_back(id);
             }
         }
+        self.note_resumed(wanted);
         Ok(Read::Data(n))
     }
 
@@ -516,6 +572,7 @@ impl Mux {
     /// written (if not sent yet), and what arrives from now on is dropped.
     /// The stream is gone once its FIN is out.
     pub fn close(&mut self, id: u32) {
+        let wanted = self.wants_input();
         let Some(stream) = self.streams.get_mut(&id) else {
             return;
         };
@@ -527,6 +584,7 @@ impl Mux {
         stream.recv = BytesMut::new();
         if stream.fin_sent || self.failed.is_some() {
             self.streams.remove(&id);
+            self.note_resumed(wanted);
             return;
         }
         stream.fin_wanted = true;
@@ -534,6 +592,31 @@ impl Mux {
             stream.scheduled = true;
             self.schedule.push(id, stream.priority);
         }
+        self.note_resumed(wanted);
+    }
+
+    /// Stops taking in streams the peer opens, for an application that can
+    /// no longer accept them: those waiting are closed (a FIN each), and a
+    /// SYN from now on gets a FIN.
+    pub fn refuse_incoming(&mut self) {
+        self.refusing = true;
+        while let Some(id) = self.incoming.pop_front() {
+            self.close(id);
+        }
+    }
+
+    /// Streams with data or a FIN still to send (some perhaps waiting for
+    /// the peer's window): what a clean end waits for.
+    pub fn unsent(&self) -> usize {
+        self.streams
+            .values()
+            .filter(|stream| !stream.send.is_empty() || (stream.fin_wanted && !stream.fin_sent))
+            .count()
+    }
+
+    /// How many bytes of `id` are there to read now.
+    pub fn readable(&self, id: u32) -> usize {
+        self.streams.get(&id).map_or(0, |stream| stream.recv.len())
     }
 
     /// Gives a stream a priority: streams of a higher one send before those
@@ -602,7 +685,10 @@ impl Mux {
             };
             let (command, id) = match control {
                 Control::Syn(id) => (Command::Syn, id),
-                Control::Refuse(id) => (Command::Fin, id),
+                Control::Refuse(id) => {
+                    self.refusals -= 1;
+                    (Command::Fin, id)
+                }
                 Control::Nop => (Command::Nop, 0),
             };
             put_header(out, version, command, 0, id);
@@ -669,8 +755,12 @@ impl Mux {
         if self.failed.is_some() {
             return None;
         }
-        let silence = match (self.config.keepalive_timeout, self.input_blocked) {
-            (Some(timeout), false) => Some(self.last_received + timeout),
+        if self.resumed {
+            // Due now: the keepalive clock restarts.
+            return Some(self.last_received);
+        }
+        let silence = match self.config.keepalive_timeout {
+            Some(timeout) if self.wants_input() => self.last_received.checked_add(timeout),
             _ => None,
         };
         match (self.next_keepalive, silence) {
@@ -692,12 +782,19 @@ impl Mux {
             if !self.control.iter().any(|c| matches!(c, Control::Nop)) {
                 self.control.push_back(Control::Nop);
             }
-            self.next_keepalive = Some(now + interval);
+            if self.version == Some(Version::V2) {
+                self.give_up_stuck();
+            }
+            self.next_keepalive = now.checked_add(interval);
         }
-        if self.input_blocked || !self.wants_input() {
+        if self.resumed || !self.wants_input() {
+            self.resumed = false;
             self.last_received = now;
         } else if let Some(timeout) = self.config.keepalive_timeout
-            && now >= self.last_received + timeout
+            && self
+                .last_received
+                .checked_add(timeout)
+                .is_some_and(|due| now >= due)
         {
             return Err(self.fail(MuxError::KeepaliveTimeout));
         }

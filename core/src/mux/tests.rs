@@ -641,3 +641,97 @@ fn random_traffic_in_random_pieces_arrives_whole() {
         }
     }
 }
+
+#[test]
+fn a_dropped_stream_the_peer_finished_and_gives_no_window_goes() {
+    // Version 2: our stream has sent its window's worth; the peer (smux's
+    // `Close`) sends its FIN and will never send a window update.
+    let mut mux = Mux::new(Side::Dialer, config(Version::V2), Instant::now());
+    let id = mux.open().unwrap();
+    let mut sent = 0;
+    while sent < INITIAL_WINDOW as usize + 1000 {
+        sent += mux.write(id, &[5; 4096]).unwrap();
+        drain_all(&mut mux);
+    }
+    assert!(mux.unsent() == 1 && !mux.has_output());
+    mux.close(id);
+    assert_eq!(mux.streams(), 1, "waits for the window");
+    feed(&mut mux, &frame(2, Command::Fin, id, b"")).unwrap();
+    // The peer may still read (smux's CloseWrite): one keepalive tick
+    // later it still waits.
+    let start = Instant::now();
+    mux.handle_timeout(start + Duration::from_secs(10)).unwrap();
+    assert_eq!(frames(&drain_all(&mut mux)), [(Command::Nop, 0, vec![])]);
+    assert_eq!(mux.streams(), 1);
+    // At the next, what it could not send is dropped; its FIN goes; it
+    // is gone.
+    mux.handle_timeout(start + Duration::from_secs(20)).unwrap();
+    let sent = frames(&drain_all(&mut mux));
+    assert_eq!(
+        sent,
+        [(Command::Nop, 0, vec![]), (Command::Fin, id, vec![])]
+    );
+    assert_eq!((mux.streams(), mux.unsent()), (0, 0));
+}
+
+#[test]
+fn a_window_update_past_what_was_sent_ends_the_session() {
+    let mut mux = Mux::new(Side::Dialer, config(Version::V2), Instant::now());
+    let id = mux.open().unwrap();
+    mux.write(id, b"four").unwrap();
+    drain_all(&mut mux);
+    let mut upd = 4u32.to_le_bytes().to_vec();
+    upd.extend(1000u32.to_le_bytes());
+    feed(&mut mux, &frame(2, Command::Upd, id, &upd)).unwrap();
+    let mut upd = 5u32.to_le_bytes().to_vec();
+    upd.extend(1000u32.to_le_bytes());
+    let error = feed(&mut mux, &frame(2, Command::Upd, id, &upd)).unwrap_err();
+    assert_eq!(error, MuxError::Update { stream: id });
+}
+
+#[test]
+fn refusing_incoming_closes_the_waiting_and_answers_new_syns() {
+    let mut mux = Mux::new(Side::Acceptor, Config::default(), Instant::now());
+    feed(&mut mux, &frame(1, Command::Syn, 3, b"")).unwrap();
+    mux.refuse_incoming();
+    feed(&mut mux, &frame(1, Command::Syn, 5, b"")).unwrap();
+    let sent = frames(&drain_all(&mut mux));
+    assert_eq!(sent, [(Command::Fin, 5, vec![]), (Command::Fin, 3, vec![])]);
+    assert_eq!((mux.streams(), mux.accept()), (0, None));
+}
+
+#[test]
+fn the_keepalive_clock_restarts_when_we_read_again() {
+    // Version 1, no NOPs of our own: a stall of ours longer than the
+    // timeout is not the peer's silence.
+    let start = Instant::now();
+    let stalling = Config {
+        receive_buffer: 10,
+        keepalive_interval: None,
+        ..Config::default()
+    };
+    let mut mux = Mux::new(Side::Acceptor, stalling, start);
+    let mut input = BytesMut::from(&frame(1, Command::Syn, 3, b"")[..]);
+    input.extend_from_slice(&frame(1, Command::Psh, 3, &[1; 20]));
+    mux.receive(&mut input, start).unwrap();
+    assert!(!mux.wants_input());
+    assert_eq!(
+        mux.poll_timeout(),
+        None,
+        "no silence is counted while we do not read"
+    );
+    let later = start + Duration::from_secs(100);
+    mux.read(3, &mut [0; 20]).unwrap();
+    assert_eq!(
+        mux.poll_timeout(),
+        Some(start),
+        "due at once: the clock restarts"
+    );
+    mux.handle_timeout(later).unwrap();
+    assert_eq!(mux.poll_timeout(), Some(later + Duration::from_secs(30)));
+    // And a peer silent from then on is found out.
+    let error = mux
+        .handle_timeout(later + Duration::from_secs(30))
+        .unwrap_err();
+    assert_eq!(error, MuxError::KeepaliveTimeout);
+}
