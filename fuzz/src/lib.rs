@@ -887,7 +887,11 @@ pub fn mux_session(data: &[u8]) {
     let Some((&first, wire)) = data.split_first() else {
         return;
     };
-    let version = if first & 1 == 0 { Version::V1 } else { Version::V2 };
+    let version = if first & 1 == 0 {
+        Version::V1
+    } else {
+        Version::V2
+    };
     let config = Config {
         version: (first & 4 == 0).then_some(version),
         max_frame_size: 300,
@@ -897,7 +901,11 @@ pub fn mux_session(data: &[u8]) {
         send_buffer: 1024,
         ..Config::default()
     };
-    let side = if first & 2 == 0 { Side::Dialer } else { Side::Acceptor };
+    let side = if first & 2 == 0 {
+        Side::Dialer
+    } else {
+        Side::Acceptor
+    };
     let start = Instant::now();
     let mut now = start;
     let mut mux = Mux::new(side, config.clone(), now);
@@ -913,7 +921,9 @@ pub fn mux_session(data: &[u8]) {
         assert!(mux.streams() <= config.max_streams);
         match mux.version() {
             Some(Version::V1) => {
-                assert!(mux.buffered() <= config.receive_buffer + usize::from(config.max_receive_frame))
+                assert!(
+                    mux.buffered() <= config.receive_buffer + usize::from(config.max_receive_frame)
+                )
             }
             _ => assert!(mux.buffered() <= mux.streams() * INITIAL_WINDOW as usize),
         }
@@ -922,7 +932,9 @@ pub fn mux_session(data: &[u8]) {
             open.push(id);
         }
         while mux.poll_event().is_some() {}
-        if chunker.next(4) == 1 && let Ok(id) = mux.open() {
+        if chunker.next(4) == 1
+            && let Ok(id) = mux.open()
+        {
             open.push(id);
         }
         open.retain(|&id| {
@@ -968,7 +980,10 @@ pub fn mux_session(data: &[u8]) {
         let mut rest = &out[..];
         while !rest.is_empty() {
             let header = Header::decode(rest).expect("whole frames");
-            let spoken = mux.version().expect("nothing is sent before the version").byte();
+            let spoken = mux
+                .version()
+                .expect("nothing is sent before the version")
+                .byte();
             let command = header
                 .check(spoken, config.max_frame_size)
                 .expect("a frame smux accepts");
