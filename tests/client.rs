@@ -984,3 +984,32 @@ async fn keepalive_pings_and_the_idle_timeout() {
     assert_eq!(*last, 0x88);
     assert_eq!(payload[..2], 1001u16.to_be_bytes());
 }
+
+/// One client used from one runtime and then another (two
+/// `#[tokio::test]`s sharing `client::connect`'s client do this): its
+/// connection groups ended with the first runtime, and the second
+/// runtime's connect starts new ones instead of waiting forever.
+#[test]
+fn a_client_connects_again_after_its_first_runtime_ended() {
+    let serving = tokio::runtime::Runtime::new().unwrap();
+    let server = serving.block_on(start(Backend::Tokio, Config::default()));
+    let client = socket_client();
+    for round in 0..3 {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let connect = client.connect(server.url("/"));
+            let (mut socket, _) = tokio::time::timeout(Duration::from_secs(10), connect)
+                .await
+                .expect("a connect within 10 s")
+                .unwrap();
+            let message = OwnedMessage::Text(format!("round {round}"));
+            socket.send(message.clone()).await.unwrap();
+            assert_eq!(socket.recv().await.unwrap().unwrap(), message);
+        });
+        drop(runtime);
+    }
+}

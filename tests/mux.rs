@@ -97,9 +97,7 @@ async fn tcp_mux(addr: SocketAddr, version: Version) -> Mux {
     Mux::new(tcp, Side::Dialer, config(version))
 }
 
-/// A client of this test's own: `rapidws::client::connect`'s shared one
-/// lives on the runtime of the test that first used it, gone when that
-/// test ends.
+/// A client of this test's own, on its runtime.
 fn client() -> rapidws::client::Client {
     rapidws::client::Client::new(rapidws::Config::default())
 }

@@ -75,7 +75,7 @@ pub type Request = ConnectRequest;
 pub type Sockets = Inboxes;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -101,12 +101,15 @@ use crate::tokio::group::Incoming;
 
 /// Connects with a client shared by the whole process (default [`Config`],
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
-/// feature): [`Client::connect`] on it.
+/// feature): [`Client::connect`] on it. Its plain `ws` connections live on
+/// the runtime that made its first one; if that runtime shuts down (each
+/// `#[tokio::test]` has its own), they end with it, and the next connect
+/// starts over on its own runtime.
 #[cfg(feature = "socket")]
 pub async fn connect(
     request: impl Into<ConnectRequest>,
 ) -> Result<(WebSocket, Response), ConnectError> {
-    static DEFAULT: OnceLock<Client> = OnceLock::new();
+    static DEFAULT: std::sync::OnceLock<Client> = std::sync::OnceLock::new();
     DEFAULT
         .get_or_init(|| Client::new(Config::default()))
         .connect(request)
@@ -274,9 +277,10 @@ macro_rules! client {
             env: Env<H>,
             options: Options,
             /// The connection groups plain `ws` connections join (as a tokio
-            /// server's accepted sockets do), started on the first one's runtime;
+            /// server's accepted sockets do), started on the first one's runtime
+            /// (and again on a later one's if that runtime has shut down);
             /// they end with their last connection once every clone is gone.
-            groups: Arc<OnceLock<Groups<H::State>>>,
+            groups: Arc<Mutex<Option<Groups<H::State>>>>,
         }
     };
 }
@@ -354,7 +358,7 @@ impl<H: Handler> Client<H> {
                 #[cfg(feature = "rustls")]
                 tls: None,
             },
-            groups: Arc::new(OnceLock::new()),
+            groups: Arc::default(),
         }
     }
 
@@ -550,18 +554,18 @@ impl<H: Handler> Client<H> {
         let config = &self.env.endpoint.config;
         let deadline = Instant::now() + config.handshake_timeout;
         let switched = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
-        let groups = match self.groups.get() {
-            Some(groups) => groups,
-            None => {
-                let groups = Groups::spawn(&self.env).map_err(ConnectError::Io)?;
-                // Two first connects may race: the loser's groups end at once.
-                let _ = self.groups.set(groups);
-                self.groups.get().expect("just set")
+        let group = {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            // Started on the first connect's runtime; if that one has shut
+            // down (a test's runtime, say), on this one.
+            if groups.as_ref().is_none_or(Groups::is_gone) {
+                *groups = Some(Groups::spawn(&self.env).map_err(ConnectError::Io)?);
             }
+            groups.as_ref().expect("just set").least_loaded().clone()
         };
         let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(ConnectError::Io)?);
         let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
-        groups.least_loaded().hand_over(Incoming {
+        group.hand_over(Incoming {
             stream,
             peer,
             live: self.env.endpoint.enter(),

@@ -69,6 +69,10 @@ pub(crate) struct GroupShared<S> {
     accepting: AtomicBool,
     /// Connections handed over and not yet finished, to balance the groups.
     connections: AtomicUsize,
+    /// The group's task is gone: it ended, or its runtime shut down with
+    /// it. A connection handed over from then on is dropped at once (its
+    /// connect fails instead of waiting forever).
+    gone: AtomicBool,
     /// A handoff asks for the next batch of connections that can move
     /// (see [`GroupShared::hand_off`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -132,7 +136,17 @@ impl<S> GroupShared<S> {
     pub(crate) fn hand_over(&self, incoming: Incoming<S>) {
         self.connections.fetch_add(1, Ordering::Relaxed);
         lock(&self.incoming).push(incoming);
+        if self.is_gone() {
+            // Nobody will take it: dropped, its opener learns at once.
+            drop(std::mem::take(&mut *lock(&self.incoming)));
+        }
         self.waker.wake();
+    }
+
+    /// Whether the group's task is gone (ended, or dropped with its
+    /// runtime).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
     }
 
     /// Connections the group serves or is about to.
@@ -204,6 +218,7 @@ pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::St
         incoming: Mutex::new(Vec::new()),
         accepting: AtomicBool::new(true),
         connections: AtomicUsize::new(0),
+        gone: AtomicBool::new(false),
         #[cfg(all(target_os = "linux", feature = "handoff"))]
         departures: Mutex::new(None),
     });
@@ -245,6 +260,15 @@ struct Group<H: Handler> {
     /// the timer for the next one.
     sweep: Option<(Sweep, Pin<Box<Sleep>>)>,
     seen: ShutdownSeen,
+}
+
+/// A group's task ends, or is dropped with its runtime: connections handed
+/// over too late are dropped rather than left waiting.
+impl<H: Handler> Drop for Group<H> {
+    fn drop(&mut self) {
+        self.shared.gone.store(true, Ordering::SeqCst);
+        drop(std::mem::take(&mut *lock(&self.shared.incoming)));
+    }
 }
 
 impl<H: Handler> Future for Group<H> {

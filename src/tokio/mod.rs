@@ -404,6 +404,13 @@ impl<S> Groups<S> {
         Ok(groups)
     }
 
+    /// Whether a group's task is gone (its runtime shut down): a client
+    /// then starts new groups on the runtime it is called from.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    pub(crate) fn is_gone(&self) -> bool {
+        self.0.iter().any(|group| group.is_gone())
+    }
+
     pub(crate) fn least_loaded(&self) -> &Arc<GroupShared<S>> {
         group::least_loaded(&self.0)
     }
