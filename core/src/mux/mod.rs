@@ -167,8 +167,9 @@ impl Config {
         if self.stream_window == 0 || self.receive_buffer == 0 || self.send_buffer == 0 {
             return Err("the mux's windows and buffers must be at least 1 byte".into());
         }
-        if let (Some(interval), Some(timeout)) = (self.keepalive_interval, self.keepalive_timeout)
-            && timeout <= interval
+        let (interval, timeout) = (self.keepalive_interval, self.keepalive_timeout);
+        if let (Some(interval), Some(timeout)) =
+            (interval, timeout.filter(|t| Some(*t) <= interval))
         {
             return Err(format!(
                 "keepalive_timeout ({timeout:?}) must be longer than keepalive_interval ({interval:?}), or the peer's NOPs cannot keep the session alive"

@@ -776,9 +776,8 @@ impl Mux {
         if let Some(error) = self.failed {
             return Err(error);
         }
-        if let (Some(next), Some(interval)) = (self.next_keepalive, self.config.keepalive_interval)
-            && now >= next
-        {
+        let due = self.next_keepalive.filter(|next| now >= *next);
+        if let (Some(_), Some(interval)) = (due, self.config.keepalive_interval) {
             if !self.control.iter().any(|c| matches!(c, Control::Nop)) {
                 self.control.push_back(Control::Nop);
             }
@@ -787,15 +786,14 @@ impl Mux {
             }
             self.next_keepalive = now.checked_add(interval);
         }
+        let silent_until = self
+            .config
+            .keepalive_timeout
+            .and_then(|timeout| self.last_received.checked_add(timeout));
         if self.resumed || !self.wants_input() {
             self.resumed = false;
             self.last_received = now;
-        } else if let Some(timeout) = self.config.keepalive_timeout
-            && self
-                .last_received
-                .checked_add(timeout)
-                .is_some_and(|due| now >= due)
-        {
+        } else if silent_until.is_some_and(|due| now >= due) {
             return Err(self.fail(MuxError::KeepaliveTimeout));
         }
         Ok(())
