@@ -34,19 +34,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     open: usize,
     /// Speak only this smux version (1 or 2); default: the peer's.
-    #[arg(long, value_parser = version)]
+    #[arg(long)]
     version: Option<Version>,
     /// The most streams open at once per session; a SYN past it gets a FIN.
     #[arg(long, value_name = "N", default_value_t = Config::default().max_streams)]
     max_streams: usize,
-}
-
-fn version(value: &str) -> Result<Version, String> {
-    match value {
-        "1" => Ok(Version::V1),
-        "2" => Ok(Version::V2),
-        _ => Err("smux speaks version 1 or 2".into()),
-    }
 }
 
 fn main() -> ExitCode {

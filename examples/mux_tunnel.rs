@@ -53,7 +53,7 @@ enum Role {
         #[arg(long, requires = "tls_cert", value_name = "PEM")]
         tls_key: Option<PathBuf>,
         /// The smux version; the agent must speak the same.
-        #[arg(long, value_parser = version, default_value = "2")]
+        #[arg(long, default_value = "2")]
         version: Version,
     },
     /// The private side: dials the server and connects each stream it
@@ -69,17 +69,9 @@ enum Role {
         #[arg(long, value_name = "PEM")]
         cafile: Option<PathBuf>,
         /// The smux version; the server must speak the same.
-        #[arg(long, value_parser = version, default_value = "2")]
+        #[arg(long, default_value = "2")]
         version: Version,
     },
-}
-
-fn version(value: &str) -> Result<Version, String> {
-    match value {
-        "1" => Ok(Version::V1),
-        "2" => Ok(Version::V2),
-        _ => Err("smux speaks version 1 or 2".into()),
-    }
 }
 
 fn config(version: Version) -> Config {

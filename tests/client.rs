@@ -841,16 +841,7 @@ async fn shutdown_closes_client_connections_with_1001() {
 /// message compressed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_gws_with_compression() {
-    let dir = std::env::temp_dir().join(format!("rapidws-go-{}", std::process::id()));
-    let binary = dir.join("gws");
-    let built = Command::new("go")
-        .args(["build", "-trimpath", "-o"])
-        .arg(&binary)
-        .arg("./cmd/gws")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/harness/go"))
-        .status()
-        .expect("go runs");
-    assert!(built.success(), "go build failed");
+    let binary = go_program("gws");
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let _server = common::Child(
         Command::new(&binary)
@@ -890,7 +881,7 @@ async fn against_gws_with_compression() {
     socket.close(CloseCode(4002), "done").unwrap();
     assert!(socket.recv().await.is_none());
     assert_eq!(socket.close_code(), Some(CloseCode(4002)));
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(&binary);
 }
 
 /// `ws://user:password@host/`: the credentials go as `Authorization: Basic`,

@@ -13,21 +13,13 @@ use rapidws::mux::{Config, Mux, Side, Stream, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use common::start_example;
+use common::{free_port, start_example, wait_listening};
 
 fn config(version: Version) -> Config {
     Config {
         version: Some(version),
         ..Config::default()
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Writes `data` (in random pieces), half-closes, and reads the echo to
@@ -217,24 +209,9 @@ async fn mux_echo_opens_streams_to_its_peers() {
 }
 
 /// xtaci/smux v1.5.58 (Go), as the load harness's `smuxpeer` program
-/// (`benches/harness/go/cmd/smuxpeer`), built once per test run.
+/// (`benches/harness/go/cmd/smuxpeer`).
 fn smuxpeer() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("rapidws-smux-{}", std::process::id()));
-            let binary = dir.join("smuxpeer");
-            let built = std::process::Command::new("go")
-                .args(["build", "-trimpath", "-o"])
-                .arg(&binary)
-                .arg("./cmd/smuxpeer")
-                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/harness/go"))
-                .status()
-                .expect("go runs");
-            assert!(built.success(), "go build failed");
-            binary
-        })
-        .clone()
+    common::go_program("smuxpeer")
 }
 
 /// Runs smuxpeer with `args` to its end (bounded by its own `-timeout`);
@@ -377,16 +354,6 @@ fn spawn_example(name: &str, args: &[String], log: &std::path::Path) -> common::
     )
 }
 
-async fn wait_for(addr: SocketAddr) {
-    for _ in 0..200 {
-        if TcpStream::connect(addr).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("nothing listens on {addr}");
-}
-
 /// `curl` through the tunnel: `Some(body)` if it got a 200.
 async fn curl(url: &str) -> Option<String> {
     let output = tokio::process::Command::new("curl")
@@ -433,9 +400,13 @@ async fn curl_reaches_a_private_http_server_through_mux_tunnel() {
         }
         let logs = dir.join(format!("agent-{wss}.log"));
         let _server = spawn_example("mux_tunnel", &server_args, &dir.join("server.log"));
-        wait_for(SocketAddr::from(([127, 0, 0, 1], ws))).await;
+        wait_listening("mux_tunnel server", SocketAddr::from(([127, 0, 0, 1], ws))).await;
         let _agent = spawn_example("mux_tunnel", &agent_args, &logs);
-        wait_for(SocketAddr::from(([127, 0, 0, 1], public))).await;
+        wait_listening(
+            "mux_tunnel server",
+            SocketAddr::from(([127, 0, 0, 1], public)),
+        )
+        .await;
         let url = format!("http://127.0.0.1:{public}/page.txt");
         // Until the agent is in, and while nothing listens at --to, curl
         // gets no answer; the agent logs the failed connect.
@@ -463,7 +434,7 @@ async fn curl_reaches_a_private_http_server_through_mux_tunnel() {
                 .spawn()
                 .unwrap(),
         );
-        wait_for(private).await;
+        wait_listening("http.server", private).await;
         let pages = futures_util::future::join_all((0..8).map(|_| curl(&url))).await;
         for page in pages {
             assert_eq!(page.as_deref(), Some(body.as_str()), "wss={wss}");

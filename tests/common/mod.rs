@@ -74,12 +74,7 @@ pub fn example(name: &str) -> std::path::PathBuf {
 /// Starts an example with `args` and `--addr` on a free loopback port, and
 /// waits until it listens (at most 10 s).
 pub async fn start_example(name: &str, args: &[&str]) -> (Child, SocketAddr) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let child = Child(
         std::process::Command::new(example(name))
             .args(["--addr", &addr.to_string()])
@@ -87,13 +82,41 @@ pub async fn start_example(name: &str, args: &[&str]) -> (Child, SocketAddr) {
             .spawn()
             .unwrap(),
     );
+    wait_listening(name, addr).await;
+    (child, addr)
+}
+
+/// Waits until something listens on `addr` (at most 10 s), or panics
+/// naming `what` should listen there.
+pub async fn wait_listening(what: &str, addr: SocketAddr) {
     for _ in 0..200 {
         if TcpStream::connect(addr).await.is_ok() {
-            return (child, addr);
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{name} does not listen on {addr}");
+    panic!("{what} does not listen on {addr}");
+}
+
+/// A Go program of the load harness (`benches/harness/go/cmd/NAME`),
+/// built once per test binary (the Go module proxy provides its modules).
+pub fn go_program(name: &str) -> std::path::PathBuf {
+    // One build at a time (tests run in parallel).
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _building = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("rapidws-go-{}", std::process::id()));
+    let binary = dir.join(name);
+    if !binary.exists() {
+        let status = std::process::Command::new("go")
+            .args(["build", "-trimpath", "-o"])
+            .arg(&binary)
+            .arg(format!("./cmd/{name}"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/harness/go"))
+            .status()
+            .expect("go runs");
+        assert!(status.success(), "go build of {name} failed");
+    }
+    binary
 }
 
 /// The backends the tests run against.

@@ -90,6 +90,19 @@ impl Version {
     }
 }
 
+/// `"1"` or `"2"`, as a command line gives it.
+impl std::str::FromStr for Version {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Version, String> {
+        match value {
+            "1" => Ok(Version::V1),
+            "2" => Ok(Version::V2),
+            _ => Err("smux speaks version 1 or 2".into()),
+        }
+    }
+}
+
 /// The window a version 2 sender assumes for a stream before the
 /// receiver's first UPD (xtaci/smux's `initialPeerWindow`). A receiver
 /// must accept this much whatever window it announces later.
