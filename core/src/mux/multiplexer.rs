@@ -353,10 +353,7 @@ impl Mux {
                 stream.stale = true;
             } else {
                 stream.send = BytesMut::new();
-                if !stream.scheduled {
-                    stream.scheduled = true;
-                    self.schedule.push(id, stream.priority);
-                }
+                give_turn(&mut self.schedule, id, stream);
             }
         }
     }
@@ -406,9 +403,8 @@ impl Mux {
         }
         stream.peer_consumed = consumed;
         stream.peer_window = window;
-        if !stream.scheduled && sendable(stream, true, self.config.max_frame_size) {
-            stream.scheduled = true;
-            self.schedule.push(id, stream.priority);
+        if sendable(stream, true, self.config.max_frame_size) {
+            give_turn(&mut self.schedule, id, stream);
         }
         Ok(())
     }
@@ -544,9 +540,8 @@ impl Mux {
         }
         stream.send.extend_from_slice(&data[..n]);
         let v2 = self.version != Some(Version::V1);
-        if !stream.scheduled && sendable(stream, v2, self.config.max_frame_size) {
-            stream.scheduled = true;
-            self.schedule.push(id, stream.priority);
+        if sendable(stream, v2, self.config.max_frame_size) {
+            give_turn(&mut self.schedule, id, stream);
         }
         Ok(n)
     }
@@ -560,10 +555,7 @@ impl Mux {
         let stream = self.streams.get_mut(&id).ok_or(StreamError::Unknown)?;
         if !stream.fin_wanted {
             stream.fin_wanted = true;
-            if !stream.scheduled {
-                stream.scheduled = true;
-                self.schedule.push(id, stream.priority);
-            }
+            give_turn(&mut self.schedule, id, stream);
         }
         Ok(())
     }
@@ -588,10 +580,7 @@ impl Mux {
             return;
         }
         stream.fin_wanted = true;
-        if !stream.scheduled {
-            stream.scheduled = true;
-            self.schedule.push(id, stream.priority);
-        }
+        give_turn(&mut self.schedule, id, stream);
         self.note_resumed(wanted);
     }
 
@@ -644,10 +633,7 @@ impl Mux {
         for (&id, stream) in &mut self.streams {
             if !stream.fin_wanted {
                 stream.fin_wanted = true;
-                if !stream.scheduled {
-                    stream.scheduled = true;
-                    self.schedule.push(id, stream.priority);
-                }
+                give_turn(&mut self.schedule, id, stream);
             }
         }
     }
@@ -742,8 +728,7 @@ impl Mux {
                 }
             }
             if sendable(stream, v2, max_frame) {
-                stream.scheduled = true;
-                self.schedule.push(id, stream.priority);
+                give_turn(&mut self.schedule, id, stream);
             }
         }
     }
@@ -822,6 +807,14 @@ fn sendable(stream: &Stream, v2: bool, max_frame: u16) -> bool {
         return stream.fin_wanted && !stream.fin_sent;
     }
     room(stream, v2, max_frame) > 0
+}
+
+/// Gives the stream a turn to send, unless it already waits for one.
+fn give_turn(schedule: &mut Schedule, id: u32, stream: &mut Stream) {
+    if !stream.scheduled {
+        stream.scheduled = true;
+        schedule.push(id, stream.priority);
+    }
 }
 
 fn tell_readable(events: &mut VecDeque<Event>, id: u32, stream: &mut Stream) {
