@@ -9,11 +9,20 @@
 //! ```text
 //! cargo run --release --example mux_echo -- --addr 127.0.0.1:9005 --tcp-addr 127.0.0.1:9006
 //! ```
+//!
+//! With `--push-size BYTES` the server also opens one stream to each peer
+//! and writes `BYTES` on it every `--push-every-us` microseconds (at the
+//! reader's pace: a write waits while the stream's send buffer is full),
+//! and the streams the peer opens are echoed at a higher priority, so a
+//! reply goes out ahead of the pushes: the load harness's Stream Benchmark
+//! with pushes and requests as two streams of one session (`rapidws-load
+//! stream --mux`).
 
 mod support;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use rapidws::Reject;
@@ -39,6 +48,23 @@ struct Args {
     /// The most streams open at once per session; a SYN past it gets a FIN.
     #[arg(long, value_name = "N", default_value_t = Config::default().max_streams)]
     max_streams: usize,
+    /// Push this many bytes every `--push-every-us` on a stream the server
+    /// opens to each peer; 0 (the default): no pushes.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    push_size: usize,
+    /// Microseconds between pushes.
+    #[arg(long, value_name = "US", default_value_t = 500)]
+    push_every_us: u64,
+}
+
+/// What the server does on each session besides echoing.
+#[derive(Clone)]
+struct Plan {
+    /// Streams to open and echo on.
+    open: usize,
+    /// One payload shared by every push; empty: no pushes.
+    push: rapidws::Bytes,
+    push_every: Duration,
 }
 
 fn main() -> ExitCode {
@@ -57,10 +83,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let open = args.open;
+    let plan = Plan {
+        open: args.open,
+        push: rapidws::Bytes::from(vec![0x5a; args.push_size]),
+        push_every: Duration::from_micros(args.push_every_us.max(1)),
+    };
     support::serve("mux_echo", &args.serve, move |runtime| {
         if let Some(listener) = tcp {
-            runtime.spawn(serve_tcp(listener, config.clone(), open));
+            runtime.spawn(serve_tcp(listener, config.clone(), plan.clone()));
         }
         SocketHandler::with_upgrade(
             |request, _| match request.path() {
@@ -71,12 +101,12 @@ fn main() -> ExitCode {
                 )),
             },
             move |socket, ()| {
-                let config = config.clone();
+                let (config, plan) = (config.clone(), plan.clone());
                 // Inside the future: it runs on the runtime, where the
                 // session's driver is spawned (io_uring's callbacks are not).
                 async move {
                     let mux = Mux::over_websocket(socket, Side::Acceptor, config);
-                    serve_session(mux, open).await
+                    serve_session(mux, plan).await
                 }
             },
         )
@@ -84,7 +114,7 @@ fn main() -> ExitCode {
     })
 }
 
-async fn serve_tcp(listener: std::net::TcpListener, config: Config, open: usize) {
+async fn serve_tcp(listener: std::net::TcpListener, config: Config, plan: Plan) {
     let listener = listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(listener));
@@ -103,7 +133,7 @@ async fn serve_tcp(listener: std::net::TcpListener, config: Config, open: usize)
             Ok((tcp, _)) => {
                 let _ = tcp.set_nodelay(true);
                 let mux = Mux::new(tcp, Side::Acceptor, config.clone());
-                tokio::spawn(serve_session(mux, open));
+                tokio::spawn(serve_session(mux, plan.clone()));
             }
             Err(error) => {
                 tracing::warn!(%error, "accept failed");
@@ -114,8 +144,8 @@ async fn serve_tcp(listener: std::net::TcpListener, config: Config, open: usize)
 }
 
 /// Echoes every stream of one session until it ends.
-async fn serve_session(mux: Mux, open: usize) {
-    for _ in 0..open {
+async fn serve_session(mux: Mux, plan: Plan) {
+    for _ in 0..plan.open {
         match mux.open_stream().await {
             Ok(stream) => {
                 tokio::spawn(echo(stream));
@@ -126,12 +156,39 @@ async fn serve_session(mux: Mux, open: usize) {
             }
         }
     }
+    let pushing = !plan.push.is_empty();
+    if pushing {
+        match mux.open_stream().await {
+            Ok(stream) => {
+                tokio::spawn(push(stream, plan.push.clone(), plan.push_every));
+            }
+            Err(error) => tracing::warn!(%error, "cannot open the push stream"),
+        }
+    }
     while let Some(stream) = mux.accept_stream().await {
+        if pushing {
+            // Replies before pushes.
+            stream.set_priority(1);
+        }
         tokio::spawn(echo(stream));
     }
     match mux.closed().await {
         Ok(()) => tracing::debug!(stats = ?mux.stats(), "mux session ended"),
         Err(error) => tracing::info!(%error, stats = ?mux.stats(), "mux session failed"),
+    }
+}
+
+/// Writes `payload` every `every` until the stream or session ends; a
+/// write waits while the stream's send buffer is full, and ticks missed
+/// meanwhile are caught up (tokio's default), as `examples/stream` does.
+async fn push(mut stream: Stream, payload: rapidws::Bytes, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        ticks.tick().await;
+        if let Err(error) = stream.write_all(&payload).await {
+            tracing::debug!(id = stream.id(), %error, "pushes stopped");
+            return;
+        }
     }
 }
 

@@ -26,6 +26,14 @@ fn config(version: Version) -> Config {
 /// the end at the same time; the echo must be `data`.
 async fn check_echo(stream: Stream, data: Vec<u8>, seed: u64) {
     let id = stream.id();
+    check_echo_on(stream, id, data, seed).await
+}
+
+/// [`check_echo`] on any library's stream (`id` names it in failures).
+async fn check_echo_on<S>(stream: S, id: u32, data: Vec<u8>, seed: u64)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
     let (mut reader, mut writer) = tokio::io::split(stream);
     let len = data.len();
     let write = async move {
@@ -206,6 +214,34 @@ async fn mux_echo_opens_streams_to_its_peers() {
             check_echo(stream, random_data(&mut rng, 100_000), 3).await;
         }
     }
+}
+
+/// `mux_echo --push-size`: the server opens a push stream to each peer and
+/// writes the payload on it every interval, while the peer's own streams
+/// are echoed (the load harness's `stream --mux`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mux_echo_pushes_on_a_stream_of_its_own_beside_the_echo() {
+    let (_server, ws, _tcp) =
+        start_mux_echo(&["--push-size", "65536", "--push-every-us", "2000"]).await;
+    let mux = ws_mux(ws, Version::V2).await;
+    let requests = mux.open_stream().await.unwrap();
+    let mut push = tokio::time::timeout(Duration::from_secs(10), mux.accept_stream())
+        .await
+        .expect("a push stream")
+        .unwrap();
+    assert_eq!(push.id() % 2, 0);
+    let pushes = async {
+        // Twenty pushes' worth, every byte the payload's.
+        let mut got = vec![0; 20 * 65536];
+        push.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|&b| b == 0x5a));
+    };
+    let echo = check_echo(
+        requests,
+        random_data(&mut StdRng::seed_from_u64(9), 200_000),
+        9,
+    );
+    bounded(&mux, async { tokio::join!(pushes, echo) }).await;
 }
 
 /// xtaci/smux v1.5.58 (Go), as the load harness's `smuxpeer` program
@@ -568,4 +604,125 @@ async fn hostile_peers_are_answered_and_bounded() {
     eprintln!("mux_echo grew {} MiB", grown >> 20);
     assert!(grown < 64 << 20, "grew {} MiB", grown >> 20);
     drop(stuck);
+}
+
+/// Echoes a stream of any library until its peer's FIN, then half-closes.
+async fn echo_back<S>(mut stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        let n = stream.read(&mut buffer).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        stream.write_all(&buffer[..n]).await.unwrap();
+    }
+    stream.shutdown().await.unwrap();
+}
+
+/// The `async_smux` crate (0.4, smux version 1) against us, both ways: it
+/// dials `mux_echo` over TCP, opens 50 streams (random sizes up to 1 MiB,
+/// half-closed, every byte checked) and accepts and checks the five that
+/// `mux_echo --open 5` opens; then we dial an `async_smux` server, which
+/// echoes our 50 streams and opens ten to us that we echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_smux_interoperates_both_ways() {
+    let limit = Duration::from_secs(60);
+    let (_server, _ws, tcp) = start_mux_echo(&["--open", "5"]).await;
+    let connection = TcpStream::connect(tcp).await.unwrap();
+    let (connector, mut acceptor, worker) = async_smux::MuxBuilder::client()
+        .with_connection(connection)
+        .build();
+    tokio::spawn(worker);
+    let theirs = async {
+        let mut rng = StdRng::seed_from_u64(31);
+        let mut tasks = Vec::new();
+        for i in 0..50u64 {
+            let stream = connector.connect().unwrap();
+            let id = stream.get_stream_id();
+            assert_eq!(id % 2, 1, "a dialler's ids are odd");
+            let data = random_data(&mut rng, if i < 2 { i as usize } else { 1 << 20 });
+            tasks.push(tokio::spawn(check_echo_on(stream, id, data, 100 + i)));
+        }
+        for _ in 0..5 {
+            let stream = acceptor
+                .accept()
+                .await
+                .expect("mux_echo opens five streams");
+            let id = stream.get_stream_id();
+            assert_eq!(id % 2, 0, "an acceptor's ids are even");
+            let data = random_data(&mut rng, 200_000);
+            tasks.push(tokio::spawn(check_echo_on(
+                stream,
+                id,
+                data,
+                200 + u64::from(id),
+            )));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    };
+    tokio::time::timeout(limit, theirs)
+        .await
+        .expect("async_smux against mux_echo stuck");
+
+    // An async_smux server: echoes what we open, opens ten streams to us.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (connection, _) = listener.accept().await.unwrap();
+        let (connector, mut acceptor, worker) = async_smux::MuxBuilder::server()
+            .with_connection(connection)
+            .build();
+        tokio::spawn(worker);
+        let echoes = tokio::spawn(async move {
+            let mut echoes = Vec::new();
+            for _ in 0..50 {
+                let stream = acceptor.accept().await.expect("50 streams from us");
+                echoes.push(tokio::spawn(echo_back(stream)));
+            }
+            for echo in echoes {
+                echo.await.unwrap();
+            }
+        });
+        let mut rng = StdRng::seed_from_u64(41);
+        let mut checks = Vec::new();
+        for i in 0..10u64 {
+            let stream = connector.connect().unwrap();
+            let id = stream.get_stream_id();
+            let data = random_data(&mut rng, 500_000);
+            checks.push(tokio::spawn(check_echo_on(stream, id, data, 300 + i)));
+        }
+        for check in checks {
+            check.await.unwrap();
+        }
+        echoes.await.unwrap();
+    });
+    let mux = tcp_mux(addr, Version::V1).await;
+    let ours = async {
+        let accepting = async {
+            let mut echoes = Vec::new();
+            for _ in 0..10 {
+                let stream = mux
+                    .accept_stream()
+                    .await
+                    .expect("ten streams from async_smux");
+                assert_eq!(stream.id() % 2, 0);
+                echoes.push(tokio::spawn(echo_back(stream)));
+            }
+            for echo in echoes {
+                echo.await.unwrap();
+            }
+        };
+        tokio::join!(echo_streams(&mux, 50, 1 << 20, 51), accepting);
+    };
+    bounded(&mux, ours).await;
+    tokio::time::timeout(limit, server)
+        .await
+        .expect("the async_smux server stuck")
+        .unwrap();
+    bounded(&mux, mux.close()).await.unwrap();
 }

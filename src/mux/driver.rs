@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use rapidws_core::mux::frame::{HEADER_LEN, Header};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Sleep;
@@ -43,6 +43,58 @@ pub(crate) struct Driver<T> {
     ending_by: Option<Instant>,
 }
 
+/// What the driver reads from and writes to.
+pub(crate) trait Transport: Unpin {
+    /// Reads into `buf`; `Ok(0)` is the end.
+    fn poll_read_into<B: BufMut>(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut B,
+    ) -> Poll<io::Result<usize>>;
+
+    /// Writes from the front of `output` and takes what it wrote off it.
+    fn poll_write_out(
+        &mut self,
+        cx: &mut Context<'_>,
+        output: &mut BytesMut,
+    ) -> Poll<io::Result<usize>>;
+
+    fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    fn poll_shutdown_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+/// Any async byte stream (TCP, TLS): written by copying.
+pub(crate) struct Plain<T>(pub(crate) T);
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Transport for Plain<T> {
+    fn poll_read_into<B: BufMut>(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut B,
+    ) -> Poll<io::Result<usize>> {
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.0), cx, buf)
+    }
+
+    fn poll_write_out(
+        &mut self,
+        cx: &mut Context<'_>,
+        output: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        let n = std::task::ready!(Pin::new(&mut self.0).poll_write(cx, output))?;
+        output.advance(n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 /// What a pass found.
 enum Step {
     Again,
@@ -50,7 +102,7 @@ enum Step {
     Done(Error),
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
+impl<T: Transport> Driver<T> {
     pub(crate) fn new(io: T, shared: Arc<Shared>) -> Driver<T> {
         Driver {
             io,
@@ -77,7 +129,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         // no more than the shutdown's own try).
         let _ = tokio::time::timeout(
             Duration::from_secs(1),
-            poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)),
+            poll_fn(|cx| self.io.poll_shutdown_out(cx)),
         )
         .await;
     }
@@ -101,12 +153,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
 
         // Write out what was gathered.
         while !self.output.is_empty() {
-            match Pin::new(&mut self.io).poll_write(cx, &self.output) {
+            match self.io.poll_write_out(cx, &mut self.output) {
                 Poll::Ready(Ok(0)) => {
                     return Step::Done(transport(io::ErrorKind::WriteZero.into()));
                 }
-                Poll::Ready(Ok(n)) => {
-                    self.output.advance(n);
+                Poll::Ready(Ok(_)) => {
                     self.unflushed = true;
                     progress = true;
                 }
@@ -115,7 +166,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             }
         }
         if self.output.is_empty() && self.unflushed {
-            match Pin::new(&mut self.io).poll_flush(cx) {
+            match self.io.poll_flush_out(cx) {
                 Poll::Ready(Ok(())) => self.unflushed = false,
                 Poll::Ready(Err(error)) => return Step::Done(transport(error)),
                 Poll::Pending => {}
@@ -128,11 +179,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             state.park_driver(cx.waker());
             state.protocol.wants_input()
         };
-        if wants_input && !self.eof {
+        // No more than a chunk at a time, and none while a chunk's worth of
+        // whole frames waits (version 1's budget holds frames back here):
+        // the buffer stays small and its pages stay mapped.
+        if wants_input && !self.eof && (self.input.len() < READ_CHUNK || !holds_frame(&self.input))
+        {
             if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
                 self.input.reserve(READ_CHUNK);
             }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input) {
+            let mut limited = (&mut self.input).limit(READ_CHUNK);
+            match self.io.poll_read_into(cx, &mut limited) {
                 Poll::Ready(Ok(n)) => {
                     self.eof = n == 0;
                     progress = true;

@@ -76,6 +76,15 @@ impl Mux {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
+        Mux::start(super::driver::Plain(io), side, config)
+    }
+
+    /// [`Mux::new`] over either kind of transport.
+    fn start<T: super::driver::Transport + Send + 'static>(
+        io: T,
+        side: Side,
+        config: Config,
+    ) -> Mux {
         if let Err(problem) = config.check() {
             panic!("rapidws::mux::Config: {problem}");
         }
@@ -95,7 +104,7 @@ impl Mux {
     /// bytes (see [`MessageStream`](super::MessageStream)).
     #[cfg(feature = "socket")]
     pub fn over_websocket(socket: crate::socket::WebSocket, side: Side, config: Config) -> Mux {
-        Mux::new(super::MessageStream::new(socket), side, config)
+        Mux::start(super::MessageStream::new(socket), side, config)
     }
 
     /// Opens a stream. Its SYN goes out at once; the peer sees the stream

@@ -83,6 +83,43 @@ impl AsyncRead for MessageStream {
     }
 }
 
+/// The driver's way in: the gathered frames go out as messages split off
+/// its buffer, not copied.
+impl super::driver::Transport for MessageStream {
+    fn poll_read_into<B: bytes::BufMut>(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut B,
+    ) -> Poll<io::Result<usize>> {
+        tokio_util::io::poll_read_buf(Pin::new(self), cx, buf)
+    }
+
+    fn poll_write_out(
+        &mut self,
+        cx: &mut Context<'_>,
+        output: &mut bytes::BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        if output.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        ready!(Pin::new(&mut self.socket).poll_ready(cx)).map_err(refused)?;
+        let n = output.len().min(MAX_MESSAGE);
+        let message = OwnedMessage::Binary(output.split_to(n).freeze());
+        Pin::new(&mut self.socket)
+            .start_send(message)
+            .map_err(refused)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self).poll_flush(cx)
+    }
+
+    fn poll_shutdown_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self).poll_shutdown(cx)
+    }
+}
+
 fn refused(error: crate::socket::Error) -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, error)
 }

@@ -6,9 +6,11 @@ pub mod echo;
 pub mod fanout;
 pub mod handshake;
 pub mod idle;
+pub mod mux;
 pub mod stats;
 pub mod storm;
 pub mod stream;
+pub mod stream_mux;
 pub mod wire;
 
 use std::cell::Cell;
@@ -40,6 +42,9 @@ pub enum Mode {
     Fanout(fanout::FanoutArgs),
     /// A reconnect storm: subscribers dropped at once resume where they were.
     Storm(storm::StormArgs),
+    /// Stream multiplexers over TCP (rapidws, async_smux, yamux): serve, throughput, open, idle.
+    #[command(subcommand)]
+    Mux(mux::MuxMode),
 }
 
 impl Mode {
@@ -54,6 +59,7 @@ impl Mode {
             Mode::ClientIdle(args) => client::idle(args).await,
             Mode::Fanout(args) => fanout::run(args).await,
             Mode::Storm(args) => storm::run(args).await,
+            Mode::Mux(mode) => mux::run(mode).await,
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
 
 /// How long replies may come after the last request before the ones
 /// missing count as lost.
-const GRACE: Duration = Duration::from_secs(5);
+pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug, Clone)]
 pub struct StreamArgs {
@@ -52,6 +52,27 @@ pub struct StreamArgs {
     /// server that stopped reading from a client that read slowly.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+    /// Pushes and requests as two streams of one smux session over the
+    /// WebSocket, against `mux_echo --push-size B` at `--path /mux`: the
+    /// client opens the request stream, the server opens the push stream;
+    /// requests are `--size` bytes each, echoed back whole. See
+    /// `stream_mux.rs`.
+    #[arg(long)]
+    pub mux: bool,
+    /// With `--mux`: the harness's own frames (`raw`) or rapidws's client.
+    #[arg(long, value_enum, default_value_t = crate::stream_mux::MuxClient::Raw)]
+    pub mux_client: crate::stream_mux::MuxClient,
+    /// With `--mux`: the smux version (2 has per-stream windows).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub mux_version: u8,
+    /// With `--mux`: the server's push size, to count pushes from bytes
+    /// (a stream carries bytes, not messages).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub push_size: u64,
+    /// With `--mux`: the receive window each of our streams announces
+    /// (version 2), default rapidws's (256 KiB).
+    #[arg(long, default_value_t = rapidws::mux::INITIAL_WINDOW)]
+    pub mux_window: u32,
 }
 
 #[derive(Default)]
@@ -61,7 +82,7 @@ struct Pushes {
 }
 
 /// Requests sent and not answered yet, by number.
-type Pending = RefCell<HashMap<u64, Instant>>;
+pub(crate) type Pending = RefCell<HashMap<u64, Instant>>;
 
 /// What `--trace` writes out.
 #[derive(Default)]
@@ -90,6 +111,9 @@ impl Trace {
 type SharedTrace = Rc<Option<RefCell<Trace>>>;
 
 pub async fn run(args: StreamArgs) -> io::Result<()> {
+    if args.mux {
+        return crate::stream_mux::run(args).await;
+    }
     let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
     let stats = Stats::shared();
     let pushes = Rc::new(Pushes::default());

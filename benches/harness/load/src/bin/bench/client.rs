@@ -11,10 +11,12 @@ use serde_json::Value;
 
 use crate::servers::Running;
 
-/// The load generator binary.
+/// The load generator binary, and the Go Stream Benchmark client
+/// (`go/cmd/streamclient`) for the stream scenario's unpinned variant.
 #[derive(Clone, Debug)]
 pub struct Load {
     pub bin: PathBuf,
+    pub go_stream: PathBuf,
 }
 
 /// A load generator process and the JSON lines it prints.
@@ -45,26 +47,42 @@ impl Load {
             command.arg("--tls-ca").arg(ca);
         }
         command.args(args);
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = command.spawn()?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(LoadProcess {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-        })
+        start(command)
     }
+
+    /// The Go Stream Benchmark client against `server`, not pinned (as that
+    /// benchmark runs it: default GOMAXPROCS, any CPU).
+    pub fn spawn_go_stream(&self, server: &Running, args: &[String]) -> io::Result<LoadProcess> {
+        let mut command = Command::new(&self.go_stream);
+        command
+            .arg("-url")
+            .arg(format!("ws://{}{}", server.addr, server.path));
+        command.args(args);
+        start(command)
+    }
+}
+
+/// Starts a load process whose JSON lines come on stdout.
+fn start(mut command: Command) -> io::Result<LoadProcess> {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (send, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(LoadProcess {
+        stdin: child.stdin.take(),
+        child,
+        lines,
+    })
 }
 
 /// A timed run: the result line, plus the server's CPU time and wall time

@@ -124,6 +124,7 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
     let settings = Settings {
         load: client::Load {
             bin: bin.join("rapidws-load"),
+            go_stream: repo.join("benches/harness/target/go/streamclient"),
         },
         warmup: args.warmup,
         duration: args.duration,

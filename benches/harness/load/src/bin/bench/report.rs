@@ -6,8 +6,8 @@ use std::fmt::Write;
 use crate::chart::{self, Panel};
 use crate::scenarios::{
     CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS,
-    FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_VARIANTS, client_idle_variant,
-    client_variant, count_label, slope_metric,
+    FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_UNPINNED, STREAM_VARIANTS,
+    client_idle_variant, client_variant, count_label, slope_metric,
 };
 
 const US: &str = "rapidws-tokio";
@@ -330,7 +330,8 @@ fn stream_table(out: &mut String, summaries: &Summaries) {
         let quiet = summaries
             .get(&(6, STREAM_VARIANTS[0].0.into(), server.to_string()))
             .map(|s| s.median("p99_us"));
-        for (variant, _) in STREAM_VARIANTS {
+        let variants = STREAM_VARIANTS.iter().map(|v| v.0).chain([STREAM_UNPINNED]);
+        for variant in variants {
             let Some(s) = summaries.get(&(6, variant.into(), server.to_string())) else {
                 continue;
             };
@@ -688,8 +689,40 @@ fn stream_targets(out: &mut String, summaries: &Summaries) {
             pushed / base,
             verdict(pushed / base <= 2.0)
         );
+        // Issue 31: unpinned, the Go Stream Benchmark client, against
+        // gorilla's push server (that benchmark's own server is on gorilla).
+        let (ours, go) = (
+            stat(STREAM_UNPINNED, backend, "p99_us", false),
+            stat(STREAM_UNPINNED, GO_STREAM, "p99_us", false),
+        );
+        let _ = writeln!(
+            out,
+            "| 6, unpinned, Go client ({backend}): request p99 ≤ half {GO_STREAM}'s | {} µs vs {} µs = {:.2}x | {} |",
+            num(ours),
+            num(go),
+            ours / go,
+            verdict(ours <= go / 2.0)
+        );
+        let two = (
+            stat(heavy, &format!("{backend}-mux"), "p99_us", false),
+            stat(heavy, &format!("{backend}-mux"), "push_mb_per_sec", false),
+            stat(heavy, &format!("{backend}-mux"), "missing", true),
+        );
+        let _ = writeln!(
+            out,
+            "| 6, 1 MiB / 500 µs, two smux streams ({backend}-mux): request p99 ≤ 1 ms, none missing, pushed MB/s as {backend}'s (within {:.1}%) | {} µs, {} missing, {:.1} vs {:.1} MB/s | {} |",
+            100.0 * (1.0 - SAME_RATE),
+            num(two.0),
+            num(two.2),
+            two.1,
+            rate,
+            verdict(two.0 <= 1000.0 && two.2 == 0.0 && two.1 >= rate * SAME_RATE)
+        );
     }
 }
+
+/// The Go server the unpinned variant of scenario 6 is judged against.
+const GO_STREAM: &str = "gorilla";
 
 pub struct Context<'a> {
     pub machine: &'a str,

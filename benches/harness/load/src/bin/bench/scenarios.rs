@@ -168,6 +168,8 @@ pub const SCENARIOS: [Scenario; 10] = [
 impl Scenario {
     pub fn applies_to(&self, server: &Server) -> bool {
         (self.raw_too || !server.raw)
+            // An smux session, not an echo: the stream scenario only.
+            && (!server.mux || self.number == 6)
             && (!self.needs_push || server.supports_stream())
             && (self.number != 6 || STREAM_SERVERS.contains(&server.name.trim_end_matches("@before")))
             && (self.number != 8 || server.name == CLIENT_SERVER)
@@ -201,10 +203,17 @@ impl Scenario {
             3 => vec![measure("", echo(server, settings, 500, 16 * 1024, 1))],
             4 => vec![measure("", idle(server, settings, &IDLE_STEPS, false))],
             5 => vec![measure("", handshake(server, settings))],
-            6 => STREAM_VARIANTS
-                .iter()
-                .map(|&(variant, push)| measure(variant, stream(server, settings, push)))
-                .collect(),
+            6 => {
+                let mut all: Vec<_> = STREAM_VARIANTS
+                    .iter()
+                    .map(|&(variant, push)| measure(variant, stream(server, settings, push)))
+                    .collect();
+                // The Go client speaks WebSocket messages, not smux.
+                if !server.mux {
+                    all.push(measure(STREAM_UNPINNED, stream_unpinned(server, settings)));
+                }
+                all
+            }
             8 => {
                 // Every library at each depth, the order turned each round.
                 let mut variants: Vec<_> = CLIENT_DEPTHS
@@ -336,10 +345,14 @@ pub const STREAM_REQUESTS: u64 = 1000;
 
 /// The servers scenario 6 compares (issue 16): rapidws on both backends, Go
 /// servers with a push goroutine beside their read loop (gorilla, gws), and
-/// tokio-tungstenite (a push task beside its read loop).
-pub const STREAM_SERVERS: [&str; 5] = [
+/// tokio-tungstenite (a push task beside its read loop); and rapidws's
+/// `mux_echo` on both backends, pushes and requests as two smux streams of
+/// one session over the WebSocket (issue 31).
+pub const STREAM_SERVERS: [&str; 7] = [
     "rapidws-tokio",
     "rapidws-uring",
+    "rapidws-tokio-mux",
+    "rapidws-uring-mux",
     "gorilla",
     "gws",
     "tokio-tungstenite",
@@ -351,6 +364,12 @@ pub const STREAM_VARIANTS: [(&str, usize); 3] = [
     ("10 KiB / 500 us", 10 * 1024),
     ("1 MiB / 500 us", 1024 * 1024),
 ];
+
+/// Scenario 6's unpinned variant (issue 31): 1 MiB every 500 µs as above,
+/// but the server free to run on any CPU and the client the Go Stream
+/// Benchmark client (`go/cmd/streamclient`, gorilla, default GOMAXPROCS,
+/// not pinned either), as that benchmark runs.
+pub const STREAM_UNPINNED: &str = "1 MiB / 500 us, unpinned, Go client";
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
@@ -374,6 +393,17 @@ fn timed_run(
         .load
         .spawn(&running, server.raw, mode, &args)?
         .timed(&running, settings.timeout())?;
+    let metrics = run_metrics(&timed, &running, rss_start)?;
+    Ok((metrics, timed, running))
+}
+
+/// What every timed run reports: rate, latencies, errors, the server's CPU
+/// share and memory growth (from `rss_start`, its RSS before the load).
+fn run_metrics(
+    timed: &Timed,
+    running: &Running,
+    rss_start: u64,
+) -> io::Result<BTreeMap<String, f64>> {
     check_errors(&timed.result)?;
     let mut metrics = BTreeMap::new();
     for key in ["per_sec", "avg_us", "p50_us", "p99_us", "p999_us", "errors"] {
@@ -385,7 +415,7 @@ fn timed_run(
     );
     let growth = running.memory().1.saturating_sub(rss_start);
     metrics.insert("rss_growth_mib".into(), growth as f64 / (1024.0 * 1024.0));
-    Ok((metrics, timed, running))
+    Ok(metrics)
 }
 
 fn peak_rss_mib(running: &Running) -> f64 {
@@ -637,6 +667,7 @@ fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTree
         Role::Push {
             size: push,
             every_us: 500,
+            pinned: true,
         }
     };
     // The "WebSocket Stream Benchmark"'s own settings: a 36-byte text
@@ -644,11 +675,47 @@ fn stream(server: &Server, settings: &Settings, push: usize) -> io::Result<BTree
     // matched by content; one missing 5 s after the last request is lost.
     let mut args = strings(&["--conns", "1", "--interval-us", "10000", "--size", "36"]);
     args.extend(strings(&["--requests", &STREAM_REQUESTS.to_string()]));
+    if server.mux {
+        // Two streams of one session; the pushes are counted in bytes.
+        args.extend(strings(&["--mux", "--push-size", &push.max(1).to_string()]));
+    }
     let (mut metrics, timed, running) = timed_run(server, settings, role, "stream", args)?;
+    stream_metrics(&mut metrics, &timed, &running);
+    Ok(metrics)
+}
+
+fn stream_metrics(metrics: &mut BTreeMap<String, f64>, timed: &Timed, running: &Running) {
     for key in ["pushes_per_sec", "push_mb_per_sec", "missing"] {
         metrics.insert(key.into(), timed.result[key].as_f64().unwrap_or(f64::NAN));
     }
-    metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
+    metrics.insert("peak_rss_mib".into(), peak_rss_mib(running));
+}
+
+/// [`STREAM_UNPINNED`]: the server and the Go client on any CPU.
+fn stream_unpinned(server: &Server, settings: &Settings) -> io::Result<BTreeMap<String, f64>> {
+    let role = Role::Push {
+        size: 1024 * 1024,
+        every_us: 500,
+        pinned: false,
+    };
+    let running = Running::start(server, role)?;
+    let rss_start = running.memory().0;
+    let args = strings(&[
+        "-interval",
+        "10ms",
+        "-size",
+        "36",
+        "-requests",
+        &STREAM_REQUESTS.to_string(),
+        "-warmup",
+        &format!("{}s", settings.warmup),
+    ]);
+    let timed = settings
+        .load
+        .spawn_go_stream(&running, &args)?
+        .timed(&running, settings.timeout())?;
+    let mut metrics = run_metrics(&timed, &running, rss_start)?;
+    stream_metrics(&mut metrics, &timed, &running);
     Ok(metrics)
 }
 

@@ -32,6 +32,10 @@ pub struct Server {
     /// for the servers that take part: topics at `/?topics=`, publishes as
     /// text messages `<topic>\n<payload>`.
     pub fanout: Option<(PathBuf, &'static [&'static str])>,
+    /// smux over the WebSocket (`mux_echo`): only the stream scenario (6)
+    /// runs it, its load generator with `--mux`: pushes and requests as
+    /// two streams of one session.
+    pub mux: bool,
 }
 
 impl Server {
@@ -99,6 +103,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            mux: false,
             fanout: fanout(&["--backend", "tokio"]),
         },
         Server {
@@ -110,7 +115,34 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            mux: false,
             fanout: fanout(&["--backend", "uring"]),
+        },
+        // Scenario 6 with pushes and requests as two smux streams over
+        // one WebSocket (issue 31): `mux_echo --push-size`.
+        Server {
+            name: "rapidws-tokio-mux",
+            echo: examples.join("mux_echo"),
+            args: &[],
+            deflate_args: None,
+            push: Some(examples.join("mux_echo")),
+            path: "/mux",
+            raw: false,
+            tls: false,
+            mux: true,
+            fanout: None,
+        },
+        Server {
+            name: "rapidws-uring-mux",
+            echo: examples.join("mux_echo"),
+            args: &["--backend", "uring"],
+            deflate_args: None,
+            push: Some(examples.join("mux_echo")),
+            path: "/mux",
+            raw: false,
+            tls: false,
+            mux: true,
+            fanout: None,
         },
         // Pub/sub with history on (1,000 publications per topic, 300 s):
         // what keeping history costs the fan-out scenario (issue 29).
@@ -123,6 +155,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            mux: false,
             fanout: fanout(&["--backend", "tokio", "--history", "1000"]),
         },
         Server {
@@ -134,6 +167,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            mux: false,
             fanout: fanout(&["--backend", "uring", "--history", "1000"]),
         },
         Server {
@@ -145,6 +179,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: false,
+            mux: false,
             fanout: None,
         },
         Server {
@@ -156,6 +191,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/ws",
             raw: false,
             tls: true,
+            mux: false,
             fanout: None,
         },
         Server {
@@ -167,6 +203,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            mux: false,
             fanout: None,
         },
         Server {
@@ -178,6 +215,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            mux: false,
             fanout: None,
         },
     ]
@@ -196,6 +234,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         path: "/",
         raw: true,
         tls: false,
+        mux: false,
         fanout: None,
     }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
@@ -225,6 +264,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: false,
+            mux: false,
             fanout: None,
         });
     }
@@ -255,6 +295,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             raw: false,
             tls: false,
             // sockudo-ws's `PubSub` is scenario 9's Rust peer.
+            mux: false,
             fanout: (name == "sockudo-axum")
                 .then(|| (harness_bin.join("sockudo-fanout"), &[] as &[&str])),
         });
@@ -274,6 +315,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             path: "/",
             raw: false,
             tls: true,
+            mux: false,
             fanout: None,
         });
     }
@@ -287,12 +329,15 @@ pub enum Role {
     Push {
         size: usize,
         every_us: u64,
+        /// On CPU 0 as every server is, or free to run on any CPU (the
+        /// stream scenario's unpinned variant).
+        pinned: bool,
     },
     /// The fan-out binary (scenario 9).
     Fanout,
 }
 
-/// A started server process, pinned to CPU 0.
+/// A started server process, pinned to CPU 0 (unless its role says otherwise).
 pub struct Running {
     child: Child,
     pub addr: SocketAddr,
@@ -310,7 +355,10 @@ impl Running {
     pub fn start(server: &Server, role: Role) -> io::Result<Running> {
         let addr = free_addr()?;
         let mut command = Command::new("taskset");
-        command.arg("-c").arg("0");
+        let pinned = !matches!(role, Role::Push { pinned: false, .. });
+        command
+            .arg("-c")
+            .arg(if pinned { "0".into() } else { all_cpus() });
         let mut tls_ca = None;
         match role {
             Role::Echo => {
@@ -343,7 +391,7 @@ impl Running {
                 command.arg(bin).args(*args);
                 command.arg("--addr").arg(addr.to_string());
             }
-            Role::Push { size, every_us } => {
+            Role::Push { size, every_us, .. } => {
                 let push = server
                     .push
                     .as_ref()
@@ -433,6 +481,12 @@ fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf only reads a configuration value.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// Every CPU (`0-N`), for a process that must not be pinned.
+pub fn all_cpus() -> String {
+    let count = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("0-{}", count - 1)
 }
 
 /// A loopback address with a port free right now.
