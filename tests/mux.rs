@@ -391,16 +391,23 @@ fn spawn_example(name: &str, args: &[String], log: &std::path::Path) -> common::
 }
 
 /// `curl` through the tunnel: `Some(body)` if it got a 200.
-async fn curl(url: &str) -> Option<String> {
+/// The page at `url`, or curl's exit status and message (so a failure
+/// says whether it was a refusal, an empty reply or a timeout).
+async fn curl(url: &str) -> Result<String, String> {
     let output = tokio::process::Command::new("curl")
         .args(["-sS", "--fail", "--max-time", "10", url])
         .output()
         .await
         .unwrap();
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "curl {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
 }
 
 /// The reverse tunnel: `curl` on the server's public port reaches an HTTP
@@ -448,7 +455,8 @@ async fn curl_reaches_a_private_http_server_through_mux_tunnel() {
         // gets no answer; the agent logs the failed connect.
         let mut seen = false;
         for _ in 0..100 {
-            assert_eq!(curl(&url).await, None);
+            let page = curl(&url).await;
+            assert!(page.is_err(), "a page before the server is up: {page:?}");
             if std::fs::read_to_string(&logs)
                 .unwrap()
                 .contains("cannot connect --to")
@@ -473,7 +481,14 @@ async fn curl_reaches_a_private_http_server_through_mux_tunnel() {
         wait_listening("http.server", private).await;
         let pages = futures_util::future::join_all((0..8).map(|_| curl(&url))).await;
         for page in pages {
-            assert_eq!(page.as_deref(), Some(body.as_str()), "wss={wss}");
+            match page {
+                Ok(page) => assert!(page == body, "wss={wss}: a different page"),
+                Err(why) => panic!(
+                    "wss={wss}: no page: {why}\nagent:\n{}\nserver:\n{}",
+                    std::fs::read_to_string(&logs).unwrap_or_default(),
+                    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+                ),
+            }
         }
         let log = std::fs::read_to_string(&logs).unwrap();
         assert_eq!(log.matches("agent connected").count(), 1, "{log}");
