@@ -52,6 +52,26 @@ impl MessageStream {
     pub fn socket(&self) -> &WebSocket {
         &self.socket
     }
+
+    /// Sends the first `len.min(MAX_MESSAGE)` bytes of what is written as
+    /// one binary message, once the socket has room; `take(n)` gives them.
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        len: usize,
+        take: impl FnOnce(usize) -> Bytes,
+    ) -> Poll<io::Result<usize>> {
+        if len == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        ready!(Pin::new(&mut self.socket).poll_ready(cx)).map_err(refused)?;
+        let n = len.min(MAX_MESSAGE);
+        let message = OwnedMessage::Binary(take(n));
+        Pin::new(&mut self.socket)
+            .start_send(message)
+            .map_err(refused)?;
+        Poll::Ready(Ok(n))
+    }
 }
 
 impl AsyncRead for MessageStream {
@@ -99,16 +119,7 @@ impl super::driver::Transport for MessageStream {
         cx: &mut Context<'_>,
         output: &mut bytes::BytesMut,
     ) -> Poll<io::Result<usize>> {
-        if output.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        ready!(Pin::new(&mut self.socket).poll_ready(cx)).map_err(refused)?;
-        let n = output.len().min(MAX_MESSAGE);
-        let message = OwnedMessage::Binary(output.split_to(n).freeze());
-        Pin::new(&mut self.socket)
-            .start_send(message)
-            .map_err(refused)?;
-        Poll::Ready(Ok(n))
+        self.poll_send(cx, output.len(), |n| output.split_to(n).freeze())
     }
 
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -130,17 +141,8 @@ impl AsyncWrite for MessageStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        ready!(Pin::new(&mut this.socket).poll_ready(cx)).map_err(refused)?;
-        let n = buf.len().min(MAX_MESSAGE);
-        let message = OwnedMessage::Binary(Bytes::copy_from_slice(&buf[..n]));
-        Pin::new(&mut this.socket)
-            .start_send(message)
-            .map_err(refused)?;
-        Poll::Ready(Ok(n))
+        let copy = |n| Bytes::copy_from_slice(&buf[..n]);
+        self.get_mut().poll_send(cx, buf.len(), copy)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

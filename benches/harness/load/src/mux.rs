@@ -210,6 +210,16 @@ impl Session {
         })
     }
 
+    /// A stream that has carried one byte each way (the server echoes or
+    /// answers it), so that every library has taken it in fully.
+    async fn open_used(&self) -> io::Result<BoxIo> {
+        let mut stream = self.open().await?;
+        stream.write_all(b"x").await?;
+        let mut back = [0u8; 1];
+        stream.read_exact(&mut back).await?;
+        Ok(stream)
+    }
+
     async fn open(&self) -> io::Result<BoxIo> {
         match self {
             Session::Rapidws(mux) => {
@@ -453,10 +463,7 @@ async fn open(args: OpenArgs) -> io::Result<()> {
         tokio::spawn(async move {
             loop {
                 let result = async {
-                    let mut stream = session.open().await?;
-                    stream.write_all(b"x").await?;
-                    let mut back = [0u8; 1];
-                    stream.read_exact(&mut back).await?;
+                    let mut stream = session.open_used().await?;
                     stream.shutdown().await
                 };
                 match result.await {
@@ -484,18 +491,14 @@ async fn idle(args: IdleArgs) -> io::Result<()> {
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     for step in args.steps {
         while kept.len() < step {
-            let mut stream = session.open().await?;
-            stream.write_all(b"x").await?;
-            let mut back = [0u8; 1];
-            stream.read_exact(&mut back).await?;
-            kept.push(stream);
+            kept.push(session.open_used().await?);
         }
         emit(&serde_json::json!({ "opened": kept.len() }));
+        // The last step's line (or the end of stdin) ends the run, as
+        // smuxbench's does.
         if stdin.next_line().await?.is_none() {
             break;
         }
     }
-    let _ = stdin.next_line().await;
-    drop(kept);
     Ok(())
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::MissedTickBehavior;
 
 use crate::stats::{SharedStats, Stats};
@@ -138,17 +138,70 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
         });
         connections.push((write, pending));
     }
+    let start = start_requests(&args, &phase).await;
+    let masked = |text: &[u8]| wire::masked_frame(wire::TEXT, text, [9, 8, 7, 6]);
+    let writers = send_all(connections, &args, &stats, masked).await;
+    // Pushes are counted while requests go out.
+    let secs = start.elapsed().as_secs_f64();
+    let (pushed, pushed_bytes) = (pushes.messages.get(), pushes.bytes.get());
+    let result = finish(
+        &args,
+        &stats,
+        &phase,
+        secs,
+        "stream",
+        pushed as f64,
+        pushed_bytes,
+    )
+    .await;
+    if let (Some(path), Some(trace)) = (&args.trace, trace.as_ref()) {
+        trace.borrow().write(path, start)?;
+    }
+    // The connection tasks end with the process, right after this returns.
+    drop(writers);
+    emit(&result);
+    Ok(())
+}
+
+/// Warms up, then starts the measured window: the time it started.
+pub(crate) async fn start_requests(args: &StreamArgs, phase: &SharedPhase) -> Instant {
     tokio::time::sleep(Duration::from_secs_f64(args.window.warmup)).await;
     phase.set(Phase::Measure);
     emit(&json!({ "event": "measure" }));
-    let start = Instant::now();
+    Instant::now()
+}
+
+/// The request with number `n`: its number, zero-padded to `--size` bytes
+/// (at least 20).
+pub(crate) fn request(args: &StreamArgs, n: u64) -> String {
+    format!("{n:0>size$}", size = args.size.max(20))
+}
+
+/// Sends `--requests` requests on each connection, one per
+/// `--interval-us`, each as `encode` makes it of its text; gives back
+/// the connections' write sides (the run ends before they close), and
+/// counts a connection whose write failed as an error.
+pub(crate) async fn send_all<W: AsyncWrite + Unpin + 'static>(
+    connections: Vec<(W, Rc<Pending>)>,
+    args: &StreamArgs,
+    stats: &SharedStats,
+    encode: fn(&[u8]) -> Vec<u8>,
+) -> Vec<W> {
     let every = Duration::from_micros(args.interval_us.max(1));
     let senders: Vec<_> = connections
         .into_iter()
-        .map(|(write, pending)| {
-            let (size, count) = (args.size, args.requests);
+        .map(|(mut write, pending)| {
+            let args = args.clone();
             tokio::task::spawn_local(async move {
-                send_requests(write, size, count, every, &pending).await
+                let mut ticks = tokio::time::interval(every);
+                ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                for n in 0..args.requests {
+                    ticks.tick().await;
+                    let bytes = encode(request(&args, n).as_bytes());
+                    pending.borrow_mut().insert(n, Instant::now());
+                    write.write_all(&bytes).await?;
+                }
+                Ok::<_, io::Error>(write)
             })
         })
         .collect();
@@ -159,52 +212,46 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
             Err(error) => stats.borrow_mut().error(error),
         }
     }
-    // Pushes are counted while requests go out.
-    let secs = start.elapsed().as_secs_f64();
-    let (pushed, pushed_bytes) = (pushes.messages.get(), pushes.bytes.get());
-    let all_answered = || stats.borrow().completed >= args.requests * args.conns as u64;
+    writers
+}
+
+/// The request a reply answers (its text is the request's number), taken
+/// off `pending`: when it was sent.
+pub(crate) fn answered(pending: &Pending, reply: &[u8]) -> io::Result<Instant> {
+    let number = std::str::from_utf8(reply)
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| io::Error::other("a reply that is no request's"))?;
+    let sent_at = pending.borrow_mut().remove(&number);
+    sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))
+}
+
+/// Waits (at most [`GRACE`]) for the replies still owed, ends the run and
+/// gives its result: `pushes` pushes and `push_bytes` bytes in `secs`.
+pub(crate) async fn finish(
+    args: &StreamArgs,
+    stats: &SharedStats,
+    phase: &SharedPhase,
+    secs: f64,
+    mode: &str,
+    pushes: f64,
+    push_bytes: u64,
+) -> serde_json::Value {
+    let requests = args.requests * args.conns as u64;
     let deadline = Instant::now() + GRACE;
-    while !all_answered() && Instant::now() < deadline {
+    while stats.borrow().completed < requests && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     phase.set(Phase::Stop);
     let mut result = stats.borrow().summary(secs);
     let answered = stats.borrow().completed;
-    result["mode"] = json!("stream");
+    result["mode"] = json!(mode);
     result["conns"] = json!(args.conns);
-    result["requests"] = json!(args.requests * args.conns as u64);
-    let requests = args.requests * args.conns as u64;
+    result["requests"] = json!(requests);
     result["missing"] = json!(requests - answered.min(requests));
-    result["pushes_per_sec"] = json!(pushed as f64 / secs);
-    result["push_mb_per_sec"] = json!(pushed_bytes as f64 / secs / 1e6);
-    if let (Some(path), Some(trace)) = (&args.trace, trace.as_ref()) {
-        trace.borrow().write(path, start)?;
-    }
-    // The connection tasks end with the process, right after this returns.
-    drop(writers);
-    emit(&result);
-    Ok(())
-}
-
-/// Sends `count` requests, one per `every`: text of `size` bytes that
-/// starts with the request's number.
-async fn send_requests(
-    mut write: OwnedWriteHalf,
-    size: usize,
-    count: u64,
-    every: Duration,
-    pending: &Pending,
-) -> io::Result<OwnedWriteHalf> {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    for n in 0..count {
-        ticks.tick().await;
-        let text = format!("{n:0>size$}", size = size.max(20));
-        let frame = wire::masked_frame(wire::TEXT, text.as_bytes(), [9, 8, 7, 6]);
-        pending.borrow_mut().insert(n, Instant::now());
-        write.write_all(&frame).await?;
-    }
-    Ok(write)
+    result["pushes_per_sec"] = json!(pushes / secs);
+    result["push_mb_per_sec"] = json!(push_bytes as f64 / secs / 1e6);
+    result
 }
 
 async fn read_replies(
@@ -235,13 +282,7 @@ async fn read_replies(
         {
             match seen.opcode {
                 wire::TEXT => {
-                    let number = std::str::from_utf8(&text)
-                        .ok()
-                        .and_then(|t| t.parse::<u64>().ok())
-                        .ok_or_else(|| io::Error::other("a reply that is no request's"))?;
-                    let sent_at = pending.borrow_mut().remove(&number);
-                    let sent_at =
-                        sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))?;
+                    let sent_at = answered(pending, &text)?;
                     stats.borrow_mut().record(now - sent_at);
                     if let Some(trace) = trace.as_ref() {
                         trace.borrow_mut().replies.push((sent_at, now - sent_at));

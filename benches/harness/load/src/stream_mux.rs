@@ -23,13 +23,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
 use crate::stats::{SharedStats, Stats};
-use crate::stream::{GRACE, Pending, StreamArgs};
+use crate::stream::{Pending, StreamArgs, answered, finish, request, send_all, start_requests};
 use crate::wire;
 use crate::{Phase, SharedPhase, emit, note_failure};
 
@@ -64,6 +63,22 @@ fn frame(version: u8, command: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 #[derive(Default)]
 struct Counted {
     push_bytes: Cell<u64>,
+}
+
+impl Counted {
+    /// The run's result: pushes counted from their bytes (a stream carries
+    /// bytes, not messages), `--push-size` each.
+    async fn finish(
+        &self,
+        args: &StreamArgs,
+        stats: &SharedStats,
+        phase: &SharedPhase,
+        secs: f64,
+    ) -> serde_json::Value {
+        let bytes = self.push_bytes.get();
+        let pushes = bytes as f64 / args.push_size.max(1) as f64;
+        finish(args, stats, phase, secs, "stream-mux", pushes, bytes).await
+    }
 }
 
 pub async fn run(args: StreamArgs) -> io::Result<()> {
@@ -117,16 +132,13 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
         });
         connections.push((out, pending));
     }
-    tokio::time::sleep(Duration::from_secs_f64(args.window.warmup)).await;
-    phase.set(Phase::Measure);
-    emit(&json!({ "event": "measure" }));
-    let start = Instant::now();
+    let start = start_requests(&args, &phase).await;
     let every = Duration::from_micros(args.interval_us.max(1));
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     for n in 0..args.requests {
         ticks.tick().await;
-        let text = format!("{n:0>size$}");
+        let text = request(&args, n);
         for (out, pending) in &connections {
             pending.borrow_mut().insert(n, Instant::now());
             if out
@@ -140,37 +152,10 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let pushed = counted.push_bytes.get();
-    let result = finish(&args, &stats, &phase, secs, pushed).await;
+    let result = counted.finish(&args, &stats, &phase, secs).await;
     drop(connections);
     emit(&result);
     Ok(())
-}
-
-/// Waits (at most [`GRACE`]) for the replies still owed, ends the run and
-/// gives its result; `pushed` bytes came on the push streams in `secs`.
-async fn finish(
-    args: &StreamArgs,
-    stats: &SharedStats,
-    phase: &SharedPhase,
-    secs: f64,
-    pushed: u64,
-) -> serde_json::Value {
-    let requests = args.requests * args.conns as u64;
-    let deadline = Instant::now() + GRACE;
-    while stats.borrow().completed < requests && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    phase.set(Phase::Stop);
-    let mut result = stats.borrow().summary(secs);
-    let answered = stats.borrow().completed;
-    result["mode"] = json!("stream-mux");
-    result["conns"] = json!(args.conns);
-    result["requests"] = json!(requests);
-    result["missing"] = json!(requests - answered.min(requests));
-    result["pushes_per_sec"] = json!(pushed as f64 / args.push_size.max(1) as f64 / secs);
-    result["push_mb_per_sec"] = json!(pushed as f64 / secs / 1e6);
-    result
 }
 
 /// Where the reader is in the server's WebSocket frames.
@@ -318,14 +303,8 @@ impl Session {
         let now = Instant::now();
         let mut at = 0;
         while self.replies.len() - at >= self.size {
-            let record = &self.replies[at..at + self.size];
+            let sent_at = answered(&self.pending, &self.replies[at..at + self.size])?;
             at += self.size;
-            let number = std::str::from_utf8(record)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .ok_or_else(|| io::Error::other("a reply that is no request's"))?;
-            let sent_at = self.pending.borrow_mut().remove(&number);
-            let sent_at = sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))?;
             self.stats.borrow_mut().record(now - sent_at);
         }
         self.replies.drain(..at);
@@ -373,9 +352,6 @@ fn ws_header(buf: &[u8]) -> io::Result<Option<(u8, usize, u64)>> {
         len => Some((opcode, 2, u64::from(len))),
     })
 }
-
-/// The request stream's write half, kept open until the run ends.
-type RequestWriter = tokio::io::WriteHalf<rapidws::mux::Stream>;
 
 /// `--mux-client library`: the same run through rapidws's client and
 /// `rapidws::mux`.
@@ -431,54 +407,18 @@ async fn run_library(args: StreamArgs) -> io::Result<()> {
         });
         connections.push((write, pending, mux));
     }
-    tokio::time::sleep(Duration::from_secs_f64(args.window.warmup)).await;
-    phase.set(Phase::Measure);
-    emit(&json!({ "event": "measure" }));
-    let start = Instant::now();
-    let every = Duration::from_micros(args.interval_us.max(1));
-    let mut sessions = Vec::new();
-    let mut senders = Vec::new();
-    for (write, pending, mux) in connections {
-        let (size, count) = (args.size.max(20), args.requests);
-        senders.push(tokio::task::spawn_local(async move {
-            send_mux_requests(write, size, count, every, &pending).await
-        }));
-        sessions.push(mux);
-    }
-    let mut writers = Vec::new();
-    for sender in senders {
-        match sender.await.expect("sender task") {
-            Ok(write) => writers.push(write),
-            Err(error) => stats.borrow_mut().error(error),
-        }
-    }
+    let start = start_requests(&args, &phase).await;
+    let (connections, sessions): (Vec<_>, Vec<_>) = connections
+        .into_iter()
+        .map(|(write, pending, mux)| ((write, pending), mux))
+        .unzip();
+    let writers = send_all(connections, &args, &stats, <[u8]>::to_vec).await;
     let secs = start.elapsed().as_secs_f64();
-    let pushed = counted.push_bytes.get();
-    let result = finish(&args, &stats, &phase, secs, pushed).await;
+    let result = counted.finish(&args, &stats, &phase, secs).await;
     drop(writers);
     drop(sessions);
     emit(&result);
     Ok(())
-}
-
-/// Writes `count` requests of `size` bytes (the number, zero-padded), one
-/// per `every`.
-async fn send_mux_requests(
-    mut write: RequestWriter,
-    size: usize,
-    count: u64,
-    every: Duration,
-    pending: &Pending,
-) -> io::Result<RequestWriter> {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    for n in 0..count {
-        ticks.tick().await;
-        let text = format!("{n:0>size$}");
-        pending.borrow_mut().insert(n, Instant::now());
-        write.write_all(text.as_bytes()).await?;
-    }
-    Ok(write)
 }
 
 /// Reads the echoed requests, `size` bytes each, and records each round trip.
@@ -492,12 +432,7 @@ async fn read_mux_replies(
     loop {
         read.read_exact(&mut record).await?;
         let now = Instant::now();
-        let number = std::str::from_utf8(&record)
-            .ok()
-            .and_then(|t| t.parse::<u64>().ok())
-            .ok_or_else(|| io::Error::other("a reply that is no request's"))?;
-        let sent_at = pending.borrow_mut().remove(&number);
-        let sent_at = sent_at.ok_or_else(|| io::Error::other("an unsolicited reply"))?;
+        let sent_at = answered(pending, &record)?;
         stats.borrow_mut().record(now - sent_at);
     }
 }

@@ -323,8 +323,7 @@ fn main() -> ExitCode {
         for k in 0..all.len() {
             let i = (k + round) % all.len();
             let contender = &all[i];
-            for (column, &streams) in args.streams.iter().enumerate() {
-                let extra = ["--streams".to_string(), streams.to_string()];
+            let mut note = |column: usize, result: io::Result<f64>| {
                 record(
                     &mut rows[i],
                     &mut raw,
@@ -332,39 +331,32 @@ fn main() -> ExitCode {
                     round,
                     column,
                     &columns,
-                    measure(contender, "throughput", &extra, &args)
-                        .map(|v| v["bytes_per_sec"].as_f64().unwrap_or(f64::NAN) / 1e6),
+                    result,
+                )
+            };
+            for (column, &streams) in args.streams.iter().enumerate() {
+                let extra = ["--streams".to_string(), streams.to_string()];
+                let result = measure(contender, "throughput", &extra, &args);
+                note(
+                    column,
+                    result.map(|v| v["bytes_per_sec"].as_f64().unwrap_or(f64::NAN) / 1e6),
                 );
             }
             if contender.throughput_only {
                 continue;
             }
+            let column = args.streams.len();
             let open = measure(
                 contender,
                 "open",
                 &["--concurrency".into(), "10".into()],
                 &args,
-            )
-            .map(|v| v["streams_per_sec"].as_f64().unwrap_or(f64::NAN));
-            let column = args.streams.len();
-            record(
-                &mut rows[i],
-                &mut raw,
-                contender,
-                round,
+            );
+            note(
                 column,
-                &columns,
-                open,
+                open.map(|v| v["streams_per_sec"].as_f64().unwrap_or(f64::NAN)),
             );
-            record(
-                &mut rows[i],
-                &mut raw,
-                contender,
-                round,
-                column + 1,
-                &columns,
-                idle_bytes(contender),
-            );
+            note(column + 1, idle_bytes(contender));
         }
     }
     let table = markdown(&all, &rows, &columns, &args);
