@@ -24,11 +24,12 @@ done
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
 # and with io_uring. `metrics` (a facade: handles and counts) on each driver.
-# `mux` (on the stream driver's tokio) alone and with the socket.
+# `mux` (on the stream driver's tokio) alone and with the socket. `http3`
+# (quinn, on the stream driver) alone.
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket; do
+    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done
@@ -70,6 +71,7 @@ forbid tokio io-uring zlib-rs rustls
 # No build has tokio-rustls: the stream driver's TLS is rapidws's own.
 DEPTH=1 forbid stream mio atomic-waker io-uring zlib-rs rustls
 DEPTH=1 forbid axum,http2 mio atomic-waker io-uring
+DEPTH=1 forbid http3 mio atomic-waker io-uring hyper
 forbid tokio,rustls,client,webpki-roots,axum,http2 tokio-rustls
 # The core: no runtime, no sockets, no TLS, whatever its features.
 PACKAGE=rapidws-core forbid deflate tokio mio io-uring socket2 rustls hyper

@@ -32,11 +32,9 @@ step() { printf '\n== %s (at %d:%02d)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)
 step "cargo fmt --check"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
-cargo fmt --manifest-path autobahn/h2-bridge/Cargo.toml -- --check
 
 step "cargo clippy --workspace --all-targets --all-features -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-cargo clippy --manifest-path autobahn/h2-bridge/Cargo.toml -- -D warnings
 
 step "cargo doc: no broken links, private items included"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --document-private-items
@@ -85,7 +83,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 # The three targets that run all 517 cases first, so that the short ones
 # (337 cases each, see autobahn/run.sh) fill the second core at the end.
 step "Autobahn TestSuite (strict), two targets at a time"
-autobahn/run.sh tokio uring client tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream gateway
+autobahn/run.sh tokio uring client h3 tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream gateway
 
 # Miri and the fuzz smoke run side by side: Miri interprets on one core
 # while the fuzz targets take the other, one after the other, each for its

@@ -2,7 +2,7 @@
 # Runs the Autobahn TestSuite cases against the echo examples (and our
 # client against Autobahn's fuzzing server) and checks the results strictly.
 # Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client gateway)
+# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway)
 #
 # Targets run AUTOBAHN_JOBS at a time (default 2): each has its own server,
 # bridge and ports. Each target's output is printed, whole, when it
@@ -12,8 +12,9 @@
 # are 85% of a target's time, nearly all of it kosoku's own CPU, and they
 # test the core's codec and the outbox that compresses as it queues, which
 # are the same code on every driver. So the targets in AUTOBAHN_FULL
-# (default: tokio, uring and client: the server role on both backends, and
-# the client role) run all 517 cases, and the others (wss on both backends,
+# (default: tokio, uring, client and h3: the server role on both backends,
+# the client role, and HTTP/3, whose issue asks for every case in the
+# gate) run all 517 cases, and the others (wss on both backends,
 # the axum endpoints over HTTP/1.1 and HTTP/2, the gateway: their transport
 # is what differs, and every section but 12 and 13 runs there whole, the
 # large messages of section 9 among them) run sections 1 to 10 whole and
@@ -31,9 +32,13 @@
 # - `axum-ws`, `axum-stream`: the axum_echo example's `/ws` (a Handler) and
 #   `/stream` (the async socket);
 # - `axum-h2-ws`, `axum-h2-stream`: the same over HTTP/2 (RFC 8441), through
-#   autobahn/h2-bridge, which turns each of kosoku's HTTP/1.1 upgrades into
+#   the h2_bridge example, which turns each of kosoku's HTTP/1.1 upgrades into
 #   an extended CONNECT on an h2 connection and carries the frames as they
 #   are;
+# - `h3`: the h3_echo example's `/ws` over HTTP/3 (RFC 9220, QUIC on
+#   loopback UDP, a certificate made here), through the h3_bridge example,
+#   which opens each of kosoku's WebSockets on the server with an extended
+#   CONNECT (rapidws::h3::Client) and carries the frames as they are;
 # - `client`: the client side. kosoku runs as the fuzzing server
 #   (`-m fuzzingserver`) and the autobahn_client example (`--deflate`: the
 #   cases of sections 12 and 13 need it) drives every case through it;
@@ -51,7 +56,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream client gateway); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -61,15 +66,15 @@ fi
 
 echo "autobahn: building the echo examples (profile autobahn: release without LTO)"
 (cd "$root" && cargo build --quiet --profile autobahn --features uring,rustls \
-    --example echo --example axum_echo --example autobahn_client --example gateway)
-if [[ " ${backends[*]} " == *" axum-h2-"* ]]; then
-    cargo build --quiet --release --manifest-path "$here/h2-bridge/Cargo.toml"
-fi
-h2_bridge_bin="$here/h2-bridge/target/release/h2-bridge"
+    --example echo --example axum_echo --example autobahn_client --example gateway \
+    --example h2_bridge --example h3_echo --example h3_bridge)
+h2_bridge_bin="$root/target/autobahn/examples/h2_bridge"
 echo_bin="$root/target/autobahn/examples/echo"
 axum_bin="$root/target/autobahn/examples/axum_echo"
 client_bin="$root/target/autobahn/examples/autobahn_client"
 gateway_bin="$root/target/autobahn/examples/gateway"
+h3_bin="$root/target/autobahn/examples/h3_echo"
+h3_bridge_bin="$root/target/autobahn/examples/h3_bridge"
 
 if [[ " ${backends[*]} " == *" tls"* ]]; then
     command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
@@ -120,7 +125,7 @@ bridge_started() { # NAME LOG
 }
 
 # The cases a target runs: all of them, or the sample described above.
-full_targets=" ${AUTOBAHN_FULL:-tokio uring client} "
+full_targets=" ${AUTOBAHN_FULL:-tokio uring client h3} "
 sample=(-i '1.*' -i '2.*' -i '3.*' -i '4.*' -i '5.*' -i '6.*' -i '7.*' -i '9.*' -i '10.*'
     -i '12.*.2' -i '12.*.5' -i '12.*.9' -i '13.*.2' -i '13.*.5' -i '13.*.9')
 sample_cases=337
@@ -172,13 +177,22 @@ run_one() {
     serve=(--addr "$addr" --deflate --deflate-min-size 0)
     server_bin="$echo_bin"
     path=""
+    if [[ "$backend" == tls* || "$backend" == h3 ]]; then
+        # Not a CA (openssl's default for -x509 is): rustls, the h3 bridge's
+        # TLS, refuses a CA certificate as a server's own.
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+            -addext "basicConstraints=critical,CA:FALSE" \
+            -keyout "$reports/key.pem" -out "$reports/cert.pem" 2>/dev/null
+    fi
     if [[ "$backend" == axum-* ]]; then
         server_bin="$axum_bin"
         path="/${backend##*-}"
+    elif [[ "$backend" == h3 ]]; then
+        server_bin="$h3_bin"
+        path="/ws"
+        serve+=(--tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
     elif [[ "$backend" == tls* ]]; then
-        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-            -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-            -keyout "$reports/key.pem" -out "$reports/cert.pem" 2>/dev/null
         tls_backend=tokio
         [[ "$backend" == tls-uring ]] && tls_backend=uring
         serve+=(--backend "$tls_backend" --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem")
@@ -213,8 +227,18 @@ run_one() {
 
     if [[ "$backend" == axum-h2-* ]]; then
         plain_port="$(free_port)"
-        "$h2_bridge_bin" "127.0.0.1:$plain_port" "$addr" 2>"$reports/bridge.log" &
+        RUST_LOG=warn "$h2_bridge_bin" --listen "127.0.0.1:$plain_port" --server "$addr" \
+            2>"$reports/bridge.log" &
         bridge_started "h2 bridge" "$reports/bridge.log"
+    fi
+
+    if [[ "$backend" == h3 ]]; then
+        # kosoku connects here over TCP; the bridge opens each WebSocket on
+        # h3_echo over HTTP/3 (the TCP port it listens on is the UDP one's).
+        plain_port="$(free_port)"
+        RUST_LOG=warn "$h3_bridge_bin" --listen "127.0.0.1:$plain_port" --server "$addr" \
+            --ca "$reports/cert.pem" 2>"$reports/bridge.log" &
+        bridge_started "h3 bridge" "$reports/bridge.log"
     fi
 
     echo "autobahn: running $cases cases against $backend at ws://$addr$path"

@@ -256,6 +256,7 @@ def main():
 
     seeds["pubsub_handoff"] = pubsub_handoff_seeds()
     seeds["mux_frame"], seeds["mux_session"] = mux_seeds()
+    seeds["h3_request"] = h3_seeds()
 
     for target, inputs in seeds.items():
         directory = SEEDS / target
@@ -331,6 +332,55 @@ def mux_seeds():
         b"\x00" + frame(2, 0, 3),
     ]
     return frames, sessions
+
+
+def h3_seeds():
+    """HTTP/3 frames as a browser or aioquic sends them on a request stream
+    and a control stream (core/src/h3): QPACK with the static table and
+    literals, a first byte picking the size limit (fuzz/src/lib.rs,
+    h3_request)."""
+
+    def integer(n, flags, value):
+        limit = (1 << n) - 1
+        if value < limit:
+            return bytes([flags | value])
+        out, value = bytearray([flags | limit]), value - limit
+        while value >= 0x80:
+            out.append(0x80 | (value & 0x7F))
+            value >>= 7
+        return bytes(out + bytes([value]))
+
+    def varint(v):
+        for length, tag in ((1, 0), (2, 0x40), (4, 0x80), (8, 0xC0)):
+            if v < 1 << (8 * length - 2):
+                return (v | tag << (8 * length - 8)).to_bytes(length, "big")
+
+    def frame(kind, payload):
+        return varint(kind) + varint(len(payload)) + payload
+
+    def indexed(index):
+        return integer(6, 0xC0, index)
+
+    def named(index, value):
+        return integer(4, 0x50, index) + integer(7, 0, len(value)) + value
+
+    def literal(name, value):
+        return integer(3, 0x20, len(name)) + name + integer(7, 0, len(value)) + value
+
+    # Static entries: 15 :method CONNECT, 23 :scheme https, 1 :path /, 0 :authority.
+    connect = b"\x00\x00" + indexed(15) + literal(b":protocol", b"websocket") + indexed(23) + \
+        named(1, b"/ws") + named(0, b"localhost:9443") + literal(b"sec-websocket-version", b"13")
+    huffman = b"\x00\x00" + indexed(17) + indexed(23) + bytes([0x51, 0x86]) + \
+        bytes.fromhex("61d2b4a5e2f5")  # :path in Huffman code
+    settings = varint(0x08) + varint(1) + varint(0x33) + varint(1) + varint(0x06) + varint(16384)
+    bad = [b"\x01\x00", b"\x00\x00\x80", b"\x00\x00\x10", b"\x00\x00\xff\x24"]
+    return [
+        b"\x10" + frame(4, settings),
+        b"\x10" + frame(1, connect) + frame(0, b"\x81\x85hello"),
+        b"\x01" + frame(1, connect),
+        b"\x10" + frame(1, huffman),
+        b"\x10" + frame(0x21, b"grease") + frame(4, varint(2) + varint(0)),
+    ] + [b"\x10" + frame(1, block) for block in bad]
 
 
 if __name__ == "__main__":

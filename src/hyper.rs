@@ -188,14 +188,7 @@ pub(crate) fn decide<H: ServerHandler>(
     let (decision, key) = match decision {
         Ok(decided) => decided,
         Err(error) => {
-            tracing::debug!(
-                status = error.status(),
-                reason = error.reason(),
-                "refused upgrade"
-            );
-            server
-                .meters()
-                .rejected(crate::connection::meters::rejection_reason(&error));
+            server.refused(&error);
             return Answer::Refused(refusal(error.status(), error.reason()));
         }
     };

@@ -48,6 +48,7 @@
 //! | a stream of your own (TLS, a Unix socket, a pipe) | [`stream::Server`] | `stream` |
 //! | an async task per connection instead of callbacks | [`socket::SocketHandler`] | `socket` (default) |
 //! | wss | `tls(config)` on [`tokio::Server::tls`], [`uring::Server::tls`] | `rustls` |
+//! | HTTP/3 (QUIC), RFC 9220 | [`h3::serve`] | `http3` |
 //! | a client | [`client::Client`] | `client` |
 //! | topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |
 //! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on [`tokio::Server`] and [`uring::Server`] | `handoff` |
@@ -84,6 +85,8 @@ mod handoff;
 pub mod axum;
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "http3")]
+pub mod h3;
 #[cfg(feature = "hyper")]
 pub mod hyper;
 #[cfg(feature = "mux")]

@@ -9,6 +9,36 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use rapidws::{Config, ServerHandler};
 
+#[allow(dead_code)] // the bridges (h2_bridge, h3_bridge)
+pub mod bridge;
+#[allow(dead_code)] // the examples on axum
+pub mod http;
+
+/// Runs `main` on a tokio runtime: exit 0 when it ends well, 1 with its
+/// error on stderr when not (or when the runtime cannot start).
+#[allow(dead_code)] // the examples with a `run` of their own
+pub fn block_on<E: std::fmt::Display>(
+    main: impl std::future::Future<Output = Result<(), E>>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error of any kind, for the examples' own `run`s.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Logs to stderr at the level `RUST_LOG` asks for (default `info`), in
 /// colour only on a terminal (a log file gets plain text).
 pub fn log_to_stderr() {

@@ -996,3 +996,60 @@ pub fn mux_session(data: &[u8]) {
         }
     }
 }
+
+/// HTTP/3's own parsing (rapidws-core's `h3`): the fuzzer's bytes after
+/// the first as a stream of frames. A HEADERS payload is decoded by QPACK
+/// under a size limit the first byte picks, checked as a request head and
+/// as a WebSocket upgrade; a SETTINGS payload decoded. Nothing panics, a
+/// decoded section stays within the limit and survives being encoded and
+/// decoded again, and settings decoded encode to the same settings.
+pub fn h3_request(data: &[u8]) {
+    use rapidws_core::h3::frame::kind;
+    use rapidws_core::h3::{FrameHead, RequestHead, Settings, qpack};
+
+    let Some((&first, mut wire)) = data.split_first() else {
+        return;
+    };
+    let limit = usize::from(first) * 64 + 64;
+    while let Some(head) = FrameHead::decode(wire) {
+        let rest = &wire[head.len..];
+        let Some(payload) = usize::try_from(head.length)
+            .ok()
+            .and_then(|n| rest.get(..n))
+        else {
+            return;
+        };
+        wire = &rest[payload.len()..];
+        match head.kind {
+            kind::HEADERS => {
+                let Ok(section) = qpack::decode(payload, limit) else {
+                    continue;
+                };
+                assert!(section.size() <= limit);
+                let mut again = Vec::new();
+                qpack::encode(section.iter(), &mut again);
+                assert_eq!(qpack::decode(&again, limit).as_ref(), Ok(&section));
+                if let Ok(request) = RequestHead::parse(section) {
+                    let headers = request.headers();
+                    if let Ok(upgrade) = request.websocket(&headers) {
+                        assert_eq!(request.method(), "CONNECT");
+                        assert!(
+                            request
+                                .path()
+                                .is_some_and(|p| p.starts_with(upgrade.path()))
+                        );
+                    }
+                }
+            }
+            kind::SETTINGS => {
+                if let Ok(settings) = Settings::decode(payload) {
+                    let mut out = Vec::new();
+                    settings.encode(&mut out);
+                    let head = FrameHead::decode(&out).expect("a whole frame");
+                    assert_eq!(Settings::decode(&out[head.len..]), Ok(settings));
+                }
+            }
+            _ => {}
+        }
+    }
+}

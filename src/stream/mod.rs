@@ -84,6 +84,16 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     }
 }
 
+/// Another handle on the same server (its handler, settings, connections
+/// and shutdown are shared): what an accept loop gives each task.
+impl<H: ServerHandler> Clone for Server<H> {
+    fn clone(&self) -> Self {
+        Server {
+            env: self.env.clone(),
+        }
+    }
+}
+
 impl<H: ServerHandler> Server<H> {
     /// A server for `handler` with `config`; it serves the streams handed to it.
     pub fn new(handler: H, config: Config) -> Self {
@@ -147,7 +157,7 @@ impl<H: ServerHandler> Server<H> {
     /// counts from this call, so the limit and shutdown see it at once. If
     /// `stream` fails, the connection never opens (no `on_open`, no
     /// `on_close`). `settings`: the connection's own, if the upgrade set any.
-    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
     pub(crate) fn serve_upgraded_later<S, F>(
         &self,
         stream: F,
@@ -182,7 +192,7 @@ impl<H: ServerHandler> Server<H> {
     /// subprotocol, permessage-deflate), for integrations that parse
     /// requests themselves: the hook starts from `accept`, and `settings`
     /// (the upgrade's own, if any) replace the server's deflate settings.
-    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
     pub(crate) fn decide(
         &self,
         request: &crate::handshake::Request<'_>,
@@ -206,9 +216,22 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// The server's metric handles (the hyper upgrade counts its refusals).
-    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
     pub(crate) fn meters(&self) -> &crate::connection::meters::Meters {
         self.env.endpoint.meters()
+    }
+
+    /// Notes a request refused before the upgrade hook (a bad request):
+    /// logged and counted by reason, as the socket servers do.
+    #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
+    pub(crate) fn refused(&self, error: &crate::handshake::HandshakeError) {
+        tracing::debug!(
+            status = error.status(),
+            reason = error.reason(),
+            "refused upgrade"
+        );
+        self.meters()
+            .rejected(crate::connection::meters::rejection_reason(error));
     }
 
     /// The server's settings (the base an upgrade's own settings start from).

@@ -47,7 +47,7 @@ pub enum HandshakeError {
     MissingKey,
     /// `Sec-WebSocket-Key` repeated, or not 16 bytes of base64 (400).
     InvalidKey,
-    /// An HTTP/2 request that is not an extended CONNECT with
+    /// An HTTP/2 or HTTP/3 request that is not an extended CONNECT with
     /// `:protocol = websocket` (RFC 8441) (400).
     NotExtendedConnect,
     /// A plain HTTP request whose `Content-Length` is over the server's
@@ -97,7 +97,7 @@ impl HandshakeError {
                 "Sec-WebSocket-Key must be one header of 16 random bytes in base64 (24 characters)"
             }
             HandshakeError::NotExtendedConnect => {
-                "a WebSocket over HTTP/2 must be a CONNECT with :protocol websocket"
+                "a WebSocket over HTTP/2 or HTTP/3 must be an extended CONNECT with :protocol websocket"
             }
             HandshakeError::BodyTooLarge => "request body too large",
             HandshakeError::LengthRequired => {

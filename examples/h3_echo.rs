@@ -1,0 +1,155 @@
+//! Echo over HTTP/3 and over TCP on one port number.
+//!
+//! ```text
+//! cargo run --release --example h3_echo -- --addr 127.0.0.1:9443 \
+//!     --tls-cert PEM --tls-key PEM [--deflate [--deflate-min-size BYTES]]
+//! ```
+//! - UDP: HTTP/3 (QUIC). An extended CONNECT with `:protocol` websocket to
+//!   `/ws` (RFC 9220) opens a WebSocket that echoes every message.
+//! - TCP, TLS: HTTP/1.1 and HTTP/2. `GET /` is the demo page, `/ws` the
+//!   same echo (an upgrade, or an HTTP/2 extended CONNECT); every answer
+//!   offers HTTP/3 with `Alt-Svc`.
+//!
+//! One [`Handler`] serves both: the same limits, the same answers to a
+//! bad request (400, 426), the same shutdown. Ctrl-C or SIGTERM stops
+//! accepting, closes the WebSockets with 1001 and exits 0 once they are
+//! done. Logging follows `RUST_LOG` (default `info`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use clap::Parser;
+use rapidws::axum::WebSocketUpgrade;
+use rapidws::{
+    Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
+};
+
+#[allow(dead_code)]
+mod support;
+
+#[derive(Parser, Debug)]
+#[command(about = "rapidws echo over HTTP/3 (RFC 9220) and over TCP on one port")]
+struct Args {
+    /// Address to listen on, UDP (HTTP/3) and TCP (HTTP/1.1, HTTP/2).
+    #[arg(long, default_value = "127.0.0.1:9443")]
+    addr: SocketAddr,
+    /// The certificate chain (PEM): QUIC needs TLS.
+    #[arg(long, value_name = "PEM")]
+    tls_cert: PathBuf,
+    /// The private key for --tls-cert (PEM).
+    #[arg(long, value_name = "PEM")]
+    tls_key: PathBuf,
+    /// Offer permessage-deflate (RFC 7692) with the library's defaults.
+    #[arg(long)]
+    deflate: bool,
+    /// With --deflate: send messages shorter than this uncompressed
+    /// (default: the library's, 64 bytes).
+    #[arg(long, requires = "deflate", value_name = "BYTES")]
+    deflate_min_size: Option<usize>,
+}
+
+/// The demo page: a socket back to this server's `/ws`.
+const PAGE: &str = include_str!("assets/page.html");
+
+struct Echo;
+
+impl Handler for Echo {
+    type State = ();
+
+    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
+        if let Err(error) = conn.send(message) {
+            tracing::debug!(id = conn.id(), %error, "echo not sent");
+        }
+    }
+}
+
+impl ServerHandler for Echo {
+    fn on_upgrade(&self, request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
+        match request.path() {
+            "/ws" => Ok(()),
+            path => Err(Reject::new(
+                404,
+                format!("no WebSocket endpoint at {path}: the echo is at /ws"),
+            )),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    echo: rapidws::stream::Server<Echo>,
+    /// `Alt-Svc`'s value: HTTP/3 on the same port.
+    alt_svc: Arc<str>,
+}
+
+async fn page(State(app): State<App>) -> Response {
+    ([("alt-svc", &*app.alt_svc)], Html(PAGE)).into_response()
+}
+
+async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
+    let mut response = upgrade.serve(&app.echo);
+    if let Ok(value) = app.alt_svc.parse() {
+        response.headers_mut().insert("alt-svc", value);
+    }
+    response
+}
+
+fn main() -> ExitCode {
+    support::log_to_stderr();
+    let args = Args::parse();
+    support::block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = Config::default();
+    let config = match (args.deflate, args.deflate_min_size) {
+        (false, _) => config,
+        (true, None) => config.permessage_deflate(DeflateConfig::default()),
+        (true, Some(bytes)) => {
+            config.permessage_deflate(DeflateConfig::default().compress_min_size(bytes))
+        }
+    };
+    let tls = support::tls_server_config(&args.tls_cert, &args.tls_key)?;
+    let echo = rapidws::stream::Server::new(Echo, config);
+
+    let mut quic_tls = (*tls).clone();
+    quic_tls.alpn_protocols = vec![b"h3".to_vec()];
+    let quic = rapidws::h3::QuicConfig::default();
+    let endpoint = rapidws::h3::endpoint(args.addr, quic_tls, &quic)
+        .map_err(|error| format!("cannot listen on UDP {}: {error}", args.addr))?;
+
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|error| format!("cannot listen on TCP {}: {error}", args.addr))?;
+    let mut tcp_tls = (*tls).clone();
+    tcp_tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tcp_tls));
+    let app = App {
+        echo: echo.clone(),
+        alt_svc: format!("h3=\":{}\"; ma=86400", args.addr.port()).into(),
+    };
+    let router = Router::new()
+        .route("/", get(page))
+        // CONNECT too: WebSockets over HTTP/2 (RFC 8441).
+        .route("/ws", get(ws).connect(ws))
+        .with_state(app);
+    tracing::info!(
+        "h3_echo on https://{0}/ (TCP: HTTP/1.1, HTTP/2) and UDP {0} (HTTP/3): /ws",
+        args.addr
+    );
+    let quic_loop = tokio::spawn({
+        let echo = echo.clone();
+        async move { rapidws::h3::serve(endpoint, &echo).await }
+    });
+    let stop = support::http::serve(listener, Some(acceptor), router).await;
+    tracing::info!(?stop, "shutting down");
+    echo.shutdown().await;
+    let _ = quic_loop.await;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! WebSockets over HTTP/3 (RFC 9220), on quinn (feature `http3`).
+//!
+//! A QUIC endpoint whose request streams open WebSockets with an extended
+//! CONNECT (`:protocol` websocket), served by the [`stream`](crate::stream)
+//! driver with the same [`Handler`](crate::Handler), upgrade hook, limits,
+//! permessage-deflate and shutdown as every other driver; a bad request
+//! gets the same answers as over HTTP/2 (400, 426, the hook's own). The
+//! HTTP/3 framing and QPACK are rapidws-core's `h3`, sans-I/O and fuzzed;
+//! QUIC is quinn's.
+//!
+//! ```no_run
+//! # async fn run(tls: rustls::ServerConfig) -> std::io::Result<()> {
+//! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         let _ = conn.send(message);
+//!     }
+//! }
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let server = rapidws::stream::Server::new(Echo, Config::default());
+//! let addr = "127.0.0.1:9443".parse().unwrap();
+//! let endpoint = rapidws::h3::endpoint(addr, tls, &rapidws::h3::QuicConfig::default())?;
+//! rapidws::h3::serve(endpoint, &server).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The TLS configuration is the caller's, as for wss (its crypto provider
+//! too); this module sets its ALPN to `h3` if it names none. quinn's own
+//! keys (stateless resets, retry tokens) use ring.
+//!
+//! | file | what |
+//! |---|---|
+//! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
+//! | `connection` | a QUIC connection: the control streams, QPACK's streams drained, a task per request |
+//! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
+//! | `data` | a request stream's DATA frames as a byte stream ([`DataStream`]) |
+
+mod client;
+mod connection;
+mod data;
+mod request;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rapidws_core::h3::Settings;
+
+use crate::connection::handler::ServerHandler;
+
+pub use client::{Client, Response};
+pub use data::DataStream;
+/// The QUIC implementation, re-exported: endpoints and connections are
+/// quinn's, of the version this crate is built with.
+pub use quinn;
+
+/// QUIC's settings that matter to a WebSocket server. The defaults keep an
+/// idle connection small and a busy one fast on a LAN or the internet.
+#[derive(Clone, Debug)]
+pub struct QuicConfig {
+    /// A connection silent this long is closed (QUIC's idle timeout; the
+    /// WebSocket's own keepalive pings, `Config::keepalive`, keep a live
+    /// one from reaching it). Default 30 s.
+    pub idle_timeout: Duration,
+    /// Bytes a peer may send on one stream ahead of what was read (each
+    /// WebSocket is a stream). Default 256 KiB.
+    pub stream_window: u32,
+    /// Bytes a peer may send on the whole connection ahead of what was
+    /// read. Default 1 MiB.
+    pub connection_window: u32,
+    /// Requests (WebSockets) open at once on one connection. Default 100.
+    pub max_streams: u32,
+    /// Whether a client may move to another address and keep its
+    /// connection (a phone from Wi-Fi to mobile data). Default on.
+    pub migration: bool,
+}
+
+impl Default for QuicConfig {
+    fn default() -> QuicConfig {
+        QuicConfig {
+            idle_timeout: Duration::from_secs(30),
+            stream_window: 256 * 1024,
+            connection_window: 1024 * 1024,
+            max_streams: 100,
+            migration: true,
+        }
+    }
+}
+
+/// A QUIC endpoint on `addr` for [`serve`], with `tls` (its ALPN set to
+/// `h3` if it has none; TLS 1.3 is QUIC's). Call it on a tokio runtime.
+pub fn endpoint(
+    addr: SocketAddr,
+    mut tls: rustls::ServerConfig,
+    quic: &QuicConfig,
+) -> io::Result<quinn::Endpoint> {
+    if tls.alpn_protocols.is_empty() {
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+    }
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(quic.idle_timeout)
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+    transport
+        .max_idle_timeout(Some(idle))
+        .stream_receive_window(quic.stream_window.into())
+        .receive_window(quic.connection_window.into())
+        .max_concurrent_bidi_streams(quic.max_streams.into())
+        // The peer's control stream and QPACK's two, and room for more.
+        .max_concurrent_uni_streams(8u32.into());
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    config.migration(quic.migration);
+    quinn::Endpoint::server(config, addr)
+}
+
+/// The SETTINGS this server sends: extended CONNECT on, no QPACK dynamic
+/// table.
+fn settings<H: ServerHandler>(server: &crate::stream::Server<H>) -> Settings {
+    Settings {
+        enable_connect_protocol: true,
+        max_field_section_size: Some(server.config().max_handshake_size as u64),
+        ..Settings::default()
+    }
+}
+
+/// Serves `endpoint`'s connections with `server` until the server is shut
+/// down ([`Server::shutdown`](crate::stream::Server::shutdown) or its
+/// handle): then no connection is accepted, the WebSockets get their close
+/// (1001), and the endpoint closes once they are done.
+pub async fn serve<H: ServerHandler>(endpoint: quinn::Endpoint, server: &crate::stream::Server<H>) {
+    let settings = settings(server);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let incoming = tokio::select! {
+            incoming = endpoint.accept() => incoming,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = server.shutdown_requested() => None,
+        };
+        let Some(incoming) = incoming else {
+            break;
+        };
+        connections.spawn(connection::serve(server.clone(), incoming, settings));
+    }
+    // Each connection sends its GOAWAY, its WebSockets get their close,
+    // their last bytes are acknowledged, and it closes; then the endpoint.
+    server.shutdown().await;
+    let drained = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(connection::CLOSE_WITHIN, drained).await;
+    endpoint.close(
+        request::varint(rapidws_core::h3::code::NO_ERROR),
+        b"server shutting down",
+    );
+    let _ = tokio::time::timeout(connection::CLOSE_WITHIN, endpoint.wait_idle()).await;
+}
