@@ -4,13 +4,14 @@
 use std::io;
 use std::time::Duration;
 
-use quinn::SendStream;
+use std::sync::Arc;
+
 use rapidws_core::h3::{Settings, put_headers, qpack};
 use tokio::task::JoinHandle;
 
-use super::connection::{accept_unidirectional, open_control};
+use super::connection::{Peer, Role, accept_unidirectional, open_control};
 use super::data::DataStream;
-use super::request::{HeadError, read_head};
+use super::wire::{HeadError, read_headers};
 
 /// How long [`Client::new`] waits for the server's SETTINGS.
 const SETTINGS_WITHIN: Duration = Duration::from_secs(10);
@@ -18,19 +19,22 @@ const SETTINGS_WITHIN: Duration = Duration::from_secs(10);
 /// The largest response head read.
 const MAX_RESPONSE_HEAD: usize = 16 * 1024;
 
+/// How long [`Client::open_websocket`] waits for the response.
+const RESPONSE_WITHIN: Duration = Duration::from_secs(10);
+
 /// An HTTP/3 connection's client side, for WebSockets: opened on a QUIC
 /// connection whose ALPN is `h3` (quinn's, dialled by the caller), it
 /// sends its SETTINGS, learns the server's, and opens each WebSocket on a
 /// request stream of its own ([`Client::open_websocket`]).
 ///
-/// Dropping it leaves the QUIC connection to its owner: close that (with
-/// `H3_NO_ERROR`, 0x100) when done.
+/// HTTP/3's own streams (ours and the server's control streams) live as
+/// long as the QUIC connection, not as this handle: WebSockets opened
+/// through it go on after it is dropped. Close the connection (with
+/// `H3_NO_ERROR`, 0x100) when done with it.
 pub struct Client {
     conn: quinn::Connection,
     server: Settings,
-    /// Our control stream: open as long as the connection.
-    _control: SendStream,
-    peer_streams: JoinHandle<()>,
+    peer: Arc<Peer>,
 }
 
 impl std::fmt::Debug for Client {
@@ -39,12 +43,6 @@ impl std::fmt::Debug for Client {
             .field("remote", &self.conn.remote_address())
             .field("server", &self.server)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.peer_streams.abort();
     }
 }
 
@@ -83,11 +81,22 @@ impl Client {
             .await
             .map_err(io::Error::from)?;
         let (sink, settings) = tokio::sync::oneshot::channel();
-        let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), Some(sink)));
+        let peer = Arc::new(Peer::new(Role::Client, Some(sink)));
+        let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), peer.clone()));
+        // Our control stream stays open until the connection closes.
+        let closed = conn.clone();
+        let keeper: JoinHandle<()> = tokio::spawn(async move {
+            closed.closed().await;
+            drop(control);
+        });
+        let stop = || {
+            peer_streams.abort();
+            keeper.abort();
+        };
         let server = match tokio::time::timeout(SETTINGS_WITHIN, settings).await {
             Ok(Ok(server)) => server,
             Ok(Err(_)) => {
-                peer_streams.abort();
+                stop();
                 let why = conn.close_reason().map_or_else(
                     || "the server's control stream ended before its SETTINGS".to_owned(),
                     |reason| {
@@ -97,7 +106,7 @@ impl Client {
                 return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
             }
             Err(_) => {
-                peer_streams.abort();
+                stop();
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "no SETTINGS from the server within 10 s",
@@ -105,19 +114,14 @@ impl Client {
             }
         };
         if !server.enable_connect_protocol {
-            peer_streams.abort();
+            stop();
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "the server does not take WebSockets over HTTP/3 (its SETTINGS do not enable \
                  extended CONNECT, RFC 9220)",
             ));
         }
-        Ok(Client {
-            conn,
-            server,
-            _control: control,
-            peer_streams,
-        })
+        Ok(Client { conn, server, peer })
     }
 
     /// The server's SETTINGS.
@@ -135,13 +139,22 @@ impl Client {
     /// `sec-websocket-extensions`, `origin`...; `sec-websocket-version: 13`
     /// is added). The response comes with the stream: on a `200` it
     /// carries the WebSocket's bytes (the frames are the caller's: this is
-    /// the transport), on another status the response's body.
+    /// the transport), on another status the response's body. Interim
+    /// (1xx) responses are skipped; the final one must come within 10 s.
+    /// After the server's GOAWAY this refuses (`ConnectionRefused`): open a
+    /// new connection.
     pub async fn open_websocket(
         &self,
         authority: &str,
         path: &str,
         fields: &[(&str, &[u8])],
     ) -> io::Result<(Response, DataStream)> {
+        if self.peer.is_going_away() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                "the server sent GOAWAY: no new requests on this connection",
+            ));
+        }
         let (mut send, mut recv) = self.conn.open_bi().await?;
         let head: [(&[u8], &[u8]); 6] = [
             (b":method", b"CONNECT"),
@@ -155,23 +168,44 @@ impl Client {
         let mut request = Vec::new();
         put_headers(head.into_iter().chain(rest), &mut request);
         send.write_all(&request).await?;
-        let payload =
-            read_head(&mut recv, MAX_RESPONSE_HEAD)
-                .await
-                .map_err(|error| match error {
-                    HeadError::Gone => io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the stream ended before the response",
-                    ),
-                    HeadError::Unexpected(why) => io::Error::new(io::ErrorKind::InvalidData, why),
-                    HeadError::TooLarge => {
-                        io::Error::new(io::ErrorKind::InvalidData, "a response head over 16 KiB")
-                    }
-                })?;
+        let response = tokio::time::timeout(RESPONSE_WITHIN, final_response(&mut recv))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response within 10 s"))??;
+        Ok((
+            response,
+            DataStream::new(self.conn.clone(), send, recv, None),
+        ))
+    }
+}
+
+/// Reads response heads until a final one (interim, 1xx, ones skipped).
+async fn final_response(recv: &mut quinn::RecvStream) -> io::Result<Response> {
+    loop {
+        let payload = read_headers(recv, MAX_RESPONSE_HEAD)
+            .await
+            .map_err(|error| match error {
+                HeadError::Gone => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the stream ended before the response",
+                ),
+                HeadError::Unexpected(why) => io::Error::new(io::ErrorKind::InvalidData, why),
+                HeadError::TooLarge => {
+                    io::Error::new(io::ErrorKind::InvalidData, "a response head over 16 KiB")
+                }
+            })?;
         let section = qpack::decode(&payload, MAX_RESPONSE_HEAD)
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
         let response = response(&section)?;
-        Ok((response, DataStream::new(send, recv, None)))
+        match response.status {
+            101 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a 101 (HTTP/3 has no Upgrade)",
+                ));
+            }
+            100..=199 => continue,
+            _ => return Ok(response),
+        }
     }
 }
 

@@ -1,14 +1,18 @@
-//! One QUIC connection on the server: HTTP/3's control streams both ways,
-//! the peer's QPACK streams drained, and a task for each request stream.
+//! One QUIC connection: HTTP/3's control streams both ways, the peer's
+//! QPACK streams drained, and on the server a task for each request
+//! stream.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quinn::{Connection, Incoming, RecvStream};
-use rapidws_core::h3::frame::{self, FrameHead, kind};
-use rapidws_core::h3::{H3Error, Settings, code, varint};
+use quinn::{Connection, Incoming, ReadError, RecvStream};
+use rapidws_core::h3::frame::{self, kind};
+use rapidws_core::h3::{Settings, code, varint};
 use tokio::sync::oneshot;
 
-use super::request::{self, varint as code_of};
+use super::request;
+use super::wire::{close, code_of, fail, read_frame_head, read_varint, skip};
 use crate::connection::handler::ServerHandler;
 
 /// Unidirectional stream types (RFC 9114 section 6.2, RFC 9204 section 4.2).
@@ -17,8 +21,16 @@ const PUSH: u64 = 0x01;
 const QPACK_ENCODER: u64 = 0x02;
 const QPACK_DECODER: u64 = 0x03;
 
-/// The largest control frame read (SETTINGS and GOAWAY are a few bytes).
+/// The largest control frame read whole (SETTINGS and GOAWAY are a few
+/// bytes); unknown frames of any length are skipped.
 const MAX_CONTROL_FRAME: u64 = 16 * 1024;
+
+/// How long a peer's unidirectional stream may take to say its type.
+const TYPE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long the endpoint waits, once the server's connections are closed,
+/// for the QUIC connections to finish closing.
+pub(crate) const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Serves one connection until it closes.
 pub(crate) async fn serve<H: ServerHandler>(
@@ -36,7 +48,8 @@ pub(crate) async fn serve<H: ServerHandler>(
     let Ok(mut control) = open_control(&conn, settings).await else {
         return;
     };
-    let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), None));
+    let peer = Arc::new(Peer::new(Role::Server, None));
+    let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), peer));
     let mut requests = tokio::task::JoinSet::new();
     // The first request stream not taken: what a GOAWAY names.
     let mut next_id = 0u64;
@@ -54,13 +67,25 @@ pub(crate) async fn serve<H: ServerHandler>(
         }
     };
     if stopping {
-        // RFC 9114, 5.2: no request past those taken will be; they end (the
-        // server closes their WebSockets), then the connection.
+        // RFC 9114, 5.2: the requests taken end (the server closes their
+        // WebSockets); any opened after the GOAWAY are rejected; then the
+        // connection closes.
         let mut goaway = Vec::with_capacity(16);
         frame::put_head(&mut goaway, kind::GOAWAY, varint::len(next_id) as u64);
         varint::encode(next_id, &mut goaway);
         let _ = control.write_all(&goaway).await;
-        while requests.join_next().await.is_some() {}
+        while !requests.is_empty() {
+            tokio::select! {
+                accepted = conn.accept_bi() => match accepted {
+                    Ok((mut send, mut recv)) => {
+                        let _ = send.reset(code_of(code::REQUEST_REJECTED));
+                        let _ = recv.stop(code_of(code::REQUEST_REJECTED));
+                    }
+                    Err(_) => break,
+                },
+                _ = requests.join_next() => {}
+            }
+        }
         conn.close(code_of(code::NO_ERROR), b"");
     }
     peer_streams.abort();
@@ -81,146 +106,183 @@ pub(crate) async fn open_control(
     Ok(control)
 }
 
-/// Takes the peer's unidirectional streams: one control stream (its
-/// SETTINGS go to `settings`, if given), QPACK's two (drained: with no
-/// dynamic table they carry nothing we keep), and none of another type
-/// (refused, as the RFC allows).
-pub(crate) async fn accept_unidirectional(
-    conn: Connection,
-    mut settings: Option<oneshot::Sender<Settings>>,
-) {
-    let mut control_seen = false;
-    while let Ok(mut recv) = conn.accept_uni().await {
-        let Ok(kind) = read_varint(&mut recv).await else {
-            continue;
-        };
-        match kind {
-            CONTROL if control_seen => {
-                return close(
-                    &conn,
-                    code::STREAM_CREATION_ERROR,
-                    "a second control stream",
-                );
-            }
-            CONTROL => {
-                control_seen = true;
-                tokio::spawn(read_control(conn.clone(), recv, settings.take()));
-            }
-            // A client may not push; a server may not unless asked (we
-            // never send MAX_PUSH_ID).
-            PUSH => return close(&conn, code::STREAM_CREATION_ERROR, "a push stream"),
-            QPACK_ENCODER | QPACK_DECODER => {
-                tokio::spawn(drain(recv));
-            }
-            _ => {
-                let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
-            }
+/// Which side of the connection we are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Server,
+    Client,
+}
+
+/// What the peer's unidirectional streams have told us, shared by their
+/// tasks.
+pub(crate) struct Peer {
+    role: Role,
+    control: AtomicBool,
+    encoder: AtomicBool,
+    decoder: AtomicBool,
+    /// Where the peer's SETTINGS go, once.
+    settings: Mutex<Option<oneshot::Sender<Settings>>>,
+    /// The peer sent GOAWAY: a client opens no more requests.
+    going_away: AtomicBool,
+}
+
+impl Peer {
+    pub(crate) fn new(role: Role, settings: Option<oneshot::Sender<Settings>>) -> Peer {
+        Peer {
+            role,
+            control: AtomicBool::new(false),
+            encoder: AtomicBool::new(false),
+            decoder: AtomicBool::new(false),
+            settings: Mutex::new(settings),
+            going_away: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the peer sent GOAWAY.
+    pub(crate) fn is_going_away(&self) -> bool {
+        self.going_away.load(Ordering::Acquire)
+    }
+}
+
+/// Takes the peer's unidirectional streams, each in a task of its own (one
+/// that never says its type holds up no other): one control stream, QPACK's
+/// two (drained: with no dynamic table they carry nothing we keep; their
+/// end closes the connection), none of another type (refused, as the RFC
+/// allows).
+pub(crate) async fn accept_unidirectional(conn: Connection, peer: Arc<Peer>) {
+    let mut streams = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = conn.accept_uni() => match accepted {
+                Ok(recv) => {
+                    streams.spawn(unidirectional(conn.clone(), peer.clone(), recv));
+                }
+                Err(_) => return,
+            },
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
         }
     }
 }
 
-/// Reads the peer's control stream: SETTINGS first, then frames that
-/// concern a server (GOAWAY, MAX_PUSH_ID, CANCEL_PUSH) or none (unknown
-/// ones, skipped); its end closes the connection.
-async fn read_control(
-    conn: Connection,
-    mut recv: RecvStream,
-    mut sink: Option<oneshot::Sender<Settings>>,
-) {
+async fn unidirectional(conn: Connection, peer: Arc<Peer>, mut recv: RecvStream) {
+    let kind = match tokio::time::timeout(TYPE_WITHIN, read_varint(&mut recv)).await {
+        Ok(Ok(kind)) => kind,
+        _ => {
+            let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
+            return;
+        }
+    };
+    let once = |seen: &AtomicBool| !seen.swap(true, Ordering::AcqRel);
+    match kind {
+        CONTROL if once(&peer.control) => read_control(&conn, &peer, recv).await,
+        CONTROL => close(
+            &conn,
+            code::STREAM_CREATION_ERROR,
+            "a second control stream",
+        ),
+        // A client may not push; a server may not unless asked, and we
+        // never send MAX_PUSH_ID (RFC 9114, 4.6).
+        PUSH if peer.role == Role::Client => close(&conn, code::ID_ERROR, "a push not asked for"),
+        PUSH => close(&conn, code::STREAM_CREATION_ERROR, "a client may not push"),
+        QPACK_ENCODER | QPACK_DECODER => {
+            let seen = if kind == QPACK_ENCODER {
+                &peer.encoder
+            } else {
+                &peer.decoder
+            };
+            if !once(seen) {
+                return close(&conn, code::STREAM_CREATION_ERROR, "a second QPACK stream");
+            }
+            drain(&conn, recv).await;
+        }
+        _ => {
+            let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
+        }
+    }
+}
+
+/// Reads the peer's control stream: SETTINGS first, then GOAWAY and the
+/// push frames, unknown frames skipped; its end closes the connection.
+async fn read_control(conn: &Connection, peer: &Peer, mut recv: RecvStream) {
+    let ended = "the control stream ended";
     let mut first = true;
     loop {
-        let Ok(head) = read_head(&mut recv).await else {
-            return close(
-                &conn,
-                code::CLOSED_CRITICAL_STREAM,
-                "the control stream ended",
-            );
+        let Ok(head) = read_frame_head(&mut recv).await else {
+            return close(conn, code::CLOSED_CRITICAL_STREAM, ended);
         };
-        if head.length > MAX_CONTROL_FRAME {
-            return close(&conn, code::EXCESSIVE_LOAD, "a control frame over 16 KiB");
-        }
-        let mut payload = vec![0; head.length as usize];
-        if recv.read_exact(&mut payload).await.is_err() {
-            return close(
-                &conn,
-                code::CLOSED_CRITICAL_STREAM,
-                "the control stream ended",
-            );
-        }
         if first && head.kind != kind::SETTINGS {
             return close(
-                &conn,
+                conn,
                 code::MISSING_SETTINGS,
                 "the control stream must start with SETTINGS",
             );
         }
         if head.is_http2_only() {
-            return close(
-                &conn,
-                code::FRAME_UNEXPECTED,
-                "a frame type HTTP/3 reserves",
-            );
+            return close(conn, code::FRAME_UNEXPECTED, "a frame type HTTP/3 reserves");
         }
-        match head.kind {
-            kind::SETTINGS if first => match Settings::decode(&payload) {
-                Ok(settings) => {
-                    if let Some(sink) = sink.take() {
-                        let _ = sink.send(settings);
-                    }
-                }
-                Err(error) => return fail(&conn, error),
-            },
-            kind::SETTINGS | kind::DATA | kind::HEADERS | kind::PUSH_PROMISE => {
+        let known = matches!(
+            head.kind,
+            kind::SETTINGS | kind::GOAWAY | kind::MAX_PUSH_ID | kind::CANCEL_PUSH
+        );
+        if !known {
+            if matches!(head.kind, kind::DATA | kind::HEADERS | kind::PUSH_PROMISE) {
                 return close(
-                    &conn,
+                    conn,
                     code::FRAME_UNEXPECTED,
                     "a frame not allowed on the control stream",
                 );
             }
-            // A client's GOAWAY concerns pushes, which we never make; a
-            // server's tells a client to open no more requests, which the
-            // application learns when opening one fails.
+            // Unknown: skipped, whatever its length.
+            if skip(&mut recv, head.length).await.is_err() {
+                return close(conn, code::CLOSED_CRITICAL_STREAM, ended);
+            }
+            continue;
+        }
+        if head.length > MAX_CONTROL_FRAME {
+            return close(conn, code::EXCESSIVE_LOAD, "a control frame over 16 KiB");
+        }
+        let mut payload = vec![0; head.length as usize];
+        if recv.read_exact(&mut payload).await.is_err() {
+            return close(conn, code::CLOSED_CRITICAL_STREAM, ended);
+        }
+        match head.kind {
+            kind::SETTINGS if first => match Settings::decode(&payload) {
+                Ok(settings) => {
+                    let sink = peer.settings.lock().ok().and_then(|mut sink| sink.take());
+                    if let Some(sink) = sink {
+                        let _ = sink.send(settings);
+                    }
+                }
+                Err(error) => return fail(conn, error),
+            },
+            kind::SETTINGS => {
+                return close(conn, code::FRAME_UNEXPECTED, "a second SETTINGS frame");
+            }
+            // From a server, MAX_PUSH_ID is a client's frame.
+            kind::MAX_PUSH_ID if peer.role == Role::Client => {
+                return close(conn, code::FRAME_UNEXPECTED, "MAX_PUSH_ID from a server");
+            }
+            // A server's GOAWAY: no more requests on this connection
+            // (`Client::open_websocket` refuses them). A client's concerns
+            // pushes, which we never make.
+            kind::GOAWAY => peer.going_away.store(true, Ordering::Release),
             _ => {}
         }
         first = false;
     }
 }
 
-async fn drain(mut recv: RecvStream) {
+/// Reads a QPACK stream to its end; its end (a FIN or a reset, not the
+/// connection's) closes the connection, as RFC 9204 (4.2) asks.
+async fn drain(conn: &Connection, mut recv: RecvStream) {
     let mut scratch = [0u8; 256];
-    while let Ok(Some(_)) = recv.read(&mut scratch).await {}
+    loop {
+        match recv.read(&mut scratch).await {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(ReadError::Reset(_)) => {
+                return close(conn, code::CLOSED_CRITICAL_STREAM, "a QPACK stream ended");
+            }
+            Err(_) => return,
+        }
+    }
 }
-
-async fn read_varint(recv: &mut RecvStream) -> Result<u64, ()> {
-    let mut bytes = [0u8; 8];
-    recv.read_exact(&mut bytes[..1]).await.map_err(|_| ())?;
-    let len = 1usize << (bytes[0] >> 6);
-    recv.read_exact(&mut bytes[1..len]).await.map_err(|_| ())?;
-    varint::decode(&bytes[..len])
-        .map(|(value, _)| value)
-        .ok_or(())
-}
-
-async fn read_head(recv: &mut RecvStream) -> Result<FrameHead, ()> {
-    let kind = read_varint(recv).await?;
-    let length = read_varint(recv).await?;
-    Ok(FrameHead {
-        kind,
-        length,
-        len: 0,
-    })
-}
-
-fn fail(conn: &Connection, error: H3Error) {
-    tracing::debug!(%error, "HTTP/3 connection closed");
-    conn.close(code_of(error.code()), error.to_string().as_bytes());
-}
-
-fn close(conn: &Connection, code: u64, why: &'static str) {
-    tracing::debug!(why, "HTTP/3 connection closed");
-    conn.close(code_of(code), why.as_bytes());
-}
-
-/// How long the endpoint waits, once the server's connections are closed,
-/// for the QUIC connections to finish closing.
-pub(crate) const CLOSE_WITHIN: Duration = Duration::from_secs(5);

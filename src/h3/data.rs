@@ -8,23 +8,28 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use quinn::{RecvStream, SendStream};
+use quinn::{Connection, RecvStream, SendStream};
 use rapidws_core::h3::code;
 use rapidws_core::h3::frame::{self, FrameHead, kind};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
+use super::wire::{MAX_SKIPPED, close, code_of, head_bytes_needed};
+
 /// The largest DATA frame written: a write of more goes out as several.
 const MAX_DATA_FRAME: usize = 64 * 1024;
 
-/// The most bytes of frames other than DATA skipped in a row before the
-/// stream is refused: unknown frames may be sent, not without end.
-const MAX_SKIPPED: u64 = 64 * 1024;
-
 /// A request stream's DATA as a byte stream (tokio `AsyncRead` and
-/// `AsyncWrite`). Shutting it down finishes the stream (the WebSocket's
-/// orderly end, RFC 9220 section 3); dropping it without that resets it.
+/// `AsyncWrite`).
+///
+/// Shutting it down finishes the stream (the WebSocket's orderly end, RFC
+/// 9220 section 3), and so does dropping it; a DATA frame cut short (a
+/// write left unfinished) resets it instead, with `H3_REQUEST_CANCELLED`,
+/// and shutting down then fails. A frame the peer may not send on a
+/// request stream closes the connection (`H3_FRAME_UNEXPECTED`, RFC 9114
+/// section 4.1) and fails the read.
 pub struct DataStream {
+    conn: Connection,
     /// `Some` until dropped, when it goes back to the request's task (to
     /// wait for the peer to have it all before the connection may close).
     send: Option<SendStream>,
@@ -37,7 +42,7 @@ pub struct DataStream {
     head: [u8; 16],
     head_len: usize,
     skipped: u64,
-    /// The peer's trailers came: nothing more may be read.
+    /// The peer's trailers came: only the stream's end may follow.
     ended: bool,
     /// Writing: the frame head not yet written, and the payload bytes the
     /// current frame still owes.
@@ -56,14 +61,16 @@ impl std::fmt::Debug for DataStream {
 }
 
 impl DataStream {
-    /// The stream, its head read and answered; its send side goes to
-    /// `returned`, if given, when this is dropped.
+    /// The stream of `conn`, its head read and answered; its send side
+    /// goes to `returned`, if given, when this is dropped.
     pub(crate) fn new(
+        conn: Connection,
         send: SendStream,
         recv: RecvStream,
         returned: Option<oneshot::Sender<SendStream>>,
     ) -> DataStream {
         DataStream {
+            conn,
             send: Some(send),
             returned,
             recv,
@@ -82,6 +89,17 @@ impl DataStream {
 
     fn send(&mut self) -> Pin<&mut SendStream> {
         Pin::new(self.send.as_mut().expect("present until dropped"))
+    }
+
+    /// Whether a DATA frame was begun and not finished.
+    fn cut_short(&self) -> bool {
+        self.owed > 0 || self.out_head_len > 0
+    }
+
+    /// A frame the peer may not send here: the connection's error.
+    fn unexpected(&self, why: &'static str) -> io::Error {
+        close(&self.conn, code::FRAME_UNEXPECTED, why);
+        io::Error::new(io::ErrorKind::InvalidData, why)
     }
 
     /// Reads a frame head, a byte at a time at most as far as it goes
@@ -110,30 +128,27 @@ impl DataStream {
 
     fn take_head(&mut self, head: FrameHead) -> io::Result<()> {
         if head.is_http2_only() {
-            return Err(broken("a frame type HTTP/3 reserves"));
+            return Err(self.unexpected("a frame type HTTP/3 reserves"));
         }
         match head.kind {
             kind::DATA => {
                 self.in_data = true;
                 self.skipped = 0;
             }
-            kind::HEADERS => {
-                // Trailers: the request's last word. Nothing may follow.
-                self.ended = true;
-                self.in_data = false;
-            }
             kind::CANCEL_PUSH
             | kind::SETTINGS
             | kind::PUSH_PROMISE
             | kind::GOAWAY
             | kind::MAX_PUSH_ID => {
-                return Err(broken("a control frame on a request stream"));
+                return Err(self.unexpected("a control frame on a request stream"));
             }
+            // Trailers (the peer's last word) or an unknown frame: skipped.
             _ => {
+                self.ended |= head.kind == kind::HEADERS;
                 self.in_data = false;
-                self.skipped += head.length;
+                self.skipped = self.skipped.saturating_add(head.length);
                 if self.skipped > MAX_SKIPPED {
-                    return Err(broken("too many bytes of unknown frames"));
+                    return Err(broken("too many bytes of trailers or unknown frames"));
                 }
             }
         }
@@ -141,11 +156,11 @@ impl DataStream {
         Ok(())
     }
 
-    /// Discards up to `left` bytes of a frame that is not DATA.
+    /// Discards the rest of a frame that is not DATA.
     fn poll_skip(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut scratch = [0u8; 512];
         while self.left > 0 {
-            let n = scratch.len().min(self.left as usize);
+            let n = usize::try_from(self.left).map_or(scratch.len(), |n| n.min(scratch.len()));
             let mut buf = ReadBuf::new(&mut scratch[..n]);
             ready!(self.recv.poll_read_buf(cx, &mut buf)).map_err(io::Error::from)?;
             if buf.filled().is_empty() {
@@ -155,22 +170,40 @@ impl DataStream {
         }
         Poll::Ready(Ok(()))
     }
-}
 
-/// Bytes to read next so that a frame head in progress gets no further
-/// than its own end: one byte to learn each varint's length, then the
-/// rest of it.
-pub(crate) fn head_bytes_needed(head: &[u8]) -> usize {
-    let Some(&first) = head.first() else {
-        return 1;
-    };
-    let type_len = 1usize << (first >> 6);
-    if head.len() < type_len {
-        return type_len - head.len();
+    /// After the trailers: the stream's end, or the peer's error.
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut probe = [0u8; 1];
+        let mut end = ReadBuf::new(&mut probe);
+        ready!(self.recv.poll_read_buf(cx, &mut end)).map_err(io::Error::from)?;
+        if !end.filled().is_empty() {
+            return Poll::Ready(Err(self.unexpected("a frame after the trailers")));
+        }
+        Poll::Ready(Ok(()))
     }
-    match head.get(type_len) {
-        None => 1,
-        Some(&second) => (type_len + (1usize << (second >> 6))) - head.len(),
+
+    /// Starts a DATA frame for `len` bytes (at most a frame's worth) unless
+    /// one is under way, and writes its head; `Ready(Ok(n))`: up to `n`
+    /// payload bytes may go now.
+    fn poll_frame(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
+        if self.owed == 0 && self.out_head_len == 0 {
+            // The bytes written next, whichever they are, fill it: a byte
+            // stream's writes continue one another.
+            let n = len.min(MAX_DATA_FRAME);
+            let mut head = &mut self.out_head[..];
+            frame::put_head(&mut head, kind::DATA, n as u64);
+            self.out_head_len = 16 - head.len();
+            self.out_head_sent = 0;
+            self.owed = n;
+        }
+        while self.out_head_sent < self.out_head_len {
+            let head = &self.out_head[self.out_head_sent..self.out_head_len];
+            let send = Pin::new(self.send.as_mut().expect("present until dropped"));
+            let n = ready!(send.poll_write(cx, head))?;
+            self.out_head_sent += n;
+        }
+        self.out_head_len = 0;
+        Poll::Ready(Ok(self.owed))
     }
 }
 
@@ -190,6 +223,9 @@ impl AsyncRead for DataStream {
         }
         loop {
             if this.left == 0 {
+                if this.ended {
+                    return this.poll_end(cx);
+                }
                 if !ready!(this.poll_head(cx))? {
                     return Poll::Ready(Ok(()));
                 }
@@ -197,16 +233,6 @@ impl AsyncRead for DataStream {
             }
             if !this.in_data {
                 ready!(this.poll_skip(cx))?;
-                if this.ended {
-                    // After trailers, only the stream's end may come.
-                    let mut probe = [0u8; 1];
-                    let mut end = ReadBuf::new(&mut probe);
-                    ready!(this.recv.poll_read_buf(cx, &mut end)).map_err(io::Error::from)?;
-                    if !end.filled().is_empty() {
-                        return Poll::Ready(Err(broken("data after the trailers")));
-                    }
-                    return Poll::Ready(Ok(()));
-                }
                 continue;
             }
             let room = buf
@@ -234,28 +260,51 @@ impl AsyncWrite for DataStream {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if this.owed == 0 && this.out_head_len == 0 {
-            // A new frame for what is given (at most a frame's worth): the
-            // bytes written next, whichever they are, fill it.
-            let n = buf.len().min(MAX_DATA_FRAME);
-            let mut head = Vec::with_capacity(16);
-            frame::put_head(&mut head, kind::DATA, n as u64);
-            this.out_head[..head.len()].copy_from_slice(&head);
-            this.out_head_len = head.len();
-            this.out_head_sent = 0;
-            this.owed = n;
-        }
-        while this.out_head_sent < this.out_head_len {
-            let head = &this.out_head[this.out_head_sent..this.out_head_len];
-            let send = Pin::new(this.send.as_mut().expect("present until dropped"));
-            let n = ready!(send.poll_write(cx, head))?;
-            this.out_head_sent += n;
-        }
-        this.out_head_len = 0;
-        let n = buf.len().min(this.owed);
+        let owed = ready!(this.poll_frame(cx, buf.len()))?;
+        let n = buf.len().min(owed);
         let n = ready!(this.send().poll_write(cx, &buf[..n]))?;
         this.owed -= n;
         Poll::Ready(Ok(n))
+    }
+
+    /// The slices in one DATA frame (the stream driver writes a frame's
+    /// header and its payload as two).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        let owed = ready!(this.poll_frame(cx, total))?;
+        let mut written = 0;
+        for buf in bufs {
+            let n = buf.len().min(owed - written);
+            if n == 0 {
+                continue;
+            }
+            match this.send().poll_write(cx, &buf[..n]) {
+                Poll::Ready(Ok(wrote)) => {
+                    this.owed -= wrote;
+                    written += wrote;
+                    if wrote < n || written == owed {
+                        break;
+                    }
+                }
+                Poll::Ready(Err(error)) if written == 0 => return Poll::Ready(Err(error.into())),
+                Poll::Pending if written == 0 => return Poll::Pending,
+                // What went out is told; the error or the wait comes again.
+                Poll::Ready(Err(_)) | Poll::Pending => break,
+            }
+        }
+        Poll::Ready(Ok(written))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -263,20 +312,34 @@ impl AsyncWrite for DataStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().send().poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.cut_short() {
+            // A FIN now would end the stream inside a frame.
+            let _ = this
+                .send()
+                .get_mut()
+                .reset(code_of(code::REQUEST_CANCELLED));
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "shut down inside a DATA frame: the stream is reset",
+            )));
+        }
+        this.send().poll_shutdown(cx)
     }
 }
 
 impl Drop for DataStream {
     fn drop(&mut self) {
+        // Nothing more is read: the peer may stop sending, without error
+        // (RFC 9114, 4.1.1).
+        let _ = self.recv.stop(code_of(code::NO_ERROR));
         let Some(mut send) = self.send.take() else {
             return;
         };
         // A frame cut short: the peer must not take it for a clean end
         // (quinn finishes a dropped stream).
-        if self.owed > 0 || self.out_head_len > 0 {
-            let code = quinn::VarInt::from_u64(code::REQUEST_CANCELLED).unwrap_or_default();
-            let _ = send.reset(code);
+        if self.cut_short() {
+            let _ = send.reset(code_of(code::REQUEST_CANCELLED));
         }
         if let Some(returned) = self.returned.take() {
             let _ = returned.send(send);

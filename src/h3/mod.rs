@@ -43,19 +43,21 @@
 //! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
 //! | `connection` | a QUIC connection: the control streams, QPACK's streams drained, a task per request |
 //! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
+//! | `wire` | reading frames off a quinn stream; the error codes and closes the others share |
 //! | `data` | a request stream's DATA frames as a byte stream ([`DataStream`]) |
 
 mod client;
 mod connection;
 mod data;
 mod request;
+mod wire;
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rapidws_core::h3::Settings;
+use rapidws_core::h3::{Settings, varint};
 
 use crate::connection::handler::ServerHandler;
 
@@ -131,28 +133,38 @@ pub fn endpoint(
 fn settings<H: ServerHandler>(server: &crate::stream::Server<H>) -> Settings {
     Settings {
         enable_connect_protocol: true,
-        max_field_section_size: Some(server.config().max_handshake_size as u64),
+        max_field_section_size: Some((server.config().max_handshake_size as u64).min(varint::MAX)),
         ..Settings::default()
     }
 }
 
 /// Serves `endpoint`'s connections with `server` until the server is shut
 /// down ([`Server::shutdown`](crate::stream::Server::shutdown) or its
-/// handle): then no connection is accepted, the WebSockets get their close
-/// (1001), and the endpoint closes once they are done.
+/// handle): then no connection is accepted, each connection says GOAWAY,
+/// the WebSockets get their close (1001), and the endpoint closes once
+/// they are done. (A request that does not come within
+/// `Config::handshake_timeout` has its stream reset with
+/// `H3_REQUEST_INCOMPLETE`: HTTP/3's way of saying 408.)
 pub async fn serve<H: ServerHandler>(endpoint: quinn::Endpoint, server: &crate::stream::Server<H>) {
     let settings = settings(server);
     let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let incoming = tokio::select! {
-            incoming = endpoint.accept() => incoming,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            () = server.shutdown_requested() => None,
-        };
-        let Some(incoming) = incoming else {
-            break;
-        };
-        connections.spawn(connection::serve(server.clone(), incoming, settings));
+    let stopping = loop {
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    connections.spawn(connection::serve(server.clone(), incoming, settings));
+                }
+                // The endpoint was closed elsewhere: its connections end,
+                // the server (which may serve TCP too) goes on.
+                None => break false,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = server.shutdown_requested() => break true,
+        }
+    };
+    if !stopping {
+        while connections.join_next().await.is_some() {}
+        return;
     }
     // Each connection sends its GOAWAY, its WebSockets get their close,
     // their last bytes are acknowledged, and it closes; then the endpoint.
@@ -160,7 +172,7 @@ pub async fn serve<H: ServerHandler>(endpoint: quinn::Endpoint, server: &crate::
     let drained = async { while connections.join_next().await.is_some() {} };
     let _ = tokio::time::timeout(connection::CLOSE_WITHIN, drained).await;
     endpoint.close(
-        request::varint(rapidws_core::h3::code::NO_ERROR),
+        wire::code_of(rapidws_core::h3::code::NO_ERROR),
         b"server shutting down",
     );
     let _ = tokio::time::timeout(connection::CLOSE_WITHIN, endpoint.wait_idle()).await;

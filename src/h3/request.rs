@@ -2,11 +2,12 @@
 //! with a `200` that opens a WebSocket (RFC 9220) or an error, and the
 //! WebSocket then served by the stream driver.
 
-use quinn::{Connection, RecvStream, SendStream, VarInt};
-use rapidws_core::h3::frame::{FrameHead, kind};
+use quinn::{Connection, RecvStream, SendStream};
+use rapidws_core::h3::frame::kind;
 use rapidws_core::h3::{H3Error, QpackError, RequestHead, code, put_headers, qpack};
 
-use super::data::{DataStream, head_bytes_needed};
+use super::data::DataStream;
+use super::wire::{HeadError, close, code_of, read_headers};
 use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Decision;
 use crate::handshake::{HandshakeError, error_header, first_line, write_response_value};
@@ -14,19 +15,6 @@ use crate::handshake::{HandshakeError, error_header, first_line, write_response_
 /// How long a finished stream waits for the peer to acknowledge its last
 /// bytes.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Frames other than HEADERS skipped before it, at most.
-const MAX_SKIPPED: u64 = 64 * 1024;
-
-/// Why a request's head was not read.
-pub(crate) enum HeadError {
-    /// The stream broke or timed out: nothing to answer.
-    Gone,
-    /// A frame not allowed before the head: the stream is reset.
-    Unexpected(&'static str),
-    /// Larger than the server takes: 431.
-    TooLarge,
-}
 
 /// Serves one request stream of `conn`.
 pub(crate) async fn serve<H: ServerHandler>(
@@ -38,34 +26,31 @@ pub(crate) async fn serve<H: ServerHandler>(
     let peer = conn.remote_address();
     let config = server.config();
     let limit = config.max_handshake_size;
-    let read = tokio::time::timeout(config.handshake_timeout, read_head(&mut recv, limit)).await;
+    let read = tokio::time::timeout(config.handshake_timeout, read_headers(&mut recv, limit)).await;
     let payload = match read {
         Ok(Ok(payload)) => payload,
         Err(_) | Ok(Err(HeadError::Gone)) => {
-            let _ = send.reset(varint(code::REQUEST_INCOMPLETE));
+            let _ = send.reset(code_of(code::REQUEST_INCOMPLETE));
             return;
         }
         Ok(Err(HeadError::Unexpected(why))) => {
-            tracing::debug!(%peer, why, "HTTP/3 request refused");
-            let _ = send.reset(varint(code::FRAME_UNEXPECTED));
-            let _ = recv.stop(varint(code::FRAME_UNEXPECTED));
-            return;
+            return close(&conn, code::FRAME_UNEXPECTED, why);
         }
         Ok(Err(HeadError::TooLarge)) => {
-            return refuse(&server, send, HandshakeError::HeadTooLarge).await;
+            return refuse(&server, send, recv, HandshakeError::HeadTooLarge).await;
         }
     };
     let section = match qpack::decode(&payload, limit) {
         Ok(section) => section,
         Err(QpackError::TooLarge) => {
-            return refuse(&server, send, HandshakeError::HeadTooLarge).await;
+            return refuse(&server, send, recv, HandshakeError::HeadTooLarge).await;
         }
         Err(error @ QpackError::Invalid(_)) => {
             // A connection error (RFC 9204, section 2.2): our settings
             // allow no dynamic table, or the bytes are not QPACK at all.
             let error = H3Error::from(error);
             tracing::debug!(%peer, %error, "HTTP/3 connection closed");
-            conn.close(varint(error.code()), error.to_string().as_bytes());
+            conn.close(code_of(error.code()), error.to_string().as_bytes());
             return;
         }
     };
@@ -73,7 +58,8 @@ pub(crate) async fn serve<H: ServerHandler>(
         Ok(head) => head,
         Err(error) => {
             tracing::debug!(%peer, %error, "HTTP/3 request refused");
-            return answer_error(send, 400, &error.to_string()).await;
+            let timeout = config.handshake_timeout;
+            return answer_error(send, recv, 400, &error.to_string(), timeout).await;
         }
     };
     let mut headers = head.headers();
@@ -92,10 +78,13 @@ pub(crate) async fn serve<H: ServerHandler>(
         .map(|checked| server.decide(&checked, Accept::default(), None));
     let decision = match decision {
         Ok(decision) => decision,
-        Err(error) => return refuse(&server, send, error).await,
+        Err(error) => return refuse(&server, send, recv, error).await,
     };
     match decision {
-        Decision::Refused(reject) => answer_error(send, reject.status(), reject.reason()).await,
+        Decision::Refused(reject) => {
+            let timeout = server.config().handshake_timeout;
+            answer_error(send, recv, reject.status(), reject.reason(), timeout).await;
+        }
         Decision::Accepted {
             state,
             accept,
@@ -116,9 +105,18 @@ pub(crate) async fn serve<H: ServerHandler>(
             let mut response = Vec::new();
             put_headers(fields, &mut response);
             let (returned, back) = tokio::sync::oneshot::channel();
+            // A peer that gives the stream no room holds no connection
+            // slot past the handshake timeout.
+            let within = server.config().handshake_timeout;
             let stream = async move {
-                send.write_all(&response).await?;
-                Ok(DataStream::new(send, recv, Some(returned)))
+                match tokio::time::timeout(within, send.write_all(&response)).await {
+                    Ok(written) => written?,
+                    Err(_) => {
+                        let _ = send.reset(code_of(code::REQUEST_CANCELLED));
+                        return Err(std::io::ErrorKind::TimedOut.into());
+                    }
+                }
+                Ok(DataStream::new(conn, send, recv, Some(returned)))
             };
             server
                 .serve_upgraded_later(stream, peer, state, deflate, settings)
@@ -133,79 +131,31 @@ pub(crate) async fn serve<H: ServerHandler>(
     }
 }
 
-/// Reads frames up to the HEADERS frame and returns its payload (at most
-/// `limit` bytes); unknown frames before it are skipped.
-pub(crate) async fn read_head(recv: &mut RecvStream, limit: usize) -> Result<Vec<u8>, HeadError> {
-    let mut skipped = 0u64;
-    loop {
-        let mut head = [0u8; 16];
-        let mut len = 0;
-        let frame = loop {
-            if let Some(frame) = FrameHead::decode(&head[..len]) {
-                break frame;
-            }
-            let need = head_bytes_needed(&head[..len]);
-            recv.read_exact(&mut head[len..len + need])
-                .await
-                .map_err(|_| HeadError::Gone)?;
-            len += need;
-        };
-        if frame.is_http2_only() {
-            return Err(HeadError::Unexpected("a frame type HTTP/3 reserves"));
-        }
-        match frame.kind {
-            kind::HEADERS => {
-                let length = usize::try_from(frame.length).map_err(|_| HeadError::TooLarge)?;
-                if length > limit {
-                    return Err(HeadError::TooLarge);
-                }
-                let mut payload = vec![0; length];
-                recv.read_exact(&mut payload)
-                    .await
-                    .map_err(|_| HeadError::Gone)?;
-                return Ok(payload);
-            }
-            kind::DATA => return Err(HeadError::Unexpected("DATA before the request's head")),
-            kind::CANCEL_PUSH
-            | kind::SETTINGS
-            | kind::PUSH_PROMISE
-            | kind::GOAWAY
-            | kind::MAX_PUSH_ID => {
-                return Err(HeadError::Unexpected("a control frame on a request stream"));
-            }
-            _ => {
-                skipped += frame.length;
-                if skipped > MAX_SKIPPED {
-                    return Err(HeadError::Unexpected("too many bytes of unknown frames"));
-                }
-                let mut left = frame.length;
-                let mut scratch = [0u8; 512];
-                while left > 0 {
-                    let n = scratch.len().min(left as usize);
-                    recv.read_exact(&mut scratch[..n])
-                        .await
-                        .map_err(|_| HeadError::Gone)?;
-                    left -= n as u64;
-                }
-            }
-        }
-    }
-}
-
 /// Refuses an upgrade as the other drivers do: counted, logged, answered.
 async fn refuse<H: ServerHandler>(
     server: &crate::stream::Server<H>,
     send: SendStream,
+    recv: RecvStream,
     error: HandshakeError,
 ) {
     server.refused(&error);
-    answer_error(send, error.status(), error.reason()).await;
+    let timeout = server.config().handshake_timeout;
+    answer_error(send, recv, error.status(), error.reason(), timeout).await;
 }
 
 /// An error response like the other drivers': the status, a one-line
 /// plain-text reason, and the field RFC 6455 or RFC 9110 asks for; then
-/// the stream's end.
-async fn answer_error(mut send: SendStream, status: u16, reason: &str) {
+/// the stream's end (written within `within`, or the stream is reset).
+/// The rest of the request is not wanted: STOP_SENDING with
+/// `H3_NO_ERROR` (RFC 9114, 4.1.1).
+async fn answer_error(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    status: u16,
+    reason: &str,
+    within: std::time::Duration,
+) {
+    let _ = recv.stop(code_of(code::NO_ERROR));
     let status_text = status.to_string();
     let mut fields: Vec<(&[u8], &[u8])> = vec![
         (b":status", status_text.as_bytes()),
@@ -221,11 +171,13 @@ async fn answer_error(mut send: SendStream, status: u16, reason: &str) {
     rapidws_core::h3::frame::put_head(&mut out, kind::DATA, body.len() as u64);
     out.extend_from_slice(body.as_bytes());
     // quinn sends a finished stream's bytes after its handle is gone.
-    if send.write_all(&out).await.is_ok() {
-        let _ = send.finish();
+    match tokio::time::timeout(within, send.write_all(&out)).await {
+        Ok(Ok(())) => {
+            let _ = send.finish();
+        }
+        Ok(Err(_)) => {}
+        Err(_) => {
+            let _ = send.reset(code_of(code::REQUEST_CANCELLED));
+        }
     }
-}
-
-pub(crate) fn varint(value: u64) -> VarInt {
-    VarInt::from_u64(value).unwrap_or_default()
 }

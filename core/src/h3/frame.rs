@@ -108,6 +108,9 @@ impl Settings {
         // Seen identifiers, for duplicates: the payload is bounded by the
         // caller, and a handful of settings is all any peer sends.
         let mut seen: Vec<u64> = Vec::new();
+        // The older drafts' switch: at least one session, whatever order
+        // the two WebTransport settings came in.
+        let mut webtransport_on = false;
         while !payload.is_empty() {
             let (id, a) =
                 varint::decode(payload).ok_or(H3Error::Frame("a SETTINGS pair is cut"))?;
@@ -133,13 +136,12 @@ impl Settings {
                 setting::ENABLE_CONNECT_PROTOCOL => settings.enable_connect_protocol = flag()?,
                 setting::H3_DATAGRAM => settings.h3_datagram = flag()?,
                 setting::WEBTRANSPORT_MAX_SESSIONS => settings.webtransport_max_sessions = value,
-                setting::ENABLE_WEBTRANSPORT => {
-                    // On: at least one session.
-                    let on = u64::from(flag()?);
-                    settings.webtransport_max_sessions = settings.webtransport_max_sessions.max(on);
-                }
+                setting::ENABLE_WEBTRANSPORT => webtransport_on = flag()?,
                 _ => {}
             }
+        }
+        if webtransport_on {
+            settings.webtransport_max_sessions = settings.webtransport_max_sessions.max(1);
         }
         Ok(settings)
     }

@@ -42,6 +42,8 @@ pub mod code {
     pub const FRAME_ERROR: u64 = 0x106;
     /// The peer asks more than we give.
     pub const EXCESSIVE_LOAD: u64 = 0x107;
+    /// A stream or push id used wrongly (a push not asked for).
+    pub const ID_ERROR: u64 = 0x108;
     /// Bad SETTINGS.
     pub const SETTINGS_ERROR: u64 = 0x109;
     /// The control stream did not start with SETTINGS.

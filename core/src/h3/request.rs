@@ -99,6 +99,17 @@ impl RequestHead {
         if path.is_some_and(|path| values[path].is_empty()) {
             return Err(H3Error::Message("an empty :path"));
         }
+        if let Some(authority) = authority {
+            let authority = values[authority];
+            if authority.is_empty() {
+                return Err(H3Error::Message("an empty :authority"));
+            }
+            // RFC 9114, 4.3.1: both present, the same value.
+            let host = section.iter().find(|(name, _)| *name == b"host");
+            if host.is_some_and(|(_, host)| host != authority) {
+                return Err(H3Error::Message(":authority and Host differ"));
+            }
+        }
         // The pseudo-fields as text, once: they must be UTF-8 (they are
         // compared, logged and handed out as `str`).
         let mut text = String::new();
@@ -349,6 +360,16 @@ mod tests {
         }
         // A plain CONNECT with a path.
         assert!(head(&[(":method", "CONNECT"), (":authority", "a"), (":path", "/")]).is_err());
+        // :authority empty, or not Host's value.
+        let mut fields = CONNECT.to_vec();
+        fields[3].1 = "";
+        assert!(matches!(head(&fields), Err(H3Error::Message(_))));
+        let mut fields = CONNECT.to_vec();
+        fields.push(("host", "elsewhere:1"));
+        assert!(matches!(head(&fields), Err(H3Error::Message(_))));
+        let mut fields = CONNECT.to_vec();
+        fields.push(("host", "localhost:9443"));
+        assert!(head(&fields).is_ok());
         // TE: trailers is allowed.
         assert!(
             head(&[

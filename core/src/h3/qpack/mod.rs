@@ -175,9 +175,9 @@ fn integer(input: &mut &[u8], n: u32) -> Result<(u64, u8), QpackError> {
             .split_first()
             .ok_or(QpackError::Invalid("the section ends inside an integer"))?;
         *input = rest;
-        // 62 bits is all QUIC can carry; more is an attack or a bug.
+        // Past 63 bits: an attack or a bug (QUIC itself carries 62).
         if shift > 56 {
-            return Err(QpackError::Invalid("an integer of more than 62 bits"));
+            return Err(QpackError::Invalid("an integer of more than 63 bits"));
         }
         value += u64::from(byte & 0x7f) << shift;
         shift += 7;
