@@ -4,6 +4,7 @@ pub mod client;
 pub mod deflate;
 pub mod echo;
 pub mod fanout;
+pub mod h3idle;
 pub mod handshake;
 pub mod idle;
 pub mod mux;
@@ -45,6 +46,8 @@ pub enum Mode {
     /// Stream multiplexers over TCP (rapidws, async_smux, yamux): serve, throughput, open, idle.
     #[command(subcommand)]
     Mux(mux::MuxMode),
+    /// Open N WebSockets over HTTP/3 (a QUIC connection each) and hold them.
+    H3Idle(h3idle::H3IdleArgs),
 }
 
 impl Mode {
@@ -60,6 +63,7 @@ impl Mode {
             Mode::Fanout(args) => fanout::run(args).await,
             Mode::Storm(args) => storm::run(args).await,
             Mode::Mux(mode) => mux::run(mode).await,
+            Mode::H3Idle(args) => h3idle::run(args).await,
         }
     }
 }
