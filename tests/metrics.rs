@@ -309,8 +309,13 @@ async fn axum_echo_metrics_count_both_apis() {
         close_with(client, 1000).await;
     }
     let d = "driver=\"stream\"";
+    // Message counts are tallied per thread and added at the end of each
+    // driver step, the close counted at once: wait for both (a count
+    // lost, not late, still fails below after 5 s).
     let got = scrape_until(addr, "/metrics", |s| {
         value(s, &format!("rapidws_closes_total{{code=\"1000\",{d}}}")) == 2.0
+            && value(s, &format!("rapidws_messages_received_total{{{d}}}")) == 10.0
+            && value(s, &format!("rapidws_messages_sent_total{{{d}}}")) == 10.0
     })
     .await;
     assert_eq!(
