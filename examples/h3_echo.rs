@@ -5,10 +5,17 @@
 //!     --tls-cert PEM --tls-key PEM [--deflate [--deflate-min-size BYTES]]
 //! ```
 //! - UDP: HTTP/3 (QUIC). An extended CONNECT with `:protocol` websocket to
-//!   `/ws` (RFC 9220) opens a WebSocket that echoes every message.
+//!   `/ws` (RFC 9220) opens a WebSocket that echoes every message; one
+//!   with `:protocol` webtransport to `/wt` opens a WebTransport session
+//!   that echoes every stream (a bidirectional one on itself, a
+//!   unidirectional one on a new stream of its own, at most 1 MiB) and
+//!   every datagram.
 //! - TCP, TLS: HTTP/1.1 and HTTP/2. `GET /` is the demo page, `/ws` the
 //!   same echo (an upgrade, or an HTTP/2 extended CONNECT); every answer
-//!   offers HTTP/3 with `Alt-Svc`.
+//!   offers HTTP/3 with `Alt-Svc`. `GET /cert-hash` is the SHA-256 of the
+//!   certificate, in hex: what a page gives `new WebTransport(url, {
+//!   serverCertificateHashes })` to trust a self-signed certificate
+//!   valid for at most 14 days (the page's self-test does).
 //!
 //! One [`Handler`] serves both: the same limits, the same answers to a
 //! bad request (400, 426), the same shutdown. Ctrl-C or SIGTERM stops
@@ -26,9 +33,11 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use clap::Parser;
 use rapidws::axum::WebSocketUpgrade;
+use rapidws::h3::{RequestHead, Session, WebTransport};
 use rapidws::{
     Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
 };
+use sha2::Digest;
 
 #[allow(dead_code)]
 mod support;
@@ -81,11 +90,115 @@ impl ServerHandler for Echo {
     }
 }
 
+/// The longest unidirectional stream echoed (it is read whole first).
+const MAX_UNI_ECHO: usize = 1024 * 1024;
+
+/// The application's code a stream is stopped with when it is over
+/// [`MAX_UNI_ECHO`].
+const TOO_LONG: u32 = 1;
+
+/// WebTransport at `/wt`: every stream and datagram echoed.
+struct WtEcho;
+
+impl WebTransport for WtEcho {
+    fn on_request(&self, request: &RequestHead) -> Result<(), Reject> {
+        let path = request.path().unwrap_or_default();
+        match path.split_once('?').map_or(path, |(path, _)| path) {
+            "/wt" => Ok(()),
+            path => Err(Reject::new(
+                404,
+                format!("no WebTransport endpoint at {path}: the echo is at /wt"),
+            )),
+        }
+    }
+
+    async fn serve(&self, session: Session) {
+        let session = Arc::new(session);
+        tracing::debug!(id = session.id(), peer = %session.remote_address(), "WebTransport session");
+        let mut streams = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                Some((send, recv)) = session.accept_bi() => {
+                    streams.spawn(echo_bi(send, recv));
+                }
+                Some(recv) = session.accept_uni() => {
+                    streams.spawn(echo_uni(session.clone(), recv));
+                }
+                Some(datagram) = session.read_datagram() => {
+                    if let Err(error) = session.send_datagram(&datagram) {
+                        tracing::debug!(%error, "datagram not echoed");
+                    }
+                }
+                Some(_) = streams.join_next(), if !streams.is_empty() => {}
+                else => break,
+            }
+        }
+        let closed = session.closed().await;
+        tracing::info!(
+            id = session.id(),
+            code = closed.code,
+            reason = %closed.reason,
+            by_peer = closed.by_peer,
+            "WebTransport session closed"
+        );
+    }
+}
+
+/// Echoes a bidirectional stream on itself, chunk by chunk.
+async fn echo_bi(
+    mut send: rapidws::h3::quinn::SendStream,
+    mut recv: rapidws::h3::quinn::RecvStream,
+) {
+    loop {
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(chunk)) => {
+                if send.write_all(&chunk.bytes).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {
+                let _ = send.finish();
+                return;
+            }
+            // The peer reset it: so does the echo.
+            Err(error) => {
+                tracing::debug!(%error, "stream not echoed");
+                let _ = send.reset(rapidws::h3::error_code(0));
+                return;
+            }
+        }
+    }
+}
+
+/// Echoes a unidirectional stream, read whole, on a new one.
+async fn echo_uni(session: Arc<Session>, mut recv: rapidws::h3::quinn::RecvStream) {
+    let bytes = match recv.read_to_end(MAX_UNI_ECHO).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::debug!(%error, "stream not echoed (over 1 MiB, or reset)");
+            let _ = recv.stop(rapidws::h3::error_code(TOO_LONG));
+            return;
+        }
+    };
+    let Ok(mut send) = session.open_uni().await else {
+        return;
+    };
+    if send.write_all(&bytes).await.is_ok() {
+        let _ = send.finish();
+    }
+}
+
 #[derive(Clone)]
 struct App {
     echo: rapidws::stream::Server<Echo>,
     /// `Alt-Svc`'s value: HTTP/3 on the same port.
     alt_svc: Arc<str>,
+    /// The certificate's SHA-256, in hex.
+    cert_hash: Arc<str>,
+}
+
+async fn certificate_hash(State(app): State<App>) -> Response {
+    ([("alt-svc", &*app.alt_svc)], app.cert_hash.to_string()).into_response()
 }
 
 async fn page(State(app): State<App>) -> Response {
@@ -116,6 +229,14 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
     let tls = support::tls_server_config(&args.tls_cert, &args.tls_key)?;
+    let leaf = support::pem_certs(&args.tls_cert)
+        .ok()
+        .and_then(|chain| chain.into_iter().next())
+        .ok_or("--tls-cert holds no certificate")?;
+    let cert_hash: String = sha2::Sha256::digest(leaf.as_ref())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
     let echo = rapidws::stream::Server::new(Echo, config);
 
     let mut quic_tls = (*tls).clone();
@@ -133,19 +254,21 @@ async fn run(args: Args) -> Result<(), String> {
     let app = App {
         echo: echo.clone(),
         alt_svc: format!("h3=\":{}\"; ma=86400", args.addr.port()).into(),
+        cert_hash: cert_hash.into(),
     };
     let router = Router::new()
         .route("/", get(page))
+        .route("/cert-hash", get(certificate_hash))
         // CONNECT too: WebSockets over HTTP/2 (RFC 8441).
         .route("/ws", get(ws).connect(ws))
         .with_state(app);
     tracing::info!(
-        "h3_echo on https://{0}/ (TCP: HTTP/1.1, HTTP/2) and UDP {0} (HTTP/3): /ws",
+        "h3_echo on https://{0}/ (TCP: HTTP/1.1, HTTP/2) and UDP {0} (HTTP/3): /ws, /wt",
         args.addr
     );
     let quic_loop = tokio::spawn({
         let echo = echo.clone();
-        async move { rapidws::h3::serve(endpoint, &echo).await }
+        async move { rapidws::h3::serve_with(endpoint, &echo, WtEcho).await }
     });
     let stop = support::http::serve(listener, Some(acceptor), router).await;
     tracing::info!(?stop, "shutting down");

@@ -374,7 +374,16 @@ def h3_seeds():
         bytes.fromhex("61d2b4a5e2f5")  # :path in Huffman code
     settings = varint(0x08) + varint(1) + varint(0x33) + varint(1) + varint(0x06) + varint(16384)
     bad = [b"\x01\x00", b"\x00\x00\x80", b"\x00\x00\x10", b"\x00\x00\xff\x24"]
+    # A WebTransport session as Chromium opens it, its close capsule in
+    # DATA (and a drain, and a cut one), and a datagram (frame type 0x30).
+    session = b"\x00\x00" + indexed(15) + literal(b":protocol", b"webtransport") + indexed(23) + \
+        named(1, b"/wt") + named(0, b"localhost:9443") + \
+        literal(b"sec-webtransport-http3-draft02", b"1")
+    close = varint(0x2843) + varint(7) + (4000).to_bytes(4, "big") + b"bye"
+    drain = varint(0x78AE) + varint(0)
     return [
+        b"\x10" + frame(1, session) + frame(0, drain + close),
+        b"\x10" + frame(0, close[:6]) + frame(0x30, varint(1) + b"datagram"),
         b"\x10" + frame(4, settings),
         b"\x10" + frame(1, connect) + frame(0, b"\x81\x85hello"),
         b"\x01" + frame(1, connect),

@@ -49,6 +49,7 @@
 //! | an async task per connection instead of callbacks | [`socket::SocketHandler`] | `socket` (default) |
 //! | wss | `tls(config)` on [`tokio::Server::tls`], [`uring::Server::tls`] | `rustls` |
 //! | HTTP/3 (QUIC), RFC 9220 | [`h3::serve`] | `http3` |
+//! | WebTransport (the browser's `new WebTransport(url)`) | [`h3::serve_with`], [`h3::Session`] | `http3` |
 //! | a client | [`client::Client`] | `client` |
 //! | topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |
 //! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on [`tokio::Server`] and [`uring::Server`] | `handoff` |

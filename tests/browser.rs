@@ -262,6 +262,52 @@ async fn chromium_shows_the_bus_pages_errors_as_errors_and_deliveries_with_their
     );
 }
 
+/// WebTransport in a real browser: the demo page served by `h3_echo` over
+/// TCP opens a WebSocket at `/ws` (its usual self-test) and a WebTransport
+/// session at `/wt` over HTTP/3 (QUIC on the same port number): streams
+/// both ways echoed whole, a unidirectional stream echoed on the server's,
+/// datagrams echoed, and a close with code 4000 that the server sees (its
+/// log says the code and the reason).
+#[cfg(feature = "http3")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_passes_the_webtransport_self_test_on_h3_echo() {
+    let identity = tls::short_lived_identity("webtransport");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let log = std::env::temp_dir().join(format!("rapidws-h3-echo-{}.log", std::process::id()));
+    let mut server = std::process::Command::new(example("h3_echo"));
+    server
+        .args(["--addr", &addr.to_string()])
+        .args(["--tls-cert", identity.cert_pem.to_str().unwrap()])
+        .args(["--tls-key", identity.key_pem.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _server = Child(server.spawn().unwrap());
+    wait_listening("h3_echo", addr).await;
+    let url = format!("https://127.0.0.1:{}/?test&paths=/ws&wt=/wt", addr.port());
+    let verdict = verdict_of(&url).await;
+    eprintln!("{verdict}");
+    assert!(verdict.starts_with("PASS "), "{verdict}");
+    assert!(
+        verdict.contains("/wt [WebTransport") && verdict.contains("closed 4000 bye"),
+        "{verdict}"
+    );
+    // The server saw the browser's close: its code and its reason.
+    let started = Instant::now();
+    loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("WebTransport session closed") && said.contains("code=4000") {
+            assert!(said.contains("reason=bye"), "{said}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "h3_echo did not log the session's close 4000: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_file(&log);
+}
+
 /// A page that opens a WebSocket to the URL in its `target` query
 /// parameter and says in `#verdict` what happened.
 const CROSS_ORIGIN_PAGE: &str = r#"<!doctype html><meta charset="utf-8"><p id="verdict"></p>

@@ -34,10 +34,35 @@ async fn start_h3_echo(extra: &[&str]) -> (common::Child, SocketAddr) {
 
 /// tests/interop/h3_client.py's JSON for `scenario` against `addr`.
 async fn aioquic(addr: SocketAddr, scenario: &str) -> serde_json::Value {
+    run_client("h3_client.py", addr, scenario).await
+}
+
+/// tests/interop/wt_client.py's JSON (WebTransport) for `scenario`.
+async fn aioquic_webtransport(addr: SocketAddr, scenario: &str) -> serde_json::Value {
+    run_client("wt_client.py", addr, scenario).await
+}
+
+/// The aioquic client `script`, started as the hold scenarios are.
+fn holding_client(script: &str, addr: SocketAddr) -> tokio::process::Child {
+    tokio::process::Command::new(common::python())
+        .arg(format!(
+            "{}/tests/interop/{script}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args([&addr.ip().to_string(), &addr.port().to_string()])
+        .arg(&common::tls::identity().cert_pem)
+        .arg("hold")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn run_client(script: &str, addr: SocketAddr, scenario: &str) -> serde_json::Value {
     let output = tokio::process::Command::new(common::python())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/interop/h3_client.py"
+        .arg(format!(
+            "{}/tests/interop/{script}",
+            env!("CARGO_MANIFEST_DIR")
         ))
         .args([&addr.ip().to_string(), &addr.port().to_string()])
         .arg(&common::tls::identity().cert_pem)
@@ -50,7 +75,7 @@ async fn aioquic(addr: SocketAddr, scenario: &str) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "h3_client.py {scenario} failed: {stdout}{}",
+        "{script} {scenario} failed: {stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
@@ -88,9 +113,11 @@ async fn a_bad_extended_connect_gets_the_answers_http2_gets() {
         answers["version 8"]["fields"]["sec-websocket-version"],
         "13"
     );
-    assert_eq!(status("webtransport"), "400", "{answers}");
+    // A WebTransport session asked for at /ws: the WebTransport handler's
+    // answer (h3_echo serves sessions at /wt).
+    assert_eq!(status("webtransport"), "404", "{answers}");
     assert!(
-        body("webtransport").contains(":protocol websocket"),
+        body("webtransport").contains("the echo is at /wt"),
         "{answers}"
     );
     assert_eq!(status("get"), "400", "{answers}");
@@ -132,22 +159,15 @@ async fn next<R: tokio::io::AsyncBufRead + Unpin>(
 }
 
 #[tokio::test]
-async fn ctrl_c_closes_an_http3_websocket_with_1001_and_the_server_exits_0() {
+async fn ctrl_c_closes_an_http3_websocket_with_1001_and_a_webtransport_session_and_the_server_exits_0()
+ {
     let (mut server, addr) = start_h3_echo(&[]).await;
-    let mut client = tokio::process::Command::new(common::python())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/interop/h3_client.py"
-        ))
-        .args([&addr.ip().to_string(), &addr.port().to_string()])
-        .arg(&common::tls::identity().cert_pem)
-        .arg("hold")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut client = holding_client("h3_client.py", addr);
     let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
     assert_eq!(next(&mut lines).await["open"], true);
+    let mut session = holding_client("wt_client.py", addr);
+    let mut session_lines = tokio::io::BufReader::new(session.stdout.take().unwrap()).lines();
+    assert_eq!(next(&mut session_lines).await["open"], true);
     let pid = server.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -158,6 +178,14 @@ async fn ctrl_c_closes_an_http3_websocket_with_1001_and_the_server_exits_0() {
     );
     let closed = next(&mut lines).await;
     assert_eq!(closed["close"], serde_json::json!([1001]), "{closed}");
+    assert_eq!(closed["ended"], true, "{closed}");
+    // The session: WT_CLOSE_SESSION (0, the reason), then its stream's end.
+    let closed = next(&mut session_lines).await;
+    assert_eq!(
+        closed["close"],
+        serde_json::json!([[0, "server shutting down"]]),
+        "{closed}"
+    );
     assert_eq!(closed["ended"], true, "{closed}");
     let status = tokio::task::spawn_blocking(move || {
         for _ in 0..100 {
@@ -171,6 +199,58 @@ async fn ctrl_c_closes_an_http3_websocket_with_1001_and_the_server_exits_0() {
     .await
     .unwrap();
     assert!(status.is_some_and(|status| status.success()), "{status:?}");
+}
+
+/// WebTransport at `/wt` (aioquic's sessions, streams and datagrams):
+/// bidirectional streams of 0 to 300,000 bytes at once, each echoed whole
+/// on itself; unidirectional streams echoed on streams the server opens
+/// (with the session's id); datagrams echoed as sent; the client's close
+/// (4000) answered with the stream's end.
+#[tokio::test]
+async fn aioquic_opens_a_webtransport_session_and_every_stream_and_datagram_echoes() {
+    let (_server, addr) = start_h3_echo(&[]).await;
+    let result = aioquic_webtransport(addr, "echo").await;
+    assert_eq!(result["status"], "200", "{result}");
+    assert_eq!(result["draft"], "draft02", "{result}");
+    assert_eq!(
+        result["bidi"],
+        serde_json::json!([0, 1, 65_536, 300_000]),
+        "{result}"
+    );
+    assert_eq!(result["uni"], serde_json::json!([7, 100_000]), "{result}");
+    assert_eq!(result["sessions"], serde_json::json!([0]), "{result}");
+    // Loopback loses none in practice; one lost would not be a failure of
+    // the server, a datagram echoed that was not sent would.
+    assert!(result["datagrams_echoed"].as_u64() >= Some(15), "{result}");
+    assert_eq!(result["datagrams_other"], 0, "{result}");
+    assert_eq!(result["ended"], true, "{result}");
+    // The client closed it: the server ends its side without a capsule.
+    assert_eq!(result["server_capsules"], serde_json::json!([]), "{result}");
+}
+
+/// Sessions refused as WebSockets are (the handler's 404, 400, the origin's
+/// 403), a second session on one connection (429), and a stream for a
+/// session that is not there (reset and stopped: WT_SESSION_GONE).
+#[tokio::test]
+async fn webtransport_refusals() {
+    let (_server, addr) = start_h3_echo(&[]).await;
+    let answers = aioquic_webtransport(addr, "refusals").await;
+    let status = |case: &str| answers[case]["status"].as_str().unwrap_or("").to_owned();
+    let body = |case: &str| answers[case]["body"].as_str().unwrap_or("").to_owned();
+    assert_eq!(status("other path"), "404", "{answers}");
+    assert!(
+        body("other path").contains("the echo is at /wt"),
+        "{answers}"
+    );
+    assert_eq!(status("http"), "400", "{answers}");
+    assert!(body("http").contains(":scheme https"), "{answers}");
+    assert_eq!(status("origin elsewhere"), "403", "{answers}");
+    assert_eq!(status("first"), "200", "{answers}");
+    assert_eq!(status("second"), "429", "{answers}");
+    assert!(body("second").contains("another connection"), "{answers}");
+    let gone = rapidws_core::h3::webtransport::code::SESSION_GONE;
+    assert_eq!(answers["stray stream"]["reset"], gone, "{answers}");
+    assert_eq!(answers["stray stream"]["stop"], gone, "{answers}");
 }
 
 #[tokio::test]
@@ -203,4 +283,130 @@ async fn the_tcp_side_offers_http3_and_serves_the_same_echo() {
         .unwrap();
     let echoed = ws.next().await.unwrap().unwrap();
     assert_eq!(echoed.into_text().unwrap().as_str(), "over tcp");
+}
+
+/// A WebTransport handler that subscribes each session to the topic its
+/// path's query names (`/wt?topic=NAME`) and holds it until it ends.
+struct Subscriber {
+    pubsub: rapidws::pubsub::PubSub,
+}
+
+impl rapidws::h3::WebTransport for Subscriber {
+    async fn serve(&self, session: rapidws::h3::Session) {
+        let topic = session
+            .path()
+            .split_once("?topic=")
+            .map(|(_, topic)| topic.to_owned())
+            .unwrap_or_default();
+        if self.pubsub.subscribe_session(&session, &topic).is_err() {
+            session.close(1, "no such topic");
+            return;
+        }
+        session.closed().await;
+    }
+}
+
+/// Pub/sub to WebTransport sessions: aioquic's session subscribed to a
+/// topic gets the publications made on a stream in order and whole (sizes
+/// to 100,000 bytes), those made as datagrams as datagrams (each named
+/// with its topic), and its subscription ends with the session. (Sizes
+/// and a pace that keep under the 1 MiB a subscription may have waiting:
+/// past it, publications are dropped for that session and counted.)
+#[tokio::test]
+async fn pubsub_delivers_to_a_webtransport_session_on_a_stream_and_as_datagrams() {
+    let server =
+        rapidws::stream::Server::new(common::Echo { page: None }, rapidws::Config::default());
+    let (endpoint, addr) = common::tls::h3_endpoint();
+    let pubsub = rapidws::pubsub::PubSub::new();
+    let handler = Subscriber {
+        pubsub: pubsub.clone(),
+    };
+    tokio::spawn(async move { rapidws::h3::serve_with(endpoint, &server, handler).await });
+
+    let mut client = tokio::process::Command::new(common::python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/wt_client.py"
+        ))
+        .args([&addr.ip().to_string(), &addr.port().to_string()])
+        .arg(&common::tls::identity().cert_pem)
+        .arg("subscribe")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(next(&mut lines).await["open"], true);
+    let started = std::time::Instant::now();
+    while pubsub.subscribers("news") < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let payload = |index: usize, size: usize| {
+        let mut payload = format!("{index}:").into_bytes();
+        payload.resize(payload.len() + size, (index % 256) as u8);
+        payload
+    };
+    let sizes = [0, 1, 100, 1_000, 16_384, 100_000];
+    for index in 0..60 {
+        let published = pubsub.publish(
+            "news",
+            rapidws::Message::Binary(&payload(index, sizes[index % sizes.len()])),
+        );
+        assert_eq!(published.subscribers, 1);
+        // Paced: a subscription's stream holds 1 MiB waiting at most
+        // (more is dropped for it, counted), and this test wants them all.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Datagrams: small enough for any path.
+    let options = rapidws::pubsub::PublishOptions::new().datagram();
+    for index in 100..110 {
+        pubsub.publish_with(
+            "news",
+            rapidws::Message::Binary(&payload(index, 200)),
+            options,
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut stdin = client.stdin.take().unwrap();
+    stdin.write_all(b"60 10\n").await.unwrap();
+    let result = next(&mut lines).await;
+    assert_eq!(result["streams"], 1, "{result}");
+    assert_eq!(result["topic"], "news", "{result}");
+    let in_order: Vec<serde_json::Value> = (0..60).map(|i| serde_json::json!([i, true])).collect();
+    assert_eq!(result["messages"], serde_json::json!(in_order), "{result}");
+    // Loopback loses none in practice; each that came is one sent, whole.
+    let datagrams = result["datagrams"].as_array().unwrap();
+    assert!(datagrams.len() >= 8, "{result}");
+    for datagram in datagrams {
+        let index = datagram[0].as_u64().unwrap();
+        assert!((100..110).contains(&index), "{result}");
+        assert_eq!(datagram[1], true, "{result}");
+    }
+    assert_eq!(
+        result["datagram_topics"],
+        serde_json::json!(["news"]),
+        "{result}"
+    );
+    assert_eq!(
+        result["datagram_sessions"],
+        serde_json::json!([result["session"]]),
+        "{result}"
+    );
+    // The session is over: so is its subscription, and the topic.
+    let started = std::time::Instant::now();
+    while pubsub.subscribers("news") > 0 || pubsub.topic_count() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = pubsub.stats();
+    assert_eq!(stats.delivered + stats.dropped, 70, "{stats:?}");
+    assert_eq!(stats.dropped, 0, "{stats:?}");
 }

@@ -17,16 +17,8 @@ use rapidws::{Config, stream::Server};
 /// An echo server over HTTP/3 on a free loopback port (dropped with the
 /// runtime).
 fn start_server() -> SocketAddr {
-    let mut tls = (*common::tls::server_config()).clone();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
     let server = Server::new(common::Echo { page: None }, Config::default());
-    let endpoint = rapidws::h3::endpoint(
-        "127.0.0.1:0".parse().unwrap(),
-        tls,
-        &rapidws::h3::QuicConfig::default(),
-    )
-    .unwrap();
-    let addr = endpoint.local_addr().unwrap();
+    let (endpoint, addr) = common::tls::h3_endpoint();
     tokio::spawn(async move { rapidws::h3::serve(endpoint, &server).await });
     addr
 }
@@ -241,4 +233,143 @@ async fn a_frame_after_the_trailers_closes_the_connection() {
     bytes.extend(frame_bytes(kind::DATA, b"late"));
     send.write_all(&bytes).await.unwrap();
     assert_eq!(closed_with(&conn).await, 0x105);
+}
+
+/// A WebTransport handler that takes no stream: it holds its session until
+/// the session ends.
+struct Idle;
+
+impl rapidws::h3::WebTransport for Idle {
+    async fn serve(&self, session: rapidws::h3::Session) {
+        session.closed().await;
+    }
+}
+
+/// [`start_server`] with WebTransport sessions served by [`Idle`].
+fn start_webtransport_server() -> SocketAddr {
+    let server = Server::new(common::Echo { page: None }, Config::default());
+    let (endpoint, addr) = common::tls::h3_endpoint();
+    tokio::spawn(async move { rapidws::h3::serve_with(endpoint, &server, Idle).await });
+    addr
+}
+
+/// Opens a session (its 200 read); returns its stream and id.
+async fn open_session(conn: &quinn::Connection) -> (quinn::SendStream, quinn::RecvStream, u64) {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let mut request = Vec::new();
+    let fields: [(&[u8], &[u8]); 5] = [
+        (b":method", b"CONNECT"),
+        (b":protocol", b"webtransport"),
+        (b":scheme", b"https"),
+        (b":path", b"/wt"),
+        (b":authority", b"localhost"),
+    ];
+    put_headers(fields, &mut request);
+    send.write_all(&request).await.unwrap();
+    assert_eq!(status_of(&mut recv).await, "200");
+    let id = u64::from(send.id());
+    (send, recv, id)
+}
+
+/// The error code a stream's reading side ends with (within 10 s).
+async fn reset_code(recv: &mut quinn::RecvStream) -> Option<u64> {
+    let mut chunk = [0u8; 64];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(10), recv.read(&mut chunk))
+            .await
+            .expect("the stream ends within 10 s");
+        match read {
+            Ok(Some(_)) => {}
+            Ok(None) => return None,
+            Err(quinn::ReadError::Reset(code)) => return Some(code.into_inner()),
+            Err(other) => panic!("{other}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn webtransport_streams_past_what_a_session_queues_are_rejected() {
+    let addr = start_webtransport_server();
+    let conn = dial(addr).await;
+    let _control = open_control(&conn).await;
+    let (_send, _recv, id) = open_session(&conn).await;
+    // 80 streams the handler never takes: 64 are queued for it, the rest
+    // reset (WEBTRANSPORT_BUFFERED_STREAM_REJECTED).
+    let mut streams = Vec::new();
+    for _ in 0..80 {
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        let mut prefix = Vec::new();
+        varint::encode(0x41, &mut prefix);
+        varint::encode(id, &mut prefix);
+        prefix.push(b'x');
+        send.write_all(&prefix).await.unwrap();
+        streams.push((send, recv));
+    }
+    let rejected = rapidws::rapidws_core::h3::webtransport::code::BUFFERED_STREAM_REJECTED;
+    let mut codes = Vec::new();
+    for (_, recv) in &mut streams[64..] {
+        codes.push(reset_code(recv).await);
+    }
+    assert!(
+        codes.iter().all(|&code| code == Some(rejected)),
+        "{codes:?}"
+    );
+    // A unidirectional stream for a session that is not there: stopped
+    // (WT_SESSION_GONE).
+    let mut stray = conn.open_uni().await.unwrap();
+    let mut prefix = Vec::new();
+    varint::encode(0x54, &mut prefix);
+    varint::encode(id + 400, &mut prefix);
+    stray.write_all(&prefix).await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), stray.stopped())
+        .await
+        .expect("stopped within 10 s")
+        .unwrap();
+    let gone = rapidws::rapidws_core::h3::webtransport::code::SESSION_GONE;
+    assert_eq!(stopped.map(quinn::VarInt::into_inner), Some(gone));
+}
+
+#[tokio::test]
+async fn a_malformed_close_capsule_ends_the_session_and_the_next_one_opens() {
+    let addr = start_webtransport_server();
+    let conn = dial(addr).await;
+    let _control = open_control(&conn).await;
+    let (mut send, mut recv, _) = open_session(&conn).await;
+    // WT_CLOSE_SESSION with 2 bytes: shorter than its code.
+    let mut capsule = Vec::new();
+    varint::encode(0x2843, &mut capsule);
+    varint::encode(2, &mut capsule);
+    capsule.extend_from_slice(&[0, 1]);
+    send.write_all(&frame_bytes(kind::DATA, &capsule))
+        .await
+        .unwrap();
+    // The server ends its side (its stream's FIN, after the response).
+    assert_eq!(reset_code(&mut recv).await, None);
+    // The session is gone from the connection: another one may open.
+    let (next, _next_recv, _) = open_session(&conn).await;
+    drop(next);
+    // Datagrams for no session, and with a cut prefix, are dropped; the
+    // connection goes on.
+    for datagram in [&[0x80u8, 0, 0, 0x10, 1][..], &[0x40][..]] {
+        conn.send_datagram(datagram.to_vec().into()).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+    let (_send, _recv, _) = open_session(&conn).await;
+}
+
+#[tokio::test]
+async fn unknown_capsules_past_64_kib_end_the_session() {
+    let addr = start_webtransport_server();
+    let conn = dial(addr).await;
+    let _control = open_control(&conn).await;
+    let (mut send, mut recv, _) = open_session(&conn).await;
+    let mut capsule = Vec::new();
+    varint::encode(0x1234, &mut capsule);
+    varint::encode(70_000, &mut capsule);
+    capsule.resize(capsule.len() + 70_000, 7);
+    send.write_all(&frame_bytes(kind::DATA, &capsule))
+        .await
+        .unwrap();
+    assert_eq!(reset_code(&mut recv).await, None);
 }

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | [`proto`] | frames, masking, roles, fragments, UTF-8, close, limits, permessage-deflate, the write queue, the per-connection [`Session`](proto::Session) |
 //! | [`mux`] | many streams on one connection: the smux protocol (versions 1 and 2), sans-I/O: [`Mux`](mux::Mux) |
-//! | [`h3`] | HTTP/3's own parsing for WebSockets over QUIC (RFC 9220): QUIC varints, frame heads, SETTINGS, QPACK with the static table only, a request head's checks |
+//! | [`h3`] | HTTP/3's own parsing for WebSockets over QUIC (RFC 9220): QUIC varints, frame heads, SETTINGS, QPACK with the static table only, a request head's checks, WebTransport's stream signals and capsules |
 //! | [`handshake`] | the HTTP/1.1 upgrade: the server's request parser and checks, permessage-deflate negotiation, the `101` and HTTP errors; the client's request and its check of the response |
 //! | [`pool`] | [`BufferPool`](pool::BufferPool): the buffers connections borrow while bytes are in them |
 //!

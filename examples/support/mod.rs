@@ -319,7 +319,7 @@ pub fn tls_server_config(
 
 /// The certificates in a PEM file (none if it holds none).
 #[cfg(feature = "rustls")]
-fn pem_certs(
+pub fn pem_certs(
     path: &std::path::Path,
 ) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::pem::Error> {
     use rustls::pki_types::pem::PemObject;

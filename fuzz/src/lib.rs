@@ -1000,12 +1000,14 @@ pub fn mux_session(data: &[u8]) {
 /// HTTP/3's own parsing (rapidws-core's `h3`): the fuzzer's bytes after
 /// the first as a stream of frames. A HEADERS payload is decoded by QPACK
 /// under a size limit the first byte picks, checked as a request head and
-/// as a WebSocket upgrade; a SETTINGS payload decoded. Nothing panics, a
+/// as a WebSocket upgrade and a WebTransport session; a SETTINGS payload
+/// decoded; a DATA payload read as WebTransport's capsules, a frame of
+/// type 0x30 as a datagram (its session prefix). Nothing panics, a
 /// decoded section stays within the limit and survives being encoded and
 /// decoded again, and settings decoded encode to the same settings.
 pub fn h3_request(data: &[u8]) {
     use rapidws_core::h3::frame::kind;
-    use rapidws_core::h3::{FrameHead, RequestHead, Settings, qpack};
+    use rapidws_core::h3::{FrameHead, RequestHead, Settings, qpack, webtransport};
 
     let Some((&first, mut wire)) = data.split_first() else {
         return;
@@ -1030,6 +1032,9 @@ pub fn h3_request(data: &[u8]) {
                 qpack::encode(section.iter(), &mut again);
                 assert_eq!(qpack::decode(&again, limit).as_ref(), Ok(&section));
                 if let Ok(request) = RequestHead::parse(section) {
+                    if request.webtransport().is_some() {
+                        assert_eq!(request.method(), "CONNECT");
+                    }
                     let headers = request.headers();
                     if let Ok(upgrade) = request.websocket(&headers) {
                         assert_eq!(request.method(), "CONNECT");
@@ -1049,7 +1054,43 @@ pub fn h3_request(data: &[u8]) {
                     assert_eq!(Settings::decode(&out[head.len..]), Ok(settings));
                 }
             }
+            // A WebTransport session's stream: capsules in DATA.
+            kind::DATA => capsules(payload),
+            // A datagram: its session prefix.
+            0x30 => {
+                if let Some((session, len)) = webtransport::datagram_session(payload) {
+                    assert_eq!(session % 4, 0);
+                    let mut again = Vec::new();
+                    webtransport::put_datagram_prefix(session, &mut again);
+                    assert_eq!(&again[..], &payload[..len]);
+                }
+            }
             _ => {}
+        }
+    }
+}
+
+/// WebTransport's capsules one after another: a `WT_CLOSE_SESSION`
+/// decoded is encoded to the same code and reason.
+fn capsules(mut payload: &[u8]) {
+    use rapidws_core::h3::webtransport::{self, capsule};
+    while let Some((kind, length, len)) = webtransport::capsule_head(payload) {
+        let rest = &payload[len..];
+        let Some(body) = usize::try_from(length).ok().and_then(|n| rest.get(..n)) else {
+            return;
+        };
+        payload = &rest[body.len()..];
+        if kind == capsule::CLOSE_SESSION
+            && let Ok((code, reason)) = webtransport::decode_close(body)
+        {
+            assert!(reason.len() <= webtransport::MAX_CLOSE_REASON);
+            let mut again = Vec::new();
+            webtransport::put_close(code, reason, &mut again);
+            let (_, _, head) = webtransport::capsule_head(&again).expect("a whole capsule");
+            assert_eq!(
+                webtransport::decode_close(&again[head..]),
+                Ok((code, reason))
+            );
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::connection::{Peer, Role, accept_unidirectional, open_control};
 use super::data::DataStream;
-use super::wire::{HeadError, read_headers};
+use super::wire::{HeadError, Opening, read_headers};
 
 /// How long [`Client::new`] waits for the server's SETTINGS.
 const SETTINGS_WITHIN: Duration = Duration::from_secs(10);
@@ -181,18 +181,26 @@ impl Client {
 /// Reads response heads until a final one (interim, 1xx, ones skipped).
 async fn final_response(recv: &mut quinn::RecvStream) -> io::Result<Response> {
     loop {
-        let payload = read_headers(recv, MAX_RESPONSE_HEAD)
-            .await
-            .map_err(|error| match error {
-                HeadError::Gone => io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the stream ended before the response",
-                ),
-                HeadError::Unexpected(why) => io::Error::new(io::ErrorKind::InvalidData, why),
-                HeadError::TooLarge => {
-                    io::Error::new(io::ErrorKind::InvalidData, "a response head over 16 KiB")
-                }
-            })?;
+        // Without sessions asked for, every opening is a head.
+        let Opening::Head(payload) =
+            read_headers(recv, MAX_RESPONSE_HEAD, false)
+                .await
+                .map_err(|error| match error {
+                    HeadError::Gone => io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the stream ended before the response",
+                    ),
+                    HeadError::Unexpected(why) => io::Error::new(io::ErrorKind::InvalidData, why),
+                    HeadError::TooLarge => {
+                        io::Error::new(io::ErrorKind::InvalidData, "a response head over 16 KiB")
+                    }
+                })?
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a WebTransport stream where a response was due",
+            ));
+        };
         let section = qpack::decode(&payload, MAX_RESPONSE_HEAD)
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
         let response = response(&section)?;

@@ -11,7 +11,8 @@ use rapidws_core::h3::frame::{self, kind};
 use rapidws_core::h3::{Settings, code, varint};
 use tokio::sync::oneshot;
 
-use super::request;
+use super::request::{self, Service};
+use super::session::{Sessions, WebTransport};
 use super::wire::{close, code_of, fail, read_frame_head, read_varint, skip};
 use crate::connection::handler::ServerHandler;
 
@@ -20,6 +21,8 @@ const CONTROL: u64 = 0x00;
 const PUSH: u64 = 0x01;
 const QPACK_ENCODER: u64 = 0x02;
 const QPACK_DECODER: u64 = 0x03;
+/// A WebTransport session's stream.
+const UNI_SESSION: u64 = rapidws_core::h3::webtransport::UNI_STREAM_TYPE;
 
 /// The largest control frame read whole (SETTINGS and GOAWAY are a few
 /// bytes); unknown frames of any length are skipped.
@@ -32,9 +35,11 @@ const TYPE_WITHIN: Duration = Duration::from_secs(10);
 /// for the QUIC connections to finish closing.
 pub(crate) const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 
-/// Serves one connection until it closes.
-pub(crate) async fn serve<H: ServerHandler>(
+/// Serves one connection until it closes. `webtransport`: the handler of
+/// its sessions, if they are served.
+pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     server: crate::stream::Server<H>,
+    webtransport: Option<Arc<W>>,
     incoming: Incoming,
     settings: Settings,
 ) {
@@ -48,8 +53,17 @@ pub(crate) async fn serve<H: ServerHandler>(
     let Ok(mut control) = open_control(&conn, settings).await else {
         return;
     };
-    let peer = Arc::new(Peer::new(Role::Server, None));
-    let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), peer));
+    let sessions = webtransport.as_ref().map(|_| Arc::new(Sessions::default()));
+    let mut peer = Peer::new(Role::Server, None);
+    peer.sessions.clone_from(&sessions);
+    let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), Arc::new(peer)));
+    let datagrams = sessions
+        .clone()
+        .map(|sessions| tokio::spawn(read_datagrams(conn.clone(), sessions)));
+    let service = Service {
+        server: server.clone(),
+        webtransport: webtransport.zip(sessions),
+    };
     let mut requests = tokio::task::JoinSet::new();
     // The first request stream not taken: what a GOAWAY names.
     let mut next_id = 0u64;
@@ -58,7 +72,7 @@ pub(crate) async fn serve<H: ServerHandler>(
             accepted = conn.accept_bi() => match accepted {
                 Ok((send, recv)) => {
                     next_id = u64::from(recv.id()) + 4;
-                    requests.spawn(request::serve(server.clone(), conn.clone(), send, recv));
+                    requests.spawn(request::serve(service.clone(), conn.clone(), send, recv));
                 }
                 Err(_) => break false,
             },
@@ -89,7 +103,17 @@ pub(crate) async fn serve<H: ServerHandler>(
         conn.close(code_of(code::NO_ERROR), b"");
     }
     peer_streams.abort();
+    if let Some(datagrams) = datagrams {
+        datagrams.abort();
+    }
     drop(control);
+}
+
+/// Sends each datagram the peer sends to its session.
+async fn read_datagrams(conn: Connection, sessions: Arc<Sessions>) {
+    while let Ok(datagram) = conn.read_datagram().await {
+        sessions.datagram(datagram);
+    }
 }
 
 /// Opens our control stream with our SETTINGS. It must stay open as long
@@ -124,6 +148,8 @@ pub(crate) struct Peer {
     settings: Mutex<Option<oneshot::Sender<Settings>>>,
     /// The peer sent GOAWAY: a client opens no more requests.
     going_away: AtomicBool,
+    /// The connection's WebTransport sessions, where they are served.
+    pub(crate) sessions: Option<Arc<Sessions>>,
 }
 
 impl Peer {
@@ -135,6 +161,7 @@ impl Peer {
             decoder: AtomicBool::new(false),
             settings: Mutex::new(settings),
             going_away: AtomicBool::new(false),
+            sessions: None,
         }
     }
 
@@ -194,6 +221,15 @@ async fn unidirectional(conn: Connection, peer: Arc<Peer>, mut recv: RecvStream)
                 return close(&conn, code::STREAM_CREATION_ERROR, "a second QPACK stream");
             }
             drain(&conn, recv).await;
+        }
+        UNI_SESSION if peer.sessions.is_some() => {
+            let id = tokio::time::timeout(TYPE_WITHIN, read_varint(&mut recv)).await;
+            match (id, &peer.sessions) {
+                (Ok(Ok(id)), Some(sessions)) => sessions.uni(id, recv),
+                _ => {
+                    let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
+                }
+            }
         }
         _ => {
             let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));

@@ -34,6 +34,14 @@
 //! # }
 //! ```
 //!
+//! **WebTransport** on the same endpoint: [`serve_with`] takes a
+//! [`WebTransport`] handler too, which decides on each session a browser's
+//! `new WebTransport(url)` asks for and serves it through a [`Session`]
+//! (bidirectional and unidirectional streams, datagrams, its close);
+//! [`PubSub::subscribe_session`](crate::pubsub::PubSub::subscribe_session)
+//! delivers a topic's publications to sessions (feature `pubsub`).
+//! `examples/h3_echo.rs` serves both.
+//!
 //! The TLS configuration is the caller's, as for wss (its crypto provider
 //! too); this module sets its ALPN to `h3` if it names none. quinn's own
 //! keys (stateless resets, retry tokens) use ring.
@@ -43,6 +51,8 @@
 //! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
 //! | `connection` | a QUIC connection: the control streams, QPACK's streams drained, a task per request |
 //! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
+//! | `session` | a WebTransport [`Session`] as its handler holds it, and the table that sends the peer's streams and datagrams to theirs |
+//! | `webtransport` | a session's CONNECT stream: answered, its handler run, its capsules read, its close said |
 //! | `wire` | reading frames off a quinn stream; the error codes and closes the others share |
 //! | `data` | a request stream's DATA frames as a byte stream ([`DataStream`]) |
 
@@ -50,6 +60,8 @@ mod client;
 mod connection;
 mod data;
 mod request;
+mod session;
+mod webtransport;
 mod wire;
 
 use std::io;
@@ -66,6 +78,10 @@ pub use data::DataStream;
 /// The QUIC implementation, re-exported: endpoints and connections are
 /// quinn's, of the version this crate is built with.
 pub use quinn;
+pub use rapidws_core::h3::RequestHead;
+#[cfg(feature = "pubsub")]
+pub(crate) use session::Link;
+pub use session::{Closed, DatagramError, Session, WebTransport, application_code, error_code};
 
 /// QUIC's settings that matter to a WebSocket server. The defaults keep an
 /// idle connection small and a busy one fast on a LAN or the internet.
@@ -120,8 +136,9 @@ pub fn endpoint(
         .stream_receive_window(quic.stream_window.into())
         .receive_window(quic.connection_window.into())
         .max_concurrent_bidi_streams(quic.max_streams.into())
-        // The peer's control stream and QPACK's two, and room for more.
-        .max_concurrent_uni_streams(8u32.into());
+        // The peer's control stream and QPACK's two, and as many as
+        // requests for a WebTransport session's.
+        .max_concurrent_uni_streams((quic.max_streams.saturating_add(3)).into());
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(transport));
     config.migration(quic.migration);
@@ -129,13 +146,27 @@ pub fn endpoint(
 }
 
 /// The SETTINGS this server sends: extended CONNECT on, no QPACK dynamic
-/// table.
-fn settings<H: ServerHandler>(server: &crate::stream::Server<H>) -> Settings {
+/// table; with WebTransport, HTTP datagrams and its sessions.
+fn settings<H: ServerHandler>(server: &crate::stream::Server<H>, webtransport: bool) -> Settings {
     Settings {
         enable_connect_protocol: true,
         max_field_section_size: Some((server.config().max_handshake_size as u64).min(varint::MAX)),
+        h3_datagram: webtransport,
+        webtransport_max_sessions: if webtransport {
+            webtransport::MAX_SESSIONS
+        } else {
+            0
+        },
         ..Settings::default()
     }
+}
+
+/// No WebTransport: [`serve`]'s sessions are refused (a `:protocol`
+/// webtransport gets 400, as any protocol other than websocket).
+struct NoSessions;
+
+impl WebTransport for NoSessions {
+    async fn serve(&self, _: Session) {}
 }
 
 /// Serves `endpoint`'s connections with `server` until the server is shut
@@ -146,13 +177,39 @@ fn settings<H: ServerHandler>(server: &crate::stream::Server<H>) -> Settings {
 /// `Config::handshake_timeout` has its stream reset with
 /// `H3_REQUEST_INCOMPLETE`: HTTP/3's way of saying 408.)
 pub async fn serve<H: ServerHandler>(endpoint: quinn::Endpoint, server: &crate::stream::Server<H>) {
-    let settings = settings(server);
+    run(endpoint, server, None::<Arc<NoSessions>>).await;
+}
+
+/// [`serve`], and WebTransport sessions on the same endpoint: an extended
+/// CONNECT with `:protocol` webtransport goes to `webtransport` (the
+/// origin checked as for WebSockets first), and the sessions' streams and
+/// datagrams with it. At shutdown each session is closed (code 0, "server
+/// shutting down").
+pub async fn serve_with<H: ServerHandler, W: WebTransport>(
+    endpoint: quinn::Endpoint,
+    server: &crate::stream::Server<H>,
+    webtransport: W,
+) {
+    run(endpoint, server, Some(Arc::new(webtransport))).await;
+}
+
+async fn run<H: ServerHandler, W: WebTransport>(
+    endpoint: quinn::Endpoint,
+    server: &crate::stream::Server<H>,
+    webtransport: Option<Arc<W>>,
+) {
+    let settings = settings(server, webtransport.is_some());
     let mut connections = tokio::task::JoinSet::new();
     let stopping = loop {
         tokio::select! {
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
-                    connections.spawn(connection::serve(server.clone(), incoming, settings));
+                    connections.spawn(connection::serve(
+                        server.clone(),
+                        webtransport.clone(),
+                        incoming,
+                        settings,
+                    ));
                 }
                 // The endpoint was closed elsewhere: its connections end,
                 // the server (which may serve TCP too) goes on.

@@ -3,32 +3,60 @@
 //! WebSocket then served by the stream driver.
 
 use quinn::{Connection, RecvStream, SendStream};
-use rapidws_core::h3::frame::kind;
 use rapidws_core::h3::{H3Error, QpackError, RequestHead, code, put_headers, qpack};
 
+use std::sync::Arc;
+
 use super::data::DataStream;
-use super::wire::{HeadError, close, code_of, read_headers};
+use super::session::{Sessions, WebTransport};
+use super::wire::{HeadError, LINGER, Opening, answer_error, close, code_of, read_headers};
 use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Decision;
-use crate::handshake::{HandshakeError, error_header, first_line, write_response_value};
+use crate::handshake::{HandshakeError, write_response_value};
 
-/// How long a finished stream waits for the peer to acknowledge its last
-/// bytes.
-const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+/// What a connection's bidirectional streams are served with: the
+/// WebSocket server, and the WebTransport handler with the connection's
+/// sessions if there is one.
+pub(crate) struct Service<H: ServerHandler, W> {
+    pub(crate) server: crate::stream::Server<H>,
+    pub(crate) webtransport: Option<(Arc<W>, Arc<Sessions>)>,
+}
 
-/// Serves one request stream of `conn`.
-pub(crate) async fn serve<H: ServerHandler>(
-    server: crate::stream::Server<H>,
+impl<H: ServerHandler, W> Clone for Service<H, W> {
+    fn clone(&self) -> Self {
+        Service {
+            server: self.server.clone(),
+            webtransport: self.webtransport.clone(),
+        }
+    }
+}
+
+/// Serves one bidirectional stream of `conn`: a request, or a stream of
+/// a WebTransport session.
+pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
+    service: Service<H, W>,
     conn: Connection,
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
+    let server = service.server;
     let peer = conn.remote_address();
     let config = server.config();
     let limit = config.max_handshake_size;
-    let read = tokio::time::timeout(config.handshake_timeout, read_headers(&mut recv, limit)).await;
+    let sessions = service.webtransport.is_some();
+    let read = tokio::time::timeout(
+        config.handshake_timeout,
+        read_headers(&mut recv, limit, sessions),
+    )
+    .await;
     let payload = match read {
-        Ok(Ok(payload)) => payload,
+        Ok(Ok(Opening::Head(payload))) => payload,
+        Ok(Ok(Opening::Session(id))) => {
+            if let Some((_, sessions)) = &service.webtransport {
+                sessions.bi(id, send, recv);
+            }
+            return;
+        }
         Err(_) | Ok(Err(HeadError::Gone)) => {
             let _ = send.reset(code_of(code::REQUEST_INCOMPLETE));
             return;
@@ -62,6 +90,9 @@ pub(crate) async fn serve<H: ServerHandler>(
             return answer_error(send, recv, 400, &error.to_string(), timeout).await;
         }
     };
+    if let (Some((app, sessions)), Some(_)) = (&service.webtransport, head.webtransport()) {
+        return super::webtransport::serve(&server, app, sessions, conn, send, recv, head).await;
+    }
     let mut headers = head.headers();
     // `:authority` stands for `Host` (RFC 9114, 4.3.1): what the `Origin`
     // check compares with.
@@ -141,43 +172,4 @@ async fn refuse<H: ServerHandler>(
     server.refused(&error);
     let timeout = server.config().handshake_timeout;
     answer_error(send, recv, error.status(), error.reason(), timeout).await;
-}
-
-/// An error response like the other drivers': the status, a one-line
-/// plain-text reason, and the field RFC 6455 or RFC 9110 asks for; then
-/// the stream's end (written within `within`, or the stream is reset).
-/// The rest of the request is not wanted: STOP_SENDING with
-/// `H3_NO_ERROR` (RFC 9114, 4.1.1).
-async fn answer_error(
-    mut send: SendStream,
-    mut recv: RecvStream,
-    status: u16,
-    reason: &str,
-    within: std::time::Duration,
-) {
-    let _ = recv.stop(code_of(code::NO_ERROR));
-    let status_text = status.to_string();
-    let mut fields: Vec<(&[u8], &[u8])> = vec![
-        (b":status", status_text.as_bytes()),
-        (b"content-type", b"text/plain; charset=utf-8"),
-    ];
-    let extra = error_header(status).map(|(name, value)| (name.to_ascii_lowercase(), value));
-    if let Some((name, value)) = &extra {
-        fields.push((name.as_bytes(), value.as_bytes()));
-    }
-    let body = format!("{}\n", first_line(reason));
-    let mut out = Vec::new();
-    put_headers(fields, &mut out);
-    rapidws_core::h3::frame::put_head(&mut out, kind::DATA, body.len() as u64);
-    out.extend_from_slice(body.as_bytes());
-    // quinn sends a finished stream's bytes after its handle is gone.
-    match tokio::time::timeout(within, send.write_all(&out)).await {
-        Ok(Ok(())) => {
-            let _ = send.finish();
-        }
-        Ok(Err(_)) => {}
-        Err(_) => {
-            let _ = send.reset(code_of(code::REQUEST_CANCELLED));
-        }
-    }
 }

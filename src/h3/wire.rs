@@ -1,9 +1,12 @@
-//! Reading HTTP/3 off a quinn stream, and the error codes it closes with:
-//! what the connection, request, data and client files share.
+//! Reading HTTP/3 off a quinn stream, the error codes it closes with, and
+//! an error's answer: what the connection, request, session, data and
+//! client files share.
 
-use quinn::{Connection, RecvStream, VarInt};
+use quinn::{Connection, RecvStream, SendStream, VarInt};
 use rapidws_core::h3::frame::{FrameHead, kind};
-use rapidws_core::h3::{H3Error, varint};
+use rapidws_core::h3::{H3Error, code, put_headers, varint};
+
+use crate::handshake::{error_header, first_line};
 
 /// The most bytes of frames other than DATA (unknown ones, trailers)
 /// skipped in a row before a request stream is refused: they may be sent,
@@ -26,14 +29,27 @@ pub(crate) enum HeadError {
     TooLarge,
 }
 
+/// How a bidirectional stream begins.
+pub(crate) enum Opening {
+    /// A HEADERS frame's payload: a request's head (or a response's).
+    Head(Vec<u8>),
+    /// WebTransport's signal: a stream of this session (what follows is
+    /// the application's bytes).
+    Session(u64),
+}
+
 /// Reads a stream's frames up to its HEADERS frame and returns the
 /// payload (at most `limit` bytes, the buffer grown as bytes come);
 /// unknown frames before it are skipped, `MAX_SKIPPED` bytes at most.
+/// With `sessions`, a first frame of WebTransport's stream type is that
+/// signal instead (its "length" the session id).
 pub(crate) async fn read_headers(
     recv: &mut RecvStream,
     limit: usize,
-) -> Result<Vec<u8>, HeadError> {
+    sessions: bool,
+) -> Result<Opening, HeadError> {
     let mut skipped = 0u64;
+    let mut first = true;
     loop {
         let mut head = [0u8; 16];
         let mut len = 0;
@@ -50,6 +66,10 @@ pub(crate) async fn read_headers(
         if frame.is_http2_only() {
             return Err(HeadError::Unexpected("a frame type HTTP/3 reserves"));
         }
+        if sessions && first && frame.kind == rapidws_core::h3::webtransport::BIDI_SIGNAL {
+            return Ok(Opening::Session(frame.length));
+        }
+        first = false;
         match frame.kind {
             kind::HEADERS => {
                 let length = usize::try_from(frame.length).map_err(|_| HeadError::TooLarge)?;
@@ -66,7 +86,7 @@ pub(crate) async fn read_headers(
                         .map_err(|_| HeadError::Gone)?;
                     payload.extend_from_slice(&chunk[..n]);
                 }
-                return Ok(payload);
+                return Ok(Opening::Head(payload));
             }
             kind::DATA => return Err(HeadError::Unexpected("DATA before the request's head")),
             kind::CANCEL_PUSH
@@ -149,4 +169,47 @@ pub(crate) fn fail(conn: &Connection, error: H3Error) {
 pub(crate) fn close(conn: &Connection, code: u64, why: &'static str) {
     tracing::debug!(why, "HTTP/3 connection closed");
     conn.close(code_of(code), why.as_bytes());
+}
+
+/// How long a finished stream waits for the peer to acknowledge its last
+/// bytes.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// An error response like the other drivers': the status, a one-line
+/// plain-text reason, and the field RFC 6455 or RFC 9110 asks for; then
+/// the stream's end (written within `within`, or the stream is reset).
+/// The rest of the request is not wanted: STOP_SENDING with
+/// `H3_NO_ERROR` (RFC 9114, 4.1.1).
+pub(crate) async fn answer_error(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    status: u16,
+    reason: &str,
+    within: std::time::Duration,
+) {
+    let _ = recv.stop(code_of(code::NO_ERROR));
+    let status_text = status.to_string();
+    let mut fields: Vec<(&[u8], &[u8])> = vec![
+        (b":status", status_text.as_bytes()),
+        (b"content-type", b"text/plain; charset=utf-8"),
+    ];
+    let extra = error_header(status).map(|(name, value)| (name.to_ascii_lowercase(), value));
+    if let Some((name, value)) = &extra {
+        fields.push((name.as_bytes(), value.as_bytes()));
+    }
+    let body = format!("{}\n", first_line(reason));
+    let mut out = Vec::new();
+    put_headers(fields, &mut out);
+    rapidws_core::h3::frame::put_head(&mut out, kind::DATA, body.len() as u64);
+    out.extend_from_slice(body.as_bytes());
+    // quinn sends a finished stream's bytes after its handle is gone.
+    match tokio::time::timeout(within, send.write_all(&out)).await {
+        Ok(Ok(())) => {
+            let _ = send.finish();
+        }
+        Ok(Err(_)) => {}
+        Err(_) => {
+            let _ = send.reset(code_of(code::REQUEST_CANCELLED));
+        }
+    }
 }

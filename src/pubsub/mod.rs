@@ -115,6 +115,7 @@ mod meters;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
+mod sessions;
 #[cfg(test)]
 mod tests;
 
@@ -170,6 +171,8 @@ pub enum Overflow {
 pub struct PublishOptions<'a> {
     key: Option<&'a str>,
     except: Option<&'a Conn>,
+    /// To WebTransport subscribers as datagrams (else on their streams).
+    datagram: bool,
 }
 
 impl<'a> PublishOptions<'a> {
@@ -189,6 +192,18 @@ impl<'a> PublishOptions<'a> {
     /// To everyone but `conn` (typically the sender).
     pub fn except(mut self, conn: &'a Conn) -> PublishOptions<'a> {
         self.except = Some(conn);
+        self
+    }
+
+    /// To WebTransport subscribers ([`PubSub::subscribe_session`]) as a
+    /// datagram each: unreliable and unordered, and dropped for a session
+    /// whose path carries less (counted in [`Stats::dropped`]); without
+    /// this, on each subscription's stream, in order. WebSocket
+    /// subscribers get it as a message either way. (A publish that goes
+    /// through the Redis bridge reaches them on their streams.)
+    #[cfg(feature = "http3")]
+    pub fn datagram(mut self) -> PublishOptions<'a> {
+        self.datagram = true;
         self
     }
 }
@@ -601,15 +616,7 @@ impl PubSub {
     ) -> Result<Subscribed, PubSubError> {
         check_topic(topic)?;
         let busy = busy::Busy::enter();
-        let (name, subscribed) = loop {
-            let entry = self
-                .inner
-                .registry
-                .open(topic, self.inner.config.history_of(topic));
-            let mut state = entry.lock();
-            if state.gone {
-                continue; // forgotten meanwhile: made again on the next turn
-            }
+        let joined = self.with_topic(topic, |entry, state| {
             let route = Route::of(conn);
             let position = Position {
                 epoch: state.epoch,
@@ -622,10 +629,10 @@ impl PubSub {
                     replayed: 0,
                     position,
                 };
-                return Ok(subscribed);
+                return Err(subscribed);
             }
-            let replay = self.inner.replay(conn, &entry, &state, how);
-            let was_empty = state.locals.is_empty();
+            let replay = self.inner.replay(conn, entry, state, how);
+            let was_empty = state.unoccupied();
             let from = state.last + 1;
             state.add(Subscriber {
                 conn: conn.clone(),
@@ -643,7 +650,11 @@ impl PubSub {
                 replayed: replay.replayed,
                 position,
             };
-            break (entry.name.clone(), subscribed);
+            Ok((entry.name.clone(), subscribed))
+        });
+        let (name, subscribed) = match joined {
+            Ok(joined) => joined,
+            Err(already) => return Ok(already),
         };
         drop(busy);
         // Recorded on the connection after the registry: if the connection
@@ -660,6 +671,25 @@ impl PubSub {
         }
     }
 
+    /// Runs `f` with `topic` locked: made if it is not there, looked up
+    /// again if it was forgotten between the lookup and the lock.
+    fn with_topic<T>(
+        &self,
+        topic: &str,
+        f: impl FnOnce(&Topic, &mut registry::TopicState) -> T,
+    ) -> T {
+        loop {
+            let entry = self
+                .inner
+                .registry
+                .open(topic, self.inner.config.history_of(topic));
+            let mut state = entry.lock();
+            if !state.gone {
+                return f(&entry, &mut state);
+            }
+        }
+    }
+
     /// Unsubscribes `conn` from `topic`; false if it was not subscribed.
     pub fn unsubscribe(&self, conn: &Conn, topic: &str) -> bool {
         if !conn.part(&self.membership(), topic) {
@@ -671,6 +701,58 @@ impl PubSub {
             .remove(topic, conn.key(), &Route::of(conn));
         self.inner.ended(removed);
         true
+    }
+
+    /// Subscribes a WebTransport session to `topic` from now on: each
+    /// publication's payload goes to it on a stream of its own, or as a
+    /// datagram when the publisher says so ([`PublishOptions::datagram`]);
+    /// the wire format and the bounds are in the module docs of
+    /// `pubsub::sessions` (and ARCHITECTURE.md). Returns false if it was
+    /// subscribed already. The subscription ends with the session.
+    #[cfg(feature = "http3")]
+    pub fn subscribe_session(
+        &self,
+        session: &crate::h3::Session,
+        topic: &str,
+    ) -> Result<bool, PubSubError> {
+        check_topic(topic)?;
+        let link = session.link();
+        if link.is_closed() {
+            return Err(PubSubError::Closed);
+        }
+        let busy = busy::Busy::enter();
+        let added = self.with_topic(topic, |entry, state| {
+            if state.sessions.contains(link) {
+                return None;
+            }
+            let was_empty = state.unoccupied();
+            let writer = state.sessions.add(link);
+            if was_empty {
+                self.inner.registry.occupy(&entry.name);
+            }
+            Some((writer, entry.name.clone()))
+        });
+        let Some((writer, name)) = added else {
+            return Ok(false);
+        };
+        drop(busy);
+        let pubsub = self.clone();
+        let runtime = link.runtime.clone();
+        let key = link.key();
+        runtime.spawn(async move {
+            writer.run(&name).await;
+            pubsub.inner.registry.remove_session(&name, key);
+        });
+        Ok(true)
+    }
+
+    /// Ends a session's subscription to `topic` (its stream is finished);
+    /// false if it was not subscribed.
+    #[cfg(feature = "http3")]
+    pub fn unsubscribe_session(&self, session: &crate::h3::Session, topic: &str) -> bool {
+        self.inner
+            .registry
+            .remove_session(topic, session.link().key())
     }
 
     /// The topics `conn` is subscribed to here, in no particular order.
@@ -747,14 +829,7 @@ impl PubSub {
             Relayed::Sent => false,
             Relayed::Unrecorded => true,
         };
-        Some(self.publish_frame(
-            topic,
-            options.key,
-            opcode,
-            payload,
-            options.except,
-            unrecorded,
-        ))
+        Some(self.publish_frame(topic, options, opcode, payload, unrecorded))
     }
 
     /// [`PubSub::publish`] for a payload given as bytes: text is checked
@@ -847,7 +922,11 @@ impl PubSub {
         opcode: OpCode,
         payload: &[u8],
     ) -> Published {
-        self.publish_frame(topic, key, opcode, payload, None, false)
+        let options = PublishOptions {
+            key,
+            ..PublishOptions::default()
+        };
+        self.publish_frame(topic, options, opcode, payload, false)
     }
 
     /// Delivers a publication numbered elsewhere (Redis), at `position`,
@@ -867,11 +946,14 @@ impl PubSub {
     ) -> Placed {
         let inner = &*self.inner;
         let history = inner.config.history_of(topic);
+        let options = PublishOptions {
+            key,
+            except,
+            datagram: false,
+        };
         if check_topic(topic).is_err() || !history.is_on() {
             // Not kept here: numbered here, like a relayed publish.
-            return Placed::Delivered(
-                self.publish_frame(topic, key, opcode, payload, except, false),
-            );
+            return Placed::Delivered(self.publish_frame(topic, options, opcode, payload, false));
         }
         loop {
             let entry = inner.registry.open(topic, history);
@@ -895,7 +977,7 @@ impl PubSub {
                 }
                 Numbering::Redis => {}
             }
-            let published = self.publish_locked(&entry, &mut state, key, opcode, payload, except);
+            let published = self.publish_locked(&entry, &mut state, options, opcode, payload);
             return Placed::Delivered(published);
         }
     }
@@ -1019,10 +1101,9 @@ impl PubSub {
     fn publish_frame(
         &self,
         topic: &str,
-        key: Option<&str>,
+        options: PublishOptions<'_>,
         opcode: OpCode,
         payload: &[u8],
-        except: Option<&Conn>,
         unrecorded: bool,
     ) -> Published {
         let inner = &*self.inner;
@@ -1068,7 +1149,7 @@ impl PubSub {
                     log.clear();
                 }
             }
-            return self.publish_locked(&entry, &mut state, key, opcode, payload, except);
+            return self.publish_locked(&entry, &mut state, options, opcode, payload);
         }
     }
 
@@ -1079,12 +1160,12 @@ impl PubSub {
         &self,
         entry: &Topic,
         state: &mut registry::TopicState,
-        key: Option<&str>,
+        options: PublishOptions<'_>,
         opcode: OpCode,
         payload: &[u8],
-        except: Option<&Conn>,
     ) -> Published {
         let inner = &self.inner;
+        let PublishOptions { key, except, .. } = options;
         let sampled = meters::sample();
         state.last += 1;
         let position = Position {
@@ -1143,6 +1224,16 @@ impl PubSub {
                 }
                 Route::Direct => inner.deliver(local, &publication, except),
             }
+        }
+        #[cfg(feature = "http3")]
+        if !state.sessions.is_empty() {
+            let handed = state
+                .sessions
+                .deliver(&entry.name, payload, options.datagram);
+            inner
+                .delivered
+                .fetch_add(handed.delivered, Ordering::Relaxed);
+            inner.dropped.fetch_add(handed.dropped, Ordering::Relaxed);
         }
         Published {
             subscribers: reached,

@@ -23,6 +23,7 @@ use std::time::Instant;
 use super::envelope::{Envelope, Publication};
 use super::history::{Epoch, History};
 use super::log::Log;
+use super::sessions::SessionSubscribers;
 use crate::connection::conn::Conn;
 use crate::connection::wake::{ConnWake, WokenList};
 
@@ -217,6 +218,8 @@ pub(super) struct TopicState {
     /// Where the previous epoch ended when `PubSub::renumber` began this
     /// one: a subscriber that had everything up to there missed nothing.
     pub(super) renumbered_from: Option<super::history::Position>,
+    /// WebTransport sessions subscribed (feature `http3`).
+    pub(super) sessions: SessionSubscribers,
 }
 
 /// Who numbers a topic's publications.
@@ -246,6 +249,7 @@ impl Topic {
                 numbering: Numbering::Here,
                 pinned_until: None,
                 renumbered_from: None,
+                sessions: SessionSubscribers::default(),
             }),
         }
     }
@@ -258,9 +262,14 @@ impl Topic {
 }
 
 impl TopicState {
-    /// Subscribers now, on every route.
+    /// Subscribers now, on every route, and sessions.
     pub(super) fn subscribers(&self) -> usize {
-        self.locals.iter().map(|l| l.count()).sum()
+        self.locals.iter().map(|l| l.count()).sum::<usize>() + self.sessions.len()
+    }
+
+    /// Whether nobody is subscribed: no connection, no session.
+    pub(super) fn unoccupied(&self) -> bool {
+        self.locals.is_empty() && self.sessions.is_empty()
     }
 
     /// Whether the connection `key` on `route` is subscribed.
@@ -339,7 +348,7 @@ impl TopicState {
         let pinned = self
             .pinned_until
             .is_some_and(|until| Instant::now() < until);
-        !pinned && self.locals.is_empty() && self.log.as_ref().is_none_or(Log::is_empty)
+        !pinned && self.unoccupied() && self.log.as_ref().is_none_or(Log::is_empty)
     }
 }
 
@@ -419,18 +428,46 @@ impl Registry {
         let removed = state.locals[at].remove(key);
         if state.locals[at].count() == 0 {
             state.locals.swap_remove(at);
-            if state.locals.is_empty() {
-                self.occupied.fetch_sub(1, Ordering::Relaxed);
-                if let Some(occupancy) = &self.occupancy {
-                    occupancy(topic, false);
-                }
-            }
+            self.left(topic, &state);
         }
         if state.idle() {
             state.gone = true;
             shard.remove(topic);
         }
         removed
+    }
+
+    /// Counts a topic that lost its last subscriber, if it did, and says
+    /// so (the caller holds the topic's lock).
+    fn left(&self, topic: &str, state: &TopicState) {
+        if state.unoccupied() {
+            self.occupied.fetch_sub(1, Ordering::Relaxed);
+            if let Some(occupancy) = &self.occupancy {
+                occupancy(topic, false);
+            }
+        }
+    }
+
+    /// Removes the session `key`'s subscription to `topic`, as [`remove`]
+    /// does a connection's; false if it was not there.
+    ///
+    /// [`remove`]: Registry::remove
+    #[cfg(feature = "http3")]
+    pub(super) fn remove_session(&self, topic: &str, key: (usize, u64)) -> bool {
+        let mut shard = self.shard(topic);
+        let Some(entry) = shard.get(topic).cloned() else {
+            return false;
+        };
+        let mut state = entry.lock();
+        if !state.sessions.remove(key) {
+            return false;
+        }
+        self.left(topic, &state);
+        if state.idle() {
+            state.gone = true;
+            shard.remove(topic);
+        }
+        true
     }
 
     /// Subscribers to `topic` now.
@@ -445,7 +482,7 @@ impl Registry {
 
     /// Every topic with subscribers.
     pub(super) fn occupied(&self) -> Vec<Arc<str>> {
-        self.collect(|name, state| (!state.locals.is_empty()).then(|| name.clone()))
+        self.collect(|name, state| (!state.unoccupied()).then(|| name.clone()))
     }
 
     /// Every topic numbered by Redis here, with its latest position.

@@ -556,7 +556,7 @@ fn a_publication_that_could_not_be_recorded_breaks_the_numbering_until_redis_is_
     let epoch = Epoch::from_u64(0xe);
     pubsub.publish_at("t", Position { epoch, offset: 7 }, text("x"), None, false);
     // Redis gone: numbered here, in an epoch of this node's own.
-    let here = pubsub.publish_frame("t", None, OpCode::Text, b"y", None, true);
+    let here = pubsub.publish_frame("t", PublishOptions::new(), OpCode::Text, b"y", true);
     let here = here.position.unwrap();
     assert_ne!(here.epoch, epoch);
     assert_eq!(here.offset, 8);

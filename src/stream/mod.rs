@@ -240,6 +240,18 @@ impl<H: ServerHandler> Server<H> {
         &self.env.endpoint.config
     }
 
+    /// Whether a page of `origin` may open a session here (the same check
+    /// as a WebSocket upgrade's, `Config::allow_origins`); a refusal is
+    /// counted as the upgrade's are.
+    #[cfg(feature = "http3")]
+    pub(crate) fn allows_origin(&self, origin: Option<&[u8]>, host: Option<&[u8]>) -> bool {
+        let allowed = self.env.endpoint.config.origins.allow(origin, host);
+        if !allowed {
+            self.meters().rejected("origin");
+        }
+        allowed
+    }
+
     /// Resolves once a shutdown was asked for (here or through a
     /// [`ServerHandle`]): an accept loop selects on it to stop accepting.
     pub async fn shutdown_requested(&self) {

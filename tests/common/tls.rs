@@ -43,6 +43,32 @@ pub fn identity() -> &'static Identity {
     })
 }
 
+/// A self-signed ECDSA P-256 certificate for `localhost` and `127.0.0.1`
+/// valid from a day ago for 10 days: what a browser's WebTransport takes by
+/// its hash (`serverCertificateHashes`: at most 14 days). Written as PEM
+/// files under `name`.
+pub fn short_lived_identity(name: &str) -> Identity {
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let mut params = rcgen::CertificateParams::new(names).expect("names");
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(1);
+    params.not_after = now + time::Duration::days(9);
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let cert = params.self_signed(&key).expect("certificate");
+    let dir = std::env::temp_dir().join(format!("rapidws-tls-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert_pem = dir.join("cert.pem");
+    let key_pem = dir.join("key.pem");
+    std::fs::write(&cert_pem, cert.pem()).unwrap();
+    std::fs::write(&key_pem, key.serialize_pem()).unwrap();
+    Identity {
+        cert: cert.der().clone(),
+        key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+        cert_pem,
+        key_pem,
+    }
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -112,4 +138,20 @@ pub async fn bridge(upstream: SocketAddr) -> (SocketAddr, JoinHandle<()>) {
         }
     });
     (addr, task)
+}
+
+/// A QUIC endpoint for HTTP/3 (`rapidws::h3::endpoint`) on a free
+/// loopback port with this binary's certificate, and its address.
+#[cfg(feature = "http3")]
+pub fn h3_endpoint() -> (rapidws::h3::quinn::Endpoint, SocketAddr) {
+    let mut tls = (*server_config()).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let endpoint = rapidws::h3::endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls,
+        &rapidws::h3::QuicConfig::default(),
+    )
+    .unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    (endpoint, addr)
 }

@@ -230,22 +230,23 @@ async def refusals(client, authority):
     return answers
 
 
-async def main():
+async def run(protocol, scenarios, **configuration):
+    """Connects to argv's HOST and PORT over QUIC (HTTP/3's ALPN, CA_PEM
+    trusted, `configuration` added) with `protocol`, runs the SCENARIO
+    named, and prints its JSON."""
     host, port, ca, scenario = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     configuration = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN,
-                                      server_name="localhost")
+                                      server_name="localhost", **configuration)
     configuration.load_verify_locations(ca)
-    async with connect(host, port, configuration=configuration, create_protocol=Client) as client:
-        authority = f"localhost:{port}".encode()
-        if scenario == "echo":
-            result = await echo(client, authority)
-        elif scenario == "hold":
-            result = await hold(client, authority)
-        elif scenario == "deflate":
-            result = await echo(client, authority, compress=True)
-        else:
-            result = await refusals(client, authority)
+    async with connect(host, port, configuration=configuration, create_protocol=protocol) as client:
+        result = await scenarios[scenario](client, f"localhost:{port}".encode())
     print(json.dumps(result))
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(run(Client, {
+        "echo": echo,
+        "deflate": lambda client, authority: echo(client, authority, compress=True),
+        "hold": hold,
+        "refusals": refusals,
+    }))

@@ -73,7 +73,10 @@ pub mod setting {
     pub const ENABLE_CONNECT_PROTOCOL: u64 = 0x08;
     /// HTTP datagrams (RFC 9297).
     pub const H3_DATAGRAM: u64 = 0x33;
-    /// WebTransport sessions the sender accepts (draft-ietf-webtrans-http3).
+    /// WebTransport sessions the sender accepts (draft-ietf-webtrans-http3,
+    /// versions 13 and 14: what Safari looks for).
+    pub const WT_MAX_SESSIONS: u64 = 0x14e9_cd29;
+    /// The same, as versions 7 to 12 numbered it.
     pub const WEBTRANSPORT_MAX_SESSIONS: u64 = 0xc671_706a;
     /// The older drafts' switch, still sent by browsers.
     pub const ENABLE_WEBTRANSPORT: u64 = 0x2b60_3742;
@@ -135,7 +138,10 @@ impl Settings {
                 setting::MAX_FIELD_SECTION_SIZE => settings.max_field_section_size = Some(value),
                 setting::ENABLE_CONNECT_PROTOCOL => settings.enable_connect_protocol = flag()?,
                 setting::H3_DATAGRAM => settings.h3_datagram = flag()?,
-                setting::WEBTRANSPORT_MAX_SESSIONS => settings.webtransport_max_sessions = value,
+                setting::WEBTRANSPORT_MAX_SESSIONS | setting::WT_MAX_SESSIONS => {
+                    settings.webtransport_max_sessions =
+                        settings.webtransport_max_sessions.max(value);
+                }
                 setting::ENABLE_WEBTRANSPORT => webtransport_on = flag()?,
                 _ => {}
             }
@@ -169,6 +175,8 @@ impl Settings {
             pairs.push((setting::H3_DATAGRAM, 1));
         }
         if self.webtransport_max_sessions != 0 {
+            // Every version's codepoint: browsers are at different ones.
+            pairs.push((setting::WT_MAX_SESSIONS, self.webtransport_max_sessions));
             pairs.push((
                 setting::WEBTRANSPORT_MAX_SESSIONS,
                 self.webtransport_max_sessions,

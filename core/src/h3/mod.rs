@@ -8,6 +8,7 @@
 //! | `frame` | frame heads, and the SETTINGS both sides open with |
 //! | `qpack` | field sections (headers) with the static table only, Huffman strings |
 //! | `request` | a request's head checked as RFC 9114 asks, and the extended CONNECT that opens a WebSocket |
+//! | `webtransport` | WebTransport's own bytes: stream signals, capsules, datagram prefixes, stream error codes |
 //!
 //! Everything here takes whole byte slices a driver has gathered and
 //! bounds what it builds by a limit the caller gives; nothing keeps state
@@ -18,6 +19,7 @@ pub mod frame;
 pub mod qpack;
 pub mod request;
 pub mod varint;
+pub mod webtransport;
 
 pub use frame::{FrameHead, Settings};
 pub use qpack::{FieldSection, QpackError};

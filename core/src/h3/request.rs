@@ -190,6 +190,28 @@ impl RequestHead {
     }
 }
 
+impl RequestHead {
+    /// Whether this head asks for a WebTransport session: an extended
+    /// CONNECT with `:protocol` webtransport. `Err` names what is missing
+    /// from one that asks (a 400's reason): `:scheme` https, `:path` and
+    /// `:authority` (RFC 9220's extended CONNECT, draft-ietf-webtrans-http3
+    /// section 3.2).
+    pub fn webtransport(&self) -> Option<Result<(), &'static str>> {
+        if self.method() != "CONNECT" || self.protocol() != Some(super::webtransport::PROTOCOL) {
+            return None;
+        }
+        Some(if self.scheme() != Some("https") {
+            Err("a WebTransport session needs :scheme https")
+        } else if self.path().is_none_or(str::is_empty) {
+            Err("a WebTransport session needs a :path")
+        } else if self.authority().is_none() {
+            Err("a WebTransport session needs an :authority")
+        } else {
+            Ok(())
+        })
+    }
+}
+
 /// A byte of a field name: RFC 9110's token characters, no uppercase.
 fn is_lower_token(b: u8) -> bool {
     matches!(b, b'a'..=b'z' | b'0'..=b'9') || b"!#$%&'*+-.^_`|~".contains(&b)
@@ -258,6 +280,31 @@ mod tests {
             get.websocket(&headers).unwrap_err(),
             HandshakeError::NotExtendedConnect
         );
+    }
+
+    #[test]
+    fn webtransport_sessions_are_recognised_and_checked() {
+        let session = [
+            (":method", "CONNECT"),
+            (":protocol", "webtransport"),
+            (":scheme", "https"),
+            (":authority", "localhost:9443"),
+            (":path", "/wt"),
+            ("origin", "https://localhost:9443"),
+        ];
+        assert_eq!(head_ok(&session).webtransport(), Some(Ok(())));
+        assert_eq!(head_ok(&CONNECT).webtransport(), None);
+        let get = head_ok(&[(":method", "GET"), (":scheme", "https"), (":path", "/wt")]);
+        assert_eq!(get.webtransport(), None);
+        let mut http = session;
+        http[2].1 = "http";
+        assert!(matches!(head_ok(&http).webtransport(), Some(Err(_))));
+        // Without an :authority it is not a well-formed extended CONNECT.
+        let no_authority: Vec<_> = session
+            .into_iter()
+            .filter(|f| f.0 != ":authority")
+            .collect();
+        assert!(head(&no_authority).is_err());
     }
 
     fn head_ok(fields: &[(&str, &str)]) -> RequestHead {

@@ -527,12 +527,18 @@ impl Run {
             else {
                 continue;
             };
+            let mut options = crate::pubsub::PublishOptions::new();
+            if let Some(key) = decoded.key {
+                options = options.key(key);
+            }
+            if let Some(except) = &except {
+                options = options.except(except);
+            }
             let published = pubsub.publish_frame(
                 &record.topic,
-                decoded.key,
+                options,
                 decoded.opcode,
                 decoded.payload,
-                except.as_ref(),
                 true,
             );
             if let Some(reply) = reply {
