@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rapidws::h3::quinn;
@@ -25,18 +24,7 @@ fn start_server() -> SocketAddr {
 
 /// A QUIC connection speaking `h3`, and nothing of HTTP/3 yet.
 async fn dial(addr: SocketAddr) -> quinn::Connection {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(common::tls::identity().cert.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let endpoint = common::tls::h3_client_endpoint("127.0.0.1:0".parse().unwrap());
     endpoint.connect(addr, "localhost").unwrap().await.unwrap()
 }
 
@@ -83,6 +71,12 @@ async fn open_control(conn: &quinn::Connection) -> quinn::SendStream {
 
 /// The status of the response on `recv` (its first HEADERS frame).
 async fn status_of(recv: &mut quinn::RecvStream) -> String {
+    response_of(recv).await.0
+}
+
+/// The status of the response on `recv`, and the bytes read after its
+/// HEADERS frame.
+async fn response_of(recv: &mut quinn::RecvStream) -> (String, Vec<u8>) {
     let mut bytes = Vec::new();
     loop {
         let mut chunk = [0u8; 512];
@@ -101,14 +95,13 @@ async fn status_of(recv: &mut quinn::RecvStream) -> String {
     }
     let head = frame::FrameHead::decode(&bytes).expect("a frame");
     assert_eq!(head.kind, kind::HEADERS);
-    let section = rapidws::rapidws_core::h3::qpack::decode(
-        &bytes[head.len..head.len + head.length as usize],
-        16 * 1024,
-    )
-    .unwrap();
+    let end = head.len + head.length as usize;
+    let section =
+        rapidws::rapidws_core::h3::qpack::decode(&bytes[head.len..end], 16 * 1024).unwrap();
     let (name, value) = section.iter().next().unwrap();
     assert_eq!(name, b":status");
-    String::from_utf8(value.to_vec()).unwrap()
+    let status = String::from_utf8(value.to_vec()).unwrap();
+    (status, bytes[end..].to_vec())
 }
 
 #[tokio::test]
@@ -235,56 +228,97 @@ async fn a_frame_after_the_trailers_closes_the_connection() {
     assert_eq!(closed_with(&conn).await, 0x105);
 }
 
-/// A WebTransport handler that takes no stream: it holds its session until
-/// the session ends.
-struct Idle;
+/// A WebTransport handler scripted by the session's path: `/close7` closes
+/// with 7 and returns at once, `/panic` panics, `/panic-hook` panics in
+/// `on_request`; any other path holds the session, taking no stream, until
+/// it ends.
+struct Scripted;
 
-impl rapidws::h3::WebTransport for Idle {
+impl rapidws::h3::WebTransport for Scripted {
+    fn on_request(&self, request: &rapidws::h3::RequestHead) -> Result<(), rapidws::Reject> {
+        assert_ne!(request.path(), Some("/panic-hook"), "a hook that panics");
+        Ok(())
+    }
+
     async fn serve(&self, session: rapidws::h3::Session) {
-        session.closed().await;
+        match session.path() {
+            "/close7" => session.close(7, "seven"),
+            "/panic" => panic!("a handler that panics"),
+            _ => {
+                session.closed().await;
+            }
+        }
     }
 }
 
-/// [`start_server`] with WebTransport sessions served by [`Idle`].
+/// [`start_server`] with WebTransport sessions served by [`Scripted`].
 fn start_webtransport_server() -> SocketAddr {
     let server = Server::new(common::Echo { page: None }, Config::default());
     let (endpoint, addr) = common::tls::h3_endpoint();
-    tokio::spawn(async move { rapidws::h3::serve_with(endpoint, &server, Idle).await });
+    tokio::spawn(async move { rapidws::h3::serve_with(endpoint, &server, Scripted).await });
     addr
 }
 
-/// Opens a session (its 200 read); returns its stream and id.
-async fn open_session(conn: &quinn::Connection) -> (quinn::SendStream, quinn::RecvStream, u64) {
+/// Asks for a session at `path`: its stream, id, the response's status,
+/// and the bytes that came after the response's head.
+async fn ask_session(
+    conn: &quinn::Connection,
+    path: &str,
+) -> (quinn::SendStream, quinn::RecvStream, u64, String, Vec<u8>) {
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let mut request = Vec::new();
     let fields: [(&[u8], &[u8]); 5] = [
         (b":method", b"CONNECT"),
         (b":protocol", b"webtransport"),
         (b":scheme", b"https"),
-        (b":path", b"/wt"),
+        (b":path", path.as_bytes()),
         (b":authority", b"localhost"),
     ];
     put_headers(fields, &mut request);
     send.write_all(&request).await.unwrap();
-    assert_eq!(status_of(&mut recv).await, "200");
+    let (status, rest) = response_of(&mut recv).await;
     let id = u64::from(send.id());
-    (send, recv, id)
+    (send, recv, id, status, rest)
 }
 
-/// The error code a stream's reading side ends with (within 10 s).
-async fn reset_code(recv: &mut quinn::RecvStream) -> Option<u64> {
-    let mut chunk = [0u8; 64];
+/// Opens a session at `/wt` (its 200 read; retried while the one before is
+/// still closing: 429); returns its stream and id.
+async fn open_session(conn: &quinn::Connection) -> (quinn::SendStream, quinn::RecvStream, u64) {
+    let started = std::time::Instant::now();
+    loop {
+        let (send, recv, id, status, _) = ask_session(conn, "/wt").await;
+        if status == "200" {
+            return (send, recv, id);
+        }
+        assert_eq!(status, "429");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "still 429 after 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How a stream's reading side ended (within 10 s): `None` for its end,
+/// `Some(code)` for a reset; with the bytes read before.
+async fn ending(recv: &mut quinn::RecvStream) -> (Option<u64>, Vec<u8>) {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
     loop {
         let read = tokio::time::timeout(Duration::from_secs(10), recv.read(&mut chunk))
             .await
             .expect("the stream ends within 10 s");
         match read {
-            Ok(Some(_)) => {}
-            Ok(None) => return None,
-            Err(quinn::ReadError::Reset(code)) => return Some(code.into_inner()),
+            Ok(Some(n)) => bytes.extend_from_slice(&chunk[..n]),
+            Ok(None) => return (None, bytes),
+            Err(quinn::ReadError::Reset(code)) => return (Some(code.into_inner()), bytes),
             Err(other) => panic!("{other}"),
         }
     }
+}
+
+async fn reset_code(recv: &mut quinn::RecvStream) -> Option<u64> {
+    ending(recv).await.0
 }
 
 #[tokio::test]
@@ -293,33 +327,36 @@ async fn webtransport_streams_past_what_a_session_queues_are_rejected() {
     let conn = dial(addr).await;
     let _control = open_control(&conn).await;
     let (_send, _recv, id) = open_session(&conn).await;
-    // 80 streams the handler never takes: 64 are queued for it, the rest
-    // reset (WEBTRANSPORT_BUFFERED_STREAM_REJECTED).
-    let mut streams = Vec::new();
+    // 80 streams the handler never takes: 64 are queued for it, the other
+    // 16 reset (WEBTRANSPORT_BUFFERED_STREAM_REJECTED), whichever they are.
+    let mut reads = tokio::task::JoinSet::new();
+    let mut sends = Vec::new();
     for _ in 0..80 {
-        let (mut send, recv) = conn.open_bi().await.unwrap();
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
         let mut prefix = Vec::new();
         varint::encode(0x41, &mut prefix);
         varint::encode(id, &mut prefix);
         prefix.push(b'x');
         send.write_all(&prefix).await.unwrap();
-        streams.push((send, recv));
+        sends.push(send);
+        reads.spawn(async move {
+            match tokio::time::timeout(Duration::from_secs(2), recv.read(&mut [0u8; 8])).await {
+                Ok(Err(quinn::ReadError::Reset(code))) => Some(code.into_inner()),
+                _ => None,
+            }
+        });
     }
     let rejected = rapidws::rapidws_core::h3::webtransport::code::BUFFERED_STREAM_REJECTED;
-    let mut codes = Vec::new();
-    for (_, recv) in &mut streams[64..] {
-        codes.push(reset_code(recv).await);
-    }
-    assert!(
-        codes.iter().all(|&code| code == Some(rejected)),
-        "{codes:?}"
-    );
-    // A unidirectional stream for a session that is not there: stopped
-    // (WT_SESSION_GONE).
+    let codes = reads.join_all().await;
+    let resets: Vec<u64> = codes.into_iter().flatten().collect();
+    assert_eq!(resets.len(), 16, "{resets:?}");
+    assert!(resets.iter().all(|&code| code == rejected), "{resets:?}");
+    // A unidirectional stream for a session that is not there (the id of
+    // a stream the server saw, not a session's): stopped (WT_SESSION_GONE).
     let mut stray = conn.open_uni().await.unwrap();
     let mut prefix = Vec::new();
     varint::encode(0x54, &mut prefix);
-    varint::encode(id + 400, &mut prefix);
+    varint::encode(id + 4, &mut prefix);
     stray.write_all(&prefix).await.unwrap();
     let stopped = tokio::time::timeout(Duration::from_secs(10), stray.stopped())
         .await
@@ -330,7 +367,7 @@ async fn webtransport_streams_past_what_a_session_queues_are_rejected() {
 }
 
 #[tokio::test]
-async fn a_malformed_close_capsule_ends_the_session_and_the_next_one_opens() {
+async fn a_malformed_close_capsule_resets_the_session_stream_and_the_next_one_opens() {
     let addr = start_webtransport_server();
     let conn = dial(addr).await;
     let _control = open_control(&conn).await;
@@ -343,8 +380,8 @@ async fn a_malformed_close_capsule_ends_the_session_and_the_next_one_opens() {
     send.write_all(&frame_bytes(kind::DATA, &capsule))
         .await
         .unwrap();
-    // The server ends its side (its stream's FIN, after the response).
-    assert_eq!(reset_code(&mut recv).await, None);
+    // H3_MESSAGE_ERROR on the session's stream.
+    assert_eq!(reset_code(&mut recv).await, Some(0x10e));
     // The session is gone from the connection: another one may open.
     let (next, _next_recv, _) = open_session(&conn).await;
     drop(next);
@@ -359,7 +396,7 @@ async fn a_malformed_close_capsule_ends_the_session_and_the_next_one_opens() {
 }
 
 #[tokio::test]
-async fn unknown_capsules_past_64_kib_end_the_session() {
+async fn unknown_capsules_are_skipped_whatever_their_length() {
     let addr = start_webtransport_server();
     let conn = dial(addr).await;
     let _control = open_control(&conn).await;
@@ -371,5 +408,54 @@ async fn unknown_capsules_past_64_kib_end_the_session() {
     send.write_all(&frame_bytes(kind::DATA, &capsule))
         .await
         .unwrap();
-    assert_eq!(reset_code(&mut recv).await, None);
+    // The session goes on...
+    let still = tokio::time::timeout(Duration::from_millis(300), recv.read(&mut [0u8; 8])).await;
+    assert!(still.is_err(), "{still:?}");
+    // ...until the peer closes it: then the server's side ends, with no
+    // capsule of its own.
+    let mut close = Vec::new();
+    varint::encode(0x2843, &mut close);
+    varint::encode(5, &mut close);
+    close.extend_from_slice(&[0, 0, 0, 9, b'x']);
+    send.write_all(&frame_bytes(kind::DATA, &close))
+        .await
+        .unwrap();
+    assert_eq!(ending(&mut recv).await, (None, Vec::new()));
+}
+
+#[tokio::test]
+async fn a_close_asked_for_just_before_the_handler_returns_is_the_one_sent() {
+    let addr = start_webtransport_server();
+    let conn = dial(addr).await;
+    let _control = open_control(&conn).await;
+    let (_send, mut recv, _, status, mut bytes) = ask_session(&conn, "/close7").await;
+    assert_eq!(status, "200");
+    let (end, rest) = ending(&mut recv).await;
+    assert_eq!(end, None);
+    bytes.extend(rest);
+    // One DATA frame: WT_CLOSE_SESSION, code 7, "seven".
+    let head = frame::FrameHead::decode(&bytes).expect("a frame");
+    assert_eq!(head.kind, kind::DATA);
+    let capsule = &bytes[head.len..];
+    let (kind, length, len) =
+        rapidws::rapidws_core::h3::webtransport::capsule_head(capsule).unwrap();
+    assert_eq!(kind, 0x2843);
+    let close =
+        rapidws::rapidws_core::h3::webtransport::decode_close(&capsule[len..len + length as usize]);
+    assert_eq!(close, Ok((7, "seven")));
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_frees_its_session_and_a_hook_that_panics_answers_500() {
+    let addr = start_webtransport_server();
+    let conn = dial(addr).await;
+    let _control = open_control(&conn).await;
+    let (_send, _recv, _, status, _) = ask_session(&conn, "/panic-hook").await;
+    assert_eq!(status, "500");
+    let (_send, mut recv, _, status, _) = ask_session(&conn, "/panic").await;
+    assert_eq!(status, "200");
+    let _ = ending(&mut recv).await;
+    // Not 429: the session left the connection's table as its task ended.
+    let (_send, _recv, _) = open_session(&conn).await;
+    assert!(conn.close_reason().is_none());
 }

@@ -42,12 +42,19 @@
 //!    their own (the stream driver). Either way masking, pongs, the close
 //!    handshake, limits and close codes are the core's, as on a server.
 //!
+//! With [`Client::http3`] (feature `http3`), `wss://` goes over HTTP/3
+//! instead (RFC 9220): QUIC to the URL's host and port in step 2, TLS in
+//! QUIC's handshake, an extended CONNECT for step 4 (its answer a `200`);
+//! falling back to TCP is the caller's choice (see there).
+//!
 //! Once open, a client connection is a server connection with the other
 //! role: its frames are masked, it fails a masked frame from the server
 //! (1002), and after the close handshake it waits for the server to close
 //! TCP first (RFC 6455 §7.1.1), at most `close_timeout`.
 
 mod error;
+#[cfg(feature = "http3")]
+mod h3;
 pub mod proxy;
 #[cfg(feature = "socket")]
 mod sockets;
@@ -258,6 +265,9 @@ struct Options {
     proxy: ProxyChoice,
     #[cfg(feature = "rustls")]
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// `wss://` over HTTP/3 ([`Client::http3`]).
+    #[cfg(feature = "http3")]
+    http3: bool,
 }
 
 /// Defines `Client`, with `Inboxes` as its handler by default when the
@@ -357,6 +367,8 @@ impl<H: Handler> Client<H> {
                 proxy: ProxyChoice::Direct,
                 #[cfg(feature = "rustls")]
                 tls: None,
+                #[cfg(feature = "http3")]
+                http3: false,
             },
             groups: Arc::default(),
         }
@@ -383,6 +395,27 @@ impl<H: Handler> Client<H> {
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ClientConfig>) -> Self {
         self.options.tls = Some(tls::with_alpn(&config));
+        self
+    }
+
+    /// Connects `wss://` URLs over HTTP/3 (RFC 9220): QUIC (UDP) to the
+    /// URL's host and port, an extended CONNECT, and the WebSocket on that
+    /// request stream, with the same [`Config`] (limits, permessage-deflate,
+    /// keepalive), TLS config ([`Client::tls`]; its ALPN set to `h3`) and
+    /// handler as over TCP. `ws://` URLs, a request given a stream of its
+    /// own ([`ConnectRequest::over`]) and connections through a proxy (a
+    /// proxy carries TCP) still go over TCP.
+    ///
+    /// Nothing falls back by itself: a server that does not speak HTTP/3
+    /// fails the connect ([`ConnectError::Timeout`] or
+    /// [`ConnectError::Connect`] when nothing answers on UDP,
+    /// [`ConnectError::Status`] for a refusal), and trying again over TCP
+    /// (a client without this) is the caller's choice: whether a
+    /// network that drops UDP should cost a connect timeout first is
+    /// theirs to weigh. Each connection has a UDP socket of its own.
+    #[cfg(feature = "http3")]
+    pub fn http3(mut self) -> Self {
+        self.options.http3 = true;
         self
     }
 
@@ -450,6 +483,10 @@ impl<H: Handler> Client<H> {
         let mut request = request;
         request.add_url_credentials(&url);
         request.check(&url, &self.env.endpoint.config)?;
+        #[cfg(feature = "http3")]
+        if self.options.http3 && url.scheme == "wss" && stream.is_none() && !self.proxied(&url)? {
+            return self.over_http3(&url, &request, state).await;
+        }
         match stream {
             Some(stream) => {
                 let peer = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
@@ -465,14 +502,44 @@ impl<H: Handler> Client<H> {
         }
     }
 
-    /// Resolves, connects TCP and opens the proxy's tunnel, if any.
-    async fn dial(&self, url: &Url) -> Result<(TcpStream, SocketAddr), ConnectError> {
-        let deadline = Instant::now() + self.options.connect_timeout;
-        let proxy = match &self.options.proxy {
+    /// The proxy a connection to `url` goes through, if any.
+    fn proxy_for(&self, url: &Url) -> Result<Option<Proxy>, ConnectError> {
+        Ok(match &self.options.proxy {
             ProxyChoice::Direct => None,
             ProxyChoice::Fixed(proxy) => Some(proxy.clone()),
             ProxyChoice::FromEnv => Proxy::from_env(url).transpose()?,
+        })
+    }
+
+    /// Whether a connection to `url` goes through a proxy.
+    #[cfg(feature = "http3")]
+    fn proxied(&self, url: &Url) -> Result<bool, ConnectError> {
+        Ok(self.proxy_for(url)?.is_some())
+    }
+
+    /// `wss://` over HTTP/3, then the connection's task.
+    #[cfg(feature = "http3")]
+    async fn over_http3(
+        &self,
+        url: &Url,
+        request: &Asked,
+        state: H::State,
+    ) -> Result<(Conn, Response), ConnectError> {
+        let tls = match &self.options.tls {
+            Some(config) => config.clone(),
+            None => tls::default_config()?,
         };
+        let config = &self.env.endpoint.config;
+        let (stream, response, peer) =
+            h3::connect(url, request, config, tls, self.options.connect_timeout).await?;
+        self.start(stream, peer, bytes::BytesMut::new(), response, state)
+            .await
+    }
+
+    /// Resolves, connects TCP and opens the proxy's tunnel, if any.
+    async fn dial(&self, url: &Url) -> Result<(TcpStream, SocketAddr), ConnectError> {
+        let deadline = Instant::now() + self.options.connect_timeout;
+        let proxy = self.proxy_for(url)?;
         let port = url.port_or(default_port(url));
         let (host, to) = match &proxy {
             Some(proxy) => (&proxy.host, proxy.port),
@@ -587,13 +654,27 @@ impl<H: Handler> Client<H> {
     ) -> Result<(Conn, Response), ConnectError> {
         let config = &self.env.endpoint.config;
         let switched = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
-        let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
+        self.start(stream, peer, switched.prefix, switched.response, state)
+            .await
+    }
+
+    /// Opens the upgraded connection on `stream` in a task of its own
+    /// (`prefix`: its first bytes, read already).
+    async fn start<S: Io>(
+        &self,
+        stream: S,
+        peer: SocketAddr,
+        prefix: bytes::BytesMut,
+        response: Response,
+        state: H::State,
+    ) -> Result<(Conn, Response), ConnectError> {
+        let (opening, mut handout) = opening(state, prefix, &response);
         let start = Start::Upgraded(Box::new(opening));
         let live = self.env.endpoint.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
         let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;
-        Ok((conn, switched.response))
+        Ok((conn, response))
     }
 }
 
@@ -646,7 +727,25 @@ async fn connect_tcp(
     port: u16,
     deadline: Instant,
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
-    let addrs: Vec<SocketAddr> = match host {
+    let addrs = resolve(host, port).await?;
+    let mut last = None;
+    let count = addrs.len() as u32;
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let share = left / (count - i as u32);
+        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok((stream, addr)),
+            Ok(Err(error)) => last = Some(ConnectError::Connect { addr, error }),
+            Err(_) => last = Some(ConnectError::Timeout(Stage::Connect)),
+        }
+    }
+    Err(last.expect("at least one address was tried"))
+}
+
+/// The addresses `host` names at `port`: itself, or what the resolver
+/// says (at least one, or [`ConnectError::Dns`]).
+async fn resolve(host: &Host, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+    Ok(match host {
         Host::V4(ip) => vec![SocketAddr::from((*ip, port))],
         Host::V6(ip) => vec![SocketAddr::from((*ip, port))],
         Host::Name(name) => {
@@ -664,17 +763,5 @@ async fn connect_tcp(
             }
             found
         }
-    };
-    let mut last = None;
-    let count = addrs.len() as u32;
-    for (i, addr) in addrs.into_iter().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let share = left / (count - i as u32);
-        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => return Ok((stream, addr)),
-            Ok(Err(error)) => last = Some(ConnectError::Connect { addr, error }),
-            Err(_) => last = Some(ConnectError::Timeout(Stage::Connect)),
-        }
-    }
-    Err(last.expect("at least one address was tried"))
+    })
 }

@@ -15,7 +15,7 @@ use crate::handshake::{ClientHandshakeError, ClientRequest, header_buffer, parse
 use crate::proto::WriteQueue;
 use crate::proto::deflate::DeflateParams;
 
-/// The server's `101`, as the client keeps it.
+/// The server's `101` (over HTTP/3, its `200`), as the client keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
     headers: Vec<(String, Vec<u8>)>,
@@ -24,6 +24,18 @@ pub struct Response {
 }
 
 impl Response {
+    pub(crate) fn new(
+        headers: Vec<(String, Vec<u8>)>,
+        protocol: Option<String>,
+        deflate: Option<DeflateParams>,
+    ) -> Response {
+        Response {
+            headers,
+            protocol,
+            deflate,
+        }
+    }
+
     /// The subprotocol the server chose (one of those offered), if any.
     pub fn protocol(&self) -> Option<&str> {
         self.protocol.as_deref()

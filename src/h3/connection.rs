@@ -72,6 +72,9 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
             accepted = conn.accept_bi() => match accepted {
                 Ok((send, recv)) => {
                     next_id = u64::from(recv.id()) + 4;
+                    if let Some((_, sessions)) = &service.webtransport {
+                        sessions.seen(u64::from(recv.id()));
+                    }
                     requests.spawn(request::serve(service.clone(), conn.clone(), send, recv));
                 }
                 Err(_) => break false,
@@ -101,6 +104,11 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
             }
         }
         conn.close(code_of(code::NO_ERROR), b"");
+    } else {
+        // The connection is gone: its requests see their streams fail and
+        // end (a session's handler gets its grace); not aborted.
+        let ended = async { while requests.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(CLOSE_WITHIN, ended).await;
     }
     peer_streams.abort();
     if let Some(datagrams) = datagrams {

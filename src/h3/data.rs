@@ -87,6 +87,13 @@ impl DataStream {
         }
     }
 
+    /// Resets the stream's sending side with `code` (an HTTP/3 error).
+    pub(crate) fn reset(&mut self, code: u64) {
+        if let Some(send) = &mut self.send {
+            let _ = send.reset(code_of(code));
+        }
+    }
+
     fn send(&mut self) -> Pin<&mut SendStream> {
         Pin::new(self.send.as_mut().expect("present until dropped"))
     }

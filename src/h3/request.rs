@@ -14,6 +14,16 @@ use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Decision;
 use crate::handshake::{HandshakeError, write_response_value};
 
+/// A request being decided: held streams for its id are let go when this
+/// goes.
+struct Deciding(Arc<Sessions>, u64);
+
+impl Drop for Deciding {
+    fn drop(&mut self) {
+        self.0.decided(self.1);
+    }
+}
+
 /// What a connection's bidirectional streams are served with: the
 /// WebSocket server, and the WebTransport handler with the connection's
 /// sessions if there is one.
@@ -44,6 +54,12 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     let config = server.config();
     let limit = config.max_handshake_size;
     let sessions = service.webtransport.is_some();
+    // Until this request is decided, streams for a session of its id are
+    // held (`Sessions`); however it ends, they are let go.
+    let deciding = service
+        .webtransport
+        .as_ref()
+        .map(|(_, sessions)| Deciding(sessions.clone(), u64::from(send.id())));
     let read = tokio::time::timeout(
         config.handshake_timeout,
         read_headers(&mut recv, limit, sessions),
@@ -52,6 +68,7 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     let payload = match read {
         Ok(Ok(Opening::Head(payload))) => payload,
         Ok(Ok(Opening::Session(id))) => {
+            drop(deciding);
             if let Some((_, sessions)) = &service.webtransport {
                 sessions.bi(id, send, recv);
             }
@@ -91,8 +108,12 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
         }
     };
     if let (Some((app, sessions)), Some(_)) = (&service.webtransport, head.webtransport()) {
-        return super::webtransport::serve(&server, app, sessions, conn, send, recv, head).await;
+        super::webtransport::serve(&server, app, sessions, conn, send, recv, head).await;
+        drop(deciding);
+        return;
     }
+    // Not a session.
+    drop(deciding);
     let mut headers = head.headers();
     // `:authority` stands for `Host` (RFC 9114, 4.3.1): what the `Origin`
     // check compares with.

@@ -2,7 +2,7 @@
 //! connection's table that sends each stream and datagram a peer opens to
 //! the session it names.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -151,8 +151,9 @@ impl Link {
         (self.conn.stable_id(), self.id)
     }
 
+    /// Whether the session is over (or its task gone).
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.borrow().is_some()
+        self.closed.borrow().is_some() || self.closed.has_changed().is_err()
     }
 
     /// Waits for the session to end, and says how.
@@ -338,15 +339,115 @@ struct Inbox {
     datagrams: mpsc::Sender<Bytes>,
 }
 
+/// A stream that came for a session not decided yet.
+enum Early {
+    Bi(SendStream, RecvStream),
+    Uni(RecvStream),
+}
+
+impl Early {
+    fn refuse(self, code: u64) {
+        match self {
+            Early::Bi(mut send, mut recv) => {
+                let _ = send.reset(code_of(code));
+                let _ = recv.stop(code_of(code));
+            }
+            Early::Uni(mut recv) => {
+                let _ = recv.stop(code_of(code));
+            }
+        }
+    }
+}
+
+/// Streams a connection holds for sessions not decided yet (the peer may
+/// open a session's streams before it has the answer); more are refused
+/// with `WEBTRANSPORT_BUFFERED_STREAM_REJECTED`.
+const EARLY_STREAMS: usize = 16;
+
 /// A connection's sessions, by id: what the peer's streams and datagrams
 /// are sent on to.
 #[derive(Default)]
 pub(crate) struct Sessions {
-    open: Mutex<HashMap<u64, Inbox>>,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    open: HashMap<u64, Inbox>,
+    /// Bidirectional streams accepted and not decided yet: each may be a
+    /// request that becomes a session.
+    deciding: HashSet<u64>,
+    /// The first bidirectional stream id the connection has not seen: a
+    /// request the peer has not opened yet may still become a session.
+    unseen: u64,
+    /// Streams held for a session being decided, by its id.
+    early: Vec<(u64, Early)>,
+}
+
+impl Table {
+    /// Sends `stream` to session `id`, holds it for a session being
+    /// decided, or refuses it.
+    fn route(&mut self, id: u64, stream: Early) {
+        if let Some(inbox) = self.open.get(&id) {
+            let refused = match stream {
+                Early::Bi(send, recv) => match inbox.bi.try_send((send, recv)) {
+                    Ok(()) => return,
+                    Err(error) => {
+                        let (send, recv) = error.into_inner();
+                        Early::Bi(send, recv)
+                    }
+                },
+                Early::Uni(recv) => match inbox.uni.try_send(recv) {
+                    Ok(()) => return,
+                    Err(error) => Early::Uni(error.into_inner()),
+                },
+            };
+            return refused.refuse(wt::code::BUFFERED_STREAM_REJECTED);
+        }
+        // A session id is a client-initiated bidirectional stream's.
+        let may_come = id.is_multiple_of(4) && (self.deciding.contains(&id) || id >= self.unseen);
+        if !may_come {
+            return stream.refuse(wt::code::SESSION_GONE);
+        }
+        if self.early.len() >= EARLY_STREAMS {
+            return stream.refuse(wt::code::BUFFERED_STREAM_REJECTED);
+        }
+        self.early.push((id, stream));
+    }
 }
 
 impl Sessions {
-    /// Opens session `id` of `conn`, unless `max` are open already.
+    /// The connection accepted bidirectional stream `id`: until it is
+    /// [`decided`](Sessions::decided), it may be a session's request.
+    pub(crate) fn seen(&self, id: u64) {
+        let mut table = self.lock();
+        table.unseen = table.unseen.max(id + 4);
+        table.deciding.insert(id);
+    }
+
+    /// Request `id` is over (answered, refused, or its session ended):
+    /// streams held for it are refused.
+    pub(crate) fn decided(&self, id: u64) {
+        let mut table = self.lock();
+        table.deciding.remove(&id);
+        if table.open.contains_key(&id) {
+            return;
+        }
+        let early = std::mem::take(&mut table.early);
+        let (held, kept): (Vec<_>, Vec<_>) = early.into_iter().partition(|(of, _)| *of == id);
+        table.early = kept;
+        drop(table);
+        for (_, stream) in held {
+            stream.refuse(wt::code::BUFFERED_STREAM_REJECTED);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens session `id` of `conn`, unless `max` are open already; the
+    /// streams held for it are its first.
     pub(crate) fn open(
         &self,
         conn: &Connection,
@@ -354,8 +455,8 @@ impl Sessions {
         path: String,
         max: usize,
     ) -> Option<(Session, Control)> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if open.len() >= max {
+        let mut table = self.lock();
+        if table.open.len() >= max {
             return None;
         }
         let (bi, bi_rx) = mpsc::channel(QUEUED_STREAMS);
@@ -363,7 +464,15 @@ impl Sessions {
         let (datagrams, datagrams_rx) = mpsc::channel(QUEUED_DATAGRAMS);
         let (closed, closed_rx) = watch::channel(None);
         let (closing_tx, closing) = mpsc::channel(1);
-        open.insert(id, Inbox { bi, uni, datagrams });
+        table.open.insert(id, Inbox { bi, uni, datagrams });
+        let early = std::mem::take(&mut table.early);
+        for (of, stream) in early {
+            if of == id {
+                table.route(id, stream);
+            } else {
+                table.early.push((of, stream));
+            }
+        }
         let session = Session {
             link: Link {
                 conn: conn.clone(),
@@ -385,49 +494,17 @@ impl Sessions {
     /// now on, and its handler's `accept_*` end once it has taken those
     /// queued.
     pub(crate) fn remove(&self, id: u64) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.remove(&id);
+        self.lock().open.remove(&id);
     }
 
     /// A bidirectional stream the peer opened for session `id`.
-    pub(crate) fn bi(&self, id: u64, mut send: SendStream, mut recv: RecvStream) {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let refused = match open.get(&id) {
-            None => wt::code::SESSION_GONE,
-            Some(inbox) => match inbox.bi.try_send((send, recv)) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full((s, r))) => {
-                    (send, recv) = (s, r);
-                    wt::code::BUFFERED_STREAM_REJECTED
-                }
-                Err(mpsc::error::TrySendError::Closed((s, r))) => {
-                    (send, recv) = (s, r);
-                    wt::code::SESSION_GONE
-                }
-            },
-        };
-        let _ = send.reset(code_of(refused));
-        let _ = recv.stop(code_of(refused));
+    pub(crate) fn bi(&self, id: u64, send: SendStream, recv: RecvStream) {
+        self.lock().route(id, Early::Bi(send, recv));
     }
 
     /// A unidirectional stream the peer opened for session `id`.
-    pub(crate) fn uni(&self, id: u64, mut recv: RecvStream) {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let refused = match open.get(&id) {
-            None => wt::code::SESSION_GONE,
-            Some(inbox) => match inbox.uni.try_send(recv) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(r)) => {
-                    recv = r;
-                    wt::code::BUFFERED_STREAM_REJECTED
-                }
-                Err(mpsc::error::TrySendError::Closed(r)) => {
-                    recv = r;
-                    wt::code::SESSION_GONE
-                }
-            },
-        };
-        let _ = recv.stop(code_of(refused));
+    pub(crate) fn uni(&self, id: u64, recv: RecvStream) {
+        self.lock().route(id, Early::Uni(recv));
     }
 
     /// A datagram the peer sent: to its session, or dropped (no such
@@ -436,10 +513,27 @@ impl Sessions {
         let Some((id, prefix)) = wt::datagram_session(&datagram) else {
             return;
         };
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(inbox) = open.get(&id) {
+        let table = self.lock();
+        if let Some(inbox) = table.open.get(&id) {
             let payload = datagram.split_off(prefix);
             let _ = inbox.datagrams.try_send(payload);
+        }
+    }
+}
+
+impl Drop for Session {
+    /// Streams queued for the handler and never taken are refused
+    /// (`WT_SESSION_GONE`), not left to end as if they had been read.
+    fn drop(&mut self) {
+        let bi = self.bi.get_mut();
+        bi.close();
+        while let Ok((send, recv)) = bi.try_recv() {
+            Early::Bi(send, recv).refuse(wt::code::SESSION_GONE);
+        }
+        let uni = self.uni.get_mut();
+        uni.close();
+        while let Ok(recv) = uni.try_recv() {
+            Early::Uni(recv).refuse(wt::code::SESSION_GONE);
         }
     }
 }

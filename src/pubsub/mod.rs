@@ -736,12 +736,17 @@ impl PubSub {
             return Ok(false);
         };
         drop(busy);
-        let pubsub = self.clone();
-        let runtime = link.runtime.clone();
-        let key = link.key();
-        runtime.spawn(async move {
-            writer.run(&name).await;
-            pubsub.inner.registry.remove_session(&name, key);
+        // However the writer ends (its session's end, an unsubscribe, its
+        // runtime shutting down before it ran), its subscription goes.
+        let leave = Leave {
+            pubsub: self.clone(),
+            key: link.key(),
+            token: writer.token,
+            topic: name,
+        };
+        link.runtime.spawn(async move {
+            writer.run(&leave.topic).await;
+            drop(leave);
         });
         Ok(true)
     }
@@ -752,7 +757,7 @@ impl PubSub {
     pub fn unsubscribe_session(&self, session: &crate::h3::Session, topic: &str) -> bool {
         self.inner
             .registry
-            .remove_session(topic, session.link().key())
+            .remove_session(topic, session.link().key(), None)
     }
 
     /// The topics `conn` is subscribed to here, in no particular order.
@@ -1239,6 +1244,23 @@ impl PubSub {
             subscribers: reached,
             position: Some(position),
         }
+    }
+}
+
+/// A session's subscription, taken out of its topic when this goes.
+#[cfg(feature = "http3")]
+struct Leave {
+    pubsub: PubSub,
+    key: (usize, u64),
+    token: u64,
+    topic: Arc<str>,
+}
+
+#[cfg(feature = "http3")]
+impl Drop for Leave {
+    fn drop(&mut self) {
+        let registry = &self.pubsub.inner.registry;
+        registry.remove_session(&self.topic, self.key, Some(self.token));
     }
 }
 

@@ -448,18 +448,24 @@ impl Registry {
         }
     }
 
-    /// Removes the session `key`'s subscription to `topic`, as [`remove`]
-    /// does a connection's; false if it was not there.
+    /// Removes the session `key`'s subscription to `topic` (only the one
+    /// `token` names, if given), as [`remove`] does a connection's; false
+    /// if it was not there.
     ///
     /// [`remove`]: Registry::remove
     #[cfg(feature = "http3")]
-    pub(super) fn remove_session(&self, topic: &str, key: (usize, u64)) -> bool {
+    pub(super) fn remove_session(
+        &self,
+        topic: &str,
+        key: (usize, u64),
+        token: Option<u64>,
+    ) -> bool {
         let mut shard = self.shard(topic);
         let Some(entry) = shard.get(topic).cloned() else {
             return false;
         };
         let mut state = entry.lock();
-        if !state.sessions.remove(key) {
+        if !state.sessions.remove(key, token) {
             return false;
         }
         self.left(topic, &state);

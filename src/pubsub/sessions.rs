@@ -40,7 +40,7 @@ impl SessionSubscribers {
 #[cfg(feature = "http3")]
 mod live {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     use bytes::Bytes;
     use rapidws_core::h3::varint;
@@ -51,9 +51,14 @@ mod live {
     /// Bytes that may wait for one subscription's stream.
     pub(crate) const QUEUE_BYTES: usize = 1024 * 1024;
 
+    /// Tells subscriptions apart: a session unsubscribed and subscribed
+    /// again has a new one, which the old one's writer must not take out.
+    static TOKENS: AtomicU64 = AtomicU64::new(0);
+
     /// One session's subscription to a topic.
     pub(crate) struct SessionSubscriber {
         link: Link,
+        token: u64,
         /// To the stream's writer; its bytes waiting are `queued`.
         queue: mpsc::UnboundedSender<Bytes>,
         queued: Arc<AtomicUsize>,
@@ -90,23 +95,28 @@ mod live {
         pub(crate) fn add(&mut self, link: &Link) -> Writer {
             let (queue, receiver) = mpsc::unbounded_channel();
             let queued = Arc::new(AtomicUsize::new(0));
+            let token = TOKENS.fetch_add(1, Ordering::Relaxed);
             self.list.push(SessionSubscriber {
                 link: link.clone(),
+                token,
                 queue,
                 queued: queued.clone(),
             });
             Writer {
                 link: link.clone(),
+                token,
                 receiver,
                 queued,
             }
         }
 
         /// Takes `key`'s subscription out (its writer then finishes the
-        /// stream); false if it was not there.
-        pub(crate) fn remove(&mut self, key: (usize, u64)) -> bool {
+        /// stream), only if it is the one `token` names when given; false
+        /// if it was not there.
+        pub(crate) fn remove(&mut self, key: (usize, u64), token: Option<u64>) -> bool {
             let before = self.list.len();
-            self.list.retain(|s| s.link.key() != key);
+            self.list
+                .retain(|s| s.link.key() != key || token.is_some_and(|t| t != s.token));
             before != self.list.len()
         }
 
@@ -168,6 +178,8 @@ mod live {
     /// A subscription's stream writer: what its task runs.
     pub(crate) struct Writer {
         pub(crate) link: Link,
+        /// Its subscription's.
+        pub(crate) token: u64,
         receiver: mpsc::UnboundedReceiver<Bytes>,
         queued: Arc<AtomicUsize>,
     }
@@ -187,15 +199,23 @@ mod live {
                     break;
                 };
                 if stream.is_none() {
-                    let Ok(mut opened) = self.link.open_uni().await else {
+                    // Opening waits for the peer's stream credit: not past
+                    // the session's end.
+                    let opening = async {
+                        let mut opened = self.link.open_uni().await.ok()?;
+                        let mut name = Vec::with_capacity(8 + topic.len());
+                        varint::encode(topic.len() as u64, &mut name);
+                        name.extend_from_slice(topic.as_bytes());
+                        opened.write_all(&name).await.ok()?;
+                        Some(opened)
+                    };
+                    let opened = tokio::select! {
+                        opened = opening => opened,
+                        _ = self.link.closed() => None,
+                    };
+                    let Some(opened) = opened else {
                         break;
                     };
-                    let mut name = Vec::with_capacity(8 + topic.len());
-                    varint::encode(topic.len() as u64, &mut name);
-                    name.extend_from_slice(topic.as_bytes());
-                    if opened.write_all(&name).await.is_err() {
-                        break;
-                    }
                     stream = Some(opened);
                 }
                 let Some(open) = &mut stream else {

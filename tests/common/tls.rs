@@ -144,14 +144,36 @@ pub async fn bridge(upstream: SocketAddr) -> (SocketAddr, JoinHandle<()>) {
 /// loopback port with this binary's certificate, and its address.
 #[cfg(feature = "http3")]
 pub fn h3_endpoint() -> (rapidws::h3::quinn::Endpoint, SocketAddr) {
+    h3_endpoint_with(&rapidws::h3::QuicConfig::default())
+}
+
+/// [`h3_endpoint`] with `quic`'s settings.
+#[cfg(feature = "http3")]
+pub fn h3_endpoint_with(
+    quic: &rapidws::h3::QuicConfig,
+) -> (rapidws::h3::quinn::Endpoint, SocketAddr) {
     let mut tls = (*server_config()).clone();
     tls.alpn_protocols = vec![b"h3".to_vec()];
-    let endpoint = rapidws::h3::endpoint(
-        "127.0.0.1:0".parse().unwrap(),
-        tls,
-        &rapidws::h3::QuicConfig::default(),
-    )
-    .unwrap();
+    let endpoint = rapidws::h3::endpoint("127.0.0.1:0".parse().unwrap(), tls, quic).unwrap();
     let addr = endpoint.local_addr().unwrap();
     (endpoint, addr)
+}
+
+/// A QUIC client endpoint on `local` that trusts this binary's
+/// certificate and speaks `h3`.
+#[cfg(feature = "http3")]
+pub fn h3_client_endpoint(local: SocketAddr) -> rapidws::h3::quinn::Endpoint {
+    use rapidws::h3::quinn;
+    let mut roots = RootCertStore::empty();
+    roots.add(identity().cert.clone()).unwrap();
+    let mut tls = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client(local).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    endpoint
 }

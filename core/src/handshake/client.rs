@@ -114,6 +114,69 @@ impl<'a> ClientRequest<'a> {
         Ok(handshake)
     }
 
+    /// The request as an extended CONNECT (RFC 8441 over HTTP/2, RFC 9220
+    /// over HTTP/3), checked as [`write`](ClientRequest::write) checks
+    /// it: the fields it carries besides the pseudo-fields (`:method`
+    /// CONNECT, `:protocol` websocket, `:scheme`, `:authority` for the
+    /// host, `:path` for the target, which the caller's HTTP layer writes):
+    /// `sec-websocket-version`, the subprotocols, the permessage-deflate
+    /// offer and the extra headers, every name lowercase. There is no key:
+    /// the stream is the upgrade's proof. The [`ConnectHandshake`] checks
+    /// the response.
+    pub fn extended_connect(self) -> Result<(ConnectHandshake<'a>, Fields), ClientRequestError> {
+        self.check()?;
+        let mut fields = vec![("sec-websocket-version".to_owned(), b"13".to_vec())];
+        if !self.protocols.is_empty() {
+            fields.push((
+                "sec-websocket-protocol".to_owned(),
+                self.protocols.join(", ").into_bytes(),
+            ));
+        }
+        if let Some(config) = &self.deflate {
+            let mut offer = Vec::new();
+            Offer::from_config(config).write(|piece| offer.extend_from_slice(piece));
+            fields.push(("sec-websocket-extensions".to_owned(), offer));
+        }
+        for (name, value) in self.headers {
+            fields.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
+        }
+        Ok((ConnectHandshake { request: self }, fields))
+    }
+
+    /// The offered subprotocol the response's fields name, if any.
+    fn chosen_protocol(
+        &self,
+        headers: &[httparse::Header<'_>],
+    ) -> Result<Option<&'a str>, ClientHandshakeError> {
+        let mut chosen = values(headers, "sec-websocket-protocol");
+        let Some(value) = chosen.next() else {
+            return Ok(None);
+        };
+        if chosen.next().is_some() {
+            return Err(ClientHandshakeError::UnofferedProtocol);
+        }
+        let value = value.trim_ascii();
+        self.protocols
+            .iter()
+            .find(|offered| offered.as_bytes() == value)
+            .map(|offered| Some(*offered))
+            .ok_or(ClientHandshakeError::UnofferedProtocol)
+    }
+
+    /// The subprotocol and the permessage-deflate parameters a response's
+    /// fields agree to.
+    fn agreed(&self, headers: &[httparse::Header<'_>]) -> Result<Agreed<'a>, ClientHandshakeError> {
+        let protocol = self.chosen_protocol(headers)?;
+        let offer = self.deflate.as_ref().map(Offer::from_config);
+        let deflate =
+            deflate::check_answer(values(headers, "sec-websocket-extensions"), offer.as_ref())?;
+        Ok(Agreed {
+            head_len: 0,
+            protocol,
+            deflate,
+        })
+    }
+
     /// Checks the request without writing it: the host, the target, the
     /// subprotocols and the extra headers (see [`ClientRequestError`]).
     pub fn check(&self) -> Result<(), ClientRequestError> {
@@ -215,36 +278,7 @@ impl<'a> ClientHandshake<'a> {
             (Some(value), None) if value.trim_ascii() == accept_key(&self.key) => {}
             _ => return Err(ClientHandshakeError::BadAccept),
         }
-        let protocol = self.chosen_protocol(headers)?;
-        let offer = self.request.deflate.as_ref().map(Offer::from_config);
-        let deflate =
-            deflate::check_answer(values(headers, "sec-websocket-extensions"), offer.as_ref())?;
-        Ok(Agreed {
-            head_len: 0,
-            protocol,
-            deflate,
-        })
-    }
-
-    /// The offered subprotocol the response names, if any.
-    fn chosen_protocol(
-        &self,
-        headers: &[httparse::Header<'_>],
-    ) -> Result<Option<&'a str>, ClientHandshakeError> {
-        let mut chosen = values(headers, "sec-websocket-protocol");
-        let Some(value) = chosen.next() else {
-            return Ok(None);
-        };
-        if chosen.next().is_some() {
-            return Err(ClientHandshakeError::UnofferedProtocol);
-        }
-        let value = value.trim_ascii();
-        self.request
-            .protocols
-            .iter()
-            .find(|offered| offered.as_bytes() == value)
-            .map(|offered| Some(*offered))
-            .ok_or(ClientHandshakeError::UnofferedProtocol)
+        self.request.agreed(headers)
     }
 
     fn write_request(&self, out: &mut WriteQueue) {
@@ -283,6 +317,36 @@ impl<'a> ClientHandshake<'a> {
             out.push_raw(b"\r\n");
         }
         out.push_raw(b"\r\n");
+    }
+}
+
+/// Header fields as an HTTP/2 or HTTP/3 layer takes them: lowercase names
+/// and their values.
+pub type Fields = Vec<(String, Vec<u8>)>;
+
+/// An upgrade asked for as an extended CONNECT
+/// ([`ClientRequest::extended_connect`]): what it offered, to check the
+/// response against.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectHandshake<'a> {
+    request: ClientRequest<'a>,
+}
+
+impl<'a> ConnectHandshake<'a> {
+    /// Checks the response to an extended CONNECT (RFC 8441 section 5, RFC
+    /// 9220 section 3): any 2xx status opens the WebSocket (an HTTP layer
+    /// skips the interim 1xx), another is
+    /// [`NotSwitching`](ClientHandshakeError::NotSwitching); the
+    /// subprotocol and the extensions are checked as after a `101`.
+    pub fn check(
+        &self,
+        status: u16,
+        headers: &[httparse::Header<'_>],
+    ) -> Result<Agreed<'a>, ClientHandshakeError> {
+        if !(200..300).contains(&status) {
+            return Err(ClientHandshakeError::NotSwitching { status });
+        }
+        self.request.agreed(headers)
     }
 }
 

@@ -12,8 +12,8 @@ mod request;
 mod response;
 
 pub use client::{
-    Agreed, ClientHandshake, ClientHandshakeError, ClientRequest, ClientRequestError, Response,
-    parse_response,
+    Agreed, ClientHandshake, ClientHandshakeError, ClientRequest, ClientRequestError,
+    ConnectHandshake, Fields, Response, parse_response,
 };
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use negotiate::{negotiate, write_response_value};

@@ -558,3 +558,75 @@ fn errors_say_what_went_wrong() {
         assert!(!error.to_string().is_empty());
     }
 }
+
+#[test]
+fn an_extended_connect_round_trips_with_our_server() {
+    use crate::handshake::{check_extended_connect, write_response_value};
+    let headers_asked = [("Origin", "https://example.com")];
+    for offered in [&[][..], &["v2.chat", "chat"][..]] {
+        for deflate in [None, Some(DeflateConfig::default())] {
+            let mut request = PLAIN.protocols(offered).headers(&headers_asked);
+            if let Some(config) = deflate {
+                request = request.permessage_deflate(config);
+            }
+            let (handshake, fields) = request.extended_connect().unwrap();
+            // Every name lowercase, the version there, no key.
+            assert!(fields.iter().all(|(n, _)| *n == n.to_ascii_lowercase()));
+            assert!(
+                fields
+                    .iter()
+                    .any(|(n, v)| n == "sec-websocket-version" && v == b"13")
+            );
+            assert!(fields.iter().all(|(n, _)| n != "sec-websocket-key"));
+            assert!(fields.iter().any(|(n, _)| n == "origin"));
+            let headers: Vec<httparse::Header<'_>> = fields
+                .iter()
+                .map(|(name, value)| httparse::Header { name, value })
+                .collect();
+            let parsed = check_extended_connect("CONNECT", Some("websocket"), "/chat", &headers)
+                .expect("our server takes it");
+            let agreed = negotiate(parsed.extension_offers(), &DeflateConfig::default());
+            assert_eq!(agreed.is_some(), deflate.is_some());
+            let protocol = parsed.protocols().last();
+            let mut answer = Vec::new();
+            if let Some(params) = &agreed {
+                write_response_value(params, |piece| answer.extend_from_slice(piece));
+            }
+            let mut response = Vec::new();
+            if let Some(protocol) = protocol {
+                response.push(httparse::Header {
+                    name: "sec-websocket-protocol",
+                    value: protocol.as_bytes(),
+                });
+            }
+            if agreed.is_some() {
+                response.push(httparse::Header {
+                    name: "sec-websocket-extensions",
+                    value: &answer,
+                });
+            }
+            let accepted = handshake.check(200, &response).unwrap();
+            assert_eq!(accepted.protocol, offered.last().copied());
+            assert_eq!(accepted.deflate.is_some(), deflate.is_some());
+            assert_eq!(
+                handshake.check(404, &response),
+                Err(ClientHandshakeError::NotSwitching { status: 404 })
+            );
+        }
+    }
+    // A subprotocol that was not offered, and a bad request, are refused.
+    let (handshake, _) = PLAIN.extended_connect().unwrap();
+    let chosen = [httparse::Header {
+        name: "sec-websocket-protocol",
+        value: b"chat",
+    }];
+    assert_eq!(
+        handshake.check(200, &chosen),
+        Err(ClientHandshakeError::UnofferedProtocol)
+    );
+    let bad = PLAIN.headers(&[("Sec-WebSocket-Key", "x")]);
+    assert_eq!(
+        bad.extended_connect().unwrap_err(),
+        ClientRequestError::ReservedHeader
+    );
+}
