@@ -251,10 +251,15 @@ impl rapidws::h3::WebTransport for Scripted {
     }
 }
 
-/// [`start_server`] with WebTransport sessions served by [`Scripted`].
+/// [`start_server`] with WebTransport sessions served by [`Scripted`],
+/// and room for 100 streams at once (the queue tests open 80).
 fn start_webtransport_server() -> SocketAddr {
     let server = Server::new(common::Echo { page: None }, Config::default());
-    let (endpoint, addr) = common::tls::h3_endpoint();
+    let quic = rapidws::h3::QuicConfig {
+        max_streams: 100,
+        ..rapidws::h3::QuicConfig::default()
+    };
+    let (endpoint, addr) = common::tls::h3_endpoint_with(&quic);
     tokio::spawn(async move { rapidws::h3::serve_with(endpoint, &server, Scripted).await });
     addr
 }
