@@ -19,7 +19,7 @@ use tokio::time::{Instant, timeout_at};
 use super::error::{ConnectError, MAX_REFUSAL_BODY, Refusal, Stage};
 use super::upgrade::{Response, client_request, host_header};
 use super::url::{Host, Url};
-use super::{Asked, resolve};
+use super::{Asked, connect_each, resolve};
 use crate::connection::config::Config;
 use crate::h3::DataStream;
 use crate::handshake::ConnectHandshake;
@@ -49,25 +49,7 @@ pub(super) async fn connect(
     })?;
     let quic = quinn::ClientConfig::new(Arc::new(crypto));
     let name = server_name(&url.host);
-    let mut last = None;
-    let mut connected = None;
-    let count = addrs.len() as u32;
-    for (i, addr) in addrs.into_iter().enumerate() {
-        // Each address gets an equal share of the time left, as over TCP.
-        let left = deadline.saturating_duration_since(Instant::now());
-        let share = left / (count - i as u32);
-        match tokio::time::timeout(share, dial(addr, &quic, &name)).await {
-            Ok(Ok(conn)) => {
-                connected = Some((conn, addr));
-                break;
-            }
-            Ok(Err(error)) => last = Some(error),
-            Err(_) => last = Some(ConnectError::Timeout(Stage::Connect)),
-        }
-    }
-    let Some((conn, addr)) = connected else {
-        return Err(last.unwrap_or(ConnectError::Timeout(Stage::Connect)));
-    };
+    let (conn, addr) = connect_each(addrs, deadline, |addr| dial(addr, &quic, &name)).await?;
 
     let deadline = Instant::now() + config.handshake_timeout;
     let timed_out = |_| ConnectError::Timeout(Stage::Handshake);

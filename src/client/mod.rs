@@ -719,27 +719,47 @@ fn default_port(url: &Url) -> u16 {
 }
 
 /// Connects TCP to `host:port`, trying each address the name resolves to
-/// in turn. Each attempt gets an equal share of the time left before
-/// `deadline`, so one address that drops packets (a broken IPv6 route)
-/// does not use up the time of the others.
+/// in turn ([`connect_each`]).
 async fn connect_tcp(
     host: &Host,
     port: u16,
     deadline: Instant,
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addrs = resolve(host, port).await?;
+    connect_each(addrs, deadline, |addr| async move {
+        TcpStream::connect(addr)
+            .await
+            .map_err(|error| ConnectError::Connect { addr, error })
+    })
+    .await
+}
+
+/// Tries `connect` on each of `addrs` in turn until one connects; the
+/// error is the last address's. Each attempt gets an equal share of the
+/// time left before `deadline`, so one address that drops packets (a
+/// broken IPv6 route) does not use up the time of the others. TCP's and
+/// QUIC's connects share it.
+async fn connect_each<T, F, Fut>(
+    addrs: Vec<SocketAddr>,
+    deadline: Instant,
+    mut connect: F,
+) -> Result<(T, SocketAddr), ConnectError>
+where
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ConnectError>>,
+{
     let mut last = None;
     let count = addrs.len() as u32;
     for (i, addr) in addrs.into_iter().enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
         let share = left / (count - i as u32);
-        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => return Ok((stream, addr)),
-            Ok(Err(error)) => last = Some(ConnectError::Connect { addr, error }),
+        match tokio::time::timeout(share, connect(addr)).await {
+            Ok(Ok(connected)) => return Ok((connected, addr)),
+            Ok(Err(error)) => last = Some(error),
             Err(_) => last = Some(ConnectError::Timeout(Stage::Connect)),
         }
     }
-    Err(last.expect("at least one address was tried"))
+    Err(last.unwrap_or(ConnectError::Timeout(Stage::Connect)))
 }
 
 /// The addresses `host` names at `port`: itself, or what the resolver
