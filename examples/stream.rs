@@ -25,6 +25,12 @@
 //! - **Nothing is dropped silently.** A send that fails is logged at debug
 //!   level with its reason (`RUST_LOG=debug`).
 //!
+//! `--h3` (with `--tls-cert` and `--tls-key`) also serves the same pushes
+//! and replies over HTTP/3 (RFC 9220) on UDP at `--addr`, beside wss on TCP,
+//! so a client can compare the two on one path (the load harness's
+//! `stream --h3 rfc9220`). Ctrl-C and SIGTERM close the HTTP/3 WebSockets
+//! with 1001 at once (`--drain-secs` spreads the TCP ones only).
+//!
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later);
 //! the push tasks then run on a tokio runtime thread beside the
 //! reactors, through each connection's `Conn`. tokio's timer has 1 ms
@@ -54,8 +60,12 @@ struct Args {
     /// Interval between pushes, in microseconds.
     #[arg(long, default_value_t = 500)]
     push_every_us: u64,
+    /// Also serve over HTTP/3 (RFC 9220) on UDP at --addr (needs --tls-cert).
+    #[arg(long, requires = "tls_cert")]
+    h3: bool,
 }
 
+#[derive(Clone)]
 struct Feed {
     payload: Bytes,
     every: Duration,
@@ -109,9 +119,50 @@ fn main() -> ExitCode {
     let args: Args = support::parse_with_addr("127.0.0.1:9005");
     let payload = Bytes::from(vec![0x5a; args.push_size]);
     let every = Duration::from_micros(args.push_every_us.max(1));
-    support::serve("stream", &args.serve, |runtime| Feed {
+    let feed = |runtime: runtime::Handle| Feed {
         payload,
         every,
         runtime,
+    };
+    if !args.h3 {
+        return support::serve("stream", &args.serve, feed);
+    }
+    support::serve("stream", &args.serve, |runtime| {
+        let feed = feed(runtime.clone());
+        if let Err(error) = serve_h3(&runtime, &args.serve, feed.clone()) {
+            eprintln!("error: --h3: {error}");
+            std::process::exit(1);
+        }
+        feed
     })
+}
+
+/// Serves `feed` over HTTP/3 on UDP `args.addr` from a task on `runtime`,
+/// until Ctrl-C or SIGTERM (then every WebSocket is closed with 1001).
+fn serve_h3(
+    runtime: &runtime::Handle,
+    args: &support::ServeArgs,
+    feed: Feed,
+) -> Result<(), String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Err("needs --tls-cert and --tls-key".into());
+    };
+    let mut tls = (*support::tls_server_config(cert, key)?).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let quic = rapidws::h3::QuicConfig::default();
+    let endpoint = {
+        // quinn's socket registers with the runtime it is made in.
+        let _entered = runtime.enter();
+        rapidws::h3::endpoint(args.addr, tls, &quic)
+            .map_err(|error| format!("cannot listen on UDP {}: {error}", args.addr))?
+    };
+    let server = rapidws::stream::Server::new(feed, args.config());
+    let stopping = server.clone();
+    runtime.spawn(async move {
+        support::stop_signal().await;
+        stopping.shutdown().await;
+    });
+    tracing::info!(addr = %args.addr, "stream over HTTP/3 (UDP) too");
+    runtime.spawn(async move { rapidws::h3::serve(endpoint, &server).await });
+    Ok(())
 }

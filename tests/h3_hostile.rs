@@ -464,3 +464,35 @@ async fn a_handler_that_panics_frees_its_session_and_a_hook_that_panics_answers_
     let (_send, _recv, _) = open_session(&conn).await;
     assert!(conn.close_reason().is_none());
 }
+
+/// `QuicConfig::max_ack_delay` travels in QUIC's transport parameters in
+/// milliseconds under 2^14: a longer one is refused when the endpoint is
+/// made, saying why; the longest QUIC carries and `None` (each peer keeps
+/// its own) make endpoints that serve.
+#[tokio::test]
+async fn a_max_ack_delay_quic_cannot_carry_is_refused() {
+    let make = |delay| {
+        let quic = rapidws::h3::QuicConfig {
+            max_ack_delay: delay,
+            ..Default::default()
+        };
+        let mut tls = (*common::tls::server_config()).clone();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        rapidws::h3::endpoint("127.0.0.1:0".parse().unwrap(), tls, &quic)
+    };
+    let error = make(Some(Duration::from_millis(16_384))).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("16,383 ms"), "{error}");
+    for delay in [Some(Duration::from_millis(16_383)), None] {
+        let endpoint = make(delay).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        let server = Server::new(common::Echo { page: None }, Config::default());
+        tokio::spawn(async move { rapidws::h3::serve(endpoint, &server).await });
+        let conn = dial(addr).await;
+        let mut control = open_control(&conn).await;
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&extended_connect()).await.unwrap();
+        assert_eq!(status_of(&mut recv).await, "200", "max_ack_delay {delay:?}");
+        control.finish().ok();
+    }
+}

@@ -47,7 +47,15 @@ pub(super) async fn connect(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|_| {
         ConnectError::TlsUnavailable("the TLS config has no TLS 1.3 cipher suite QUIC can use")
     })?;
-    let quic = quinn::ClientConfig::new(Arc::new(crypto));
+    let mut quic = quinn::ClientConfig::new(Arc::new(crypto));
+    // A lost packet at a stream's tail is resent after the round trip
+    // plus the server's acknowledgement delay: asked to be short, as the
+    // server asks of its clients (`QuicConfig::max_ack_delay`).
+    let mut transport = quinn::TransportConfig::default();
+    let ack =
+        crate::h3::ack_frequency(crate::h3::DEFAULT_MAX_ACK_DELAY).map_err(ConnectError::Io)?;
+    transport.ack_frequency_config(Some(ack));
+    quic.transport_config(Arc::new(transport));
     let name = server_name(&url.host);
     let (conn, addr) = connect_each(addrs, deadline, |addr| dial(addr, &quic, &name)).await?;
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::data::DataStream;
 use super::session::{Closed, Control, Sessions, WebTransport};
-use super::wire::{LINGER, answer_error, code_of};
+use super::wire::{LINGER, answer_error, code_of, head_bytes_needed};
 use crate::connection::handler::ServerHandler;
 
 /// Sessions open at once on one connection: one, as the draft allows a
@@ -185,14 +185,16 @@ async fn read_capsules(stream: &mut DataStream) -> (Closed, bool) {
     };
     let cut = "the session's stream ended inside a capsule";
     loop {
-        // Two varints: 16 bytes at most.
+        // Two varints, as a frame head: 16 bytes at most, each read
+        // whole once its first byte tells its length.
         let mut head = [0u8; 16];
         let mut len = 0;
         let (kind, length) = loop {
             if let Some((kind, length, _)) = capsule_head(&head[..len]) {
                 break (kind, length);
             }
-            match stream.read(&mut head[len..len + 1]).await {
+            let need = head_bytes_needed(&head[..len]);
+            match stream.read(&mut head[len..len + need]).await {
                 Ok(0) if len == 0 => return (peer(0, ""), false),
                 Ok(0) => return (peer(0, cut), true),
                 Ok(n) => len += n,

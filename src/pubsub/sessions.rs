@@ -55,6 +55,15 @@ mod live {
     /// again has a new one, which the old one's writer must not take out.
     static TOKENS: AtomicU64 = AtomicU64::new(0);
 
+    /// The topic's name as a stream or a datagram starts with it: a QUIC
+    /// varint length, then its UTF-8 bytes.
+    fn topic_name(topic: &str) -> Vec<u8> {
+        let mut name = Vec::with_capacity(8 + topic.len());
+        varint::encode(topic.len() as u64, &mut name);
+        name.extend_from_slice(topic.as_bytes());
+        name
+    }
+
     /// One session's subscription to a topic.
     pub(crate) struct SessionSubscriber {
         link: Link,
@@ -127,9 +136,11 @@ mod live {
             if self.list.is_empty() {
                 return handed;
             }
-            let mut name = Vec::with_capacity(8 + topic.len());
-            varint::encode(topic.len() as u64, &mut name);
-            name.extend_from_slice(topic.as_bytes());
+            let name = if datagram {
+                topic_name(topic)
+            } else {
+                Vec::new()
+            };
             // One copy for every stream: its length, then the payload.
             let framed = (!datagram).then(|| {
                 let mut framed = Vec::with_capacity(8 + payload.len());
@@ -203,10 +214,7 @@ mod live {
                     // the session's end.
                     let opening = async {
                         let mut opened = self.link.open_uni().await.ok()?;
-                        let mut name = Vec::with_capacity(8 + topic.len());
-                        varint::encode(topic.len() as u64, &mut name);
-                        name.extend_from_slice(topic.as_bytes());
-                        opened.write_all(&name).await.ok()?;
+                        opened.write_all(&topic_name(topic)).await.ok()?;
                         Some(opened)
                     };
                     let opened = tokio::select! {

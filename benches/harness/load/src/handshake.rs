@@ -93,6 +93,6 @@ async fn one_upgrade(
             Err(_) => return Err(io::Error::other("no close reply within 5 s")),
         }
     }
-    socket2::SockRef::from(stream.tcp()).set_linger(Some(Duration::ZERO))?;
+    socket2::SockRef::from(stream.tcp()?).set_linger(Some(Duration::ZERO))?;
     Ok(())
 }

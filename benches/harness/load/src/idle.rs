@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use crate::TargetArgs;
 use crate::deflate;
 use crate::emit;
+use crate::h3wire::{Bare, Hold};
 use crate::wire::{self, FrameReader};
 
 #[derive(Args, Debug, Clone)]
@@ -40,9 +41,20 @@ pub struct IdleArgs {
     /// connection whose server does not accept it as failed.
     #[arg(long, conflicts_with = "raw")]
     pub deflate: bool,
+    /// Over HTTP/3 (`--h3`): hold only this much of each connection, to
+    /// break an idle WebSocket's memory down: `quic` (the QUIC connection
+    /// alone), `h3` (and HTTP/3's control streams), `ws` (and a WebSocket:
+    /// the default). Without a WebSocket, `ping` counts the QUIC
+    /// connections still open.
+    #[arg(long, value_enum, default_value = "ws", requires = "h3")]
+    pub h3_hold: Hold,
 }
 
-type Held = Vec<(Stream, BytesMut)>;
+/// A connection held: upgraded, or (`--h3-hold quic|h3`) bare.
+enum Held {
+    Upgraded(Stream, BytesMut),
+    Bare(Bare),
+}
 
 pub async fn run(args: IdleArgs) -> io::Result<()> {
     let started = Instant::now();
@@ -76,7 +88,7 @@ pub async fn run(args: IdleArgs) -> io::Result<()> {
     Ok(())
 }
 
-async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>)) {
+async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Vec<Held>>>, (usize, Option<String>)) {
     let held = Rc::new(RefCell::new(Vec::with_capacity(args.conns)));
     let next = Rc::new(Cell::new(0usize));
     let errors = Rc::new(RefCell::new((0usize, None::<String>)));
@@ -86,7 +98,7 @@ async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>
     for _ in 0..args.concurrency.max(1) {
         let (held, next, errors, target) =
             (held.clone(), next.clone(), errors.clone(), target.clone());
-        let (conns, with_deflate) = (args.conns, args.deflate);
+        let (conns, with_deflate, hold) = (args.conns, args.deflate, args.h3_hold);
         workers.push(tokio::task::spawn_local(async move {
             loop {
                 let i = next.get();
@@ -94,7 +106,15 @@ async fn open_all(args: &IdleArgs) -> (Rc<RefCell<Held>>, (usize, Option<String>
                     return;
                 }
                 next.set(i + 1);
-                match open(&target, sources.nth(i), with_deflate).await {
+                let opened = match (&target.h3, hold) {
+                    (Some(h3), Hold::Quic | Hold::H3) => {
+                        h3.hold(target.addr, hold).await.map(Held::Bare)
+                    }
+                    _ => open(&target, sources.nth(i), with_deflate)
+                        .await
+                        .map(|(stream, buf)| Held::Upgraded(stream, buf)),
+                };
+                match opened {
                     Ok(connection) => held.borrow_mut().push(connection),
                     Err(error) => {
                         let mut errors = errors.borrow_mut();
@@ -130,17 +150,27 @@ async fn open(
     }
 }
 
-/// Pings every connection, then waits (until `deadline`) for each one's pong.
-async fn ping_all(held: &mut Held, deadline: Instant) -> usize {
+/// Pings every connection, then waits (until `deadline`) for each one's
+/// pong; a bare QUIC connection is alive if it is still open.
+async fn ping_all(held: &mut [Held], deadline: Instant) -> usize {
     let ping = wire::masked_frame(wire::PING, b"alive?", [7, 7, 7, 7]);
     let mut written = vec![false; held.len()];
-    for ((stream, _), written) in held.iter_mut().zip(&mut written) {
-        // A TLS stream keeps the record until flushed.
-        *written = stream.write_all(&ping).await.is_ok() && stream.flush().await.is_ok();
+    for (one, written) in held.iter_mut().zip(&mut written) {
+        *written = match one {
+            // A TLS stream keeps the record until flushed.
+            Held::Upgraded(stream, _) => {
+                stream.write_all(&ping).await.is_ok() && stream.flush().await.is_ok()
+            }
+            Held::Bare(bare) => bare.conn.close_reason().is_none(),
+        };
     }
     let mut alive = 0;
-    for ((stream, buf), written) in held.iter_mut().zip(written) {
-        if written && wait_pong(stream, buf, deadline).await {
+    for (one, written) in held.iter_mut().zip(written) {
+        let answered = match one {
+            Held::Upgraded(stream, buf) => written && wait_pong(stream, buf, deadline).await,
+            Held::Bare(_) => written,
+        };
+        if answered {
             alive += 1;
         }
     }

@@ -4,7 +4,7 @@ pub mod client;
 pub mod deflate;
 pub mod echo;
 pub mod fanout;
-pub mod h3idle;
+pub mod h3wire;
 pub mod handshake;
 pub mod idle;
 pub mod mux;
@@ -46,8 +46,6 @@ pub enum Mode {
     /// Stream multiplexers over TCP (rapidws, async_smux, yamux): serve, throughput, open, idle.
     #[command(subcommand)]
     Mux(mux::MuxMode),
-    /// Open N WebSockets over HTTP/3 (a QUIC connection each) and hold them.
-    H3Idle(h3idle::H3IdleArgs),
 }
 
 impl Mode {
@@ -63,7 +61,6 @@ impl Mode {
             Mode::Fanout(args) => fanout::run(args).await,
             Mode::Storm(args) => storm::run(args).await,
             Mode::Mux(mode) => mux::run(mode).await,
-            Mode::H3Idle(args) => h3idle::run(args).await,
         }
     }
 }
@@ -89,20 +86,36 @@ pub struct TargetArgs {
     /// wss: connect with TLS, trusting this certificate (PEM) for `localhost`.
     #[arg(long, value_name = "PEM")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Over HTTP/3 (with --tls-ca): each WebSocket on a QUIC connection of
+    /// its own to --addr (UDP), opened in this dialect: `rfc9220`
+    /// (`:protocol` websocket) or `sockudo` (sockudo-ws 3.1's: `:protocol`
+    /// webtransport). --sources is not used.
+    #[arg(long, value_enum, requires = "tls_ca", conflicts_with = "raw")]
+    pub h3: Option<h3wire::Dialect>,
 }
 
 impl TargetArgs {
+    /// The target (in a tokio runtime: `--h3` makes a QUIC endpoint).
     pub fn target(&self) -> wire::Target {
+        let tls = self.tls_ca.as_deref().map(|ca| {
+            wire::tls_client(ca).unwrap_or_else(|error| {
+                eprintln!("error: --tls-ca {}: {error}", ca.display());
+                std::process::exit(2);
+            })
+        });
+        let h3 = self.h3.map(|dialect| {
+            let tls = tls.as_deref().expect("clap requires --tls-ca with --h3");
+            h3wire::H3Target::new(tls, dialect).unwrap_or_else(|error| {
+                eprintln!("error: --h3: cannot open a QUIC endpoint: {error}");
+                std::process::exit(2);
+            })
+        });
         wire::Target {
             addr: self.addr,
             path: self.path.clone(),
             raw: self.raw,
-            tls: self.tls_ca.as_deref().map(|ca| {
-                wire::tls_client(ca).unwrap_or_else(|error| {
-                    eprintln!("error: --tls-ca {}: {error}", ca.display());
-                    std::process::exit(2);
-                })
-            }),
+            tls,
+            h3,
         }
     }
 

@@ -15,7 +15,6 @@ use bytes::BytesMut;
 use clap::Args;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::MissedTickBehavior;
 
 use crate::stats::{SharedStats, Stats};
@@ -123,7 +122,7 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     let mut connections = Vec::new();
     for i in 0..args.conns {
         let (stream, buf) = wire::open(&target, sources.nth(i)).await?;
-        let (read, write) = stream.into_plain()?.into_split();
+        let (read, write) = stream.into_split();
         let pending = Rc::new(Pending::default());
         let (p, s, pushes, q, t) = (
             phase.clone(),
@@ -200,6 +199,8 @@ pub(crate) async fn send_all<W: AsyncWrite + Unpin + 'static>(
                     let bytes = encode(request(&args, n).as_bytes());
                     pending.borrow_mut().insert(n, Instant::now());
                     write.write_all(&bytes).await?;
+                    // TLS keeps a record until flushed.
+                    write.flush().await?;
                 }
                 Ok::<_, io::Error>(write)
             })
@@ -255,7 +256,7 @@ pub(crate) async fn finish(
 }
 
 async fn read_replies(
-    mut read: OwnedReadHalf,
+    mut read: wire::ReadHalf,
     mut buf: BytesMut,
     pending: &Pending,
     phase: &SharedPhase,

@@ -17,6 +17,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use crate::h3wire::{H3Reader, H3Stream, H3Target, H3Writer};
+
 pub const TEXT: u8 = 0x1;
 pub const BINARY: u8 = 0x2;
 pub const CLOSE: u8 = 0x8;
@@ -32,12 +34,29 @@ pub struct Target {
     pub raw: bool,
     /// wss: the TLS client configuration (the server is `localhost`).
     pub tls: Option<Arc<ClientConfig>>,
+    /// Over HTTP/3 (`--h3`): the QUIC client endpoint and the dialect.
+    pub h3: Option<H3Target>,
 }
 
-/// A connection: plain TCP, or TLS over it (wss).
+/// A connection: plain TCP, TLS over it (wss), or a WebSocket over HTTP/3.
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    H3(Box<H3Stream>),
+}
+
+/// A connection's reading half, for modes that read and write from two tasks.
+pub enum ReadHalf {
+    Tcp(tokio::net::tcp::OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<Box<TlsStream<TcpStream>>>),
+    H3(H3Reader),
+}
+
+/// A connection's writing half.
+pub enum WriteHalf {
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<Box<TlsStream<TcpStream>>>),
+    H3(H3Writer),
 }
 
 impl AsyncRead for Stream {
@@ -49,6 +68,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::H3(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -62,6 +82,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::H3(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -69,6 +90,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+            Stream::H3(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -76,16 +98,18 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::H3(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
 
 impl Stream {
     /// The TCP connection underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    pub fn tcp(&self) -> io::Result<&TcpStream> {
         match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => s.get_ref().0,
+            Stream::Plain(s) => Ok(s),
+            Stream::Tls(s) => Ok(s.get_ref().0),
+            Stream::H3(_) => Err(io::Error::other("this mode does not run over HTTP/3")),
         }
     }
 
@@ -94,6 +118,69 @@ impl Stream {
         match self {
             Stream::Plain(s) => Ok(s),
             Stream::Tls(_) => Err(io::Error::other("this mode does not speak TLS")),
+            Stream::H3(_) => Err(io::Error::other("this mode does not run over HTTP/3")),
+        }
+    }
+
+    /// The two halves (TLS's share the stream behind a lock).
+    pub fn into_split(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Stream::Plain(s) => {
+                let (read, write) = s.into_split();
+                (ReadHalf::Tcp(read), WriteHalf::Tcp(write))
+            }
+            Stream::Tls(s) => {
+                let (read, write) = tokio::io::split(s);
+                (ReadHalf::Tls(read), WriteHalf::Tls(write))
+            }
+            Stream::H3(s) => {
+                let (read, write) = s.into_split();
+                (ReadHalf::H3(read), WriteHalf::H3(write))
+            }
+        }
+    }
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ReadHalf::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ReadHalf::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            ReadHalf::H3(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            WriteHalf::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            WriteHalf::H3(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(s) => Pin::new(s).poll_flush(cx),
+            WriteHalf::Tls(s) => Pin::new(s).poll_flush(cx),
+            WriteHalf::H3(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            WriteHalf::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            WriteHalf::H3(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -149,6 +236,12 @@ pub async fn open_with(
     source: Option<IpAddr>,
     extensions: &str,
 ) -> io::Result<(Stream, BytesMut, String)> {
+    if let Some(h3) = &target.h3 {
+        // The response's extensions as a head's line, for the same parsing.
+        let (stream, accepted) = h3.open(target.addr, &target.path, extensions).await?;
+        let head = format!("sec-websocket-extensions: {accepted}\r\n");
+        return Ok((Stream::H3(Box::new(stream)), BytesMut::new(), head));
+    }
     let socket = TcpSocket::new_v4()?;
     if let Some(ip) = source {
         bind_address_no_port(&socket)?;

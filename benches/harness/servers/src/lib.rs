@@ -90,6 +90,13 @@ where
 }
 
 fn tls_acceptor(args: &Args) -> Option<tokio_rustls::TlsAcceptor> {
+    let config = tls_config(args)?;
+    Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
+/// The TLS configuration for `--tls-cert` and `--tls-key` (ring), if both
+/// are given; a bad file ends the process with its name.
+pub fn tls_config(args: &Args) -> Option<rustls::ServerConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let (cert, key) = (args.tls_cert.as_ref()?, args.tls_key.as_ref()?);
@@ -105,7 +112,17 @@ fn tls_acceptor(args: &Args) -> Option<tokio_rustls::TlsAcceptor> {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .expect("certificate and key");
-    Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+    Some(config)
+}
+
+/// [`tls_config`] for QUIC: required (QUIC is always TLS), ALPN `h3`.
+pub fn h3_tls_config(args: &Args, name: &str) -> rustls::ServerConfig {
+    let Some(mut config) = tls_config(args) else {
+        eprintln!("error: {name} needs --tls-cert and --tls-key (QUIC is always TLS)");
+        std::process::exit(2);
+    };
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config
 }
 
 /// A connection: plain TCP, or TLS over it.

@@ -46,6 +46,9 @@ impl Load {
         if let Some(ca) = &server.tls_ca {
             command.arg("--tls-ca").arg(ca);
         }
+        if let Some(dialect) = server.h3 {
+            command.arg("--h3").arg(dialect);
+        }
         command.args(args);
         start(command)
     }

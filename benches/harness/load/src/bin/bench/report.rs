@@ -433,7 +433,9 @@ fn targets(out: &mut String, summaries: &Summaries) {
                 *s == scenario
                     && v.is_empty()
                     && !server.starts_with("rapidws")
+                    // wss and HTTP/3 rows are not peers for the plain targets.
                     && !server.ends_with("-wss")
+                    && !server.ends_with("-h3")
                     && server != "raw-tcp-echo"
             })
             .map(|(_, _, server)| server.clone())

@@ -177,7 +177,7 @@ impl Scenario {
             // Resuming needs history: the fan-out servers that keep it.
             && (self.number != 10 || (server.supports_fanout() && server.name.contains("-history")))
             && (!self.needs_deflate || server.supports_deflate())
-            // wss: the echo (1) and idle memory (4) scenarios only.
+            // wss and HTTP/3: the echo (1) and idle memory (4) scenarios only.
             && (!server.tls || matches!(self.number, 1 | 4))
     }
 

@@ -36,6 +36,10 @@ pub struct Server {
     /// runs it, its load generator with `--mux`: pushes and requests as
     /// two streams of one session.
     pub mux: bool,
+    /// WebSockets over HTTP/3 in this dialect (`rapidws-load --h3`):
+    /// started as a `tls` server is, on UDP at its address. Only scenarios
+    /// 1 and 4 run such servers.
+    pub h3: Option<&'static str>,
 }
 
 impl Server {
@@ -104,6 +108,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: fanout(&["--backend", "tokio"]),
         },
         Server {
@@ -116,6 +121,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: fanout(&["--backend", "uring"]),
         },
         // Scenario 6 with pushes and requests as two smux streams over
@@ -130,6 +136,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: true,
+            h3: None,
             fanout: None,
         },
         Server {
@@ -142,6 +149,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: true,
+            h3: None,
             fanout: None,
         },
         // Pub/sub with history on (1,000 publications per topic, 300 s):
@@ -156,6 +164,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: fanout(&["--backend", "tokio", "--history", "1000"]),
         },
         Server {
@@ -168,6 +177,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: fanout(&["--backend", "uring", "--history", "1000"]),
         },
         Server {
@@ -180,6 +190,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: None,
         },
         Server {
@@ -192,6 +203,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: true,
             mux: false,
+            h3: None,
             fanout: None,
         },
         Server {
@@ -204,6 +216,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: true,
             mux: false,
+            h3: None,
             fanout: None,
         },
         Server {
@@ -216,6 +229,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             raw: false,
             tls: true,
             mux: false,
+            h3: None,
             fanout: None,
         },
     ]
@@ -235,6 +249,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         raw: true,
         tls: false,
         mux: false,
+        h3: None,
         fanout: None,
     }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
@@ -265,6 +280,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             raw: false,
             tls: false,
             mux: false,
+            h3: None,
             fanout: None,
         });
     }
@@ -296,8 +312,29 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             tls: false,
             // sockudo-ws's `PubSub` is scenario 9's Rust peer.
             mux: false,
+            h3: None,
             fanout: (name == "sockudo-axum")
                 .then(|| (harness_bin.join("sockudo-fanout"), &[] as &[&str])),
+        });
+    }
+    // WebSockets over HTTP/3 (issue 32): rapidws's h3_echo (RFC 9220) and
+    // sockudo-ws's HTTP/3 server, which takes only its own dialect.
+    for (name, bin, dialect) in [
+        ("rapidws-h3", examples.join("h3_echo"), "rfc9220"),
+        ("sockudo-h3", harness_bin.join("sockudo-h3"), "sockudo"),
+    ] {
+        servers.push(Server {
+            name,
+            echo: bin,
+            args: &[],
+            deflate_args: None,
+            push: None,
+            path: "/ws",
+            raw: false,
+            tls: true,
+            mux: false,
+            h3: Some(dialect),
+            fanout: None,
         });
     }
     // The wss peers: tokio-websockets over tokio-rustls, gws over Go's
@@ -316,6 +353,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             raw: false,
             tls: true,
             mux: false,
+            h3: None,
             fanout: None,
         });
     }
@@ -345,6 +383,8 @@ pub struct Running {
     pub path: &'static str,
     /// wss: the certificate the load generator trusts (`--tls-ca`).
     pub tls_ca: Option<PathBuf>,
+    /// Over HTTP/3: the dialect the load generator speaks (`--h3`).
+    pub h3: Option<&'static str>,
 }
 
 /// The harness's certificate and key, set once by the runner before any wss
@@ -415,6 +455,7 @@ impl Running {
             addr,
             path: server.path,
             tls_ca,
+            h3: server.h3,
         };
         running.wait_ready()?;
         Ok(running)
@@ -427,6 +468,16 @@ impl Running {
                 return Err(io::Error::other(format!(
                     "server exited at start: {status}"
                 )));
+            }
+            // A UDP port answers no probe: an HTTP/3 server is ready once
+            // its socket is bound (as /proc/net/udp shows).
+            if self.h3.is_some() {
+                if udp_bound(self.addr) {
+                    std::thread::sleep(Duration::from_millis(300));
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
             }
             if TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_ok() {
                 // Let the server settle after the probe connection.
@@ -487,6 +538,26 @@ fn clock_ticks_per_sec() -> f64 {
 pub fn all_cpus() -> String {
     let count = std::thread::available_parallelism().map_or(1, |n| n.get());
     format!("0-{}", count - 1)
+}
+
+/// Whether a UDP socket is bound to `addr` (IPv4), from /proc/net/udp.
+fn udp_bound(addr: SocketAddr) -> bool {
+    let SocketAddr::V4(v4) = addr else {
+        return false;
+    };
+    // The local address as the kernel prints it: the IPv4 address's bytes
+    // as one little-endian hex word, then the port.
+    let wanted = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.ip().octets()),
+        v4.port()
+    );
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|table| {
+        table
+            .lines()
+            .skip(1)
+            .any(|line| line.split_whitespace().nth(1) == Some(wanted.as_str()))
+    })
 }
 
 /// A loopback address with a port free right now.
