@@ -29,7 +29,8 @@
 //! and replies over HTTP/3 (RFC 9220) on UDP at `--addr`, beside wss on TCP,
 //! so a client can compare the two on one path (the load harness's
 //! `stream --h3 rfc9220`). Ctrl-C and SIGTERM close the HTTP/3 WebSockets
-//! with 1001 at once (`--drain-secs` spreads the TCP ones only).
+//! with 1001 at once (`--drain-secs` spreads the TCP ones only), and the
+//! process exits once both sides are done.
 //!
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later);
 //! the push tasks then run on a tokio runtime thread beside the
@@ -60,8 +61,9 @@ struct Args {
     /// Interval between pushes, in microseconds.
     #[arg(long, default_value_t = 500)]
     push_every_us: u64,
-    /// Also serve over HTTP/3 (RFC 9220) on UDP at --addr (needs --tls-cert).
-    #[arg(long, requires = "tls_cert")]
+    /// Also serve over HTTP/3 (RFC 9220) on UDP at --addr (needs --tls-cert;
+    /// not with a handoff: UDP's socket does not move).
+    #[arg(long, requires = "tls_cert", conflicts_with_all = ["take_over", "handoff_socket"])]
     h3: bool,
 }
 
@@ -127,23 +129,26 @@ fn main() -> ExitCode {
     if !args.h3 {
         return support::serve("stream", &args.serve, feed);
     }
-    support::serve("stream", &args.serve, |runtime| {
+    support::serve_beside("stream", &args.serve, args.serve.config(), |runtime| {
         let feed = feed(runtime.clone());
-        if let Err(error) = serve_h3(&runtime, &args.serve, feed.clone()) {
-            eprintln!("error: --h3: {error}");
-            std::process::exit(1);
+        match serve_h3(&runtime, &args.serve, feed.clone()) {
+            Ok(task) => (feed, Some(task)),
+            Err(error) => {
+                eprintln!("error: --h3: {error}");
+                std::process::exit(1);
+            }
         }
-        feed
     })
 }
 
 /// Serves `feed` over HTTP/3 on UDP `args.addr` from a task on `runtime`,
-/// until Ctrl-C or SIGTERM (then every WebSocket is closed with 1001).
+/// until Ctrl-C or SIGTERM (then every WebSocket is closed with 1001 and
+/// the task ends).
 fn serve_h3(
     runtime: &runtime::Handle,
     args: &support::ServeArgs,
     feed: Feed,
-) -> Result<(), String> {
+) -> Result<tokio::task::JoinHandle<()>, String> {
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return Err("needs --tls-cert and --tls-key".into());
     };
@@ -163,6 +168,5 @@ fn serve_h3(
         stopping.shutdown().await;
     });
     tracing::info!(addr = %args.addr, "stream over HTTP/3 (UDP) too");
-    runtime.spawn(async move { rapidws::h3::serve(endpoint, &server).await });
-    Ok(())
+    Ok(runtime.spawn(async move { rapidws::h3::serve(endpoint, &server).await }))
 }

@@ -496,3 +496,43 @@ async fn a_max_ack_delay_quic_cannot_carry_is_refused() {
         control.finish().ok();
     }
 }
+
+/// `QuicConfig::udp_buffer`: a size the kernel caps (far past any
+/// `net.core.rmem_max`) still makes an endpoint, with a warning naming the
+/// sysctl to raise; a size it grants gives none.
+#[tokio::test]
+async fn a_udp_buffer_the_kernel_caps_is_warned_of() {
+    let log = common::Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    // This thread's: the endpoint is made here, synchronously.
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let make = |bytes| {
+        let quic = rapidws::h3::QuicConfig {
+            udp_buffer: bytes,
+            ..Default::default()
+        };
+        let mut tls = (*common::tls::server_config()).clone();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        rapidws::h3::endpoint("127.0.0.1:0".parse().unwrap(), tls, &quic)
+    };
+    make(64 * 1024).unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.0.lock().unwrap()), "");
+    make(512 * 1024 * 1024).unwrap();
+    let said = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    assert!(said.contains("capped the UDP receive buffer"), "{said}");
+    assert!(said.contains("net.core.rmem_max"), "{said}");
+    // Linux reports twice what it keeps: half again the cap reads back as
+    // more than was asked, and is a cap all the same.
+    if let Ok(max) = std::fs::read_to_string("/proc/sys/net/core/rmem_max") {
+        let max: usize = max.trim().parse().unwrap();
+        log.0.lock().unwrap().clear();
+        make(max + max / 2).unwrap();
+        let said = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+        assert!(said.contains("capped the UDP receive buffer"), "{said}");
+    }
+}

@@ -11,7 +11,8 @@
 #   (also --requests N, --interval-us U: the client's, 1000 and 10000)
 #
 # Prints one JSON line per run and then a table of medians; the lines are
-# also kept in benches/harness/results/lossy.jsonl.
+# also kept in benches/harness/results/lossy.jsonl, the server's log in
+# results/lossy-server.log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -35,7 +36,7 @@ if [ "$(id -u)" != 0 ]; then
     echo "lossy.sh makes network namespaces: run it as root" >&2
     exit 2
 fi
-for tool in ip:iproute2 nft:nftables openssl:openssl; do
+for tool in ip:iproute2 nft:nftables openssl:openssl taskset:util-linux python3:python3; do
     command -v "${tool%%:*}" >/dev/null || {
         apt-get update -qq && apt-get install -y -qq "${tool##*:}" >/dev/null
     }
@@ -43,8 +44,9 @@ done
 
 server_bin=$repo/target/release/examples/stream
 load_bin=$here/target/release/rapidws-load
-[ -x "$server_bin" ] || cargo build --release --example stream --manifest-path "$repo/Cargo.toml"
-[ -x "$load_bin" ] || cargo build --release -p rapidws-load --manifest-path "$here/Cargo.toml"
+# Up to date with the tree (quick when nothing changed).
+cargo build --release --example stream --manifest-path "$repo/Cargo.toml"
+cargo build --release -p rapidws-load --manifest-path "$here/Cargo.toml"
 
 work=$(mktemp -d)
 id=$$
@@ -53,7 +55,9 @@ client_ns=rwl${id}c
 subnet=10.78.$((id % 250))
 server_pid=
 cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    if [ -n "$server_pid" ]; then
+        { kill "$server_pid" && wait "$server_pid"; } 2>/dev/null || true
+    fi
     ip netns del "$server_ns" 2>/dev/null || true
     ip netns del "$client_ns" 2>/dev/null || true
     rm -rf "$work"
@@ -93,18 +97,26 @@ EOF
 }
 
 addr=$subnet.1:9005
-ip netns exec "$server_ns" taskset -c 0 "$server_bin" --addr "$addr" --h3 \
+mkdir -p "$here/results"
+server_log=$here/results/lossy-server.log
+RUST_LOG=info ip netns exec "$server_ns" taskset -c 0 "$server_bin" --addr "$addr" --h3 \
     --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
-    --push-size "$push_size" --push-every-us 500 2>"$work/server.log" &
+    --push-size "$push_size" --push-every-us 500 2>"$server_log" &
 server_pid=$!
-for _ in $(seq 1 50); do
-    grep -q "listening" "$work/server.log" && break
+for _ in $(seq 1 100); do
+    grep -q "listening" "$server_log" && break
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        echo "the stream server exited at start; its log: $server_log" >&2
+        exit 1
+    fi
     sleep 0.1
 done
+grep -q "listening" "$server_log" || { echo "the stream server did not listen within 10 s" >&2; exit 1; }
 
-mkdir -p "$here/results"
+# Written whole at the end: a failed sweep leaves the last one's lines.
 out=$here/results/lossy.jsonl
-: >"$out"
+runs=$work/runs.jsonl
+: >"$runs"
 IFS=, read -r -a loss_list <<<"$losses"
 for loss in "${loss_list[@]}"; do
     set_loss "$loss"
@@ -114,16 +126,21 @@ for loss in "${loss_list[@]}"; do
         for transport in $order; do
             extra=()
             [ "$transport" = h3 ] && extra=(--h3 rfc9220)
-            line=$(ip netns exec "$client_ns" taskset -c 1 "$load_bin" stream \
+            # A run that fails is reported and the sweep goes on.
+            if ! line=$(ip netns exec "$client_ns" taskset -c 1 "$load_bin" stream \
                 --addr "$addr" --tls-ca "$work/cert.pem" "${extra[@]}" \
                 --conns 1 --sources 0 --requests "$requests" --interval-us "$interval_us" --size 36 \
-                --warmup 1 | tail -1)
+                --warmup 1 | tail -1) || [ -z "$line" ]; then
+                echo "loss $loss% $transport round $round: the client failed" >&2
+                continue
+            fi
             line=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(loss_pct=int(sys.argv[2]), transport=sys.argv[3], round=int(sys.argv[4]), push_size=int(sys.argv[5])); print(json.dumps(d))' \
                 "$line" "$loss" "$transport" "$round" "$push_size")
-            echo "$line" | tee -a "$out"
+            echo "$line" | tee -a "$runs"
         done
     done
 done
+cp "$runs" "$out"
 
 python3 - "$out" <<'EOF'
 import json, statistics, sys

@@ -370,6 +370,19 @@ pub fn serve_with<H: ServerHandler>(
     config: Config,
     make: impl FnOnce(tokio::runtime::Handle) -> H,
 ) -> ExitCode {
+    serve_beside(name, args, config, |runtime| (make(runtime), None))
+}
+
+/// [`serve_with`] for an example that serves something else beside it on
+/// the same runtime: `make` also gives that task, which must end at the
+/// same signal; once the server is done, it is waited for (the runtime's
+/// end would cut it short).
+pub fn serve_beside<H: ServerHandler>(
+    name: &str,
+    args: &ServeArgs,
+    config: Config,
+    make: impl FnOnce(tokio::runtime::Handle) -> (H, Option<tokio::task::JoinHandle<()>>),
+) -> ExitCode {
     let missing = args.backend.missing();
     if let Some(missing) = missing.or_else(|| args.tls_missing().or_else(|| args.handoff_missing()))
     {
@@ -396,11 +409,14 @@ pub fn serve_with<H: ServerHandler>(
             return ExitCode::FAILURE;
         }
     };
-    let handler = make(runtime.handle().clone());
+    let (handler, beside) = make(runtime.handle().clone());
     let served = match args.backend {
         Backend::Tokio => runtime.block_on(serve_tokio(name, args, config, handler)),
         Backend::Uring => serve_uring(name, args, config, handler, &runtime),
     };
+    if let (Ok(()), Some(beside)) = (&served, beside) {
+        let _ = runtime.block_on(beside);
+    }
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -116,25 +116,29 @@ pub struct QuicConfig {
     /// round trip plus this delay, and until then the WebSocket's stream
     /// stalls, pushes and replies alike. Measured on a 3% lossy path with
     /// a round trip of tens of microseconds (`benches/harness/lossy.sh`):
-    /// request p99 20 ms with the peer's 25 ms, 5.6 ms with 5 ms, 2.7 ms
+    /// request p99 15.9 ms with the peer's 25 ms, 5.6 ms with 5 ms, 2.7 ms
     /// with 1 ms. Acknowledgements come sooner, not more often (a peer
-    /// still acknowledges every second packet at most). Default 1 ms; at
-    /// most 16,383 ms (QUIC's limit).
+    /// still acknowledges every second packet at most). quinn asks for no
+    /// less than the peer's own minimum (1 ms for quinn) and no more than
+    /// the round trip or 25 ms, whichever is longer. Default 1 ms; under
+    /// 16,384 ms (QUIC's limit).
     pub max_ack_delay: Option<Duration>,
     /// Whether to probe the path for packets larger than QUIC's 1,200
     /// bytes (up to 1,452; fewer packets for large messages). Off saves
-    /// about 1.8 KiB per idle connection (measured: 28.5 against 30.2 KiB
+    /// about 1.8 KiB per idle connection (measured: 28.4 against 30.2 KiB
     /// of quinn's own state, `quic-hold` in the load harness), for a
     /// server that holds many connections with small messages. Default on.
     pub mtu_discovery: bool,
     /// Bytes the UDP socket's receive and send buffers may hold
     /// (`SO_RCVBUF`, `SO_SNDBUF`). One socket carries every connection, so
     /// bursts from many clients meet in it, and a datagram that finds the
-    /// buffer full is lost and must be resent: with the kernel's default
-    /// (208 KiB on Linux), 100 connections echoing 1 KiB messages lost
-    /// about 4,000 datagrams a second on loopback. The kernel caps the
-    /// size at `net.core.rmem_max` / `wmem_max`; when it does, a warning
-    /// says so. Default 4 MiB.
+    /// buffer full is lost and must be resent: with 208 KiB (Linux's usual
+    /// default), 100 connections echoing 1 KiB messages lost about 4,000
+    /// datagrams a second on loopback; with 4 MiB, none. The kernel caps
+    /// the size at `net.core.rmem_max` / `wmem_max`, which many systems
+    /// leave at 208 KiB: raise them (`sysctl -w net.core.rmem_max=4194304
+    /// net.core.wmem_max=4194304`) for this to take effect; when the
+    /// kernel caps it, a warning says so. Default 4 MiB.
     pub udp_buffer: usize,
 }
 
@@ -157,8 +161,9 @@ impl Default for QuicConfig {
 pub(crate) const DEFAULT_MAX_ACK_DELAY: Duration = Duration::from_millis(1);
 
 /// The ACK frequency extension, asking the peer to acknowledge within
-/// `delay` (otherwise its defaults: every second ack-eliciting packet at
-/// most, at once on reordering). Refuses a delay QUIC cannot carry.
+/// `delay` (otherwise quinn's defaults: at least every second
+/// ack-eliciting packet, at once when packets come two or more out of
+/// order). Refuses a delay QUIC cannot carry.
 pub(crate) fn ack_frequency(delay: Duration) -> io::Result<quinn::AckFrequencyConfig> {
     // The transport parameter is in milliseconds, under 2^14.
     if delay >= Duration::from_millis(1 << 14) {
@@ -220,8 +225,11 @@ pub fn endpoint(
 }
 
 /// Asks for `bytes` of receive and send buffer on `socket`, and warns if
-/// the kernel gives less (Linux reports twice what it keeps for data).
+/// the kernel gives less.
 fn size_buffers(socket: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
+    // Linux keeps twice what was asked (for its own bookkeeping) and
+    // reports that: a buffer it did not cap reads back as `2 * bytes`.
+    let reported = if cfg!(target_os = "linux") { 2 } else { 1 };
     let state = quinn::udp::UdpSocketState::new(socket.into())?;
     let receive = state
         .set_recv_buffer_size(socket.into(), bytes)
@@ -234,10 +242,10 @@ fn size_buffers(socket: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
         ("send", "net.core.wmem_max", send),
     ] {
         match got {
-            Ok(got) if got >= bytes => {}
+            Ok(got) if got >= bytes.saturating_mul(reported) => {}
             Ok(got) => tracing::warn!(
                 asked = bytes,
-                got,
+                got = got / reported,
                 "the kernel capped the UDP {which} buffer: datagrams may be lost under load \
                  (raise {sysctl}, or lower QuicConfig::udp_buffer)"
             ),

@@ -39,7 +39,7 @@ pub enum Dialect {
 pub enum Hold {
     /// The QUIC connection only (the server's HTTP/3 streams, none of ours).
     Quic,
-    /// Also HTTP/3: our control and QPACK streams, SETTINGS both ways.
+    /// Also HTTP/3: our control stream, SETTINGS both ways.
     H3,
     /// Also a WebSocket on it (what a client holds).
     Ws,
@@ -60,6 +60,14 @@ pub struct H3Target {
 }
 
 impl H3Target {
+    /// Closes every connection (`H3_NO_ERROR`) and waits, at most 1 s, for
+    /// the server to hear it: a server serving run after run (`lossy.sh`)
+    /// is not left pushing to the connections of a process that ended.
+    pub async fn close(&self) {
+        self.endpoint.close(0x100u32.into(), b"");
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+    }
+
     /// A client endpoint (on every local address) trusting `tls`'s roots, ALPN `h3`,
     /// keepalives every 10 s (under servers' 30 s idle timeouts).
     pub fn new(tls: &ClientConfig, dialect: Dialect) -> io::Result<H3Target> {
@@ -143,7 +151,9 @@ impl H3Target {
         };
         std::future::poll_fn(|cx| writer.poll_out(cx)).await?;
         let mut raw = BytesMut::with_capacity(4096);
-        let answer = response(&mut recv, &mut raw).await?;
+        let answer = tokio::time::timeout(Duration::from_secs(10), response(&mut recv, &mut raw))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response within 10 s"))??;
         if raw.is_empty() {
             // An idle WebSocket holds no buffer of ours.
             raw = BytesMut::new();
@@ -247,7 +257,9 @@ pub struct H3Reader {
     skip_left: u64,
 }
 
-/// The writing half: each write one DATA frame.
+/// The writing half: each write one DATA frame, all or nothing: a write
+/// left pending must be called again with the same bytes (as `write_all`
+/// does); other bytes then are refused (`InvalidInput`), not mixed in.
 pub struct H3Writer {
     send: quinn::SendStream,
     /// A framed write not yet all taken by quinn.
@@ -273,8 +285,17 @@ impl AsyncWrite for H3Writer {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.out.is_empty() && buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
         // A write left pending is finished first; the caller retries with
         // the same bytes (as `write_all` does), which it then carried.
+        if !this.out.is_empty() && buf.len() != this.accepted {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a write after a pending one, with other bytes",
+            )));
+        }
         if this.out.is_empty() {
             let mut head = Vec::with_capacity(16);
             frame::put_head(&mut head, frame::kind::DATA, buf.len() as u64);
@@ -340,7 +361,12 @@ impl AsyncRead for H3Reader {
                 &mut this.raw
             ))?;
             if got == 0 {
-                // The stream's end (mid-frame or not): the end of the bytes.
+                if this.data_left > 0 || this.skip_left > 0 || !this.raw.is_empty() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the stream ended inside a frame",
+                    )));
+                }
                 return Poll::Ready(Ok(()));
             }
         }

@@ -156,9 +156,13 @@ pub async fn run(args: StreamArgs) -> io::Result<()> {
     if let (Some(path), Some(trace)) = (&args.trace, trace.as_ref()) {
         trace.borrow().write(path, start)?;
     }
-    // The connection tasks end with the process, right after this returns.
+    // The connection tasks end with the process, right after this returns;
+    // QUIC connections are closed first (a process's end sends nothing).
     drop(writers);
     emit(&result);
+    if let Some(h3) = &target.h3 {
+        h3.close().await;
+    }
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! Load generator: `rapidws-load <echo|idle|handshake|stream|deflate|client|h3-idle|...> --help`.
+//! Load generator: `rapidws-load <echo|idle|handshake|stream|deflate|client|...> --help`.
 //!
 //! Prints one JSON object per line on stdout: `{"event":"measure"}` when the
 //! measured window starts (so a runner can sample the server's CPU time), then
