@@ -168,7 +168,6 @@ impl H3Target {
                 },
                 writer,
                 _client: client,
-                conn,
             },
             answer,
         ))
@@ -230,7 +229,6 @@ pub struct H3Stream {
     reader: H3Reader,
     writer: H3Writer,
     _client: Client,
-    conn: quinn::Connection,
 }
 
 impl H3Stream {
@@ -238,11 +236,6 @@ impl H3Stream {
     /// (The QUIC connection lives as long as its streams.)
     pub fn into_split(self) -> (H3Reader, H3Writer) {
         (self.reader, self.writer)
-    }
-
-    /// The QUIC connection.
-    pub fn conn(&self) -> &quinn::Connection {
-        &self.conn
     }
 }
 
