@@ -36,6 +36,24 @@ fn token(secret: &str, topics: &[&str], secs: i64) -> String {
     .unwrap()
 }
 
+/// A token with these claims and header, signed with `SECRET`.
+fn token_with(header: &Header, claims: &serde_json::Value) -> String {
+    encode(header, claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// `GET path` with extra header lines; the whole response.
+async fn get(addr: SocketAddr, path: &str, extra: &str) -> String {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n{extra}\r\n");
+    http_exchange(addr, &head).await
+}
+
 /// `POST path` with `body` and extra header lines; the whole response.
 async fn post(addr: SocketAddr, path: &str, extra: &str, body: &str) -> String {
     http_exchange(
@@ -128,13 +146,42 @@ async fn publishing_needs_the_token(backend: &str) {
     // Only what came with the token reached the subscriber.
     assert_eq!(text(&mut subscriber).await, "with the token");
     assert_eq!(text(&mut subscriber).await, "a line");
-    // Reading is open to anyone.
-    let stats = http_exchange(
-        addr,
-        "GET /stats HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n\r\n",
-    )
-    .await;
+    // The counters, topics and metrics need the token too.
+    for path in ["/stats", "/topics/news", "/metrics"] {
+        let refused = get(addr, path, "").await;
+        assert!(refused.starts_with("HTTP/1.1 401"), "{path}: {refused}");
+        assert!(refused.contains("needs Authorization: Bearer"), "{refused}");
+        let guessed = get(addr, path, "Authorization: Bearer guess\r\n").await;
+        assert!(guessed.starts_with("HTTP/1.1 401"), "{path}: {guessed}");
+    }
+    let stats = get(addr, "/stats", &bearer).await;
     assert!(stats.contains("\"published\":2"), "{stats}");
+    let topic = get(addr, "/topics/news", &bearer).await;
+    assert!(topic.contains("\"subscribers\":1"), "{topic}");
+}
+
+/// `--open-stats` opens the counters to anyone though tokens are on;
+/// with only `--jwt-secret` (no publish token to show) they are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counters_are_closed_with_tokens_unless_opened() {
+    let args = ["--publish-token", PUBLISH_TOKEN, "--open-stats"];
+    let (_bus, addr) = start_example("notify_bus", &args).await;
+    for path in ["/stats", "/topics/news"] {
+        let open = get(addr, path, "").await;
+        assert!(open.starts_with("HTTP/1.1 200"), "{path}: {open}");
+    }
+    let (_bus, addr) = start_example("notify_bus", &["--jwt-secret", SECRET]).await;
+    for path in ["/stats", "/topics/news"] {
+        let closed = get(addr, path, "").await;
+        assert!(closed.starts_with("HTTP/1.1 403"), "{path}: {closed}");
+        assert!(closed.contains("--open-stats"), "{closed}");
+    }
+    let (_bus, addr) = start_example("notify_bus", &[]).await;
+    let open = get(addr, "/stats", "").await;
+    assert!(
+        open.starts_with("HTTP/1.1 200"),
+        "no tokens, no gate: {open}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +194,7 @@ async fn publishing_needs_the_bearer_token_on_both_backends() {
 async fn subscribing_needs_a_token(backend: &str) {
     let (_bus, addr) = start_example(
         "notify_bus",
-        &["--backend", backend, "--jwt-secret", SECRET],
+        &["--backend", backend, "--jwt-secret", SECRET, "--open-stats"],
     )
     .await;
     let publish = |topic: &'static str, body: &'static str| async move {
@@ -180,6 +227,72 @@ async fn subscribing_needs_a_token(backend: &str) {
             "?topics=news&token=not.a.jwt".to_owned(),
             401,
             "token not valid",
+        ),
+        // Not valid before a time still to come.
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(
+                    &Header::default(),
+                    &json!({"exp": now() + 3600, "nbf": now() + 600, "topics": ["news"]})
+                )
+            ),
+            401,
+            "not valid yet",
+        ),
+        // A critical extension this server does not know.
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(
+                    &Header {
+                        crit: Some(vec!["exp".to_owned()]),
+                        ..Header::default()
+                    },
+                    &json!({"exp": now() + 3600, "topics": ["news"]})
+                )
+            ),
+            401,
+            "crit",
+        ),
+        // Never expiring, or expiring at no time a number of seconds names.
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(
+                    &Header::default(),
+                    &json!({"exp": u64::MAX, "topics": ["news"]})
+                )
+            ),
+            401,
+            "more than a year away",
+        ),
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(
+                    &Header::default(),
+                    &json!({"exp": 1e30, "topics": ["news"]})
+                )
+            ),
+            401,
+            "not a whole number of seconds",
+        ),
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(&Header::default(), &json!({"exp": -5, "topics": ["news"]}))
+            ),
+            401,
+            "not a whole number of seconds",
+        ),
+        (
+            format!(
+                "?topics=news&token={}",
+                token_with(&Header::default(), &json!({"topics": ["news"]}))
+            ),
+            401,
+            "no \"exp\" claim",
         ),
     ] {
         let response = refused_upgrade(addr, &query).await;

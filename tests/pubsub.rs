@@ -549,7 +549,9 @@ async fn conflation_keeps_a_slow_reader_whole_per_key_and_connected(backend: Bac
     let pubsub = PubSub::builder()
         .overflow(Overflow::Conflate { close: None })
         .build();
-    let config = Config::default().max_outbound_bytes(64 * 1024);
+    // Room for every key's latest to wait: each counts what it holds
+    // (its 4 KiB payload framed plain and in the envelope, about 8.5 KiB).
+    let config = Config::default().max_outbound_bytes(256 * 1024);
     let server = start(backend, pubsub.clone(), config).await;
     // Subscribed, then not read from until every publication is out: 20
     // MiB, more than the socket buffers and the queue hold.

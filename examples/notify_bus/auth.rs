@@ -14,7 +14,11 @@
 //!   upgrade with 401 and the reason, or, sent as a message, closes the
 //!   connection with 1008 and the reason; and when the token's `exp`
 //!   passes, the connection is closed with 1008, `token expired` (unless a
-//!   fresh token came first).
+//!   fresh token came first). `exp` is a whole number of seconds at most
+//!   `MAX_LIFETIME` ahead (a token that never expires is no token); a token
+//!   with an `nbf` still to come is refused ("not valid yet"), and so is
+//!   one whose header lists `crit` extensions (none is understood here, and
+//!   RFC 7515 says such a token must be refused).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -74,9 +78,12 @@ impl Tokens {
     /// connections whose token expired.
     pub fn new(secret: &str) -> Tokens {
         let mut validation = Validation::new(Algorithm::HS256);
-        // `exp` is required and exact: an expired token is expired.
+        // `exp` and `nbf` are read here (`Tokens::check`), exactly: the
+        // library's reading calls a huge or negative `exp` missing.
         validation.leeway = 0;
-        validation.set_required_spec_claims(&["exp"]);
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.set_required_spec_claims::<&str>(&[]);
         let expiry = Arc::new(Expiry::default());
         let closer = expiry.clone();
         std::thread::Builder::new()
@@ -92,6 +99,12 @@ impl Tokens {
 
     /// The grant of a valid token, or why it is refused (one line).
     pub fn check(&self, token: &str) -> Result<Grant, String> {
+        if has_crit(token) {
+            return Err(
+                "token not valid: its header lists crit extensions this server does not know"
+                    .into(),
+            );
+        }
         let data = jsonwebtoken::decode::<serde_json::Value>(token, &self.key, &self.validation)
             .map_err(|error| match error.kind() {
                 ErrorKind::ExpiredSignature => "token expired".to_owned(),
@@ -112,9 +125,29 @@ impl Tokens {
             })
             .map_err(|why| truncate_reason(&why).to_owned())?;
         let claims = data.claims;
-        let expires = claims["exp"]
-            .as_u64()
-            .ok_or("token not valid: \"exp\" is not a whole number of seconds")?;
+        let now = unix_now();
+        let expires = match &claims["exp"] {
+            serde_json::Value::Null => return Err("token not valid: no \"exp\" claim".into()),
+            exp => exp
+                .as_u64()
+                .ok_or("token not valid: \"exp\" is not a whole number of seconds")?,
+        };
+        if expires <= now {
+            return Err("token expired".into());
+        }
+        if expires - now > MAX_LIFETIME.as_secs() {
+            return Err("token not valid: \"exp\" is more than a year away".into());
+        }
+        match &claims["nbf"] {
+            serde_json::Value::Null => {}
+            nbf => match nbf.as_u64() {
+                Some(nbf) if nbf <= now => {}
+                Some(_) => return Err("token not valid yet (\"nbf\" is still to come)".into()),
+                None => {
+                    return Err("token not valid: \"nbf\" is not a whole number of seconds".into());
+                }
+            },
+        }
         let topics = match &claims["topics"] {
             serde_json::Value::Array(topics) => topics
                 .iter()
@@ -141,6 +174,18 @@ impl Tokens {
     pub fn forget(&self, conn: &Conn, grant: &Grant) {
         self.expiry.lock().remove(&(grant.expires, conn.id()));
     }
+}
+
+/// The longest a token may still be valid for: one whose `exp` is further
+/// away is refused (an `exp` of 2^64 - 1 would never close its connection).
+pub const MAX_LIFETIME: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Whether a token's header names `crit` extensions (RFC 7515, 4.1.11: a
+/// recipient that does not understand them must refuse the token; this
+/// server understands none). A header that does not read is left to the
+/// JWT library to refuse.
+fn has_crit(token: &str) -> bool {
+    jsonwebtoken::decode_header(token).is_ok_and(|header| header.crit.is_some())
 }
 
 /// Connections by when their token expires.
@@ -178,24 +223,26 @@ pub fn unix_now() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
-/// `--publish-token`: the bearer token a publish needs.
+/// `--publish-token`: the bearer token a publish needs (and, unless
+/// `--open-stats`, the bus's counters and topics' positions).
 pub struct PublishToken(pub String);
 
 impl PublishToken {
-    /// `None` if `request` carries the token, else the 401 to answer.
-    pub fn refuse(&self, request: &Request<'_>) -> Option<HttpResponse> {
+    /// `None` if `request` carries the token, else the 401 to answer
+    /// (`what` needs it: "publishing", say).
+    pub fn refuse(&self, request: &Request<'_>, what: &str) -> Option<HttpResponse> {
         let presented = request
             .header("authorization")
             .and_then(|value| value.strip_prefix(b"Bearer "));
         let (challenge, why) = match presented {
             None => (
                 "Bearer realm=\"notify_bus\"",
-                "publishing needs Authorization: Bearer <token> (the bus's --publish-token)\n",
+                format!("{what} needs Authorization: Bearer <token> (the bus's --publish-token)\n"),
             ),
             Some(token) if same(token, self.0.as_bytes()) => return None,
             Some(_) => (
                 "Bearer realm=\"notify_bus\", error=\"invalid_token\"",
-                "the bearer token is not the bus's --publish-token\n",
+                "the bearer token is not the bus's --publish-token\n".to_owned(),
             ),
         };
         Some(HttpResponse::text(401, why).header("WWW-Authenticate", challenge))

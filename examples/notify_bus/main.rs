@@ -42,14 +42,24 @@
 //! - `POST /publish` with an NDJSON body, one publication per line
 //!   (`{"topic":"a","data":"<text>"}`, `"data_b64"` for binary, and an
 //!   optional `"key"`), answers one line per publication, in order: the
-//!   same object as above, or `{"error":"<why>"}` for a bad line. HTTP/1.1
-//!   connections stay open for the next request (up to 1,000, each within
-//!   the handshake timeout), so a publisher need not connect per publish.
+//!   same object as above, or `{"error":"<why>"}` for a bad line. At most
+//!   10,000 lines a request (413 past that), and at most 100 bad ones: a
+//!   body with more is refused whole with 400, the first bad line and
+//!   their count, and nothing is published (an answer is never much larger
+//!   than what was asked). HTTP/1.1 connections stay open for the next
+//!   request (up to 1,000, each within the handshake timeout), so a
+//!   publisher need not connect per publish.
 //! - `GET /topics/<topic>` answers `{"subscribers":N,"epoch":"<hex>","offset":O}`
 //!   (this node's; with `--redis` or `--redis-cluster`, N counts every
 //!   node's subscribers, each node's count at most 5 s old, and the
 //!   position is Redis's).
-//! - `GET /` is a live demo page; `GET /stats` the bus's counters as JSON.
+//! - `GET /` is a live demo page; `GET /stats` the bus's counters as JSON,
+//!   with what its byte budgets hold (`"usage"`: topics kept, with
+//!   subscribers or history only, and their bytes; history's publications
+//!   and bytes; conflation waits' bytes; topics refused and publications
+//!   let go for the budgets). With `--publish-token` or `--jwt-secret`,
+//!   `/stats`, `/topics/<t>` and `/metrics` need the publish token too
+//!   (`Authorization: Bearer`), unless `--open-stats`.
 //! - Bad input gets a 4xx with a one-line reason and disturbs nothing else:
 //!   an empty or over-long topic name (400), a bad `since` (400), a body
 //!   over the message size limit (413, `--max-message-size`), a body
@@ -60,6 +70,16 @@
 //! `--history-secs`) to replay to resuming subscribers; the default, 0,
 //! keeps none, and a resume then recovers only a subscriber that missed
 //! nothing.
+//!
+//! Byte budgets for everything clients and publishers can make the bus
+//! keep, across all topics and connections (`rapidws::pubsub::Limits`):
+//! `--max-history-bytes` (1 GiB: past it the oldest kept publications of
+//! any topic go first, and a subscriber resuming from before them is told
+//! `recovered: false`), `--max-topic-bytes` (512 MiB: past it a new topic
+//! is refused, `error: too many topics...`) and `--max-waiting-bytes`
+//! (256 MiB of `--overflow conflate` waits: past it a subscriber misses
+//! the publication and is told of the gap). Expired history is let go on
+//! time, within a second of its age, publishes or not.
 //!
 //! With `--redis`, nodes started with the same Redis share their topics: a
 //! publish on one reaches the subscribers of all (Redis pub/sub: at most
@@ -114,8 +134,8 @@ use base64::Engine as _;
 use clap::Parser;
 use rapidws::pubsub::redis::{Bridge, Receipt};
 use rapidws::pubsub::{
-    Envelope, History, Overflow, Position, PubSub, PubSubError, Publication, PublishOptions, Start,
-    Subscribe, check_topic,
+    Envelope, History, Limits, Overflow, Position, PubSub, PubSubError, Publication,
+    PublishOptions, Start, Subscribe, check_topic,
 };
 use rapidws::{
     Accept, CloseCode, Conn, Handler, HttpResponse, Message, MessageKind, OwnedMessage, Reject,
@@ -170,9 +190,24 @@ struct Args {
     /// delivered (see `rapidws::pubsub::redis`).
     #[arg(long, value_name = "SECRET", value_parser = secret)]
     redis_secret: Option<String>,
-    /// `POST /publish...` needs `Authorization: Bearer <T>` (401 without).
+    /// `POST /publish...` needs `Authorization: Bearer <T>` (401 without);
+    /// so do `/stats`, `/topics/<t>` and `/metrics`, unless `--open-stats`.
     #[arg(long, value_name = "T", value_parser = secret)]
     publish_token: Option<String>,
+    /// `/stats`, `/topics/<t>` and `/metrics` answer anyone, even with
+    /// tokens on (they show topic names' counts, positions and traffic).
+    #[arg(long)]
+    open_stats: bool,
+    /// What every topic's history may hold in all, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::new().max_history_bytes())]
+    max_history_bytes: usize,
+    /// What the topics themselves may hold in all (names and state), in
+    /// bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::new().max_topic_bytes())]
+    max_topic_bytes: usize,
+    /// What may wait for conflating subscribers in all, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::new().max_waiting_bytes())]
+    max_waiting_bytes: usize,
     /// Subscribers need a JWT signed with this secret (HS256), in the
     /// `token` query parameter or a first message `token:<jwt>`, naming the
     /// topics they may join (claim `topics`) and when it expires (`exp`).
@@ -211,6 +246,13 @@ const MAX_TOPICS_PER_CONNECTION: usize = 256;
 /// The longest `?key=` a publish takes.
 const MAX_KEY_LEN: usize = 256;
 
+/// The most publications one `POST /publish` takes.
+const MAX_BATCH: usize = 10_000;
+
+/// The most bad lines a batch may have and still be published (each is
+/// answered with its error): more, and the whole body is refused.
+const MAX_BAD_LINES: usize = 100;
+
 const PAGE: &str = include_str!("../assets/notify_bus.html");
 
 struct Bus {
@@ -224,6 +266,9 @@ struct Bus {
     publish_token: Option<auth::PublishToken>,
     /// `--jwt-secret`.
     tokens: Option<auth::Tokens>,
+    /// `/stats`, `/topics/` and `/metrics` need the publish token (tokens
+    /// are on, and not `--open-stats`).
+    closed_stats: bool,
 }
 
 /// `positions=1`'s wire format (see the module docs).
@@ -493,16 +538,22 @@ impl ServerHandler for Bus {
     }
 
     fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
-        if let Some(page) = support::metrics_page(request.method(), request.path()) {
+        let path = request.path();
+        let telling = matches!(request.method(), "GET" | "HEAD")
+            && (path == "/stats" || path == "/metrics" || path.starts_with("/topics/"));
+        if telling && let Some(refused) = self.refuse_stats(request) {
+            return Some(refused);
+        }
+        if let Some(page) = support::metrics_page(request.method(), path) {
             return Some(page);
         }
-        let path = request.path();
         Some(match (request.method(), path) {
             ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
             ("GET" | "HEAD", "/stats") => self.stats(),
             ("GET" | "HEAD", _) if path.starts_with("/topics/") => self.topic(path),
             ("POST", _) if path == "/publish" || path.starts_with("/publish/") => {
-                if let Some(refused) = self.publish_token.as_ref().and_then(|t| t.refuse(request)) {
+                let token = self.publish_token.as_ref();
+                if let Some(refused) = token.and_then(|t| t.refuse(request, "publishing")) {
                     return Some(refused);
                 }
                 if path == "/publish" {
@@ -550,6 +601,22 @@ fn position_fields(position: Option<Position>) -> (String, u64) {
 }
 
 impl Bus {
+    /// `None` if `request` may see the bus's counters and topics, else the
+    /// answer: with tokens on, they need the publish token (and with only
+    /// `--jwt-secret`, nobody reads them unless `--open-stats`).
+    fn refuse_stats(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        if !self.closed_stats {
+            return None;
+        }
+        match &self.publish_token {
+            Some(token) => token.refuse(request, "this page"),
+            None => Some(HttpResponse::text(
+                403,
+                "this bus's counters are closed: start it with --publish-token (and send it) or --open-stats\n",
+            )),
+        }
+    }
+
     /// Subscribes `conn` to `topic` as `how` says: through the bridge when
     /// there is one (a resume then replays from Redis's history).
     fn subscribe_how(&self, conn: &Conn, topic: &str, how: &Subscribe) -> Result<(), PubSubError> {
@@ -657,16 +724,40 @@ impl Bus {
 
     /// `POST /publish` with NDJSON: one publication per line, one answer per
     /// line, in order (a bad line gets `{"error":...}` and the rest go on).
+    /// Every line is read before any is published: a batch of more than
+    /// [`MAX_BATCH`] lines, or with more than [`MAX_BAD_LINES`] bad ones, is
+    /// refused whole, so an answer is never many times its request.
     fn publish_lines(&self, request: &Request<'_>) -> HttpResponse {
         let Ok(body) = std::str::from_utf8(request.body()) else {
             return HttpResponse::text(400, "the body is not UTF-8 (NDJSON)\n");
         };
+        let lines: Vec<&str> = body.lines().filter(|l| !l.trim().is_empty()).collect();
+        if lines.len() > MAX_BATCH {
+            let why = format!(
+                "{} publications in one request, at most {MAX_BATCH}: split the batch\n",
+                lines.len()
+            );
+            return HttpResponse::text(413, why);
+        }
+        let read: Vec<Result<Line, String>> = lines.into_iter().map(read_line).collect();
+        let bad = read.iter().filter(|line| line.is_err()).count();
+        if bad > MAX_BAD_LINES {
+            let (at, why) = read
+                .iter()
+                .enumerate()
+                .find_map(|(at, line)| line.as_ref().err().map(|why| (at + 1, why.as_str())))
+                .unwrap_or((0, ""));
+            let why = format!(
+                "{bad} of {} lines are not publications (line {at}: {why}); nothing was published\n",
+                read.len()
+            );
+            return HttpResponse::text(400, why);
+        }
         // Every line published first, then each waited for: their round
         // trips to Redis overlap.
-        let receipts: Vec<_> = body
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|line| self.publish_line(line))
+        let receipts: Vec<_> = read
+            .into_iter()
+            .map(|line| line.map(|line| self.publish_line(&line)))
             .collect();
         let mut answers = String::new();
         for receipt in receipts {
@@ -683,36 +774,20 @@ impl Bus {
         HttpResponse::new(200, "application/x-ndjson", answers)
     }
 
-    /// One NDJSON line: `{"topic":..,"data":..[,"key":..]}` (or
-    /// `"data_b64"` for a binary payload).
-    fn publish_line(&self, line: &str) -> Result<Receipt, String> {
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-        let topic = value["topic"].as_str().ok_or("no \"topic\" string")?;
-        check_topic(topic).map_err(|why| why.to_string())?;
-        let binary;
-        let message = match (value["data"].as_str(), value["data_b64"].as_str()) {
-            (Some(text), None) => Message::Text(text),
-            (None, Some(encoded)) => {
-                binary = base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .map_err(|e| format!("data_b64: {e}"))?;
-                Message::Binary(&binary)
-            }
-            _ => return Err("one of \"data\" (text) or \"data_b64\" (binary)".into()),
+    /// Publishes one line that [`read_line`] read.
+    fn publish_line(&self, line: &Line) -> Receipt {
+        let message = match &line.data {
+            Data::Text(text) => Message::Text(text),
+            Data::Binary(binary) => Message::Binary(binary),
         };
         let mut options = PublishOptions::new();
-        match &value["key"] {
-            serde_json::Value::Null => {}
-            serde_json::Value::String(key) if key.len() <= MAX_KEY_LEN => {
-                options = options.key(key);
-            }
-            _ => return Err("\"key\" is a string of at most 256 bytes".into()),
+        if let Some(key) = &line.key {
+            options = options.key(key);
         }
-        Ok(match &self.bridge {
-            Some(bridge) => bridge.publish_with(topic, message, options),
-            None => Receipt::from(self.pubsub.publish_with(topic, message, options)),
-        })
+        match &self.bridge {
+            Some(bridge) => bridge.publish_with(&line.topic, message, options),
+            None => Receipt::from(self.pubsub.publish_with(&line.topic, message, options)),
+        }
     }
 
     fn topic(&self, path: &str) -> HttpResponse {
@@ -752,6 +827,16 @@ impl Bus {
             "replayed": stats.replayed,
             "conflated": stats.conflated,
         });
+        let usage = self.pubsub.usage();
+        answer["usage"] = json!({
+            "topics": usage.topics,
+            "topic_bytes": usage.topic_bytes,
+            "topics_refused": usage.topics_refused,
+            "history_publications": usage.history_publications,
+            "history_bytes": usage.history_bytes,
+            "history_shed": usage.history_shed,
+            "waiting_bytes": usage.waiting_bytes,
+        });
         if let Some(bridge) = &self.bridge {
             let b = bridge.stats();
             answer["bridge"] = json!({
@@ -768,6 +853,45 @@ impl Bus {
         }
         HttpResponse::new(200, "application/json", format!("{answer}\n"))
     }
+}
+
+/// One NDJSON publication, read and checked.
+struct Line {
+    topic: String,
+    data: Data,
+    key: Option<String>,
+}
+
+enum Data {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// One NDJSON line: `{"topic":..,"data":..[,"key":..]}` (or `"data_b64"`
+/// for a binary payload); why not, in a few words.
+fn read_line(line: &str) -> Result<Line, String> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let topic = match value["topic"].take() {
+        serde_json::Value::String(topic) => topic,
+        _ => return Err("no \"topic\" string".into()),
+    };
+    check_topic(&topic).map_err(|why| why.to_string())?;
+    let data = match (value["data"].take(), value["data_b64"].as_str()) {
+        (serde_json::Value::String(text), None) => Data::Text(text),
+        (serde_json::Value::Null, Some(encoded)) => Data::Binary(
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|e| format!("data_b64: {e}"))?,
+        ),
+        _ => return Err("one of \"data\" (text) or \"data_b64\" (binary)".into()),
+    };
+    let key = match value["key"].take() {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(key) if key.len() <= MAX_KEY_LEN => Some(key),
+        _ => return Err("\"key\" is a string of at most 256 bytes".into()),
+    };
+    Ok(Line { topic, data, key })
 }
 
 /// A topic for an error message: long ones cut.
@@ -826,10 +950,23 @@ fn main() -> std::process::ExitCode {
         support::install_metrics();
     }
     let history = History::new(args.history, Duration::from_secs(args.history_secs));
+    let limits = Limits::new()
+        .history_bytes(args.max_history_bytes)
+        .topic_bytes(args.max_topic_bytes)
+        .waiting_bytes(args.max_waiting_bytes);
     let pubsub = PubSub::builder()
         .overflow(overflow)
         .history(history)
+        .limits(limits)
         .build();
+    if args.publish_token.is_none() {
+        tracing::warn!(
+            addr = %args.serve.addr,
+            "anyone who reaches this address may publish: set --publish-token"
+        );
+    }
+    let closed_stats =
+        !args.open_stats && (args.publish_token.is_some() || args.jwt_secret.is_some());
     let builder = match (&args.redis, args.redis_cluster.as_slice()) {
         (Some(url), _) => Some((Bridge::builder(url), format!("--redis {url}"))),
         (None, []) => None,
@@ -863,6 +1000,7 @@ fn main() -> std::process::ExitCode {
             bridge,
             publish_token: publish_token.map(auth::PublishToken),
             tokens: jwt_secret.as_deref().map(auth::Tokens::new),
+            closed_stats,
         }
     })
 }

@@ -138,6 +138,26 @@ impl Publication {
         self.plain.payload()
     }
 
+    /// An estimate of the heap it holds: the struct, its frames (the
+    /// plain one, the compressed and wrapped ones made so far) and its
+    /// key. What the byte budgets count for it.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let wrapped = |frame: &Arc<Prepared>| FRAME_OVERHEAD + frame.held_bytes();
+        let first = self.wrapped.get().map_or(0, |(_, frame)| wrapped(frame));
+        let more: usize = self
+            .more
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, frame)| wrapped(frame) + std::mem::size_of::<(usize, Arc<Prepared>)>())
+            .sum();
+        PUBLICATION_OVERHEAD
+            + self.plain.held_bytes()
+            + self.key.as_deref().map_or(0, str::len)
+            + first
+            + more
+    }
+
     pub(crate) fn at(&self) -> Instant {
         self.at
     }
@@ -167,6 +187,14 @@ impl Publication {
         Frame::Wrapped(frame)
     }
 }
+
+/// What a publication holds besides its frames' and key's bytes: the
+/// struct in its `Arc`, and the allocation behind its plain frame.
+const PUBLICATION_OVERHEAD: usize = std::mem::size_of::<Publication>() + 16 + 32;
+
+/// What a wrapped frame holds besides its bytes: a `Prepared` in an `Arc`,
+/// and the allocation behind its frame.
+const FRAME_OVERHEAD: usize = std::mem::size_of::<Prepared>() + 16 + 32;
 
 /// A publication's frame for one subscriber.
 pub(crate) enum Frame<'a> {

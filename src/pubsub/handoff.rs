@@ -75,7 +75,10 @@ impl PubSub {
     /// publishes here. Every field is checked (topic names as
     /// [`check_topic`] wants them, offsets from 1, consecutive and ending at
     /// the topic's latest, far from overflowing); nothing is taken unless
-    /// all of it reads. Returns how many topics it took.
+    /// all of it reads. Returns how many topics it took: a topic this bus's
+    /// budget for topics ([`Limits::topic_bytes`](super::Limits::topic_bytes))
+    /// has no room for is not taken (logged), and its subscribers resume
+    /// as not recovered.
     pub fn take_over(&self, bytes: &[u8]) -> Result<usize, SnapshotError> {
         let mut from = SnapshotReader::new(bytes);
         let version = from.u8()?;
@@ -90,14 +93,24 @@ impl PubSub {
             topic.finish()?;
         }
         from.finish()?;
-        let taken = topics.len();
+        let offered = topics.len();
+        let mut taken = 0;
         for topic in topics {
-            self.take_topic(topic);
+            taken += usize::from(self.take_topic(topic));
         }
+        if taken < offered {
+            let refused = offered - taken;
+            tracing::warn!(
+                refused,
+                "topics not taken over: the topics' byte budget is full"
+            );
+        }
+        self.inner.shed_history();
         Ok(taken)
     }
 
-    fn take_topic(&self, topic: TakenTopic) {
+    /// Takes one topic; false if the topics' budget had no room for it.
+    fn take_topic(&self, topic: TakenTopic) -> bool {
         let TakenTopic {
             name,
             epoch,
@@ -107,7 +120,9 @@ impl PubSub {
         } = topic;
         let history = self.inner.config.history_of(&name);
         let entry = loop {
-            let entry = self.inner.registry.open(&name, history);
+            let Some(entry) = self.inner.registry.open(&name, history) else {
+                return false;
+            };
             if !entry.lock().gone {
                 break entry;
             }
@@ -121,6 +136,7 @@ impl PubSub {
             log.clear();
             log.prepend(kept, last, Instant::now());
         }
+        true
     }
 
     /// How far `conn`'s subscription to `topic` has been sent: the topic's
@@ -141,7 +157,7 @@ impl PubSub {
         let waiting = subscriber
             .pending
             .as_ref()
-            .and_then(|p| p.publications.front())
+            .and_then(|p| p.front())
             .map(|first| first.position().offset);
         Some(Position {
             epoch: state.epoch,

@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::Counts;
 
 #[cfg(feature = "metrics")]
-use metrics::Counter;
+use metrics::{Counter, Gauge};
 
 /// One publish in this many (per publishing thread) is timed to the
 /// kernel: a clock read and a probe on one subscriber per server loop.
@@ -29,6 +29,13 @@ pub(crate) struct PubSubMeters {
     subscriber_closed: Counter,
     connection_closing: Counter,
     conflated: Counter,
+    /// Kept publications let go for the history's byte budget.
+    history_shed: Counter,
+    /// What the byte budgets hold, set by the sweeper each pass.
+    topics: Gauge,
+    topic_bytes: Gauge,
+    history_bytes: Gauge,
+    waiting_bytes: Gauge,
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -46,7 +53,25 @@ impl PubSubMeters {
             subscriber_closed: dropped("subscriber_closed"),
             connection_closing: dropped("connection_closing"),
             conflated: dropped("conflated"),
+            history_shed: metrics::counter!("rapidws_pubsub_history_shed_total"),
+            topics: metrics::gauge!("rapidws_pubsub_topics"),
+            topic_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "topics"),
+            history_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "history"),
+            waiting_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "waiting"),
         }
+    }
+
+    /// Kept publications let go for the history's byte budget.
+    pub(crate) fn history_shed(&self, shed: u64) {
+        self.history_shed.increment(shed);
+    }
+
+    /// What the budgets hold now (the sweeper's pass).
+    pub(crate) fn usage(&self, topics: usize, topic_bytes: usize, history: usize, waiting: usize) {
+        self.topics.set(topics as f64);
+        self.topic_bytes.set(topic_bytes as f64);
+        self.history_bytes.set(history as f64);
+        self.waiting_bytes.set(waiting as f64);
     }
 
     pub(crate) fn published(&self) {
@@ -93,6 +118,8 @@ impl PubSubMeters {
     pub(crate) fn gone(&self, _missed: u64) {}
     #[inline(always)]
     pub(crate) fn walked(&self, _walk: &Counts) {}
+    pub(crate) fn history_shed(&self, _shed: u64) {}
+    pub(crate) fn usage(&self, _: usize, _: usize, _: usize, _: usize) {}
 }
 
 impl std::fmt::Debug for PubSubMeters {

@@ -62,7 +62,8 @@
 //! counted ([`Stats::dropped`]); with [`Overflow::Close`] the subscriber is
 //! closed with the given code instead; with [`Overflow::Conflate`] a keyed
 //! message waits for it, replacing an older one with its key (what waits
-//! is bounded by the queue's bound again). `Config::slow_consumer` plays
+//! is counted as what it holds, and bounded by the queue's bound again and
+//! by the budget of all waits). `Config::slow_consumer` plays
 //! no part. The hand-off to a loop is bounded too: while the deliveries
 //! waiting for one loop, or being run by it, weigh 16 MiB (their frames,
 //! plus 64 bytes each), publishes are not handed to it (but one always
@@ -94,6 +95,17 @@
 //! [`Envelope::recovery`] message). [`Start::Latest`] sends the latest
 //! publication kept first ("last value" on subscribe).
 //!
+//! **Budgets.** What clients and publishers can make a `PubSub` keep is
+//! bounded in bytes across all of them ([`Limits`], [`Builder::limits`]):
+//! every topic's history together (the oldest kept publications, whatever
+//! their topic, are let go first: a subscriber resuming from before them
+//! is told it was not recovered), the topics themselves (a new one past
+//! the budget is refused: [`PubSubError::TooManyTopics`]) and every
+//! conflation wait (a publication past it is dropped for that subscriber,
+//! its gap told). [`PubSub::usage`] says what each holds. Kept
+//! publications past their age are let go on time, within half their age
+//! (at most a second), whether anything is published or not.
+//!
 //! **Envelopes.** A subscription may show its deliveries in an
 //! [`Envelope`] (say, JSON with the topic and position around the
 //! payload): each publication is wrapped and framed once per envelope, for
@@ -107,26 +119,33 @@
 //!
 //! [`Prepared`]: crate::proto::Prepared
 
+mod budget;
+mod conflate;
 mod envelope;
 mod handoff;
+mod histories;
 mod history;
 mod log;
 mod meters;
+mod pending;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
 mod sessions;
+mod sweeper;
 #[cfg(test)]
 mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::connection::conn::{Conn, SendError};
 use crate::connection::membership::Membership;
 use crate::connection::wake::ConnWake;
 use crate::proto::{CloseCode, Message, MessageKind, OpCode};
+use budget::Budget;
+pub use budget::Limits;
 pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 use log::Since;
@@ -217,6 +236,9 @@ pub enum PubSubError {
     TopicTooLong,
     /// The connection is closing or closed.
     Closed,
+    /// The topic is not there, and the topics' byte budget has no room
+    /// for another ([`Limits::topic_bytes`]).
+    TooManyTopics,
 }
 
 impl std::fmt::Display for PubSubError {
@@ -225,6 +247,7 @@ impl std::fmt::Display for PubSubError {
             PubSubError::EmptyTopic => "empty topic name",
             PubSubError::TopicTooLong => "topic name longer than 1024 bytes",
             PubSubError::Closed => "connection closed",
+            PubSubError::TooManyTopics => "too many topics: the server's budget for them is full",
         })
     }
 }
@@ -260,6 +283,29 @@ pub struct Stats {
     /// Publications replaced, for a subscriber they were waiting for, by a
     /// newer one with the same key ([`Overflow::Conflate`]).
     pub conflated: u64,
+}
+
+/// What a `PubSub` holds now against its byte budgets ([`Limits`]), and
+/// what the budgets refused or let go so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Topics kept: with subscribers, or with history only.
+    pub topics: usize,
+    /// What they hold (names and state), as [`Limits::topic_bytes`]
+    /// counts it.
+    pub topic_bytes: usize,
+    /// Topics not made because that budget was full.
+    pub topics_refused: u64,
+    /// Publications kept in every topic's history.
+    pub history_publications: usize,
+    /// What they hold, as [`Limits::history_bytes`] counts it.
+    pub history_bytes: usize,
+    /// Kept publications let go, oldest first, because that budget was
+    /// full.
+    pub history_shed: u64,
+    /// What waits for conflating subscribers, as
+    /// [`Limits::waiting_bytes`] counts it.
+    pub waiting_bytes: usize,
 }
 
 /// Where a node's own publishes go besides its subscribers: other nodes
@@ -435,6 +481,7 @@ pub struct Builder {
     /// `(prefix, history)`: the longest matching prefix wins.
     history_by_prefix: Vec<(String, History)>,
     occupancy: Option<registry::Occupancy>,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for Builder {
@@ -444,6 +491,7 @@ impl std::fmt::Debug for Builder {
             .field("history", &self.history)
             .field("history_by_prefix", &self.history_by_prefix)
             .field("occupancy", &self.occupancy.is_some())
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -487,6 +535,14 @@ impl Builder {
         self
     }
 
+    /// What all topics, histories and conflation waits may hold together,
+    /// in bytes (see [`Limits`] for the defaults and what happens past
+    /// each).
+    pub fn limits(mut self, limits: Limits) -> Builder {
+        self.limits = limits;
+        self
+    }
+
     /// The `PubSub`.
     pub fn build(self) -> PubSub {
         let relay: Arc<RwLock<Option<Arc<dyn Relay>>>> = Arc::default();
@@ -501,9 +557,12 @@ impl Builder {
                 relay.occupancy(topic, occupied);
             }
         });
-        PubSub {
+        let limits = self.limits;
+        let sweep_every = self.sweep_every();
+        let pubsub = PubSub {
             inner: Arc::new(Inner {
-                registry: Registry::new(Some(occupancy)),
+                registry: Registry::new(Some(occupancy), limits),
+                waiting: Arc::new(Budget::new(limits.waiting)),
                 relay,
                 config: self,
                 published: AtomicU64::new(0),
@@ -513,10 +572,28 @@ impl Builder {
                 gone: AtomicU64::new(0),
                 replayed: AtomicU64::new(0),
                 conflated: AtomicU64::new(0),
-                publishes: AtomicU64::new(0),
                 meters: meters::PubSubMeters::new(),
             }),
+        };
+        // With metrics, the budgets' gauges are refreshed on the same
+        // pass, history or not.
+        let gauges = cfg!(feature = "metrics").then_some(Duration::from_secs(1));
+        if let Some(every) = sweep_every.or(gauges) {
+            sweeper::start(&pubsub.inner, every);
         }
+        pubsub
+    }
+
+    /// How often history is swept (kept publications past their age let
+    /// go, topics left with nothing forgotten): half the shortest age any
+    /// topic keeps, at most a second; `None` without history.
+    fn sweep_every(&self) -> Option<Duration> {
+        let ages = std::iter::once(self.history)
+            .chain(self.history_by_prefix.iter().map(|(_, h)| *h))
+            .filter(History::is_on)
+            .map(|h| h.max_age());
+        let shortest = ages.min()?;
+        Some((shortest / 2).clamp(Duration::from_millis(10), Duration::from_secs(1)))
     }
 
     fn history_of(&self, topic: &str) -> History {
@@ -524,10 +601,6 @@ impl Builder {
             .iter()
             .find(|(prefix, _)| topic.starts_with(prefix.as_str()))
             .map_or(self.history, |(_, history)| *history)
-    }
-
-    fn keeps_history(&self) -> bool {
-        self.history.is_on() || self.history_by_prefix.iter().any(|(_, h)| h.is_on())
     }
 }
 
@@ -546,6 +619,8 @@ impl Default for PubSub {
 
 struct Inner {
     registry: Registry,
+    /// What waits for conflating subscribers (`Limits::waiting_bytes`).
+    waiting: Arc<Budget>,
     /// Where this node's own publishes also go (the Redis bridge), if
     /// anywhere (shared with the registry's occupancy callback).
     relay: Arc<RwLock<Option<Arc<dyn Relay>>>>,
@@ -557,15 +632,9 @@ struct Inner {
     gone: AtomicU64,
     replayed: AtomicU64,
     conflated: AtomicU64,
-    /// Publishes so far, to sweep history now and then.
-    publishes: AtomicU64,
     /// The metric handles (nothing without feature `metrics`).
     meters: meters::PubSubMeters,
 }
-
-/// Publishes between two sweeps of one registry shard's history (64
-/// shards: each is swept every 16,384 publishes).
-const SWEEP_EVERY: u64 = 256;
 
 impl std::fmt::Debug for PubSub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -651,7 +720,7 @@ impl PubSub {
                 position,
             };
             Ok((entry.name.clone(), subscribed))
-        });
+        })?;
         let (name, subscribed) = match joined {
             Ok(joined) => joined,
             Err(already) => return Ok(already),
@@ -673,19 +742,22 @@ impl PubSub {
 
     /// Runs `f` with `topic` locked: made if it is not there, looked up
     /// again if it was forgotten between the lookup and the lock.
+    /// [`PubSubError::TooManyTopics`] if it is not there and the topics'
+    /// budget has no room for it.
     fn with_topic<T>(
         &self,
         topic: &str,
         f: impl FnOnce(&Topic, &mut registry::TopicState) -> T,
-    ) -> T {
+    ) -> Result<T, PubSubError> {
         loop {
             let entry = self
                 .inner
                 .registry
-                .open(topic, self.inner.config.history_of(topic));
+                .open(topic, self.inner.config.history_of(topic))
+                .ok_or(PubSubError::TooManyTopics)?;
             let mut state = entry.lock();
             if !state.gone {
-                return f(&entry, &mut state);
+                return Ok(f(&entry, &mut state));
             }
         }
     }
@@ -731,7 +803,7 @@ impl PubSub {
                 self.inner.registry.occupy(&entry.name);
             }
             Some((writer, entry.name.clone()))
-        });
+        })?;
         let Some((writer, name)) = added else {
             return Ok(false);
         };
@@ -868,6 +940,23 @@ impl PubSub {
         }
     }
 
+    /// What this `PubSub` holds now against its byte budgets, and what
+    /// they refused or let go so far.
+    pub fn usage(&self) -> Usage {
+        let registry = &self.inner.registry;
+        let (topics, topic_bytes, topics_refused) = registry.kept();
+        let histories = &registry.histories;
+        Usage {
+            topics,
+            topic_bytes,
+            topics_refused,
+            history_publications: histories.kept(),
+            history_bytes: histories.bytes(),
+            history_shed: histories.shed_count(),
+            waiting_bytes: self.inner.waiting.used(),
+        }
+    }
+
     /// Hands a publish of this node to the relay, if there is one (the
     /// topic's history looked up only then: a node without a bridge pays
     /// nothing here).
@@ -960,8 +1049,14 @@ impl PubSub {
             // Not kept here: numbered here, like a relayed publish.
             return Placed::Delivered(self.publish_frame(topic, options, opcode, payload, false));
         }
-        loop {
-            let entry = inner.registry.open(topic, history);
+        let placed = loop {
+            let Some(entry) = inner.registry.open(topic, history) else {
+                // No room for the topic here: nobody can be subscribed to it.
+                break Placed::Delivered(Published {
+                    subscribers: 0,
+                    position: None,
+                });
+            };
             let _busy = busy::Busy::enter();
             let mut state = entry.lock();
             if state.gone {
@@ -983,8 +1078,10 @@ impl PubSub {
                 Numbering::Redis => {}
             }
             let published = self.publish_locked(&entry, &mut state, options, opcode, payload);
-            return Placed::Delivered(published);
-        }
+            break Placed::Delivered(published);
+        };
+        inner.shed_history();
+        placed
     }
 
     /// Takes what Redis keeps of `topic` (its `epoch`, its `last` offset,
@@ -1000,7 +1097,9 @@ impl PubSub {
             return;
         }
         let entry = loop {
-            let entry = inner.registry.open(topic, history);
+            let Some(entry) = inner.registry.open(topic, history) else {
+                return; // no room for the topic: subscribers resume not recovered
+            };
             if !entry.lock().gone {
                 break entry;
             }
@@ -1044,6 +1143,8 @@ impl PubSub {
         if let Some(log) = &mut state.log {
             log.prepend(publications, last, now);
         }
+        drop(state);
+        inner.shed_history();
     }
 
     /// What this node's history of `topic` lacks to answer `start` as
@@ -1120,22 +1221,15 @@ impl PubSub {
             return nobody;
         }
         let history = inner.config.history_of(topic);
-        if inner.config.keeps_history()
-            && inner
-                .publishes
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(SWEEP_EVERY)
-        {
-            inner.registry.sweep(Instant::now());
-        }
         loop {
-            let entry = if history.is_on() {
+            let found = if history.is_on() {
                 inner.registry.open(topic, history)
             } else {
-                match inner.registry.find(topic) {
-                    Some(entry) => entry,
-                    None => return nobody,
-                }
+                inner.registry.find(topic)
+            };
+            // No subscribers, and (with history) no room to keep it.
+            let Some(entry) = found else {
+                return nobody;
             };
             let _busy = busy::Busy::enter();
             let mut state = entry.lock();
@@ -1154,7 +1248,12 @@ impl PubSub {
                     log.clear();
                 }
             }
-            return self.publish_locked(&entry, &mut state, options, opcode, payload);
+            let published = self.publish_locked(&entry, &mut state, options, opcode, payload);
+            drop(state);
+            if history.is_on() {
+                inner.shed_history();
+            }
+            return published;
         }
     }
 
@@ -1448,159 +1547,6 @@ impl Inner {
         }
     }
 
-    /// One delivery under [`Overflow::Conflate`]: sent if it fits and
-    /// nothing waits; else it waits (replacing one with its key), is
-    /// dropped, or closes the subscriber.
-    fn conflate(
-        self: &Arc<Self>,
-        local: &Arc<Local>,
-        subscriber: &mut Subscriber,
-        publication: &Arc<Publication>,
-        counts: &mut Counts,
-    ) {
-        let conn = &subscriber.conn;
-        if subscriber.pending.is_none() {
-            let frame = publication.frame(subscriber.envelope.as_ref());
-            match conn.send_prepared(&frame, None) {
-                Ok(()) => {
-                    counts.delivered += 1;
-                    subscriber.gap = false;
-                    return;
-                }
-                Err(SendError::QueueFull) => {}
-                Err(_) => {
-                    counts.gone += 1;
-                    return;
-                }
-            }
-        }
-        let limit = conn.shared().outbound().max_bytes;
-        let bytes = publication.plain().frame().len();
-        let waiting = subscriber.pending.is_some();
-        let pending = subscriber.pending.get_or_insert_with(Box::default);
-        let same_key = publication.key().and_then(|key| {
-            pending
-                .publications
-                .iter()
-                .position(|p| p.key() == Some(key))
-        });
-        if let Some(at) = same_key {
-            // The newer value goes to the end (offsets stay in order) and
-            // the older one goes.
-            if let Some(old) = pending.publications.remove(at) {
-                pending.bytes -= old.plain().frame().len();
-            }
-            pending.publications.push_back(publication.clone());
-            pending.bytes += bytes;
-            pending.gap = true;
-            counts.conflated += 1;
-        } else if publication.key().is_some() || waiting {
-            if pending.bytes + bytes <= limit {
-                pending.publications.push_back(publication.clone());
-                pending.bytes += bytes;
-            } else {
-                self.overflow_keyless(conn, pending, counts);
-            }
-        } else {
-            // Keyless, nothing waiting: the fallback policy.
-            self.overflow_keyless(conn, pending, counts);
-        }
-        if pending.publications.is_empty() {
-            // Nothing waits after all (a keyless one was dropped).
-            let gap = pending.gap;
-            subscriber.pending = None;
-            if gap {
-                tell_gap(subscriber, publication.topic());
-            }
-            return;
-        }
-        if !waiting && self.flush_when_room(local, subscriber.conn.key(), &subscriber.conn) {
-            // Room already: flushed once the list's lock is let go.
-            counts.flush_now.push(subscriber.conn.key());
-        }
-    }
-
-    /// A publication that cannot wait: dropped (told as a gap before the
-    /// next one sent), or the subscriber closed.
-    fn overflow_keyless(&self, conn: &Conn, pending: &mut registry::Pending, counts: &mut Counts) {
-        match self.config.overflow {
-            Overflow::Conflate { close: Some(code) } => {
-                let _ = conn.close(code, "outbound queue full: peer reads too slowly");
-                counts.closed += 1;
-            }
-            _ => {
-                counts.dropped += 1;
-                pending.gap = true;
-            }
-        }
-    }
-
-    /// Asks for `flush` once `conn`'s queue has room; true if it has room
-    /// now (then nothing was asked: the caller flushes, once it holds no
-    /// lock of the registry).
-    fn flush_when_room(self: &Arc<Self>, local: &Arc<Local>, key: usize, conn: &Conn) -> bool {
-        let wake = FlushWake {
-            inner: Arc::downgrade(self),
-            local: Arc::downgrade(local),
-            key,
-        };
-        conn.when_room(&std::task::Waker::from(Arc::new(wake)))
-    }
-
-    /// Sends a conflating subscriber what waits for it, as far as its
-    /// queue takes; asks again for what does not fit.
-    fn flush(self: &Arc<Self>, local: &Arc<Local>, key: usize) {
-        // Again while the queue had room by the time the rest would wait.
-        while self.flush_once(local, key) {}
-    }
-
-    /// One pass of [`Inner::flush`]; true if it should run again at once.
-    fn flush_once(self: &Arc<Self>, local: &Arc<Local>, key: usize) -> bool {
-        let _busy = busy::Busy::enter();
-        let mut counts = Counts::default();
-        let mut subscribers = local.lock();
-        let Some(subscriber) = subscribers.find(key) else {
-            return false; // unsubscribed or ended meanwhile
-        };
-        let Some(mut pending) = subscriber.pending.take() else {
-            return false;
-        };
-        let conn = subscriber.conn.clone();
-        if pending.gap && !pending.publications.is_empty() {
-            // Told where the gap is: before the values that replaced
-            // others or followed a dropped one.
-            let topic = pending.publications[0].topic().to_owned();
-            subscriber.gap = false;
-            tell_gap(subscriber, &topic);
-            pending.gap = false;
-        }
-        while let Some(next) = pending.publications.front() {
-            match conn.send_prepared(&next.frame(subscriber.envelope.as_ref()), None) {
-                Ok(()) => {
-                    counts.delivered += 1;
-                    subscriber.gap = false;
-                    pending.bytes -= next.plain().frame().len();
-                    pending.publications.pop_front();
-                }
-                Err(SendError::QueueFull) => break,
-                Err(_) => {
-                    counts.gone += pending.publications.len() as u64;
-                    pending.publications.clear();
-                }
-            }
-        }
-        let again = if pending.publications.is_empty() {
-            drop(subscribers);
-            false
-        } else {
-            subscriber.pending = Some(pending);
-            drop(subscribers);
-            self.flush_when_room(local, key, &conn)
-        };
-        self.count(counts);
-        again
-    }
-
     fn count(&self, counts: Counts) {
         self.meters.walked(&counts);
         for (counter, n) in [
@@ -1616,11 +1562,31 @@ impl Inner {
         }
     }
 
+    /// One pass of the sweeper: kept publications past their age let go,
+    /// the rest counted again, idle topics forgotten, the budget held, the
+    /// gauges set.
+    fn sweep(&self, now: Instant) {
+        self.registry.sweep(now);
+        self.shed_history();
+        let (topics, topic_bytes, _) = self.registry.kept();
+        let history_bytes = self.registry.histories.bytes();
+        let waiting_bytes = self.waiting.used();
+        self.meters
+            .usage(topics, topic_bytes, history_bytes, waiting_bytes);
+    }
+
+    /// Lets go of the oldest kept publications while every topic's
+    /// history holds more than its budget (no lock of the registry held).
+    fn shed_history(&self) {
+        let shed = self.registry.shed_history();
+        if shed > 0 {
+            self.meters.history_shed(shed);
+        }
+    }
+
     /// A subscription ended: what waited for it will not be sent.
     fn ended(&self, subscriber: Option<Subscriber>) {
-        let waiting = subscriber
-            .and_then(|s| s.pending)
-            .map_or(0, |p| p.publications.len());
+        let waiting = subscriber.and_then(|s| s.pending).map_or(0, |p| p.len());
         if waiting > 0 {
             self.gone.fetch_add(waiting as u64, Ordering::Relaxed);
             self.meters.gone(waiting as u64);
@@ -1665,32 +1631,6 @@ struct Counts {
     /// Conflating subscribers whose queue had room by the time their
     /// wait was set up: flushed once the list's lock is let go.
     flush_now: Vec<usize>,
-}
-
-/// Wakes a conflating subscriber's flush: on its server loop (a job), or
-/// here for a connection with a task of its own.
-struct FlushWake {
-    inner: std::sync::Weak<Inner>,
-    local: std::sync::Weak<Local>,
-    key: usize,
-}
-
-impl std::task::Wake for FlushWake {
-    fn wake(self: Arc<Self>) {
-        let (Some(inner), Some(local)) = (self.inner.upgrade(), self.local.upgrade()) else {
-            return;
-        };
-        let key = self.key;
-        match &local.route {
-            Route::Loop(list) => {
-                let job_local = local.clone();
-                list.post(Box::new(move || inner.flush(&job_local, key)), 64);
-            }
-            // Here, unless this thread is inside the registry (a send there
-            // can wake it: a close's waiters): then once it is out.
-            Route::Direct => busy::later_or_now(move || inner.flush(&local, key)),
-        }
-    }
 }
 
 /// Whether this thread is inside the registry's locks, and what waits for

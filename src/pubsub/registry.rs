@@ -16,13 +16,16 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::envelope::{Envelope, Publication};
+use super::budget::{Budget, Limits};
+use super::envelope::Envelope;
+use super::histories::Histories;
 use super::history::{Epoch, History};
 use super::log::Log;
+use super::pending::Pending;
 use super::sessions::SessionSubscribers;
 use crate::connection::conn::Conn;
 use crate::connection::wake::{ConnWake, WokenList};
@@ -89,19 +92,6 @@ pub(super) struct Subscriber {
     /// Publications waiting for room in its queue (`Overflow::Conflate`):
     /// while any wait, every later one waits behind them.
     pub(super) pending: Option<Box<Pending>>,
-}
-
-/// A conflating subscriber's publications that did not fit its queue,
-/// oldest first; a newer one with a waiting one's key replaces it (and
-/// goes to the end, so offsets stay in order): the latest value per key.
-#[derive(Default)]
-pub(super) struct Pending {
-    pub(super) publications: std::collections::VecDeque<Arc<Publication>>,
-    /// Their frames' bytes: at most the connection's queue bound.
-    pub(super) bytes: usize,
-    /// Something was replaced or dropped since the last was sent: the
-    /// subscriber is told of the gap before the next one.
-    pub(super) gap: bool,
 }
 
 /// A list to walk fast, and where each connection sits in it, to remove
@@ -236,15 +226,33 @@ pub(super) enum Numbering {
     Lost,
 }
 
+/// What a topic holds besides its name's bytes, as the topics' budget
+/// counts it: its state, the name's allocation, its entry in a shard's
+/// map, and one route's subscriber list.
+const TOPIC_OVERHEAD: usize = std::mem::size_of::<Topic>()
+    + 16
+    + 16
+    + 48
+    + std::mem::size_of::<Local>()
+    + std::mem::size_of::<Subscribers>()
+    + 16;
+
+/// What a topic named `name` counts against the topics' budget.
+fn topic_cost(name: &str) -> usize {
+    TOPIC_OVERHEAD + name.len()
+}
+
 impl Topic {
-    fn new(name: Arc<str>, history: History) -> Topic {
+    fn new(name: Arc<str>, history: History, histories: &Arc<Histories>) -> Topic {
         Topic {
             name,
             state: Mutex::new(TopicState {
                 locals: Vec::new(),
                 epoch: Epoch::new(),
                 last: 0,
-                log: history.is_on().then(|| Log::new(history)),
+                log: history
+                    .is_on()
+                    .then(|| Log::new(history, histories.clone())),
                 gone: false,
                 numbering: Numbering::Here,
                 pinned_until: None,
@@ -344,7 +352,7 @@ impl TopicState {
     }
 
     /// Whether nothing needs it kept: no subscribers, nothing to replay.
-    fn idle(&self) -> bool {
+    pub(super) fn idle(&self) -> bool {
         let pinned = self
             .pinned_until
             .is_some_and(|until| Instant::now() < until);
@@ -364,18 +372,27 @@ pub(super) struct Registry {
     hasher: RandomState,
     /// Topics with at least one subscriber.
     occupied: AtomicUsize,
-    /// The next shard to sweep.
-    sweep_at: AtomicUsize,
+    /// Every topic here.
+    kept: AtomicUsize,
+    /// What the topics hold (`Limits::topic_bytes`).
+    budget: Budget,
+    /// Topics not made because the budget was full.
+    refused: AtomicU64,
+    /// Every topic's history.
+    pub(super) histories: Arc<Histories>,
     occupancy: Option<Occupancy>,
 }
 
 impl Registry {
-    pub(super) fn new(occupancy: Option<Occupancy>) -> Registry {
+    pub(super) fn new(occupancy: Option<Occupancy>, limits: Limits) -> Registry {
         Registry {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             occupied: AtomicUsize::new(0),
-            sweep_at: AtomicUsize::new(0),
+            kept: AtomicUsize::new(0),
+            budget: Budget::new(limits.topics),
+            refused: AtomicU64::new(0),
+            histories: Arc::new(Histories::new(limits.history)),
             occupancy,
         }
     }
@@ -396,16 +413,76 @@ impl Registry {
         self.shard(topic).get(topic).cloned()
     }
 
-    /// The topic, made (keeping `history`) if it is not there.
-    pub(super) fn open(&self, topic: &str, history: History) -> Arc<Topic> {
+    /// The topic, made (keeping `history`) if it is not there; `None` if
+    /// it is not there and the topics' budget has no room for it (counted).
+    pub(super) fn open(&self, topic: &str, history: History) -> Option<Arc<Topic>> {
         let mut shard = self.shard(topic);
         if let Some(found) = shard.get(topic) {
-            return found.clone();
+            return Some(found.clone());
+        }
+        if !self.budget.take(topic_cost(topic)) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
         }
         let name: Arc<str> = Arc::from(topic);
-        let made = Arc::new(Topic::new(name.clone(), history));
+        let made = Arc::new(Topic::new(name.clone(), history, &self.histories));
         shard.insert(name, made.clone());
-        made
+        self.kept.fetch_add(1, Ordering::Relaxed);
+        Some(made)
+    }
+
+    /// Takes an idle topic out of its shard (the caller holds both
+    /// locks): whoever holds it looks it up again.
+    fn forget(&self, shard: &mut Shard, name: &str, state: &mut TopicState) {
+        state.gone = true;
+        if shard.remove(name).is_some() {
+            self.budget.give(topic_cost(name));
+            self.kept.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lets go of the oldest kept publications, whatever their topic,
+    /// until every topic's history is within its budget (the caller holds
+    /// no lock of the registry). Topics left with nothing to keep them
+    /// are forgotten. Returns how many were let go.
+    pub(super) fn shed_history(&self) -> u64 {
+        let mut total = 0;
+        while self.histories.over() {
+            // Everything left is charged to logs on their way out.
+            let Some(publication) = self.histories.oldest() else {
+                break;
+            };
+            let Some(topic) = self.find(publication.topic()) else {
+                continue;
+            };
+            let mut state = topic.lock();
+            let shed = state
+                .log
+                .as_mut()
+                .map_or(0, |log| log.shed_through(&publication));
+            let idle = state.idle();
+            drop(state);
+            total += shed as u64;
+            if idle {
+                self.forget_if_idle(publication.topic());
+            }
+        }
+        if total > 0 {
+            self.histories.shed(total);
+        }
+        total
+    }
+
+    /// Forgets `topic` if nothing needs it kept any more.
+    pub(super) fn forget_if_idle(&self, topic: &str) {
+        let mut shard = self.shard(topic);
+        let Some(entry) = shard.get(topic).cloned() else {
+            return;
+        };
+        let mut state = entry.lock();
+        if state.idle() {
+            self.forget(&mut shard, topic, &mut state);
+        }
     }
 
     /// Counts a topic that got its first subscriber, and says so (the
@@ -431,8 +508,7 @@ impl Registry {
             self.left(topic, &state);
         }
         if state.idle() {
-            state.gone = true;
-            shard.remove(topic);
+            self.forget(&mut shard, topic, &mut state);
         }
         removed
     }
@@ -470,8 +546,7 @@ impl Registry {
         }
         self.left(topic, &state);
         if state.idle() {
-            state.gone = true;
-            shard.remove(topic);
+            self.forget(&mut shard, topic, &mut state);
         }
         true
     }
@@ -484,6 +559,16 @@ impl Registry {
     /// Topics with at least one subscriber.
     pub(super) fn topics(&self) -> usize {
         self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// Every topic here (with subscribers, or only history), what they
+    /// hold in bytes, and how many were refused for the budget so far.
+    pub(super) fn kept(&self) -> (usize, usize, u64) {
+        (
+            self.kept.load(Ordering::Relaxed),
+            self.budget.used(),
+            self.refused.load(Ordering::Relaxed),
+        )
     }
 
     /// Every topic with subscribers.
@@ -517,23 +602,31 @@ impl Registry {
         found
     }
 
-    /// Lets one shard's topics drop the publications they kept too long,
-    /// and forgets those left with nothing (the next shard each call, so
-    /// that publishing now and then sweeps all of them).
+    /// Lets every topic drop the publications it kept too long, counts
+    /// again what the rest hold (frames made for them since), and
+    /// forgets the topics left with nothing: one shard (and one topic) at
+    /// a time. Run on time, not on traffic (see `PubSub`'s sweeper).
     pub(super) fn sweep(&self, now: Instant) {
-        let index = self.sweep_at.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-        let mut shard = self.lock_shard(index);
-        shard.retain(|_, topic| {
-            let mut state = topic.lock();
-            if let Some(log) = &mut state.log {
-                log.expire(now);
-            }
-            if state.idle() {
-                state.gone = true;
-                return false;
-            }
-            true
-        });
+        for index in 0..self.shards.len() {
+            let mut shard = self.lock_shard(index);
+            let (mut topics, mut bytes) = (0, 0);
+            shard.retain(|name, topic| {
+                let mut state = topic.lock();
+                if let Some(log) = &mut state.log {
+                    log.expire(now);
+                    log.recount();
+                }
+                if state.idle() {
+                    state.gone = true;
+                    topics += 1;
+                    bytes += topic_cost(name);
+                    return false;
+                }
+                true
+            });
+            self.budget.give(bytes);
+            self.kept.fetch_sub(topics, Ordering::Relaxed);
+        }
     }
 }
 

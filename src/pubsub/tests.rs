@@ -16,6 +16,8 @@ use crate::connection::outbox::{ConnShared, Outbound};
 use crate::connection::wake::{Job, SlotWake, WokenList};
 use crate::proto::{OwnedMessage, Role};
 
+mod budgets;
+
 /// A server loop whose posted jobs wait until the test runs them.
 #[derive(Default)]
 struct Loop {
@@ -333,28 +335,43 @@ fn a_topic_without_history_or_subscribers_is_forgotten_with_its_epoch() {
 }
 
 #[test]
-fn history_is_kept_without_subscribers_and_swept_when_old() {
+fn history_is_kept_without_subscribers_and_swept_on_time_when_old() {
+    let age = Duration::from_millis(300);
     let pubsub = PubSub::builder()
-        .history(History::new(2, Duration::from_millis(1)))
+        .history(History::new(2, age))
         .history_for("keep.", History::new(3, Duration::from_secs(3600)))
         .history_for("none.", History::OFF)
         .build();
     assert_eq!(pubsub.history("keep.x").max_messages(), 3);
     assert!(!pubsub.history("none.x").is_on());
     assert_eq!(pubsub.history("other").max_messages(), 2);
+    let published = Instant::now();
     for topic in ["keep.x", "other", "none.x"] {
         pubsub.publish(topic, Message::Text("x"));
     }
     assert_eq!(pubsub.position("keep.x").unwrap().offset, 1);
-    assert!(pubsub.position("other").is_some());
+    let kept = pubsub.position("other").is_some();
+    assert!(kept || published.elapsed() > age, "kept until its age");
     assert_eq!(pubsub.position("none.x"), None, "nothing numbers it");
-    std::thread::sleep(Duration::from_millis(5));
-    // A sweep of every shard: "other" is past its age, with no subscriber.
-    for _ in 0..registry::SHARDS {
-        pubsub.inner.registry.sweep(Instant::now());
+    // Nothing is published again: the sweeper lets "other" go on time
+    // (past its age, with no subscriber), topic and all.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pubsub.position("other").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "still kept: {:?}",
+            pubsub.usage()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(pubsub.position("other"), None);
+    assert!(published.elapsed() >= age);
     assert_eq!(pubsub.position("keep.x").unwrap().offset, 1);
+    let usage = pubsub.usage();
+    assert_eq!(
+        (usage.topics, usage.history_publications),
+        (1, 1),
+        "{usage:?}"
+    );
 }
 
 #[test]
@@ -404,46 +421,93 @@ fn written_out(conn: &Conn) {
     crate::connection::outbox::wake_all(waiting);
 }
 
+/// `o<offset>` and a long tail of dots: frames large enough that what a
+/// waiting publication costs besides its frame is the smaller part.
+struct Padded;
+
+/// The dots after each `Padded` mark.
+const PAD: usize = 2000;
+
+impl Envelope for Padded {
+    fn wrap(&self, publication: &Publication) -> OwnedMessage {
+        let mark = format!("o{}", publication.position().offset);
+        OwnedMessage::Text(format!("{mark}{}", ".".repeat(PAD)))
+    }
+
+    fn recovery(&self, _: &str, recovered: bool) -> Option<OwnedMessage> {
+        Some(OwnedMessage::Text(format!("r{recovered}")))
+    }
+}
+
+/// [`frames`] without `Padded`'s dots.
+fn marks(conn: &Conn) -> Vec<String> {
+    frames(conn)
+        .into_iter()
+        .map(|frame| frame.trim_end_matches('.').to_owned())
+        .collect()
+}
+
+/// What one publication of `Padded` with a one-byte key counts while it
+/// waits, and its frame's length.
+fn padded_costs() -> (usize, usize) {
+    let envelope: Arc<dyn Envelope> = Arc::new(Padded);
+    let publication = Publication::new(
+        Arc::from("t"),
+        Position {
+            epoch: Epoch::from_u64(1),
+            offset: 1,
+        },
+        Some("a"),
+        OpCode::Text,
+        b"x",
+        Instant::now(),
+    );
+    let frame = publication.frame(Some(&envelope)).frame().len();
+    (pending::counted(&publication), frame)
+}
+
 #[test]
 fn conflation_keeps_the_latest_per_key_in_offset_order_and_tells_the_gap() {
     let list = Arc::new(Loop::default());
     let pubsub = PubSub::builder()
         .overflow(Overflow::Conflate { close: None })
         .build();
-    let marks: Arc<dyn Envelope> = Arc::new(Marks);
-    // Room for two frames ("o1" and "o2" are 4 bytes each), and as much
-    // again waiting.
-    let slow = conn(&list, 1, 8);
+    let padded: Arc<dyn Envelope> = Arc::new(Padded);
+    // The queue takes three frames; two publications wait, counted with
+    // everything they hold (their frames, their keys, the entries).
+    let (cost, frame) = padded_costs();
+    let bound = 2 * cost + 10;
+    assert!(2 * frame < bound && bound <= 3 * frame, "{cost} {frame}");
+    let slow = conn(&list, 1, bound);
     pubsub
-        .subscribe_with(&slow, "t", &Subscribe::new().envelope(marks))
+        .subscribe_with(&slow, "t", &Subscribe::new().envelope(padded))
         .unwrap();
     let keyed = |key| PublishOptions::new().key(key);
-    for key in ["a", "b", "a", "b", "a"] {
+    for key in ["a", "b", "a", "b", "a", "b", "a"] {
         pubsub.publish_with("t", Message::Text("x"), keyed(key));
     }
     // A keyless one past the waiting bound: dropped, a gap too.
     pubsub.publish("t", Message::Text("x"));
     list.run(usize::MAX);
-    assert_eq!(frames(&slow), ["o1", "o2"]);
+    assert_eq!(marks(&slow), ["o1", "o2", "o3"]);
+    assert!(pubsub.usage().waiting_bytes >= 2 * frame);
     written_out(&slow);
     list.run(usize::MAX);
-    // o3 was replaced by o5 (both "a"), o6 dropped: told first (the
-    // signal fills this tiny queue), then the latest of each key, in
-    // offset order, once there is room again.
-    assert_eq!(frames(&slow), ["rfalse"]);
-    written_out(&slow);
-    list.run(usize::MAX);
-    assert_eq!(frames(&slow), ["o4", "o5"]);
+    // o4 and o5 were replaced by o6 and o7 (keys b and a), o8 dropped:
+    // told first, then the latest of each key, in offset order.
+    assert_eq!(marks(&slow), ["rfalse", "o6", "o7"]);
+    assert_eq!(pubsub.usage().waiting_bytes, 0, "given back once sent");
     let stats = pubsub.stats();
     assert_eq!(
         (stats.delivered, stats.conflated, stats.dropped),
-        (4, 1, 1),
+        (5, 2, 1),
         "{stats:?}"
     );
     // Room again: nothing waits, deliveries go straight out.
+    written_out(&slow);
     pubsub.publish_with("t", Message::Text("x"), keyed("a"));
     list.run(usize::MAX);
-    assert_eq!(frames(&slow), ["o7"]);
+    assert_eq!(marks(&slow), ["o9"]);
 }
 
 #[test]
@@ -472,20 +536,28 @@ fn what_waits_for_a_subscription_that_ends_is_counted_gone() {
     let pubsub = PubSub::builder()
         .overflow(Overflow::Conflate { close: None })
         .build();
-    // Room for one frame, and one waiting: "c" is dropped.
-    let slow = conn(&list, 1, 3);
-    pubsub.subscribe(&slow, "t").unwrap();
-    for key in ["a", "b", "c"] {
+    let padded: Arc<dyn Envelope> = Arc::new(Padded);
+    // Room for two frames, and one waiting: "d" is dropped.
+    let (cost, frame) = padded_costs();
+    let bound = cost + 10;
+    assert!(frame < bound && bound <= 2 * frame && bound < 2 * cost);
+    let slow = conn(&list, 1, bound);
+    pubsub
+        .subscribe_with(&slow, "t", &Subscribe::new().envelope(padded))
+        .unwrap();
+    for key in ["a", "b", "c", "d"] {
         pubsub.publish_with("t", Message::Text("x"), PublishOptions::new().key(key));
     }
     list.run(usize::MAX);
+    assert!(pubsub.usage().waiting_bytes > 0);
     assert!(pubsub.unsubscribe(&slow, "t"));
+    assert_eq!(pubsub.usage().waiting_bytes, 0, "given back when it ends");
     written_out(&slow);
     list.run(usize::MAX);
     let stats = pubsub.stats();
     assert_eq!(
         (stats.delivered, stats.dropped, stats.gone),
-        (1, 1, 1),
+        (2, 1, 1),
         "{stats:?}"
     );
 }

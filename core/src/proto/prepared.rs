@@ -18,6 +18,7 @@
 //! [`WriteQueue::push_prepared`]: super::WriteQueue::push_prepared
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
@@ -34,6 +35,8 @@ pub struct Prepared {
     /// Compressed frames made so far, one per set of parameters; `None`
     /// where compressing failed or did not pay (the plain frame goes).
     compressed: Mutex<Vec<(DeflateKey, Option<Bytes>)>>,
+    /// The compressed frames' bytes, readable without the lock.
+    compressed_bytes: AtomicUsize,
 }
 
 impl Prepared {
@@ -51,6 +54,7 @@ impl Prepared {
             header_len,
             frame: frame.freeze(),
             compressed: Mutex::new(Vec::new()),
+            compressed_bytes: AtomicUsize::new(0),
         }
     }
 
@@ -67,6 +71,12 @@ impl Prepared {
     /// The whole uncompressed frame.
     pub fn frame(&self) -> &Bytes {
         &self.frame
+    }
+
+    /// The bytes it holds: its frame and every compressed frame made so
+    /// far (what a byte budget counts; the struct itself is the caller's).
+    pub fn held_bytes(&self) -> usize {
+        self.frame.len() + self.compressed_bytes.load(Ordering::Relaxed)
     }
 
     /// The compressed frame for a connection whose compressor is
@@ -87,6 +97,8 @@ impl Prepared {
             return frame.clone();
         }
         let frame = self.compress(key);
+        let bytes = frame.as_ref().map_or(0, Bytes::len);
+        self.compressed_bytes.fetch_add(bytes, Ordering::Relaxed);
         made.push((key, frame.clone()));
         frame
     }
@@ -151,6 +163,7 @@ mod tests {
             assert_eq!(header.payload_len, len as u64);
             assert_eq!(&frame[header_len..], &payload[..]);
             assert_eq!(prepared.payload(), &payload[..]);
+            assert_eq!(prepared.held_bytes(), frame.len());
         }
     }
 
@@ -190,8 +203,11 @@ mod tests {
             // The same bytes, not a second compression.
             assert_eq!(a.as_ptr(), again.as_ptr());
             assert_eq!(prepared.compressed_count(), 1);
+            let plain = prepared.frame().len();
+            assert_eq!(prepared.held_bytes(), plain + a.len());
             let small_window = prepared.compressed_frame(&compressor(true, 9)).unwrap();
             assert_eq!(prepared.compressed_count(), 2);
+            assert_eq!(prepared.held_bytes(), plain + a.len() + small_window.len());
             assert!(a.len() < text.len() / 4, "{} of {}", a.len(), text.len());
             assert_eq!(inflate(&a), text.as_bytes());
             assert_eq!(inflate(&small_window), text.as_bytes());

@@ -1,0 +1,89 @@
+//! History swept on time, not on traffic: one thread for the whole
+//! process lets every `PubSub`'s kept publications past their age go,
+//! counts again what the rest hold (frames made for them since), forgets
+//! topics left with nothing, and refreshes the budgets' gauges, however
+//! quiet the publishers are. A `PubSub` that is dropped leaves the list
+//! at the next pass.
+
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::Inner;
+
+/// The `PubSub`s swept, and the thread's wake-up.
+struct Sweeper {
+    swept: Mutex<Vec<Swept>>,
+    added: Condvar,
+}
+
+struct Swept {
+    inner: Weak<Inner>,
+    every: Duration,
+    due: Instant,
+}
+
+/// The longest the thread sleeps (it is woken when a `PubSub` is added).
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+fn sweeper() -> &'static Sweeper {
+    static SWEEPER: OnceLock<Sweeper> = OnceLock::new();
+    SWEEPER.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("rapidws-pubsub-sweep".into())
+            .spawn(run);
+        if let Err(error) = spawned {
+            tracing::error!(%error, "no thread to sweep pub/sub history: old publications stay");
+        }
+        Sweeper {
+            swept: Mutex::new(Vec::new()),
+            added: Condvar::new(),
+        }
+    })
+}
+
+/// Sweeps `inner` every `every` from now on, for as long as it lives.
+pub(super) fn start(inner: &Arc<Inner>, every: Duration) {
+    let sweeper = sweeper();
+    let mut swept = sweeper.swept.lock().unwrap_or_else(|p| p.into_inner());
+    swept.push(Swept {
+        inner: Arc::downgrade(inner),
+        every,
+        due: Instant::now() + every,
+    });
+    sweeper.added.notify_one();
+}
+
+fn run() {
+    let sweeper = sweeper();
+    let mut swept = sweeper.swept.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        swept.retain_mut(|entry| {
+            if entry.inner.strong_count() == 0 {
+                return false;
+            }
+            if entry.due <= now {
+                due.extend(entry.inner.upgrade());
+                entry.due = now + entry.every;
+            }
+            true
+        });
+        let next = swept.iter().map(|entry| entry.due).min();
+        drop(swept);
+        for inner in due {
+            inner.sweep(now);
+        }
+        swept = sweeper.swept.lock().unwrap_or_else(|p| p.into_inner());
+        let sleep = next.map_or(MAX_SLEEP, |next| {
+            next.saturating_duration_since(Instant::now())
+                .min(MAX_SLEEP)
+        });
+        if !sleep.is_zero() {
+            swept = match sweeper.added.wait_timeout(swept, sleep) {
+                Ok((swept, _)) => swept,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
