@@ -144,13 +144,18 @@ async fn a_node_without_redis_serves_its_own() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad Redis URL"));
 }
 
-/// A bridge message as a node without a secret writes it (version 2:
-/// node, count, kind, payload): what anyone with access to Redis can
-/// write too.
+/// A bridge message as a node without a secret writes it (version 3:
+/// node, count, time, kind, payload): what anyone with access to Redis
+/// can write too.
 fn forged(node: [u8; 16], count: u64, payload: &[u8]) -> Vec<u8> {
-    let mut message = vec![2];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut message = vec![3];
     message.extend_from_slice(&node);
     message.extend_from_slice(&count.to_be_bytes());
+    message.extend_from_slice(&now.to_be_bytes());
     message.push(b't');
     message.extend_from_slice(payload);
     message

@@ -93,8 +93,11 @@
 //! subscriber that resumes over what Redis missed is told it was not
 //! recovered. What comes from Redis gets the node's own limits; with
 //! `--redis-secret S` (the same on every node) only messages signed with S
-//! are delivered, so a party that can write to Redis cannot inject,
-//! replay or misattribute one.
+//! are delivered, each once and while fresh, so a party that can write to
+//! Redis cannot inject, misattribute or replay one, live or from a
+//! stream; it can still withhold or renumber, which subscribers are told
+//! of (see `rapidws::pubsub::redis`, "Redis is not trusted", for exactly
+//! what is and is not caught; the nodes' clocks must agree within 10 s).
 //!
 //! A deploy that keeps every connection (Linux, `--backend tokio`):
 //! started with `--handoff-socket PATH`, the bus hands everything to a new

@@ -83,29 +83,46 @@
 //! text that is not UTF-8, or anything not in the bridge's format is
 //! refused and counted ([`BridgeStats::refused`]), never delivered; the
 //! same for entries read from a stream. Each message carries its node's
-//! random id and a count that only grows; with a secret the nodes share
-//! ([`Builder::secret`]), each also carries an HMAC-SHA256 over its channel
-//! and contents. Then a party that can publish to Redis but does not know
-//! the secret cannot make a node deliver anything: not a message of its
-//! own, not one that claims another node's id (which would have that node
-//! skip it as its own), not a message moved to another channel, and not a
-//! replay of a real one (its count is not above the last one seen from
-//! that node). It can still keep messages from arriving (delete, delay,
-//! or disconnect subscribers, as anyone who controls Redis can: Redis
-//! closes a subscriber whose output buffer passes
-//! `client-output-buffer-limit pubsub`, 32 MiB by default, so a flood of
-//! large messages on the channels costs every node what was published
-//! meanwhile, counted as a reconnect), and it can read what is published
-//! (the MAC authenticates; it does not encrypt). A position is Redis's, not
-//! the node's, so it is outside the MAC: a party that can write to Redis
-//! can renumber or delete a topic's history (and so make subscribers skip
-//! publications or be told they were not recovered), or put a real
-//! message of the topic back into its stream; it cannot put in a message
-//! no node published on that topic. Without a secret the node id is only
-//! a label: whoever can publish to Redis can make nodes deliver anything
-//! within their limits.
+//! random id, a count that only grows and when it was published; with a
+//! secret the nodes share ([`Builder::secret`]), each also carries an
+//! HMAC-SHA256 over its channel and all of that. Then a party that can
+//! write to Redis but does not know the secret cannot make a node deliver:
+//!
+//! - a message of its own, one that claims another node's id, or one moved
+//!   to another channel (the MAC);
+//! - a real message a second time, live, at its own position or another,
+//!   the publishing node's own included (each node remembers the last
+//!   count it heard from each node on each topic, and a node's messages on
+//!   a topic arrive in the order of their counts);
+//! - a real message signed more than two minutes ago, or before the node
+//!   started listening (so a node that restarted, having remembered
+//!   nothing, still refuses a captured one), or more than 10 s in the
+//!   future (the nodes' clocks must agree within 10 s);
+//! - a real message put back into a topic's stream at another offset and
+//!   read as history (a resume, `latest`, a gap filled): a read with a
+//!   secret must hang together (each node's counts rise with the offsets,
+//!   no entry signed more than 10 s after a newer one, checked over the
+//!   entries asked for and up to 32 before them), and nothing of one that
+//!   does not is taken: the subscriber is told it was not recovered.
+//!
+//! What it still can do: a position is Redis's, not the node's (no node
+//! knows it when it signs), so it is outside the MAC. A party that can
+//! write to Redis can keep messages from arriving (delete, delay, or
+//! disconnect subscribers, as anyone who controls Redis can: Redis closes
+//! a subscriber whose output buffer passes `client-output-buffer-limit
+//! pubsub`, 32 MiB by default, so a flood of large messages on the
+//! channels costs every node what was published meanwhile, counted as a
+//! reconnect), renumber or delete a topic's history (subscribers are then
+//! told they were not recovered: a discontinuity, never a silent gap),
+//! and read what is published (the MAC authenticates; it does not
+//! encrypt). Not caught: a real message put back right after the newest
+//! entry of a stream whose node published nothing else in what is read,
+//! signed within 10 s of the entries before it. Without a secret the node
+//! id is only a label: whoever can publish to Redis can make nodes deliver
+//! anything within their limits.
 
 mod link;
+mod replay;
 mod run;
 mod shared;
 mod streams;

@@ -1,7 +1,7 @@
 //! The bridge's task: connects, relays both ways, numbers through Redis,
 //! closes gaps from the streams, and reconnects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -9,6 +9,7 @@ use redis::Value;
 use tokio::sync::mpsc;
 
 use super::link::{self, Commands, Incoming, Messages, Target};
+use super::replay::Replays;
 use super::shared::{Occupancy, Outgoing, Shared, escape_pattern};
 use super::streams::{self, Check, Scripts};
 use super::wire;
@@ -33,10 +34,6 @@ pub(super) const COUNTS_EVERY: std::time::Duration = std::time::Duration::from_s
 /// How often a cluster connection that lost a shard subscribes again to
 /// every topic with subscribers here, until all succeed.
 const RESYNC: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The most nodes whose last count is remembered (to refuse replays);
-/// the oldest is forgotten past it.
-const NODES: usize = 4096;
 
 const MIN_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
@@ -68,9 +65,9 @@ pub(super) struct Run {
     /// Weak: a bridge left running does not keep a dropped `PubSub`.
     pubsub: Weak<Inner>,
     queue: mpsc::Receiver<Outgoing>,
-    /// The last count seen from each node (at most `NODES`), and when, to
-    /// refuse replays.
-    last_seen: HashMap<[u8; 16], (u64, u64)>,
+    /// The last count heard from each node on each topic, to refuse
+    /// replays (with a secret).
+    replays: Replays,
     /// This node's recorded publishes on their way, by count.
     waiting: BTreeMap<u64, Waiter>,
     /// On a cluster: a shard was lost, so subscriptions may be missing.
@@ -87,7 +84,7 @@ impl Run {
             shared,
             pubsub: Arc::downgrade(&pubsub.inner),
             queue,
-            last_seen: HashMap::new(),
+            replays: Replays::new(wire::unix_millis()),
             waiting: BTreeMap::new(),
             resync: false,
         }
@@ -247,7 +244,10 @@ impl Run {
             let answers = commands.run(&pipe, self.shared.settings.timeout).await?;
             for ((topic, position), answer) in chunk.iter().zip(&answers) {
                 match answer {
-                    Ok(answer) => self.catch_up(&pubsub, topic, *position, answer),
+                    Ok(answer) => {
+                        let take = pubsub.history(topic).max_messages();
+                        self.catch_up(&pubsub, topic, (*position, take), answer);
+                    }
                     Err(error) => tracing::debug!(%error, %topic, "not caught up"),
                 }
             }
@@ -292,8 +292,14 @@ impl Run {
     /// Delivers what `topic` missed after `position` here, from a read of
     /// its stream; a new epoch in Redis is taken as the topic's history
     /// now (its subscribers told of the gap).
-    fn catch_up(&self, pubsub: &PubSub, topic: &str, position: Position, answer: &Value) {
-        let Some(read) = self.read_back(pubsub, topic, answer) else {
+    fn catch_up(
+        &self,
+        pubsub: &PubSub,
+        topic: &str,
+        (position, take): (Position, usize),
+        answer: &Value,
+    ) {
+        let Some(read) = self.read_back(pubsub, topic, (position.offset, take), answer) else {
             return;
         };
         let Some(epoch) = read.epoch else {
@@ -321,10 +327,18 @@ impl Run {
     }
 
     /// [`streams::read_back`] with this node's checks, refusals counted.
-    fn read_back(&self, pubsub: &PubSub, topic: &str, answer: &Value) -> Option<streams::Read> {
+    fn read_back(
+        &self,
+        pubsub: &PubSub,
+        topic: &str,
+        (after, take): (u64, usize),
+        answer: &Value,
+    ) -> Option<streams::Read> {
         let settings = &self.shared.settings;
         let channel = self.shared.channel(topic);
         let check = Check {
+            after,
+            take,
             channel: &channel,
             secret: settings.secret.as_deref(),
             max_message_size: settings.max_message_size,
@@ -527,6 +541,12 @@ impl Run {
             else {
                 continue;
             };
+            if secret.is_some() {
+                // Should Redis have taken it after all, it comes back as
+                // a replay of what is delivered here now.
+                let now = wire::unix_millis();
+                let _ = self.replays.check(&record.topic, decoded.stamp, now);
+            }
             let mut options = crate::pubsub::PublishOptions::new();
             if let Some(key) = decoded.key {
                 options = options.key(key);
@@ -578,7 +598,7 @@ impl Run {
         let Some(decoded) = wire::decode(bytes, channel, settings.secret.as_deref()) else {
             return refused("not a bridge message, or its MAC does not match");
         };
-        let own = decoded.node == self.shared.node;
+        let own = decoded.stamp.node == self.shared.node;
         if own && position.is_none() {
             // Our own publish, back from Redis: delivered already.
             return;
@@ -589,8 +609,12 @@ impl Run {
         if decoded.opcode == OpCode::Text && crate::proto::validate_utf8(decoded.payload).is_err() {
             return refused("text that is not UTF-8");
         }
-        if !own && settings.secret.is_some() && !self.count_is_new(decoded.node, decoded.count) {
-            return refused("a replay: its count is not above the last one from its node");
+        if settings.secret.is_some()
+            && let Err(why) = self
+                .replays
+                .check(topic, decoded.stamp, wire::unix_millis())
+        {
+            return refused(why);
         }
         let Some(pubsub) = self.pubsub() else {
             return;
@@ -602,11 +626,11 @@ impl Run {
         };
         let waiter = if own {
             // Older ones of ours that never came back will not now.
-            let newer = self.waiting.split_off(&decoded.count);
+            let newer = self.waiting.split_off(&decoded.stamp.count);
             for (_, lost) in std::mem::replace(&mut self.waiting, newer) {
                 lost.give_up();
             }
-            self.waiting.remove(&decoded.count)
+            self.waiting.remove(&decoded.stamp.count)
         } else {
             self.shared.received.fetch_add(1, Ordering::Relaxed);
             None
@@ -769,38 +793,8 @@ impl Run {
         if let Ok(Ok(answers)) = answer
             && let Some(Ok(answer)) = answers.first()
         {
-            self.catch_up(pubsub, topic, since, answer);
+            self.catch_up(pubsub, topic, (since, count), answer);
         }
-    }
-
-    /// Whether `count` is above the last one from `node` (and remembers
-    /// it). Counts from one node arrive in order (one connection, and
-    /// Redis keeps a publisher's order), so anything else is a replay.
-    fn count_is_new(&mut self, node: [u8; 16], count: u64) -> bool {
-        let tick = self.shared.received.load(Ordering::Relaxed);
-        match self.last_seen.get_mut(&node) {
-            Some((last, seen)) => {
-                if count <= *last {
-                    return false;
-                }
-                (*last, *seen) = (count, tick);
-            }
-            None => {
-                if self.last_seen.len() >= NODES {
-                    // Forget the node heard from least recently.
-                    let oldest = self
-                        .last_seen
-                        .iter()
-                        .min_by_key(|(_, (_, seen))| *seen)
-                        .map(|(node, _)| *node);
-                    if let Some(oldest) = oldest {
-                        self.last_seen.remove(&oldest);
-                    }
-                }
-                self.last_seen.insert(node, (count, tick));
-            }
-        }
-        true
     }
 }
 
@@ -847,6 +841,8 @@ pub(super) async fn load(
     };
     let channel = shared.channel(topic);
     let check = Check {
+        after,
+        take: count,
         channel: &channel,
         secret: settings.secret.as_deref(),
         max_message_size: settings.max_message_size,

@@ -126,12 +126,14 @@ impl Relay for Shared {
             return refused();
         }
         let count = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
-        let message = wire::encode(
-            &self.node,
+        let stamp = wire::Stamp {
+            node: self.node,
             count,
-            key,
-            opcode,
-            payload,
+            time: wire::unix_millis(),
+        };
+        let message = wire::encode(
+            stamp,
+            (key, opcode, payload),
             &channel,
             self.settings.secret.as_deref(),
         );

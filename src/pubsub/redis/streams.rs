@@ -9,11 +9,13 @@
 //! keeps and publishes in one step, so the order of the offsets is the
 //! order in which every node hears the publications.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::wire;
+use super::replay::SKEW_MS;
+use super::wire::{self, Stamp};
 use crate::proto::OpCode;
 use crate::pubsub::{Epoch, History, Loaded, Position};
 
@@ -279,11 +281,18 @@ pub(super) fn read(
         Some(before) => format!("0-{}", before.saturating_sub(1)),
         None => "+".to_owned(),
     };
+    // A few entries more, before the first asked for: what the read is
+    // checked against (see `read_back`), not taken.
+    let from = after.saturating_sub(CONTEXT);
     on_topic(pipe, scripts, &scripts.read, prefix, topic)
-        .arg(after)
-        .arg(count.max(1))
+        .arg(from)
+        .arg(count.max(1).saturating_add(CONTEXT as usize))
         .arg(upto);
 }
+
+/// Entries read before the first one asked for, to check the read
+/// against.
+const CONTEXT: u64 = 32;
 
 /// Adds [`RESET`] to `pipe`.
 pub(super) fn reset(
@@ -325,16 +334,34 @@ pub(super) struct Read {
     pub(super) refused: u64,
 }
 
-/// What a node accepts from Redis: its secret, its size limit.
+/// What a node accepts from Redis: its secret, its size limit; and which
+/// entries of a read it takes (the newest `take`, after `after`).
 pub(super) struct Check<'a> {
+    pub(super) after: u64,
+    pub(super) take: usize,
     pub(super) channel: &'a str,
     pub(super) secret: Option<&'a [u8]>,
     pub(super) max_message_size: usize,
     pub(super) history: History,
 }
 
-/// [`READ`]'s answer, its entries checked with `check`; `None` if it is
-/// not one (then nothing is taken from it).
+/// [`READ`]'s answer, its entries checked with `check`, those after
+/// `check.after` taken; `None` if it is not one (then nothing is taken
+/// from it).
+///
+/// With a secret, the read must also hang together, since the offsets
+/// are Redis's and outside the MAC: each node's counts rise with the
+/// offsets, and no entry was signed more than the clocks' skew after a
+/// newer one (or in the future). A real message put back into the stream
+/// at another offset breaks one or the other (its node's later messages
+/// have higher counts; one put back after its node's last is older than
+/// what came between), and since it cannot be told which entry is the
+/// copy, nothing of such a read is taken: a subscriber resuming from it
+/// is told it was not recovered. The read reaches up to [`CONTEXT`]
+/// entries back before the first asked for, so a copy at the end is
+/// checked against what came before it. (Not caught: a message put back
+/// right after the newest kept one, whose node published nothing else in
+/// what is read, signed within the clocks' skew of the entries before.)
 pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
     let parts = match value {
         Value::Nil => return Some(Read::default()),
@@ -354,6 +381,7 @@ pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
     };
     let now = number(now)?;
     let at = Instant::now();
+    let mut consistent = Consistency::new(wire::unix_millis());
     // Newest first: stop at the first too old, or any out of order.
     let mut next_below = read.last + 1;
     for entry in entries {
@@ -367,7 +395,20 @@ pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
         }
         next_below = offset;
         match accept(message, check) {
-            Some((key, opcode, payload)) => read.loaded.push(Loaded {
+            Some((stamp, _)) if check.secret.is_some() && !consistent.takes(stamp) => {
+                tracing::warn!(
+                    channel = check.channel,
+                    offset,
+                    "a stream from Redis does not hang together (an entry replayed or moved): \
+                     none of it taken"
+                );
+                read.refused += read.loaded.len() as u64 + 1;
+                read.loaded.clear();
+                break;
+            }
+            // Read to check the rest against, not taken.
+            Some(_) if offset <= check.after || read.loaded.len() >= check.take => {}
+            Some((_, (key, opcode, payload))) => read.loaded.push(Loaded {
                 offset,
                 key,
                 opcode,
@@ -408,8 +449,47 @@ fn stream_entry(entry: &Value) -> Option<(u64, u64, &[u8])> {
     Some((offset, taken?, message?))
 }
 
+/// What a read's entries, newest first, have shown so far: each node's
+/// lowest count, and the newest entry's time.
+struct Consistency {
+    lowest: HashMap<[u8; 16], u64>,
+    newer: Option<u64>,
+    now: u64,
+}
+
+impl Consistency {
+    fn new(now: u64) -> Consistency {
+        Consistency {
+            lowest: HashMap::new(),
+            newer: None,
+            now,
+        }
+    }
+
+    /// Whether the next older entry, stamped `stamp`, fits what came
+    /// after it.
+    fn takes(&mut self, stamp: Stamp) -> bool {
+        let bound = self.newer.unwrap_or(self.now).saturating_add(SKEW_MS);
+        if stamp.time > bound {
+            return false;
+        }
+        match self.lowest.get_mut(&stamp.node) {
+            Some(lowest) if stamp.count >= *lowest => return false,
+            Some(lowest) => *lowest = stamp.count,
+            None => {
+                self.lowest.insert(stamp.node, stamp.count);
+            }
+        }
+        self.newer = Some(stamp.time);
+        true
+    }
+}
+
+/// A decoded entry's content: key, kind, payload.
+type Content = (Option<String>, OpCode, Vec<u8>);
+
 /// A node's message from a stream, checked as one from the channel is.
-fn accept(message: &[u8], check: &Check<'_>) -> Option<(Option<String>, OpCode, Vec<u8>)> {
+fn accept(message: &[u8], check: &Check<'_>) -> Option<(Stamp, Content)> {
     if message.len() > check.max_message_size + wire::HEADER + wire::TAG {
         return None;
     }
@@ -419,11 +499,12 @@ fn accept(message: &[u8], check: &Check<'_>) -> Option<(Option<String>, OpCode, 
     {
         return None;
     }
-    Some((
+    let content = (
         decoded.key.map(str::to_owned),
         decoded.opcode,
         decoded.payload.to_vec(),
-    ))
+    );
+    Some((decoded.stamp, content))
 }
 
 fn text(value: &Value) -> Option<&str> {
@@ -473,17 +554,17 @@ mod tests {
     fn a_read_keeps_what_passes_newest_back_to_the_first_hole() {
         let node = [9u8; 16];
         let message = |n: u64| {
-            wire::encode(
-                &node,
-                n,
-                None,
-                OpCode::Text,
-                format!("p{n}").as_bytes(),
-                "c",
-                None,
-            )
+            let stamp = Stamp {
+                node,
+                count: n,
+                time: wire::unix_millis(),
+            };
+            let payload = format!("p{n}");
+            wire::encode(stamp, (None, OpCode::Text, payload.as_bytes()), "c", None)
         };
         let check = Check {
+            after: 0,
+            take: usize::MAX,
             channel: "c",
             secret: None,
             max_message_size: 100,
@@ -556,5 +637,98 @@ mod tests {
             None
         );
         assert_eq!(recorded_at(&Value::Okay), None);
+    }
+
+    #[test]
+    fn with_a_secret_a_read_that_does_not_hang_together_is_not_taken() {
+        let secret = Some(&b"shared secret"[..]);
+        let now = wire::unix_millis();
+        let message = |node: u8, count: u64, time: u64| {
+            let stamp = Stamp {
+                node: [node; 16],
+                count,
+                time,
+            };
+            let payload = format!("p{count}");
+            wire::encode(stamp, (None, OpCode::Text, payload.as_bytes()), "c", secret)
+        };
+        let check = Check {
+            after: 0,
+            take: usize::MAX,
+            channel: "c",
+            secret,
+            max_message_size: 100,
+            history: History::new(100, Duration::from_secs(60)),
+        };
+        let answer = |last: &str, entries: Vec<Value>| {
+            Value::Array(vec![
+                bulk("00000000000000ff"),
+                bulk(last),
+                Value::Int(1000),
+                Value::Array(entries),
+            ])
+        };
+        let offsets = |read: Read| read.loaded.iter().map(|l| l.offset).collect::<Vec<_>>();
+        // Two nodes interleaved, each counting up, clocks a little apart.
+        let real = vec![
+            entry(4, 1000, &message(2, 21, now - 1000)),
+            entry(3, 1000, &message(1, 12, now - 3000)),
+            entry(2, 1000, &message(2, 20, now - 4000)),
+            entry(1, 1000, &message(1, 11, now - 5000)),
+        ];
+        let read = read_back(&answer("4", real.clone()), &check).unwrap();
+        assert_eq!(offsets(read), [1, 2, 3, 4]);
+        // Asked for what follows 2: 1 and 2 are read to check against.
+        let after_two = Check { after: 2, ..check };
+        let read = read_back(&answer("4", real.clone()), &after_two).unwrap();
+        assert_eq!(offsets(read), [3, 4]);
+        // A copy of 1 at 5, asked for what follows 4: the read reaches
+        // back to 1, and the copy's count does not rise past it.
+        let mut copy_of_first = real.clone();
+        copy_of_first.insert(0, entry(5, 1000, &message(1, 11, now - 5000)));
+        let after_four = Check { after: 4, ..check };
+        let read = read_back(&answer("5", copy_of_first), &after_four).unwrap();
+        assert_eq!(read.loaded.len(), 0);
+        // A real entry put back at the end: its node's count does not rise.
+        let mut copied = real.clone();
+        copied.insert(0, entry(5, 1000, &message(1, 12, now - 3000)));
+        let read = read_back(&answer("5", copied), &check).unwrap();
+        assert_eq!(read.loaded.len(), 0);
+        assert!(read.refused >= 1);
+        // One from before those kept (its node's first here), put back at
+        // the end: signed long before the newer ones.
+        let mut old = real.clone();
+        old.insert(0, entry(5, 1000, &message(3, 7, now - 60_000)));
+        let read = read_back(&answer("5", old), &check).unwrap();
+        assert_eq!(read.loaded.len(), 0);
+        // Signed in the future.
+        let read = read_back(
+            &answer("1", vec![entry(1, 1000, &message(1, 1, now + 60_000))]),
+            &check,
+        )
+        .unwrap();
+        assert_eq!(read.loaded.len(), 0);
+        // Without a secret nothing is signed, and nothing is checked.
+        let unsigned = Check {
+            secret: None,
+            ..check
+        };
+        let plain = |count: u64| {
+            let stamp = Stamp {
+                node: [1; 16],
+                count,
+                time: now,
+            };
+            wire::encode(stamp, (None, OpCode::Text, b"x"), "c", None)
+        };
+        let read = read_back(
+            &answer(
+                "2",
+                vec![entry(2, 1000, &plain(1)), entry(1, 1000, &plain(1))],
+            ),
+            &unsigned,
+        )
+        .unwrap();
+        assert_eq!(read.loaded.len(), 2);
     }
 }

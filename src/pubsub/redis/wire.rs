@@ -1,6 +1,6 @@
 //! The bridge's messages on the wire: what a node publishes (its id, its
-//! count, the kind and key, the payload, and with a secret a MAC), and the
-//! position Redis puts in front of a recorded one.
+//! count, when it published, the kind and key, the payload, and with a
+//! secret a MAC), and the position Redis puts in front of a recorded one.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -11,27 +11,42 @@ use crate::pubsub::{Epoch, Position};
 /// An HMAC-SHA256 tag's length.
 pub(super) const TAG: usize = 32;
 
-/// A message on the wire, version 2: the version, the node (16 bytes),
-/// its count (8 bytes, big-endian), the kind (`t` or `b`, or `T` and `B`
-/// with a key: then the key's length, 2 bytes big-endian, and the key),
-/// the payload, and with a secret an HMAC-SHA256 tag (32 bytes) over the
-/// channel's length (4 bytes), the channel, and everything before the tag.
-pub(super) const HEADER: usize = 1 + 16 + 8 + 1;
+/// A message on the wire, version 3: the version, the node (16 bytes),
+/// its count (8 bytes, big-endian), when it was published (milliseconds
+/// since the Unix epoch on the node's clock, 8 bytes, big-endian), the
+/// kind (`t` or `b`, or `T` and `B` with a key: then the key's length, 2
+/// bytes big-endian, and the key), the payload, and with a secret an
+/// HMAC-SHA256 tag (32 bytes) over the channel's length (4 bytes), the
+/// channel, and everything before the tag.
+pub(super) const HEADER: usize = 1 + 16 + 8 + 8 + 1;
+
+/// The wire format's version.
+const VERSION: u8 = 3;
+
+/// Who published a message, and when: what the replay checks go by
+/// (signed with the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Stamp {
+    /// The node's random id.
+    pub(super) node: [u8; 16],
+    /// The node's count of its messages: only grows.
+    pub(super) count: u64,
+    /// Milliseconds since the Unix epoch, on the node's clock.
+    pub(super) time: u64,
+}
 
 pub(super) fn encode(
-    node: &[u8; 16],
-    count: u64,
-    key: Option<&str>,
-    opcode: OpCode,
-    payload: &[u8],
+    stamp: Stamp,
+    (key, opcode, payload): (Option<&str>, OpCode, &[u8]),
     channel: &str,
     secret: Option<&[u8]>,
 ) -> Vec<u8> {
     let key_len = key.map_or(0, |k| 2 + k.len());
     let mut message = Vec::with_capacity(HEADER + key_len + payload.len() + TAG);
-    message.push(2);
-    message.extend_from_slice(node);
-    message.extend_from_slice(&count.to_be_bytes());
+    message.push(VERSION);
+    message.extend_from_slice(&stamp.node);
+    message.extend_from_slice(&stamp.count.to_be_bytes());
+    message.extend_from_slice(&stamp.time.to_be_bytes());
     let text = opcode == OpCode::Text;
     match key {
         None => message.push(if text { b't' } else { b'b' }),
@@ -53,8 +68,7 @@ pub(super) fn encode(
 /// A message read back.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Decoded<'a> {
-    pub(super) node: [u8; 16],
-    pub(super) count: u64,
+    pub(super) stamp: Stamp,
     pub(super) key: Option<&'a str>,
     pub(super) opcode: OpCode,
     pub(super) payload: &'a [u8],
@@ -76,12 +90,15 @@ pub(super) fn decode<'a>(
         }
         None => message,
     };
-    if signed.len() < HEADER || signed[0] != 2 {
+    if signed.len() < HEADER || signed[0] != VERSION {
         return None;
     }
-    let node = signed[1..17].try_into().ok()?;
-    let count = u64::from_be_bytes(signed[17..25].try_into().ok()?);
-    let (opcode, keyed) = match signed[25] {
+    let stamp = Stamp {
+        node: signed[1..17].try_into().ok()?,
+        count: u64::from_be_bytes(signed[17..25].try_into().ok()?),
+        time: u64::from_be_bytes(signed[25..33].try_into().ok()?),
+    };
+    let (opcode, keyed) = match signed[33] {
         b't' => (OpCode::Text, false),
         b'b' => (OpCode::Binary, false),
         b'T' => (OpCode::Text, true),
@@ -97,12 +114,21 @@ pub(super) fn decode<'a>(
         (None, rest)
     };
     Some(Decoded {
-        node,
-        count,
+        stamp,
         key,
         opcode,
         payload,
     })
+}
+
+/// Milliseconds since the Unix epoch, on this node's clock (0 if the
+/// clock is before it).
+pub(super) fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// The MAC of a message on `channel`, fed all but its tag.
@@ -133,8 +159,16 @@ pub(super) fn recorded(message: &[u8]) -> Option<(Position, &[u8])> {
 mod tests {
     use super::*;
 
+    fn stamp(node: [u8; 16], count: u64) -> Stamp {
+        Stamp {
+            node,
+            count,
+            time: 1_700_000_000_000 + count,
+        }
+    }
+
     #[test]
-    fn messages_carry_their_node_count_and_kind() {
+    fn messages_carry_their_node_count_time_and_kind() {
         let node = [7u8; 16];
         for secret in [None, Some(&b"shared"[..])] {
             for (opcode, payload) in [
@@ -143,10 +177,9 @@ mod tests {
                 (OpCode::Text, &b""[..]),
             ] {
                 for key in [None, Some("AAPL"), Some("")] {
-                    let wire = encode(&node, 42, key, opcode, payload, "rapidws:t", secret);
+                    let wire = encode(stamp(node, 42), (key, opcode, payload), "rapidws:t", secret);
                     let want = Decoded {
-                        node,
-                        count: 42,
+                        stamp: stamp(node, 42),
                         key,
                         opcode,
                         payload,
@@ -156,17 +189,18 @@ mod tests {
             }
         }
         assert_eq!(decode(b"", "c", None), None);
-        assert_eq!(decode(&[2; HEADER - 1], "c", None), None, "too short");
-        assert_eq!(decode(&[1; 40], "c", None), None, "version 1");
-        let mut unknown = encode(&node, 1, None, OpCode::Text, b"x", "c", None);
-        unknown[25] = b'?';
+        assert_eq!(decode(&[3; HEADER - 1], "c", None), None, "too short");
+        assert_eq!(decode(&[2; 50], "c", None), None, "version 2");
+        let text = |key| (key, OpCode::Text, &b"x"[..]);
+        let mut unknown = encode(stamp(node, 1), text(None), "c", None);
+        unknown[33] = b'?';
         assert_eq!(decode(&unknown, "c", None), None);
         // A key longer than what follows, and a key that is not UTF-8.
-        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
-        keyed[27] = 9;
+        let mut keyed = encode(stamp(node, 1), (Some("k"), OpCode::Text, b""), "c", None);
+        keyed[35] = 9;
         assert_eq!(decode(&keyed, "c", None), None);
-        let mut keyed = encode(&node, 1, Some("k"), OpCode::Text, b"", "c", None);
-        keyed[28] = 0xff;
+        let mut keyed = encode(stamp(node, 1), (Some("k"), OpCode::Text, b""), "c", None);
+        keyed[36] = 0xff;
         assert_eq!(decode(&keyed, "c", None), None);
     }
 
@@ -174,15 +208,8 @@ mod tests {
     fn with_a_secret_only_signed_messages_on_their_channel_pass() {
         let secret = Some(&b"shared"[..]);
         let node = [3u8; 16];
-        let signed = encode(
-            &node,
-            5,
-            Some("k"),
-            OpCode::Text,
-            b"hi",
-            "rapidws:a",
-            secret,
-        );
+        let hi = (Some("k"), OpCode::Text, &b"hi"[..]);
+        let signed = encode(stamp(node, 5), hi, "rapidws:a", secret);
         assert!(decode(&signed, "rapidws:a", secret).is_some());
         assert_eq!(
             decode(&signed, "rapidws:b", secret),
@@ -194,7 +221,7 @@ mod tests {
             None,
             "another secret"
         );
-        let unsigned = encode(&node, 5, Some("k"), OpCode::Text, b"hi", "rapidws:a", None);
+        let unsigned = encode(stamp(node, 5), hi, "rapidws:a", None);
         assert_eq!(decode(&unsigned, "rapidws:a", secret), None, "not signed");
         for at in 0..signed.len() {
             let mut changed = signed.clone();
@@ -211,7 +238,7 @@ mod tests {
     #[test]
     fn recorded_messages_carry_redis_position_in_front() {
         let epoch: Epoch = "00ab00cd00ef0012".parse().unwrap();
-        let inner = encode(&[1; 16], 3, None, OpCode::Text, b"x:y", "c", None);
+        let inner = encode(stamp([1; 16], 3), (None, OpCode::Text, b"x:y"), "c", None);
         let mut wire = format!("r{epoch}42:").into_bytes();
         wire.extend_from_slice(&inner);
         let (position, rest) = recorded(&wire).unwrap();
