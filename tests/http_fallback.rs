@@ -5,7 +5,10 @@
 //! refused upload read through so that the client gets the 413);
 //! connections kept alive (sequential and pipelined requests, HTTP/1.0 and
 //! `Connection: close`, the idle timeout, the bound on requests, an upgrade
-//! after a plain request); and the echo example's `--http-fallback`.
+//! after a plain request); `Expect: 100-continue` answered before the
+//! body (raw, and curl waiting for it); a bare LF, two `Host`s or an
+//! HTTP/1.1 request without one refused with 400; and the echo example's
+//! `--http-fallback`.
 
 mod common;
 
@@ -27,6 +30,7 @@ backend_tests!(
     without_an_answer_the_refusals_stay,
     request_bodies_are_read_whole_and_bounded,
     a_refused_upload_is_read_through_so_the_client_gets_the_answer,
+    requests_are_read_as_rfc_9112_asks,
 );
 
 /// Answers `/healthz` and `/panic` (by panicking); nothing else.
@@ -151,7 +155,9 @@ async fn a_connection_carries_many_requests_while_the_client_keeps_it(backend: B
         assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
     }
     c.get_mut()
-        .write_all(b"POST /body HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi")
+        .write_all(
+            b"POST /body HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi",
+        )
         .await
         .unwrap();
     let answer = one_response(&mut c).await.unwrap();
@@ -165,8 +171,8 @@ async fn a_connection_carries_many_requests_while_the_client_keeps_it(backend: B
     let mut c = connect().await;
     c.get_mut()
         .write_all(
-            b"GET /healthz HTTP/1.1\r\n\r\nPOST /body HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc\
-              HEAD /healthz HTTP/1.1\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nPOST /body HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc\
+              HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
         )
         .await
         .unwrap();
@@ -203,7 +209,7 @@ async fn a_connection_carries_many_requests_while_the_client_keeps_it(backend: B
     // An upgrade after a plain request, on the same connection.
     let mut c = connect().await;
     c.get_mut()
-        .write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
         .unwrap();
     one_response(&mut c).await.unwrap();
@@ -222,7 +228,7 @@ async fn a_connection_carries_many_requests_while_the_client_keeps_it(backend: B
 
     // At most 1,000 requests on one connection: the last says close.
     let mut c = connect().await;
-    let many = "GET /healthz HTTP/1.1\r\n\r\n".repeat(1001);
+    let many = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n".repeat(1001);
     c.get_mut().write_all(many.as_bytes()).await.unwrap();
     for i in 1..=1000 {
         let answer = one_response(&mut c).await.expect("answered");
@@ -366,4 +372,74 @@ async fn the_echo_example_answers_http_with_its_page() {
         .unwrap();
     client.send(WsMessage::text("echo")).await.unwrap();
     assert_eq!(next(&mut client).await, WsMessage::text("echo"));
+}
+
+/// `Expect: 100-continue` gets `100 Continue` before the body is sent,
+/// then the answer (a raw client that waits for it, and curl told to wait
+/// 30 s for it); a head with a bare LF, with two `Host` fields, or an
+/// HTTP/1.1 one without `Host` is refused with 400 and the reason, and
+/// the server goes on serving.
+async fn requests_are_read_as_rfc_9112_asks(backend: Backend) {
+    let server = common::serve(backend, Site, Config::default(), Arc::default()).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /body HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\
+              Expect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut interim))
+        .await
+        .expect("100 Continue before the body")
+        .unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(b"hello").await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert_eq!(
+        status_and_body(&response),
+        ("HTTP/1.1 200 OK", "5 bytes: hello")
+    );
+    // curl, which waits for the 100 (here up to 30 s) before its body.
+    let url = format!("http://{}/body", server.addr);
+    let curl = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-v",
+            "--expect100-timeout",
+            "30",
+            "-H",
+            "Expect: 100-continue",
+        ])
+        .args(["--data-binary", "hello", &url])
+        .output();
+    let curl = tokio::time::timeout(Duration::from_secs(10), curl)
+        .await
+        .expect("curl got its 100 and its answer in time")
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&curl.stdout),
+        String::from_utf8_lossy(&curl.stderr),
+    );
+    assert_eq!(out, "5 bytes: hello", "{err}");
+    assert!(err.contains("HTTP/1.1 100 Continue"), "{err}");
+
+    for (head, reason) in [
+        ("GET /healthz HTTP/1.1\nHost: x\n\n", "bare LF"),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            "more than one Host header",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nX: y\r\n\r\n",
+            "missing Host header",
+        ),
+    ] {
+        let answer = http(server.addr, head).await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{head:?}: {answer}");
+        assert!(answer.contains(reason), "{head:?}: {answer}");
+    }
+    assert_healthy(server.addr).await;
 }

@@ -227,6 +227,8 @@ pub(crate) fn rejection_reason(error: &crate::handshake::HandshakeError) -> &'st
         E::Malformed
         | E::NotHttp11
         | E::MissingHost
+        | E::DuplicateHost
+        | E::BareLineFeed
         | E::NotWebSocketUpgrade
         | E::MissingConnectionUpgrade
         | E::MissingKey

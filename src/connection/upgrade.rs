@@ -13,8 +13,8 @@ use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, Handler, Hooks, HttpResponse, Reject};
 use crate::connection::meters::rejection_reason;
 use crate::handshake::{
-    HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept, write_error,
-    write_http_response,
+    HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept,
+    write_continue, write_error, write_http_response,
 };
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::{Limits, Role, WriteQueue};
@@ -170,6 +170,11 @@ pub(crate) fn answer<H: Handler>(
         };
         let end = head_len + body_len;
         if buf.len() < end {
+            // Asked once per request: the body is awaited whole before
+            // the head is parsed again.
+            if head.expects_continue() {
+                write_continue(out);
+            }
             return Answer::Body { end };
         }
         let keep_alive = may_keep_alive && head.keeps_alive();

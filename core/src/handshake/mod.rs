@@ -22,6 +22,6 @@ pub use request::{
     check_request, header_buffer, parse_head, parse_request,
 };
 pub use response::{
-    accept_key, error_header, first_line, header_allowed, status_text, write_accept, write_error,
-    write_http_response,
+    accept_key, error_header, first_line, header_allowed, status_text, write_accept,
+    write_continue, write_error, write_http_response,
 };

@@ -35,8 +35,14 @@ pub enum HandshakeError {
     MethodNotAllowed,
     /// Not HTTP/1.1 (400).
     NotHttp11,
-    /// No Host header (400).
+    /// No Host header in an HTTP/1.1 request (400, RFC 9112 3.2).
     MissingHost,
+    /// More than one Host header (400, RFC 9112 3.2): which one a proxy
+    /// in front went by cannot be known.
+    DuplicateHost,
+    /// A line of the head ends in a bare LF, not CRLF (400): a proxy in
+    /// front may split the head elsewhere (request smuggling).
+    BareLineFeed,
     /// No `Upgrade: websocket` (400).
     NotWebSocketUpgrade,
     /// No `upgrade` token in `Connection` (400).
@@ -85,6 +91,10 @@ impl HandshakeError {
             HandshakeError::MethodNotAllowed => "a WebSocket upgrade must use GET",
             HandshakeError::NotHttp11 => "a WebSocket upgrade requires HTTP/1.1",
             HandshakeError::MissingHost => "missing Host header",
+            HandshakeError::DuplicateHost => "more than one Host header",
+            HandshakeError::BareLineFeed => {
+                "a line of the request head ends in a bare LF, not CRLF"
+            }
             HandshakeError::NotWebSocketUpgrade => "missing or invalid Upgrade: websocket header",
             HandshakeError::MissingConnectionUpgrade => {
                 "Connection header must contain the upgrade token"
@@ -270,6 +280,13 @@ impl<'a> Head<'a> {
         self.method == "HEAD"
     }
 
+    /// Whether the client waits for `100 Continue` before it sends its
+    /// body (HTTP/1.1 with `Expect: 100-continue`, RFC 9110 10.1.1).
+    pub fn expects_continue(&self) -> bool {
+        self.version >= 1
+            && values(self.headers, "expect").any(|v| value_has_token(v, "100-continue"))
+    }
+
     /// Whether the client lets the connection carry another request after
     /// this one (RFC 9112, 9.3): HTTP/1.1 unless it says `Connection:
     /// close`; HTTP/1.0 only if it says `Connection: keep-alive`.
@@ -306,9 +323,17 @@ pub fn parse_head<'a>(
     if head_len > max_head_len {
         return Err(HandshakeError::HeadTooLarge);
     }
+    if has_bare_lf(&buf[..head_len]) {
+        return Err(HandshakeError::BareLineFeed);
+    }
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(HandshakeError::Malformed);
     };
+    match (values(req.headers, "host").count(), version) {
+        (0, 1) => return Err(HandshakeError::MissingHost),
+        (0 | 1, _) => {}
+        _ => return Err(HandshakeError::DuplicateHost),
+    }
     let head = Head {
         method,
         target,
@@ -349,8 +374,10 @@ pub fn check_request<'a>(
         _ => None,
     }
     .ok_or(HandshakeError::InvalidKey)?;
-    if !fields.host {
-        return Err(HandshakeError::MissingHost);
+    match fields.hosts {
+        0 => return Err(HandshakeError::MissingHost),
+        1 => {}
+        _ => return Err(HandshakeError::DuplicateHost),
     }
     Ok(Request {
         method,
@@ -393,7 +420,7 @@ pub fn check_extended_connect<'a>(
 /// compared only when their length matches.
 #[derive(Default)]
 struct UpgradeFields<'a> {
-    host: bool,
+    hosts: usize,
     upgrade_websocket: bool,
     connection_upgrade: bool,
     /// The first `Sec-WebSocket-Version`.
@@ -409,7 +436,7 @@ impl<'a> UpgradeFields<'a> {
             let name = h.name.as_bytes();
             let is = |expected: &str| name.eq_ignore_ascii_case(expected.as_bytes());
             match name.len() {
-                4 if is("host") => fields.host = true,
+                4 if is("host") => fields.hosts += 1,
                 7 if is("upgrade") => {
                     fields.upgrade_websocket |= value_has_token(h.value, "websocket");
                 }
@@ -428,6 +455,13 @@ impl<'a> UpgradeFields<'a> {
         }
         fields
     }
+}
+
+/// Whether a line of `head` ends in a LF without a CR before it.
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(at, &b)| b == b'\n' && (at == 0 || head[at - 1] != b'\r'))
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitively).

@@ -55,6 +55,12 @@ pub fn write_accept(
     out.push_raw(b"\r\n");
 }
 
+/// Queues `100 Continue`: the client that sent `Expect: 100-continue` may
+/// send its body (the final answer follows once it is read).
+pub fn write_continue(out: &mut WriteQueue) {
+    out.push_raw(b"HTTP/1.1 100 Continue\r\n\r\n");
+}
+
 /// Queues an error response with a one-line plain-text body, then the server
 /// closes the connection. A 426 carries `Sec-WebSocket-Version: 13` and a 405
 /// carries `Allow: GET`, as RFC 6455 and RFC 9110 ask.

@@ -214,7 +214,7 @@ fn a_head_without_upgrade_websocket_is_plain_http() {
     assert_eq!((request.method(), request.path()), ("POST", "/healthz"));
     assert_eq!((request.query(), request.key()), (Some("x=1"), &b""[..]));
     assert_eq!(head.check().unwrap_err(), HandshakeError::MethodNotAllowed);
-    let upgrade = b"GET / HTTP/1.1\r\nUpgrade: keep, WebSocket\r\n\r\n";
+    let upgrade = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: keep, WebSocket\r\n\r\n";
     let mut headers = header_buffer();
     let (head, _) = parse_head(upgrade, &mut headers, 8192).unwrap().unwrap();
     assert!(head.wants_websocket());
@@ -310,12 +310,18 @@ fn a_plain_requests_body_length_comes_from_content_length_only() {
 fn keep_alive_is_http_1_1_unless_closed_and_http_1_0_only_when_asked() {
     for (raw, keeps) in [
         ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true),
-        ("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false),
         (
-            "GET / HTTP/1.1\r\nConnection: Keep-Alive, Close\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
             false,
         ),
-        ("GET / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n", true),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, Close\r\n\r\n",
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+            true,
+        ),
         ("GET / HTTP/1.0\r\n\r\n", false),
         ("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true),
     ] {
@@ -324,5 +330,79 @@ fn keep_alive_is_http_1_1_unless_closed_and_http_1_0_only_when_asked() {
             .unwrap()
             .unwrap();
         assert_eq!(head.keeps_alive(), keeps, "{raw:?}");
+    }
+}
+
+#[test]
+fn host_is_required_once_in_http_1_1_and_never_twice() {
+    let parse_head_of = |raw: &str| {
+        let mut headers = header_buffer();
+        parse_head(raw.as_bytes(), &mut headers, 8192).map(|head| head.map(|(_, n)| n))
+    };
+    let one = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_eq!(parse_head_of(one), Ok(Some(one.len())));
+    assert_eq!(
+        parse_head_of("GET / HTTP/1.1\r\nX: y\r\n\r\n"),
+        Err(HandshakeError::MissingHost)
+    );
+    assert_eq!(
+        parse_head_of("POST / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n"),
+        Err(HandshakeError::DuplicateHost)
+    );
+    // HTTP/1.0 may leave it out, but not give two.
+    assert!(parse_head_of("GET / HTTP/1.0\r\n\r\n").is_ok());
+    assert_eq!(
+        parse_head_of("GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n"),
+        Err(HandshakeError::DuplicateHost)
+    );
+    // An upgrade checked elsewhere (hyper's head) counts them too.
+    let twice = CHROME.replace("Host: 127.0.0.1:9001\r\n", "Host: a\r\nHost: b\r\n");
+    assert_eq!(parse(&twice), Err(HandshakeError::DuplicateHost));
+    let mut headers = header_buffer();
+    let mut request = httparse::Request::new(&mut headers);
+    request.parse(twice.as_bytes()).unwrap();
+    let checked = check_request("GET", "/", 1, request.headers).unwrap_err();
+    assert_eq!(checked, HandshakeError::DuplicateHost);
+}
+
+#[test]
+fn a_bare_lf_anywhere_in_the_head_is_refused() {
+    for raw in [
+        "GET / HTTP/1.1\nHost: a\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\n\n",
+        "GET / HTTP/1.1\nHost: a\n\n",
+    ] {
+        let mut headers = header_buffer();
+        let parsed = parse_head(raw.as_bytes(), &mut headers, 8192);
+        assert_eq!(parsed.err(), Some(HandshakeError::BareLineFeed), "{raw:?}");
+    }
+    let crlf = CHROME.replace("\r\n", "\n");
+    assert_eq!(parse(&crlf), Err(HandshakeError::BareLineFeed));
+}
+
+#[test]
+fn expect_100_continue_is_seen_in_http_1_1_only() {
+    for (raw, expects) in [
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+            true,
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nexpect: 100-Continue\r\n\r\n",
+            true,
+        ),
+        ("POST / HTTP/1.1\r\nHost: a\r\n\r\n", false),
+        ("POST / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n", false),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nExpect: something\r\n\r\n",
+            false,
+        ),
+    ] {
+        let mut headers = header_buffer();
+        let (head, _) = parse_head(raw.as_bytes(), &mut headers, 8192)
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.expects_continue(), expects, "{raw:?}");
     }
 }
