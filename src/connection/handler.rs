@@ -187,12 +187,16 @@ pub trait ServerHandler: Handler {
         Ok(())
     }
 
-    /// A handoff failed after the successor took this server's state (it
-    /// refused or lost a batch of connections, or went away): this server
-    /// serves on with what it still has. Whatever the successor did with
-    /// the state meanwhile must not be mistaken for this server's own (for
-    /// a bus, publications it numbered: `PubSub::renumber` gives every topic
-    /// a new epoch). The default does nothing.
+    /// A handoff failed after the successor took this server's state and
+    /// served with it (it acknowledged the state and a batch of
+    /// connections, then refused or lost a later one or the listening
+    /// sockets, or went away): this server serves on with what it still
+    /// has. Whatever the successor did with the state meanwhile must not
+    /// be mistaken for this server's own (for a bus, publications it
+    /// numbered: `PubSub::renumber` gives every topic a new epoch). Not
+    /// called when the successor failed before it took a connection: it
+    /// served nobody, so the state is still this server's alone. The
+    /// default does nothing.
     fn take_back_server(&self) {}
 }
 

@@ -9,12 +9,16 @@
 //! kernel takes 253) and a payload length the receiver names. A message
 //! that breaks a bound, or whose descriptors do not match its header (the
 //! control data cut short), is refused with an error and every descriptor
-//! it brought is closed.
+//! it brought is closed. And bounded in time: every send and receive ends
+//! by the deadline set last ([`Channel::set_deadline`]), however slowly
+//! the other end trickles its bytes (each read or write is given only the
+//! time left, and the whole message fails with `TimedOut` once it is up).
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::Instant;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
@@ -33,6 +37,8 @@ pub(crate) struct Channel {
     /// A receive failed midway: the stream is no longer at a message's
     /// start, so every later receive fails too.
     broken: bool,
+    /// When the current exchange must be over (`None`: never).
+    deadline: Option<Instant>,
 }
 
 impl Channel {
@@ -40,18 +46,41 @@ impl Channel {
         Channel {
             stream,
             broken: false,
+            deadline: None,
         }
     }
 
-    /// How long a receive, or a send, may wait for the other end (`None`:
-    /// for ever).
-    pub(crate) fn set_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        self.stream.set_read_timeout(timeout)?;
-        self.stream.set_write_timeout(timeout)
+    /// When every send and receive from now on must be over (`None`: no
+    /// limit); past it, they fail with `TimedOut`.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// Whether a receive failed midway (the stream is out of step): one
+    /// that timed out before the first byte of a message did not.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Gives the next read or write of the socket the time left before
+    /// the deadline; `TimedOut` if there is none.
+    fn arm(&self) -> io::Result<()> {
+        let Some(deadline) = self.deadline else {
+            self.stream.set_read_timeout(None)?;
+            return self.stream.set_write_timeout(None);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.set_write_timeout(Some(left))
     }
 
     /// Ends the channel both ways: the other end's next send or receive
-    /// fails.
+    /// fails. What it had sent before stays readable here, and nothing
+    /// more can come: so a receive after this learns for certain whether
+    /// an answer was given in time.
     pub(crate) fn shut_down(&self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
@@ -79,27 +108,38 @@ impl Channel {
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(io::Error::other("handoff control buffer too small"));
         }
-        // The header goes with the descriptors; at least its first byte
-        // does, and the rest follows as plain bytes.
-        let mut sent = loop {
-            match sendmsg(
-                self.stream.as_fd(),
-                &[IoSlice::new(&header)],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            ) {
-                Ok(n) => break n,
+        // The descriptors ride on the first bytes sent, which are the
+        // header's; header and payload go in one call, so a short message
+        // (an answer) is queued whole or not at all.
+        let mut sent = self.send_some(&[&header, payload], &mut control)?;
+        let mut empty = SendAncillaryBuffer::default();
+        while sent < HEADER + payload.len() {
+            sent += if sent < HEADER {
+                self.send_some(&[&header[sent..], payload], &mut empty)?
+            } else {
+                self.send_some(&[&payload[sent - HEADER..]], &mut empty)?
+            };
+        }
+        Ok(())
+    }
+
+    /// One `sendmsg` of `parts`, by the deadline: how many bytes went.
+    fn send_some(
+        &mut self,
+        parts: &[&[u8]],
+        control: &mut SendAncillaryBuffer<'_, '_, '_>,
+    ) -> io::Result<usize> {
+        let slices: Vec<IoSlice<'_>> = parts.iter().map(|part| IoSlice::new(part)).collect();
+        loop {
+            self.arm()?;
+            match sendmsg(self.stream.as_fd(), &slices, control, SendFlags::NOSIGNAL) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => return Ok(n),
                 Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => return Err(io::ErrorKind::TimedOut.into()),
                 Err(error) => return Err(error.into()),
             }
-        };
-        if sent == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
         }
-        while sent < HEADER {
-            sent += self.stream.write(&header[sent..])?;
-        }
-        self.stream.write_all(payload)
     }
 
     /// Receives the next message: its payload (at most `max_len` bytes) and
@@ -110,18 +150,26 @@ impl Channel {
                 "an earlier message was refused; the channel is out of step",
             ));
         }
-        let received = self.recv_message(max_len);
-        if received.is_err() {
+        let mut started = false;
+        let received = self.recv_message(max_len, &mut started);
+        if received.is_err() && started {
             self.broken = true;
         }
         received
     }
 
-    fn recv_message(&mut self, max_len: usize) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    /// Reads a message; `started` once a byte of it is read (a failure
+    /// after that leaves the stream out of step).
+    fn recv_message(
+        &mut self,
+        max_len: usize,
+        started: &mut bool,
+    ) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
         let mut header = [0u8; HEADER];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let received = loop {
+            self.arm()?;
             match recvmsg(
                 self.stream.as_fd(),
                 &mut [IoSliceMut::new(&mut header)],
@@ -130,9 +178,14 @@ impl Channel {
             ) {
                 Ok(received) => break received,
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(error) => return Err(error.into()),
+                Err(rustix::io::Errno::AGAIN) => return Err(io::ErrorKind::TimedOut.into()),
+                Err(error) => {
+                    *started = true;
+                    return Err(error.into());
+                }
             }
         };
+        *started = true;
         let mut fds = Vec::new();
         for message in control.drain() {
             if let RecvAncillaryMessage::ScmRights(rights) = message {
@@ -151,7 +204,7 @@ impl Channel {
                 "descriptors cut short (more than the message may carry)",
             ));
         }
-        self.stream.read_exact(&mut header[received.bytes..])?;
+        self.read_exact(&mut header[received.bytes..])?;
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let count = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
         if count != fds.len() {
@@ -164,13 +217,41 @@ impl Channel {
         }
         // Grown as the bytes come, not sized by the header alone.
         let mut payload = Vec::new();
-        (&mut self.stream)
-            .take(len as u64)
-            .read_to_end(&mut payload)?;
-        if payload.len() < len {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        let mut chunk = vec![0u8; len.min(64 << 10)];
+        while payload.len() < len {
+            let want = (len - payload.len()).min(chunk.len());
+            let n = self.read_some(&mut chunk[..want])?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            payload.extend_from_slice(&chunk[..n]);
         }
         Ok(Some((payload, fds)))
+    }
+
+    /// Fills `buf`, by the deadline.
+    fn read_exact(&mut self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_some(buf)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    /// One read, by the deadline.
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            self.arm()?;
+            match io::Read::read(&mut self.stream, buf) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                read => return read,
+            }
+        }
     }
 }
 
@@ -184,7 +265,9 @@ fn invalid(why: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
 
     /// A connected TCP pair on loopback.
     fn tcp_pair() -> (TcpStream, TcpStream) {
@@ -273,5 +356,57 @@ mod tests {
             receiver.recv(16).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
+    }
+    #[test]
+    fn a_peer_that_trickles_its_bytes_has_until_the_deadline_for_the_whole_message() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut receiver = Channel::new(b);
+        // Nothing at all: a timeout, and the channel is still in step.
+        receiver.set_deadline(Some(Instant::now() + Duration::from_millis(100)));
+        let error = receiver.recv(1 << 20).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(!receiver.is_broken());
+        // A byte every 50 ms of a 100-byte message, each within the
+        // socket's timeout: the whole still ends at the deadline.
+        let trickler = std::thread::spawn(move || {
+            a.write_all(&[100, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+            for _ in 0..100 {
+                if a.write_all(b"x").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let start = Instant::now();
+        receiver.set_deadline(Some(start + Duration::from_millis(400)));
+        let error = receiver.recv(1 << 20).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(1000), "{took:?}");
+        assert!(receiver.is_broken());
+        drop(receiver);
+        trickler.join().unwrap();
+    }
+
+    #[test]
+    fn a_send_the_peer_does_not_read_ends_at_the_deadline() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut sender = Channel::new(a);
+        let start = Instant::now();
+        sender.set_deadline(Some(start + Duration::from_millis(200)));
+        let error = sender.send(&vec![0u8; 64 << 20], &[]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn an_answer_given_before_the_channel_shut_is_still_read_and_none_after() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut asker, mut answerer) = (Channel::new(a), Channel::new(b));
+        answerer.send(b"yes", &[]).unwrap();
+        asker.shut_down();
+        assert!(answerer.send(b"late", &[]).is_err());
+        assert_eq!(asker.recv(16).unwrap().unwrap().0, b"yes");
+        assert!(asker.recv(16).unwrap().is_none());
     }
 }

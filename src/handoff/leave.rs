@@ -2,13 +2,15 @@
 //! runs on a thread of its own (it waits on the channel and on the loops),
 //! and reaches the server's loops through [`Loops`].
 
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::channel::Channel;
-use super::protocol::{ANSWER_TIMEOUT, Predecessor, refused};
-use super::{Loops, Phase, ask, take_back};
+use super::identity;
+use super::protocol::Predecessor;
+use super::{LOOP_TIMEOUT, Loops, Phase, ask, take_back};
 use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
@@ -17,30 +19,64 @@ use crate::connection::lifecycle::Env;
 /// that could not move yet (a reply being written).
 const PASSES_FOR: Duration = Duration::from_millis(300);
 
-/// Hands the server to the successor on `stream`: stops handling requests
-/// and open connections' input (so nothing is published here any more: the
-/// bytes wait, and move), has the loops stop accepting,
-/// sends the server's state and the listening sockets `listeners`, then
-/// has each loop give up a batch at a time, each sent and acknowledged
-/// before the next leaves it (a socket leaves its loop for its batch's
-/// trip only); a few passes, for connections that could not move at the
-/// first (a reply being written). True once the successor has everything;
-/// false if the handoff failed: the batch it did not take is back in the
-/// loops, requests and input are handled again, and the loops accept and
-/// serve on.
+/// A successor that connected and showed that it is one: the kernel
+/// says it runs as our user or root (`SO_PEERCRED`), and it greeted back
+/// as a successor does. Nothing in the server has changed yet.
+pub(crate) struct Met {
+    predecessor: Predecessor,
+    peer: identity::Peer,
+}
+
+/// Meets the process that connected on `stream`: its user checked, the
+/// greeting given and its answer awaited (at most
+/// `protocol::GREETING_TIMEOUT`). `None`, logged with its pid and uid,
+/// if it is not a successor we hand over to: nothing was frozen or sent
+/// but the greeting, and the server serves on as it did. Blocking.
+pub(crate) fn meet(stream: UnixStream) -> Option<Met> {
+    let peer = match identity::check_successor(&stream) {
+        Ok(peer) => peer,
+        Err(error) => {
+            tracing::warn!(%error, "refused a process at the handoff socket; serving on");
+            return None;
+        }
+    };
+    match Predecessor::greet(Channel::new(stream)) {
+        Ok(predecessor) => Some(Met { predecessor, peer }),
+        Err(error) => {
+            tracing::warn!(
+                %error, pid = peer.pid, uid = peer.uid,
+                "a process connected to the handoff socket and did not greet as a successor; \
+                 nothing was handed over, serving on"
+            );
+            None
+        }
+    }
+}
+
+/// Hands the server to the successor `met`: stops handling requests and
+/// open connections' input (so nothing is published here any more: the
+/// bytes wait, and move), has the loops stop accepting, sends the
+/// server's state, then has each loop give up a batch at a time, each
+/// sent and acknowledged before the next leaves it (a socket leaves its
+/// loop for its batch's trip only); a few passes, for connections that
+/// could not move at the first (a reply being written); and last the
+/// listening sockets `listeners`. True once the successor has
+/// everything; false if the handoff failed: the batch it did not take is
+/// back in the loops, requests and input are handled again, and the
+/// loops accept and serve on (the successor never had the listening
+/// sockets).
 pub(crate) fn hand_off<H: ServerHandler>(
-    stream: UnixStream,
+    met: Met,
     listeners: &[OwnedFd],
     loops: &dyn Loops,
     env: &Env<H>,
 ) -> bool {
-    let mut predecessor = match Predecessor::greet(Channel::new(stream)) {
-        Ok(predecessor) => predecessor,
-        Err(error) => {
-            tracing::error!(%error, "a successor connected, but the handoff could not begin");
-            return false;
-        }
-    };
+    let Met {
+        mut predecessor,
+        peer,
+    } = met;
+    let (pid, uid) = (peer.pid, peer.uid);
+    tracing::info!(pid, uid, "a successor connected; handing over");
     let began = Instant::now();
     let endpoint = &env.endpoint;
     // No request is handled from here on (on any thread: a loop, a wss
@@ -64,12 +100,16 @@ pub(crate) fn hand_off<H: ServerHandler>(
     }
     loops.stop_accepting();
     let state = env.handler.hand_off_server();
-    let fds: Vec<_> = listeners.iter().map(|fd| fd.as_fd()).collect();
-    if let Err(error) = predecessor.send_state(&state, &fds) {
+    if let Err(error) = predecessor.send_state(&state, &addresses(listeners)) {
         predecessor.abandon();
-        tracing::error!(%error, "the successor did not take the server's state; serving on");
-        // Unless it refused, it may have taken it all the same.
-        return serve_on(loops, env, !refused(&error));
+        // It may hold the state, but no connection and no listening
+        // socket: it has served nobody, so nothing it numbered can reach
+        // a client, and the state stays ours as it was.
+        tracing::error!(
+            %error, pid, uid,
+            "the successor did not take the server's state; serving on with everything"
+        );
+        return serve_on(loops, env, false);
     }
     let mut handed = 0;
     // Passes until one moves nothing after PASSES_FOR: a connection still
@@ -88,12 +128,11 @@ pub(crate) fn hand_off<H: ServerHandler>(
                 if let Err(error) = predecessor.send_batch(&batch) {
                     predecessor.abandon();
                     tracing::error!(
-                        %error,
-                        handed,
+                        %error, pid, uid, handed,
                         "the handoff failed; serving on with the connections not handed over"
                     );
                     take_back(batch, loops, endpoint);
-                    return serve_on(loops, env, true);
+                    return serve_on(loops, env, handed > 0);
                 }
                 handed += batch.len();
                 // The successor's now: our descriptors close.
@@ -107,9 +146,17 @@ pub(crate) fn hand_off<H: ServerHandler>(
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    if let Err(error) = predecessor.finish() {
-        // It has every connection; only its last word is missing.
-        tracing::warn!(%error, "the successor did not acknowledge the handoff's end");
+    // The point of no return: the listening sockets go only now.
+    let fds: Vec<_> = listeners.iter().map(|fd| fd.as_fd()).collect();
+    if let Err(error) = predecessor.finish(&fds) {
+        predecessor.abandon();
+        // A successor that could not acknowledge closes them (and what it
+        // took, with 1012): we are the one process accepting again.
+        tracing::error!(
+            %error, pid, uid, handed,
+            "the successor did not take the listening sockets; serving on"
+        );
+        return serve_on(loops, env, handed > 0);
     }
     tracing::info!(
         connections = handed,
@@ -119,10 +166,22 @@ pub(crate) fn hand_off<H: ServerHandler>(
     true
 }
 
-/// Waits (at most `ANSWER_TIMEOUT`) until no request is being handled
+/// Where each of `listeners` listens (for the successor's `local_addr`
+/// before they come, and to check them when they do).
+fn addresses(listeners: &[OwnedFd]) -> Vec<SocketAddr> {
+    listeners
+        .iter()
+        .filter_map(|fd| {
+            let listener = std::net::TcpListener::from(fd.try_clone().ok()?);
+            listener.local_addr().ok()
+        })
+        .collect()
+}
+
+/// Waits (at most [`LOOP_TIMEOUT`]) until no request is being handled
 /// anywhere; false if one still is then.
 fn requests_settled(endpoint: &Endpoint) -> bool {
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let deadline = Instant::now() + LOOP_TIMEOUT;
     while endpoint.requests_handled() > 0 {
         if Instant::now() >= deadline {
             return false;
@@ -133,8 +192,9 @@ fn requests_settled(endpoint: &Endpoint) -> bool {
 }
 
 /// After a failed handoff (false, for `hand_off` to return): with
-/// `disown`, the server's state may be in the successor's hands, and the
-/// handler disowns what it does with it (`take_back_server`); requests are
+/// `disown`, the successor has served with the server's state (it
+/// acknowledged it, then connections), and the handler disowns what it
+/// did with it (`take_back_server`: a bus renumbers its topics); requests are
 /// handled again, and every loop gives each of its connections a turn (a
 /// request that waited whole in its buffer is handled now) and accepts.
 fn serve_on<H: ServerHandler>(loops: &dyn Loops, env: &Env<H>, disown: bool) -> bool {

@@ -12,7 +12,8 @@
 //! | `channel.rs` | the Unix socket between the two processes: messages with descriptors (`SCM_RIGHTS`), bounded |
 //! | `protocol.rs` | what the two say: the greeting with the listeners, acknowledged batches, the end |
 //! | `record.rs` | one connection as data (the same from every driver) |
-//! | `socket.rs` | where a running process waits for its successor |
+//! | `socket.rs` | where a running process waits for its successor: a socket no other user can reach |
+//! | `identity.rs` | who is at the other end (`SO_PEERCRED`): the same user, both ways |
 //! | `leave.rs` | the running process's side: freezing requests, the state, batch after batch out of the loops |
 //! | `arrive.rs` | the successor's side: meeting, the state applied, batches into the loops |
 //!
@@ -32,6 +33,7 @@ use crate::proto::{Limits, Session};
 
 pub(crate) mod arrive;
 pub(crate) mod channel;
+pub(crate) mod identity;
 pub(crate) mod leave;
 pub(crate) mod protocol;
 pub(crate) mod record;
@@ -114,14 +116,19 @@ pub(crate) trait Loops {
     fn arrive(&self, fd: std::os::fd::OwnedFd, arriving: Arriving);
 }
 
+/// How long the handoff waits for one of this server's own loops to
+/// answer (or for the requests being handled to end). Not the successor's
+/// doing: its answers have [`protocol::ANSWER_TIMEOUT`].
+pub(crate) const LOOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Asks loop `index` of `loops` for `phase` from `slot`, and waits (at
-/// most [`protocol::ANSWER_TIMEOUT`]) for a batch and where to go on. A
+/// most [`LOOP_TIMEOUT`]) for a batch and where to go on. A
 /// loop that ended has nothing; after the timeout, `None`, and a late
 /// batch stays with its loop (its giving fails, and it takes them back).
 pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> Option<Answer> {
     let waiting = Arc::new(AnswerSlot::default());
     loops.post(index, slot, phase, Leaving(waiting.clone()));
-    let deadline = std::time::Instant::now() + protocol::ANSWER_TIMEOUT;
+    let deadline = std::time::Instant::now() + LOOP_TIMEOUT;
     let mut state = waiting.state.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if let Some(answer) = state.0.take() {

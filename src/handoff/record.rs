@@ -72,11 +72,7 @@ impl Record {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = SnapshotWriter::new();
         out.u8(VERSION);
-        match self.peer.ip() {
-            IpAddr::V4(ip) => out.u8(4).bytes(&ip.octets()),
-            IpAddr::V6(ip) => out.u8(6).bytes(&ip.octets()),
-        };
-        out.u32(u32::from(self.peer.port()));
+        write_addr(&mut out, self.peer);
         match &self.stage {
             Moved::Handshake { input } => {
                 out.u8(0).bytes(input);
@@ -108,16 +104,7 @@ impl Record {
         if version != VERSION {
             return Err(SnapshotError::Version(version));
         }
-        let ip = match (from.u8()?, from.bytes()?) {
-            (4, ip) => IpAddr::V4(Ipv4Addr::from(
-                <[u8; 4]>::try_from(ip).map_err(|_| SnapshotError::Invalid("peer"))?,
-            )),
-            (6, ip) => IpAddr::V6(Ipv6Addr::from(
-                <[u8; 16]>::try_from(ip).map_err(|_| SnapshotError::Invalid("peer"))?,
-            )),
-            _ => return Err(SnapshotError::Invalid("peer family")),
-        };
-        let port = u16::try_from(from.u32()?).map_err(|_| SnapshotError::Invalid("port"))?;
+        let peer = read_addr(&mut from)?;
         let stage = match from.u8()? {
             0 => Moved::Handshake {
                 input: from.bytes()?.to_vec(),
@@ -144,11 +131,33 @@ impl Record {
             _ => return Err(SnapshotError::Invalid("stage")),
         };
         from.finish()?;
-        Ok(Record {
-            peer: SocketAddr::new(ip, port),
-            stage,
-        })
+        Ok(Record { peer, stage })
     }
+}
+
+/// An address as a record writes it (the peer's; the listening sockets'
+/// in the handoff's state message): `family:u8 (4 or 6) ip:bytes port:u32`.
+pub(crate) fn write_addr(out: &mut SnapshotWriter, addr: SocketAddr) {
+    match addr.ip() {
+        IpAddr::V4(ip) => out.u8(4).bytes(&ip.octets()),
+        IpAddr::V6(ip) => out.u8(6).bytes(&ip.octets()),
+    };
+    out.u32(u32::from(addr.port()));
+}
+
+/// Reads what [`write_addr`] wrote, every field checked.
+pub(crate) fn read_addr(from: &mut SnapshotReader<'_>) -> Result<SocketAddr, SnapshotError> {
+    let ip = match (from.u8()?, from.bytes()?) {
+        (4, ip) => IpAddr::V4(Ipv4Addr::from(
+            <[u8; 4]>::try_from(ip).map_err(|_| SnapshotError::Invalid("address"))?,
+        )),
+        (6, ip) => IpAddr::V6(Ipv6Addr::from(
+            <[u8; 16]>::try_from(ip).map_err(|_| SnapshotError::Invalid("address"))?,
+        )),
+        _ => return Err(SnapshotError::Invalid("address family")),
+    };
+    let port = u16::try_from(from.u32()?).map_err(|_| SnapshotError::Invalid("port"))?;
+    Ok(SocketAddr::new(ip, port))
 }
 
 #[cfg(test)]

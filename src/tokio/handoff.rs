@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use tokio::io::unix::AsyncFd;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::group::{GroupShared, Incoming, least_loaded};
 use crate::connection::endpoint::Endpoint;
@@ -47,20 +47,29 @@ impl Handoff {
             .unwrap_or_else(|| crate::Spread::over(std::time::Duration::ZERO))
     }
 
+    /// Where the predecessor's listening sockets listen, if this server
+    /// took over (they come at the end of the handoff).
+    pub(super) fn announced(&self) -> Option<std::net::SocketAddr> {
+        let (_, successor) = self.predecessor.as_ref()?;
+        successor.announced().first().copied()
+    }
+
     /// If this server took over: takes in the predecessor's connections on
-    /// a thread of its own (see `handoff::arrive::take_in`), before anything is accepted.
+    /// a thread of its own (see `handoff::arrive::take_in`); its listening
+    /// sockets come last, through what is returned.
     pub(super) fn take_in<S: Send + 'static>(
         &mut self,
         groups: &[Arc<GroupShared<S>>],
         endpoint: &Arc<Endpoint>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Coming> {
         let Some((_, successor)) = self.predecessor.take() else {
-            return Ok(());
+            return Ok(Coming(None));
         };
         let (done, finished) = watch::channel(None);
         if let Some((_, waiting)) = &mut self.later {
             *waiting = Some(finished);
         }
+        let (give, coming) = oneshot::channel();
         let groups = GroupLoops {
             groups: groups.to_vec(),
             endpoint: endpoint.clone(),
@@ -68,15 +77,37 @@ impl Handoff {
         std::thread::Builder::new()
             .name("rapidws-take-over".into())
             .spawn(move || {
-                let whole = arrive::take_in(successor, &groups, &groups.endpoint);
+                let listeners = arrive::take_in(successor, &groups, &groups.endpoint);
+                let whole = listeners.is_some();
+                if let Some(listeners) = listeners {
+                    // Before the word that it is done: the accept loop
+                    // has them by the time a successor of ours can come.
+                    let _ = give.send(listeners);
+                }
                 let _ = done.send(Some(whole));
             })?;
-        Ok(())
+        Ok(Coming(Some(coming)))
     }
 
-    /// The next successor to connect (never, without a handoff socket).
-    /// An accept that fails is logged and waited past.
-    pub(super) async fn successor(&self) -> UnixStream {
+    /// The next successor to connect and show that it is one (see
+    /// `handoff::leave::meet`: its user, its greeting, on a blocking
+    /// thread); never, without a handoff socket. Until it returns the
+    /// server serves and accepts as ever; keep the future across turns
+    /// (it is not to be dropped midway: a greeting under way would be).
+    pub(super) async fn successor(&self) -> leave::Met {
+        loop {
+            let stream = self.connected().await;
+            match tokio::task::spawn_blocking(move || leave::meet(stream)).await {
+                Ok(Some(met)) => return met,
+                Ok(None) => {}
+                Err(error) => tracing::error!(%error, "meeting a successor failed"),
+            }
+        }
+    }
+
+    /// The next process to connect to the handoff socket (never, without
+    /// one). An accept that fails is logged and waited past.
+    async fn connected(&self) -> UnixStream {
         if self.socket.get().is_none()
             && let Some((path, Some(finished))) = &self.later
         {
@@ -117,7 +148,7 @@ impl Handoff {
     /// server is to end; false if it failed, and the server serves on.
     pub(super) async fn hand_off<H: ServerHandler>(
         &self,
-        successor: UnixStream,
+        successor: leave::Met,
         listeners: &[AsyncFd<mio::net::TcpListener>],
         groups: &[Arc<GroupShared<H::State>>],
         env: &Env<H>,
@@ -134,6 +165,26 @@ impl Handoff {
         tokio::task::spawn_blocking(move || leave::hand_off(successor, &fds, &loops, &env))
             .await
             .map_err(io::Error::other)
+    }
+}
+
+/// The predecessor's listening sockets on their way (from the end of the
+/// handoff), if this server took over.
+pub(super) struct Coming(Option<oneshot::Receiver<Vec<std::net::TcpListener>>>);
+
+impl Coming {
+    /// The listening sockets, once they come; never, if they do not (the
+    /// handoff failed, and this server is closing what came).
+    pub(super) async fn listeners(&mut self) -> Vec<std::net::TcpListener> {
+        let Some(coming) = &mut self.0 else {
+            return std::future::pending().await;
+        };
+        let listeners = coming.await;
+        self.0 = None;
+        match listeners {
+            Ok(listeners) => listeners,
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
@@ -182,12 +233,12 @@ impl<S: Send + 'static> Loops for GroupLoops<S> {
     }
 }
 
-/// Connects to the process listening at `path` and takes its state and
-/// listening sockets (see `handoff::arrive::meet`), on a blocking thread.
+/// Connects to the process listening at `path` and takes its state (see
+/// `handoff::arrive::meet`), on a blocking thread.
 pub(super) async fn meet(
     path: &Path,
     apply: impl FnOnce(&[u8]) -> Result<(), String> + Send + 'static,
-) -> io::Result<(Successor, Vec<std::net::TcpListener>)> {
+) -> io::Result<Successor> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || arrive::meet(&path, apply))
         .await

@@ -87,8 +87,12 @@ struct Handoff(());
 
 #[cfg(not(all(target_os = "linux", feature = "handoff")))]
 impl Handoff {
-    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<()> {
-        Ok(())
+    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<Coming> {
+        Ok(Coming)
+    }
+
+    fn announced(&self) -> Option<SocketAddr> {
+        None
     }
 
     fn after_spread(&self) -> crate::Spread {
@@ -107,6 +111,17 @@ impl Handoff {
         _: &Env<H>,
     ) -> io::Result<bool> {
         match successor {}
+    }
+}
+
+/// Without the `handoff` feature: no listening socket comes later.
+#[cfg(not(all(target_os = "linux", feature = "handoff")))]
+struct Coming;
+
+#[cfg(not(all(target_os = "linux", feature = "handoff")))]
+impl Coming {
+    async fn listeners(&mut self) -> Vec<std::net::TcpListener> {
+        std::future::pending().await
     }
 }
 
@@ -150,16 +165,28 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// Takes over from the server of this program that listens for a
-    /// successor at `path` ([`Server::handoff_socket`]): its listening
-    /// socket now, and, once [`serve`](Server::serve) runs, every
-    /// connection that can move, each going on where it was (no close, no
-    /// reconnect, nothing read twice or lost); the old process then closes
-    /// what stays with 1012 and its `serve` returns. The handler's
+    /// successor at `path` ([`Server::handoff_socket`]): its server state
+    /// now ([`ServerHandler::take_over_server`]), and, once
+    /// [`serve`](Server::serve) runs, every connection that can move, each
+    /// going on where it was (no close, no reconnect, nothing read twice or
+    /// lost), then its listening socket; the old process then closes what
+    /// stays with 1012 and its `serve` returns. The handler's
     /// [`Handler::take_over`] turns each connection's state back into a
     /// state. Give the same `config` the old process had (a connection
-    /// whose limits are above this one's is refused). Errors if no process
-    /// listens at `path` or it does not greet as a handoff does. (Linux,
-    /// feature `handoff`.)
+    /// whose limits are above this one's is refused).
+    ///
+    /// The listening socket is handed over last, once every connection
+    /// has moved: until then the old process holds it alone (accepting
+    /// nothing: new connections wait in its accept queue, and this server
+    /// accepts them once it has it), so a handoff that fails before the
+    /// end leaves one process accepting, the old one.
+    /// [`local_addr`](Server::local_addr) answers from the start.
+    ///
+    /// Errors if no process listens at `path`, if it runs as another user
+    /// than this process (`PermissionDenied`, naming both: the kernel's
+    /// `SO_PEERCRED` is asked before anything is read; even root does not
+    /// take over another user's server), or if it does not greet as a
+    /// handoff does. (Linux, feature `handoff`.)
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub async fn take_over(
         path: impl AsRef<std::path::Path>,
@@ -170,13 +197,10 @@ impl<H: ServerHandler> Server<H> {
         let handler = Arc::new(handler);
         let applying = handler.clone();
         let apply = move |state: &[u8]| applying.take_over_server(state);
-        let (successor, listeners) = handoff::meet(path, apply).await?;
-        let listeners = listeners
-            .into_iter()
-            .map(TcpListener::from_std)
-            .collect::<io::Result<_>>()?;
+        let successor = handoff::meet(path, apply).await?;
         let endpoint = Endpoint::new(config, "tokio");
-        let mut server = Server::with_endpoint(listeners, handler, endpoint);
+        // Its listening sockets come at the end (see `serve`).
+        let mut server = Server::with_endpoint(Vec::new(), handler, endpoint);
         server.handoff.predecessor = Some((path.to_owned(), successor));
         Ok(server)
     }
@@ -184,19 +208,33 @@ impl<H: ServerHandler> Server<H> {
     /// Listens at `path` (a Unix socket, mode 0600) for a successor: a new
     /// process of this program started with [`Server::take_over`] on the
     /// same path. When one connects, the server stops accepting, hands it
-    /// the listening socket and every connection that can move (an open
-    /// connection whose handler implements [`Handler::hand_off`], not
-    /// closing, with permessage-deflate only without context takeover; a
-    /// request still coming in), closes the rest with 1012 and returns
-    /// from `serve`. If the successor fails half-way (refuses, dies, or
-    /// does not answer for 10 s), the server takes back what it did not
-    /// hand over and goes on serving. A socket file left at `path` by a
-    /// process that ended is replaced; one where a process still listens is
-    /// an error, unless this server took over from there: then it listens
-    /// there once its predecessor is done (until then the path is the
-    /// predecessor's, which keeps it should the handoff fail). Connections of a
-    /// wss server are served by the stream driver and do not move (they
-    /// are closed with 1012). (Linux, feature `handoff`.)
+    /// every connection that can move (an open connection whose handler
+    /// implements [`Handler::hand_off`], not closing, with
+    /// permessage-deflate only without context takeover; a request still
+    /// coming in) and last the listening socket, closes the rest with 1012
+    /// and returns from `serve`. Connections of a wss server are served by
+    /// the stream driver and do not move (they are closed with 1012).
+    ///
+    /// Only this process's user can reach the socket, from the instant it
+    /// exists (it is bound in a private directory, made 0600 there, and
+    /// renamed to `path`); the directory that holds `path` must belong to
+    /// this user or root, and be writable by no other user unless it is
+    /// sticky (as /tmp), or this is an error. A process that connects is
+    /// handed nothing unless the kernel says it runs as this user or root
+    /// (`SO_PEERCRED`; others are logged with their pid and uid) and it
+    /// greets back as a successor within 2 s; until then nothing is frozen.
+    /// Then each of its answers has 2 s. If the successor fails before the
+    /// end (refuses, dies, says something else, or is silent), the server
+    /// takes back what it did not hand over, keeps its listening socket
+    /// (the successor never had it) and goes on serving and accepting at
+    /// once; its [`ServerHandler::take_back_server`] is called only if the
+    /// successor had taken connections, having taken the state.
+    ///
+    /// A socket file left at `path` by a process that ended is replaced;
+    /// one where a process still listens is an error, unless this server
+    /// took over from there: then it listens there once its predecessor is
+    /// done (until then the path is the predecessor's, which keeps it
+    /// should the handoff fail). (Linux, feature `handoff`.)
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
         let path = path.as_ref();
@@ -248,8 +286,16 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// The address the server listens on (useful after binding port 0).
+    /// A server that took over answers with its predecessor's, whose
+    /// listening socket it will have once it has every connection.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listeners[0].local_addr()
+        match self.listeners.first() {
+            Some(listener) => listener.local_addr(),
+            None => self
+                .handoff
+                .announced()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no listening socket")),
+        }
     }
 
     /// A handle to shut the server down or count its connections.
@@ -278,7 +324,7 @@ impl<H: ServerHandler> Server<H> {
         } = self;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
-        let listeners = listeners
+        let mut listeners = listeners
             .into_iter()
             .map(|listener| {
                 sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))
@@ -286,22 +332,35 @@ impl<H: ServerHandler> Server<H> {
             .collect::<io::Result<Vec<_>>>()?;
         let env = Env::server(endpoint.clone(), handler);
         let groups = Groups::spawn(&env)?;
-        // A predecessor's connections, if this server took over.
-        handoff.take_in(&groups.0, &endpoint)?;
+        // A predecessor's connections, if this server took over; its
+        // listening sockets at the end (none until then).
+        let mut coming = handoff.take_in(&groups.0, &endpoint)?;
         let mut backoff = MIN_BACKOFF;
         let mut turn = 0;
+        // Kept across turns: a successor being met is not dropped when a
+        // connection is accepted meanwhile.
+        let mut successor = std::pin::pin!(handoff.successor());
         'serving: loop {
             let mut ready = tokio::select! {
                 biased;
                 () = endpoint.shutdown_requested() => break,
-                successor = handoff.successor() => {
-                    // Not accepting meanwhile: the successor has the
-                    // listening socket from the start.
-                    if handoff.hand_off(successor, &listeners, &groups.0, &env).await? {
+                taken = coming.listeners() => {
+                    listeners = taken
+                        .into_iter()
+                        .map(|listener| sys::watch_listener(mio::net::TcpListener::from_std(listener)))
+                        .collect::<io::Result<Vec<_>>>()?;
+                    continue;
+                }
+                met = &mut successor => {
+                    // Not accepting meanwhile: what waits in the accept
+                    // queue goes to the successor with the listening
+                    // socket, at the end, or is ours again if it fails.
+                    if handoff.hand_off(met, &listeners, &groups.0, &env).await? {
                         // What stays is closed (1012, at once by default).
                         endpoint.begin_spread(handoff.after_spread());
                         break;
                     }
+                    successor.set(handoff.successor());
                     continue;
                 }
                 ready = readable(&listeners, &mut turn) => ready?,

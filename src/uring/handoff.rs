@@ -38,6 +38,9 @@ pub(crate) struct Mailbox {
     asked: Mutex<Option<(u32, Phase, Leaving)>>,
     arriving: Mutex<Vec<(OwnedFd, Arriving)>>,
     stop_accepting: AtomicBool,
+    /// In a server that took over: the listening socket to accept on, come
+    /// at the end of the handoff.
+    listener: Mutex<Option<std::net::TcpListener>>,
     /// The reactor ended (see [`Mailbox::close`]).
     closed: AtomicBool,
 }
@@ -84,6 +87,16 @@ impl<H: Handler> Reactor<H> {
     /// once its connections are quiet.
     pub(super) fn handoff_turn(&mut self) {
         self.take_arriving();
+        let listener = (self.shared.handoff.listener)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(listener) = listener
+            && !self.seen.shutdown()
+        {
+            // The predecessor's: accepted on from this turn (`arm_accept`).
+            self.listener = Some(listener);
+        }
         if self
             .shared
             .handoff
@@ -292,6 +305,28 @@ impl ReactorLoops {
             reactors,
             next: AtomicUsize::new(0),
         }
+    }
+}
+
+impl ReactorLoops {
+    /// Gives the reactors the listening sockets a server that took over
+    /// was handed at the end: reactor *i* accepts on socket *i*, and
+    /// reactors beyond them share (a tokio predecessor's one socket lacks
+    /// `SO_REUSEPORT`, so new ones could not join its port).
+    pub(crate) fn listen(&self, listeners: &[std::net::TcpListener]) -> std::io::Result<()> {
+        if listeners.is_empty() {
+            return Ok(());
+        }
+        for (index, shared) in self.reactors.iter().enumerate() {
+            let listener = listeners[index % listeners.len()].try_clone()?;
+            *shared
+                .handoff
+                .listener
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(listener);
+            shared.push_woken(REACTOR);
+        }
+        Ok(())
     }
 }
 

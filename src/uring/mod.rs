@@ -151,18 +151,30 @@ impl<H: ServerHandler> Server<H> {
 
     /// Takes over from the server of this program (on io_uring or on
     /// tokio) that listens for a successor at `path` (its
-    /// `handoff_socket`): its listening sockets now, and, once
+    /// `handoff_socket`): its server state now, and, once
     /// [`serve`](Server::serve) runs, every connection that can move, each
     /// going on where it was (no close, no reconnect, nothing read twice or
-    /// lost); the old process then closes what stays with 1012 and its
-    /// `serve` returns. The handler's [`Handler::take_over`] turns each
-    /// connection's state back into a state. Give the same `config` the old
-    /// process had (a connection whose limits are above this one's is
-    /// refused). Runs at least one reactor per listening socket taken (an
-    /// io_uring predecessor has one per reactor, each with its own accept
-    /// queue); more share them. Blocks while it meets the old process;
-    /// errors if no process listens at `path` or it does not greet as a
-    /// handoff does. (Feature `handoff`.)
+    /// lost), then its listening sockets; the old process then closes what
+    /// stays with 1012 and its `serve` returns. The handler's
+    /// [`Handler::take_over`] turns each connection's state back into a
+    /// state. Give the same `config` the old process had (a connection
+    /// whose limits are above this one's is refused). Runs at least one
+    /// reactor per listening socket the old process announced (an io_uring
+    /// predecessor has one per reactor, each with its own accept queue);
+    /// more share them.
+    ///
+    /// The listening sockets are handed over last, once every connection
+    /// has moved: until then the old process holds them alone (accepting
+    /// nothing: new connections wait in the accept queues), so a handoff
+    /// that fails before the end leaves one process accepting, the old one.
+    /// [`local_addr`](Server::local_addr) answers from the start.
+    ///
+    /// Blocks while it meets the old process. Errors if no process listens
+    /// at `path`, if it runs as another user than this process
+    /// (`PermissionDenied`, naming both: the kernel's `SO_PEERCRED` is
+    /// asked before anything is read; even root does not take over another
+    /// user's server), or if it does not greet as a handoff does.
+    /// (Feature `handoff`.)
     ///
     /// [`Handler::take_over`]: crate::Handler::take_over
     #[cfg(feature = "handoff")]
@@ -174,8 +186,9 @@ impl<H: ServerHandler> Server<H> {
         let path = path.as_ref();
         let handler = Arc::new(handler);
         let apply = |state: &[u8]| handler.take_over_server(state);
-        let (successor, listeners) = crate::handoff::arrive::meet(path, apply)?;
-        let mut server = Server::with(listeners, handler, config);
+        let successor = crate::handoff::arrive::meet(path, apply)?;
+        // Its listening sockets come at the end (see `Handoff::run`).
+        let mut server = Server::with(Vec::new(), handler, config);
         server.handoff.predecessor = Some((path.to_owned(), successor));
         Ok(server)
     }
@@ -184,16 +197,25 @@ impl<H: ServerHandler> Server<H> {
     /// process of this program started with `take_over` on the same path,
     /// on io_uring ([`Server::take_over`]) or on tokio
     /// (`tokio::Server::take_over`). When one connects, the server stops
-    /// accepting, hands it every reactor's listening socket and every
-    /// connection that can move (as on tokio: an open connection whose
-    /// handler implements `Handler::hand_off`, not closing, with
-    /// permessage-deflate only without context takeover; a request still
-    /// coming in; never a TLS connection), closes the rest with 1012 and
-    /// returns from `serve`. If the successor fails half-way, the server
-    /// takes back what it did not hand over and goes on serving. A socket
-    /// file left at `path` by a process that ended is replaced; one where a
-    /// process still listens is an error, unless this server took over from
-    /// there: then it listens there once its predecessor is done. (Feature
+    /// accepting, hands it every connection that can move (as on tokio: an
+    /// open connection whose handler implements `Handler::hand_off`, not
+    /// closing, with permessage-deflate only without context takeover; a
+    /// request still coming in; never a TLS connection) and last every
+    /// reactor's listening socket, closes the rest with 1012 and returns
+    /// from `serve`.
+    ///
+    /// Who may connect is checked as on tokio (see
+    /// `tokio::Server::handoff_socket`): the socket is 0600 from the
+    /// instant it exists, in a directory no other user may change; a
+    /// process of another user than this one or root is refused and
+    /// logged; one that does not greet back as a successor within 2 s
+    /// freezes nothing; later answers have 2 s each. If the successor
+    /// fails before the end, the server takes back what it did not hand
+    /// over, keeps its listening sockets (the successor never had them)
+    /// and goes on serving and accepting at once. A socket file left at
+    /// `path` by a process that ended is replaced; one where a process
+    /// still listens is an error, unless this server took over from there:
+    /// then it listens there once its predecessor is done. (Feature
     /// `handoff`.)
     #[cfg(feature = "handoff")]
     pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
@@ -243,8 +265,22 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// The address the server listens on (useful after binding port 0).
+    /// A server that took over answers with its predecessor's, whose
+    /// listening sockets it will have once it has every connection.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listeners[0].local_addr()
+        if let Some(listener) = self.listeners.first() {
+            return listener.local_addr();
+        }
+        #[cfg(feature = "handoff")]
+        if let Some((_, successor)) = &self.handoff.predecessor
+            && let Some(addr) = successor.announced().first()
+        {
+            return Ok(*addr);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "no listening socket",
+        ))
     }
 
     /// A handle to shut the server down or count its connections.
@@ -275,30 +311,31 @@ impl<H: ServerHandler> Server<H> {
             #[cfg(feature = "handoff")]
             handoff,
         } = self;
+        // A server that took over has no listening socket until its
+        // predecessor's come, at the end of the handoff (`Handoff::run`
+        // gives them to the reactors): as many reactors as it announced,
+        // at least.
         #[cfg(feature = "handoff")]
-        let took_over = handoff.predecessor.is_some();
+        let announced = match &handoff.predecessor {
+            Some((_, successor)) => successor.announced().len(),
+            None => 0,
+        };
         #[cfg(not(feature = "handoff"))]
-        let took_over = false;
-        let addr = listeners[0].local_addr()?;
+        let announced = 0;
+        let reactors_wanted = threads.max(listeners.len()).max(announced);
+        let mut listeners = listeners;
+        if let Some(addr) = listeners.first().map(TcpListener::local_addr).transpose()? {
+            for _ in listeners.len()..reactors_wanted {
+                listeners.push(listen(addr)?);
+            }
+        }
+        let mut listeners: Vec<Option<TcpListener>> = listeners.into_iter().map(Some).collect();
+        listeners.resize_with(reactors_wanted, || None);
         // What a successor would be handed: each accept queue once.
         #[cfg(feature = "handoff")]
-        let handed = if took_over {
-            listeners.len()
-        } else {
-            threads.max(listeners.len())
-        };
-        let mut listeners = listeners;
-        for index in listeners.len()..threads.max(listeners.len()) {
-            listeners.push(if took_over {
-                // A predecessor's socket may lack SO_REUSEPORT: share it.
-                listeners[index % listeners.len()].try_clone()?
-            } else {
-                listen(addr)?
-            });
-        }
-        #[cfg(feature = "handoff")]
-        let handed = listeners[..handed]
+        let handed = listeners
             .iter()
+            .flatten()
             .map(|listener| listener.as_fd().try_clone_to_owned())
             .collect::<io::Result<Vec<_>>>()?;
         let setup = Arc::new(Setup {
@@ -393,7 +430,7 @@ impl Handoff {
         }
         let thread = thread::Builder::new()
             .name("rapidws-handoff".into())
-            .spawn(move || self.run(&loops, &env, &listeners))?;
+            .spawn(move || self.run(&loops, &env, listeners))?;
         Ok(Some(thread))
     }
 
@@ -401,7 +438,7 @@ impl Handoff {
         self,
         loops: &reactor::handoff::ReactorLoops,
         env: &Env<H>,
-        listeners: &[std::os::fd::OwnedFd],
+        mut listeners: Vec<std::os::fd::OwnedFd>,
     ) {
         use crate::handoff::{arrive, leave, socket::HandoffSocket};
         let endpoint = &env.endpoint;
@@ -412,10 +449,15 @@ impl Handoff {
             after,
         } = self;
         if let Some((_, successor)) = predecessor {
-            if !arrive::take_in(successor, loops, endpoint) {
+            let Some(taken) = arrive::take_in(successor, loops, endpoint) else {
                 // The predecessor serves on, and keeps the path.
                 return;
+            };
+            // Its listening sockets, last: the reactors accept from now.
+            if let Err(error) = loops.listen(&taken) {
+                tracing::error!(%error, "could not give the reactors the listening sockets");
             }
+            listeners = taken.into_iter().map(std::os::fd::OwnedFd::from).collect();
             if let Some(path) = later {
                 match HandoffSocket::bind(&path, true) {
                     Ok(bound) => {
@@ -433,7 +475,12 @@ impl Handoff {
         };
         let every = Duration::from_millis(100);
         while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
-            if leave::hand_off(successor, listeners, loops, env) {
+            // (The reactors serve and accept meanwhile: a process that is
+            // no successor costs them nothing.)
+            let Some(met) = leave::meet(successor) else {
+                continue;
+            };
+            if leave::hand_off(met, &listeners, loops, env) {
                 let after = after.unwrap_or_else(|| crate::Spread::over(Duration::ZERO));
                 endpoint.begin_spread(after);
                 return;

@@ -165,8 +165,10 @@ pub(crate) struct Setup {
 
 impl<H: Handler> Reactor<H> {
     /// Sets up the ring; fails if io_uring is not available.
+    /// `listener`: `None` in a server that took over, until its
+    /// predecessor's come (see `handoff.rs`).
     pub(crate) fn new(
-        listener: TcpListener,
+        listener: Option<TcpListener>,
         shared: Arc<Shared>,
         env: Env<H>,
         setup: &Setup,
@@ -181,7 +183,7 @@ impl<H: Handler> Reactor<H> {
                 ring,
                 spare: Vec::new(),
             },
-            listener: Some(listener),
+            listener,
             accepting: false,
             accept_paused_until: None,
             backoff: MIN_BACKOFF,

@@ -20,6 +20,8 @@ pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(target_os = "linux")]
+pub mod successor;
 #[cfg(feature = "rustls")]
 pub mod tls;
 
