@@ -881,33 +881,6 @@ fn die_after_the_first_batch(socket: &Path) -> usize {
     successor.descriptors
 }
 
-/// The deliveries (epoch, offset, data) a bus subscriber with positions
-/// gets next, `n` of them; anything else fails.
-async fn deliveries<S>(
-    client: &mut tokio_tungstenite::WebSocketStream<S>,
-    n: usize,
-) -> Vec<(String, u64, String)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let mut got = Vec::new();
-    while got.len() < n {
-        let message = tokio::time::timeout(Duration::from_secs(20), client.next())
-            .await
-            .expect("a delivery within 20 s");
-        let Some(Ok(Message::Text(text))) = message else {
-            panic!("not a delivery: {message:?}");
-        };
-        let delivery: serde_json::Value = serde_json::from_str(&text).unwrap();
-        got.push((
-            delivery["epoch"].as_str().expect(&text).to_owned(),
-            delivery["offset"].as_u64().expect(&text),
-            delivery["data"].as_str().expect(&text).to_owned(),
-        ));
-    }
-    got
-}
-
 /// A bus whose successor dies after taking the topics, before it took a
 /// connection: the old process serves on (no subscriber is closed) and
 /// numbers on in the same epoch, so every position its subscribers saved

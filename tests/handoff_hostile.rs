@@ -317,32 +317,6 @@ fn json_position(response: &str) -> (String, u64) {
     )
 }
 
-/// The next `n` deliveries (epoch, offset, data) a subscriber gets.
-async fn deliveries<S>(
-    client: &mut tokio_tungstenite::WebSocketStream<S>,
-    n: usize,
-) -> Vec<(String, u64, String)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let mut got = Vec::new();
-    while got.len() < n {
-        let message = tokio::time::timeout(Duration::from_secs(20), client.next())
-            .await
-            .expect("a delivery within 20 s");
-        let Some(Ok(Message::Text(text))) = message else {
-            panic!("not a delivery: {message:?}");
-        };
-        let delivery: serde_json::Value = serde_json::from_str(&text).unwrap();
-        got.push((
-            delivery["epoch"].as_str().unwrap().to_owned(),
-            delivery["offset"].as_u64().unwrap(),
-            delivery["data"].as_str().unwrap().to_owned(),
-        ));
-    }
-    got
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_successors_cost_the_bus_nothing() {
     bus_against_hostiles("bus-tokio", "tokio").await;

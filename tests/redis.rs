@@ -19,9 +19,8 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::redis::{bridge, command, http, redis_server, resp, wait_for_port};
+use common::redis::{bridge, command, http, next_pmessage, redis_server, spy, wait_for_port};
 use common::{Client, delivered, free_port, next, resident_of, start_example};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 async fn publish(addr: SocketAddr, topic: &str, body: &str) -> String {
@@ -159,58 +158,6 @@ fn forged(node: [u8; 16], count: u64, payload: &[u8]) -> Vec<u8> {
     message.push(b't');
     message.extend_from_slice(payload);
     message
-}
-
-/// A connection to Redis subscribed to every bridge channel
-/// (`PSUBSCRIBE rapidws:*`), its confirmation read.
-async fn spy(port: u16) -> tokio::io::BufReader<tokio::net::TcpStream> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
-        .await
-        .unwrap();
-    let mut stream = tokio::io::BufReader::new(stream);
-    // `*3`, then `psubscribe`, the pattern and the count, each a line or two.
-    let mut ack = String::new();
-    for _ in 0..6 {
-        tokio::io::AsyncBufReadExt::read_line(&mut stream, &mut ack)
-            .await
-            .unwrap();
-    }
-    stream
-}
-
-/// Reads one `pmessage` from a RESP stream subscribed with PSUBSCRIBE:
-/// its channel and its data.
-async fn next_pmessage<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> (String, Vec<u8>) {
-    use tokio::io::AsyncBufReadExt;
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header).await.unwrap();
-        let count: usize = header.trim_start_matches('*').trim().parse().unwrap();
-        let mut parts = Vec::new();
-        for _ in 0..count {
-            let mut line = String::new();
-            reader.read_line(&mut line).await.unwrap();
-            if let Some(len) = line.strip_prefix('$') {
-                let len: usize = len.trim().parse().unwrap();
-                let mut data = vec![0; len + 2];
-                reader.read_exact(&mut data).await.unwrap();
-                data.truncate(len);
-                parts.push(data);
-            } else {
-                parts.push(line.trim().as_bytes().to_vec());
-            }
-        }
-        if parts[0] == b"pmessage" {
-            return (
-                String::from_utf8(parts[2].clone()).unwrap(),
-                parts[3].clone(),
-            );
-        }
-    }
 }
 
 async fn counter(addr: SocketAddr, name: &str) -> u64 {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::redis::{
     bridge, command, http, next_json, publish_json, redis_server, until_connected, wait_for_port,
 };
-use common::{Child, Client, free_port, start_example};
+use common::{Child, Client, free_port};
 use serde_json::Value;
 
 /// A Redis of the test's own: the server, its port and its URL.
@@ -29,11 +29,9 @@ async fn redis() -> (Child, u16, String) {
 }
 
 async fn bus(url: &str, extra: &[&str]) -> (Child, SocketAddr) {
-    let mut args = vec!["--redis", url, "--history", "5000"];
+    let mut args = vec!["--history", "5000"];
     args.extend_from_slice(extra);
-    let (child, addr) = start_example("notify_bus", &args).await;
-    until_connected(addr, true).await;
-    (child, addr)
+    common::redis::node(url, &args).await
 }
 
 async fn connect(addr: SocketAddr, query: &str) -> Client {

@@ -18,19 +18,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::redis::{
-    bridge, command, next_json, publish_json, redis_server, resp, until_connected, wait_for_port,
+    bridge, command, next_json, next_pmessage, publish_json, redis_server, spy, wait_for_port,
 };
-use common::{Child, Client, free_port, start_example};
+use common::{Child, Client, free_port};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const SECRET: &str = "a secret the nodes share, 32 chars";
 
 async fn bus(url: &str) -> (Child, SocketAddr) {
-    let args = ["--redis", url, "--redis-secret", SECRET, "--history", "100"];
-    let (child, addr) = start_example("notify_bus", &args).await;
-    until_connected(addr, true).await;
-    (child, addr)
+    common::redis::node(url, &["--redis-secret", SECRET, "--history", "100"]).await
 }
 
 async fn connect(addr: SocketAddr, query: &str) -> Client {
@@ -52,45 +48,6 @@ async fn until_refused(addr: SocketAddr, at_least: u64) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("refused never reached {at_least}: {}", bridge(addr).await);
-}
-
-/// Listens on every bridge channel, as any Redis client can.
-async fn spy(port: u16) -> BufReader<tokio::net::TcpStream> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
-        .await
-        .unwrap();
-    let mut stream = BufReader::new(stream);
-    let mut ack = String::new();
-    for _ in 0..6 {
-        stream.read_line(&mut ack).await.unwrap();
-    }
-    stream
-}
-
-/// The next message on the spied channels: its data.
-async fn captured(spy: &mut BufReader<tokio::net::TcpStream>) -> Vec<u8> {
-    loop {
-        let mut header = String::new();
-        spy.read_line(&mut header).await.unwrap();
-        let count: usize = header.trim_start_matches('*').trim().parse().unwrap();
-        let mut parts = Vec::new();
-        for _ in 0..count {
-            let mut line = String::new();
-            spy.read_line(&mut line).await.unwrap();
-            let len: usize = line.trim_start_matches('$').trim().parse().unwrap();
-            let mut data = vec![0; len + 2];
-            spy.read_exact(&mut data).await.unwrap();
-            data.truncate(len);
-            parts.push(data);
-        }
-        if parts[0] == b"pmessage" {
-            return parts.pop().unwrap();
-        }
-    }
 }
 
 /// A recorded message's node message (what follows `r<epoch><offset>:`).
@@ -122,7 +79,7 @@ async fn replays_at_new_positions_and_copies_in_streams_are_refused() {
         );
     }
     let captured_at = Instant::now();
-    let capture = captured(&mut spy).await;
+    let (_, capture) = next_pmessage(&mut spy).await;
     let message = inner(&capture).to_vec();
 
     // Published again at the next two offsets: refused by both nodes (a's

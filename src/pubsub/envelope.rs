@@ -3,6 +3,7 @@
 //! application's making (its topic and position around it, say), framed
 //! once per envelope for every subscriber that asked for it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -70,6 +71,9 @@ pub struct Publication {
     wrapped: OnceLock<(usize, Arc<Prepared>)>,
     /// Other envelopes' frames (a server rarely has more than one).
     more: Mutex<Vec<(usize, Arc<Prepared>)>>,
+    /// Whether `more` holds any (read without its lock: counting what a
+    /// publication holds, which the sweeper does for every kept one).
+    any_more: AtomicBool,
     /// When its publish was called, if it is one of the publishes whose
     /// delivery is timed (feature `metrics`).
     sampled: Option<Instant>,
@@ -92,6 +96,7 @@ impl Publication {
             at,
             wrapped: OnceLock::new(),
             more: Mutex::new(Vec::new()),
+            any_more: AtomicBool::new(false),
             sampled: None,
         }
     }
@@ -144,13 +149,16 @@ impl Publication {
     pub(crate) fn held_bytes(&self) -> usize {
         let wrapped = |frame: &Arc<Prepared>| FRAME_OVERHEAD + frame.held_bytes();
         let first = self.wrapped.get().map_or(0, |(_, frame)| wrapped(frame));
-        let more: usize = self
-            .more
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(_, frame)| wrapped(frame) + std::mem::size_of::<(usize, Arc<Prepared>)>())
-            .sum();
+        let more: usize = if self.any_more.load(Ordering::Acquire) {
+            self.more
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(_, frame)| wrapped(frame) + std::mem::size_of::<(usize, Arc<Prepared>)>())
+                .sum()
+        } else {
+            0
+        };
         PUBLICATION_OVERHEAD
             + self.plain.held_bytes()
             + self.key.as_deref().map_or(0, str::len)
@@ -184,6 +192,7 @@ impl Publication {
         }
         let frame = wrap(&**envelope, self);
         more.push((id, frame.clone()));
+        self.any_more.store(true, Ordering::Release);
         Frame::Wrapped(frame)
     }
 }

@@ -1035,3 +1035,28 @@ where
     reader.read_exact(&mut body).await.unwrap();
     Some((head, String::from_utf8(body).unwrap()))
 }
+
+/// The next `n` deliveries (epoch, offset, data) a notify_bus subscriber
+/// with `positions=1` gets; anything else fails, and so does 20 s of
+/// nothing.
+pub async fn deliveries<S>(client: &mut WebSocketStream<S>, n: usize) -> Vec<(String, u64, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut got = Vec::new();
+    while got.len() < n {
+        let message = tokio::time::timeout(Duration::from_secs(20), client.next())
+            .await
+            .expect("a delivery within 20 s");
+        let Some(Ok(tungstenite::Message::Text(text))) = message else {
+            panic!("not a delivery: {message:?}");
+        };
+        let delivery: serde_json::Value = serde_json::from_str(&text).unwrap();
+        got.push((
+            delivery["epoch"].as_str().expect(&text).to_owned(),
+            delivery["offset"].as_u64().expect(&text),
+            delivery["data"].as_str().expect(&text).to_owned(),
+        ));
+    }
+    got
+}

@@ -124,3 +124,66 @@ pub async fn next_json(client: &mut Client) -> Option<Value> {
         }
     }
 }
+
+/// A connection to the Redis on `port` that listens on every bridge
+/// channel (`PSUBSCRIBE rapidws:*`), as any Redis client can; its
+/// confirmation read.
+pub async fn spy(port: u16) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    use tokio::io::AsyncBufReadExt;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(&resp(&[b"PSUBSCRIBE", b"rapidws:*"]))
+        .await
+        .unwrap();
+    let mut stream = tokio::io::BufReader::new(stream);
+    // `*3`, then `psubscribe`, the pattern and the count, each a line or two.
+    let mut ack = String::new();
+    for _ in 0..6 {
+        stream.read_line(&mut ack).await.unwrap();
+    }
+    stream
+}
+
+/// Reads one `pmessage` from a connection [`spy`] made: its channel and
+/// its data.
+pub async fn next_pmessage<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+) -> (String, Vec<u8>) {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).await.unwrap();
+        let count: usize = header.trim_start_matches('*').trim().parse().unwrap();
+        let mut parts = Vec::new();
+        for _ in 0..count {
+            let mut line = String::new();
+            reader.read_line(&mut line).await.unwrap();
+            if let Some(len) = line.strip_prefix('$') {
+                let len: usize = len.trim().parse().unwrap();
+                let mut data = vec![0; len + 2];
+                reader.read_exact(&mut data).await.unwrap();
+                data.truncate(len);
+                parts.push(data);
+            } else {
+                parts.push(line.trim().as_bytes().to_vec());
+            }
+        }
+        if parts[0] == b"pmessage" {
+            return (
+                String::from_utf8(parts[2].clone()).unwrap(),
+                parts[3].clone(),
+            );
+        }
+    }
+}
+
+/// A notify_bus node with `--redis url` and `extra`, its bridge connected.
+pub async fn node(url: &str, extra: &[&str]) -> (Child, SocketAddr) {
+    let mut args = vec!["--redis", url];
+    args.extend_from_slice(extra);
+    let (child, addr) = super::start_example("notify_bus", &args).await;
+    until_connected(addr, true).await;
+    (child, addr)
+}
