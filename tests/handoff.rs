@@ -27,11 +27,7 @@ static TEN_THOUSAND: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A path for a handoff socket, unique to the test.
 fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rapidws-handoff-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.sock"));
-    let _ = std::fs::remove_file(&path);
-    path
+    common::successor::socket_path("handoff", name)
 }
 
 /// The echo example on `backend` (`tokio` or `uring`), listening for a

@@ -24,11 +24,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// A path for a handoff socket, unique to the test.
 fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rapidws-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.sock"));
-    let _ = std::fs::remove_file(&path);
-    path
+    common::successor::socket_path("hostile", name)
 }
 
 /// What a hostile process at the handoff socket does.

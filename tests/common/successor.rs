@@ -136,3 +136,13 @@ impl RawSuccessor {
         }
     }
 }
+
+/// A path for a handoff socket, unique to the test process and `name`
+/// (under a directory named for `suite`), nothing there yet.
+pub fn socket_path(suite: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rapidws-{suite}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.sock"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
