@@ -314,6 +314,8 @@ async fn error_answers_stay_small() {
     let mixed: String = (0..100)
         .map(|i| match i % 10 {
             0 => "nope\n".to_owned(),
+            // JSON, but not an object.
+            5 => "1\n".to_owned(),
             _ => format!("{{\"topic\":\"m\",\"data\":\"{i}\"}}\n"),
         })
         .collect();
@@ -323,7 +325,11 @@ async fn error_answers_stay_small() {
     assert_eq!(status, "HTTP/1.1 200 OK");
     let lines: Vec<&str> = answer.lines().collect();
     assert_eq!(lines.len(), 100);
-    assert_eq!(lines.iter().filter(|l| l.contains("error")).count(), 10);
+    assert_eq!(lines.iter().filter(|l| l.contains("error")).count(), 20);
+    assert!(
+        lines.contains(&r#"{"error":"not a JSON object"}"#),
+        "{answer}"
+    );
 
     // Sixty publishers send 1 MiB of junk each and never read.
     let before = resident_of(&bus);

@@ -324,8 +324,15 @@ impl Handler for Bus {
         }
         for (topic, start) in session.opening.drain(..) {
             let how = self.how(session.positions, start);
-            // Checked at the upgrade; only a closing connection is refused.
-            let _ = self.subscribe_how(conn, &topic, &how);
+            // Checked at the upgrade; a closing connection needs no answer,
+            // the bus's budget for topics being full does.
+            match self.subscribe_how(conn, &topic, &how) {
+                Ok(()) | Err(PubSubError::Closed) => {}
+                Err(why) => {
+                    let why = format!("not subscribed to {}: {why}", shorten(&topic));
+                    let _ = conn.send_text(&refusal(session.positions, &why));
+                }
+            }
         }
         session.opening.shrink_to_fit();
     }
@@ -873,23 +880,28 @@ enum Data {
 /// One NDJSON line: `{"topic":..,"data":..[,"key":..]}` (or `"data_b64"`
 /// for a binary payload); why not, in a few words.
 fn read_line(line: &str) -> Result<Line, String> {
-    let mut value: serde_json::Value =
+    let value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let topic = match value["topic"].take() {
+    // (Indexing a value that is not an object to take from it would panic.)
+    let serde_json::Value::Object(mut fields) = value else {
+        return Err("not a JSON object".into());
+    };
+    let mut take = |name: &str| fields.remove(name).unwrap_or_default();
+    let topic = match take("topic") {
         serde_json::Value::String(topic) => topic,
         _ => return Err("no \"topic\" string".into()),
     };
     check_topic(&topic).map_err(|why| why.to_string())?;
-    let data = match (value["data"].take(), value["data_b64"].as_str()) {
-        (serde_json::Value::String(text), None) => Data::Text(text),
-        (serde_json::Value::Null, Some(encoded)) => Data::Binary(
+    let data = match (take("data"), take("data_b64")) {
+        (serde_json::Value::String(text), serde_json::Value::Null) => Data::Text(text),
+        (serde_json::Value::Null, serde_json::Value::String(encoded)) => Data::Binary(
             base64::engine::general_purpose::STANDARD
                 .decode(encoded)
                 .map_err(|e| format!("data_b64: {e}"))?,
         ),
         _ => return Err("one of \"data\" (text) or \"data_b64\" (binary)".into()),
     };
-    let key = match value["key"].take() {
+    let key = match take("key") {
         serde_json::Value::Null => None,
         serde_json::Value::String(key) if key.len() <= MAX_KEY_LEN => Some(key),
         _ => return Err("\"key\" is a string of at most 256 bytes".into()),

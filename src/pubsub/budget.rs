@@ -132,6 +132,11 @@ impl Budget {
         self.used() > self.limit
     }
 
+    /// The limit.
+    pub(super) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// What is held now.
     pub(super) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)

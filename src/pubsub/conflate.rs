@@ -54,20 +54,25 @@ impl Inner {
         let pending = subscriber
             .pending
             .get_or_insert_with(|| Box::new(Pending::new(self.waiting.clone())));
-        let replaced = publication.key().and_then(|key| pending.take_key(key));
-        if replaced.is_some() {
-            // The older value goes; the newer one goes to the end
-            // (offsets stay in order), if it fits there.
-            pending.gap = true;
-            counts.conflated += 1;
-        }
-        if publication.key().is_some() || waiting {
-            if !pending.push(publication, limit) {
+        match pending.replace(publication, limit) {
+            // The older value goes; the newer one goes to the end (offsets
+            // stay in order).
+            Some(true) => {
+                pending.gap = true;
+                counts.conflated += 1;
+            }
+            // Larger than what it replaces, past a bound: the older value
+            // stays, and the newer is past the bounds as any other.
+            Some(false) => self.overflow_keyless(conn, pending, counts),
+            None if publication.key().is_some() || waiting => {
+                if !pending.push(publication, limit) {
+                    self.overflow_keyless(conn, pending, counts);
+                }
+            }
+            None => {
+                // Keyless, nothing waiting: the fallback policy.
                 self.overflow_keyless(conn, pending, counts);
             }
-        } else {
-            // Keyless, nothing waiting: the fallback policy.
-            self.overflow_keyless(conn, pending, counts);
         }
         if pending.is_empty() {
             // Nothing waits after all (a keyless one was dropped).

@@ -119,24 +119,26 @@ impl PubSub {
             kept,
         } = topic;
         let history = self.inner.config.history_of(&name);
-        let entry = loop {
+        // Under one guard: a topic let go between a look and the change
+        // (the sweeper forgets an empty one) would take the change along.
+        loop {
             let Some(entry) = self.inner.registry.open(&name, history) else {
                 return false;
             };
-            if !entry.lock().gone {
-                break entry;
+            let mut state = entry.lock();
+            if state.gone {
+                continue;
             }
-        };
-        let mut state = entry.lock();
-        state.epoch = epoch;
-        state.last = last;
-        state.numbering = numbering;
-        state.pinned_until = Some(Instant::now() + PINNED_FOR);
-        if let Some(log) = &mut state.log {
-            log.clear();
-            log.prepend(kept, last, Instant::now());
+            state.epoch = epoch;
+            state.last = last;
+            state.numbering = numbering;
+            state.pinned_until = Some(Instant::now() + PINNED_FOR);
+            if let Some(log) = &mut state.log {
+                log.clear();
+                log.prepend(kept, last, Instant::now());
+            }
+            return true;
         }
-        true
     }
 
     /// How far `conn`'s subscription to `topic` has been sent: the topic's

@@ -1096,15 +1096,16 @@ impl PubSub {
         if check_topic(topic).is_err() || !history.is_on() {
             return;
         }
-        let entry = loop {
-            let Some(entry) = inner.registry.open(topic, history) else {
-                return; // no room for the topic: subscribers resume not recovered
-            };
-            if !entry.lock().gone {
-                break entry;
-            }
+        let Some(entry) = inner.registry.open(topic, history) else {
+            return; // no room for the topic: subscribers resume not recovered
         };
+        // Looked at and changed under one guard: a topic let go between
+        // two (the sweeper forgets an empty one) would take it with it.
         let mut state = entry.lock();
+        if state.gone {
+            drop(state);
+            return self.load(topic, epoch, last, loaded); // made again
+        }
         match state.numbering {
             Numbering::Redis if state.epoch == epoch => {}
             numbering => {
@@ -1176,6 +1177,12 @@ impl PubSub {
             }
         };
         (!covered).then_some((after, Some(first)))
+    }
+
+    /// Whether a subscribe to `topic` would find it, or room for it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn has_room_for(&self, topic: &str) -> bool {
+        self.inner.registry.has_room_for(topic)
     }
 
     /// The topics with subscribers here.
@@ -1563,10 +1570,10 @@ impl Inner {
     }
 
     /// One pass of the sweeper: kept publications past their age let go,
-    /// the rest counted again, idle topics forgotten, the budget held, the
-    /// gauges set.
-    fn sweep(&self, now: Instant) {
-        self.registry.sweep(now);
+    /// the rest counted again (with `recount`: at most once a second),
+    /// idle topics forgotten, the budget held, the gauges set.
+    fn sweep(&self, now: Instant, recount: bool) {
+        self.registry.sweep(now, recount);
         self.shed_history();
         let (topics, topic_bytes, _) = self.registry.kept();
         let history_bytes = self.registry.histories.bytes();

@@ -58,12 +58,37 @@ impl Pending {
         }
     }
 
-    /// Takes out the publication waiting with `key`, if one does.
-    pub(super) fn take_key(&mut self, key: &str) -> Option<Arc<Publication>> {
-        let at = self.by_key.remove(key)?;
-        let waiting = self.waiting.remove(&at)?;
-        self.give(waiting.counted);
-        Some(waiting.publication)
+    /// Puts `publication` in the place of the one waiting with its key, at
+    /// the end (offsets stay in order), if there is one and the newer fits
+    /// where the older was (under `limit` and the budget, the older one's
+    /// bytes given back): `Some(true)` then, `Some(false)` if it did not fit
+    /// (the older one stays: a gap is told either way), `None` if nothing
+    /// waits with its key.
+    pub(super) fn replace(&mut self, publication: &Arc<Publication>, limit: usize) -> Option<bool> {
+        let key = publication.key()?;
+        let at = *self.by_key.get(key)?;
+        let old = self.waiting.get(&at)?.counted;
+        let new = counted(publication);
+        let fits = self.bytes - old + new <= limit && (new <= old || self.budget.take(new - old));
+        if !fits {
+            return Some(false);
+        }
+        if new < old {
+            self.budget.give(old - new);
+        }
+        self.bytes = self.bytes - old + new;
+        self.waiting.remove(&at);
+        let next = self.next;
+        self.next += 1;
+        self.by_key.insert(Box::from(key), next);
+        self.waiting.insert(
+            next,
+            Waiting {
+                publication: publication.clone(),
+                counted: new,
+            },
+        );
+        Some(true)
     }
 
     /// Puts `publication` at the end if it fits under `limit` (this

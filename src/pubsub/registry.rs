@@ -431,6 +431,13 @@ impl Registry {
         Some(made)
     }
 
+    /// Whether `topic` is here, or the topics' budget has room for it now.
+    pub(super) fn has_room_for(&self, topic: &str) -> bool {
+        let cost = topic_cost(topic);
+        self.shard(topic).contains_key(topic)
+            || self.budget.used().saturating_add(cost) <= self.budget.limit()
+    }
+
     /// Takes an idle topic out of its shard (the caller holds both
     /// locks): whoever holds it looks it up again.
     fn forget(&self, shard: &mut Shard, name: &str, state: &mut TopicState) {
@@ -603,10 +610,10 @@ impl Registry {
     }
 
     /// Lets every topic drop the publications it kept too long, counts
-    /// again what the rest hold (frames made for them since), and
+    /// again what the rest hold if asked (frames made for them since), and
     /// forgets the topics left with nothing: one shard (and one topic) at
     /// a time. Run on time, not on traffic (see `PubSub`'s sweeper).
-    pub(super) fn sweep(&self, now: Instant) {
+    pub(super) fn sweep(&self, now: Instant, recount: bool) {
         for index in 0..self.shards.len() {
             let mut shard = self.lock_shard(index);
             let (mut topics, mut bytes) = (0, 0);
@@ -614,7 +621,9 @@ impl Registry {
                 let mut state = topic.lock();
                 if let Some(log) = &mut state.log {
                     log.expire(now);
-                    log.recount();
+                    if recount {
+                        log.recount();
+                    }
                 }
                 if state.idle() {
                     state.gone = true;

@@ -20,7 +20,13 @@ struct Swept {
     inner: Weak<Inner>,
     every: Duration,
     due: Instant,
+    /// When what the kept publications hold was last counted again.
+    recounted: Instant,
 }
+
+/// How often what kept publications hold is counted again (a walk over
+/// every one), however often history is swept.
+const RECOUNT_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest the thread sleeps (it is woken when a `PubSub` is added).
 const MAX_SLEEP: Duration = Duration::from_secs(1);
@@ -49,6 +55,7 @@ pub(super) fn start(inner: &Arc<Inner>, every: Duration) {
         inner: Arc::downgrade(inner),
         every,
         due: Instant::now() + every,
+        recounted: Instant::now(),
     });
     sweeper.added.notify_one();
 }
@@ -64,15 +71,19 @@ fn run() {
                 return false;
             }
             if entry.due <= now {
-                due.extend(entry.inner.upgrade());
+                let recount = now.duration_since(entry.recounted) >= RECOUNT_EVERY;
+                if recount {
+                    entry.recounted = now;
+                }
+                due.extend(entry.inner.upgrade().map(|inner| (inner, recount)));
                 entry.due = now + entry.every;
             }
             true
         });
         let next = swept.iter().map(|entry| entry.due).min();
         drop(swept);
-        for inner in due {
-            inner.sweep(now);
+        for (inner, recount) in due {
+            inner.sweep(now, recount);
         }
         swept = sweeper.swept.lock().unwrap_or_else(|p| p.into_inner());
         let sleep = next.map_or(MAX_SLEEP, |next| {

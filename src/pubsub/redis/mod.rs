@@ -92,8 +92,10 @@
 //!   to another channel (the MAC);
 //! - a real message a second time, live, at its own position or another,
 //!   the publishing node's own included (each node remembers the last
-//!   count it heard from each node on each topic, and a node's messages on
-//!   a topic arrive in the order of their counts);
+//!   count it heard from each node on each topic, live or read from a
+//!   stream; a node's messages on a topic arrive in the order of their
+//!   counts, which the bridge's task stamps and signs as they leave for
+//!   Redis, whichever thread published them);
 //! - a real message signed more than two minutes ago, or before the node
 //!   started listening (so a node that restarted, having remembered
 //!   nothing, still refuses a captured one), or more than 10 s in the
@@ -139,7 +141,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{PubSub, PubSubError, Published, Relay, Reply, Start, Subscribe, Subscribed};
 use crate::connection::conn::Conn;
-use crate::proto::Message;
+use crate::proto::{CloseCode, Message};
 use crate::pubsub::PublishOptions;
 use link::Target;
 use run::Run;
@@ -247,6 +249,7 @@ impl Builder {
         let shared = Arc::new(Shared {
             node,
             sent: AtomicU64::new(0),
+            replays: Mutex::new(replay::Replays::new(wire::unix_millis())),
             settings: self,
             outbound,
             queued_bytes: AtomicUsize::new(0),
@@ -510,6 +513,11 @@ impl Bridge {
                 .subscribe_with(conn, topic, how)
                 .map(Subscribing::Done);
         };
+        // Refused now rather than once Redis answered, when the caller
+        // could no longer be told.
+        if !self.pubsub.has_room_for(topic) {
+            return Err(PubSubError::TooManyTopics);
+        }
         let (shared, pubsub) = (self.shared.clone(), self.pubsub.clone());
         let (conn, topic, how) = (conn.clone(), topic.to_owned(), how.clone());
         runtime.spawn(async move {
@@ -522,7 +530,13 @@ impl Bridge {
             if tokio::time::timeout(timeout, load).await.is_err() {
                 tracing::debug!(topic, "history from Redis not read in time");
             }
-            let _ = pubsub.subscribe_with(&conn, &topic, &how);
+            match pubsub.subscribe_with(&conn, &topic, &how) {
+                Ok(_) | Err(PubSubError::Closed) => {}
+                // Room taken meanwhile: the connection is told by its close.
+                Err(error) => {
+                    let _ = conn.close(CloseCode::TRY_AGAIN_LATER, &error.to_string());
+                }
+            }
         });
         Ok(Subscribing::Loading)
     }

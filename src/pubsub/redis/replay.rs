@@ -95,6 +95,30 @@ impl Replays {
         }
     }
 
+    /// Remembers what a read of a stream took (`stamp`, on `topic`), so
+    /// that a replay of it live is refused: its count, if above what is
+    /// remembered. Nothing signed longer ago than a message stays good
+    /// needs remembering (its replay is refused for its age).
+    pub(super) fn note(&mut self, topic: &str, stamp: Stamp, now: u64) {
+        if stamp.time.saturating_add(WINDOW_MS) < now {
+            return;
+        }
+        self.sweep(now);
+        let heard = self
+            .heard
+            .entry((stamp.node, Box::from(topic)))
+            .or_insert(Heard {
+                count: stamp.count,
+                at: now,
+            });
+        if stamp.count >= heard.count {
+            *heard = Heard {
+                count: stamp.count,
+                at: now,
+            };
+        }
+    }
+
     /// Forgets pairs not heard from for longer than a message stays good
     /// (any replay of theirs is refused for its age), now and then; and
     /// past [`MAX_PAIRS`], half of them, those heard from longest ago.
@@ -180,6 +204,20 @@ mod tests {
             Ok(()),
             "within skew"
         );
+    }
+
+    #[test]
+    fn what_a_stream_read_took_is_not_taken_again_live() {
+        let mut replays = Replays::new(NOW);
+        replays.note("t", stamp(1, 20, NOW), NOW);
+        assert!(replays.check("t", stamp(1, 20, NOW), NOW).is_err());
+        // A lower count noted later changes nothing.
+        replays.note("t", stamp(1, 3, NOW), NOW);
+        assert!(replays.check("t", stamp(1, 19, NOW), NOW).is_err());
+        assert_eq!(replays.check("t", stamp(1, 21, NOW), NOW), Ok(()));
+        // Too old to remember: not noted.
+        replays.note("u", stamp(1, 5, NOW - WINDOW_MS - 1), NOW);
+        assert!(!replays.heard.contains_key(&([1; 16], Box::from("u"))));
     }
 
     #[test]

@@ -9,7 +9,6 @@ use redis::Value;
 use tokio::sync::mpsc;
 
 use super::link::{self, Commands, Incoming, Messages, Target};
-use super::replay::Replays;
 use super::shared::{Occupancy, Outgoing, Shared, escape_pattern};
 use super::streams::{self, Check, Scripts};
 use super::wire;
@@ -65,9 +64,6 @@ pub(super) struct Run {
     /// Weak: a bridge left running does not keep a dropped `PubSub`.
     pubsub: Weak<Inner>,
     queue: mpsc::Receiver<Outgoing>,
-    /// The last count heard from each node on each topic, to refuse
-    /// replays (with a secret).
-    replays: Replays,
     /// This node's recorded publishes on their way, by count.
     waiting: BTreeMap<u64, Waiter>,
     /// On a cluster: a shard was lost, so subscriptions may be missing.
@@ -84,7 +80,6 @@ impl Run {
             shared,
             pubsub: Arc::downgrade(&pubsub.inner),
             queue,
-            replays: Replays::new(wire::unix_millis()),
             waiting: BTreeMap::new(),
             resync: false,
         }
@@ -305,6 +300,7 @@ impl Run {
         let Some(epoch) = read.epoch else {
             return; // Redis holds nothing of it: its next publish says more
         };
+        self.shared.heard_in_stream(topic, &read.stamps);
         if epoch != position.epoch {
             pubsub.load(topic, epoch, read.last, read.loaded);
             return;
@@ -422,14 +418,23 @@ impl Run {
     ) -> Result<(), String> {
         let prefix = &self.shared.settings.prefix;
         let publish = commands.publish();
+        let secret = self.shared.settings.secret.as_deref();
         let mut pipe = link::pipe();
         for outgoing in batch.iter_mut() {
             let Outgoing {
                 channel,
                 message,
                 record,
+                sealed,
                 ..
             } = outgoing;
+            // Counted and signed in the order they leave.
+            let count = self.shared.sent.fetch_add(1, Ordering::Relaxed) + 1;
+            wire::seal(message, (count, wire::unix_millis()), channel, secret);
+            *sealed = true;
+            if let Some(record) = record {
+                record.count = count;
+            }
             match record {
                 None => {
                     pipe.cmd(publish).arg(&*channel).arg(&*message);
@@ -523,6 +528,7 @@ impl Run {
             channel,
             message,
             record,
+            sealed,
             ..
         } in outgoing
         {
@@ -536,7 +542,7 @@ impl Run {
                 Some(waiter) => (waiter.except, waiter.reply),
                 None => (record.except.take(), record.reply.take()),
             };
-            let secret = self.shared.settings.secret.as_deref();
+            let secret = self.shared.settings.secret.as_deref().filter(|_| sealed);
             let (Some(pubsub), Some(decoded)) = (&pubsub, wire::decode(&message, &channel, secret))
             else {
                 continue;
@@ -545,7 +551,10 @@ impl Run {
                 // Should Redis have taken it after all, it comes back as
                 // a replay of what is delivered here now.
                 let now = wire::unix_millis();
-                let _ = self.replays.check(&record.topic, decoded.stamp, now);
+                let _ = self
+                    .shared
+                    .replays()
+                    .check(&record.topic, decoded.stamp, now);
             }
             let mut options = crate::pubsub::PublishOptions::new();
             if let Some(key) = decoded.key {
@@ -611,7 +620,8 @@ impl Run {
         }
         if settings.secret.is_some()
             && let Err(why) = self
-                .replays
+                .shared
+                .replays()
                 .check(topic, decoded.stamp, wire::unix_millis())
         {
             return refused(why);
@@ -853,6 +863,7 @@ pub(super) async fn load(
         return;
     };
     shared.refused.fetch_add(read.refused, Ordering::Relaxed);
+    shared.heard_in_stream(topic, &read.stamps);
     if let Some(epoch) = read.epoch {
         pubsub.load(topic, epoch, read.last, read.loaded);
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::link::{self, Target};
+use super::replay::Replays;
 use super::{streams, wire};
 use crate::connection::conn::Conn;
 use crate::pubsub::{History, Outbound, Relay, Relayed, Reply};
@@ -39,6 +40,10 @@ pub(super) struct Shared {
     pub(super) node: [u8; 16],
     /// This node's messages so far: the count each carries.
     pub(super) sent: AtomicU64,
+    /// The last count heard from each node on each topic, to refuse
+    /// replays (with a secret): the task's deliveries and every read of a
+    /// stream note what they take.
+    pub(super) replays: Mutex<Replays>,
     pub(super) settings: Builder,
     pub(super) outbound: mpsc::Sender<Outgoing>,
     /// The bytes of the messages queued or in flight to Redis.
@@ -74,6 +79,8 @@ pub(super) struct Outgoing {
     pub(super) message: Vec<u8>,
     /// What it counts for in `Shared::queued_bytes`.
     pub(super) bytes: usize,
+    /// Stamped (count, time) and signed: it left for Redis.
+    pub(super) sealed: bool,
     /// For a topic with history: how Redis keeps it.
     pub(super) record: Option<Record>,
 }
@@ -82,7 +89,8 @@ pub(super) struct Outgoing {
 pub(super) struct Record {
     pub(super) topic: String,
     pub(super) history: History,
-    /// Its node count (what its return from Redis is known by).
+    /// Its node count (what its return from Redis is known by), once
+    /// sealed.
     pub(super) count: u64,
     pub(super) except: Option<Conn>,
     pub(super) reply: Option<Reply>,
@@ -125,26 +133,18 @@ impl Relay for Shared {
             self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             return refused();
         }
-        let count = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
-        let stamp = wire::Stamp {
-            node: self.node,
-            count,
-            time: wire::unix_millis(),
-        };
-        let message = wire::encode(
-            stamp,
-            (key, opcode, payload),
-            &channel,
-            self.settings.secret.as_deref(),
-        );
+        // Stamped and signed by the bridge's task as it leaves (see
+        // `wire::seal`).
+        let message = wire::unsealed(self.node, (key, opcode, payload));
         let outgoing = Outgoing {
             channel,
             message,
             bytes,
+            sealed: false,
             record: record.then(|| Record {
                 topic: topic.to_owned(),
                 history,
-                count,
+                count: 0,
                 except: except.cloned(),
                 reply,
             }),
@@ -193,6 +193,25 @@ impl Shared {
 
     pub(super) fn changes(&self) -> std::sync::MutexGuard<'_, Vec<(String, bool)>> {
         self.changes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What refuses replays, locked.
+    pub(super) fn replays(&self) -> std::sync::MutexGuard<'_, Replays> {
+        self.replays.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes what a read of `topic`'s stream took as heard: other nodes'
+    /// messages (this node's own come back live to the publishes waiting
+    /// for them, and are known by those).
+    pub(super) fn heard_in_stream(&self, topic: &str, stamps: &[wire::Stamp]) {
+        if self.settings.secret.is_none() || stamps.is_empty() {
+            return;
+        }
+        let now = wire::unix_millis();
+        let mut replays = self.replays();
+        for stamp in stamps.iter().filter(|stamp| stamp.node != self.node) {
+            replays.note(topic, *stamp, now);
+        }
     }
 
     pub(super) fn broken(&self) -> std::sync::MutexGuard<'_, Vec<String>> {

@@ -330,6 +330,9 @@ pub(super) struct Read {
     /// Publications after the offset asked for, oldest first, checked
     /// like any message from Redis (refused ones left out).
     pub(super) loaded: Vec<Loaded>,
+    /// Who published each of `loaded` and when, in the same order: the
+    /// node remembers them as heard (a replay of one live is refused).
+    pub(super) stamps: Vec<Stamp>,
     /// Entries refused.
     pub(super) refused: u64,
 }
@@ -376,7 +379,8 @@ pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
     };
     let mut read = Read {
         epoch: Some(text(epoch)?.parse().ok()?),
-        last: number(last)?,
+        // Far from overflowing whatever is added to it.
+        last: number(last).filter(|&last| last < wire::MAX_OFFSET)?,
         ..Read::default()
     };
     let now = number(now)?;
@@ -404,17 +408,21 @@ pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
                 );
                 read.refused += read.loaded.len() as u64 + 1;
                 read.loaded.clear();
+                read.stamps.clear();
                 break;
             }
             // Read to check the rest against, not taken.
             Some(_) if offset <= check.after || read.loaded.len() >= check.take => {}
-            Some((_, (key, opcode, payload))) => read.loaded.push(Loaded {
-                offset,
-                key,
-                opcode,
-                payload,
-                at: at.checked_sub(age).unwrap_or(at),
-            }),
+            Some((stamp, (key, opcode, payload))) => {
+                read.loaded.push(Loaded {
+                    offset,
+                    key,
+                    opcode,
+                    payload,
+                    at: at.checked_sub(age).unwrap_or(at),
+                });
+                read.stamps.push(stamp);
+            }
             None => {
                 // A hole where it was: nothing older can be replayed.
                 read.refused += 1;
@@ -423,6 +431,7 @@ pub(super) fn read_back(value: &Value, check: &Check<'_>) -> Option<Read> {
         }
     }
     read.loaded.reverse();
+    read.stamps.reverse();
     Some(read)
 }
 

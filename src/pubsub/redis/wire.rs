@@ -65,6 +65,45 @@ pub(super) fn encode(
     message
 }
 
+/// The highest offset taken from Redis: from there on it is refused
+/// (Redis's numbering is not trusted, and offsets are added to).
+pub(super) const MAX_OFFSET: u64 = 1 << 62;
+
+/// Where a message's count and time sit, to be written as it leaves.
+const STAMPED: std::ops::Range<usize> = 17..33;
+
+/// [`encode`] without its count, time and MAC, which [`seal`] adds as
+/// the message leaves for Redis.
+pub(super) fn unsealed(node: [u8; 16], content: (Option<&str>, OpCode, &[u8])) -> Vec<u8> {
+    let blank = Stamp {
+        node,
+        count: 0,
+        time: 0,
+    };
+    let mut message = encode(blank, content, "", None);
+    message.reserve_exact(TAG);
+    message
+}
+
+/// Writes `count` and `time` into a message [`unsealed`] made, and with a
+/// secret appends its MAC: what [`encode`] would have made. Done by the
+/// bridge's task as each message leaves, in the order they leave, so a
+/// node's counts reach Redis (and every node) in order whichever thread
+/// published them, and the time signed is the time sent.
+pub(super) fn seal(
+    message: &mut Vec<u8>,
+    (count, time): (u64, u64),
+    channel: &str,
+    secret: Option<&[u8]>,
+) {
+    message[STAMPED.start..STAMPED.start + 8].copy_from_slice(&count.to_be_bytes());
+    message[STAMPED.start + 8..STAMPED.end].copy_from_slice(&time.to_be_bytes());
+    if let Some(secret) = secret {
+        let tag = sign(secret, channel, message).finalize().into_bytes();
+        message.extend_from_slice(&tag);
+    }
+}
+
 /// A message read back.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Decoded<'a> {
@@ -151,7 +190,10 @@ pub(super) fn recorded(message: &[u8]) -> Option<(Position, &[u8])> {
     let epoch: Epoch = epoch.parse().ok()?;
     let rest = &rest[16..];
     let colon = rest.iter().take(21).position(|&b| b == b':')?;
-    let offset = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+    let offset: u64 = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+    if offset >= MAX_OFFSET {
+        return None;
+    }
     Some((Position { epoch, offset }, &rest[colon + 1..]))
 }
 
@@ -205,6 +247,17 @@ mod tests {
     }
 
     #[test]
+    fn a_sealed_message_is_the_encoded_one() {
+        let content = (Some("k"), OpCode::Binary, &[1u8, 2, 3][..]);
+        for secret in [None, Some(&b"shared"[..])] {
+            let mut message = unsealed([4; 16], content);
+            seal(&mut message, (9, 1_700_000_000_009), "rapidws:c", secret);
+            let whole = encode(stamp([4; 16], 9), content, "rapidws:c", secret);
+            assert_eq!(message, whole);
+        }
+    }
+
+    #[test]
     fn with_a_secret_only_signed_messages_on_their_channel_pass() {
         let secret = Some(&b"shared"[..]);
         let node = [3u8; 16];
@@ -251,5 +304,7 @@ mod tests {
         assert_eq!(recorded(b"r00ab"), None, "short");
         let long = format!("r{epoch}{}:", "9".repeat(30));
         assert_eq!(recorded(long.as_bytes()), None, "offset past u64");
+        let huge = format!("r{epoch}{}:", u64::MAX);
+        assert_eq!(recorded(huge.as_bytes()), None, "offset near u64's end");
     }
 }

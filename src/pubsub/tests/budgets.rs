@@ -184,3 +184,43 @@ fn every_subscribers_waits_together_stay_within_their_budget() {
     }
     assert_eq!(pubsub.usage().waiting_bytes, 0);
 }
+
+#[test]
+fn a_replacement_past_the_bound_leaves_the_older_value_waiting() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .overflow(Overflow::Conflate { close: None })
+        .build();
+    let bound = 16 << 10;
+    let slow = conn(&list, 1, bound);
+    pubsub.subscribe(&slow, "t").unwrap();
+    fn keyed(key: &str) -> PublishOptions<'_> {
+        PublishOptions::new().key(key)
+    }
+    // Fill the queue, then one small value of "a" waits.
+    let filler = payload(1 << 10);
+    for n in 0..20 {
+        let key = format!("fill{n}");
+        pubsub.publish_with("t", Message::Text(&filler), keyed(&key));
+    }
+    pubsub.publish_with("t", Message::Text("a small"), keyed("a"));
+    list.run(usize::MAX);
+    let waited = pubsub.usage().waiting_bytes;
+    assert!(waited > 0);
+    // A newer "a" too large for what waits: refused, the older stays.
+    let huge = payload(bound);
+    pubsub.publish_with("t", Message::Text(&huge), keyed("a"));
+    list.run(usize::MAX);
+    assert_eq!(pubsub.usage().waiting_bytes, waited);
+    let stats = pubsub.stats();
+    assert_eq!((stats.conflated, stats.closed), (0, 0), "{stats:?}");
+    let _ = frames(&slow);
+    written_out(&slow);
+    list.run(usize::MAX);
+    let sent = frames(&slow);
+    assert!(
+        sent.iter().any(|f| f == "a small"),
+        "the older value is sent"
+    );
+    assert!(sent.iter().all(|f| f.len() < bound), "not the huge one");
+}
