@@ -8,14 +8,16 @@
 //!   `/ws` (RFC 9220) opens a WebSocket that echoes every message; one
 //!   with `:protocol` webtransport to `/wt` opens a WebTransport session
 //!   that echoes every stream (a bidirectional one on itself, a
-//!   unidirectional one on a new stream of its own, at most 1 MiB) and
-//!   every datagram.
+//!   unidirectional one on a new stream of its own, at most 1 MiB, read
+//!   whole within the stream budget: `--wt-budget` for every connection,
+//!   `--wt-connection-budget` for each) and every datagram.
 //! - TCP, TLS: HTTP/1.1 and HTTP/2. `GET /` is the demo page, `/ws` the
 //!   same echo (an upgrade, or an HTTP/2 extended CONNECT); every answer
 //!   offers HTTP/3 with `Alt-Svc`. `GET /cert-hash` is the SHA-256 of the
 //!   certificate, in hex: what a page gives `new WebTransport(url, {
 //!   serverCertificateHashes })` to trust a self-signed certificate
-//!   valid for at most 14 days (the page's self-test does).
+//!   valid for at most 14 days (the page's self-test does). With
+//!   `--metrics`, `GET /metrics` (the stream budget's among them).
 //!
 //! One [`Handler`] serves both: the same limits, the same answers to a
 //! bad request (400, 426), the same shutdown. Ctrl-C or SIGTERM stops
@@ -33,7 +35,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use clap::Parser;
 use rapidws::axum::WebSocketUpgrade;
-use rapidws::h3::{RequestHead, Session, WebTransport};
+use rapidws::h3::{ReadToEndError, RequestHead, Session, StreamBudget, WebTransport};
 use rapidws::{
     Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
 };
@@ -61,6 +63,18 @@ struct Args {
     /// (default: the library's, 64 bytes).
     #[arg(long, requires = "deflate", value_name = "BYTES")]
     deflate_min_size: Option<usize>,
+    /// What unidirectional streams read whole may hold, every connection
+    /// together, in bytes (default: the library's, 256 MiB for the
+    /// process). Past it the connection holding the most is closed.
+    #[arg(long, value_name = "BYTES")]
+    wt_budget: Option<usize>,
+    /// What they may hold on one connection, in bytes (default 4 MiB);
+    /// past it a stream is stopped with H3_EXCESSIVE_LOAD.
+    #[arg(long, value_name = "BYTES")]
+    wt_connection_budget: Option<usize>,
+    /// Serve `GET /metrics` on TCP: rapidws's metrics, Prometheus's text.
+    #[arg(long)]
+    metrics: bool,
 }
 
 /// The demo page: a socket back to this server's `/ws`.
@@ -97,10 +111,17 @@ const MAX_UNI_ECHO: usize = 1024 * 1024;
 /// [`MAX_UNI_ECHO`].
 const TOO_LONG: u32 = 1;
 
-/// WebTransport at `/wt`: every stream and datagram echoed.
-struct WtEcho;
+/// WebTransport at `/wt`: every stream and datagram echoed, with its
+/// stream budget.
+struct WtEcho {
+    budget: StreamBudget,
+}
 
 impl WebTransport for WtEcho {
+    fn stream_budget(&self) -> StreamBudget {
+        self.budget.clone()
+    }
+
     fn on_request(&self, request: &RequestHead) -> Result<(), Reject> {
         let path = request.path().unwrap_or_default();
         match path.split_once('?').map_or(path, |(path, _)| path) {
@@ -170,13 +191,20 @@ async fn echo_bi(
     }
 }
 
-/// Echoes a unidirectional stream, read whole, on a new one.
+/// Echoes a unidirectional stream, read whole (within the stream
+/// budget: a peer that never finishes its streams holds no more), on a
+/// new one.
 async fn echo_uni(session: Arc<Session>, mut recv: rapidws::h3::quinn::RecvStream) {
-    let bytes = match recv.read_to_end(MAX_UNI_ECHO).await {
+    let bytes = match session.read_to_end(&mut recv, MAX_UNI_ECHO).await {
         Ok(bytes) => bytes,
-        Err(error) => {
-            tracing::debug!(%error, "stream not echoed (over 1 MiB, or reset)");
+        Err(ReadToEndError::TooLong) => {
+            tracing::debug!("stream not echoed: over 1 MiB");
             let _ = recv.stop(rapidws::h3::error_code(TOO_LONG));
+            return;
+        }
+        // Stopped or closed already, or reset by the peer.
+        Err(error) => {
+            tracing::debug!(%error, "stream not echoed");
             return;
         }
     };
@@ -201,6 +229,13 @@ async fn certificate_hash(State(app): State<App>) -> Response {
     ([("alt-svc", &*app.alt_svc)], app.cert_hash.to_string()).into_response()
 }
 
+async fn metrics_page() -> Response {
+    match support::metrics_text() {
+        Some(text) => ([("content-type", support::METRICS_TYPE)], text).into_response(),
+        None => (axum::http::StatusCode::NOT_FOUND, "start with --metrics").into_response(),
+    }
+}
+
 async fn page(State(app): State<App>) -> Response {
     ([("alt-svc", &*app.alt_svc)], Html(PAGE)).into_response()
 }
@@ -220,6 +255,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if args.metrics {
+        support::install_metrics();
+    }
+    let budget = match (args.wt_budget, args.wt_connection_budget) {
+        (None, None) => StreamBudget::default(),
+        (total, per_connection) => StreamBudget::new(
+            total.unwrap_or(rapidws::h3::DEFAULT_TOTAL),
+            per_connection.unwrap_or(rapidws::h3::DEFAULT_PER_CONNECTION),
+        ),
+    };
     let config = Config::default();
     let config = match (args.deflate, args.deflate_min_size) {
         (false, _) => config,
@@ -259,6 +304,7 @@ async fn run(args: Args) -> Result<(), String> {
     let router = Router::new()
         .route("/", get(page))
         .route("/cert-hash", get(certificate_hash))
+        .route("/metrics", get(metrics_page))
         // CONNECT too: WebSockets over HTTP/2 (RFC 8441).
         .route("/ws", get(ws).connect(ws))
         .with_state(app);
@@ -268,7 +314,7 @@ async fn run(args: Args) -> Result<(), String> {
     );
     let quic_loop = tokio::spawn({
         let echo = echo.clone();
-        async move { rapidws::h3::serve_with(endpoint, &echo, WtEcho).await }
+        async move { rapidws::h3::serve_with(endpoint, &echo, WtEcho { budget }).await }
     });
     let stop = support::http::serve(listener, Some(acceptor), router).await;
     tracing::info!(?stop, "shutting down");

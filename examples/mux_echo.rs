@@ -10,6 +10,12 @@
 //! cargo run --release --example mux_echo -- --addr 127.0.0.1:9005 --tcp-addr 127.0.0.1:9006
 //! ```
 //!
+//! Every session, over TCP and over `/mux`, shares one byte budget
+//! (`--budget`, default the library's 256 MiB): what all of them hold,
+//! received and unread or written and unsent. Past seven eighths of it new
+//! streams are refused; past all of it the session holding the most is
+//! shed (logged with its reason, counted in `/metrics` with `--metrics`).
+//!
 //! With `--push-size BYTES` the server also opens one stream to each peer
 //! and writes `BYTES` on it every `--push-every-us` microseconds (at the
 //! reader's pace: a write waits while the stream's send buffer is full),
@@ -26,7 +32,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rapidws::Reject;
-use rapidws::mux::{Config, Mux, Side, Stream, Version};
+use rapidws::mux::{Budget, Config, Mux, Side, Stream, Version};
 use rapidws::socket::SocketHandler;
 use tokio::io::AsyncWriteExt;
 
@@ -55,6 +61,11 @@ struct Args {
     /// Microseconds between pushes.
     #[arg(long, value_name = "US", default_value_t = 500)]
     push_every_us: u64,
+    /// What every session together may hold, in bytes (received and
+    /// unread, written and unsent); default: the library's process-wide
+    /// budget (256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    budget: Option<usize>,
 }
 
 /// What the server does on each session besides echoing.
@@ -70,9 +81,14 @@ struct Plan {
 fn main() -> ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:9005");
+    // One budget for every session, TCP and /mux: the configuration's
+    // clones share it.
     let config = Config {
         version: args.version,
         max_streams: args.max_streams,
+        budget: args
+            .budget
+            .map_or_else(rapidws::mux::default_budget, Budget::new),
         ..Config::default()
     };
     // Bound here, so a taken port is an error before anything runs.
@@ -92,6 +108,10 @@ fn main() -> ExitCode {
         if let Some(listener) = tcp {
             runtime.spawn(serve_tcp(listener, config.clone(), plan.clone()));
         }
+        tracing::info!(
+            bytes = config.budget.limit(),
+            "the mux budget of every session"
+        );
         SocketHandler::with_upgrade(
             |request, _| match request.path() {
                 "/mux" => Ok(()),
@@ -110,6 +130,7 @@ fn main() -> ExitCode {
                 }
             },
         )
+        .on_http(|request| support::metrics_page(request.method(), request.path()))
         .runtime(runtime)
     })
 }

@@ -14,6 +14,7 @@
 //! | [`h3`] | HTTP/3's own parsing for WebSockets over QUIC (RFC 9220): QUIC varints, frame heads, SETTINGS, QPACK with the static table only, a request head's checks, WebTransport's stream signals and capsules |
 //! | [`handshake`] | the HTTP/1.1 upgrade: the server's request parser and checks, permessage-deflate negotiation, the `101` and HTTP errors; the client's request and its check of the response |
 //! | [`pool`] | [`BufferPool`](pool::BufferPool): the buffers connections borrow while bytes are in them |
+//! | [`budget`] | [`Budget`](budget::Budget): a bound in bytes on what many parties hold together (every mux session of a server; every WebTransport connection of an endpoint), the largest holder shed past it |
 //!
 //! Most applications use `rapidws`, which re-exports what a handler meets.
 
@@ -25,6 +26,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod budget;
 pub mod h3;
 pub mod handshake;
 pub mod mux;

@@ -874,14 +874,17 @@ pub fn mux_frame(data: &[u8]) {
 /// as its peer's, in chunks, with an application that accepts, reads,
 /// echoes, opens, finishes and closes streams as a chunker says, and time
 /// moving on: nothing panics; the streams, the unread bytes and what is
-/// owed stay within their bounds; every frame sent is whole and one an smux
+/// owed stay within their bounds; every stream the peer opens has the
+/// peer's parity; what the session holds is what its budget counts (a
+/// small one, shed past it); every frame sent is whole and one an smux
 /// receiver accepts; a failed session sends nothing and reads nothing.
 ///
 /// The first byte: bit 0 version 2, bit 1 the accepting side, bit 2 the
-/// version left to the peer; the whole byte seeds the chunker.
+/// version left to the peer, bits 3-7 the budget (1 to 32 × 2 KiB); the
+/// whole byte seeds the chunker.
 pub fn mux_session(data: &[u8]) {
     use rapidws_core::mux::frame::{Command, Header};
-    use rapidws_core::mux::{Config, INITIAL_WINDOW, Mux, Read, Side, Version};
+    use rapidws_core::mux::{Budget, Config, INITIAL_WINDOW, Mux, MuxError, Read, Side, Version};
     use std::time::{Duration, Instant};
 
     let Some((&first, wire)) = data.split_first() else {
@@ -899,6 +902,7 @@ pub fn mux_session(data: &[u8]) {
         max_streams: 8,
         receive_buffer: 4096,
         send_buffer: 1024,
+        budget: Budget::new((usize::from(first >> 3) + 1) * 2048),
         ..Config::default()
     };
     let side = if first & 2 == 0 {
@@ -929,7 +933,12 @@ pub fn mux_session(data: &[u8]) {
         }
         // The application.
         while let Some(id) = mux.accept() {
+            assert_eq!(id % 2 == 1, side == Side::Acceptor, "the peer's parity");
             open.push(id);
+        }
+        assert_eq!(config.budget.used(), mux.held());
+        if let Some(MuxError::Budget { .. }) = mux.error() {
+            assert_eq!(mux.held(), 0, "a shed session lets go of everything");
         }
         while mux.poll_event().is_some() {}
         if chunker.next(4) == 1

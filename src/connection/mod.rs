@@ -17,8 +17,11 @@
 //! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
 //! | `meters.rs` | the endpoint's metric handles (feature `metrics`), Prometheus names |
+//! | `budgets.rs` | the byte budgets' metrics (mux, WebTransport), reported on time by one thread (feature `metrics`) |
 //! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
 
+#[cfg(any(feature = "mux", feature = "http3"))]
+pub(crate) mod budgets;
 pub(crate) mod config;
 pub(crate) mod conn;
 pub(crate) mod dispatch;

@@ -11,6 +11,7 @@ use rapidws_core::h3::frame::{self, kind};
 use rapidws_core::h3::{Settings, code, varint};
 use tokio::sync::oneshot;
 
+use super::budget::StreamBudget;
 use super::request::{self, Service};
 use super::session::{Sessions, WebTransport};
 use super::wire::{close, code_of, fail, read_frame_head, read_varint, skip};
@@ -39,7 +40,7 @@ pub(crate) const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 /// its sessions, if they are served.
 pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     server: crate::stream::Server<H>,
-    webtransport: Option<Arc<W>>,
+    webtransport: Option<(Arc<W>, StreamBudget)>,
     incoming: Incoming,
     settings: Settings,
 ) {
@@ -53,7 +54,13 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     let Ok(mut control) = open_control(&conn, settings).await else {
         return;
     };
-    let sessions = webtransport.as_ref().map(|_| Arc::new(Sessions::default()));
+    let (webtransport, sessions) = match webtransport {
+        Some((handler, budget)) => (
+            Some(handler),
+            Some(Arc::new(Sessions::new(budget.connection(&conn)))),
+        ),
+        None => (None, None),
+    };
     let mut peer = Peer::new(Role::Server, None);
     peer.sessions.clone_from(&sessions);
     let peer_streams = tokio::spawn(accept_unidirectional(conn.clone(), Arc::new(peer)));

@@ -48,6 +48,7 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | `budget` | what sessions hold of their peers' streams read whole: [`StreamBudget`], [`Session::read_to_end`] |
 //! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
 //! | `connection` | a QUIC connection: the control streams, QPACK's streams drained, a task per request |
 //! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
@@ -56,6 +57,7 @@
 //! | `wire` | reading frames off a quinn stream; the error codes and closes the others share |
 //! | `data` | a request stream's DATA frames as a byte stream ([`DataStream`]) |
 
+mod budget;
 mod client;
 mod connection;
 mod data;
@@ -73,6 +75,7 @@ use rapidws_core::h3::{Settings, varint};
 
 use crate::connection::handler::ServerHandler;
 
+pub use budget::{DEFAULT_PER_CONNECTION, DEFAULT_TOTAL, ReadToEndError, StreamBudget, Whole};
 pub use client::{Client, Response};
 pub use data::DataStream;
 /// The QUIC implementation, re-exported: endpoints and connections are
@@ -309,6 +312,12 @@ async fn run<H: ServerHandler, W: WebTransport>(
     webtransport: Option<Arc<W>>,
 ) {
     let settings = settings(server, webtransport.is_some());
+    // One budget for every connection's sessions, asked once.
+    let webtransport = webtransport.map(|handler| {
+        let budget = handler.stream_budget();
+        crate::connection::budgets::watch(budget.budget(), "webtransport");
+        (handler, budget)
+    });
     let mut connections = tokio::task::JoinSet::new();
     let stopping = loop {
         tokio::select! {

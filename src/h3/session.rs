@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use quinn::{Connection, RecvStream, SendStream};
@@ -16,6 +16,7 @@ use rapidws_core::h3::webtransport::{
 use rapidws_core::h3::{RequestHead, varint};
 use tokio::sync::{mpsc, watch};
 
+use super::budget::{ConnectionBudget, ReadToEndError, StreamBudget, Whole};
 use super::wire::code_of;
 
 /// Streams of one kind a session keeps for its handler before it takes
@@ -60,6 +61,15 @@ pub trait WebTransport: Send + Sync + 'static {
     fn on_request(&self, request: &RequestHead) -> Result<(), crate::Reject> {
         let _ = request;
         Ok(())
+    }
+
+    /// What this handler's sessions may hold of their peers' streams read
+    /// whole ([`Session::read_to_end`]): for every connection of the
+    /// endpoint together, and for each. Asked once, when the endpoint
+    /// starts serving. By default the process's own ([`StreamBudget::default`]:
+    /// 256 MiB for every endpoint in the process, 4 MiB per connection).
+    fn stream_budget(&self) -> StreamBudget {
+        StreamBudget::default()
     }
 
     /// Serves one session. When this returns, the session is closed (code
@@ -129,6 +139,8 @@ pub struct Session {
     datagrams: tokio::sync::Mutex<mpsc::Receiver<Bytes>>,
     /// Where [`close`](Session::close) asks the session's task to close.
     closing: mpsc::Sender<(u32, String)>,
+    /// The connection's share of the stream budget.
+    budget: Arc<ConnectionBudget>,
 }
 
 /// What may outlive a [`Session`]'s handle and still send on the session
@@ -265,6 +277,25 @@ impl Session {
         self.uni.lock().await.recv().await
     }
 
+    /// Reads `recv` (a stream of this session the peer opened) to its end,
+    /// at most `max` bytes, counting what it holds against the stream
+    /// budget ([`WebTransport::stream_budget`]) until the [`Whole`] is
+    /// dropped. A peer that opens many streams and never finishes them
+    /// holds no more than the budget allows: past the connection's cap the
+    /// stream is stopped with `H3_EXCESSIVE_LOAD`, past the endpoint's
+    /// total the connection holding the most is closed with it (either way
+    /// [`ReadToEndError::OverBudget`]). A stream longer than `max` is left
+    /// as it is ([`ReadToEndError::TooLong`]: stop it or read it
+    /// otherwise). Read a stream this way whenever it is kept whole before
+    /// it is acted on; one handled as it comes needs no budget.
+    pub async fn read_to_end(
+        &self,
+        recv: &mut RecvStream,
+        max: usize,
+    ) -> Result<Whole, ReadToEndError> {
+        super::budget::read_to_end(&self.budget, &self.link.conn, recv, max).await
+    }
+
     /// The next datagram the peer sends (its payload); `None` once the
     /// session is over. Datagrams may be lost or reordered; a handler that
     /// falls behind by more than 256 loses the newest.
@@ -366,9 +397,10 @@ const EARLY_STREAMS: usize = 16;
 
 /// A connection's sessions, by id: what the peer's streams and datagrams
 /// are sent on to.
-#[derive(Default)]
 pub(crate) struct Sessions {
     table: Mutex<Table>,
+    /// The connection's share of the stream budget, for its sessions.
+    budget: Arc<ConnectionBudget>,
 }
 
 #[derive(Default)]
@@ -417,6 +449,15 @@ impl Table {
 }
 
 impl Sessions {
+    /// A connection's table, its sessions' streams read whole within
+    /// `budget`.
+    pub(crate) fn new(budget: Arc<ConnectionBudget>) -> Sessions {
+        Sessions {
+            table: Mutex::new(Table::default()),
+            budget,
+        }
+    }
+
     /// The connection accepted bidirectional stream `id`: until it is
     /// [`decided`](Sessions::decided), it may be a session's request.
     pub(crate) fn seen(&self, id: u64) {
@@ -486,6 +527,7 @@ impl Sessions {
             uni: tokio::sync::Mutex::new(uni_rx),
             datagrams: tokio::sync::Mutex::new(datagrams_rx),
             closing: closing_tx,
+            budget: self.budget.clone(),
         };
         Some((session, Control { closed, closing }))
     }

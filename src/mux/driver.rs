@@ -119,6 +119,7 @@ impl<T: Transport> Driver<T> {
 
     pub(crate) async fn run(mut self) {
         let why = poll_fn(|cx| self.poll(cx)).await;
+        count_end(&why);
         {
             // Everyone learns at once; the transport's shutdown may wait.
             let mut state = self.shared.lock();
@@ -152,6 +153,7 @@ impl<T: Transport> Driver<T> {
         let mut progress = false;
 
         // Write out what was gathered.
+        let mut wrote = false;
         while !self.output.is_empty() {
             match self.io.poll_write_out(cx, &mut self.output) {
                 Poll::Ready(Ok(0)) => {
@@ -160,6 +162,7 @@ impl<T: Transport> Driver<T> {
                 Poll::Ready(Ok(_)) => {
                     self.unflushed = true;
                     progress = true;
+                    wrote = true;
                 }
                 Poll::Ready(Err(error)) => return Step::Done(transport(error)),
                 Poll::Pending => break,
@@ -177,6 +180,11 @@ impl<T: Transport> Driver<T> {
         let wants_input = {
             let mut state = self.shared.lock();
             state.park_driver(cx.waker());
+            // The keepalive's test of a peer that does not read: what the
+            // transport took, and whether frames still wait for it.
+            state
+                .protocol
+                .note_transport(wrote, !self.output.is_empty());
             state.protocol.wants_input()
         };
         // No more than a chunk at a time, and none while a chunk's worth of
@@ -264,6 +272,25 @@ impl<T: Transport> Driver<T> {
         Step::Wait
     }
 }
+
+/// Counts the session's end by its reason (feature `metrics`):
+/// `rapidws_mux_sessions_ended_total`.
+#[cfg(feature = "metrics")]
+fn count_end(why: &Error) {
+    use rapidws_core::mux::MuxError;
+    let reason = match why {
+        Error::Closed => "closed",
+        Error::Transport(_) => "transport",
+        Error::Protocol(MuxError::KeepaliveTimeout) => "keepalive",
+        Error::Protocol(MuxError::NoProgress) => "no_progress",
+        Error::Protocol(MuxError::Budget { .. }) => "budget",
+        Error::Protocol(_) | Error::Open(_) => "protocol",
+    };
+    metrics::counter!("rapidws_mux_sessions_ended_total", "reason" => reason).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_end(_: &Error) {}
 
 /// Whether `input` starts with a whole frame.
 fn holds_frame(input: &[u8]) -> bool {

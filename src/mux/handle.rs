@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use rapidws_core::mux::{Config, Mux as Protocol, MuxStats, Side, Version};
+use rapidws_core::mux::{Budget, Config, Mux as Protocol, MuxStats, Side, Version};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::driver::Driver;
@@ -31,6 +31,7 @@ impl std::fmt::Debug for Mux {
             .field("streams", &state.protocol.streams())
             .field("unsent", &state.protocol.unsent())
             .field("buffered", &state.protocol.buffered())
+            .field("held", &state.protocol.held())
             .field("wants_input", &state.protocol.wants_input())
             .field("has_output", &state.protocol.has_output())
             .field("ending", &state.protocol.is_ending())
@@ -94,6 +95,7 @@ impl Mux {
                 "rapidws::mux::Config: the side that dialled must choose the version (version: None is for servers)"
             );
         }
+        crate::connection::budgets::watch(&config.budget, "mux");
         let protocol = Protocol::new(side, config, Instant::now());
         let shared = Arc::new(Shared::new(protocol));
         tokio::spawn(Driver::new(io, shared.clone()).run());
@@ -153,6 +155,19 @@ impl Mux {
     /// What the session counted (refused SYNs, data dropped).
     pub fn stats(&self) -> MuxStats {
         self.shared.lock().protocol.stats()
+    }
+
+    /// What the session holds against its budget now
+    /// ([`Config::budget`]): bytes received and not yet read, written and
+    /// not yet sent.
+    pub fn held(&self) -> usize {
+        self.shared.lock().protocol.held()
+    }
+
+    /// The budget the session shares with every other of its
+    /// configuration.
+    pub fn budget(&self) -> Budget {
+        self.shared.lock().protocol.config().budget.clone()
     }
 
     /// Whether the session ended.

@@ -53,7 +53,10 @@ use std::sync::Arc;
 pub use handle::Mux;
 #[cfg(feature = "socket")]
 pub use messages::{MAX_MESSAGE, MessageStream};
-pub use rapidws_core::mux::{Config, INITIAL_WINDOW, MuxError, MuxStats, OpenError, Side, Version};
+pub use rapidws_core::mux::{
+    Budget, Config, DEFAULT_BUDGET, INITIAL_WINDOW, MuxError, MuxStats, OpenError, Side, Version,
+    default_budget,
+};
 pub use stream::Stream;
 
 /// Why a session ended, or why it could not open a stream.

@@ -92,7 +92,11 @@ impl State {
     pub(crate) fn park_driver(&mut self, waker: &Waker) {
         match &self.driver {
             Some(parked) if parked.will_wake(waker) => {}
-            _ => self.driver = Some(waker.clone()),
+            _ => {
+                // The budget wakes it too, should the session be shed.
+                self.protocol.set_waker(waker);
+                self.driver = Some(waker.clone());
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use super::WebSocket;
 use super::inbox::Inbox;
 use crate::connection::conn::Conn;
-use crate::connection::handler::{Accept, Handler, Reject, ServerHandler};
+use crate::connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 
@@ -20,6 +20,7 @@ pub const DEFAULT_INBOX_LIMIT: usize = 1 << 20;
 pub(crate) type Upgrade<T> = dyn Fn(&Request<'_>, &mut Accept) -> Result<T, Reject> + Send + Sync;
 pub(crate) type Serve<T> =
     dyn Fn(WebSocket, T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync;
+type Http = dyn Fn(&Request<'_>) -> Option<HttpResponse> + Send + Sync;
 
 /// A [`Handler`] that spawns an async function for each new connection and
 /// hands it the connection as a [`WebSocket`]. `T` is what the upgrade hook
@@ -36,6 +37,7 @@ pub struct SocketHandler<T = ()> {
     serve: Box<Serve<T>>,
     runtime: Option<Handle>,
     inbox_limit: usize,
+    http: Option<Box<Http>>,
 }
 
 impl<T> std::fmt::Debug for SocketHandler<T> {
@@ -74,6 +76,7 @@ impl<T: Send + 'static> SocketHandler<T> {
             serve: Box::new(move |socket, value| Box::pin(serve(socket, value))),
             runtime: Handle::try_current().ok(),
             inbox_limit: DEFAULT_INBOX_LIMIT,
+            http: None,
         }
     }
 
@@ -86,6 +89,7 @@ impl<T: Send + 'static> SocketHandler<T> {
             serve,
             runtime: None,
             inbox_limit: DEFAULT_INBOX_LIMIT,
+            http: None,
         }
     }
 
@@ -101,6 +105,18 @@ impl<T: Send + 'static> SocketHandler<T> {
     /// 1 MiB. A message longer than this is still delivered, alone.
     pub fn inbox_limit(mut self, bytes: usize) -> Self {
         self.inbox_limit = bytes;
+        self
+    }
+
+    /// Answers plain HTTP requests (not upgrades) with `http`, as
+    /// [`ServerHandler::on_http`] does (a server's `/metrics`, a health
+    /// check); `None` from it, or no `http` at all, refuses the request
+    /// as a bad upgrade (400, or 405 for a method other than GET).
+    pub fn on_http<H>(mut self, http: H) -> Self
+    where
+        H: Fn(&Request<'_>) -> Option<HttpResponse> + Send + Sync + 'static,
+    {
+        self.http = Some(Box::new(http));
         self
     }
 }
@@ -131,6 +147,10 @@ impl<T: Send + 'static> ServerHandler for SocketHandler<T> {
             value: Some((self.upgrade)(request, accept)?),
             inbox: None,
         })
+    }
+
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        self.http.as_ref().and_then(|http| http(request))
     }
 }
 

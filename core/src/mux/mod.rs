@@ -21,8 +21,9 @@
 //! [`Mux::close`] (the application is done with the stream).
 //!
 //! What bounds a peer (see [`Config`]): the streams open at once (a SYN
-//! past the limit is answered with a FIN, the session goes on); the bytes
-//! received and not yet read by the application, in version 1
+//! past the limit is answered with a FIN, the session goes on), and only
+//! with the peer's own ids (a SYN with ours is refused the same way); the
+//! bytes received and not yet read by the application, in version 1
 //! session-wide (when they reach [`Config::receive_buffer`],
 //! [`Mux::wants_input`] turns false and the driver stops reading, as smux
 //! does), in version 2 per stream (a peer that sends past the window it
@@ -30,6 +31,16 @@
 //! windows); the frames we owe the peer (a peer that never reads stops
 //! being read); and every frame's length. Data for a stream that is
 //! unknown or already closed is dropped and counted ([`MuxStats`]).
+//!
+//! Across sessions, a [`Budget`] ([`Config::budget`]) bounds what all of
+//! them hold together: received and unread, written and unsent. Past
+//! seven eighths of it a session holding more than its share takes no new
+//! stream (a SYN gets a FIN, [`Mux::open`] fails with
+//! [`OpenError::Budget`]); past all of it the
+//! session holding the most is shed ([`MuxError::Budget`]): it ends, lets
+//! go of everything it holds, and its streams fail saying why. And the
+//! keepalive ends a session whose peer stops taking what we send
+//! ([`MuxError::NoProgress`]), however many NOPs it sends.
 //!
 //! | file | concern |
 //! |---|---|
@@ -44,12 +55,32 @@ mod multiplexer;
 mod schedule;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bounds;
 
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
+pub use crate::budget::Budget;
 pub use frame::{Command, FrameError, Header};
 pub use multiplexer::Mux;
+
+/// The limit of the budget every session shares unless its configuration
+/// names another: 256 MiB. One session at its stream limit holds at most
+/// `max_streams` × (window + send buffer), 512 × 384 KiB = 192 MiB, so
+/// the default takes one such session whole and any number of them
+/// together in about a hundredth of a 24 GiB machine; past it the largest
+/// are shed.
+pub const DEFAULT_BUDGET: usize = 256 << 20;
+
+/// The budget of every session whose configuration names no other (of
+/// [`DEFAULT_BUDGET`] bytes): one for the whole process, so the bound
+/// holds across all sessions of every server in it by default.
+pub fn default_budget() -> Budget {
+    static DEFAULT: OnceLock<Budget> = OnceLock::new();
+    DEFAULT.get_or_init(|| Budget::new(DEFAULT_BUDGET)).clone()
+}
 
 /// Which side of the byte stream this is: the one that dialled opens
 /// streams with odd ids (3, 5, ...), the one that accepted with even ids
@@ -110,7 +141,8 @@ pub const INITIAL_WINDOW: u32 = 256 * 1024;
 
 /// A session's settings. The defaults are xtaci/smux's, but for the
 /// stream window (256 KiB: what its senders assume anyway) and the limits
-/// smux does not have.
+/// smux does not have. Sessions made with clones of one configuration
+/// share its [`budget`](Config::budget).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// The version to speak; `None`: the version of the peer's first
@@ -145,9 +177,21 @@ pub struct Config {
     pub send_buffer: usize,
     /// How often a NOP is sent; `None`: never. Default 10 s.
     pub keepalive_interval: Option<Duration>,
-    /// How long the peer may stay silent before the session ends; `None`:
-    /// forever. Default 30 s.
+    /// How long the peer may stay silent before the session ends; and how
+    /// long it may take none of what we send while something of ours waits
+    /// for it (frames the transport does not take, or a version 2 stream's
+    /// data its window holds back), whatever else it sends (NOPs, data),
+    /// before the session ends ([`MuxError::NoProgress`]). `None`: forever.
+    /// Default 30 s.
     pub keepalive_timeout: Option<Duration>,
+    /// What this session and every other of the same budget may hold
+    /// together: bytes received and not yet read, written and not yet
+    /// sent, on every stream. Past seven eighths of it a session holding
+    /// at least its share (the limit divided among the sessions, and one
+    /// more) takes no new stream; past all of it the session holding the most is shed
+    /// (see [`MuxError::Budget`]). Default: [`default_budget`], one for
+    /// the whole process ([`DEFAULT_BUDGET`], 256 MiB).
+    pub budget: Budget,
 }
 
 impl Default for Config {
@@ -162,6 +206,7 @@ impl Default for Config {
             send_buffer: 128 << 10,
             keepalive_interval: Some(Duration::from_secs(10)),
             keepalive_timeout: Some(Duration::from_secs(30)),
+            budget: default_budget(),
         }
     }
 }
@@ -230,6 +275,19 @@ pub enum MuxError {
     },
     /// The peer stayed silent past the keepalive timeout.
     KeepaliveTimeout,
+    /// For the keepalive timeout, something of ours waited for the peer
+    /// (frames its transport did not take, or data its window held back)
+    /// and it took none of it: it may have sent NOPs or data, but it does
+    /// not read.
+    NoProgress,
+    /// The session was shed for the budget: every session of it together
+    /// went past its limit, and this one held the most.
+    Budget {
+        /// What it held when it was shed.
+        held: usize,
+        /// The budget's limit.
+        limit: usize,
+    },
     /// Version 2: a window update that says more was consumed than was
     /// ever sent on the stream.
     Update {
@@ -252,6 +310,13 @@ impl fmt::Display for MuxError {
             MuxError::KeepaliveTimeout => {
                 f.write_str("the peer sent nothing within the keepalive timeout")
             }
+            MuxError::NoProgress => f.write_str(
+                "the peer took none of what we sent within the keepalive timeout (it does not read)",
+            ),
+            MuxError::Budget { held, limit } => write!(
+                f,
+                "shed for the mux budget: every session together went past its {limit} bytes, and this one held the most ({held} bytes received and unread or written and unsent)"
+            ),
             MuxError::Update { stream } => write!(
                 f,
                 "the peer's window update for stream {stream} counts more bytes consumed than were sent"
@@ -300,6 +365,9 @@ pub enum OpenError {
     IdsExhausted,
     /// The session ended or is ending.
     Ended,
+    /// The budget every session shares is nearly full and this session
+    /// holds at least its share of it ([`Config::budget`]).
+    Budget,
 }
 
 impl fmt::Display for OpenError {
@@ -312,6 +380,9 @@ impl fmt::Display for OpenError {
                 "this mux session has used all its stream ids: open a new session"
             }
             OpenError::Ended => "the mux session ended",
+            OpenError::Budget => {
+                "the mux budget is nearly full and this session holds its share: no new streams until it drains"
+            }
         })
     }
 }
@@ -325,8 +396,16 @@ pub struct MuxStats {
     pub opened: u64,
     /// Streams the peer opened that were taken in.
     pub incoming: u64,
-    /// SYNs answered with a FIN: past `max_streams`, id 0, or while ending.
+    /// SYNs answered with a FIN: past `max_streams`, id 0, with one of our
+    /// own ids, while the budget is nearly full, or while ending.
     pub refused: u64,
+    /// Of those, SYNs with an id of our side's parity (the dialer's are
+    /// odd, the acceptor's even).
+    pub wrong_parity: u64,
+    /// Streams not taken on because the budget was nearly full and the
+    /// session held its share: the peer's SYNs refused and our own opens
+    /// that failed.
+    pub budget_refused: u64,
     /// Data frames dropped: for a stream unknown, closed by the
     /// application, or after the peer's own FIN.
     pub discarded_frames: u64,

@@ -10,6 +10,7 @@ use super::schedule::Schedule;
 use super::{
     Config, Event, INITIAL_WINDOW, MuxError, MuxStats, OpenError, Read, Side, StreamError, Version,
 };
+use crate::budget::{Account, Charge};
 
 /// Control frames owed to the peer (SYNs, refusing FINs) past which the
 /// session stops reading its input: a peer that opens streams and never
@@ -81,7 +82,13 @@ struct Stream {
 ///    peer is not reading our answers);
 /// 3. whenever [`has_output`](Mux::has_output), [`transmit`](Mux::transmit)
 ///    into a buffer and write it out;
-/// 4. at [`poll_timeout`](Mux::poll_timeout), [`handle_timeout`](Mux::handle_timeout).
+/// 4. at [`poll_timeout`](Mux::poll_timeout), [`handle_timeout`](Mux::handle_timeout);
+/// 5. after each attempt to write, [`note_transport`](Mux::note_transport):
+///    whether the transport took some of our frames and whether some still
+///    wait for it (the keepalive's test of a peer that does not read);
+/// 6. when the budget's waker ([`set_waker`](Mux::set_waker)) wakes it,
+///    [`poll_timeout`](Mux::poll_timeout) is due at once: the session was
+///    shed.
 ///
 /// After any of the application's calls, output may be owed (steps 3), and
 /// after a [`read`](Mux::read), input may be wanted again (step 2).
@@ -115,7 +122,20 @@ pub struct Mux {
     ending: bool,
     failed: Option<MuxError>,
     stats: MuxStats,
+    /// What the session holds (received and unread, written and unsent)
+    /// in the budget every session of the configuration shares.
+    account: Account,
     last_received: Instant,
+    /// The last time the peer showed it takes what we send: a window
+    /// update that moves, the transport taking our frames, or nothing of
+    /// ours waiting for it (see `handle_timeout`).
+    last_progress: Instant,
+    /// Progress seen since the last keepalive check.
+    progressed: bool,
+    /// Some of our frames wait for the transport (the driver says so).
+    output_waiting: bool,
+    /// At the last check, something of ours waited for the peer.
+    waiting_on_peer: bool,
     /// What `receive` left in its input last time.
     unread: usize,
     next_keepalive: Option<Instant>,
@@ -146,7 +166,12 @@ impl Mux {
             ending: false,
             failed: None,
             stats: MuxStats::default(),
+            account: config.budget.account(),
             last_received: now,
+            last_progress: now,
+            progressed: false,
+            output_waiting: false,
+            waiting_on_peer: false,
             unread: 0,
             next_keepalive: config
                 .keepalive_interval
@@ -183,6 +208,35 @@ impl Mux {
     /// Received bytes the application has not read, all streams.
     pub fn buffered(&self) -> usize {
         self.buffered
+    }
+
+    /// What the session holds against its budget ([`Config::budget`]):
+    /// received and unread, written and unsent, every stream.
+    pub fn held(&self) -> usize {
+        self.account.held()
+    }
+
+    /// Who to wake when the session is shed for the budget (the driver's
+    /// task): it then finds [`poll_timeout`](Mux::poll_timeout) due.
+    pub fn set_waker(&self, waker: &std::task::Waker) {
+        self.account.set_waker(waker);
+    }
+
+    /// Takes `bytes` more held from the budget; `Err` if that shed this
+    /// session (it holds the most when the budget went past its limit).
+    fn hold(&mut self, bytes: usize) -> Result<(), MuxError> {
+        match self.account.charge(bytes) {
+            Charge::Shed => Err(self.shed()),
+            Charge::Taken | Charge::OverCap => Ok(()),
+        }
+    }
+
+    /// The session was shed: it ends, and lets go of what it holds.
+    fn shed(&mut self) -> MuxError {
+        self.fail(MuxError::Budget {
+            held: self.account.held_when_shed(),
+            limit: self.account.budget().limit(),
+        })
     }
 
     /// Why the session ended, if it did.
@@ -225,6 +279,9 @@ impl Mux {
     pub fn receive(&mut self, input: &mut BytesMut, now: Instant) -> Result<(), MuxError> {
         if let Some(error) = self.failed {
             return Err(error);
+        }
+        if self.account.is_shed() {
+            return Err(self.shed());
         }
         // New bytes since the last call (not a partial frame seen again)
         // show the peer alive.
@@ -302,8 +359,24 @@ impl Mux {
             self.stats.refused += 1;
             return;
         }
-        if self.ending || self.refusing || self.streams.len() >= self.config.max_streams {
+        // The peer opens streams with its own ids: odd from the dialer, even
+        // from the acceptor. One of ours would collide with a stream we
+        // open (xtaci/smux does not check; we refuse it).
+        let ours = (id % 2 == 1) == (self.side == Side::Dialer);
+        let budget_full = self.account.crowding();
+        if ours
+            || budget_full
+            || self.ending
+            || self.refusing
+            || self.streams.len() >= self.config.max_streams
+        {
             self.stats.refused += 1;
+            if ours {
+                self.stats.wrong_parity += 1;
+            } else if budget_full {
+                self.stats.budget_refused += 1;
+                self.account.refused();
+            }
             self.refusals += 1;
             self.control.push_back(Control::Refuse(id));
             return;
@@ -352,6 +425,7 @@ impl Mux {
             } else if !stream.stale {
                 stream.stale = true;
             } else {
+                self.account.release(stream.send.len());
                 stream.send = BytesMut::new();
                 give_turn(&mut self.schedule, id, stream);
             }
@@ -390,7 +464,7 @@ impl Mux {
         stream.recv.extend_from_slice(payload);
         self.buffered += payload.len();
         tell_readable(&mut self.events, id, stream);
-        Ok(())
+        self.hold(payload.len())
     }
 
     fn on_update(&mut self, id: u32, consumed: u32, window: u32) -> Result<(), MuxError> {
@@ -400,6 +474,10 @@ impl Mux {
         if (stream.written.wrapping_sub(consumed) as i32) < 0 {
             // More consumed than was ever sent (smux's ErrConsumed).
             return Err(MuxError::Update { stream: id });
+        }
+        if consumed != stream.peer_consumed {
+            // The peer read some of what we sent: progress.
+            self.progressed = true;
         }
         stream.peer_consumed = consumed;
         stream.peer_window = window;
@@ -415,6 +493,18 @@ impl Mux {
             self.control.clear();
             self.refusals = 0;
             self.updates.clear();
+            // Nothing more is sent: what waited to be goes. Shed for the
+            // budget, what was received goes too (reads then fail, saying
+            // why); otherwise it is still read.
+            let shed = matches!(error, MuxError::Budget { .. });
+            for stream in self.streams.values_mut() {
+                stream.send = BytesMut::new();
+                if shed {
+                    self.buffered -= stream.recv.len();
+                    stream.recv = BytesMut::new();
+                }
+            }
+            self.account.release(self.account.held() - self.buffered);
             for (&id, stream) in &mut self.streams {
                 if !stream.released {
                     tell_readable(&mut self.events, id, stream);
@@ -446,6 +536,11 @@ impl Mux {
         }
         if self.streams.len() >= self.config.max_streams {
             return Err(OpenError::TooManyStreams);
+        }
+        if self.account.crowding() {
+            self.account.refused();
+            self.stats.budget_refused += 1;
+            return Err(OpenError::Budget);
         }
         let id = loop {
             self.last_id = self.last_id.checked_add(2).ok_or(OpenError::IdsExhausted)?;
@@ -505,6 +600,7 @@ impl Mux {
             stream.recv = BytesMut::new();
         }
         self.buffered -= n;
+        self.account.release(n);
         if v2 && self.failed.is_none() {
             let first = stream.consumed == 0;
             stream.consumed = stream.consumed.wrapping_add(n as u32);
@@ -526,6 +622,10 @@ impl Mux {
         if self.failed.is_some() {
             return Err(StreamError::Ended);
         }
+        if self.account.is_shed() {
+            self.shed();
+            return Err(StreamError::Ended);
+        }
         let stream = self.streams.get_mut(&id).ok_or(StreamError::Unknown)?;
         if stream.fin_wanted || stream.released {
             return Err(StreamError::Finished);
@@ -542,6 +642,9 @@ impl Mux {
         let v2 = self.version != Some(Version::V1);
         if sendable(stream, v2, self.config.max_frame_size) {
             give_turn(&mut self.schedule, id, stream);
+        }
+        if self.hold(n).is_err() {
+            return Err(StreamError::Ended);
         }
         Ok(n)
     }
@@ -573,6 +676,7 @@ impl Mux {
         }
         stream.released = true;
         self.buffered -= stream.recv.len();
+        self.account.release(stream.recv.len());
         stream.recv = BytesMut::new();
         if stream.fin_sent || self.failed.is_some() {
             self.streams.remove(&id);
@@ -710,6 +814,7 @@ impl Mux {
                 put_header(out, version, Command::Psh, n as u16, id);
                 out.extend_from_slice(&stream.send[..n]);
                 stream.send.advance(n);
+                self.account.release(n);
                 stream.written = stream.written.wrapping_add(n as u32);
                 if stream.send.is_empty() && stream.send.capacity() > KEEP_CAPACITY {
                     stream.send = BytesMut::new();
@@ -740,26 +845,79 @@ impl Mux {
         if self.failed.is_some() {
             return None;
         }
-        if self.resumed {
-            // Due now: the keepalive clock restarts.
-            return Some(self.last_received);
+        if self.resumed || self.account.is_shed() {
+            // Due now: the keepalive clock restarts, or the session ends.
+            return Some(self.last_received.min(self.last_progress));
         }
         let silence = match self.config.keepalive_timeout {
             Some(timeout) if self.wants_input() => self.last_received.checked_add(timeout),
             _ => None,
         };
-        match (self.next_keepalive, silence) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let stalled = match self.config.keepalive_timeout {
+            Some(timeout) if self.waiting_on_peer => self.last_progress.checked_add(timeout),
+            _ => None,
+        };
+        [self.next_keepalive, silence, stalled]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Sends a NOP if its interval passed; ends the session if the peer
-    /// was silent for the timeout (not counting time in which we were the
-    /// ones not reading).
+    /// What the transport did with our frames since the last call: whether
+    /// it took some (`wrote`) and whether some still wait for it
+    /// (`waiting`: it takes no more now). A driver calls it after each
+    /// attempt to write. Frames that waited and then went are the peer's
+    /// progress; frames taken at once prove nothing (our own NOPs go out
+    /// whether the peer reads or not, into the kernel's buffers).
+    pub fn note_transport(&mut self, wrote: bool, waiting: bool) {
+        self.progressed |= wrote && self.output_waiting;
+        self.output_waiting = waiting;
+    }
+
+    /// Whether something of ours waits for the peer: frames the transport
+    /// has not taken, or (version 2) a stream's data its window holds back.
+    fn waits_on_peer(&self) -> bool {
+        if self.output_waiting {
+            return true;
+        }
+        if self.version != Some(Version::V2) {
+            return false;
+        }
+        let max_frame = self.config.max_frame_size;
+        self.streams
+            .values()
+            .any(|stream| !stream.send.is_empty() && room(stream, true, max_frame) == 0)
+    }
+
+    /// Sends a NOP if its interval passed. Ends the session if the peer
+    /// was silent for the keepalive timeout (not counting time in which we
+    /// were the ones not reading), or if for as long something of ours
+    /// waited for it and it took none of it ([`MuxError::NoProgress`]: a
+    /// peer that sends NOPs, or anything else, but never reads what we
+    /// send is no more alive than a silent one), or if the session was
+    /// shed for the budget ([`MuxError::Budget`]).
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), MuxError> {
         if let Some(error) = self.failed {
             return Err(error);
+        }
+        if self.account.is_shed() {
+            return Err(self.shed());
+        }
+        // Progress: the peer took some of what we sent, or nothing of ours
+        // waits for it. (Whether we read meanwhile does not matter: a peer
+        // that does not read can stall our application, and so our reading.
+        // A session stuck both ways is over either way.)
+        self.waiting_on_peer = self.waits_on_peer();
+        if self.progressed || !self.waiting_on_peer {
+            self.progressed = false;
+            self.last_progress = now;
+        } else if self
+            .config
+            .keepalive_timeout
+            .and_then(|timeout| self.last_progress.checked_add(timeout))
+            .is_some_and(|due| now >= due)
+        {
+            return Err(self.fail(MuxError::NoProgress));
         }
         let due = self.next_keepalive.filter(|next| now >= *next);
         if let (Some(_), Some(interval)) = (due, self.config.keepalive_interval) {

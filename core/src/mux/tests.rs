@@ -10,7 +10,7 @@ use super::frame::{Command, HEADER_LEN, Header};
 use super::*;
 
 /// Frames sent by one side, as (command, stream, payload).
-fn frames(mut bytes: &[u8]) -> Vec<(Command, u32, Vec<u8>)> {
+pub(super) fn frames(mut bytes: &[u8]) -> Vec<(Command, u32, Vec<u8>)> {
     let mut out = Vec::new();
     while let Some(header) = Header::decode(bytes) {
         let length = usize::from(header.length);
@@ -26,7 +26,7 @@ fn frames(mut bytes: &[u8]) -> Vec<(Command, u32, Vec<u8>)> {
     out
 }
 
-fn frame(version: u8, command: Command, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(version: u8, command: Command, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut bytes = Header {
         version,
         command: command.byte(),
@@ -39,14 +39,14 @@ fn frame(version: u8, command: Command, stream: u32, payload: &[u8]) -> Vec<u8> 
     bytes
 }
 
-fn config(version: Version) -> Config {
+pub(super) fn config(version: Version) -> Config {
     Config {
         version: Some(version),
         ..Config::default()
     }
 }
 
-fn drain_all(mux: &mut Mux) -> Vec<u8> {
+pub(super) fn drain_all(mux: &mut Mux) -> Vec<u8> {
     let mut out = BytesMut::new();
     loop {
         let before = out.len();
@@ -57,14 +57,14 @@ fn drain_all(mux: &mut Mux) -> Vec<u8> {
     }
 }
 
-fn feed(mux: &mut Mux, bytes: &[u8]) -> Result<(), MuxError> {
+pub(super) fn feed(mux: &mut Mux, bytes: &[u8]) -> Result<(), MuxError> {
     let mut input = BytesMut::from(bytes);
     mux.receive(&mut input, Instant::now())?;
     assert!(input.is_empty(), "{} bytes left", input.len());
     Ok(())
 }
 
-fn read_all(mux: &mut Mux, id: u32) -> (Vec<u8>, bool) {
+pub(super) fn read_all(mux: &mut Mux, id: u32) -> (Vec<u8>, bool) {
     let mut data = Vec::new();
     let mut buf = [0; 1000];
     loop {

@@ -2,8 +2,10 @@
 // v1.5.58) for interop tests against rapidws's smux implementation. It runs
 // one smux session over a TCP connection or a WebSocket (binary messages,
 // one smux frame per message when sending) and either checks echoed streams
-// (echo-check, accept-check) or echoes the streams the other side opens
-// (echo-serve). See ../../README.md for the flags.
+// (echo-check, accept-check), echoes the streams the other side opens
+// (echo-serve), or opens streams, writes on them and never reads them
+// (hold: a hostile peer for the other side's memory bounds and keepalive).
+// See ../../README.md for the flags.
 //
 // Half-close in smux v1.5.58: Stream.CloseWrite (stream.go:726) sends FIN
 // and leaves the read side open, so the echo can still be read until the
@@ -46,7 +48,7 @@ var (
 	useWS     = flag.Bool("ws", false, "with -listen: serve a WebSocket (any path) instead of plain TCP")
 	version   = flag.Int("version", 1, "smux protocol version (1 or 2)")
 	role      = flag.String("role", "", "smux side: client (odd stream ids) or server (even); default client when dialling, server with -listen")
-	mode      = flag.String("mode", "echo-check", "echo-check, accept-check or echo-serve")
+	mode      = flag.String("mode", "echo-check", "echo-check, accept-check, echo-serve or hold")
 	nStreams  = flag.Int("streams", 100, "echo-check: streams to open; accept-check: streams to accept")
 	nOpen     = flag.Int("open", 0, "echo-serve: also open this many streams and echo-check them")
 	maxSize   = flag.Int("max-size", 1<<20, "largest random payload per checked stream, bytes")
@@ -76,7 +78,7 @@ func main() {
 		usage("exactly one of -tcp, -url, -listen is required")
 	case *useWS && *listen == "":
 		usage("-ws needs -listen (use -url to dial a WebSocket)")
-	case *mode != "echo-check" && *mode != "accept-check" && *mode != "echo-serve":
+	case *mode != "echo-check" && *mode != "accept-check" && *mode != "echo-serve" && *mode != "hold":
 		usage("unknown -mode " + *mode)
 	case *maxSize < 0 || *nStreams < 0 || *nOpen < 0:
 		usage("-max-size, -streams and -open must not be negative")
@@ -94,7 +96,7 @@ func main() {
 	cfg.Version = *version
 	cfg.KeepAliveInterval, cfg.KeepAliveTimeout, cfg.KeepAliveDisabled = *kaIval, *kaTimeout, *noKA
 	cfg.MaxFrameSize, cfg.MaxStreamBuffer, cfg.MaxReceiveBuffer = *maxFrame, *streamBuf, *recvBuf
-	if *mode == "echo-serve" && *version == 2 && !set["recv-buffer"] {
+	if (*mode == "echo-serve" || *mode == "hold") && *version == 2 && !set["recv-buffer"] {
 		// A v2 echo server with stock buffers can deadlock: once the
 		// session-wide budget (MaxReceiveBuffer) is used up, recvLoop stops
 		// reading the connection (session.go:434) until streams consume data,
@@ -144,6 +146,8 @@ func main() {
 		shutdown(sess, conn)
 	case "echo-serve":
 		echoServe(sess, start)
+	case "hold":
+		hold(sess, start)
 	}
 }
 
@@ -463,6 +467,49 @@ func echoServe(sess *smux.Session, start time.Time) {
 	<-checked // the session is gone, so unfinished checks fail promptly
 	fmt.Fprintf(os.Stderr, "smuxpeer: session closed by peer; echoed %d streams, %d bytes\n",
 		accepted.Load(), echoed.Load())
+	sess.Close()
+}
+
+// hold opens -streams streams and writes -max-size bytes on each (as far as
+// the peer's windows let it), never reads any of them, and waits for the
+// session to end: a peer whose application never reads, while smux itself
+// reads the connection (with -version 2 and no -recv-buffer its receive
+// budget is 256 MiB, so it keeps reading) and sends a NOP every
+// -keepalive-interval. Prints `holding streams=N` once they are open (fewer
+// if the session ended first), and `closed after=SECONDS wrote=BYTES` when
+// the other side ends the session (exit 0).
+func hold(sess *smux.Session, start time.Time) {
+	payload := make([]byte, *maxSize)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	var wrote atomic.Int64
+	track.note("hold", func() string {
+		return fmt.Sprintf("hold: %d streams, %d bytes written, session open", *nStreams, wrote.Load())
+	})
+	streams := make([]*smux.Stream, 0, *nStreams)
+	for i := 0; i < *nStreams; i++ {
+		st, err := sess.OpenStream()
+		if err != nil {
+			// The other side may end the session meanwhile: hold what opened.
+			fmt.Fprintf(os.Stderr, "smuxpeer: hold: OpenStream %d: %v\n", i, err)
+			break
+		}
+		streams = append(streams, st)
+		go func() {
+			n, _ := st.Write(payload) // blocks while the peer gives no window
+			wrote.Add(int64(n))
+		}()
+	}
+	fmt.Printf("holding streams=%d\n", len(streams))
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			break
+		}
+		st.Close()
+	}
+	fmt.Printf("closed after=%.1f wrote=%d\n", time.Since(start).Seconds(), wrote.Load())
 	sess.Close()
 }
 
