@@ -354,3 +354,52 @@ async fn without_the_flag_there_is_no_metrics_page() {
     .await;
     assert!(response.starts_with("HTTP/1.1 404"), "{response}");
 }
+
+/// The bus's byte budgets in the metrics: what its topics and history
+/// hold and allow (set once a second), against `/stats`'s `"usage"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_budgets_are_in_the_metrics() {
+    let args = [
+        "--metrics",
+        "--history",
+        "10",
+        "--max-history-bytes",
+        "1000000",
+    ];
+    let (_child, addr) = start_example("notify_bus", &args).await;
+    for topic in 0..5 {
+        let response = http_exchange(
+            addr,
+            &format!(
+                "POST /publish/t{topic} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n\
+                 Content-Length: 5\r\n\r\nhello"
+            ),
+        )
+        .await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    let history = "rapidws_budget_bytes{budget=\"pubsub_history\"}";
+    let got = scrape_until(addr, "/metrics", |s| {
+        value(s, history) > 0.0 && value(s, "rapidws_pubsub_topics") == 5.0
+    })
+    .await;
+    let stats: serde_json::Value = serde_json::from_str(&get(addr, "/stats").await).unwrap();
+    let usage = &stats["usage"];
+    assert_eq!(value(&got, "rapidws_pubsub_topics"), 5.0, "{got:#?}");
+    assert_eq!(
+        value(&got, history),
+        usage["history_bytes"].as_f64().unwrap(),
+        "{got:#?} {usage}"
+    );
+    assert_eq!(
+        value(
+            &got,
+            "rapidws_budget_limit_bytes{budget=\"pubsub_history\"}"
+        ),
+        1_000_000.0
+    );
+    assert_eq!(
+        value(&got, "rapidws_budget_bytes{budget=\"pubsub_topics\"}"),
+        usage["topic_bytes"].as_f64().unwrap()
+    );
+}

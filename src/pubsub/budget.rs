@@ -91,15 +91,15 @@ impl Limits {
     }
 }
 
-/// One budget: a limit, and what is held against it now.
-pub(super) struct Budget {
+/// One of the budgets: its limit, and what is held against it now.
+pub(super) struct Tally {
     limit: usize,
     used: AtomicUsize,
 }
 
-impl Budget {
-    pub(super) fn new(limit: usize) -> Budget {
-        Budget {
+impl Tally {
+    pub(super) fn new(limit: usize) -> Tally {
+        Tally {
             limit,
             used: AtomicUsize::new(0),
         }
@@ -116,7 +116,7 @@ impl Budget {
     }
 
     /// Takes `bytes` whatever the limit (what is already held and must be
-    /// counted: the caller sheds until [`Budget::over`] is false).
+    /// counted: the caller sheds until [`Tally::over`] is false).
     pub(super) fn charge(&self, bytes: usize) {
         self.used.fetch_add(bytes, Ordering::Relaxed);
     }
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn takes_what_fits_and_counts_what_is_charged() {
-        let budget = Budget::new(100);
+        let budget = Tally::new(100);
         assert!(budget.take(60));
         assert!(!budget.take(41), "60 + 41 is past 100");
         assert!(budget.take(40));

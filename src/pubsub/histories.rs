@@ -22,12 +22,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::budget::Budget;
+use super::budget::Tally;
 use super::envelope::Publication;
 
 /// Every topic's history's bytes, and the order to let them go in.
 pub(super) struct Histories {
-    budget: Budget,
+    budget: Tally,
     order: Mutex<Order>,
     /// Publications kept in every log.
     kept: AtomicUsize,
@@ -48,7 +48,7 @@ const MIN_COMPACT: usize = 1024;
 impl Histories {
     pub(super) fn new(limit: usize) -> Histories {
         Histories {
-            budget: Budget::new(limit),
+            budget: Tally::new(limit),
             order: Mutex::new(Order {
                 queue: VecDeque::new(),
                 compact_at: MIN_COMPACT,

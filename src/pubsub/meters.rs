@@ -31,12 +31,20 @@ pub(crate) struct PubSubMeters {
     conflated: Counter,
     /// Kept publications let go for the history's byte budget.
     history_shed: Counter,
-    /// What the byte budgets hold, set by the sweeper each pass.
+    /// Topics not made for the topics' byte budget (its total, set by the
+    /// sweeper).
+    topics_refused: Counter,
+    /// Topics kept, and what the byte budgets hold and allow, set by the
+    /// sweeper each pass (the family the other budgets use, `budget`
+    /// `pubsub_topics`, `pubsub_history`, `pubsub_waiting`).
     topics: Gauge,
-    topic_bytes: Gauge,
-    history_bytes: Gauge,
-    waiting_bytes: Gauge,
+    held: [Gauge; 3],
+    limits: [Gauge; 3],
 }
+
+/// The pub/sub budgets' labels, in `PubSubMeters::held`'s order.
+#[cfg(feature = "metrics")]
+const BUDGETS: [&str; 3] = ["pubsub_topics", "pubsub_history", "pubsub_waiting"];
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) struct PubSubMeters;
@@ -53,11 +61,12 @@ impl PubSubMeters {
             subscriber_closed: dropped("subscriber_closed"),
             connection_closing: dropped("connection_closing"),
             conflated: dropped("conflated"),
-            history_shed: metrics::counter!("rapidws_pubsub_history_shed_total"),
+            history_shed: metrics::counter!("rapidws_budget_shed_total", "budget" => BUDGETS[1]),
+            topics_refused: metrics::counter!("rapidws_budget_refused_total", "budget" => BUDGETS[0]),
             topics: metrics::gauge!("rapidws_pubsub_topics"),
-            topic_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "topics"),
-            history_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "history"),
-            waiting_bytes: metrics::gauge!("rapidws_pubsub_budget_bytes", "budget" => "waiting"),
+            held: BUDGETS.map(|budget| metrics::gauge!("rapidws_budget_bytes", "budget" => budget)),
+            limits: BUDGETS
+                .map(|budget| metrics::gauge!("rapidws_budget_limit_bytes", "budget" => budget)),
         }
     }
 
@@ -66,12 +75,23 @@ impl PubSubMeters {
         self.history_shed.increment(shed);
     }
 
-    /// What the budgets hold now (the sweeper's pass).
-    pub(crate) fn usage(&self, topics: usize, topic_bytes: usize, history: usize, waiting: usize) {
-        self.topics.set(topics as f64);
-        self.topic_bytes.set(topic_bytes as f64);
-        self.history_bytes.set(history as f64);
-        self.waiting_bytes.set(waiting as f64);
+    /// What the budgets hold and allow now, and the topics refused so
+    /// far (the sweeper's pass).
+    pub(crate) fn usage(&self, usage: &super::Usage, limits: &super::Limits) {
+        self.topics.set(usage.topics as f64);
+        self.topics_refused.absolute(usage.topics_refused);
+        let held = [usage.topic_bytes, usage.history_bytes, usage.waiting_bytes];
+        let allowed = [
+            limits.max_topic_bytes(),
+            limits.max_history_bytes(),
+            limits.max_waiting_bytes(),
+        ];
+        for (gauge, bytes) in self.held.iter().zip(held) {
+            gauge.set(bytes as f64);
+        }
+        for (gauge, bytes) in self.limits.iter().zip(allowed) {
+            gauge.set(bytes as f64);
+        }
     }
 
     pub(crate) fn published(&self) {
@@ -119,7 +139,7 @@ impl PubSubMeters {
     #[inline(always)]
     pub(crate) fn walked(&self, _walk: &Counts) {}
     pub(crate) fn history_shed(&self, _shed: u64) {}
-    pub(crate) fn usage(&self, _: usize, _: usize, _: usize, _: usize) {}
+    pub(crate) fn usage(&self, _: &super::Usage, _: &super::Limits) {}
 }
 
 impl std::fmt::Debug for PubSubMeters {

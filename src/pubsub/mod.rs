@@ -144,8 +144,8 @@ use crate::connection::conn::{Conn, SendError};
 use crate::connection::membership::Membership;
 use crate::connection::wake::ConnWake;
 use crate::proto::{CloseCode, Message, MessageKind, OpCode};
-use budget::Budget;
 pub use budget::Limits;
+use budget::Tally;
 pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 use log::Since;
@@ -562,7 +562,7 @@ impl Builder {
         let pubsub = PubSub {
             inner: Arc::new(Inner {
                 registry: Registry::new(Some(occupancy), limits),
-                waiting: Arc::new(Budget::new(limits.waiting)),
+                waiting: Arc::new(Tally::new(limits.waiting)),
                 relay,
                 config: self,
                 published: AtomicU64::new(0),
@@ -620,7 +620,7 @@ impl Default for PubSub {
 struct Inner {
     registry: Registry,
     /// What waits for conflating subscribers (`Limits::waiting_bytes`).
-    waiting: Arc<Budget>,
+    waiting: Arc<Tally>,
     /// Where this node's own publishes also go (the Redis bridge), if
     /// anywhere (shared with the registry's occupancy callback).
     relay: Arc<RwLock<Option<Arc<dyn Relay>>>>,
@@ -943,18 +943,7 @@ impl PubSub {
     /// What this `PubSub` holds now against its byte budgets, and what
     /// they refused or let go so far.
     pub fn usage(&self) -> Usage {
-        let registry = &self.inner.registry;
-        let (topics, topic_bytes, topics_refused) = registry.kept();
-        let histories = &registry.histories;
-        Usage {
-            topics,
-            topic_bytes,
-            topics_refused,
-            history_publications: histories.kept(),
-            history_bytes: histories.bytes(),
-            history_shed: histories.shed_count(),
-            waiting_bytes: self.inner.waiting.used(),
-        }
+        self.inner.usage()
     }
 
     /// Hands a publish of this node to the relay, if there is one (the
@@ -1575,11 +1564,22 @@ impl Inner {
     fn sweep(&self, now: Instant, recount: bool) {
         self.registry.sweep(now, recount);
         self.shed_history();
-        let (topics, topic_bytes, _) = self.registry.kept();
-        let history_bytes = self.registry.histories.bytes();
-        let waiting_bytes = self.waiting.used();
-        self.meters
-            .usage(topics, topic_bytes, history_bytes, waiting_bytes);
+        self.meters.usage(&self.usage(), &self.config.limits);
+    }
+
+    fn usage(&self) -> Usage {
+        let registry = &self.registry;
+        let (topics, topic_bytes, topics_refused) = registry.kept();
+        let histories = &registry.histories;
+        Usage {
+            topics,
+            topic_bytes,
+            topics_refused,
+            history_publications: histories.kept(),
+            history_bytes: histories.bytes(),
+            history_shed: histories.shed_count(),
+            waiting_bytes: self.waiting.used(),
+        }
     }
 
     /// Lets go of the oldest kept publications while every topic's

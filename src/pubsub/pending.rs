@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::budget::Budget;
+use super::budget::Tally;
 use super::envelope::Publication;
 
 /// A conflating subscriber's publications that did not fit its queue, in
@@ -28,7 +28,7 @@ pub(super) struct Pending {
     /// subscriber is told of the gap before the next one.
     pub(super) gap: bool,
     /// Every wait's budget.
-    budget: Arc<Budget>,
+    budget: Arc<Tally>,
 }
 
 struct Waiting {
@@ -47,7 +47,7 @@ pub(super) fn counted(publication: &Publication) -> usize {
 }
 
 impl Pending {
-    pub(super) fn new(budget: Arc<Budget>) -> Pending {
+    pub(super) fn new(budget: Arc<Tally>) -> Pending {
         Pending {
             waiting: BTreeMap::new(),
             by_key: HashMap::new(),

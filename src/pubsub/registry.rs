@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::budget::{Budget, Limits};
+use super::budget::{Limits, Tally};
 use super::envelope::Envelope;
 use super::histories::Histories;
 use super::history::{Epoch, History};
@@ -375,7 +375,7 @@ pub(super) struct Registry {
     /// Every topic here.
     kept: AtomicUsize,
     /// What the topics hold (`Limits::topic_bytes`).
-    budget: Budget,
+    budget: Tally,
     /// Topics not made because the budget was full.
     refused: AtomicU64,
     /// Every topic's history.
@@ -390,7 +390,7 @@ impl Registry {
             hasher: RandomState::new(),
             occupied: AtomicUsize::new(0),
             kept: AtomicUsize::new(0),
-            budget: Budget::new(limits.topics),
+            budget: Tally::new(limits.topics),
             refused: AtomicU64::new(0),
             histories: Arc::new(Histories::new(limits.history)),
             occupancy,
