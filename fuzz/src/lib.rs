@@ -842,6 +842,37 @@ pub fn pubsub_handoff(data: &[u8]) {
     );
 }
 
+/// A message from Redis as the pub/sub bridge reads it (`r<epoch><offset>:`
+/// in front, then the node's message: version, node, count, time, kind,
+/// key, payload, with or without a MAC): reading never panics, an offset
+/// is never past the bound, and what reads is the one encoding of itself
+/// (encoded again, and sealed from an unsealed copy, it is the same bytes).
+pub fn redis_wire(data: &[u8]) {
+    use rapidws::pubsub::redis::{MAX_OFFSET, decode, encode, recorded, seal, unsealed};
+    let Some((&selector, data)) = data.split_first() else {
+        return;
+    };
+    let secret = (selector & 1 == 1).then_some(&b"a secret the nodes share"[..]);
+    let channel = "rapidws:t";
+    let message = match recorded(data) {
+        Some((position, inner)) => {
+            assert!(position.offset < MAX_OFFSET, "{position:?}");
+            assert!(inner.len() < data.len());
+            inner
+        }
+        None => data,
+    };
+    let Some(decoded) = decode(message, channel, secret) else {
+        return;
+    };
+    let content = (decoded.key, decoded.opcode, decoded.payload);
+    assert_eq!(encode(decoded.stamp, content, channel, secret), message);
+    let mut sealed = unsealed(decoded.stamp.node, content);
+    let stamp = (decoded.stamp.count, decoded.stamp.time);
+    seal(&mut sealed, stamp, channel, secret);
+    assert_eq!(sealed, message, "sealed as encoded");
+}
+
 /// An smux frame header (rapidws-core's `mux::frame`): decoding never
 /// panics, encodes back to the same eight bytes, and what `check` accepts
 /// obeys smux's rules for every version and payload limit.

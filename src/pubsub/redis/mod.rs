@@ -131,7 +131,11 @@ mod streams;
 mod wire;
 
 use shared::Shared;
+
 pub use shared::{Builder, Occupancy};
+/// The bridge's wire format, for the fuzz targets: not part of the API.
+#[doc(hidden)]
+pub use wire::{Decoded, MAX_OFFSET, Stamp, decode, encode, recorded, seal, unsealed};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -9,7 +9,7 @@ use crate::proto::OpCode;
 use crate::pubsub::{Epoch, Position};
 
 /// An HMAC-SHA256 tag's length.
-pub(super) const TAG: usize = 32;
+pub const TAG: usize = 32;
 
 /// A message on the wire, version 3: the version, the node (16 bytes),
 /// its count (8 bytes, big-endian), when it was published (milliseconds
@@ -18,7 +18,7 @@ pub(super) const TAG: usize = 32;
 /// bytes big-endian, and the key), the payload, and with a secret an
 /// HMAC-SHA256 tag (32 bytes) over the channel's length (4 bytes), the
 /// channel, and everything before the tag.
-pub(super) const HEADER: usize = 1 + 16 + 8 + 8 + 1;
+pub const HEADER: usize = 1 + 16 + 8 + 8 + 1;
 
 /// The wire format's version.
 const VERSION: u8 = 3;
@@ -26,16 +26,17 @@ const VERSION: u8 = 3;
 /// Who published a message, and when: what the replay checks go by
 /// (signed with the rest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Stamp {
+pub struct Stamp {
     /// The node's random id.
-    pub(super) node: [u8; 16],
+    pub node: [u8; 16],
     /// The node's count of its messages: only grows.
-    pub(super) count: u64,
+    pub count: u64,
     /// Milliseconds since the Unix epoch, on the node's clock.
-    pub(super) time: u64,
+    pub time: u64,
 }
 
-pub(super) fn encode(
+/// A message as [`HEADER`] describes it, signed with `secret` if given.
+pub fn encode(
     stamp: Stamp,
     (key, opcode, payload): (Option<&str>, OpCode, &[u8]),
     channel: &str,
@@ -67,14 +68,14 @@ pub(super) fn encode(
 
 /// The highest offset taken from Redis: from there on it is refused
 /// (Redis's numbering is not trusted, and offsets are added to).
-pub(super) const MAX_OFFSET: u64 = 1 << 62;
+pub const MAX_OFFSET: u64 = 1 << 62;
 
 /// Where a message's count and time sit, to be written as it leaves.
 const STAMPED: std::ops::Range<usize> = 17..33;
 
 /// [`encode`] without its count, time and MAC, which [`seal`] adds as
 /// the message leaves for Redis.
-pub(super) fn unsealed(node: [u8; 16], content: (Option<&str>, OpCode, &[u8])) -> Vec<u8> {
+pub fn unsealed(node: [u8; 16], content: (Option<&str>, OpCode, &[u8])) -> Vec<u8> {
     let blank = Stamp {
         node,
         count: 0,
@@ -90,7 +91,7 @@ pub(super) fn unsealed(node: [u8; 16], content: (Option<&str>, OpCode, &[u8])) -
 /// bridge's task as each message leaves, in the order they leave, so a
 /// node's counts reach Redis (and every node) in order whichever thread
 /// published them, and the time signed is the time sent.
-pub(super) fn seal(
+pub fn seal(
     message: &mut Vec<u8>,
     (count, time): (u64, u64),
     channel: &str,
@@ -106,20 +107,20 @@ pub(super) fn seal(
 
 /// A message read back.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Decoded<'a> {
-    pub(super) stamp: Stamp,
-    pub(super) key: Option<&'a str>,
-    pub(super) opcode: OpCode,
-    pub(super) payload: &'a [u8],
+pub struct Decoded<'a> {
+    /// Who published it, and when.
+    pub stamp: Stamp,
+    /// Its key, if it has one.
+    pub key: Option<&'a str>,
+    /// Text or binary.
+    pub opcode: OpCode,
+    /// The payload as published.
+    pub payload: &'a [u8],
 }
 
 /// [`encode`] read back (its tag checked with `secret`); `None` for
 /// anything else.
-pub(super) fn decode<'a>(
-    message: &'a [u8],
-    channel: &str,
-    secret: Option<&[u8]>,
-) -> Option<Decoded<'a>> {
+pub fn decode<'a>(message: &'a [u8], channel: &str, secret: Option<&[u8]>) -> Option<Decoded<'a>> {
     let signed = match secret {
         Some(secret) => {
             let at = message.len().checked_sub(TAG)?;
@@ -184,7 +185,7 @@ fn sign(secret: &[u8], channel: &str, signed: &[u8]) -> Hmac<Sha256> {
 /// hex digits), the offset (decimal), `:`, and the node's message. The
 /// position is Redis's, outside the node's MAC (see "Redis is not
 /// trusted"). `None` for anything else.
-pub(super) fn recorded(message: &[u8]) -> Option<(Position, &[u8])> {
+pub fn recorded(message: &[u8]) -> Option<(Position, &[u8])> {
     let rest = message.strip_prefix(b"r")?;
     let epoch = std::str::from_utf8(rest.get(..16)?).ok()?;
     let epoch: Epoch = epoch.parse().ok()?;
