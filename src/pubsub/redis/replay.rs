@@ -7,12 +7,12 @@
 //! Redis, and one Redis shard per topic keep a publisher's order), so a
 //! message whose count is not above the last one heard from its node on
 //! its topic is a replay: refused, the node's own included. What is
-//! remembered is bounded in time: a message signed more than [`WINDOW`]
+//! remembered is bounded in time: a message signed more than [`WINDOW_MS`]
 //! ago is refused whatever its count, so a node and topic not heard from
-//! for that long (and [`SKEW`] more) can be forgotten. A node also
-//! refuses what was signed before it started listening (less [`SKEW`]):
+//! for that long (and [`SKEW_MS`] more) can be forgotten. A node also
+//! refuses what was signed before it started listening (less [`SKEW_MS`]):
 //! after a restart, with nothing remembered, a captured message is still
-//! refused. Clocks must agree within [`SKEW`]: a message from further in
+//! refused. Clocks must agree within [`SKEW_MS`]: a message from further in
 //! the future is refused too.
 
 use std::collections::HashMap;

@@ -35,7 +35,7 @@ pub struct Stamp {
     pub time: u64,
 }
 
-/// A message as [`HEADER`] describes it, signed with `secret` if given.
+/// A message in the format `HEADER` describes, signed with `secret` if given.
 pub fn encode(
     stamp: Stamp,
     (key, opcode, payload): (Option<&str>, OpCode, &[u8]),
