@@ -66,6 +66,11 @@ struct Args {
     /// budget (256 MiB).
     #[arg(long, value_name = "BYTES")]
     budget: Option<usize>,
+    /// A session whose peer is silent, or takes none of what waits for
+    /// it, this many seconds is ended (NOPs go every third of it);
+    /// default: the library's 30.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    keepalive_secs: Option<u64>,
 }
 
 /// What the server does on each session besides echoing.
@@ -90,6 +95,14 @@ fn main() -> ExitCode {
             .budget
             .map_or_else(rapidws::mux::default_budget, Budget::new),
         ..Config::default()
+    };
+    let config = match args.keepalive_secs.map(Duration::from_secs) {
+        Some(timeout) => Config {
+            keepalive_interval: Some(timeout / 3),
+            keepalive_timeout: Some(timeout),
+            ..config
+        },
+        None => config,
     };
     // Bound here, so a taken port is an error before anything runs.
     let tcp = match args.tcp_addr.map(std::net::TcpListener::bind).transpose() {
