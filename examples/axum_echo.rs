@@ -76,6 +76,8 @@ struct Args {
     /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
     #[arg(long)]
     metrics: bool,
+    #[command(flatten)]
+    origins: support::OriginArgs,
 }
 
 /// The demo page (the echo example's): a socket back to this server.
@@ -148,7 +150,7 @@ async fn run(args: Args) -> Result<(), String> {
         // Before the servers: they take their metric handles when made.
         support::install_metrics();
     }
-    let config = Config::default();
+    let config = args.origins.apply(Config::default());
     let config = match (args.deflate, args.deflate_min_size) {
         (false, _) => config,
         (true, None) => config.permessage_deflate(DeflateConfig::default()),

@@ -65,7 +65,8 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     if args.deflate {
         config = config.permessage_deflate(DeflateConfig::default());
     }
-    let mut client = Client::new(config).tls(support::client_tls(args.cafile.as_deref())?);
+    let mut client =
+        Client::new(config).tls(support::client_tls(args.cafile.as_deref(), "--cafile")?);
     client = match &args.proxy {
         Some(url) => client.proxy(Proxy::new(url).map_err(|e| e.to_string())?),
         None => client.proxy_from_env(),

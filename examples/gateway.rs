@@ -21,12 +21,13 @@
 //!
 //! Close codes go across as they are (1005, "no code", as 1000; 1006, "gone
 //! without a close", as 1001). An upstream that cannot be reached closes the
-//! client with 1014 (bad gateway). When a client breaks the protocol after
-//! sending requests, its close waits for the replies still due from
-//! upstream (one per message sent, as from a request/response or echo
-//! server), at most the close timeout.
+//! client with 1014 (bad gateway). A close from one side is passed to the
+//! other at once, and what the other side still sends is relayed until its
+//! own close frame arrives: only then does the first side get the answer
+//! to its close (`Handler::has_unhandled_messages`), so a client that sends
+//! and closes at once still gets its replies. Each side's close timeout
+//! bounds the wait.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -75,11 +76,8 @@ fn upstream_url(value: &str) -> Result<String, String> {
 struct Pair {
     client: Conn,
     upstream: OnceLock<Conn>,
-    /// Messages sent upstream that no upstream message has answered yet
-    /// (saturating at zero: an upstream may also speak unasked).
-    awaiting: AtomicUsize,
-    /// The client's connection ended with this code and reason, and the
-    /// upstream one waits for the replies due.
+    /// The client's connection ended with this code and reason, before its
+    /// upstream connection was open.
     ending: Mutex<Option<(CloseCode, String)>>,
 }
 
@@ -94,9 +92,6 @@ impl Pair {
         let Some((code, reason)) = self.ending.lock().unwrap().take() else {
             return;
         };
-        // The client's own close frame (if the protocol failure was held)
-        // goes out with the failure's code.
-        let _ = self.client.close(CloseCode::NORMAL, "");
         let _ = upstream.close(passed_on(code), reason_for_close(&reason));
     }
 }
@@ -156,7 +151,6 @@ struct Clients {
     upstream: Client<Upstream>,
     url: String,
     runtime: Handle,
-    close_timeout: Duration,
 }
 
 /// A client's connection: the upstream URL until it opens, then its pair.
@@ -187,7 +181,6 @@ impl Handler for Clients {
         let pair = Arc::new(Pair {
             client: conn.clone(),
             upstream: OnceLock::new(),
-            awaiting: AtomicUsize::new(0),
             ending: Mutex::new(None),
         });
         *side = Side::Open(pair.clone());
@@ -215,24 +208,17 @@ impl Handler for Clients {
 
     fn on_message(&self, conn: &Conn, side: &mut Side, message: Message<'_>) {
         let Some(pair) = side.pair() else { return };
-        let Some(upstream) = pair.upstream.get() else {
-            return;
-        };
-        // Counted before it goes: its reply may come before `forward`
-        // returns.
-        pair.awaiting.fetch_add(1, Ordering::AcqRel);
-        if !forward(message, conn, upstream, &self.runtime) {
-            let _ = pair
-                .awaiting
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if let Some(upstream) = pair.upstream.get() {
+            forward(message, conn, upstream, &self.runtime);
         }
     }
 
+    /// While the upstream connection is open, replies to what the client
+    /// sent may still come: the client's close is answered once the
+    /// upstream's own close frame is in (`Upstream::on_close`).
     fn has_unhandled_messages(&self, side: &Side) -> bool {
-        side.pair().is_some_and(|pair| {
-            pair.awaiting.load(Ordering::Acquire) > 0
-                && pair.upstream.get().is_some_and(Conn::is_open)
-        })
+        side.pair()
+            .is_some_and(|pair| pair.upstream.get().is_some_and(Conn::is_open))
     }
 
     fn on_close(&self, _: &Conn, side: &mut Side, code: CloseCode, reason: &str) {
@@ -240,17 +226,7 @@ impl Handler for Clients {
             return;
         };
         *pair.ending.lock().unwrap() = Some((code, reason.to_owned()));
-        if pair.awaiting.load(Ordering::Acquire) == 0 || pair.upstream.get().is_none() {
-            pair.close_upstream();
-            return;
-        }
-        // Replies are still due: they close it when they are in, or this
-        // does, after the close timeout.
-        let timeout = self.close_timeout;
-        self.runtime.spawn(async move {
-            tokio::time::sleep(timeout).await;
-            pair.close_upstream();
-        });
+        pair.close_upstream();
     }
 }
 
@@ -281,14 +257,16 @@ impl Handler for Upstream {
 
     fn on_message(&self, conn: &Conn, pair: &mut Arc<Pair>, message: Message<'_>) {
         forward(message, conn, &pair.client, &self.runtime);
-        let answered = pair
-            .awaiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        if answered == Ok(1) && pair.ending.lock().unwrap().is_some() {
-            pair.close_upstream();
-        }
     }
 
+    /// The mirror of `Clients::has_unhandled_messages`: the upstream's close
+    /// is answered once the client's close frame is in.
+    fn has_unhandled_messages(&self, pair: &Arc<Pair>) -> bool {
+        pair.client.is_open()
+    }
+
+    /// Passes the upstream's close to the client; if the client closed
+    /// first, this answers its close, after everything relayed.
     fn on_close(&self, _: &Conn, pair: &mut Arc<Pair>, code: CloseCode, reason: &str) {
         let _ = pair.client.close(passed_on(code), reason_for_close(reason));
     }
@@ -304,14 +282,14 @@ fn main() -> std::process::ExitCode {
     // wss upstreams: ring as rustls's provider, the web PKI roots or
     // --upstream-cafile's certificates.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let upstream_tls = match support::client_tls(args.upstream_cafile.as_deref()) {
-        Ok(tls) => tls,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let close_timeout = Duration::from_secs(5);
+    let upstream_tls =
+        match support::client_tls(args.upstream_cafile.as_deref(), "--upstream-cafile") {
+            Ok(tls) => tls,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return std::process::ExitCode::from(2);
+            }
+        };
     let url = args.upstream.clone();
     support::serve("gateway", &args.serve, move |runtime| {
         let upstream = Client::with_handler(
@@ -325,7 +303,6 @@ fn main() -> std::process::ExitCode {
             upstream,
             url,
             runtime,
-            close_timeout,
         }
     })
 }

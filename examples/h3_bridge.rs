@@ -38,8 +38,10 @@ struct Args {
     /// The HTTP/3 server (UDP).
     #[arg(long)]
     server: SocketAddr,
-    /// The certificate (PEM) the server's chain must lead to.
-    #[arg(long, value_name = "PEM")]
+    /// The certificates (PEM) to trust: a private CA the server's chain
+    /// leads to, or the server's own certificate (self-signed, even one
+    /// made CA:TRUE). `--cafile` is the same.
+    #[arg(long, value_name = "PEM", alias = "cafile")]
     ca: PathBuf,
     /// The name the server's certificate must carry (and `:authority`'s host).
     #[arg(long, default_value = "localhost")]
@@ -69,21 +71,11 @@ async fn run(args: Args) -> Result<(), Error> {
     .await
 }
 
-/// A QUIC client endpoint trusting `ca`, speaking `h3`.
+/// A QUIC client endpoint trusting `ca` as the other examples trust
+/// `--cafile` (roots, and each certificate pinned whatever its CA flag:
+/// `support::client_tls`), speaking `h3`.
 fn client_endpoint(ca: &std::path::Path) -> Result<quinn::Endpoint, Error> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca)
-        .map_err(|error| format!("cannot read --ca {}: {error}", ca.display()))?
-    {
-        roots.add(cert?)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut tls = (*support::client_tls(Some(ca), "--ca")?).clone();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;

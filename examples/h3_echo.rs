@@ -10,7 +10,9 @@
 //!   that echoes every stream (a bidirectional one on itself, a
 //!   unidirectional one on a new stream of its own, at most 1 MiB, read
 //!   whole within the stream budget: `--wt-budget` for every connection,
-//!   `--wt-connection-budget` for each) and every datagram.
+//!   `--wt-connection-budget` for each) and every datagram. A session's
+//!   peer may have 100 streams open each way (`--wt-streams`); a stream
+//!   it resets or stops gets its own code back.
 //! - TCP, TLS: HTTP/1.1 and HTTP/2. `GET /` is the demo page, `/ws` the
 //!   same echo (an upgrade, or an HTTP/2 extended CONNECT); every answer
 //!   offers HTTP/3 with `Alt-Svc`. `GET /cert-hash` is the SHA-256 of the
@@ -20,7 +22,8 @@
 //!   `--metrics`, `GET /metrics` (the stream budget's among them).
 //!
 //! One [`Handler`] serves both: the same limits, the same answers to a
-//! bad request (400, 426), the same shutdown. Ctrl-C or SIGTERM stops
+//! bad request (400, 426), the same origin check (pages of this server's
+//! own origin, and those `--allow-origin` names), the same shutdown. Ctrl-C or SIGTERM stops
 //! accepting, closes the WebSockets with 1001 and exits 0 once they are
 //! done. Logging follows `RUST_LOG` (default `info`).
 
@@ -72,9 +75,15 @@ struct Args {
     /// past it a stream is stopped with H3_EXCESSIVE_LOAD.
     #[arg(long, value_name = "BYTES")]
     wt_connection_budget: Option<usize>,
+    /// Streams a WebTransport session's peer may have open at once, each
+    /// way (default: the library's, 100, as Chromium expects).
+    #[arg(long, value_name = "N", default_value_t = rapidws::h3::DEFAULT_SESSION_STREAMS)]
+    wt_streams: u32,
     /// Serve `GET /metrics` on TCP: rapidws's metrics, Prometheus's text.
     #[arg(long)]
     metrics: bool,
+    #[command(flatten)]
+    origins: support::OriginArgs,
 }
 
 /// The demo page: a socket back to this server's `/ws`.
@@ -115,11 +124,16 @@ const TOO_LONG: u32 = 1;
 /// stream budget.
 struct WtEcho {
     budget: StreamBudget,
+    streams: u32,
 }
 
 impl WebTransport for WtEcho {
     fn stream_budget(&self) -> StreamBudget {
         self.budget.clone()
+    }
+
+    fn max_streams(&self) -> u32 {
+        self.streams
     }
 
     fn on_request(&self, request: &RequestHead) -> Result<(), Reject> {
@@ -165,26 +179,46 @@ impl WebTransport for WtEcho {
     }
 }
 
-/// Echoes a bidirectional stream on itself, chunk by chunk.
+/// Echoes a bidirectional stream on itself, chunk by chunk. A reset or a
+/// stop from the peer is passed back with the peer's own code, as the
+/// draft asks: the application on the other side reads its code back.
 async fn echo_bi(
     mut send: rapidws::h3::quinn::SendStream,
     mut recv: rapidws::h3::quinn::RecvStream,
 ) {
+    use rapidws::h3::quinn::{ReadError, WriteError};
     loop {
-        match recv.read_chunk(64 * 1024, true).await {
-            Ok(Some(chunk)) => {
-                if send.write_all(&chunk.bytes).await.is_err() {
+        tokio::select! {
+            read = recv.read_chunk(64 * 1024, true) => match read {
+                Ok(Some(chunk)) => match send.write_all(&chunk.bytes).await {
+                    Ok(()) => {}
+                    Err(WriteError::Stopped(code)) => {
+                        let _ = recv.stop(code);
+                        return;
+                    }
+                    Err(_) => return,
+                },
+                Ok(None) => {
+                    let _ = send.finish();
                     return;
                 }
-            }
-            Ok(None) => {
-                let _ = send.finish();
-                return;
-            }
-            // The peer reset it: so does the echo.
-            Err(error) => {
-                tracing::debug!(%error, "stream not echoed");
-                let _ = send.reset(rapidws::h3::error_code(0));
+                Err(ReadError::Reset(code)) => {
+                    let _ = send.reset(code);
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "stream not echoed");
+                    let _ = send.reset(rapidws::h3::error_code(0));
+                    return;
+                }
+            },
+            // The peer will not read the echo (quinn leaves the answer to a
+            // stop to us): it is reset, and reading stopped, with its code.
+            stopped = send.stopped() => {
+                if let Ok(Some(code)) = stopped {
+                    let _ = send.reset(code);
+                    let _ = recv.stop(code);
+                }
                 return;
             }
         }
@@ -265,7 +299,7 @@ async fn run(args: Args) -> Result<(), String> {
             per_connection.unwrap_or(rapidws::h3::DEFAULT_PER_CONNECTION),
         ),
     };
-    let config = Config::default();
+    let config = args.origins.apply(Config::default());
     let config = match (args.deflate, args.deflate_min_size) {
         (false, _) => config,
         (true, None) => config.permessage_deflate(DeflateConfig::default()),
@@ -314,7 +348,8 @@ async fn run(args: Args) -> Result<(), String> {
     );
     let quic_loop = tokio::spawn({
         let echo = echo.clone();
-        async move { rapidws::h3::serve_with(endpoint, &echo, WtEcho { budget }).await }
+        let streams = args.wt_streams;
+        async move { rapidws::h3::serve_with(endpoint, &echo, WtEcho { budget, streams }).await }
     });
     let stop = support::http::serve(listener, Some(acceptor), router).await;
     tracing::info!(?stop, "shutting down");

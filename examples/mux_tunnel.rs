@@ -191,7 +191,7 @@ async fn agent(
     version: Version,
 ) -> Result<(), String> {
     let client = rapidws::client::Client::new(rapidws::Config::default())
-        .tls(support::client_tls(cafile.as_deref())?);
+        .tls(support::client_tls(cafile.as_deref(), "--cafile")?);
     let mut backoff = Duration::from_millis(100);
     loop {
         let socket = match client.connect(url.as_str()).await {

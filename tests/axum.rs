@@ -87,6 +87,19 @@ async fn stream(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
     })
 }
 
+/// The async socket, answering each message a millisecond after taking it
+/// (time for a close sent right behind it to arrive).
+async fn late(upgrade: WebSocketUpgrade) -> Response {
+    upgrade.on_upgrade(|mut socket| async move {
+        while let Some(Ok(message)) = socket.recv().await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if socket.send(message).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
 /// The builder's own settings: deflate offered, messages up to 1 KiB.
 async fn small(upgrade: WebSocketUpgrade) -> Response {
     upgrade
@@ -129,6 +142,7 @@ async fn serve_app(config: Config) -> Served {
         .route("/ws", get(ws).connect(ws))
         .route("/stream", get(stream).connect(stream))
         .route("/small", get(small).connect(small))
+        .route("/late", get(late).connect(late))
         .route("/either", get(either))
         .layer(Extension(sockets.clone()))
         .with_state(App {
@@ -621,6 +635,36 @@ async fn websockets_over_http2_are_served_by_both_apis() {
     assert_eq!(status, 200);
     let extensions = headers["sec-websocket-extensions"].to_str().unwrap();
     assert!(extensions.starts_with("permessage-deflate"), "{extensions}");
+}
+
+/// A client that sends its last message and its close at once gets the
+/// answer, then the reply to its close, over HTTP/1.1 and HTTP/2 (hyper's
+/// h2 client): the socket's close waits for `recv` to return the end.
+/// Twenty runs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_reply_arrives_before_the_answer_to_the_close() {
+    let served = serve_app(Config::default()).await;
+    for run in 0..20 {
+        let url = format!("ws://{}/late", served.addr);
+        let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let text = format!("last word {run}");
+        let (texts, code) = say_and_leave(&mut client, &text).await;
+        assert_eq!(
+            (texts, code),
+            (vec![text], Some(1000)),
+            "HTTP/1.1, run {run}"
+        );
+    }
+    #[cfg(feature = "http2")]
+    for run in 0..20 {
+        let version = [("sec-websocket-version", "13")];
+        let (status, _, socket) =
+            h2_connect(served.addr, "/late", Some("websocket"), &version).await;
+        assert_eq!(status, 200);
+        let text = format!("last word {run}");
+        let (texts, code) = say_and_leave(&mut socket.unwrap(), &text).await;
+        assert_eq!((texts, code), (vec![text], Some(1000)), "HTTP/2, run {run}");
+    }
 }
 
 #[cfg(feature = "http2")]

@@ -265,9 +265,11 @@ async fn chromium_shows_the_bus_pages_errors_as_errors_and_deliveries_with_their
 /// WebTransport in a real browser: the demo page served by `h3_echo` over
 /// TCP opens a WebSocket at `/ws` (its usual self-test) and a WebTransport
 /// session at `/wt` over HTTP/3 (QUIC on the same port number): streams
-/// both ways echoed whole, a unidirectional stream echoed on the server's,
-/// datagrams echoed, and a close with code 4000 that the server sees (its
-/// log says the code and the reason).
+/// both ways echoed whole, 40 opened at once (past the 16 a connection
+/// starts with), one aborted with code 5 reset back with 5, a
+/// unidirectional stream echoed on the server's, datagrams echoed, and a
+/// close with code 4000 that the server sees (its log says the code and
+/// the reason).
 #[cfg(feature = "http3")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_passes_the_webtransport_self_test_on_h3_echo() {
@@ -289,6 +291,12 @@ async fn chromium_passes_the_webtransport_self_test_on_h3_echo() {
     assert!(verdict.starts_with("PASS "), "{verdict}");
     assert!(
         verdict.contains("/wt [WebTransport") && verdict.contains("closed 4000 bye"),
+        "{verdict}"
+    );
+    // Past the 16 streams a connection starts with, and the application's
+    // reset code passed back.
+    assert!(
+        verdict.contains("40 streams at once") && verdict.contains("code 5 reset back as 5"),
         "{verdict}"
     );
     // The server saw the browser's close: its code and its reason.

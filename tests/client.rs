@@ -191,6 +191,97 @@ async fn wss_to_our_tls_server() {
     );
 }
 
+/// The TLS mistakes a newcomer makes first each get an error that names
+/// the cause and the fix: wss:// to a plain port, ws:// to a TLS port, a
+/// certificate nobody trusts, a CA certificate served as the server's own.
+#[cfg(feature = "rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_mistakes_get_errors_that_name_the_fix() {
+    let server = start(Backend::Tls, Config::default()).await;
+    let tls_port = server.tls_addr.unwrap().port();
+    let trusting = Client::new(Config::default()).tls(tls::client_config());
+
+    // wss:// to a plain port.
+    let plain_server = start(Backend::Tokio, Config::default()).await;
+    let error = trusting
+        .connect(format!("wss://localhost:{}/", plain_server.addr.port()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ConnectError::Tls(_)), "{error:?}");
+    assert!(error.to_string().contains("use a ws:// URL"), "{error}");
+
+    // ws:// to the TLS port.
+    let error = client::connect(format!("ws://localhost:{tls_port}/"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectError::Handshake(ClientHandshakeError::TlsAnswer)
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("use a wss:// URL"), "{error}");
+
+    // A certificate the client does not trust (empty roots).
+    let roots = rustls::RootCertStore::empty();
+    let untrusting = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let error = Client::new(Config::default())
+        .tls(Arc::new(untrusting))
+        .connect(format!("wss://localhost:{tls_port}/"))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("--cafile"), "{error}");
+    assert!(error.to_string().contains("Client::tls"), "{error}");
+
+    // A self-signed certificate marked CA:TRUE (as `openssl req -x509`
+    // makes them), trusted as a root: webpki refuses it as the server's.
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let server_tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_tls));
+    tokio::spawn(async move {
+        if let Ok((tcp, _)) = listener.accept().await {
+            let _ = acceptor.accept(tcp).await;
+        }
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.der().clone()).unwrap();
+    let trusting_the_ca = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let error = Client::new(Config::default())
+        .tls(Arc::new(trusting_the_ca))
+        .connect(format!("wss://localhost:{port}/"))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("CA:FALSE"), "{error}");
+}
+
 /// Through a stream the caller made (here a TCP stream, so the `Conn` has
 /// no peer address of ours).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

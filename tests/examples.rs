@@ -288,3 +288,26 @@ async fn gateway_upstream_cafile_trusts_the_upstreams_certificate() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(answer.into_text().unwrap().as_str(), "through");
 }
+
+/// A page of another origin is refused (403) unless `--allow-origin` names
+/// it (or says `*`); a value that is no origin is refused at start.
+#[tokio::test]
+async fn allow_origin_lets_a_named_page_in() {
+    let foreign = "Sec-WebSocket-Version: 13\r\nOrigin: https://app.example\r\n";
+    for (example, args) in [
+        ("echo", &[][..]),
+        ("echo", &["--allow-origin", "https://app.example"][..]),
+        ("echo", &["--allow-origin", "*"][..]),
+        ("axum_echo", &[][..]),
+        ("axum_echo", &["--allow-origin", "https://APP.example"][..]),
+    ] {
+        let (_child, addr) = start_example(example, args).await;
+        let path = if example == "axum_echo" { "/ws" } else { "/" };
+        let answer = http_exchange(addr, &upgrade_head("GET", path, "HTTP/1.1", foreign)).await;
+        let status = answer.split(' ').nth(1).unwrap_or_default().to_owned();
+        let expected = if args.is_empty() { "403" } else { "101" };
+        assert_eq!(status, expected, "{example} {args:?}: {answer}");
+    }
+    let stderr = refused("echo", &["--allow-origin", "app.example"]);
+    assert!(stderr.contains("scheme://host[:port]"), "{stderr}");
+}

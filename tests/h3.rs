@@ -102,6 +102,80 @@ async fn aioquic_opens_a_websocket_over_http3_and_every_message_echoes_with_and_
     }
 }
 
+/// The async socket over HTTP/3: aioquic sends a message and its close in
+/// one write, twenty times; the socket's task answers after a millisecond,
+/// once the close is in. Every answer comes back before the close's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http3_the_last_reply_goes_out_before_the_answer_to_the_close() {
+    let handler = rapidws::socket::SocketHandler::new(|mut socket| async move {
+        while let Some(Ok(message)) = socket.recv().await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if socket.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    let server = rapidws::stream::Server::new(handler, rapidws::Config::default());
+    let (endpoint, addr) = common::tls::h3_endpoint();
+    tokio::spawn(async move { rapidws::h3::serve(endpoint, &server).await });
+    let result = aioquic(addr, "last").await;
+    assert_eq!(result["answered"], 20, "{result}");
+    assert_eq!(
+        result["closes"],
+        serde_json::json!(vec![1000; 20]),
+        "{result}"
+    );
+}
+
+/// `h3_bridge --ca` trusts what `--cafile` trusts in the other examples: a
+/// self-signed certificate made CA:TRUE (as a plain `openssl req -x509`
+/// makes it) is pinned as the server's own, not refused as a CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_trusts_a_self_signed_ca_true_certificate_it_is_given() {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let dir = std::env::temp_dir().join(format!("rapidws-ca-true-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_pem, key_pem) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_pem, cert.pem()).unwrap();
+    std::fs::write(&key_pem, key.serialize_pem()).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
+        .parse()
+        .unwrap();
+    let _server = common::Child(
+        Command::new(common::example("h3_echo"))
+            .args(["--addr", &addr.to_string()])
+            .args(["--tls-cert", cert_pem.to_str().unwrap()])
+            .args(["--tls-key", key_pem.to_str().unwrap()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_listening("h3_echo", addr).await;
+    let listen: SocketAddr = format!("127.0.0.1:{}", common::free_port())
+        .parse()
+        .unwrap();
+    let _bridge = common::Child(
+        Command::new(common::example("h3_bridge"))
+            .args(["--listen", &listen.to_string()])
+            .args(["--server", &addr.to_string()])
+            .args(["--ca", cert_pem.to_str().unwrap()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_listening("h3_bridge", listen).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{listen}/ws"))
+        .await
+        .expect("the bridge opens the WebSocket over HTTP/3");
+    let text = tokio_tungstenite::tungstenite::Message::text("through a CA:TRUE pin");
+    ws.send(text.clone()).await.unwrap();
+    assert_eq!(common::next(&mut ws).await, text);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_bad_extended_connect_gets_the_answers_http2_gets() {
     let (_server, addr) = start_h3_echo(&[]).await;
@@ -226,6 +300,47 @@ async fn aioquic_opens_a_webtransport_session_and_every_stream_and_datagram_echo
     assert_eq!(result["ended"], true, "{result}");
     // The client closed it: the server ends its side without a capsule.
     assert_eq!(result["server_capsules"], serde_json::json!([]), "{result}");
+}
+
+/// A session's peer gets 100 streams of credit each way once the session
+/// is open (the connection had 16, sized for WebSockets), and 100
+/// bidirectional and 60 unidirectional streams opened at once all echo;
+/// `--wt-streams` sets the credit.
+#[tokio::test]
+async fn a_webtransport_session_gets_the_stream_credit_browsers_expect() {
+    let (_server, addr) = start_h3_echo(&[]).await;
+    let result = aioquic_webtransport(addr, "credit").await;
+    assert_eq!(result["status"], "200", "{result}");
+    assert!(result["max_bidi"].as_u64() >= Some(100), "{result}");
+    assert!(result["max_uni"].as_u64() >= Some(103), "{result}");
+    assert_eq!(result["bidi_echoed"], 100, "{result}");
+    assert_eq!(result["uni_echoed"], 60, "{result}");
+
+    let (_server, addr) = start_h3_echo(&["--wt-streams", "40"]).await;
+    let result = aioquic_webtransport(addr, "credit").await;
+    assert_eq!(result["max_bidi"], 40, "{result}");
+    assert_eq!(result["max_uni"], 43, "{result}");
+    // Past the credit, aioquic waits for more, and gets it as streams end.
+    assert_eq!(result["bidi_echoed"], 100, "{result}");
+}
+
+/// The application's codes come back as they were sent: a bidirectional
+/// stream the peer resets with 5 is reset with 5, one whose echo it stops
+/// with 6 is reset and stopped with 6; a unidirectional stream it resets is
+/// not answered with a stop of the server's own.
+#[tokio::test]
+async fn webtransport_streams_reset_or_stopped_get_the_peers_code_back() {
+    let (_server, addr) = start_h3_echo(&[]).await;
+    let result = aioquic_webtransport(addr, "codes").await;
+    assert_eq!(result["status"], "200", "{result}");
+    assert_eq!(result["bidi reset"]["reset"], 5, "{result}");
+    assert_eq!(result["bidi stopped"]["reset"], 6, "{result}");
+    assert_eq!(result["bidi stopped"]["stop"], 6, "{result}");
+    assert_eq!(
+        result["uni reset"]["stop"],
+        serde_json::Value::Null,
+        "{result}"
+    );
 }
 
 /// Sessions refused as WebSockets are (the handler's 404, 400, the origin's

@@ -1,7 +1,8 @@
 //! The async socket API (`rapidws::socket`) on every backend, against
 //! tokio-tungstenite clients and raw sockets: echo through `recv`/`send`
 //! and through the `Stream`/`Sink` halves, cancel-safety of `recv`, the
-//! inbox's bound pausing the peer, how the socket ends.
+//! inbox's bound pausing the peer, how the socket ends, and the reply to a
+//! message that came just before the peer's close.
 
 mod common;
 
@@ -27,6 +28,8 @@ backend_tests!(
     replies_to_messages_before_a_bad_frame_go_out_before_its_close,
     a_failure_waits_for_the_socket_at_most_the_close_timeout,
     a_close_completes_while_the_inbox_is_full,
+    the_last_reply_goes_out_before_the_answer_to_the_peers_close,
+    a_close_waits_for_the_socket_at_most_the_close_timeout,
 );
 
 /// Starts `backend` serving `serve` through a `SocketHandler`.
@@ -405,4 +408,51 @@ async fn a_close_completes_while_the_inbox_is_full(backend: Backend) {
         "the server's close, 1000"
     );
     drop(writer.await.unwrap());
+}
+
+/// A client sends a message and its close at once (tokio-tungstenite, one
+/// flush): the socket's task takes the message, and the close arrives while
+/// it works on the answer (a millisecond here). The answer still goes out,
+/// then the reply to the close, which waited for `recv` to return the end.
+/// Many runs: without the wait this lost the answer often, not always.
+async fn the_last_reply_goes_out_before_the_answer_to_the_peers_close(backend: Backend) {
+    let server = start_sockets(backend, Config::default(), |mut socket| async move {
+        while let Some(Ok(message)) = socket.recv().await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if socket.send(message).await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    for run in 0..25 {
+        let mut client = server.client().await;
+        let text = format!("last word {run}");
+        let (texts, code) = say_and_leave(&mut client, &text).await;
+        assert_eq!((texts, code), (vec![text], Some(1000)), "run {run}");
+    }
+}
+
+/// A socket that holds on and never reads again does not hold the peer's
+/// close unanswered for long: the reply goes at the close timeout.
+async fn a_close_waits_for_the_socket_at_most_the_close_timeout(backend: Backend) {
+    let server = start_sockets(
+        backend,
+        Config::default().close_timeout(Duration::from_millis(400)),
+        |mut socket: WebSocket| async move {
+            let _ = socket.recv().await;
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        },
+    )
+    .await;
+    let mut client = server.client().await;
+    let started = std::time::Instant::now();
+    let (texts, code) = say_and_leave(&mut client, "never answered").await;
+    let waited = started.elapsed();
+    assert_eq!((texts, code), (vec![], Some(1000)));
+    assert!(
+        waited >= Duration::from_millis(300),
+        "answered after {waited:?}"
+    );
 }

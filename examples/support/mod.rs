@@ -128,6 +128,51 @@ pub struct ServeArgs {
     /// instead of binding `--addr`. (Linux, --backend tokio.)
     #[arg(long, value_name = "PATH")]
     pub take_over: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub origins: OriginArgs,
+}
+
+/// Which web pages may open connections, beside the server's own.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OriginArgs {
+    /// Also let pages of this origin connect (`https://app.example`,
+    /// `http://localhost:3000`; repeat for more; `*` for any page, for an
+    /// endpoint that authenticates by token, never by cookie). By default
+    /// only pages of the host a request is sent to may (others get 403):
+    /// behind a proxy that rewrites `Host`, name the public origin here.
+    #[arg(long, value_name = "ORIGIN", value_parser = origin)]
+    pub allow_origin: Vec<String>,
+}
+
+impl OriginArgs {
+    /// `config` letting in the origins asked for.
+    pub fn apply(&self, config: Config) -> Config {
+        if self.allow_origin.iter().any(|origin| origin == "*") {
+            config.allow_any_origin()
+        } else {
+            config.allow_origins(self.allow_origin.iter().cloned())
+        }
+    }
+}
+
+/// `--allow-origin`: `*`, or an origin as a browser writes it in `Origin`.
+fn origin(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if value == "*" {
+        return Ok(value.to_owned());
+    }
+    let shape = "an origin is scheme://host[:port], as a browser sends it in Origin \
+                 (e.g. https://app.example or http://localhost:3000), or *";
+    let Some((scheme, rest)) = value.split_once("://") else {
+        return Err(shape.to_owned());
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
+        || rest.is_empty()
+        || rest.contains(['/', '?', '#', ' '])
+    {
+        return Err(format!("{value}: {shape}"));
+    }
+    Ok(value.to_owned())
 }
 
 /// The Prometheus recorder, once `--metrics` installed it.
@@ -212,7 +257,7 @@ async fn interrupted() {
 impl ServeArgs {
     /// The server configuration these options ask for.
     pub fn config(&self) -> Config {
-        let config = Config::default();
+        let config = self.origins.apply(Config::default());
         if !self.deflate {
             return config;
         }
@@ -534,7 +579,8 @@ fn shut_down_on_signal(
     });
 }
 
-/// A client's rustls configuration for `--cafile` (ring as the provider):
+/// A client's rustls configuration for `--cafile` (or `flag`, the option
+/// that named `path`, as its errors call it; ring as the provider):
 /// the certificates in `path` are trusted as roots, and each one also byte
 /// for byte as the server's own certificate whatever its CA flag, as
 /// browsers and Python's `ssl` do. (`openssl req -x509` marks a
@@ -546,6 +592,7 @@ fn shut_down_on_signal(
 #[allow(dead_code)] // the client examples use it
 pub fn client_tls(
     path: Option<&std::path::Path>,
+    flag: &str,
 ) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
     use std::sync::Arc;
 
@@ -555,10 +602,10 @@ pub fn client_tls(
     match path {
         Some(path) => {
             let certs = pem_certs(path)
-                .map_err(|error| format!("cannot read --cafile {}: {error}", path.display()))?;
+                .map_err(|error| format!("cannot read {flag} {}: {error}", path.display()))?;
             if certs.is_empty() {
                 return Err(format!(
-                    "--cafile {} holds no certificate (a PEM file with \
+                    "{flag} {} holds no certificate (a PEM file with \
                      -----BEGIN CERTIFICATE----- blocks)",
                     path.display()
                 ));

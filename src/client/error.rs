@@ -156,7 +156,13 @@ impl fmt::Display for ConnectError {
                  in the environment)"
             ),
             ConnectError::Timeout(stage) => write!(f, "timed out {stage}"),
-            ConnectError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            ConnectError::Tls(e) => {
+                write!(f, "TLS handshake failed: {e}")?;
+                match tls_hint(e) {
+                    Some(hint) => write!(f, " ({hint})"),
+                    None => Ok(()),
+                }
+            }
             ConnectError::Proxy(e) => write!(f, "proxy: {e}"),
             ConnectError::Status(refusal) => {
                 write!(f, "the server answered {} instead of 101", refusal.status)?;
@@ -184,6 +190,56 @@ impl std::error::Error for ConnectError {
             ConnectError::Handshake(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// The likely cause of a TLS failure and what fixes it, for the errors a
+/// newcomer meets first: a private or self-signed certificate, a CA's
+/// certificate served as the server's own, a name it does not cover, a
+/// port that does not speak TLS.
+fn tls_hint(error: &io::Error) -> Option<&'static str> {
+    #[cfg(feature = "rustls")]
+    {
+        use rustls::{CertificateError, Error};
+        let rustls = error.get_ref()?.downcast_ref::<Error>()?;
+        Some(match rustls {
+            Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+                "the server's certificate is not signed by an authority this client trusts: \
+                 for a private CA or a self-signed certificate, add it to the roots of the \
+                 rustls ClientConfig given to Client::tls (the examples' --cafile PEM)"
+            }
+            // webpki's, which rustls passes on as `Other`.
+            Error::InvalidCertificate(CertificateError::Other(other))
+                if other.to_string().contains("CaUsedAsEndEntity") =>
+            {
+                "the server presents a CA certificate (CA:TRUE, as a plain \
+                 `openssl req -x509` makes) as its own: make the server's certificate \
+                 with CA:FALSE (`-addext basicConstraints=critical,CA:FALSE`), or trust \
+                 exactly that certificate (the examples' --cafile pins it)"
+            }
+            Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            ) => {
+                "the certificate does not name the host in the URL: connect by a name (or \
+                 address) in its subjectAltName"
+            }
+            Error::InvalidCertificate(
+                CertificateError::Expired | CertificateError::ExpiredContext { .. },
+            ) => "the certificate has expired (or this machine's clock is wrong)",
+            Error::InvalidCertificate(
+                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
+            ) => "the certificate is not valid yet (or this machine's clock is wrong)",
+            Error::InvalidMessage(_) => {
+                "the server did not answer in TLS: if this port serves plain ws://, use a \
+                 ws:// URL"
+            }
+            _ => return None,
+        })
+    }
+    #[cfg(not(feature = "rustls"))]
+    {
+        let _ = error;
+        None
     }
 }
 

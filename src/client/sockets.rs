@@ -46,8 +46,10 @@ impl Handler for Inboxes {
         slot.inbox.push(message.into_owned(), conn);
     }
 
+    /// As the server's `SocketHandler`: while the socket reads, the
+    /// server's close (or a failure's) waits for `recv` to return the end.
     fn has_unhandled_messages(&self, slot: &Slot) -> bool {
-        slot.inbox.has_messages()
+        slot.inbox.is_read()
     }
 
     fn on_close(&self, _: &Conn, slot: &mut Slot, code: CloseCode, reason: &str) {

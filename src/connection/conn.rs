@@ -349,7 +349,10 @@ impl Conn {
         self.shared.lock().queued()
     }
 
-    /// False once a close was sent or received, or the connection ended.
+    /// False once a close was sent, or received and answered, or the
+    /// connection ended. (A reply that waits for the handler, see
+    /// [`Handler::has_unhandled_messages`](crate::Handler::has_unhandled_messages),
+    /// leaves it open: sends are accepted until the reply goes.)
     pub fn is_open(&self) -> bool {
         self.shared.lock().is_open()
     }

@@ -172,7 +172,7 @@ impl<H: Handler> Dispatch<H> {
     /// Failures the session finds are held, then answered at once unless
     /// the handler has messages to catch up on (see `input`).
     pub(crate) fn open(handler: Arc<H>, mut session: Session, conn: Conn, state: H::State) -> Self {
-        session.hold_failures();
+        session.hold_closes();
         conn.shared().lock().schedule_flush();
         let mut dispatch = Dispatch {
             session,
@@ -232,13 +232,16 @@ impl<H: Handler> Dispatch<H> {
                         return Input::ReadingPaused;
                     }
                 }
+                // The session holds closes (see `open`): the peer's close
+                // finds its reply held if it comes while the session is open.
+                let was_open = self.session.is_open();
                 let event = self.session.read(input, outbox.queue());
                 let mut waiting = None;
-                if matches!(event, Ok(Some(Event::Closed { .. }))) {
-                    // The close frame is in the queue: no data frame may follow
-                    // it, so senders are turned away before the lock is released.
-                    // (A failure's close is queued by `release_failure`, which
-                    // turns them away under the same lock.)
+                if matches!(event, Ok(Some(Event::Closed { .. }))) && !was_open {
+                    // It answers our close: nothing more may be sent, so
+                    // senders are turned away before the lock is released. (A
+                    // held close is queued by `release_close`, which turns
+                    // them away under the same lock.)
                     waiting = outbox.close_sends();
                 }
                 (event, waiting)
@@ -261,12 +264,27 @@ impl<H: Handler> Dispatch<H> {
                 }
                 Ok(Some(Event::Ping(_) | Event::Pong(_))) => {}
                 Ok(Some(Event::Closed { code, reason })) => {
-                    self.app.on_close(code, reason);
+                    // Out of the read buffer, which the session still borrows.
+                    let reason = reason.to_owned();
+                    if self.session.held_close().is_some() {
+                        if self.app.has_unhandled_messages() {
+                            // Sends stay open for the replies to what came
+                            // before the close; `attend` answers it when the
+                            // handler closes, the close timeout at the latest.
+                            tracing::debug!(
+                                id = self.app.conn.id(),
+                                "answering the peer's close once the handler has caught up"
+                            );
+                        } else {
+                            self.release_close("");
+                        }
+                    }
+                    self.app.on_close(code, &reason);
                     return Input::Done;
                 }
                 Err(error) => {
                     let id = self.app.conn.id();
-                    if self.session.held_failure().is_some() {
+                    if self.session.held_close().is_some() {
                         if self.app.has_unhandled_messages() {
                             // Sends stay open for the replies; `attend`
                             // answers the failure when the handler closes.
@@ -274,7 +292,7 @@ impl<H: Handler> Dispatch<H> {
                             self.app.on_close(error.code, error.reason);
                             return Input::Done;
                         }
-                        self.release_failure(error.reason);
+                        self.release_close(error.reason);
                     }
                     tracing::debug!(id, %error, "failing connection");
                     self.finish(error.code, error.reason);
@@ -296,7 +314,7 @@ impl<H: Handler> Dispatch<H> {
             return;
         }
         if let Some((code, reason)) = outbox.take_close_request() {
-            if self.session.release_failure(&reason, outbox.queue()) {
+            if self.session.release_close(&reason, outbox.queue()) {
                 let waiting = outbox.close_sends();
                 drop(outbox);
                 wake_all(waiting);
@@ -306,18 +324,19 @@ impl<H: Handler> Dispatch<H> {
         }
     }
 
-    /// Whether a protocol failure waits for the handler to catch up (see
+    /// Whether a close frame (a protocol failure's, or the reply to the
+    /// peer's close) waits for the handler to catch up (see
     /// `Handler::has_unhandled_messages`): nothing is read meanwhile.
-    pub(crate) fn holds_failure(&self) -> bool {
-        self.session.held_failure().is_some()
+    pub(crate) fn holds_close(&self) -> bool {
+        self.session.held_close().is_some()
     }
 
-    /// Answers a held failure now (the handler caught up, or the close
-    /// timeout passed): its close frame is queued and sends are refused.
-    pub(crate) fn release_failure(&mut self, reason: &str) {
+    /// Queues a held close now (the handler caught up, or the close timeout
+    /// passed): its close frame is queued and sends are refused.
+    pub(crate) fn release_close(&mut self, reason: &str) {
         let waiting = {
             let mut outbox = self.app.conn.shared().lock();
-            self.session.release_failure(reason, outbox.queue());
+            self.session.release_close(reason, outbox.queue());
             outbox.close_sends()
         };
         wake_all(waiting);
@@ -434,7 +453,7 @@ impl<H: Handler> Dispatch<H> {
     /// True once nothing more is to be read: the close handshake is complete, or
     /// the connection failed. Write the queue out, then end TCP.
     pub(crate) fn is_closed(&self) -> bool {
-        (self.session.is_closed() || self.app.closed) && !self.holds_failure()
+        (self.session.is_closed() || self.app.closed) && !self.holds_close()
     }
 
     /// True once the peer's close frame has arrived (see `Session::peer_closed`).

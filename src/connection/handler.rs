@@ -54,16 +54,19 @@ pub trait Handler: Send + Sync + 'static {
         let _ = (conn, state);
     }
 
-    /// Whether messages delivered to `on_message` still wait in a queue of
-    /// the handler's own to be handled (by an async task, as with
-    /// [`SocketHandler`](crate::socket::SocketHandler)). Asked when the peer
-    /// breaks the protocol: while true, the close frame answering the
-    /// failure waits until the handler calls [`Conn::close`] (with any code:
-    /// the failure's goes out) or the close timeout passes, so the replies
-    /// to the messages the peer sent before its bad frame reach it first.
-    /// Nothing more is read meanwhile, and `on_close` is called with the
-    /// failure at once, as always. The default, false, suits callbacks: each
-    /// message was handled before the next frame was read.
+    /// Whether messages delivered to `on_message` may still be unanswered:
+    /// they wait in a queue of the handler's own, or a task is handling them
+    /// (as with [`SocketHandler`](crate::socket::SocketHandler), while its
+    /// socket reads). Asked when the peer's close frame arrives, or the peer
+    /// breaks the protocol: while true, our close frame (the reply to the
+    /// peer's, which echoes its code, or the failure's) waits until the
+    /// handler calls [`Conn::close`] (with any code) or the close timeout
+    /// passes, and sends are accepted meanwhile, so the replies to what the
+    /// peer sent before it closed reach it first (RFC 6455 §5.5.1 lets an
+    /// endpoint finish the message it is sending before its close). Nothing
+    /// more is read meanwhile, and `on_close` is called at once, as always.
+    /// The default, false, suits callbacks: each message was handled before
+    /// the next frame was read.
     fn has_unhandled_messages(&self, state: &Self::State) -> bool {
         let _ = state;
         false

@@ -655,7 +655,14 @@ impl<H: Handler> Lifecycle<H> {
                 dispatch.abnormal(failure);
                 return self.close();
             }
-            if self.read_closed && !dispatch.is_closed() && !self.held && !self.frozen {
+            // (The peer's FIN after its close frame is no failure: our reply
+            // may still wait for the handler, and the peer reads until it.)
+            if self.read_closed
+                && !dispatch.is_closed()
+                && !dispatch.peer_closed()
+                && !self.held
+                && !self.frozen
+            {
                 dispatch.abnormal("connection closed without a close frame");
                 return self.close();
             }
@@ -664,10 +671,11 @@ impl<H: Handler> Lifecycle<H> {
                 ending.deadline = Some(deadline_from(now, close_timeout));
                 continue;
             }
-            if expired && dispatch.holds_failure() {
-                // The handler did not catch up in time: the failure's close
-                // goes now, with a close timeout of its own.
-                dispatch.release_failure("protocol error");
+            if expired && dispatch.holds_close() {
+                // The handler did not catch up in time: the held close (a
+                // failure's, or our reply) goes now, with a close timeout of
+                // its own.
+                dispatch.release_close("protocol error");
                 if let Some(ending) = self.ending.as_deref_mut() {
                     ending.deadline = None;
                 }
@@ -759,7 +767,7 @@ impl<H: Handler> Lifecycle<H> {
             _ if lingering => !self.is_done(),
             Stage::Handshake(handshake) => !handshake.refused,
             Stage::Open(open) => {
-                !self.is_paused() && !open.dispatch.is_closed() && !open.dispatch.holds_failure()
+                !self.is_paused() && !open.dispatch.is_closed() && !open.dispatch.holds_close()
             }
             Stage::Done => false,
         }

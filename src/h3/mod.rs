@@ -100,9 +100,12 @@ pub struct QuicConfig {
     /// Bytes a peer may send on the whole connection ahead of what was
     /// read. Default 1 MiB.
     pub connection_window: u32,
-    /// Requests (WebSockets, WebTransport sessions' streams) open at once
-    /// on one connection; the peer's unidirectional streams may be this
-    /// many more than HTTP/3's own three. Default 16: quinn keeps state
+    /// Requests (WebSockets, WebTransport sessions) open at once on one
+    /// connection; the peer's unidirectional streams may be this many more
+    /// than HTTP/3's own three. A connection that opens a WebTransport
+    /// session gets the session's own credit from then on
+    /// ([`WebTransport::max_streams`], 100 each way by default). Default
+    /// 16: quinn keeps state
     /// for every stream it allows, about 48 bytes per bidirectional and 33
     /// per unidirectional stream of each idle connection (measured: 100
     /// and 103 instead of 10 and 8 made an idle connection 7.3 KiB larger,
@@ -159,6 +162,10 @@ impl Default for QuicConfig {
         }
     }
 }
+
+/// [`WebTransport::max_streams`]'s default: the stream credit a session's
+/// peer gets each way, Chromium's own default.
+pub const DEFAULT_SESSION_STREAMS: u32 = 100;
 
 /// [`QuicConfig::max_ack_delay`]'s default, also asked by the client.
 pub(crate) const DEFAULT_MAX_ACK_DELAY: Duration = Duration::from_millis(1);

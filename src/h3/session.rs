@@ -72,6 +72,24 @@ pub trait WebTransport: Send + Sync + 'static {
         StreamBudget::default()
     }
 
+    /// How many streams the peer of a session may have open at once, each
+    /// way (unidirectional ones beside HTTP/3's own three). The connection's
+    /// limits, [`QuicConfig::max_streams`](super::QuicConfig::max_streams)
+    /// until then (sized for WebSockets, one per connection from a
+    /// browser), are set to this when a session is accepted: browsers open
+    /// many streams at once and fail the one past the credit instead of
+    /// waiting for more (Chromium's own default is 100 each way). What it
+    /// costs: quinn's state for each stream allowed (about 48 bytes for a
+    /// bidirectional one, 33 for a unidirectional one), and nothing more in
+    /// buffers: the bytes a peer may send ahead of what was read are bounded
+    /// for the whole connection by
+    /// [`QuicConfig::connection_window`](super::QuicConfig::connection_window),
+    /// however many streams carry them. Default 100
+    /// ([`DEFAULT_SESSION_STREAMS`](super::DEFAULT_SESSION_STREAMS)).
+    fn max_streams(&self) -> u32 {
+        super::DEFAULT_SESSION_STREAMS
+    }
+
     /// Serves one session. When this returns, the session is closed (code
     /// 0, unless [`Session::close`] said otherwise). When the session ends
     /// otherwise (the peer closes it, [`Session::close`], the server shuts

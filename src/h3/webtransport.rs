@@ -64,6 +64,12 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
         let why = "one WebTransport session at a time on a connection: open another connection";
         return answer_error(send, recv, 429, why, within).await;
     };
+    // The session's streams get the credit its peer expects (see
+    // `WebTransport::max_streams`); a panicking handler's, the default.
+    let streams = std::panic::catch_unwind(AssertUnwindSafe(|| app.max_streams()))
+        .unwrap_or(super::DEFAULT_SESSION_STREAMS);
+    conn.set_max_concurrent_bi_streams(streams.into());
+    conn.set_max_concurrent_uni_streams(streams.saturating_add(3).into());
     // From here, however this task ends (a panic in the handler, the
     // connection's end aborting it), the session leaves the table and
     // its end is told.

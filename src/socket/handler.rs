@@ -178,11 +178,11 @@ impl<T: Send + 'static> Handler for SocketHandler<T> {
         }
     }
 
+    /// While the socket reads, it may still be answering a message it took:
+    /// the peer's close (or a failure's) waits until `recv` has returned
+    /// the end, or the read half was dropped, the close timeout at most.
     fn has_unhandled_messages(&self, state: &SocketState<T>) -> bool {
-        state
-            .inbox
-            .as_ref()
-            .is_some_and(|inbox| inbox.has_messages())
+        state.inbox.as_ref().is_some_and(|inbox| inbox.is_read())
     }
 
     fn on_close(&self, _conn: &Conn, state: &mut SocketState<T>, code: CloseCode, reason: &str) {

@@ -144,9 +144,9 @@ impl Inbox {
         Poll::Pending
     }
 
-    /// Whether messages wait to be taken.
-    pub(crate) fn has_messages(&self) -> bool {
-        !self.lock().messages.is_empty()
+    /// Whether a socket still reads (it was not dropped).
+    pub(crate) fn is_read(&self) -> bool {
+        !self.lock().abandoned
     }
 
     /// How the connection ended, if it has and everything was taken.

@@ -245,12 +245,9 @@ impl ReadHalf {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Taken::Message(message)) => Poll::Ready(Some(Ok(message))),
             Poll::Ready(Taken::Ended(Ending { code, reason })) => {
-                if is_failure(code) {
-                    // Every message before the failure was taken (and
-                    // answered): the failure's close may go out now, if it
-                    // waited for us (`Handler::has_unhandled_messages`).
-                    let _ = shared.conn.close(code, &reason);
-                }
+                // Every message before the end was taken (and answered): the
+                // close that waited for us goes out now.
+                answer_close(&shared.conn, code, &reason);
                 if is_failure(code) && !std::mem::replace(&mut self.failure_told, true) {
                     Poll::Ready(Some(Err(Error::Failed { code, reason })))
                 } else {
@@ -281,11 +278,9 @@ impl Drop for ReadHalf {
         // Nobody reads any more: what comes is dropped, and a pause the
         // inbox set must not stop the close handshake.
         self.shared.inbox.abandon(&self.shared.conn);
-        // Nor a failure that waited for the messages to be taken.
-        if let Some(Ending { code, reason }) = self.shared.inbox.ending()
-            && is_failure(code)
-        {
-            let _ = self.shared.conn.close(code, &reason);
+        // Nor a close that waited for the messages to be taken.
+        if let Some(Ending { code, reason }) = self.shared.inbox.ending() {
+            answer_close(&self.shared.conn, code, &reason);
         }
     }
 }
@@ -319,6 +314,18 @@ impl WriteHalf {
     pub fn conn(&self) -> &Conn {
         &self.shared.conn
     }
+}
+
+/// Lets the close that waited for the application go out
+/// (`Handler::has_unhandled_messages`): a failure's with its own code and
+/// reason, or the reply to the peer's close (which echoes the peer's code,
+/// whatever is asked here). A no-op if nothing waited.
+fn answer_close(conn: &Conn, code: CloseCode, reason: &str) {
+    let _ = if is_failure(code) {
+        conn.close(code, reason)
+    } else {
+        conn.close(CloseCode::NORMAL, "")
+    };
 }
 
 /// The codes `on_close` reports for a connection that failed.

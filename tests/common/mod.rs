@@ -695,6 +695,41 @@ pub async fn expect_close(client: &mut Client) -> (u16, String) {
     }
 }
 
+/// Sends `text` and, at once, a close (1000), as a client that says its
+/// last word and leaves does; then reads to the end. Returns the texts that
+/// came back before the server's close, and that close's code (`None` if
+/// the connection ended without one).
+pub async fn say_and_leave<S>(
+    client: &mut WebSocketStream<S>,
+    text: &str,
+) -> (Vec<String>, Option<u16>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    client.feed(tungstenite::Message::text(text)).await.unwrap();
+    client
+        .send(tungstenite::Message::Close(Some(CloseFrame {
+            code: 1000.into(),
+            reason: "".into(),
+        })))
+        .await
+        .unwrap();
+    let mut texts = Vec::new();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), client.next())
+            .await
+            .expect("the server answers within 10 s");
+        match message {
+            Some(Ok(tungstenite::Message::Text(text))) => texts.push(text.as_str().to_owned()),
+            Some(Ok(tungstenite::Message::Close(frame))) => {
+                return (texts, frame.map(|frame| u16::from(frame.code)));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return (texts, None),
+        }
+    }
+}
+
 pub async fn send_text(client: &mut Client, text: &str) {
     client
         .send(tungstenite::Message::text(text))

@@ -14,6 +14,10 @@ SCENARIO "hold": opens the WebSocket, prints {"open": true}, and waits
 (30 s at most) for the server's close: prints its codes and the stream's end.
 SCENARIO "refusals": requests that must be refused, each on a stream of
 its own: prints their statuses, reasons and fields.
+SCENARIO "last": 20 WebSockets, one after another, each sending one text
+message and its close 1000 in a single write, then reading to the stream's
+end: prints how many answered the message before their close, and the
+close codes that came back.
 """
 
 import asyncio
@@ -230,6 +234,39 @@ async def refusals(client, authority):
     return answers
 
 
+async def last(client, authority, runs=20):
+    answered, closes, frames_seen = 0, [], []
+    for run in range(runs):
+        stream_id, state = client.open(connect_headers(authority))
+        await wait(state, lambda: state["headers"] is not None or state["reset"] is not None)
+        if dict(state["headers"] or []).get(b":status") != b"200":
+            return {"status": dict(state["headers"] or []).get(b":status", b"").decode()}
+        word = f"last word {run}".encode()
+        client.send(stream_id, frame(0x1, word) + frame(0x8, struct.pack("!H", 1000)))
+        buffer = bytearray()
+        def closed():
+            nonlocal buffer
+            buffer += state["data"]
+            state["data"].clear()
+            frames, _ = parse(bytes(buffer))
+            return any(o == 0x8 for o, _ in frames) or state["ended"] or state["reset"] is not None
+        await wait(state, closed)
+        frames, _ = parse(bytes(buffer))
+        frames_seen.append([o for o, _ in frames])
+        if frames and frames[0] == (0x1, word):
+            answered += 1
+        closes += [struct.unpack("!H", p[:2])[0] for o, p in frames if o == 0x8]
+        # Our side's end (raw QUIC: aioquic's HTTP/3 layer takes no more
+        # once the peer ended its side).
+        if state["reset"] is None and not state["ended"]:
+            try:
+                client._quic.send_stream_data(stream_id, b"", end_stream=True)
+                client.transmit()
+            except RuntimeError:
+                pass  # the server stopped our side meanwhile
+    return {"runs": runs, "answered": answered, "closes": closes, "frames": frames_seen}
+
+
 async def run(protocol, scenarios, **configuration):
     """Connects to argv's HOST and PORT over QUIC (HTTP/3's ALPN, CA_PEM
     trusted, `configuration` added) with `protocol`, runs the SCENARIO
@@ -249,4 +286,5 @@ if __name__ == "__main__":
         "deflate": lambda client, authority: echo(client, authority, compress=True),
         "hold": hold,
         "refusals": refusals,
+        "last": last,
     }))

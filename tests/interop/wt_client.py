@@ -18,6 +18,14 @@ of the server's, each message a varint length and its payload; datagrams
 with the topic named first) until it has the counts given in its stdin's
 line ("STREAM DATAGRAMS"), 20 s at most; closes the session; prints the
 messages' indices in order and whether each payload was whole.
+SCENARIO "credit": a session at /wt; the stream credit the server gives
+once the session is open (MAX_STREAMS, each way); then 100 bidirectional
+and 60 unidirectional streams opened at once, each echoed. Prints the
+credit and the counts echoed.
+SCENARIO "codes": a session at /wt; a bidirectional stream reset with the
+application's code 5 and one whose echo is stopped with code 6, and a
+unidirectional stream reset with code 7: prints the codes the server sent
+back on each (RESET_STREAM, STOP_SENDING), as application codes.
 SCENARIO "refusals": what must be refused: another path (404), a second
 session on the connection (429), :scheme http (400), a page of another
 origin (403), a stream and a datagram for a session that is not there.
@@ -258,6 +266,90 @@ async def subscribe(client, authority):
     }
 
 
+def error_to_http3(code):
+    """The draft's mapping of an application's code into HTTP/3's space."""
+    return 0x52E4A40FA8DB + code + code // 0x1E
+
+
+def http3_to_error(code):
+    """The inverse of error_to_http3, None for a code outside its range."""
+    if code is None or code < 0x52E4A40FA8DB or (code - 0x21) % 0x1F == 0:
+        return None
+    shifted = code - 0x52E4A40FA8DB
+    return shifted - shifted // 0x1F
+
+
+async def credit(client, authority):
+    session, status = await open_session(client, authority)
+    result = {"status": status}
+    if status != "200":
+        return result
+    quic = client._quic
+    try:
+        await client.until(lambda: quic._remote_max_streams_bidi >= 100, 2)
+    except asyncio.TimeoutError:
+        pass
+    result["max_bidi"] = quic._remote_max_streams_bidi
+    result["max_uni"] = quic._remote_max_streams_uni
+    sent = {}
+    for i in range(100):
+        stream_id = open_bidi(client, session)
+        payload = os.urandom(1000 + i)
+        client._quic.send_stream_data(stream_id, payload, end_stream=True)
+        sent[stream_id] = payload
+    client.transmit()
+    await client.until(lambda: all(client.streams.get(s, {}).get("ended") for s in sent), 20)
+    result["bidi_echoed"] = sum(1 for s in sent if bytes(client.streams[s]["data"]) == sent[s])
+    uni = [os.urandom(500 + i) for i in range(60)]
+    for payload in uni:
+        stream_id = client.http.create_webtransport_stream(session, is_unidirectional=True)
+        client._quic.send_stream_data(stream_id, payload, end_stream=True)
+    client.transmit()
+
+    def server_uni():
+        return [s for s, state in client.streams.items() if s % 4 == 3 and state["ended"]]
+    await client.until(lambda: len(server_uni()) >= len(uni), 20)
+    echoed = {bytes(client.streams[s]["data"]) for s in server_uni()}
+    result["uni_echoed"] = sum(1 for p in uni if p in echoed)
+    return result
+
+
+async def codes(client, authority):
+    session, status = await open_session(client, authority)
+    result = {"status": status}
+    if status != "200":
+        return result
+    quic = client._quic
+    reset = open_bidi(client, session)
+    quic.send_stream_data(reset, b"some bytes, then a reset")
+    client.transmit()
+    await client.until(lambda: len(client.streams.get(reset, {}).get("data", b"")) > 0)
+    quic.reset_stream(reset, error_to_http3(5))
+    stopped = open_bidi(client, session)
+    quic.send_stream_data(stopped, b"some bytes, then a stop")
+    client.transmit()
+    await client.until(lambda: len(client.streams.get(stopped, {}).get("data", b"")) > 0)
+    quic.stop_stream(stopped, error_to_http3(6))
+    uni = client.http.create_webtransport_stream(session, is_unidirectional=True)
+    quic.send_stream_data(uni, b"some bytes, then a reset")
+    client.transmit()
+    await asyncio.sleep(0.2)
+    quic.reset_stream(uni, error_to_http3(7))
+    client.transmit()
+    try:
+        await client.until(lambda: reset in client.resets and stopped in client.resets, 5)
+    except asyncio.TimeoutError:
+        pass
+    # Anything the server says of the unidirectional stream comes by now.
+    await asyncio.sleep(0.5)
+    result["bidi reset"] = {"reset": http3_to_error(client.resets.get(reset)),
+                            "stop": http3_to_error(client.stops.get(reset))}
+    result["bidi stopped"] = {"reset": http3_to_error(client.resets.get(stopped)),
+                              "stop": http3_to_error(client.stops.get(stopped))}
+    result["uni reset"] = {"stop": client.stops.get(uni)}
+    return result
+
+
 async def refusals(client, authority):
     answers = {}
     for name, kwargs in [("other path", {"path": b"/other"}),
@@ -294,4 +386,5 @@ async def refusals(client, authority):
 
 if __name__ == "__main__":
     asyncio.run(run(Client, {"echo": echo, "hold": hold, "subscribe": subscribe,
-                             "refusals": refusals}, max_datagram_frame_size=65536))
+                             "credit": credit, "codes": codes, "refusals": refusals},
+                    max_datagram_frame_size=65536))

@@ -385,6 +385,11 @@ pub fn parse_response<'a>(
     headers: &'a mut HeaderBuffer<'a>,
     max_head_len: usize,
 ) -> Result<Option<(Response<'a>, usize)>, ClientHandshakeError> {
+    // A TLS record (an alert, or a handshake: 0x15 or 0x16, then version
+    // 3.x) where the status line belongs: a wss:// port asked in plain.
+    if matches!(buf.first(), Some(0x15 | 0x16)) && buf.get(1).is_none_or(|&major| major == 3) {
+        return Err(ClientHandshakeError::TlsAnswer);
+    }
     let mut response = httparse::Response::new(headers);
     let head_len = match response.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,

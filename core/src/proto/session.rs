@@ -72,8 +72,9 @@ pub enum Event<'a> {
     /// The peer sent a pong (solicited or not).
     Pong(&'a [u8]),
     /// The peer's close frame arrived: the close handshake is complete (our reply,
-    /// if one was due, is queued). `code` is [`CloseCode::NO_STATUS`] when the
-    /// frame had no code. Nothing more is read after this.
+    /// if one was due, is queued, or held: see [`Session::hold_closes`]). `code`
+    /// is [`CloseCode::NO_STATUS`] when the frame had no code. Nothing more is
+    /// read after this.
     Closed {
         /// The peer's close code (1005 if it gave none).
         code: CloseCode,
@@ -161,6 +162,15 @@ enum Source {
     Assembly,
 }
 
+/// A close frame held back (see [`Session::hold_closes`]), with its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// A protocol failure `read` found.
+    Failure(CloseCode),
+    /// The reply to the peer's close frame.
+    Reply(CloseCode),
+}
+
 /// One end of one WebSocket connection, server or client.
 pub struct Session {
     limits: Limits,
@@ -175,11 +185,11 @@ pub struct Session {
     release_assembly: bool,
     /// The peer's close frame arrived (whoever sent the first one).
     peer_closed: bool,
-    /// Failures `read` finds are held, not answered at once (see
-    /// [`Session::hold_failures`]).
-    hold_failures: bool,
-    /// The code of a failure held and not answered yet.
-    held: Option<CloseCode>,
+    /// The close frames `read` would queue on its own are held, not sent at
+    /// once (see [`Session::hold_closes`]).
+    hold_closes: bool,
+    /// A close frame held and not queued yet.
+    held: Option<Held>,
     assembly: BytesMut,
     pool: Arc<BufferPool>,
     /// Present when permessage-deflate was negotiated. Inline, not boxed: it
@@ -213,7 +223,7 @@ impl Session {
             consume: 0,
             release_assembly: false,
             peer_closed: false,
-            hold_failures: false,
+            hold_closes: false,
             held: None,
             assembly: BytesMut::new(),
             pool,
@@ -308,8 +318,8 @@ impl Session {
                             self.state = State::Closed;
                             self.frame = None;
                             self.fragmented = None;
-                            if self.hold_failures {
-                                self.held = Some(CloseCode::INVALID_PAYLOAD);
+                            if self.hold_closes {
+                                self.held = Some(Held::Failure(CloseCode::INVALID_PAYLOAD));
                             } else {
                                 write_close(out, CloseCode::INVALID_PAYLOAD, INVALID_TEXT);
                             }
@@ -376,43 +386,54 @@ impl Session {
     }
 
     /// A failure found by `read`: answered with its close frame at once, or
-    /// held (see [`Session::hold_failures`]).
+    /// held (see [`Session::hold_closes`]).
     fn fail_read(
         &mut self,
         code: CloseCode,
         reason: &'static str,
         out: &mut WriteQueue,
     ) -> ProtocolError {
-        if self.hold_failures && self.state == State::Open {
-            self.held = Some(code);
+        if self.hold_closes && self.state == State::Open {
+            self.held = Some(Held::Failure(code));
             self.end_reading();
             return ProtocolError { code, reason };
         }
         self.fail(code, reason, out)
     }
 
-    /// From now on, a protocol failure that [`Session::read`] finds ends
-    /// reading as usual but queues no close frame: the failure is held
-    /// ([`Session::held_failure`]) until [`Session::release_failure`]. For
-    /// a caller whose application has not yet handled every message that
-    /// arrived before the failure: its replies to them can go out first, as
-    /// a peer that pipelines requests expects. Failures the caller starts
-    /// ([`Session::fail`]) are never held.
-    pub fn hold_failures(&mut self) {
-        self.hold_failures = true;
+    /// From now on, the close frames [`Session::read`] would queue on its own
+    /// are held instead ([`Session::held_close`]) until
+    /// [`Session::release_close`]: a protocol failure's (reading ends as
+    /// usual), and the reply to the peer's close frame. For a caller whose
+    /// application has not yet handled every message that arrived before
+    /// them: its replies to those messages go out first, as a peer that
+    /// pipelines requests expects (RFC 6455 §5.5.1 lets an endpoint send its
+    /// close reply after the message it is sending). Failures the caller
+    /// starts ([`Session::fail`]) are never held.
+    pub fn hold_closes(&mut self) {
+        self.hold_closes = true;
     }
 
-    /// The close code of a held failure not answered yet.
-    pub fn held_failure(&self) -> Option<CloseCode> {
-        self.held
+    /// The code of the close frame held and not queued yet: a failure's, or
+    /// the reply to the peer's close (its own code, 1000 for a close without
+    /// one).
+    pub fn held_close(&self) -> Option<CloseCode> {
+        self.held.map(|held| match held {
+            Held::Failure(code) | Held::Reply(code) => code,
+        })
     }
 
-    /// Answers a held failure: queues its close frame (its own code, with
-    /// `reason`). Returns false, queueing nothing, if none is held.
-    pub fn release_failure(&mut self, reason: &str, out: &mut WriteQueue) -> bool {
+    /// Queues the held close frame with its own code: a failure's with
+    /// `reason`, a reply with none (the peer's close is answered, not
+    /// explained). Returns false, queueing nothing, if none is held.
+    pub fn release_close(&mut self, reason: &str, out: &mut WriteQueue) -> bool {
         match self.held.take() {
-            Some(code) => {
+            Some(Held::Failure(code)) => {
                 write_close(out, code, close::truncate_reason(reason));
+                true
+            }
+            Some(Held::Reply(code)) => {
+                write_close(out, code, "");
                 true
             }
             None => false,
@@ -723,7 +744,11 @@ impl Session {
                     } else {
                         code
                     };
-                    write_close(out, reply, "");
+                    if self.hold_closes {
+                        self.held = Some(Held::Reply(reply));
+                    } else {
+                        write_close(out, reply, "");
+                    }
                 }
                 self.end_reading();
                 self.peer_closed = true;

@@ -56,6 +56,10 @@ pub enum ClientHandshakeError {
     TooManyHeaders,
     /// Not parseable as an HTTP/1.x response.
     Malformed,
+    /// The server answered in TLS (a record header where the status line
+    /// belongs): the port serves `wss://`, and the request went as plain
+    /// `ws://`.
+    TlsAnswer,
     /// The status line says HTTP/1.0: an upgrade needs HTTP/1.1.
     NotHttp11,
     /// The server answered, but not with `101 Switching Protocols` (a
@@ -97,6 +101,9 @@ impl ClientHandshakeError {
             ClientHandshakeError::HeadTooLarge => "response head too large",
             ClientHandshakeError::TooManyHeaders => "too many header fields in the response",
             ClientHandshakeError::Malformed => "malformed HTTP response",
+            ClientHandshakeError::TlsAnswer => {
+                "the server answered in TLS, not HTTP: this port serves wss://, so use a wss:// URL"
+            }
             ClientHandshakeError::NotHttp11 => "the response is not HTTP/1.1",
             ClientHandshakeError::NotSwitching { .. } => "the server did not switch protocols",
             ClientHandshakeError::MissingUpgrade => "missing Upgrade: websocket",

@@ -366,6 +366,26 @@ fn each_broken_response_fails_with_its_own_error() {
 }
 
 #[test]
+fn a_tls_answer_is_told_apart_from_a_malformed_one() {
+    use ClientHandshakeError::{Malformed, TlsAnswer};
+    // rustls's alert to a plain request (a TLS 1.2 record header, as every
+    // version writes it), a handshake record, and each cut short.
+    for answer in [
+        &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32][..],
+        &[0x16, 0x03, 0x01, 0x00, 0x05],
+        &[0x15],
+        &[0x16, 0x03],
+    ] {
+        let read = with_known_key(PLAIN).read_response(answer, 8192);
+        assert_eq!(read, Err(TlsAnswer), "{answer:?}");
+    }
+    // Not TLS: a byte like it, then no version 3.
+    let read = with_known_key(PLAIN).read_response(&[0x16, 0x20, b'x', b'\r', b'\n'], 8192);
+    assert_eq!(read, Err(Malformed));
+    assert!(TlsAnswer.to_string().contains("wss://"));
+}
+
+#[test]
 fn a_protocol_must_be_one_offered_and_only_one() {
     let offered = PLAIN.protocols(&["chat", "superchat"]);
     let ok = check(offered, &switching("Sec-WebSocket-Protocol: superchat\r\n"));

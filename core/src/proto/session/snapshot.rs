@@ -35,8 +35,9 @@ const FORMAT: u8 = 1;
 pub enum Unmovable {
     /// A close frame was sent or received, or the connection failed.
     Closing,
-    /// A protocol failure waits to be answered.
-    HeldFailure,
+    /// A close frame is held for the application: a protocol failure's,
+    /// or the reply to the peer's close.
+    HeldClose,
     /// The peer compresses with context takeover: the inflater's window is
     /// zlib state that stays in this process.
     InflateContext,
@@ -52,7 +53,7 @@ impl Unmovable {
     pub fn reason(self) -> &'static str {
         match self {
             Unmovable::Closing => "the connection is closing",
-            Unmovable::HeldFailure => "a protocol failure waits to be answered",
+            Unmovable::HeldClose => "a close frame waits for the application",
             Unmovable::InflateContext => "the peer compresses with context takeover",
             Unmovable::CompressedMessage => "a compressed message is half received",
             Unmovable::DeflateContext => "we compress with context takeover",
@@ -98,8 +99,8 @@ pub struct SessionSnapshot {
     limits: Limits,
     /// permessage-deflate was agreed (without the peer's context takeover).
     compressed: bool,
-    /// Failures are held for the application (`Session::hold_failures`).
-    hold_failures: bool,
+    /// Close frames are held for the application (`Session::hold_closes`).
+    hold_closes: bool,
     assembly: Option<Assembly>,
 }
 
@@ -154,7 +155,7 @@ impl Session {
             role: self.role(),
             limits: self.limits,
             compressed,
-            hold_failures: self.hold_failures,
+            hold_closes: self.hold_closes,
             assembly,
         })
     }
@@ -163,7 +164,7 @@ impl Session {
     /// changes nothing): a caller with work of its own to undo asks first.
     pub fn movable(&self) -> Result<(), Unmovable> {
         if self.held.is_some() {
-            return Err(Unmovable::HeldFailure);
+            return Err(Unmovable::HeldClose);
         }
         if self.state != State::Open {
             return Err(Unmovable::Closing);
@@ -201,8 +202,8 @@ impl Session {
             return Err(SnapshotError::Invalid("limits above this process's"));
         }
         let mut session = Session::new(snapshot.role, snapshot.limits, pool);
-        if snapshot.hold_failures {
-            session.hold_failures();
+        if snapshot.hold_closes {
+            session.hold_closes();
         }
         if snapshot.compressed {
             session.accept_compressed_without_context()?;
@@ -284,7 +285,7 @@ impl SessionSnapshot {
             .usize(self.limits.max_frame_size)
             .usize(self.limits.max_message_size)
             .bool(self.compressed)
-            .bool(self.hold_failures)
+            .bool(self.hold_closes)
             .bool(self.assembly.is_some());
         let Some(assembly) = &self.assembly else {
             return;
@@ -320,7 +321,7 @@ impl SessionSnapshot {
             max_message_size: from.usize("max_message_size")?,
         };
         let compressed = from.bool("compressed")?;
-        let hold_failures = from.bool("hold_failures")?;
+        let hold_closes = from.bool("hold_closes")?;
         let assembly = if from.bool("assembly")? {
             let text = from.bool("text")?;
             let announced = from.usize("announced")?;
@@ -354,7 +355,7 @@ impl SessionSnapshot {
             role,
             limits,
             compressed,
-            hold_failures,
+            hold_closes,
             assembly,
         })
     }

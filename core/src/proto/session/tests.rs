@@ -229,7 +229,7 @@ fn a_held_failure_queues_nothing_until_released() {
         (frame(true, OpCode::Text, b"ok\xFFok"), 1007),
     ] {
         let mut h = Harness::new();
-        h.session.hold_failures();
+        h.session.hold_closes();
         let mut wire_before = frame(true, OpCode::Text, b"first");
         wire_before.extend(&wire);
         wire_before.extend(frame(true, OpCode::Text, b"never read"));
@@ -238,36 +238,36 @@ fn a_held_failure_queues_nothing_until_released() {
             [Ev::Text("first".into()), Ev::Failed(code)]
         );
         assert!(h.sent().is_empty(), "no close frame while held");
-        assert_eq!(h.session.held_failure(), Some(CloseCode(code)));
+        assert_eq!(h.session.held_close(), Some(CloseCode(code)));
         assert!(!h.session.is_open());
         assert_eq!(h.feed(&frame(true, OpCode::Text, b"more")), []);
         // Released with the failure's own code, whatever reason is given.
-        assert!(h.session.release_failure("caught up", &mut h.out));
-        assert!(!h.session.release_failure("twice", &mut h.out));
+        assert!(h.session.release_close("caught up", &mut h.out));
+        assert!(!h.session.release_close("twice", &mut h.out));
         let sent = h.sent();
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].1[..2], close_payload(code)[..]);
         assert_eq!(&sent[0].1[2..], b"caught up");
-        assert_eq!(h.session.held_failure(), None);
+        assert_eq!(h.session.held_close(), None);
     }
 }
 
 #[test]
 fn a_failure_the_caller_starts_is_never_held_and_overtakes_a_held_one() {
     let mut h = Harness::new();
-    h.session.hold_failures();
+    h.session.hold_closes();
     h.session
         .fail(CloseCode::INTERNAL_ERROR, "handler panicked", &mut h.out);
     assert_eq!(h.sent()[0].1[..2], close_payload(1011)[..]);
 
     let mut h = Harness::new();
-    h.session.hold_failures();
+    h.session.hold_closes();
     assert_eq!(h.feed(&[0x83, 0x80, 1, 2, 3, 4]), [Ev::Failed(1002)]);
     h.session
         .fail(CloseCode::INTERNAL_ERROR, "handler panicked", &mut h.out);
     assert_eq!(h.sent()[0].1[..2], close_payload(1011)[..]);
-    assert_eq!(h.session.held_failure(), None);
-    assert!(!h.session.release_failure("late", &mut h.out));
+    assert_eq!(h.session.held_close(), None);
+    assert!(!h.session.release_close("late", &mut h.out));
     assert!(h.sent().is_empty());
 }
 
@@ -339,6 +339,41 @@ fn peer_close_is_answered_and_ends_reading() {
     assert!(h.session.peer_closed());
     assert!(h.feed(&frame(true, OpCode::Text, b"more")).is_empty());
     assert!(h.sent().is_empty());
+}
+
+#[test]
+fn a_held_close_reply_lets_replies_go_first_then_echoes_the_code_without_a_reason() {
+    for (wire, reply) in [
+        (close_frame(3000, b"bye"), 3000),
+        (frame(true, OpCode::Close, b""), 1000),
+    ] {
+        let mut h = Harness::new();
+        h.session.hold_closes();
+        let mut input = frame(true, OpCode::Text, b"question");
+        input.extend(&wire);
+        let events = h.feed(&input);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ev::Text("question".into()));
+        assert!(h.sent().is_empty(), "the reply to the close is held");
+        assert_eq!(h.session.held_close(), Some(CloseCode(reply)));
+        assert!(h.session.peer_closed());
+        assert!(!h.session.is_open());
+        // Nothing more is read meanwhile.
+        assert!(h.feed(&frame(true, OpCode::Text, b"after")).is_empty());
+        // The application's answer, then the close: in that order.
+        h.out.push_frame(true, 0, OpCode::Text, b"answer");
+        assert!(h.session.release_close("ignored for a reply", &mut h.out));
+        assert!(!h.session.release_close("twice", &mut h.out));
+        assert_eq!(
+            h.sent(),
+            [
+                (OpCode::Text, b"answer".to_vec()),
+                (OpCode::Close, close_payload(reply))
+            ]
+        );
+        assert_eq!(h.session.held_close(), None);
+        assert!(h.session.is_closed());
+    }
 }
 
 #[test]
@@ -1101,9 +1136,9 @@ fn sessions_that_cannot_move_say_why() {
     assert_eq!(hand_over(&mut h).err(), Some(super::Unmovable::Closing));
     // A failure held for the application.
     let mut h = Harness::new();
-    h.session.hold_failures();
+    h.session.hold_closes();
     h.feed(&frame(true, OpCode::Continuation, b"x"));
-    assert_eq!(hand_over(&mut h).err(), Some(super::Unmovable::HeldFailure));
+    assert_eq!(hand_over(&mut h).err(), Some(super::Unmovable::HeldClose));
 }
 
 #[test]
