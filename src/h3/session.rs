@@ -20,8 +20,10 @@ use super::budget::{ConnectionBudget, ReadToEndError, StreamBudget, Whole};
 use super::wire::code_of;
 
 /// Streams of one kind a session keeps for its handler before it takes
-/// them; more are reset (`WEBTRANSPORT_BUFFERED_STREAM_REJECTED`). QUIC's
-/// own stream limit bounds them first.
+/// them, at least; more are reset (`WEBTRANSPORT_BUFFERED_STREAM_REJECTED`).
+/// A session keeps as many as its peer may open at once
+/// (`WebTransport::max_streams`) when that is more: QUIC's stream limit
+/// bounds them first, and a burst within the credit is never refused.
 const QUEUED_STREAMS: usize = 64;
 
 /// Datagrams a session keeps for its handler; more are dropped, as an
@@ -506,20 +508,23 @@ impl Sessions {
     }
 
     /// Opens session `id` of `conn`, unless `max` are open already; the
-    /// streams held for it are its first.
+    /// streams held for it are its first. Its peer may have `streams` open
+    /// at once each way.
     pub(crate) fn open(
         &self,
         conn: &Connection,
         id: u64,
         path: String,
         max: usize,
+        streams: u32,
     ) -> Option<(Session, Control)> {
         let mut table = self.lock();
         if table.open.len() >= max {
             return None;
         }
-        let (bi, bi_rx) = mpsc::channel(QUEUED_STREAMS);
-        let (uni, uni_rx) = mpsc::channel(QUEUED_STREAMS);
+        let queued = QUEUED_STREAMS.max(streams as usize);
+        let (bi, bi_rx) = mpsc::channel(queued);
+        let (uni, uni_rx) = mpsc::channel(queued);
         let (datagrams, datagrams_rx) = mpsc::channel(QUEUED_DATAGRAMS);
         let (closed, closed_rx) = watch::channel(None);
         let (closing_tx, closing) = mpsc::channel(1);

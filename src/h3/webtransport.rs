@@ -60,14 +60,15 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     }
     let id = u64::from(send.id());
     let path = head.path().unwrap_or_default().to_owned();
-    let Some((session, control)) = sessions.open(&conn, id, path, MAX_SESSIONS as usize) else {
-        let why = "one WebTransport session at a time on a connection: open another connection";
-        return answer_error(send, recv, 429, why, within).await;
-    };
     // The session's streams get the credit its peer expects (see
     // `WebTransport::max_streams`); a panicking handler's, the default.
     let streams = std::panic::catch_unwind(AssertUnwindSafe(|| app.max_streams()))
         .unwrap_or(super::DEFAULT_SESSION_STREAMS);
+    let Some((session, control)) = sessions.open(&conn, id, path, MAX_SESSIONS as usize, streams)
+    else {
+        let why = "one WebTransport session at a time on a connection: open another connection";
+        return answer_error(send, recv, 429, why, within).await;
+    };
     conn.set_max_concurrent_bi_streams(streams.into());
     conn.set_max_concurrent_uni_streams(streams.saturating_add(3).into());
     // From here, however this task ends (a panic in the handler, the
