@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use super::budget::StreamBudget;
 use super::request::{self, Service};
 use super::session::{Sessions, WebTransport};
-use super::wire::{close, code_of, fail, read_frame_head, read_varint, skip};
+use super::wire::{Unread, close, code_of, fail, read_frame_head, read_head_varint, skip};
 use crate::connection::handler::ServerHandler;
 
 /// Unidirectional stream types (RFC 9114 section 6.2, RFC 9204 section 4.2).
@@ -207,8 +207,11 @@ pub(crate) async fn accept_unidirectional(conn: Connection, peer: Arc<Peer>) {
 }
 
 async fn unidirectional(conn: Connection, peer: Arc<Peer>, mut recv: RecvStream) {
-    let kind = match tokio::time::timeout(TYPE_WITHIN, read_varint(&mut recv)).await {
+    let kind = match tokio::time::timeout(TYPE_WITHIN, read_head_varint(&mut recv)).await {
         Ok(Ok(kind)) => kind,
+        // Reset before its type was read: the peer's code stands, no stop
+        // of ours answers it.
+        Ok(Err(Unread::Reset)) => return,
         _ => {
             let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
             return;
@@ -238,9 +241,10 @@ async fn unidirectional(conn: Connection, peer: Arc<Peer>, mut recv: RecvStream)
             drain(&conn, recv).await;
         }
         UNI_SESSION if peer.sessions.is_some() => {
-            let id = tokio::time::timeout(TYPE_WITHIN, read_varint(&mut recv)).await;
+            let id = tokio::time::timeout(TYPE_WITHIN, read_head_varint(&mut recv)).await;
             match (id, &peer.sessions) {
                 (Ok(Ok(id)), Some(sessions)) => sessions.uni(id, recv),
+                (Ok(Err(Unread::Reset)), _) => {}
                 _ => {
                     let _ = recv.stop(code_of(code::STREAM_CREATION_ERROR));
                 }

@@ -148,6 +148,33 @@ pub(crate) async fn read_varint(recv: &mut RecvStream) -> Result<u64, ()> {
         .ok_or(())
 }
 
+/// Why a stream's first varint was not read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unread {
+    /// The peer reset the stream: nothing is left to stop, and the code it
+    /// gave is its own to give.
+    Reset,
+    /// It ended, broke off, or held no varint.
+    Other,
+}
+
+/// [`read_varint`], telling a reset from the peer apart: a stream's type
+/// (and a WebTransport stream's session), which a peer may reset before we
+/// read it.
+pub(crate) async fn read_head_varint(recv: &mut RecvStream) -> Result<u64, Unread> {
+    let mut bytes = [0u8; 8];
+    let unread = |error: quinn::ReadExactError| match error {
+        quinn::ReadExactError::ReadError(quinn::ReadError::Reset(_)) => Unread::Reset,
+        _ => Unread::Other,
+    };
+    recv.read_exact(&mut bytes[..1]).await.map_err(unread)?;
+    let len = 1usize << (bytes[0] >> 6);
+    recv.read_exact(&mut bytes[1..len]).await.map_err(unread)?;
+    varint::decode(&bytes[..len])
+        .map(|(value, _)| value)
+        .ok_or(Unread::Other)
+}
+
 /// A frame head read from `recv` (its `len` not kept).
 pub(crate) async fn read_frame_head(recv: &mut RecvStream) -> Result<FrameHead, ()> {
     let kind = read_varint(recv).await?;
