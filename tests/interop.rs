@@ -10,7 +10,8 @@
 //! negotiated and how each echo arrived (RSV1, bytes on the wire). A second
 //! one (tests/interop/push_client.py) reads compressed pushes slowly while
 //! its requests' replies jump the server's queue, and checks every push
-//! and reply.
+//! and reply. A third (tests/interop/last_word.py) sends one message and
+//! closes at once, twenty times, against the async socket.
 
 mod common;
 
@@ -30,6 +31,7 @@ backend_tests!(
     no_compression_unless_configured_and_allowed,
     replies_overtake_compressed_pushes_with_context_takeover_uncompressed,
     replies_are_compressed_when_each_message_stands_alone,
+    a_python_client_that_says_its_last_word_and_leaves_gets_the_echo,
 );
 
 /// Runs the client against `path` on `server` with `offers` (see the
@@ -288,4 +290,27 @@ async fn replies_are_compressed_when_each_message_stands_alone(backend: Backend)
     let replies = report["replies_compressed"].as_array().unwrap();
     assert!(replies.iter().all(|r| r == true), "{replies:?}");
     assert!(report["overtook"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// Python `websockets` sends a message and closes at once, twenty times;
+/// the async socket's task answers a millisecond after taking the
+/// message, once the close is in: every echo arrives before the close's
+/// reply (1000).
+async fn a_python_client_that_says_its_last_word_and_leaves_gets_the_echo(backend: Backend) {
+    let handler = rapidws::socket::SocketHandler::new(|mut socket| async move {
+        while let Some(Ok(message)) = socket.recv().await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if socket.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    let server = common::serve(backend, handler, Config::default(), Default::default()).await;
+    let report = run_script(&server, "last_word.py", "/", &[]).await;
+    assert_eq!(report["answered"], 20, "{report}");
+    assert_eq!(
+        report["codes"],
+        serde_json::json!(vec![1000; 20]),
+        "{report}"
+    );
 }
