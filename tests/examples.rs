@@ -178,17 +178,21 @@ fn each_example_has_its_own_default_ports() {
     );
 }
 
-/// `--addr` takes a name as well as an IP address.
+/// `--addr` takes a name as well as an IP address, on the examples of the
+/// shared options (echo) and on those with their own (axum_echo).
 #[tokio::test]
 async fn an_address_by_name_is_resolved() {
-    let port = free_port();
-    let _echo = Child(
-        Command::new(example("echo"))
-            .args(["--addr", &format!("localhost:{port}")])
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening("echo --addr localhost", ([127, 0, 0, 1], port).into()).await;
+    for example_name in ["echo", "axum_echo"] {
+        let port = free_port();
+        let _server = Child(
+            Command::new(example(example_name))
+                .args(["--addr", &format!("localhost:{port}")])
+                .spawn()
+                .unwrap(),
+        );
+        let what = format!("{example_name} --addr localhost:{port}");
+        wait_listening(&what, ([127, 0, 0, 1], port).into()).await;
+    }
     for (addr, why) in [
         ("localhost", "no port"),
         ("localhost:http", "a port is 0 to 65535"),
