@@ -178,6 +178,24 @@ fn each_example_has_its_own_default_ports() {
     );
 }
 
+/// `--handoff-socket` and `--take-over` work on either backend, and their
+/// help says so (it once said tokio only).
+#[test]
+fn the_handoff_flags_are_for_either_backend() {
+    let help = helps("echo", &[]).remove(0);
+    for flag in ["--handoff-socket", "--take-over"] {
+        // From the option's own line to the next option's.
+        let line = format!("\n      {flag} ");
+        let at = help
+            .find(&line)
+            .unwrap_or_else(|| panic!("no {flag}: {help}"));
+        let text = &help[at + 1..];
+        let text = &text[..text.find("\n      -").unwrap_or(text.len())];
+        assert!(text.contains("either backend"), "{flag}: {text}");
+        assert!(!text.contains("--backend tokio"), "{flag}: {text}");
+    }
+}
+
 /// `--addr` takes a name as well as an IP address, on the examples of the
 /// shared options (echo) and on those with their own (axum_echo).
 #[tokio::test]
