@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README's "Echo server in ten lines", built as a user's own project would
 # build it: a new cargo project whose dependencies are the README's
-# `[dependencies]` block (rapidws by path instead of from crates.io) and
+# `[dependencies]` block (rapidws by this checkout's path instead of the
+# README's `../rapidws`) and
 # whose `src/main.rs` is the README's Rust block, nothing added.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

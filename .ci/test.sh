@@ -39,6 +39,14 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc: no broken links, private items included"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --document-private-items
 
+step "cargo doc: every link resolves under a user's feature sets too (axum,pubsub; tokio; client,rustls)"
+for features in axum,pubsub tokio client,rustls; do
+    RUSTDOCFLAGS="-D warnings" cargo doc -p rapidws --no-deps --no-default-features --features "$features"
+done
+
+step "README's benchmark figures are BENCHMARKS.md's (.ci/figures.py)"
+python3 .ci/figures.py
+
 step "README's ten-line server builds as a project of its own (.ci/readme.sh)"
 bash .ci/readme.sh
 

@@ -51,8 +51,8 @@ mod support;
 #[derive(Parser, Debug)]
 #[command(about = "rapidws inside axum: a page, /healthz, /ws and /stream on one port")]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:9002")]
+    /// Address to listen on, IP:PORT or HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:9002", value_parser = support::socket_addr)]
     addr: SocketAddr,
     /// Offer permessage-deflate (RFC 7692) on /ws and /stream, with the
     /// library's defaults.

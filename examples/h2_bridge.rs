@@ -4,7 +4,7 @@
 //! frames carried both ways as they are.
 //!
 //! ```text
-//! cargo run --release --example h2_bridge -- --listen 127.0.0.1:9004 \
+//! cargo run --release --example h2_bridge -- --listen 127.0.0.1:9009 \
 //!     --server 127.0.0.1:9002
 //! ```
 //! For clients that speak no HTTP/2: the Autobahn TestSuite runs over
@@ -33,11 +33,12 @@ use support::bridge;
 #[derive(Parser, Debug)]
 #[command(about = "WebSockets from HTTP/1.1 to an HTTP/2 server (RFC 8441)")]
 struct Args {
-    /// Where clients connect.
-    #[arg(long)]
+    /// Where clients connect, IP:PORT or HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:9009", value_parser = support::socket_addr)]
     listen: SocketAddr,
-    /// The HTTP/2 server (prior knowledge, no TLS).
-    #[arg(long)]
+    /// The HTTP/2 server (prior knowledge, no TLS), IP:PORT or HOST:PORT:
+    /// e.g. axum_echo on its default 127.0.0.1:9002.
+    #[arg(long, value_parser = support::socket_addr)]
     server: SocketAddr,
 }
 

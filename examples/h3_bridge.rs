@@ -32,11 +32,11 @@ use support::bridge;
 #[derive(Parser, Debug)]
 #[command(about = "WebSockets from TCP (HTTP/1.1) to an HTTP/3 server (RFC 9220)")]
 struct Args {
-    /// Where clients connect (TCP).
-    #[arg(long)]
+    /// Where clients connect (TCP): IP:PORT or HOST:PORT.
+    #[arg(long, value_parser = support::socket_addr)]
     listen: SocketAddr,
-    /// The HTTP/3 server (UDP).
-    #[arg(long)]
+    /// The HTTP/3 server (UDP): IP:PORT or HOST:PORT.
+    #[arg(long, value_parser = support::socket_addr)]
     server: SocketAddr,
     /// The certificates (PEM) to trust: a private CA the server's chain
     /// leads to, or the server's own certificate (self-signed, even one

@@ -50,8 +50,9 @@ mod support;
 #[derive(Parser, Debug)]
 #[command(about = "rapidws echo over HTTP/3 (RFC 9220) and over TCP on one port")]
 struct Args {
-    /// Address to listen on, UDP (HTTP/3) and TCP (HTTP/1.1, HTTP/2).
-    #[arg(long, default_value = "127.0.0.1:9443")]
+    /// Address to listen on, UDP (HTTP/3) and TCP (HTTP/1.1, HTTP/2): IP:PORT
+    /// or HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:9443", value_parser = support::socket_addr)]
     addr: SocketAddr,
     /// The certificate chain (PEM): QUIC needs TLS.
     #[arg(long, value_name = "PEM")]

@@ -7,7 +7,7 @@
 //! each peer and echoes on them (so a peer can test accepting).
 //!
 //! ```text
-//! cargo run --release --example mux_echo -- --addr 127.0.0.1:9005 --tcp-addr 127.0.0.1:9006
+//! cargo run --release --example mux_echo -- --addr 127.0.0.1:9006 --tcp-addr 127.0.0.1:9010
 //! ```
 //!
 //! Every session, over TCP and over `/mux`, shares one byte budget
@@ -42,7 +42,7 @@ struct Args {
     #[command(flatten)]
     serve: support::ServeArgs,
     /// Also serve plain smux over TCP on this address.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = support::socket_addr)]
     tcp_addr: Option<SocketAddr>,
     /// Open this many streams to each peer too, and echo on them (they go
     /// out once the peer has sent its first frame, which sets the version).
@@ -85,7 +85,7 @@ struct Plan {
 
 fn main() -> ExitCode {
     support::log_to_stderr();
-    let args: Args = support::parse_with_addr("127.0.0.1:9005");
+    let args: Args = support::parse_with_addr("127.0.0.1:9006");
     // One budget for every session, TCP and /mux: the configuration's
     // clones share it.
     let config = Config {

@@ -40,11 +40,12 @@ enum Role {
     /// The public side: takes the agent's WebSocket at /agent and turns
     /// every TCP connection to --listen into a stream to it.
     Server {
-        /// Where the agent connects (WebSocket, path /agent).
-        #[arg(long, value_name = "ADDR")]
+        /// Where the agent connects (WebSocket, path /agent): IP:PORT or
+        /// HOST:PORT.
+        #[arg(long, value_name = "ADDR", value_parser = support::socket_addr)]
         ws_addr: SocketAddr,
-        /// Where the public connects (TCP).
-        #[arg(long, value_name = "ADDR")]
+        /// Where the public connects (TCP): IP:PORT or HOST:PORT.
+        #[arg(long, value_name = "ADDR", value_parser = support::socket_addr)]
         listen: SocketAddr,
         /// Serve wss with this certificate chain (PEM; with --tls-key).
         #[arg(long, requires = "tls_key", value_name = "PEM")]

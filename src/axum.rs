@@ -339,7 +339,7 @@ impl WebSocketUpgrade {
 
     /// permessage-deflate for this upgrade: offered with these settings, or
     /// refused with `None`. By default the server's setting applies
-    /// ([`Config::permessage_deflate`], off unless set).
+    /// (`Config::permessage_deflate`, off unless set).
     pub fn permessage_deflate(mut self, deflate: impl Into<Option<DeflateConfig>>) -> Self {
         self.deflate = Some(deflate.into());
         self

@@ -39,20 +39,116 @@
 //!
 //! # Which entry point
 //!
+//! Each item is a link in a build with its feature and plain code in a build
+//! without it, so these docs have no broken link under any set of features.
+//!
 //! | you have | use | feature |
 //! |---|---|---|
-//! | a service on tokio | [`tokio::Server`] | `tokio` (default) |
-//! | Linux 6.0+, no tokio needed | [`uring::Server`] | `uring` |
-//! | an axum app | [`axum::WebSocketUpgrade`], an extractor | `axum` |
-//! | a hyper server | [`hyper::upgrade`] | `hyper` |
-//! | a stream of your own (TLS, a Unix socket, a pipe) | [`stream::Server`] | `stream` |
-//! | an async task per connection instead of callbacks | [`socket::SocketHandler`] | `socket` (default) |
-//! | wss | `tls(config)` on [`tokio::Server::tls`], [`uring::Server::tls`] | `rustls` |
-//! | HTTP/3 (QUIC), RFC 9220 | [`h3::serve`] | `http3` |
-//! | WebTransport (the browser's `new WebTransport(url)`) | [`h3::serve_with`], [`h3::Session`] | `http3` |
-//! | a client | [`client::Client`] | `client` |
-//! | topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |
-//! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on [`tokio::Server`] and [`uring::Server`] | `handoff` |
+#![cfg_attr(
+    feature = "tokio",
+    doc = "| a service on tokio | [`tokio::Server`] | `tokio` (default) |"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "| a service on tokio | `tokio::Server` | `tokio` (default) |"
+)]
+#![cfg_attr(
+    all(target_os = "linux", feature = "uring"),
+    doc = "| Linux 6.0+, no tokio needed | [`uring::Server`] | `uring` |"
+)]
+#![cfg_attr(
+    not(all(target_os = "linux", feature = "uring")),
+    doc = "| Linux 6.0+, no tokio needed | `uring::Server` | `uring` |"
+)]
+#![cfg_attr(
+    feature = "axum",
+    doc = "| an axum app | [`axum::WebSocketUpgrade`] | `axum` |"
+)]
+#![cfg_attr(
+    not(feature = "axum"),
+    doc = "| an axum app | `axum::WebSocketUpgrade` | `axum` |"
+)]
+#![cfg_attr(
+    feature = "hyper",
+    doc = "| a hyper server | [`hyper::upgrade`] | `hyper` |"
+)]
+#![cfg_attr(
+    not(feature = "hyper"),
+    doc = "| a hyper server | `hyper::upgrade` | `hyper` |"
+)]
+#![cfg_attr(
+    feature = "stream",
+    doc = "| a stream of your own (TLS, a Unix socket, a pipe) | [`stream::Server`] | `stream` |"
+)]
+#![cfg_attr(
+    not(feature = "stream"),
+    doc = "| a stream of your own (TLS, a Unix socket, a pipe) | `stream::Server` | `stream` |"
+)]
+#![cfg_attr(
+    feature = "socket",
+    doc = "| an async task per connection instead of callbacks | [`socket::SocketHandler`] | `socket` (default) |"
+)]
+#![cfg_attr(
+    not(feature = "socket"),
+    doc = "| an async task per connection instead of callbacks | `socket::SocketHandler` | `socket` (default) |"
+)]
+#![cfg_attr(
+    all(feature = "tokio", feature = "rustls"),
+    doc = "| wss on tokio | [`tokio::Server::tls`] | `rustls` |"
+)]
+#![cfg_attr(
+    not(all(feature = "tokio", feature = "rustls")),
+    doc = "| wss on tokio | `tokio::Server::tls` | `rustls` |"
+)]
+#![cfg_attr(
+    all(target_os = "linux", feature = "uring", feature = "rustls"),
+    doc = "| wss on io_uring | [`uring::Server::tls`] | `rustls` |"
+)]
+#![cfg_attr(
+    not(all(target_os = "linux", feature = "uring", feature = "rustls")),
+    doc = "| wss on io_uring | `uring::Server::tls` | `rustls` |"
+)]
+#![cfg_attr(
+    feature = "http3",
+    doc = "| HTTP/3 (QUIC), RFC 9220 | [`h3::serve`] | `http3` |"
+)]
+#![cfg_attr(
+    not(feature = "http3"),
+    doc = "| HTTP/3 (QUIC), RFC 9220 | `h3::serve` | `http3` |"
+)]
+#![cfg_attr(
+    feature = "http3",
+    doc = "| WebTransport (the browser's `new WebTransport(url)`) | [`h3::serve_with`] | `http3` |"
+)]
+#![cfg_attr(
+    not(feature = "http3"),
+    doc = "| WebTransport (the browser's `new WebTransport(url)`) | `h3::serve_with` | `http3` |"
+)]
+#![cfg_attr(
+    feature = "client",
+    doc = "| a client | [`client::Client`] | `client` |"
+)]
+#![cfg_attr(
+    not(feature = "client"),
+    doc = "| a client | `client::Client` | `client` |"
+)]
+#![cfg_attr(
+    feature = "pubsub",
+    doc = "| topics and fan-out, Redis between nodes | [`pubsub::PubSub`] | `pubsub`, `redis` |"
+)]
+#![cfg_attr(
+    not(feature = "pubsub"),
+    doc = "| topics and fan-out, Redis between nodes | `pubsub::PubSub` | `pubsub`, `redis` |"
+)]
+#![cfg_attr(
+    feature = "mux",
+    doc = "| many streams on one connection (smux) | [`mux::Mux`] | `mux` |"
+)]
+#![cfg_attr(
+    not(feature = "mux"),
+    doc = "| many streams on one connection (smux) | `mux::Mux` | `mux` |"
+)]
+//! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on the tokio and io_uring servers | `handoff` |
 //!
 //! Callbacks run on the server's own threads with each message borrowed
 //! from the read buffer; the async socket gives each connection a task and

@@ -184,6 +184,90 @@ async fn the_counters_are_closed_with_tokens_unless_opened() {
     );
 }
 
+/// Runs notify_bus with `env` and `args`, which it must refuse at start
+/// (within 10 s); its stderr.
+fn refused_at_start(env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut child = std::process::Command::new(example("notify_bus"))
+        .args(["--addr", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            use std::io::Read as _;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            assert!(!status.success(), "{env:?} {args:?} exited 0: {stderr}");
+            return stderr;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("notify_bus {env:?} {args:?} started instead of refusing");
+}
+
+/// The secrets may come from the environment, where `ps` does not show
+/// them; `--help` says so and how long they must be; one too short is
+/// refused naming its flag and variable, never echoed; and
+/// `--redis-secret` without Redis is refused for that before its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_come_from_the_environment_too() {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let _bus = Child(
+        std::process::Command::new(example("notify_bus"))
+            .args(["--addr", &addr.to_string()])
+            .env("NOTIFY_BUS_PUBLISH_TOKEN", PUBLISH_TOKEN)
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("notify_bus", addr).await;
+    let refused = post(addr, "/publish/news", "", "x").await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let bearer = format!("Authorization: Bearer {PUBLISH_TOKEN}\r\n");
+    let published = post(addr, "/publish/news", &bearer, "x").await;
+    assert!(published.starts_with("HTTP/1.1 200"), "{published}");
+
+    let help = std::process::Command::new(example("notify_bus"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for name in [
+        "NOTIFY_BUS_PUBLISH_TOKEN",
+        "NOTIFY_BUS_JWT_SECRET",
+        "NOTIFY_BUS_REDIS_SECRET",
+    ] {
+        assert!(help.contains(name), "--help does not name {name}: {help}");
+    }
+    assert!(help.contains("At least 16 characters"), "{help}");
+
+    let stderr = refused_at_start(&[("NOTIFY_BUS_JWT_SECRET", "short-secret")], &[]);
+    assert!(
+        stderr.contains("--jwt-secret (or NOTIFY_BUS_JWT_SECRET)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at least 16 characters"), "{stderr}");
+    assert!(
+        !stderr.contains("short-secret"),
+        "the secret was echoed: {stderr}"
+    );
+    let stderr = refused_at_start(&[], &["--publish-token", "T"]);
+    assert!(stderr.contains("--publish-token"), "{stderr}");
+    assert!(stderr.contains("openssl rand -hex 16"), "{stderr}");
+    let stderr = refused_at_start(&[], &["--redis-secret", "short"]);
+    assert!(
+        stderr.contains("needs --redis or --redis-cluster"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishing_needs_the_bearer_token_on_both_backends() {
     publishing_needs_the_token("tokio").await;

@@ -1,6 +1,8 @@
 //! The examples as a new user meets them: bad flags are refused at start
-//! with a message that names the cause and the fix, each example has its own
-//! default port, logs carry no colour codes when they go to a file, and
+//! with a message that names the cause and the fix, each example listens on
+//! ports of its own (every example in `examples/`, read from its `--help`
+//! and its top comment), `--addr` takes a host name, logs carry no colour
+//! codes when they go to a file, and
 //! `autobahn_client` pointed at an ordinary server says what it needs and
 //! exits instead of waiting, and the client prints what arrives after its
 //! close.
@@ -64,29 +66,158 @@ fn a_bus_that_takes_no_message_is_refused() {
     assert!(stderr.contains("at least 1 byte"), "{stderr}");
 }
 
-/// `--help` of each server example shows its own default address.
+/// The flags an example listens on.
+const LISTEN_FLAGS: [&str; 4] = ["--addr", "--listen", "--ws-addr", "--tcp-addr"];
+
+/// Every example in `examples/`: a file, or a folder with a `main.rs`.
+fn all_examples() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut examples = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let (name, source) = if path.extension().is_some_and(|e| e == "rs") {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            (name, path)
+        } else if path.join("main.rs").exists() {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, path.join("main.rs"))
+        } else {
+            continue;
+        };
+        examples.push((name, std::fs::read_to_string(source).unwrap()));
+    }
+    examples.sort();
+    examples
+}
+
+/// `args --help` of an example, and of each of its subcommands.
+fn helps(example: &str, args: &[&str]) -> Vec<String> {
+    let output = Command::new(common::example(example))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{example} {args:?} --help failed");
+    let help = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut all = vec![help.clone()];
+    if args.is_empty()
+        && let Some(commands) = help.split("Commands:").nth(1)
+    {
+        let commands = commands.split("\n\n").next().unwrap_or("");
+        for line in commands.lines() {
+            match line.split_whitespace().next() {
+                Some("help") | None => {}
+                Some(command) => all.extend(helps(example, &[command])),
+            }
+        }
+    }
+    all
+}
+
+/// The port of `host:port`, if it ends in one.
+fn port_of(addr: &str) -> Option<u16> {
+    let addr = addr.trim_end_matches(|c: char| !c.is_ascii_digit());
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+/// The ports an example listens on by default (its `--help`) or in the
+/// command lines of its top comment.
+fn listening_ports(example: &str, source: &str) -> Vec<u16> {
+    let mut ports = Vec::new();
+    for help in helps(example, &[]) {
+        // An option's line names it; its default follows, on that line
+        // or below its description.
+        let mut flag = None;
+        for line in help.lines() {
+            if line.trim_start().starts_with('-') {
+                flag = line.split([' ', ',', '=']).find(|w| w.starts_with("--"));
+            }
+            let Some(default) = line.split("[default: ").nth(1) else {
+                continue;
+            };
+            if flag.is_some_and(|flag| LISTEN_FLAGS.contains(&flag)) {
+                ports.extend(default.split(']').next().and_then(port_of));
+            }
+        }
+    }
+    for line in source.lines().filter(|line| line.starts_with("//!")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if LISTEN_FLAGS.contains(&pair[0]) {
+                ports.extend(port_of(pair[1]));
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// Every example listens on ports of its own, by default and in the
+/// commands its top comment gives, so any two run side by side without
+/// flags (the gateway in front of echo, h2_bridge in front of axum_echo).
 #[test]
-fn each_server_example_has_its_own_default_port() {
-    let mut seen = Vec::new();
-    for example in ["echo", "axum_echo", "gateway", "notify_bus", "stream"] {
-        let output = Command::new(common::example(example))
-            .arg("--help")
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{example} --help failed");
-        let help = String::from_utf8_lossy(&output.stdout).into_owned();
-        let default = help
-            .split("[default: ")
-            .skip(1)
-            .map(|rest| rest.split(']').next().unwrap())
-            .find(|value| value.starts_with("127.0.0.1:"))
-            .unwrap_or_else(|| panic!("{example} --help shows no default address: {help}"))
-            .to_owned();
-        assert!(
-            !seen.iter().any(|(_, other)| *other == default),
-            "{example} defaults to {default} like another: {seen:?}"
+fn each_example_has_its_own_default_ports() {
+    let mut owners: Vec<(u16, String)> = Vec::new();
+    let mut servers = 0;
+    for (example, source) in all_examples() {
+        let ports = listening_ports(&example, &source);
+        servers += usize::from(!ports.is_empty());
+        for port in ports {
+            if let Some((_, other)) = owners.iter().find(|(p, _)| *p == port) {
+                panic!("{example} and {other} both listen on port {port} by default");
+            }
+            owners.push((port, example.clone()));
+        }
+    }
+    // echo, axum_echo, gateway, notify_bus, stream, mux_echo, mux_tunnel,
+    // h2_bridge, h3_echo, h3_bridge: the test reads them all.
+    assert!(
+        servers >= 10,
+        "only {servers} server examples found: {owners:?}"
+    );
+}
+
+/// `--handoff-socket` and `--take-over` work on either backend, and their
+/// help says so (it once said tokio only).
+#[test]
+fn the_handoff_flags_are_for_either_backend() {
+    let help = helps("echo", &[]).remove(0);
+    for flag in ["--handoff-socket", "--take-over"] {
+        // From the option's own line to the next option's.
+        let line = format!("\n      {flag} ");
+        let at = help
+            .find(&line)
+            .unwrap_or_else(|| panic!("no {flag}: {help}"));
+        let text = &help[at + 1..];
+        let text = &text[..text.find("\n      -").unwrap_or(text.len())];
+        assert!(text.contains("either backend"), "{flag}: {text}");
+        assert!(!text.contains("--backend tokio"), "{flag}: {text}");
+    }
+}
+
+/// `--addr` takes a name as well as an IP address, on the examples of the
+/// shared options (echo) and on those with their own (axum_echo).
+#[tokio::test]
+async fn an_address_by_name_is_resolved() {
+    for example_name in ["echo", "axum_echo"] {
+        let port = free_port();
+        let _server = Child(
+            Command::new(example(example_name))
+                .args(["--addr", &format!("localhost:{port}")])
+                .spawn()
+                .unwrap(),
         );
-        seen.push((example, default));
+        let what = format!("{example_name} --addr localhost:{port}");
+        wait_listening(&what, ([127, 0, 0, 1], port).into()).await;
+    }
+    for (addr, why) in [
+        ("localhost", "no port"),
+        ("localhost:http", "a port is 0 to 65535"),
+    ] {
+        let stderr = refused("echo", &["--addr", addr]);
+        assert!(stderr.contains(why), "{addr}: {stderr}");
+        assert!(stderr.contains("localhost:9001"), "{addr}: {stderr}");
     }
 }
 

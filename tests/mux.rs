@@ -216,6 +216,21 @@ async fn mux_echo_opens_streams_to_its_peers() {
     }
 }
 
+/// A text message on `/mux` (a wrong client, a test page) is not smux:
+/// the session ends and the peer, an independent client here, is told why
+/// with 1003 and a reason, not a bare 1000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_message_on_mux_is_refused_with_1003_and_why() {
+    let (_server, ws, _tcp) = start_mux_echo(&[]).await;
+    let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{ws}/mux"))
+        .await
+        .unwrap();
+    common::send_text(&mut client, "hello").await;
+    let (code, reason) = common::expect_close(&mut client).await;
+    assert_eq!(code, 1003, "{reason}");
+    assert!(reason.contains("binary messages only"), "{reason:?}");
+}
+
 /// `mux_echo --push-size`: the server opens a push stream to each peer and
 /// writes the payload on it every interval, while the peer's own streams
 /// are echoed (the load harness's `stream --mux`).

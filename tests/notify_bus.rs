@@ -10,7 +10,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Client, delivered, next, resident_of, send_text, start_example};
+use common::{
+    Client, delivered, next, raw_exchange, resident_of, send_text, start_example, upgrade_request,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -143,8 +145,17 @@ async fn one_port_for_everything(backend: &str) {
         );
         assert!(reason.contains(want_reason), "{method} {path}: {reason}");
     }
-    // A refused upgrade: an empty topic in the list is skipped, a broken
-    // one is not.
+    // Refused upgrades, each with its reason: an empty name in the list
+    // (an empty list is no topic), a broken one.
+    for query in ["topics=a,,b", "topics=a,", "latest=,a"] {
+        let request = upgrade_request(&format!("/ws?{query}"), "");
+        let response = raw_exchange(addr, request.as_bytes()).await;
+        let response = String::from_utf8_lossy(&response);
+        assert!(response.starts_with("HTTP/1.1 400 "), "{query}: {response}");
+        assert!(response.contains("empty topic name"), "{query}: {response}");
+    }
+    let mut no_topic = subscribe(addr, "?topics=").await;
+    no_topic.close(None).await.unwrap();
     let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?topics=ok,%E2"))
         .await
         .unwrap_err();

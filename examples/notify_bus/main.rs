@@ -5,16 +5,18 @@
 //! ```text
 //! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
 //! cargo run --release --example notify_bus -- --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001 [...]
-//! cargo run --release --example notify_bus -- --publish-token T --jwt-secret S [--metrics] [--drain-secs 30]
+//! NOTIFY_BUS_PUBLISH_TOKEN=$(openssl rand -hex 16) NOTIFY_BUS_JWT_SECRET=$(openssl rand -hex 16) \
+//!     cargo run --release --example notify_bus -- [--metrics] [--drain-secs 30]
 //! cargo run --release --example notify_bus -- --history 10000 --handoff-socket /tmp/bus.sock
 //! cargo run --release --example notify_bus -- --history 10000 --take-over /tmp/bus.sock --handoff-socket /tmp/bus.sock
 //! ```
 //!
 //! - `GET /ws?topics=a,b` upgrades and subscribes to the listed topics
-//!   (percent-encoded, comma-separated; none is fine). Each delivery is the
-//!   published payload itself. Text messages `subscribe:<topic>` and
-//!   `unsubscribe:<topic>` change the topics later; a command that cannot
-//!   be done is answered with a text message `error: <why>`.
+//!   (percent-encoded, comma-separated; none is fine, an empty name in the
+//!   list is a 400). Each delivery is the published payload itself. Text
+//!   messages `subscribe:<topic>` and `unsubscribe:<topic>` change the
+//!   topics later; a command that cannot be done is answered with a text
+//!   message `error: <why>`.
 //! - `GET /ws?topics=a,b&positions=1`: each delivery is one text message,
 //!   a JSON object `{"topic":"a","epoch":"<hex>","offset":<n>,"data":"<text>"}`
 //!   (`"data_b64"` instead of `"data"` for a binary payload). Commands are
@@ -99,7 +101,7 @@
 //! of (see `rapidws::pubsub::redis`, "Redis is not trusted", for exactly
 //! what is and is not caught; the nodes' clocks must agree within 10 s).
 //!
-//! A deploy that keeps every connection (Linux, `--backend tokio`):
+//! A deploy that keeps every connection (Linux, either backend):
 //! started with `--handoff-socket PATH`, the bus hands everything to a new
 //! process started with the same arguments and `--take-over PATH`, and
 //! exits 0: publishing stops there, the topics (numbering and history)
@@ -127,6 +129,12 @@
 //! token does not name is answered `error: not allowed`; when the token
 //! expires, the connection is closed with 1008, `token expired`.
 //!
+//! Each secret (`--publish-token`, `--jwt-secret`, `--redis-secret`) must
+//! be at least 16 characters (`openssl rand -hex 16`), and may come from
+//! the environment instead (`NOTIFY_BUS_PUBLISH_TOKEN`,
+//! `NOTIFY_BUS_JWT_SECRET`, `NOTIFY_BUS_REDIS_SECRET`), where `ps` does not
+//! show it; see `secrets.rs`.
+//!
 //! `--metrics` serves `GET /metrics` (Prometheus text); SIGTERM closes the
 //! connections with 1012 spread over `--drain-secs` and exits 0.
 
@@ -150,6 +158,7 @@ use serde_json::json;
 mod support;
 
 mod auth;
+mod secrets;
 
 #[derive(Parser, Debug)]
 #[command(about = "A notification bus: topics over WebSockets, publishing over HTTP, one port")]
@@ -190,12 +199,23 @@ struct Args {
     redis_cluster: Vec<String>,
     /// With --redis or --redis-cluster: a secret every node shares;
     /// messages are signed with it, and only signed ones from Redis are
-    /// delivered (see `rapidws::pubsub::redis`).
-    #[arg(long, value_name = "SECRET", value_parser = secret)]
+    /// delivered (see `rapidws::pubsub::redis`). At least 16 characters.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "NOTIFY_BUS_REDIS_SECRET",
+        hide_env_values = true
+    )]
     redis_secret: Option<String>,
     /// `POST /publish...` needs `Authorization: Bearer <T>` (401 without);
     /// so do `/stats`, `/topics/<t>` and `/metrics`, unless `--open-stats`.
-    #[arg(long, value_name = "T", value_parser = secret)]
+    /// At least 16 characters (`openssl rand -hex 16`).
+    #[arg(
+        long,
+        value_name = "T",
+        env = "NOTIFY_BUS_PUBLISH_TOKEN",
+        hide_env_values = true
+    )]
     publish_token: Option<String>,
     /// `/stats`, `/topics/<t>` and `/metrics` answer anyone, even with
     /// tokens on (they show topic names' counts, positions and traffic).
@@ -214,16 +234,38 @@ struct Args {
     /// Subscribers need a JWT signed with this secret (HS256), in the
     /// `token` query parameter or a first message `token:<jwt>`, naming the
     /// topics they may join (claim `topics`) and when it expires (`exp`).
-    #[arg(long, value_name = "S", value_parser = secret)]
+    /// At least 16 characters.
+    #[arg(
+        long,
+        value_name = "S",
+        env = "NOTIFY_BUS_JWT_SECRET",
+        hide_env_values = true
+    )]
     jwt_secret: Option<String>,
 }
 
-/// `--redis-secret`: short secrets are guessable.
-fn secret(value: &str) -> Result<String, String> {
-    if value.len() < 16 {
-        return Err("at least 16 characters (32 random ones is plenty)".into());
+impl Args {
+    /// The secrets as given, for `secrets::check`.
+    fn secrets(&self) -> [secrets::Secret<'_>; 3] {
+        use secrets::Secret;
+        [
+            Secret {
+                flag: "--redis-secret",
+                env: "NOTIFY_BUS_REDIS_SECRET",
+                value: self.redis_secret.as_deref(),
+            },
+            Secret {
+                flag: "--publish-token",
+                env: "NOTIFY_BUS_PUBLISH_TOKEN",
+                value: self.publish_token.as_deref(),
+            },
+            Secret {
+                flag: "--jwt-secret",
+                env: "NOTIFY_BUS_JWT_SECRET",
+                value: self.jwt_secret.as_deref(),
+            },
+        ]
     }
-    Ok(value.to_owned())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -491,10 +533,7 @@ impl ServerHandler for Bus {
         };
         let mut opening: Vec<(String, Start)> = Vec::new();
         let listed = query_values(query, "topics").next().unwrap_or("");
-        for raw in listed.split(',').filter(|t| !t.is_empty()) {
-            let topic = percent_decode(raw)
-                .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
-            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
+        for topic in topic_list("topics", listed).map_err(|why| Reject::new(400, why))? {
             if !opening.iter().any(|(t, _)| *t == topic) {
                 opening.push((topic, Start::Now));
             }
@@ -502,10 +541,7 @@ impl ServerHandler for Bus {
         // `latest=a,b`: each starts with its latest kept publication
         // ("cache" mode; needs --history).
         let latest = query_values(query, "latest").next().unwrap_or("");
-        for raw in latest.split(',').filter(|t| !t.is_empty()) {
-            let topic = percent_decode(raw)
-                .ok_or_else(|| Reject::new(400, "a topic is not valid percent-encoded UTF-8"))?;
-            check_topic(&topic).map_err(|why| Reject::new(400, why.to_string()))?;
+        for topic in topic_list("latest", latest).map_err(|why| Reject::new(400, why))? {
             match opening.iter_mut().find(|(t, _)| *t == topic) {
                 Some((_, start)) => *start = Start::Latest,
                 None => opening.push((topic, Start::Latest)),
@@ -927,6 +963,28 @@ fn query_values<'q>(query: &'q str, name: &str) -> impl Iterator<Item = &'q str>
         .map(|(_, value)| value)
 }
 
+/// The topics of `topics=a,b` (or `latest=`), each decoded and checked:
+/// an empty list is no topic, but an empty name in a list (`a,,b`, `a,`)
+/// is refused as any empty topic name is, not skipped.
+fn topic_list(param: &str, listed: &str) -> Result<Vec<String>, String> {
+    if listed.is_empty() {
+        return Ok(Vec::new());
+    }
+    listed
+        .split(',')
+        .map(|raw| {
+            if raw.is_empty() {
+                return Err(format!(
+                    "an empty topic name in {param}= (two commas in a row, or one at an end)"
+                ));
+            }
+            let topic = percent_decode(raw).ok_or("a topic is not valid percent-encoded UTF-8")?;
+            check_topic(&topic).map_err(|why| why.to_string())?;
+            Ok(topic)
+        })
+        .collect()
+}
+
 /// `%XX` escapes decoded (`+` is kept as it is); `None` for a broken escape
 /// (anything but two hex digits after `%`: `%+A` is not a newline) or bytes
 /// that are not UTF-8.
@@ -948,6 +1006,11 @@ fn percent_decode(text: &str) -> Option<String> {
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:9004");
+    let bridged = args.redis.is_some() || !args.redis_cluster.is_empty();
+    if let Err(why) = secrets::check(&args.secrets(), bridged) {
+        eprintln!("error: {why}");
+        return std::process::ExitCode::from(2);
+    }
     let config = args
         .serve
         .config()
@@ -991,10 +1054,6 @@ fn main() -> std::process::ExitCode {
             Some((Bridge::cluster(&nodes), flag))
         }
     };
-    if args.redis_secret.is_some() && builder.is_none() {
-        eprintln!("error: --redis-secret needs --redis or --redis-cluster");
-        return std::process::ExitCode::from(2);
-    }
     let (secret, max_message_size) = (args.redis_secret.clone(), args.max_message_size);
     let (publish_token, jwt_secret) = (args.publish_token.clone(), args.jwt_secret.clone());
     support::serve_with("notify_bus", &args.serve, config, move |_runtime| {
@@ -1041,6 +1100,19 @@ mod tests {
         }
         assert_eq!(percent_decode("%0a%0A").as_deref(), Some("\n\n"));
         assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
+
+    #[test]
+    fn an_empty_name_in_a_topic_list_is_refused() {
+        assert_eq!(topic_list("topics", ""), Ok(vec![]));
+        assert_eq!(
+            topic_list("topics", "a,b%20c"),
+            Ok(vec!["a".into(), "b c".into()])
+        );
+        for bad in ["a,,b", "a,", ",a", ","] {
+            let why = topic_list("topics", bad).unwrap_err();
+            assert!(why.contains("empty topic name in topics="), "{bad}: {why}");
+        }
     }
 
     #[test]

@@ -72,11 +72,39 @@ fn threads(value: &str) -> Result<usize, String> {
     }
 }
 
+/// An address to listen on or connect to: `IP:PORT`, or `HOST:PORT` with
+/// the name resolved (its first IPv4 address if it has one, as `localhost`
+/// should mean 127.0.0.1 to the clients that will connect to it; else its
+/// first).
+pub fn socket_addr(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(
+            "no port: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:9001 or localhost:9001".into(),
+        );
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err("give HOST:PORT or IP:PORT, e.g. 127.0.0.1:9001 or localhost:9001 (a port is 0 to 65535)".into());
+    }
+    let found: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value)
+        .map_err(|error| format!("cannot resolve {host}: {error} (an IP address needs no lookup)"))?
+        .collect();
+    found
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("{host} has no address (an IP address needs no lookup)"))
+}
+
 /// Where and how to serve.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on (each example has its own default port).
-    #[arg(long, default_value = "127.0.0.1:9001")]
+    /// Address to listen on, IP:PORT or HOST:PORT (each example has its
+    /// own default port).
+    #[arg(long, default_value = "127.0.0.1:9001", value_parser = socket_addr)]
     pub addr: SocketAddr,
     /// Which backend serves the connections.
     #[arg(long, value_enum, default_value_t = Backend::Tokio)]
@@ -120,12 +148,13 @@ pub struct ServeArgs {
     /// Listen at this Unix socket for a successor: a new process of this
     /// program started with `--take-over PATH` (and the same other
     /// arguments) takes the listening socket and every connection over,
-    /// and this process then exits 0. (Linux, --backend tokio.)
+    /// and this process then exits 0. (Linux, either backend; the
+    /// successor may run the other.)
     #[arg(long, value_name = "PATH")]
     pub handoff_socket: Option<std::path::PathBuf>,
     /// Take the listening socket and every connection over from the
     /// process listening at this Unix socket (its `--handoff-socket`)
-    /// instead of binding `--addr`. (Linux, --backend tokio.)
+    /// instead of binding `--addr`. (Linux, either backend.)
     #[arg(long, value_name = "PATH")]
     pub take_over: Option<std::path::PathBuf>,
     #[command(flatten)]

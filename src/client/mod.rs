@@ -1,6 +1,13 @@
 //! The client: connect to a `ws://` or `wss://` URL (directly, through an
 //! HTTP CONNECT or SOCKS5 proxy, or over a stream you already have) and use
-//! the connection as an async [`WebSocket`] or through a [`Handler`], on the
+#![cfg_attr(
+    feature = "socket",
+    doc = "the connection as an async [`WebSocket`] or through a [`Handler`], on the"
+)]
+#![cfg_attr(
+    not(feature = "socket"),
+    doc = "the connection as an async `WebSocket` (feature `socket`) or through a [`Handler`], on the"
+)]
 //! same core as the server.
 //!
 //! ```no_run
@@ -42,7 +49,14 @@
 //!    their own (the stream driver). Either way masking, pongs, the close
 //!    handshake, limits and close codes are the core's, as on a server.
 //!
-//! With [`Client::http3`] (feature `http3`), `wss://` goes over HTTP/3
+#![cfg_attr(
+    feature = "http3",
+    doc = "With [`Client::http3`] (feature `http3`), `wss://` goes over HTTP/3"
+)]
+#![cfg_attr(
+    not(feature = "http3"),
+    doc = "With `Client::http3` (feature `http3`), `wss://` goes over HTTP/3"
+)]
 //! instead (RFC 9220): QUIC to the URL's host and port in step 2, TLS in
 //! QUIC's handshake, an extended CONNECT for step 4 (its answer a `200`);
 //! falling back to TCP is the caller's choice (see there).
@@ -273,13 +287,13 @@ struct Options {
 /// Defines `Client`, with `Inboxes` as its handler by default when the
 /// async socket API is built (`socket`), and none otherwise.
 macro_rules! client {
-    ($($default:tt)*) => {
+    ($inboxes:literal, $($default:tt)*) => {
         /// Opens client connections and drives them; see the module docs.
         ///
         /// A connection's `Conn::peer_addr` is the address its TCP connection went
         /// to: the server's, or the proxy's when it went through one.
         ///
-        /// `Client<Inboxes>` ([`Client::new`]) hands out [`WebSocket`]s;
+        #[doc = $inboxes]
         /// `Client<H>` ([`Client::with_handler`]) runs a [`Handler`] for each
         /// connection, as a server does, with the state given to
         /// [`Client::connect_with`].
@@ -295,10 +309,15 @@ macro_rules! client {
     };
 }
 
+// The first line of the docs differs: without `socket` there is no
+// `Inboxes`, `Client::new` or `WebSocket` to link to.
 #[cfg(feature = "socket")]
-client!(= Inboxes);
+client!(
+    "`Client<Inboxes>` ([`Client::new`]) hands out [`WebSocket`]s;",
+    = Inboxes
+);
 #[cfg(not(feature = "socket"))]
-client!();
+client!("Without the `socket` feature there is no async socket:",);
 
 impl<H: Handler> Clone for Client<H> {
     fn clone(&self) -> Self {

@@ -234,7 +234,7 @@ impl Conn {
     /// Frames already read stay in the read buffer, and TCP's flow control
     /// slows the peer down. Pings are not answered meanwhile. Ignored once a
     /// close frame was sent or received, so the close handshake always
-    /// completes. A connection served as a [`WebSocket`](crate::socket)
+    /// completes. A connection served as an async `WebSocket` (`socket`)
     /// pauses and resumes itself as its inbox fills and empties: do not call
     /// these on it.
     pub fn pause_reading(&self) {

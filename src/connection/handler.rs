@@ -56,7 +56,7 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Whether messages delivered to `on_message` may still be unanswered:
     /// they wait in a queue of the handler's own, or a task is handling them
-    /// (as with [`SocketHandler`](crate::socket::SocketHandler), while its
+    /// (as with `socket::SocketHandler`, while its
     /// socket reads). Asked when the peer's close frame arrives, or the peer
     /// breaks the protocol: while true, our close frame (the reply to the
     /// peer's, which echoes its code, or the failure's) waits until the
@@ -171,7 +171,7 @@ pub trait ServerHandler: Handler {
 
     /// A handoff (feature `handoff`) is under way: what the whole server
     /// hands to the successor besides its connections (its pub/sub topics:
-    /// [`PubSub::hand_off`](crate::pubsub::PubSub::hand_off)), as bytes
+    /// `PubSub::hand_off`), as bytes
     /// for the successor's [`ServerHandler::take_over_server`]. Called once
     /// requests (plain HTTP, upgrades: the publishers of a bus) have
     /// stopped being handled here and before any connection moves, so no

@@ -18,13 +18,19 @@ use crate::{CloseCode, OwnedMessage};
 /// WebSocket library's, so a peer on its defaults takes every message.
 pub const MAX_MESSAGE: usize = 32 * 1024;
 
+/// The close reason sent with 1003 to a peer that sent a text message: a
+/// byte stream cannot say where text would go, and a peer that sends text
+/// is speaking another protocol (a browser's test page, a wrong URL).
+const TEXT_REFUSED: &str = "smux over a WebSocket takes binary messages only";
+
 /// A [`WebSocket`] as `AsyncRead + AsyncWrite`: what is written goes out
 /// as binary messages (of at most [`MAX_MESSAGE`] bytes), what is read is
 /// the binary messages' bytes one after the other, their boundaries
 /// meaning nothing (coder/websocket's `NetConn`). A text message is an
-/// error ([`io::ErrorKind::InvalidData`]); the connection's end is the
-/// end of file (a failure code is an error); `shutdown` starts the close
-/// handshake with 1000.
+/// error ([`io::ErrorKind::InvalidData`]) and closes the connection with
+/// 1003, "smux over a WebSocket takes binary messages only", so its peer
+/// learns why; the connection's end is the end of file (a failure code is
+/// an error); `shutdown` starts the close handshake with 1000.
 pub struct MessageStream {
     socket: WebSocket,
     /// What is left of the message being read.
@@ -85,6 +91,9 @@ impl AsyncRead for MessageStream {
             match ready!(Pin::new(&mut this.socket).poll_next(cx)) {
                 Some(Ok(OwnedMessage::Binary(data))) => this.reading = data,
                 Some(Ok(OwnedMessage::Text(_))) => {
+                    // Closed here, before the session's end closes with
+                    // 1000 (a second close is ignored).
+                    let _ = this.socket.close(CloseCode::UNSUPPORTED_DATA, TEXT_REFUSED);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "a text message where the byte stream takes binary messages only",

@@ -15,7 +15,7 @@
 //! use rapidws::mux::{Config, Mux, Side};
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //!
-//! let tcp = tokio::net::TcpStream::connect("127.0.0.1:9006").await?;
+//! let tcp = tokio::net::TcpStream::connect("127.0.0.1:9010").await?;
 //! let mux = Mux::new(tcp, Side::Dialer, Config::default());
 //! let mut stream = mux.open_stream().await?;
 //! stream.write_all(b"hello").await?;

@@ -14,9 +14,17 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// One unbroken history of a topic (see the module docs). Shown as 16
-/// lowercase hex digits, and parsed back from them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// lowercase hex digits, and parsed back from them; its `Debug` shows the
+/// same digits (`Epoch(00000000000000ab)`), so a logged [`Position`]
+/// shows its epoch as clients see it on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Epoch(u64);
+
+impl fmt::Debug for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Epoch({self})")
+    }
+}
 
 impl Epoch {
     /// A new epoch, unlike any other with overwhelming likelihood.
@@ -183,6 +191,18 @@ mod tests {
         assert!("ab:".parse::<Position>().is_err());
         assert!("12345678901234567:1".parse::<Position>().is_err());
         assert_ne!(Epoch::new(), Epoch::new());
+    }
+
+    #[test]
+    fn debug_shows_the_epoch_as_the_wire_does() {
+        let position = Position {
+            epoch: Epoch::from_u64(0xab),
+            offset: 42,
+        };
+        assert_eq!(
+            format!("{position:?}"),
+            "Position { epoch: Epoch(00000000000000ab), offset: 42 }"
+        );
     }
 
     #[test]

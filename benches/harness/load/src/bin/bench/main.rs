@@ -6,6 +6,7 @@
 mod chart;
 mod client;
 mod report;
+mod rounds;
 mod scenarios;
 mod servers;
 
@@ -51,9 +52,10 @@ struct Args {
     /// figures from one run.
     #[arg(long, value_name = "REPO")]
     compare: Option<PathBuf>,
-    /// The command line to print in the report.
-    #[arg(long, default_value = "benches/harness/run.sh")]
-    command: String,
+    /// The command line to print in the report (default: `run.sh`, or with
+    /// `--report-only` the last report's).
+    #[arg(long)]
+    command: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -78,15 +80,28 @@ fn main() -> ExitCode {
     };
     let measurements = &saved.measurements;
     let summaries = report::summarize(measurements);
-    let machine = machine();
+    // Re-rendered, the report keeps the machine, time and command of the
+    // run that measured (the results do not record them; the last report
+    // does).
+    let last = std::fs::read_to_string(repo.join("BENCHMARKS.md")).unwrap_or_default();
+    let machine = if args.report_only {
+        measured_on(&last).unwrap_or_else(machine)
+    } else {
+        machine()
+    };
+    let command = match &args.command {
+        Some(command) => command.clone(),
+        None if args.report_only => last_command(&last).unwrap_or_else(|| RUN.into()),
+        None => RUN.into(),
+    };
     let settings = format!(
         "Each measured window is {} s after {} s of warm-up.",
         saved.duration, saved.warmup
     );
     let context = report::Context {
         machine: &machine,
-        command: &args.command,
-        rounds: measurements.iter().map(|m| m.round + 1).max().unwrap_or(0),
+        command: &command,
+        rounds: rounds::describe(measurements),
         settings: &settings,
         notes: std::fs::read_to_string(harness.join("notes.md")).ok(),
         chart_path: "benches/harness/results/chart.svg",
@@ -222,6 +237,21 @@ fn load_results(path: &Path) -> std::io::Result<Saved> {
             .filter_map(Measurement::from_json)
             .collect(),
     })
+}
+
+/// The command a report prints when none is given.
+const RUN: &str = "benches/harness/run.sh";
+
+/// The machine line of a report, if it has one.
+fn measured_on(report: &str) -> Option<String> {
+    let line = report.lines().find(|line| line.starts_with("Machine: "))?;
+    Some(line.to_owned())
+}
+
+/// The command a report printed (its first `text` block), if any.
+fn last_command(report: &str) -> Option<String> {
+    let block = report.split("```text\n").nth(1)?;
+    Some(block.split("\n```").next()?.to_owned())
 }
 
 /// What the report says about the machine, read from the machine itself.

@@ -729,7 +729,8 @@ const GO_STREAM: &str = "gorilla";
 pub struct Context<'a> {
     pub machine: &'a str,
     pub command: &'a str,
-    pub rounds: usize,
+    /// How many rounds the medians are over (`rounds::describe`).
+    pub rounds: String,
     pub settings: &'a str,
     pub notes: Option<String>,
     pub chart_path: &'a str,
@@ -924,7 +925,7 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     let _ = writeln!(out, "{}\n", context.machine);
     let _ = writeln!(
         out,
-        "Method: each server is pinned to CPU 0 (`taskset -c 0`), the load generator to CPU 1. Servers are started fresh for every measurement and alternated within each round ({} rounds, order rotated per round). Figures are medians over the rounds; \"range\" is min–max. Server CPU and RSS come from `/proc/<pid>/stat` and `/proc/<pid>/status`. {}\n",
+        "Method: each server is pinned to CPU 0 (`taskset -c 0`), the load generator to CPU 1. Servers are started fresh for every measurement and alternated within each round (order rotated per round). Figures are medians over a row's rounds ({}; the notes give each run's command); \"range\" is min–max. Server CPU and RSS come from `/proc/<pid>/stat` and `/proc/<pid>/status`. {}\n",
         context.rounds, context.settings
     );
     let _ = writeln!(out, "![benchmark chart]({})\n", context.chart_path);
