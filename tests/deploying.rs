@@ -50,7 +50,10 @@ fn block(title: &str) -> String {
     while let Some(line) = lines.next() {
         if line.starts_with("```") && line.ends_with(&marker) {
             assert!(found.is_none(), "docs/deploying.md: two blocks {marker}");
-            let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
             found = Some(body.join("\n") + "\n");
         }
     }
@@ -75,10 +78,7 @@ fn substitute(text: &str, pairs: &[(&str, String)]) -> String {
 
 /// A fresh directory of this test process's own.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "rapidws-deploying-{}-{name}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("rapidws-deploying-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::DirBuilder::new()
         .mode(0o755)
@@ -130,7 +130,7 @@ async fn start_example(name: &str, args: &[&str]) -> (Child, SocketAddr) {
             .arg("--addr")
             .arg(addr.to_string())
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .spawn()
             .unwrap(),
     );
@@ -318,7 +318,10 @@ type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 async fn tls(front: &Front, connector: &TlsConnector) -> Tls {
     let tcp = TcpStream::connect(front.wss).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await.expect("the TLS handshake")
+    connector
+        .connect(name, tcp)
+        .await
+        .expect("the TLS handshake")
 }
 
 /// A WebSocket through the proxy's TLS port, sent to `localhost`.
@@ -481,7 +484,7 @@ impl Unit {
             Command::new(&self.script)
                 .args(&self.args)
                 .env("RUNTIME_DIRECTORY", &runtime)
-                .env("RUST_LOG", "warn")
+                .env("RUST_LOG", "error")
                 .spawn()
                 .unwrap(),
         )
@@ -557,14 +560,24 @@ async fn headers_passed(proxy: Proxy, certs: &Path, connector: &TlsConnector) {
     }
 }
 
-/// Sends a raw request head and reads the status of the answer.
+/// Sends a raw request head and reads the status of the answer (its head
+/// only: nginx keeps the connection open after it).
 async fn raw<S>(mut stream: S, head: &str) -> (u16, String)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut response = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+    let reading = async {
+        let mut chunk = [0u8; 1024];
+        while !response.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => response.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading)
         .await
         .expect("an answer within 10 s");
     let response = String::from_utf8_lossy(&response).into_owned();
@@ -584,7 +597,9 @@ async fn echo_through(proxy: Proxy, certs: &Path, connector: &TlsConnector) {
     let front = proxy.front(echo, certs, "echo").await;
     let same = format!("http://localhost:{}", front.ws.port());
     let same_tls = format!("https://localhost:{}", front.wss.port());
-    let mut plain = ws(&front, "/", Some(same.as_str())).await.expect("ws, same host");
+    let mut plain = ws(&front, "/", Some(same.as_str()))
+        .await
+        .expect("ws, same host");
     let mut secure = wss(&front, connector, "/", Some(same_tls.as_str()))
         .await
         .expect("wss, same host");
@@ -632,14 +647,22 @@ async fn bus_through(proxy: Proxy, certs: &Path, connector: &TlsConnector) {
     synced(&mut plain).await;
     synced(&mut secure).await;
     assert_eq!(
-        wss(&front, connector, "/ws?topics=news", Some("https://evil.example"))
-            .await
-            .err(),
+        wss(
+            &front,
+            connector,
+            "/ws?topics=news",
+            Some("https://evil.example")
+        )
+        .await
+        .err(),
         Some(403)
     );
 
     assert_eq!(publish(&front, None, "news", "over http").await, 2);
-    assert_eq!(publish(&front, Some(connector), "news", "over https").await, 2);
+    assert_eq!(
+        publish(&front, Some(connector), "news", "over https").await,
+        2
+    );
     for text in ["over http", "over https"] {
         receives(&mut plain, text).await;
         receives(&mut secure, text).await;
