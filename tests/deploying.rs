@@ -354,9 +354,24 @@ async fn request<S>(mut stream: S, port: u16, method: &str, path: &str, body: &s
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    request_with(&mut stream, port, method, path, "", body).await
+}
+
+/// [`request`] with `extra` header lines.
+async fn request_with<S>(
+    mut stream: S,
+    port: u16,
+    method: &str,
+    path: &str,
+    extra: &str,
+    body: &str,
+) -> (u16, String)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: text/plain\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -382,14 +397,15 @@ where
 /// port with `tls`; returns the bus's count of subscribers reached.
 async fn publish(front: &Front, connector: Option<&TlsConnector>, topic: &str, text: &str) -> u64 {
     let path = format!("/publish/{topic}");
+    let bearer = format!("Authorization: Bearer {PUBLISH_TOKEN}\r\n");
     let (status, body) = match connector {
         None => {
             let tcp = TcpStream::connect(front.ws).await.unwrap();
-            request(tcp, front.ws.port(), "POST", &path, text).await
+            request_with(tcp, front.ws.port(), "POST", &path, &bearer, text).await
         }
         Some(connector) => {
             let stream = tls(front, connector).await;
-            request(stream, front.wss.port(), "POST", &path, text).await
+            request_with(stream, front.wss.port(), "POST", &path, &bearer, text).await
         }
     };
     assert_eq!(status, 200, "{body}");
@@ -484,12 +500,18 @@ impl Unit {
             Command::new(&self.script)
                 .args(&self.args)
                 .env("RUNTIME_DIRECTORY", &runtime)
+                // What the unit's EnvironmentFile gives it.
+                .env("NOTIFY_BUS_PUBLISH_TOKEN", PUBLISH_TOKEN)
                 .env("RUST_LOG", "error")
                 .spawn()
                 .unwrap(),
         )
     }
 }
+
+/// The publish token the bus takes from its environment, as the guide's
+/// `secrets.env` gives it.
+const PUBLISH_TOKEN: &str = "a-token-of-thirty-two-characters";
 
 /// A stand-in upstream that records each request head it gets (in lower
 /// case: HAProxy sends header names so) and answers 503.
@@ -658,6 +680,10 @@ async fn bus_through(proxy: Proxy, certs: &Path, connector: &TlsConnector) {
         Some(403)
     );
 
+    // The token came from the environment: a publish without it is refused.
+    let tcp = TcpStream::connect(front.ws).await.unwrap();
+    let (status, _) = request(tcp, front.ws.port(), "POST", "/publish/news", "no token").await;
+    assert_eq!(status, 401);
     assert_eq!(publish(&front, None, "news", "over http").await, 2);
     assert_eq!(
         publish(&front, Some(connector), "news", "over https").await,
