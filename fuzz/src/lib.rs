@@ -516,7 +516,7 @@ pub fn session_handoff(data: &[u8]) {
             }
             // A server session without deflate closes, or holds a failure,
             // only after its stream said so: the reference saw it too.
-            Err(Unmovable::Closing | Unmovable::HeldFailure) => {
+            Err(Unmovable::Closing | Unmovable::HeldClose) => {
                 panic!("an open session without held failures refused to move")
             }
             Err(other) => panic!("a session without deflate refused to move: {other}"),
