@@ -191,6 +191,18 @@ async fn wss_to_our_tls_server() {
     );
 }
 
+/// A client configuration trusting `roots` only.
+#[cfg(feature = "rustls")]
+fn client_trusting(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
 /// The TLS mistakes a newcomer makes first each get an error that names
 /// the cause and the fix: wss:// to a plain port, ws:// to a TLS port, a
 /// certificate nobody trusts, a CA certificate served as the server's own.
@@ -224,16 +236,8 @@ async fn tls_mistakes_get_errors_that_name_the_fix() {
     assert!(error.to_string().contains("use a wss:// URL"), "{error}");
 
     // A certificate the client does not trust (empty roots).
-    let roots = rustls::RootCertStore::empty();
-    let untrusting = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
     let error = Client::new(Config::default())
-        .tls(Arc::new(untrusting))
+        .tls(client_trusting(rustls::RootCertStore::empty()))
         .connect(format!("wss://localhost:{tls_port}/"))
         .await
         .unwrap_err();
@@ -267,15 +271,8 @@ async fn tls_mistakes_get_errors_that_name_the_fix() {
     });
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der().clone()).unwrap();
-    let trusting_the_ca = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
     let error = Client::new(Config::default())
-        .tls(Arc::new(trusting_the_ca))
+        .tls(client_trusting(roots))
         .connect(format!("wss://localhost:{port}/"))
         .await
         .unwrap_err();

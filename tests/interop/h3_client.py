@@ -194,19 +194,24 @@ async def echo(client, authority, compress=False):
     return result
 
 
-async def hold(client, authority):
-    stream_id, state = client.open(connect_headers(authority))
-    await wait(state, lambda: state["headers"] is not None or state["reset"] is not None)
-    print(json.dumps({"open": dict(state["headers"] or []).get(b":status") == b"200"}), flush=True)
+async def frames_until_close(state, seconds=10):
+    """The frames a stream brings up to a close frame (or its end or reset)."""
     buffer = bytearray()
     def closed():
         nonlocal buffer
         buffer += state["data"]
         state["data"].clear()
         frames, _ = parse(bytes(buffer))
-        return any(o == 0x8 for o, _ in frames) or state["ended"]
-    await wait(state, closed, 30)
-    frames, _ = parse(bytes(buffer))
+        return any(o == 0x8 for o, _ in frames) or state["ended"] or state["reset"] is not None
+    await wait(state, closed, seconds)
+    return parse(bytes(buffer))[0]
+
+
+async def hold(client, authority):
+    stream_id, state = client.open(connect_headers(authority))
+    await wait(state, lambda: state["headers"] is not None or state["reset"] is not None)
+    print(json.dumps({"open": dict(state["headers"] or []).get(b":status") == b"200"}), flush=True)
+    frames = await frames_until_close(state, 30)
     codes = [struct.unpack("!H", p[:2])[0] for o, p in frames if o == 0x8]
     # Answer the close, as a client does.
     client.send(stream_id, frame(0x8, struct.pack("!H", codes[0]) if codes else b""), end_stream=True)
@@ -243,15 +248,7 @@ async def last(client, authority, runs=20):
             return {"status": dict(state["headers"] or []).get(b":status", b"").decode()}
         word = f"last word {run}".encode()
         client.send(stream_id, frame(0x1, word) + frame(0x8, struct.pack("!H", 1000)))
-        buffer = bytearray()
-        def closed():
-            nonlocal buffer
-            buffer += state["data"]
-            state["data"].clear()
-            frames, _ = parse(bytes(buffer))
-            return any(o == 0x8 for o, _ in frames) or state["ended"] or state["reset"] is not None
-        await wait(state, closed)
-        frames, _ = parse(bytes(buffer))
+        frames = await frames_until_close(state)
         frames_seen.append([o for o, _ in frames])
         if frames and frames[0] == (0x1, word):
             answered += 1
