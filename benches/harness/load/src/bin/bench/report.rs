@@ -929,20 +929,17 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
         context.rounds, context.settings
     );
     let _ = writeln!(out, "![benchmark chart]({})\n", context.chart_path);
-    let _ = writeln!(out, "## Targets (issue 3)\n");
+    let _ = writeln!(out, "## Targets (the echo server)\n");
     targets(&mut out, summaries);
-    let _ = writeln!(out, "\n## Targets (issue 4: the io_uring backend)\n");
+    let _ = writeln!(out, "\n## Targets (the io_uring backend)\n");
     uring_targets(&mut out, summaries, measurements);
-    let _ = writeln!(out, "\n## Targets (issue 5: permessage-deflate)\n");
+    let _ = writeln!(out, "\n## Targets (permessage-deflate)\n");
     deflate_targets(&mut out, summaries);
-    let _ = writeln!(
-        out,
-        "\n## Targets (issue 16: requests while the server pushes)\n"
-    );
+    let _ = writeln!(out, "\n## Targets (requests while the server pushes)\n");
     stream_targets(&mut out, summaries);
-    let _ = writeln!(out, "\n## Targets (issue 18: the client)\n");
+    let _ = writeln!(out, "\n## Targets (the client)\n");
     client_targets(&mut out, summaries);
-    let _ = writeln!(out, "\n## Targets (issue 19: pub/sub)\n");
+    let _ = writeln!(out, "\n## Targets (pub/sub)\n");
     fanout_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
