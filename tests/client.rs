@@ -191,18 +191,6 @@ async fn wss_to_our_tls_server() {
     );
 }
 
-/// A client configuration trusting `roots` only.
-#[cfg(feature = "rustls")]
-fn client_trusting(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Arc::new(config)
-}
-
 /// The TLS mistakes a newcomer makes first each get an error that names
 /// the cause and the fix: wss:// to a plain port, ws:// to a TLS port, a
 /// certificate nobody trusts, a CA certificate served as the server's own.
@@ -237,7 +225,7 @@ async fn tls_mistakes_get_errors_that_name_the_fix() {
 
     // A certificate the client does not trust (empty roots).
     let error = Client::new(Config::default())
-        .tls(client_trusting(rustls::RootCertStore::empty()))
+        .tls(tls::trusting(rustls::RootCertStore::empty()))
         .connect(format!("wss://localhost:{tls_port}/"))
         .await
         .unwrap_err();
@@ -272,7 +260,7 @@ async fn tls_mistakes_get_errors_that_name_the_fix() {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der().clone()).unwrap();
     let error = Client::new(Config::default())
-        .tls(client_trusting(roots))
+        .tls(tls::trusting(roots))
         .connect(format!("wss://localhost:{port}/"))
         .await
         .unwrap_err();

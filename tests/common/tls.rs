@@ -99,6 +99,11 @@ pub fn server_config() -> Arc<ServerConfig> {
 pub fn client_config() -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots.add(identity().cert.clone()).unwrap();
+    trusting(roots)
+}
+
+/// A client configuration that trusts `roots` only.
+pub fn trusting(roots: RootCertStore) -> Arc<ClientConfig> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
