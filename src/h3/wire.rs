@@ -137,15 +137,9 @@ pub(crate) async fn skip(recv: &mut RecvStream, mut length: u64) -> Result<(), (
     Ok(())
 }
 
-/// A varint read from `recv`.
+/// A varint read from `recv` (how it failed does not matter here).
 pub(crate) async fn read_varint(recv: &mut RecvStream) -> Result<u64, ()> {
-    let mut bytes = [0u8; 8];
-    recv.read_exact(&mut bytes[..1]).await.map_err(|_| ())?;
-    let len = 1usize << (bytes[0] >> 6);
-    recv.read_exact(&mut bytes[1..len]).await.map_err(|_| ())?;
-    varint::decode(&bytes[..len])
-        .map(|(value, _)| value)
-        .ok_or(())
+    read_head_varint(recv).await.map_err(|_| ())
 }
 
 /// Why a stream's first varint was not read.
