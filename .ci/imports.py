@@ -15,6 +15,13 @@ module's interface, not a use by its code, so it makes no edge; nor does a
 `mod` declaration. A re-export of another crate (`pub use rapidws_core::proto`)
 leads out of the crate. Prints each circle with its edges and exits 1 if
 there is one; prints the file count and `no import circle` otherwise.
+
+Then the layer order ARCHITECTURE.md draws: its table between the
+`<!-- layers -->` and `<!-- /layers -->` marks names, for each crate, its
+layers from the bottom up and the top-level modules (folders or files) in
+each. A file may import from its own layer and the layers below; an import
+from a layer above (an arrow up) fails, and so does a top-level module the
+table does not place. `lib.rs` sits above every layer.
 """
 
 import os
@@ -23,6 +30,7 @@ import sys
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 ROOTS = sys.argv[1:] or [os.path.join(HERE, "src"), os.path.join(HERE, "core", "src")]
+MAP = os.environ.get("RAPIDWS_MAP", os.path.join(HERE, "ARCHITECTURE.md"))
 ITEM = re.compile(
     r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+|const\s+|unsafe\s+)*"
     r"(?:fn|struct|enum|trait|type|const|static|mod|macro_rules!|union)\s+(\w+)",
@@ -83,6 +91,59 @@ def expand(tree):
                         out.append(prefix.rstrip(":") if path == "self" else prefix + path)
                 return out
     return [tree]
+
+
+def layers_of(root):
+    """{top-level module: layer index} for the crate at `root`, from the map's
+    layer table (rows bottom first: `| crate dir | layer | modules |`); None
+    if the map draws no layers for it."""
+    text = open(MAP, encoding="utf-8").read()
+    match = re.search(r"<!-- layers -->(.*?)<!-- /layers -->", text, re.S)
+    if not match:
+        sys.exit(f"{MAP}: no `<!-- layers -->` table")
+    where = os.path.relpath(root, HERE).rstrip("/") + "/"
+    layers = {}
+    for row in match.group(1).splitlines():
+        cells = [c.strip().strip("`") for c in row.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] != where:
+            continue
+        rank = len(set(layers.values()))
+        for module in re.split(r"[,\s]+", cells[2]):
+            module = module.strip("`/")
+            if module.endswith(".rs"):
+                module = module[:-3]
+            if module:
+                layers[module] = rank
+    return layers or None
+
+
+def check_layers(root, edges, name):
+    """Every import goes to the same layer or down; 1 if one goes up."""
+    layers = layers_of(root)
+    where = os.path.relpath(root, HERE)
+    if layers is None:
+        if sys.argv[1:]:
+            print(f"{where}/: no layers drawn for it (circles only)")
+            return 0
+        print(f"{where}: ARCHITECTURE.md's layer table does not list {where}/")
+        return 1
+    top = max(layers.values()) + 1
+    failed = 0
+    for module in sorted(edges):
+        head = module[0] if module else None
+        if head is not None and head not in layers:
+            print(f"{where}/{name(module)}: `{head}` is in no layer of ARCHITECTURE.md's table")
+            failed = 1
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            la = layers.get(a[0], top) if a else top
+            lb = layers.get(b[0], top) if b else top
+            if lb > la:
+                print(f"arrow up: {name(a)} (layer {la + 1}) -> {name(b)} (layer {lb + 1})")
+                failed = 1
+    if not failed:
+        print(f"{where}/: every import within its layer or below ({top} layers)")
+    return failed
 
 
 def check(root):
@@ -211,11 +272,12 @@ def check(root):
                 if b in component:
                     print(f"  {name(a)} -> {name(b)}")
     where = os.path.relpath(root, HERE)
+    layered = check_layers(root, edges, name)
     if circles:
         print(f"{where}: {len(circles)} import circle(s)")
         return 1
     print(f"{len(files)} files in {where}/: no import circle between files or modules")
-    return 0
+    return layered
 
 
 def main():

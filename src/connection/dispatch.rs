@@ -534,7 +534,7 @@ impl<H: Handler> Dispatch<H> {
         &mut self,
         input: &mut BytesMut,
         ceiling: crate::proto::Limits,
-    ) -> Result<crate::handoff::record::OpenRecord, &'static str> {
+    ) -> Result<super::record::OpenRecord, &'static str> {
         if self.aborted || !self.is_open() {
             return Err("closing");
         }
@@ -555,7 +555,7 @@ impl<H: Handler> Dispatch<H> {
             if !outbox.may_hand_off() {
                 return Err("closing, writing, or its compressor keeps its context");
             }
-            if outbox.queued().saturating_add(input.len()) > crate::handoff::record::MAX_CARRIED {
+            if outbox.queued().saturating_add(input.len()) > super::record::MAX_CARRIED {
                 return Err("more queued and unread than a record carries");
             }
         }
@@ -580,7 +580,7 @@ impl<H: Handler> Dispatch<H> {
         self.app.conn.leave_all();
         // It lives on elsewhere: the drop calls no `on_close`.
         self.app.closed = true;
-        Ok(crate::handoff::record::OpenRecord {
+        Ok(super::record::OpenRecord {
             session,
             input: input.split().to_vec(),
             output,
@@ -603,12 +603,12 @@ impl<H: Handler> Dispatch<H> {
         handler: &Arc<H>,
         peer: SocketAddr,
         mut session: Session,
-        record: crate::handoff::record::OpenRecord,
+        record: super::record::OpenRecord,
         wake: ConnWake,
     ) -> Result<(Self, Registration, BytesMut), Vec<u8>> {
         let role = session.role();
         let (conn, registration) = endpoint.open_connection(peer, wake, role);
-        let crate::handoff::record::OpenRecord {
+        let super::record::OpenRecord {
             input,
             output,
             compressor,

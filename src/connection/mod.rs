@@ -10,6 +10,7 @@
 //! | `conn.rs` | `Conn`, the handle: sends, replies, `ready`, close |
 //! | `outbox.rs` | what a `Conn` and the driver share: the outbound queue, the phase, the waiting tasks; every change to it |
 //! | `membership.rs` | the pub/sub topics a connection joined (feature `pubsub`) |
+//! | `record.rs` | a connection as data, the same from every driver: what a handoff carries to the next process (feature `handoff`) |
 //! | `keepalive.rs` | pings and the idle timeout, counted in a loop's sweeps |
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
@@ -34,6 +35,8 @@ pub(crate) mod membership;
 pub(crate) mod meters;
 pub(crate) mod origin;
 pub(crate) mod outbox;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+pub(crate) mod record;
 pub(crate) mod spread;
 pub(crate) mod upgrade;
 pub(crate) mod wake;

@@ -3,9 +3,12 @@
 //! the id and peer, how to wake the driver, two flags read without a lock,
 //! and the [`Outbox`] under its mutex: the outbound [`WriteQueue`], the
 //! phase that turns sends away, the close request, the tasks waiting for
-//! room, the compressor. Every field of it is changed here, through named
-//! methods: the senders' side (`conn.rs`) and the driver's side (the
-//! connection's life, `dispatch.rs` and `lifecycle.rs`).
+//! room, the compressor. Every field of it is changed in this module,
+//! through named methods: the senders' side (`conn.rs`) and the driver's
+//! side (the connection's life, `dispatch.rs` and `lifecycle.rs`). What the
+//! layers above need of it waits behind a feature in a file of its own:
+//! `outbox/fanout.rs` (pub/sub), `outbox/handoff.rs` (the handoff),
+//! `outbox/counting.rs` (metrics).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,12 +23,18 @@ use crate::connection::membership::Memberships;
 use crate::connection::meters::Meters;
 use crate::connection::wake::ConnWake;
 use crate::pool::BufferPool;
-#[cfg(feature = "pubsub")]
-use crate::proto::Prepared;
 use crate::proto::Written;
 use crate::proto::deflate::Compressor;
 use crate::proto::frame::RSV1;
 use crate::proto::{CloseCode, OpCode, Role, WriteQueue};
+
+mod counting;
+#[cfg(feature = "pubsub")]
+mod fanout;
+#[cfg(all(target_os = "linux", feature = "handoff"))]
+mod handoff;
+
+use counting::Counting;
 
 /// Tasks waiting in [`Conn::ready`](crate::Conn::ready), boxed: most connections never have
 /// one, and every connection has the field.
@@ -135,39 +144,6 @@ impl Outbox {
         }
     }
 
-    /// Queues a message framed once for many connections (see
-    /// `Conn::send_prepared`). A server's plain frame is queued here, in a
-    /// few instructions (a fan-out's loop runs this once per subscriber);
-    /// a compressor or a client's mask takes the way out of line.
-    #[cfg(feature = "pubsub")]
-    #[inline]
-    pub(crate) fn push_prepared(&mut self, message: &Prepared) {
-        if self.deflate.is_some() || self.queue.role() == Role::Client {
-            return self.push_prepared_framed(message);
-        }
-        self.queue
-            .push_prepared(message.opcode(), message.frame().clone());
-    }
-
-    /// [`Outbox::push_prepared`] with a compressor, or for a client.
-    #[cfg(feature = "pubsub")]
-    #[inline(never)]
-    fn push_prepared_framed(&mut self, message: &Prepared) {
-        let opcode = message.opcode();
-        if self.queue.role() == Role::Client {
-            if !self.push_compressed(opcode, message.payload()) {
-                self.queue.push_frame(true, 0, opcode, message.payload());
-            }
-            return;
-        }
-        let compressed = self
-            .deflate
-            .as_ref()
-            .and_then(|c| message.compressed_frame(c));
-        let frame = compressed.unwrap_or_else(|| message.frame().clone());
-        self.queue.push_prepared(opcode, frame);
-    }
-
     /// [`Outbox::push_compressed`] for a reply, which may overtake compressed
     /// messages: only if this side compresses each message on its own.
     fn push_compressed_reply(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
@@ -237,84 +213,24 @@ pub(crate) struct Outbox {
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
     deflate: Option<Compressor>,
-    /// Data messages queued since the driver last took the count.
-    #[cfg(feature = "metrics")]
-    messages: u32,
-    /// A sampled pub/sub delivery waiting to be written (see
-    /// [`Outbox::probe`]); boxed, as it is rare.
-    #[cfg(feature = "metrics")]
-    probe: Option<Box<Probe>>,
-}
-
-/// A sampled pub/sub delivery in a connection's queue: when its publish
-/// was called, and how many bytes are to be written up to its end.
-#[cfg(feature = "metrics")]
-struct Probe {
-    since: std::time::Instant,
-    ahead: usize,
-}
-
-/// Counting for feature `metrics`.
-#[cfg(feature = "metrics")]
-impl Outbox {
-    /// A data message was queued.
-    #[inline(always)]
-    pub(crate) fn count_message(&mut self) {
-        self.messages = self.messages.wrapping_add(1);
-    }
-
-    /// The data messages queued since the last call.
-    pub(crate) fn take_messages(&mut self) -> u64 {
-        u64::from(std::mem::take(&mut self.messages))
-    }
-
-    /// The message just queued is a sampled delivery of a publish called
-    /// at `since`: once the bytes up to its end are written, the time it
-    /// took goes to `rapidws_pubsub_delivery_seconds`. One at a time per
-    /// connection (a later sample waits for the next).
-    pub(crate) fn probe(&mut self, since: std::time::Instant) {
-        if self.probe.is_none() {
-            self.probe = Some(Box::new(Probe {
-                since,
-                ahead: self.queued(),
-            }));
-        }
-    }
-
-    /// `n` bytes were handed to the kernel: a probe they complete is recorded.
-    #[inline]
-    fn probe_written(&mut self, n: usize) {
-        let Some(probe) = self.probe.as_mut() else {
-            return;
-        };
-        if probe.ahead > n {
-            probe.ahead -= n;
-            return;
-        }
-        let since = probe.since;
-        self.probe = None;
-        metrics::histogram!("rapidws_pubsub_delivery_seconds")
-            .record(since.elapsed().as_secs_f64());
-    }
-}
-
-/// Without feature `metrics`: nothing is counted.
-#[cfg(not(feature = "metrics"))]
-impl Outbox {
-    #[inline(always)]
-    pub(crate) fn count_message(&mut self) {}
-
-    #[inline(always)]
-    pub(crate) fn take_messages(&mut self) -> u64 {
-        0
-    }
-
-    #[inline(always)]
-    fn probe_written(&mut self, _n: usize) {}
+    /// What feature `metrics` counts (nothing without it).
+    counting: Counting,
 }
 
 /// The driver's side of the outbox: what the connection's life does with it.
 impl Outbox {
+    /// A data message was queued (counted with feature `metrics`).
+    #[inline(always)]
+    pub(crate) fn count_message(&mut self) {
+        self.counting.count_message();
+    }
+
+    /// The data messages queued since the last call (0 without feature
+    /// `metrics`).
+    pub(crate) fn take_messages(&mut self) -> u64 {
+        self.counting.take_messages()
+    }
+
     /// Where the session appends its replies (pongs, close frames).
     pub(crate) fn queue(&mut self) -> &mut WriteQueue {
         &mut self.queue
@@ -392,7 +308,7 @@ impl Outbox {
         write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<Written> {
         let written = self.queue.write_with(write)?;
-        self.probe_written(written.bytes);
+        self.counting.written(written.bytes);
         if self.queue.is_empty()
             && let Some(buf) = self.queue.take_buffer()
         {
@@ -430,83 +346,9 @@ impl Outbox {
     /// `n` taken bytes are no longer being written: they went out, or the
     /// write failed and they never will.
     pub(crate) fn no_longer_sending(&mut self, n: usize) {
-        self.probe_written(n);
+        self.counting.written(n);
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.sending = self.sending.saturating_sub(n);
-    }
-
-    /// Whether [`Outbox::hand_off`] would let the connection go now.
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub(crate) fn may_hand_off(&self) -> bool {
-        self.is_open()
-            && self.close_request.is_none()
-            && !self.abort
-            && self.sending == 0
-            && !self.deflate.as_ref().is_some_and(Compressor::keeps_context)
-    }
-
-    /// The connection leaves for another process (the handoff): what is
-    /// queued, in the order it would have been written (the rest of a
-    /// frame begun on the wire first), and the compressor; sends fail from
-    /// now on. `None`, changing nothing, if it cannot leave: a close was
-    /// asked for or sent, the server gave up on it, a write owns part of
-    /// the queue (io_uring), or the compressor keeps its context.
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub(crate) fn hand_off(
-        &mut self,
-        pool: &BufferPool,
-    ) -> Option<(Vec<u8>, Option<Compressor>, Option<Waiters>)> {
-        if !self.may_hand_off() {
-            return None;
-        }
-        let compressor = self.deflate.take();
-        let (queued, waiting) = self.give_up(pool);
-        Some((queued, compressor, waiting))
-    }
-
-    /// Puts what a connection handed over from another process had queued
-    /// (see [`Outbox::hand_off`]) at the head of its queue, and its
-    /// compressor in place.
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub(crate) fn take_over(&mut self, queued: &[u8], compressor: Option<Compressor>) {
-        if !queued.is_empty() {
-            self.queue.push_started(queued);
-        }
-        self.deflate = compressor;
-    }
-
-    /// A write that owned `unsent` (io_uring's) stopped short for a
-    /// handoff: its bytes go back to the head of the queue, counting as
-    /// started (the first may be the rest of a frame on the wire), ahead
-    /// of everything queued since; they are no longer being sent.
-    #[cfg(all(target_os = "linux", feature = "handoff", feature = "uring"))]
-    pub(crate) fn put_back(&mut self, unsent: &mut WriteQueue, pool: &BufferPool) {
-        let n = unsent.len();
-        // Everything, in the order it would have gone (what was queued
-        // since, replies included, after it), counts as started: nothing
-        // queued later overtakes any of it.
-        let mut bytes = Vec::with_capacity(n + self.queue.len());
-        unsent.move_into(&mut bytes);
-        self.queue.move_into(&mut bytes);
-        for queue in [unsent, &mut self.queue] {
-            if let Some(buf) = queue.take_buffer() {
-                pool.give(buf);
-            }
-        }
-        self.queue.push_started(&bytes);
-        self.sending = self
-            .sending
-            .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
-    }
-
-    /// What is queued, in the order it would have been written, and no
-    /// more sends: for a connection handed over that its handler refused,
-    /// which goes with a last write of these.
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub(crate) fn give_up(&mut self, pool: &BufferPool) -> (Vec<u8>, Option<Waiters>) {
-        let mut queued = Vec::new();
-        self.queue.move_into(&mut queued);
-        (queued, self.clear(pool))
     }
 
     /// The connection is over: later sends fail, a close request is void,
@@ -521,10 +363,7 @@ impl Outbox {
         let unwritten = self.queue.len();
         self.queue.advance(unwritten);
         self.sending = 0;
-        #[cfg(feature = "metrics")]
-        {
-            self.probe = None;
-        }
+        self.counting.forget_probe();
         if let Some(buf) = self.queue.take_buffer() {
             pool.give(buf);
         }
@@ -607,8 +446,8 @@ pub(crate) struct ConnShared {
     /// `Conn::resume_reading`.
     reading_paused: AtomicBool,
     outbox: Mutex<Outbox>,
-    /// The pub/sub topics this connection is in: under a lock of their own,
-    /// so that the outbox (every send) does not carry them.
+    /// The pub/sub topics this connection is in (see `fanout.rs`): under a
+    /// lock of their own, so that the outbox (every send) does not carry them.
     #[cfg(feature = "pubsub")]
     memberships: Memberships,
 }
@@ -640,10 +479,7 @@ impl ConnShared {
                 wants_drain: false,
                 waiting: None,
                 deflate: None,
-                #[cfg(feature = "metrics")]
-                messages: 0,
-                #[cfg(feature = "metrics")]
-                probe: None,
+                counting: Counting::default(),
             }),
         })
     }
@@ -689,12 +525,6 @@ impl ConnShared {
     /// then to be called).
     pub(crate) fn resume_reading(&self) -> bool {
         self.reading_paused.swap(false, Ordering::AcqRel)
-    }
-
-    /// The pub/sub memberships this connection joined.
-    #[cfg(feature = "pubsub")]
-    pub(crate) fn memberships(&self) -> &Memberships {
-        &self.memberships
     }
 
     /// Whether the application paused reading (`Conn::pause_reading`).

@@ -11,36 +11,29 @@
 //! |---|---|
 //! | `channel.rs` | the Unix socket between the two processes: messages with descriptors (`SCM_RIGHTS`), bounded |
 //! | `protocol.rs` | what the two say: the greeting with the listeners, acknowledged batches, the end |
-//! | `record.rs` | one connection as data (the same from every driver) |
-//! | `socket.rs` | where a running process waits for its successor: a socket no other user can reach |
+//! //! | `socket.rs` | where a running process waits for its successor: a socket no other user can reach |
 //! | `identity.rs` | who is at the other end (`SO_PEERCRED`): the same user, both ways |
 //! | `leave.rs` | the running process's side: freezing requests, the state, batch after batch out of the loops |
 //! | `arrive.rs` | the successor's side: meeting, the state applied, batches into the loops |
 //!
-//! The connection's own part (what moves, what stays) is the lifecycle's:
-//! `connection/lifecycle/handoff.rs`; the driver's (a loop giving up a batch
+//! The connection's own part (what moves, what stays, and the record it
+//! moves as) is the connection layer's: `connection/lifecycle/handoff.rs`
+//! and `connection/record.rs`; the driver's (a loop giving up a batch
 //! of its connections, taking them in) is in the driver
 //! (`tokio/group.rs`, `uring/handoff.rs`), behind [`Loops`]: so either
 //! driver hands over to either.
-
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use rapidws_core::snapshot::SnapshotError;
-
-use crate::pool::BufferPool;
-use crate::proto::{Limits, Session};
 
 pub(crate) mod arrive;
 pub(crate) mod channel;
 pub(crate) mod identity;
 pub(crate) mod leave;
 pub(crate) mod protocol;
-pub(crate) mod record;
 pub(crate) mod socket;
 
 use protocol::Departure;
-use record::{Moved, OpenRecord, Record};
+use std::sync::Arc;
+
+use crate::connection::record::{Arriving, Moved, Record};
 
 /// What a handoff asks a server loop (a tokio group, an io_uring reactor)
 /// for.
@@ -203,44 +196,5 @@ pub(crate) fn departure(stream: std::net::TcpStream, moved: Moved) -> Option<Dep
 pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
     if let Err(error) = rustix::io::ioctl_fionbio(fd, true) {
         tracing::warn!(%error, "could not make a handed-over socket non-blocking");
-    }
-}
-
-/// A connection handed over, read and checked, on its way to a server loop.
-pub(crate) struct Arriving {
-    pub(crate) peer: SocketAddr,
-    pub(crate) stage: ArrivingStage,
-}
-
-/// Where in its life it arrives.
-pub(crate) enum ArrivingStage {
-    /// Its request is still coming: the bytes read so far.
-    Handshake(Vec<u8>),
-    /// Open: its session restored (checked against this process's limits),
-    /// and the rest of its record.
-    Open {
-        session: Session,
-        record: Box<OpenRecord>,
-    },
-}
-
-impl Arriving {
-    /// Reads a record, restoring its session within `ceiling` (this
-    /// process's limits): every field checked, so a record this process
-    /// could not have made is refused.
-    pub(crate) fn read(
-        bytes: &[u8],
-        ceiling: Limits,
-        pool: &Arc<BufferPool>,
-    ) -> Result<Arriving, SnapshotError> {
-        let Record { peer, stage } = Record::decode(bytes)?;
-        let stage = match stage {
-            Moved::Handshake { input } => ArrivingStage::Handshake(input),
-            Moved::Open(record) => ArrivingStage::Open {
-                session: Session::restore(&record.session, ceiling, pool.clone())?,
-                record,
-            },
-        };
-        Ok(Arriving { peer, stage })
     }
 }

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use rapidws_core::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
 
 use super::channel::{Channel, MAX_FDS};
-use super::record::{read_addr, write_addr};
+use crate::connection::record::{read_addr, write_addr};
 
 const HELLO: u8 = b'H';
 const BATCH: u8 = b'B';

@@ -155,7 +155,7 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn hand_off(
         &mut self,
         env: &Env<H>,
-    ) -> Result<crate::handoff::record::Moved, &'static str> {
+    ) -> Result<crate::connection::record::Moved, &'static str> {
         self.life.hand_off(&mut self.read_buf, env)
     }
 
@@ -180,7 +180,7 @@ impl<H: Handler> Connection<H> {
         stream: mio::net::TcpStream,
         live: LiveGuard,
         wake: ConnWake,
-        arriving: crate::handoff::Arriving,
+        arriving: crate::connection::record::Arriving,
         env: &Env<H>,
     ) -> Result<Self, (mio::net::TcpStream, Vec<u8>)> {
         let now = std::time::Instant::now();

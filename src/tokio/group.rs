@@ -97,7 +97,7 @@ pub(crate) enum Start<S> {
     Opened(Box<Upgraded<S>>),
     /// Handed over by the previous process (the handoff).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
-    Moved(Box<crate::handoff::Arriving>),
+    Moved(Box<crate::connection::record::Arriving>),
 }
 
 /// The handoff's connections on their way to a group.
@@ -107,7 +107,7 @@ impl<S> Incoming<S> {
     /// failed handoff), counted live from now.
     pub(crate) fn moved(
         fd: std::os::fd::OwnedFd,
-        arriving: crate::handoff::Arriving,
+        arriving: crate::connection::record::Arriving,
         endpoint: &Arc<crate::connection::endpoint::Endpoint>,
     ) -> Self {
         // It may come from io_uring, whose sockets block.
@@ -630,7 +630,7 @@ impl<H: Handler> Group<H> {
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 fn departure(
     mut stream: mio::net::TcpStream,
-    moved: crate::handoff::record::Moved,
+    moved: crate::connection::record::Moved,
     registry: &mio::Registry,
 ) -> Option<Departure> {
     if let Err(error) = registry.deregister(&mut stream) {

@@ -18,9 +18,10 @@ use super::group::{GroupShared, Incoming, least_loaded};
 use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
+use crate::connection::record::Arriving;
 use crate::handoff::protocol::Successor;
 use crate::handoff::socket::HandoffSocket;
-use crate::handoff::{Arriving, Leaving, Loops, Phase, arrive, leave};
+use crate::handoff::{Leaving, Loops, Phase, arrive, leave};
 
 /// A tokio server's two sides of a handoff.
 #[derive(Default)]

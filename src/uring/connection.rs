@@ -502,7 +502,7 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn hand_off(
         &mut self,
         env: &Env<H>,
-    ) -> Result<crate::handoff::record::Moved, &'static str> {
+    ) -> Result<crate::connection::record::Moved, &'static str> {
         if self.tls.is_some() {
             return Err("TLS");
         }
@@ -533,7 +533,7 @@ impl<H: Handler> Connection<H> {
         stream: TcpStream,
         live: LiveGuard,
         wake: ConnWake,
-        arriving: crate::handoff::Arriving,
+        arriving: crate::connection::record::Arriving,
         env: &Env<H>,
     ) -> Result<Self, (TcpStream, Vec<u8>)> {
         let now = Instant::now();

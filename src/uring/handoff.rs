@@ -21,11 +21,12 @@ use std::time::{Duration, Instant};
 
 use super::{REACTOR, Reactor, Shared};
 use crate::connection::handler::Handler;
+use crate::connection::record::Arriving;
 use crate::connection::wake::{ConnWake, SlotWake, WokenList};
 use crate::driver::mailbox::lock;
 use crate::handoff::channel::MAX_FDS;
 use crate::handoff::protocol::{Departure, batch_is_full};
-use crate::handoff::{Arriving, Leaving, Loops, Phase, departure, read_back};
+use crate::handoff::{Leaving, Loops, Phase, departure, read_back};
 use crate::uring::connection::Connection;
 
 /// How long a reactor waits for the connections it picked to be quiet

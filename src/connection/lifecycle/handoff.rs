@@ -12,9 +12,8 @@ use super::{Env, Lifecycle, Open, Stage};
 use crate::connection::dispatch::Dispatch;
 use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::record::{Arriving, ArrivingStage, Moved};
 use crate::connection::wake::ConnWake;
-use crate::handoff::Arriving;
-use crate::handoff::record::Moved;
 
 impl<H: Handler> Lifecycle<H> {
     /// The connection as a record, with `input` (the driver's read buffer,
@@ -77,11 +76,11 @@ impl<H: Handler> Lifecycle<H> {
     ) -> Result<(Self, BytesMut), Vec<u8>> {
         let Arriving { peer, stage } = arriving;
         match stage {
-            crate::handoff::ArrivingStage::Handshake(input) => {
+            ArrivingStage::Handshake(input) => {
                 let life = Lifecycle::accept(peer, live, wake, env, now);
                 Ok((life, BytesMut::from(&input[..])))
             }
-            crate::handoff::ArrivingStage::Open { session, record } => {
+            ArrivingStage::Open { session, record } => {
                 let (endpoint, handler) = (&env.endpoint, &env.handler);
                 let (dispatch, registration, input) =
                     Dispatch::take_over(endpoint, handler, peer, session, *record, wake)?;

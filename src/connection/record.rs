@@ -18,11 +18,14 @@
 //! refused.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 use rapidws_core::proto::SessionSnapshot;
 use rapidws_core::snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
 
+use crate::pool::BufferPool;
 use crate::proto::deflate::Compressor;
+use crate::proto::{Limits, Session};
 
 /// The record format; a successor refuses others.
 const VERSION: u8 = 1;
@@ -158,6 +161,45 @@ pub(crate) fn read_addr(from: &mut SnapshotReader<'_>) -> Result<SocketAddr, Sna
     };
     let port = u16::try_from(from.u32()?).map_err(|_| SnapshotError::Invalid("port"))?;
     Ok(SocketAddr::new(ip, port))
+}
+
+/// A connection handed over, read and checked, on its way to a server loop.
+pub(crate) struct Arriving {
+    pub(crate) peer: SocketAddr,
+    pub(crate) stage: ArrivingStage,
+}
+
+/// Where in its life it arrives.
+pub(crate) enum ArrivingStage {
+    /// Its request is still coming: the bytes read so far.
+    Handshake(Vec<u8>),
+    /// Open: its session restored (checked against this process's limits),
+    /// and the rest of its record.
+    Open {
+        session: Session,
+        record: Box<OpenRecord>,
+    },
+}
+
+impl Arriving {
+    /// Reads a record, restoring its session within `ceiling` (this
+    /// process's limits): every field checked, so a record this process
+    /// could not have made is refused.
+    pub(crate) fn read(
+        bytes: &[u8],
+        ceiling: Limits,
+        pool: &Arc<BufferPool>,
+    ) -> Result<Arriving, SnapshotError> {
+        let Record { peer, stage } = Record::decode(bytes)?;
+        let stage = match stage {
+            Moved::Handshake { input } => ArrivingStage::Handshake(input),
+            Moved::Open(record) => ArrivingStage::Open {
+                session: Session::restore(&record.session, ceiling, pool.clone())?,
+                record,
+            },
+        };
+        Ok(Arriving { peer, stage })
+    }
 }
 
 #[cfg(test)]
