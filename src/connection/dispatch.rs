@@ -266,33 +266,26 @@ impl<H: Handler> Dispatch<H> {
                 Ok(Some(Event::Closed { code, reason })) => {
                     // Out of the read buffer, which the session still borrows.
                     let reason = reason.to_owned();
-                    if self.session.held_close().is_some() {
-                        if self.app.has_unhandled_messages() {
-                            // Sends stay open for the replies to what came
-                            // before the close; `attend` answers it when the
-                            // handler closes, the close timeout at the latest.
-                            tracing::debug!(
-                                id = self.app.conn.id(),
-                                "answering the peer's close once the handler has caught up"
-                            );
-                        } else {
-                            self.release_close("");
-                        }
+                    if self.settle_held_close("") {
+                        // Sends stay open for the replies to what came
+                        // before the close; `attend` answers it when the
+                        // handler closes, the close timeout at the latest.
+                        tracing::debug!(
+                            id = self.app.conn.id(),
+                            "answering the peer's close once the handler has caught up"
+                        );
                     }
                     self.app.on_close(code, &reason);
                     return Input::Done;
                 }
                 Err(error) => {
                     let id = self.app.conn.id();
-                    if self.session.held_close().is_some() {
-                        if self.app.has_unhandled_messages() {
-                            // Sends stay open for the replies; `attend`
-                            // answers the failure when the handler closes.
-                            tracing::debug!(id, %error, "failing connection once the handler has caught up");
-                            self.app.on_close(error.code, error.reason);
-                            return Input::Done;
-                        }
-                        self.release_close(error.reason);
+                    if self.settle_held_close(error.reason) {
+                        // Sends stay open for the replies; `attend`
+                        // answers the failure when the handler closes.
+                        tracing::debug!(id, %error, "failing connection once the handler has caught up");
+                        self.app.on_close(error.code, error.reason);
+                        return Input::Done;
                     }
                     tracing::debug!(id, %error, "failing connection");
                     self.finish(error.code, error.reason);
@@ -329,6 +322,22 @@ impl<H: Handler> Dispatch<H> {
     /// `Handler::has_unhandled_messages`): nothing is read meanwhile.
     pub(crate) fn holds_close(&self) -> bool {
         self.session.held_close().is_some()
+    }
+
+    /// Decides a close the session holds (the reply to the peer's close, or
+    /// a protocol failure's close) as the connection's input ends in it: it
+    /// stays held while the handler has messages it has not answered yet
+    /// (`Handler::has_unhandled_messages`), and is queued now otherwise.
+    /// Returns whether it stays held; false when none is held.
+    fn settle_held_close(&mut self, reason: &str) -> bool {
+        if !self.holds_close() {
+            return false;
+        }
+        if self.app.has_unhandled_messages() {
+            return true;
+        }
+        self.release_close(reason);
+        false
     }
 
     /// Queues a held close now (the handler caught up, or the close timeout
