@@ -739,7 +739,7 @@ fn an_echoed_message_takes_few_outbox_locks() {
     assert!(h.wire.ends_with(&echoes), "every message echoed");
     let per_message = locks as f64 / messages as f64;
     eprintln!("outbox locks per echoed message: {per_message}");
-    // 9 before the outbox's uses were merged (issue 27): a lock to mark
+    // 9 before the outbox's uses were merged: a lock to mark
     // the flush as scheduled, two reads, the send, the poll after input,
     // the write, the poll after it, `on_drain`'s check, the pending-work look.
     assert!(per_message <= 6.0, "{per_message} locks per echoed message");
