@@ -1,5 +1,5 @@
-//! Who may publish and subscribe on the notify_bus example (issue 30,
-//! section 5): `--publish-token` (401 with a `Bearer` challenge without the
+//! Who may publish and subscribe on the notify_bus example:
+//! `--publish-token` (401 with a `Bearer` challenge without the
 //! token or with another) and `--jwt-secret` (HS256 tokens naming topics and
 //! an expiry, in the query or a first message): each refusal with its
 //! reason, on both backends, while an authorized subscriber goes on

@@ -1,4 +1,4 @@
-//! Metrics (issue 30, section 1): the examples started with `--metrics`
+//! Metrics: the examples started with `--metrics`
 //! serve `GET /metrics` in the Prometheus text format, and after known
 //! traffic from independent clients (tokio-tungstenite, raw HTTP) the
 //! counters say what the clients did and agree with the bus's `/stats`.

@@ -386,7 +386,7 @@ async fn resuming_while_a_publisher_runs_loses_and_doubles_nothing(backend: Back
     // The publisher runs until every resume below is done (at most 30 s),
     // in bursts of 100 with a pause of 1 ms between them (up to 100,000 a
     // second): flat out, it keeps a busy server loop from reading the
-    // resumes until it is done (issue 29, section 6).
+    // resumes until it is done.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publisher = {
         let (pubsub, stop) = (pubsub.clone(), stop.clone());

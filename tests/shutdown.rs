@@ -1,5 +1,5 @@
-//! Graceful shutdown with the closes spread over a window (issue 30,
-//! section 2, "graceful drain"), as operators meet it: the examples get
+//! Graceful shutdown with the closes spread over a window, as operators
+//! meet it: the examples get
 //! SIGTERM, close their connections with 1012 spread over `--drain-secs`
 //! (not in one burst) and exit 0; an axum app's WebSocket connections
 //! (which axum's own shutdown never reaches) are closed the same way; and

@@ -66,7 +66,7 @@ fn ours(input: &str) -> Result<(String, u16), &'static str> {
     Ok((host, url.port_or(default)))
 }
 
-/// The cases issue 30 names, each of which a browser reads one way and a
+/// The cases, each of which a browser reads one way and a
 /// naive parser another.
 #[test]
 fn the_steering_cases_read_as_a_browser_reads_them() {

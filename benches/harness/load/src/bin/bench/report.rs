@@ -11,9 +11,9 @@ use crate::scenarios::{
 };
 
 const US: &str = "rapidws-tokio";
-/// The io_uring backend, compared with `US` (issue 4).
+/// The io_uring backend, compared with `US`.
 const URING: &str = "rapidws-uring";
-/// The peers of issue 5, run with their compression on in scenario 7.
+/// The compression peers, run with their compression on in scenario 7.
 const DEFLATE_PEERS: [&str; 3] = ["gws", "quickws", "gorilla"];
 
 /// Medians and spread of one (scenario, variant, server) over its rounds.
@@ -691,7 +691,7 @@ fn stream_targets(out: &mut String, summaries: &Summaries) {
             pushed / base,
             verdict(pushed / base <= 2.0)
         );
-        // Issue 31: unpinned, the Go Stream Benchmark client, against
+        // Unpinned, the Go Stream Benchmark client, against
         // gorilla's push server (that benchmark's own server is on gorilla).
         let (ours, go) = (
             stat(STREAM_UNPINNED, backend, "p99_us", false),
@@ -820,7 +820,7 @@ fn fanout_table(out: &mut String, summaries: &Summaries) {
     }
 }
 
-/// Issue 19's target: in each shape, rapidws (the better backend) at least
+/// The fan-out target: in each shape, rapidws (the better backend) at least
 /// 3x the best peer's deliveries/s.
 fn fanout_targets(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "| target | measured | met |");
@@ -882,7 +882,7 @@ fn client_metric(summaries: &Summaries, lib: &str, depth: usize, metric: &str) -
     summaries.get(&key).map(|s| s.median(metric))
 }
 
-/// Issue 18's target: at each depth, the rapidws client at least 2x the
+/// The clients' target: at each depth, the rapidws client at least 2x the
 /// best other client.
 fn client_targets(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "| target | measured | met |");
@@ -1078,7 +1078,7 @@ mod tests {
             ("gws", [150.0, 100.0, 200.0]),
             ("quickws", [120.0, 180.0, 110.0]),
             ("gorilla", [90.0, 95.0, 99.0]),
-            // Not a peer of issue 5: never the one compared with.
+            // Not a compression peer: never the one compared with.
             ("nbio", [999.0, 999.0, 999.0]),
         ] {
             for (round, rate) in rates.into_iter().enumerate() {

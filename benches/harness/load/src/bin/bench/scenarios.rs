@@ -343,11 +343,11 @@ pub const FANOUT_SIZE: usize = 64;
 /// Requests per run of scenario 6.
 pub const STREAM_REQUESTS: u64 = 1000;
 
-/// The servers scenario 6 compares (issue 16): rapidws on both backends, Go
+/// The servers scenario 6 compares: rapidws on both backends, Go
 /// servers with a push goroutine beside their read loop (gorilla, gws), and
 /// tokio-tungstenite (a push task beside its read loop); and rapidws's
 /// `mux_echo` on both backends, pushes and requests as two smux streams of
-/// one session over the WebSocket (issue 31).
+/// one session over the WebSocket.
 pub const STREAM_SERVERS: [&str; 7] = [
     "rapidws-tokio",
     "rapidws-uring",
@@ -365,7 +365,7 @@ pub const STREAM_VARIANTS: [(&str, usize); 3] = [
     ("1 MiB / 500 us", 1024 * 1024),
 ];
 
-/// Scenario 6's unpinned variant (issue 31): 1 MiB every 500 µs as above,
+/// Scenario 6's unpinned variant: 1 MiB every 500 µs as above,
 /// but the server free to run on any CPU and the client the Go Stream
 /// Benchmark client (`go/cmd/streamclient`, gorilla, default GOMAXPROCS,
 /// not pinned either), as that benchmark runs.

@@ -125,7 +125,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             fanout: fanout(&["--backend", "uring"]),
         },
         // Scenario 6 with pushes and requests as two smux streams over
-        // one WebSocket (issue 31): `mux_echo --push-size`.
+        // one WebSocket: `mux_echo --push-size`.
         Server {
             name: "rapidws-tokio-mux",
             echo: examples.join("mux_echo"),
@@ -153,7 +153,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             fanout: None,
         },
         // Pub/sub with history on (1,000 publications per topic, 300 s):
-        // what keeping history costs the fan-out scenario (issue 29).
+        // what keeping history costs the fan-out scenario.
         Server {
             name: "rapidws-tokio-history",
             echo: examples.join("echo"),
@@ -253,7 +253,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         fanout: None,
     }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
-    // (settings in each one's main.go): they are the peers of issue 5. The
+    // (settings in each one's main.go): they are the compression peers. The
     // other baselines are not set up for it and sit out scenario 7.
     let go_deflate: Option<&'static [&'static str]> = Some(&["--deflate"]);
     for (name, bin, deflate_args) in [
@@ -294,7 +294,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             _ => {}
         }
     }
-    // The axum peers (issue 17): axum's own ws (tokio-tungstenite
+    // The axum peers: axum's own ws (tokio-tungstenite
     // underneath) and sockudo-ws's axum integration, at `/ws` of an
     // `axum::serve` app like rapidws-axum's.
     for (name, bin) in [
@@ -317,7 +317,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
                 .then(|| (harness_bin.join("sockudo-fanout"), &[] as &[&str])),
         });
     }
-    // WebSockets over HTTP/3 (issue 32): rapidws's h3_echo (RFC 9220) and
+    // WebSockets over HTTP/3: rapidws's h3_echo (RFC 9220) and
     // sockudo-ws's HTTP/3 server, which takes only its own dialect.
     for (name, bin, dialect) in [
         ("rapidws-h3", examples.join("h3_echo"), "rfc9220"),
