@@ -102,8 +102,8 @@ autobahn/run.sh tokio client h3 uring tls tls-uring axum-ws axum-stream axum-h2-
 # Miri covers every module with `unsafe` or lock-free code, and the
 # session; the whole sans-I/O set (add proto::write_queue and handshake::)
 # takes about 11 minutes under Miri here, too long for CI: see
-# ARCHITECTURE.md, "Testing".
-step "Miri over the sans-I/O unit tests (a subset; the full command is in ARCHITECTURE.md), in the background"
+# docs/testing.md, "Miri".
+step "Miri over the sans-I/O unit tests (a subset; the full command is in docs/testing.md), in the background"
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
     rustup component add --toolchain nightly miri rust-src
 fi

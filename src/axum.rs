@@ -8,10 +8,9 @@
 //! - [`serve`](WebSocketUpgrade::serve): a [`stream::Server`] serves it with
 //!   its [`Handler`] (the callback API), as it serves any stream.
 //!
-//! Either returns the response, a `101` or the standalone server's error
-//! for a bad request (400, 405, 426, 503, with a one-line reason). After
-//! hyper writes the `101`, the connection is served by the stream driver on
-//! a task of the runtime axum runs on; there is no runtime of rapidws's own.
+//! Either returns the response: a `101`, or the standalone server's error
+//! for a bad request. The connection is then served by the stream driver on
+//! the runtime axum runs on.
 //!
 //! [`stream::Server`]: crate::stream::Server
 //! [`Handler`]: crate::Handler
@@ -40,15 +39,11 @@
 //! # }
 //! ```
 //!
-//! Settings the builder does not change come from the server that serves
-//! the connection: for `serve`, the `stream::Server`'s [`Config`]; for
-//! `on_upgrade`, the [`Sockets`] in the request's extensions (add one with
-//! `Router::layer(Extension(sockets))` to set a config, count connections,
-//! or shut them down gracefully), else one shared with `Config::default()`.
-//!
-//! `Conn::peer_addr` is the address from axum's `ConnectInfo<SocketAddr>`
-//! (serve with `into_make_service_with_connect_info::<SocketAddr>()`), or
-//! `0.0.0.0:0` without it.
+//! Other settings are the serving server's: the `stream::Server`'s
+//! [`Config`] for `serve`; for `on_upgrade`, the [`Sockets`] in the
+//! request's extensions (`Router::layer(Extension(sockets))`), else a shared
+//! one with `Config::default()`. `Conn::peer_addr` is axum's
+//! `ConnectInfo<SocketAddr>`, or `0.0.0.0:0` without it.
 
 use std::borrow::Cow;
 use std::future::Future;

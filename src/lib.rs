@@ -39,9 +39,6 @@
 //!
 //! # Which entry point
 //!
-//! Each item is a link in a build with its feature and plain code in a build
-//! without it, so these docs have no broken link under any set of features.
-//!
 //! | you have | use | feature |
 //! |---|---|---|
 #![cfg_attr(
@@ -159,11 +156,12 @@
 //!
 //! The protocol itself (frames, the handshakes, permessage-deflate, the
 //! buffer pool) is the sans-I/O crate [`rapidws_core`], re-exported here.
-//! `ARCHITECTURE.md` in the repository follows a byte through the layers.
+//! `ARCHITECTURE.md` in the repository is the map of the layers, with a page
+//! per subsystem in `docs/`.
 
 // `unsafe` is refused everywhere but in the four modules that need it, each
 // allowing it where it is declared, and every block in them says why it is
-// sound (ARCHITECTURE.md, "unsafe").
+// sound (docs/unsafe.md).
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
@@ -222,7 +220,7 @@ pub use proto::{CloseCode, Limits, Message, MessageKind, OwnedMessage};
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times
-/// slower (see ARCHITECTURE.md, "Testing").
+/// slower (see docs/testing.md, Miri).
 #[cfg(test)]
 pub(crate) const fn rounds(native: usize) -> usize {
     if cfg!(miri) { native / 50 + 1 } else { native }

@@ -450,7 +450,7 @@ async fn dying_successor(name: &str, backend: &str, next: &str) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The dying successor speaks the handoff's protocol (tests/handoff.rs
-    // has its own reading of it, from ARCHITECTURE.md) until the first
+    // has its own reading of it, from src/handoff/) until the first
     // batch of connections, and leaves without a word.
     let dying = socket.clone();
     tokio::task::spawn_blocking(move || die_after_the_state(&dying))

@@ -36,7 +36,7 @@ pub mod snapshot;
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times
-/// slower (see ARCHITECTURE.md, "Testing").
+/// slower (see docs/testing.md, Miri).
 #[cfg(test)]
 pub(crate) const fn rounds(native: usize) -> usize {
     if cfg!(miri) { native / 50 + 1 } else { native }

@@ -1,6 +1,6 @@
 //! A connection's state as bytes, to hand it to another process (the
-//! handoff: ARCHITECTURE.md, "Handing live connections to the next
-//! process"). This is the codec: little-endian integers and length-prefixed
+//! handoff: docs/handoff.md in the repository). This is the codec:
+//! little-endian integers and length-prefixed
 //! byte strings, written by [`SnapshotWriter`] and read back by
 //! [`SnapshotReader`], which checks every length against what is left and
 //! every value against what it may be, so a truncated or altered snapshot

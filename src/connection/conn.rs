@@ -320,7 +320,7 @@ impl Conn {
     ///
     /// Always inlined: a fan-out calls it once per subscriber
     /// (`send_prepared`), and a call there costs a tenth of what queueing
-    /// the frame does (measured with callgrind: ARCHITECTURE.md, "One send, inlined").
+    /// the frame does (measured with callgrind: docs/delivery.md, "One send, inlined").
     #[inline(always)]
     fn enqueue_as(
         &self,

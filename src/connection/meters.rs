@@ -1,7 +1,7 @@
 //! What a server (or a client) reports through the `metrics` crate's facade
 //! (feature `metrics`): the application installs a recorder (Prometheus,
 //! OpenTelemetry, StatsD: its choice) and rapidws's counts reach it, under
-//! Prometheus names (ARCHITECTURE.md, "Metrics").
+//! Prometheus names (docs/metrics.md in the repository).
 //!
 //! The handles are taken once, when the endpoint is made, so counting is an
 //! atomic add on the recorder's own counter, not a lookup; hence the rule

@@ -6,7 +6,10 @@
 //! permessage-deflate and shutdown as every other driver; a bad request
 //! gets the same answers as over HTTP/2 (400, 426, the hook's own). The
 //! HTTP/3 framing and QPACK are rapidws-core's `h3`, sans-I/O and fuzzed;
-//! QUIC is quinn's.
+//! QUIC is quinn's. [`serve_with`] also gives WebTransport sessions to a
+//! [`WebTransport`] handler. The TLS configuration is the caller's, as for
+//! wss (its crypto provider too); its ALPN is set to `h3` if it names none.
+//! `docs/http3.md` in the repository has the design.
 //!
 //! ```no_run
 //! # async fn run(tls: rustls::ServerConfig) -> std::io::Result<()> {
@@ -33,18 +36,6 @@
 //! # Ok(())
 //! # }
 //! ```
-//!
-//! **WebTransport** on the same endpoint: [`serve_with`] takes a
-//! [`WebTransport`] handler too, which decides on each session a browser's
-//! `new WebTransport(url)` asks for and serves it through a [`Session`]
-//! (bidirectional and unidirectional streams, datagrams, its close);
-//! [`PubSub::subscribe_session`](crate::pubsub::PubSub::subscribe_session)
-//! delivers a topic's publications to sessions (feature `pubsub`).
-//! `examples/h3_echo.rs` serves both.
-//!
-//! The TLS configuration is the caller's, as for wss (its crypto provider
-//! too); this module sets its ALPN to `h3` if it names none. quinn's own
-//! keys (stateless resets, retry tokens) use ring.
 //!
 //! | file | what |
 //! |---|---|

@@ -1,6 +1,6 @@
 //! Handing live connections to the next process (feature `handoff`,
-//! Linux): a deploy that keeps every connection. ARCHITECTURE.md, "The
-//! handoff", has the whole story; in short, the running process (the
+//! Linux): a deploy that keeps every connection. docs/handoff.md has the
+//! whole story; in short, the running process (the
 //! predecessor) listens on a Unix socket, and a new process of the same
 //! program (the successor) connects to it, takes the listening sockets,
 //! then every connection that can move: its descriptor (`SCM_RIGHTS`) and

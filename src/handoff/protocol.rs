@@ -16,35 +16,12 @@
 //!                                       ◀──      ACK (it accepts from now)
 //! ```
 //!
-//! Nothing is frozen until the successor has greeted back (within
-//! [`GREETING_TIMEOUT`]): a process that connects and says nothing, or
-//! anything else, costs the running one nothing but a log line. From the
-//! state on, every answer comes within [`ANSWER_TIMEOUT`] of the message
-//! (its sending included), or the handoff ends.
-//!
-//! Before the server's own state (its pub/sub topics, numbering and
-//! history) leaves, the predecessor stops handling requests (a bus's
-//! publishers): nothing is published there after it, and the successor,
-//! which applies it before it serves anything, numbers on from it.
-//!
-//! A batch is the successor's once it acknowledges it, and it acknowledges
-//! before it serves any of it: so a connection the predecessor takes back
-//! (no acknowledgement came: the successor refused, died or hung) was never
-//! served by the successor, and nothing is served twice. An answer that
-//! was late is looked for once more after the channel is shut (the
-//! successor can no longer give it then), so the two agree on every batch.
-//! A batch holds at most [`MAX_FDS`] connections and about
-//! [`BATCH_BYTES`] of records (or one larger record). The predecessor
-//! takes each batch out of its loops only when the one before is
-//! acknowledged, so a connection is frozen for one batch's trip, not the
-//! whole handoff's.
-//!
-//! The listening sockets go last, with DONE: the point of no return,
-//! after which the predecessor has nothing left to take back. Until then
-//! only the predecessor holds them (it stopped accepting; new connections
-//! wait in the accept queue), so a successor that fails, refuses or lies
-//! before the end has never accepted anything, and the predecessor that
-//! serves on is the only process that does.
+//! Nothing is frozen until the successor greets back (within
+//! [`GREETING_TIMEOUT`]); from the state on, every answer comes within
+//! [`ANSWER_TIMEOUT`]. A batch (at most [`MAX_FDS`] connections, about
+//! [`BATCH_BYTES`] of records) is the successor's once acknowledged, and it
+//! acknowledges before it serves any; the listening sockets go last, with
+//! DONE. `docs/handoff.md` in the repository has the reasons.
 
 use std::io;
 use std::net::SocketAddr;

@@ -2,13 +2,9 @@
 //! and 2) over a WebSocket or any async byte stream.
 //!
 //! One [`Mux`] carries any number of [`Stream`]s, each a tokio
-//! `AsyncRead + AsyncWrite` with its own half-close, over one transport:
-//! a TCP or TLS stream (any `AsyncRead + AsyncWrite`), or a rapidws
-//! [`WebSocket`](crate::socket::WebSocket) whose binary messages carry the
-//! smux bytes ([`Mux::over_websocket`]: message boundaries mean nothing,
-//! as with xtaci/smux over coder/websocket's `NetConn`). Either side opens
-//! streams, whichever dialled: a client behind NAT that connected out can
-//! serve streams the server opens (a reverse connection).
+//! `AsyncRead + AsyncWrite` with its own half-close, over any async byte
+//! stream or a [`WebSocket`](crate::socket::WebSocket)'s binary messages
+//! ([`Mux::over_websocket`]). Either side opens streams, whichever dialled.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,11 +21,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The protocol itself is rapidws-core's sans-I/O [`rapidws_core::mux`]:
-//! its documentation says what bounds a peer. A spawned task (the
-//! session's driver, on the runtime `Mux::new` is called on) moves bytes
-//! between the transport and the protocol; streams and the handle share
-//! the protocol's state under one lock, held only to copy bytes.
+//! The protocol is rapidws-core's sans-I/O [`rapidws_core::mux`] (its
+//! documentation says what bounds a peer); a task spawned on the runtime
+//! `Mux::new` is called on drives it. `docs/streams.md` in the repository
+//! has the design.
 //!
 //! | file | concern |
 //! |---|---|

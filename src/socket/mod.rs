@@ -1,16 +1,9 @@
 //! An async WebSocket, for code that prefers `async` to callbacks: a value
 //! with `recv` and `send`, a [`Stream`] of messages and a [`Sink`] for them,
-//! and owned halves for a reader task and a writer task.
-//!
-//! It stands on the same core as the callback API. The connection is still
-//! driven by its server loop (a tokio group, an io_uring reactor, the stream
-//! driver): pongs, the close handshake, limits and close codes are the
-//! core's, and sends go through the connection's bounded queue. What the
-//! socket adds is an inbox: the driver puts each message there (one copy out
-//! of the read buffer), and `recv` takes it. The inbox is bounded
-//! ([`SocketHandler::inbox_limit`]): when it is full, the connection stops
-//! reading until the socket has taken half of it, so a slow task slows its
-//! peer down through TCP instead of buffering without end.
+//! and owned halves for a reader task and a writer task. It stands on the
+//! callback API, on every driver; its inbox is bounded
+//! ([`SocketHandler::inbox_limit`]), so a slow task slows its peer down
+//! through TCP.
 //!
 //! [`SocketHandler`] is the [`Handler`](crate::Handler) that hands each new
 //! connection to an async function as a `WebSocket`, on any server:
@@ -65,6 +58,11 @@
 //!   with 1000, after what is queued; with 1011 if the task is panicking.
 //!   A close we start (here, by the server's shutdown or its idle timeout)
 //!   completes even while the inbox is full: reading resumes for it.
+//!
+//! | file | what |
+//! |---|---|
+//! | `handler.rs` | [`SocketHandler`]: the `Handler` that spawns the function |
+//! | `inbox.rs` | the delivered messages waiting for the socket, bounded in bytes |
 
 mod handler;
 pub(crate) mod inbox;

@@ -3,20 +3,9 @@
 //! same [`Handler`],
 //! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
 //! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
-//! one tokio task per connection.
-//!
-//! The stream is read into pooled buffers (a connection waiting for data
-//! holds no read buffer of ours; the stream may hold its own, as a TLS
-//! stream does), and everything queued while handling one read goes out in
-//! one `poll_write_vectored`. What happens to the connection is decided by
-//! the same sans-I/O lifecycle the other drivers use
-//! (`src/connection/lifecycle.rs`);
-//! `connection.rs` only moves bytes.
-//!
-//! The listener is yours: give it a backlog sized for bursts of connects
-//! (the socket servers listen with 4096). With a short one, connects that
-//! arrive while it is full are dropped and retried by their clients only a
-//! second later.
+//! one tokio task per connection. The listener is yours: give it a backlog
+//! sized for bursts of connects (the socket servers listen with 4096), or
+//! connects that find it full are retried only a second later.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
@@ -49,6 +38,11 @@
 //!     }
 //! }
 //! ```
+//!
+//! | file | what |
+//! |---|---|
+//! | `connection.rs` | one connection's task: the stream as the turn's transport, the timer, keepalive, shutdown |
+//! | `tls.rs` | `TlsStream`: a rustls session over an async stream, itself one (wss on tokio, the client's wss) |
 
 mod connection;
 #[cfg(feature = "rustls")]

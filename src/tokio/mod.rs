@@ -1,11 +1,7 @@
 //! The tokio backend: connections served in groups, one tokio task per group,
-//! on any tokio runtime.
-//!
-//! The accept loop hands each new connection to the least loaded group (there
-//! are as many as the runtime has worker threads). A group watches its sockets
-//! with an epoll instance of its own, which tokio watches as one descriptor, so
-//! an idle connection costs no task and no tokio I/O registration: see
-//! `group.rs` for why, and `connection.rs` for one connection's life.
+//! on any tokio runtime. The accept loop hands each new connection to the
+//! least loaded group; a group watches its sockets with an epoll instance of
+//! its own, so an idle connection costs no task and no tokio registration.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
@@ -32,6 +28,14 @@
 //!     server.serve().await
 //! }
 //! ```
+//!
+//! | file | what |
+//! |---|---|
+//! | `group.rs` | a group: one tokio task, an epoll instance of its own, a slab of connections |
+//! | `connection.rs` | one connection's plumbing: its socket as the turn's transport, its timer |
+//! | `sys.rs` | the backend's `unsafe`: `recv` into spare capacity, `AsyncFd` registration |
+//! | `tls.rs` | wss: the rustls handshake, then the stream driver |
+//! | `handoff.rs` | the groups' part in a handoff |
 
 mod connection;
 pub(crate) mod group;

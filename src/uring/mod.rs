@@ -2,17 +2,9 @@
 //! each with its own ring, its own listening socket (SO_REUSEPORT: the kernel
 //! spreads connections over them) and the connections it accepted.
 //!
-//! Connections receive with one multishot receive each into a ring of
-//! provided buffers the reactor owns, so a connection waiting for data holds
-//! no buffer at all; everything a batch of completions produced for a
-//! connection leaves in one send; each loop turn is one system call. See
-//! `reactor.rs` for the loop, `connection.rs` for one connection's life, and
-//! `ring.rs` for the memory shared with the kernel.
-//!
-//! The handler is the same as on tokio. Its callbacks run on the reactor
-//! threads, outside any tokio runtime: to start async work from a callback,
-//! keep a `tokio::runtime::Handle` in the handler and spawn on it. `Conn`
-//! works from any thread.
+//! The handler is the same as on tokio, but its callbacks run on the
+//! reactor threads, outside any tokio runtime: to start async work from a
+//! callback, keep a `tokio::runtime::Handle` in the handler and spawn on it.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
@@ -40,6 +32,14 @@
 //!     server.serve()
 //! }
 //! ```
+//!
+//! | file | what |
+//! |---|---|
+//! | `reactor.rs` | one reactor thread: its ring, listener, connections, timers and woken list |
+//! | `connection.rs` | one connection on completions: receive armed or cancelled, one send per turn |
+//! | `ring.rs` | every piece of memory the kernel reads or writes for a ring (the backend's `unsafe`) |
+//! | `tls.rs`, `tls_absent.rs` | wss inside the reactor; without `rustls`, a `Tls` with no values |
+//! | `handoff.rs` | the reactors' part in a handoff |
 
 mod connection;
 mod reactor;

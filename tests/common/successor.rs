@@ -1,5 +1,5 @@
 //! A successor played by hand, over a raw Unix socket, to be as wrong as a
-//! test needs: it reads the handoff's messages as ARCHITECTURE.md gives
+//! test needs: it reads the handoff's messages as src/handoff/channel.rs gives
 //! them (an 8-byte header: the payload's length and the number of
 //! descriptors, little-endian `u32`s; then the payload; the descriptors
 //! on the header), counts the descriptors it is sent and which of them

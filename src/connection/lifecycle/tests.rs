@@ -723,7 +723,7 @@ fn a_client_that_has_the_servers_fin_already_closes_at_once() {
 /// The outbox locks one echoed message costs the whole path (its frame in,
 /// `on_message`'s send, the write, the polls around them), counted on this
 /// thread: the outbox is what `Conn` handles and the driver share, and each
-/// lock is an atomic round trip on the echo path (ARCHITECTURE.md, "Sending").
+/// lock is an atomic round trip on the echo path (docs/connection.md, "Sending").
 #[test]
 fn an_echoed_message_takes_few_outbox_locks() {
     use crate::connection::outbox::OUTBOX_LOCKS;
