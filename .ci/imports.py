@@ -16,12 +16,11 @@ module's interface, not a use by its code, so it makes no edge; nor does a
 leads out of the crate. Prints each circle with its edges and exits 1 if
 there is one; prints the file count and `no import circle` otherwise.
 
-Then the layer order ARCHITECTURE.md draws: its table between the
-`<!-- layers -->` and `<!-- /layers -->` marks names, for each crate, its
-layers from the bottom up and the top-level modules (folders or files) in
-each. A file may import from its own layer and the layers below; an import
-from a layer above (an arrow up) fails, and so does a top-level module the
-table does not place. `lib.rs` sits above every layer.
+Then the layer order ARCHITECTURE.md draws: its fenced `layers` block
+names the layers bottom first, one a line (`name: path path ...`, a path
+ending in `/` a folder). A file may import from its own layer and the
+layers below; an import from a layer above (an arrow up) fails, and so does
+a file in no layer. The crates' roots (`lib.rs`) sit above every layer.
 """
 
 import os
@@ -93,61 +92,58 @@ def expand(tree):
     return [tree]
 
 
-def layers_of(root):
-    """{top-level module: layer index} for the crate at `root`, from the map's
-    layer table (rows bottom first: `| crate dir | layer | modules |`); None
-    if the map draws no layers for it."""
+def layers_of():
+    """[(layer name, [paths])] from the map's fenced `layers` block, bottom
+    first."""
     text = open(MAP, encoding="utf-8").read()
-    match = re.search(r"<!-- layers -->(.*?)<!-- /layers -->", text, re.S)
+    match = re.search(r"^```layers\n(.*?)^```", text, re.S | re.M)
     if not match:
-        sys.exit(f"{MAP}: no `<!-- layers -->` table")
-    where = os.path.relpath(root, HERE).rstrip("/") + "/"
-    layers = {}
-    for row in match.group(1).splitlines():
-        cells = [c.strip().strip("`") for c in row.strip().strip("|").split("|")]
-        if len(cells) != 3 or cells[0] != where:
-            continue
-        rank = len(set(layers.values()))
-        for module in re.split(r"[,\s]+", cells[2]):
-            module = module.strip("`/")
-            if module.endswith(".rs"):
-                module = module[:-3]
-            if module:
-                layers[module] = rank
-    return layers or None
+        sys.exit(f"{MAP}: no fenced `layers` block")
+    layers = []
+    for line in match.group(1).splitlines():
+        if line.strip():
+            name, paths = line.split(":", 1)
+            layers.append((name.strip(), paths.split()))
+    return layers
 
 
-def check_layers(root, edges, name):
-    """Every import goes to the same layer or down; 1 if one goes up."""
-    layers = layers_of(root)
-    where = os.path.relpath(root, HERE)
-    if layers is None:
-        if sys.argv[1:]:
-            print(f"{where}/: no layers drawn for it (circles only)")
-            return 0
-        print(f"{where}: ARCHITECTURE.md's layer table does not list {where}/")
-        return 1
-    top = max(layers.values()) + 1
+def check_layers(paths, edges, name):
+    """Every import goes to the same layer or down; 1 if one goes up, or if
+    a file is in no layer."""
+    layers = layers_of()
+
+    def rank(module):
+        path = os.path.relpath(paths[module], HERE)
+        if path in ("src/lib.rs", "core/src/lib.rs"):
+            return len(layers), "the crate's root"
+        found = [
+            (len(p), i, layer)
+            for i, (layer, ps) in enumerate(layers)
+            for p in ps
+            if path == p or (p.endswith("/") and path.startswith(p))
+        ]
+        if not found:
+            return None, None
+        _, i, layer = max(found)
+        return i, layer
+
     failed = 0
     for module in sorted(edges):
-        head = module[0] if module else None
-        if head is not None and head not in layers:
-            print(f"{where}/{name(module)}: `{head}` is in no layer of ARCHITECTURE.md's table")
+        if rank(module)[0] is None:
+            print(f"{os.path.relpath(paths[module], HERE)}: in no layer of ARCHITECTURE.md's `layers` block")
             failed = 1
     for a in sorted(edges):
+        la, name_a = rank(a)
         for b in sorted(edges[a]):
-            la = layers.get(a[0], top) if a else top
-            lb = layers.get(b[0], top) if b else top
-            if lb > la:
-                print(f"arrow up: {name(a)} (layer {la + 1}) -> {name(b)} (layer {lb + 1})")
+            lb, name_b = rank(b)
+            if la is not None and lb is not None and lb > la:
+                print(f"arrow up: {name(a)} ({name_a}) -> {name(b)} ({name_b})")
                 failed = 1
-    if not failed:
-        print(f"{where}/: every import within its layer or below ({top} layers)")
     return failed
 
 
 def check(root):
-    files = {}
+    files, sources = {}, {}
     for folder, _, names in os.walk(root):
         for name in names:
             # `tests.rs` beside a module holds its tests.
@@ -155,6 +151,7 @@ def check(root):
                 path = os.path.join(folder, name)
                 text = open(path, encoding="utf-8").read()
                 files[module_of(root, path)] = without_tests(COMMENT.sub("", text))
+                sources[module_of(root, path)] = path
 
     defined = {m: set(ITEM.findall(text)) for m, text in files.items()}
     reexports = {}  # module -> {name: full path}
@@ -272,12 +269,17 @@ def check(root):
                 if b in component:
                     print(f"  {name(a)} -> {name(b)}")
     where = os.path.relpath(root, HERE)
-    layered = check_layers(root, edges, name)
     if circles:
         print(f"{where}: {len(circles)} import circle(s)")
         return 1
     print(f"{len(files)} files in {where}/: no import circle between files or modules")
-    return layered
+    if sys.argv[1:]:
+        return 0  # a tree of the caller's: circles only
+    if check_layers(sources, edges, name):
+        print(f"{where}: an import goes up a layer, or a file is in none")
+        return 1
+    print(f"{where}/: every import within its layer or below (ARCHITECTURE.md, `layers`)")
+    return 0
 
 
 def main():
