@@ -54,8 +54,11 @@ bash .ci/readme.sh
 step "docs.rs: every feature, doc(cfg) marks, missing docs denied (nightly, --cfg docsrs)"
 RUSTDOCFLAGS="-D warnings --cfg docsrs" cargo +nightly doc --workspace --all-features --no-deps
 
-step "layers: no import circle between files or modules, in src/ and core/src/ (.ci/imports.py)"
+step "layers: no import circle, no import up a layer of ARCHITECTURE.md's, in src/ and core/src/ (.ci/imports.py)"
 python3 .ci/imports.py
+
+step "the tree: no source over 900 lines outside tests, document links resolve, no tracker numbers (.ci/tree.py)"
+python3 .ci/tree.py
 
 step "cargo features: every combination builds clean, the slim builds stay slim (.ci/features.sh)"
 bash .ci/features.sh
