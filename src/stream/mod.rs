@@ -2,8 +2,8 @@
 //! in-memory pipe, hyper's and axum's upgraded IO, an HTTP/2 stream. The
 //! same [`Handler`],
 //! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
-//! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
-//! one tokio task per connection.
+//! slow-consumer policy) and [`ServerHandle`](crate::ServerHandle) as the
+//! two socket backends; one tokio task per connection.
 //!
 //! The stream is read into pooled buffers (a connection waiting for data
 //! holds no read buffer of ours; the stream may hold its own, as a TLS
@@ -63,10 +63,11 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, LiveGuard, ServerHandle};
+use crate::connection::endpoint::{Endpoint, LiveGuard};
 use crate::connection::handler::{Accept, Handler, Hooks, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::{Decision, Settings, Upgraded};
+use crate::driver::surface::{Served, shutdown_methods};
 use crate::proto::deflate::DeflateParams;
 
 pub(crate) use connection::{Start, serve};
@@ -81,6 +82,12 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
         f.debug_struct("Server")
             .field("handle", &self.handle())
             .finish_non_exhaustive()
+    }
+}
+
+impl<H: ServerHandler> Served for Server<H> {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.env.endpoint
     }
 }
 
@@ -102,9 +109,8 @@ impl<H: ServerHandler> Server<H> {
         }
     }
 
-    /// A handle to shut the server down or count its connections.
-    pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.env.endpoint.clone())
+    shutdown_methods! {
+        /// No new connection is upgraded: handshakes are answered 503.
     }
 
     /// Serves one connection over `stream`, whose upgrade request comes next
@@ -253,26 +259,10 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// Resolves once a shutdown was asked for (here or through a
-    /// [`ServerHandle`]): an accept loop selects on it to stop accepting.
+    /// [`ServerHandle`](crate::ServerHandle)): an accept loop selects on it
+    /// to stop accepting.
     pub async fn shutdown_requested(&self) {
         self.env.endpoint.shutdown_requested().await;
-    }
-
-    /// Shuts down gracefully: no new connection is upgraded (handshakes
-    /// answer 503), open ones get close 1001, and this waits for them, at
-    /// most `shutdown_timeout`, before dropping the rest.
-    pub async fn shutdown(&self) {
-        self.handle().shutdown();
-        self.env.endpoint.finish_shutdown().await;
-    }
-
-    /// Shuts down gracefully with the closes spread (see
-    /// [`ServerHandle::shutdown_spread`]): open connections
-    /// get close 1012 spread over `window` with jitter, and this waits for
-    /// them, at most `window` plus `shutdown_timeout`.
-    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
-        self.handle().shutdown_spread(crate::Spread::over(window));
-        self.env.endpoint.finish_shutdown().await;
     }
 }
 
