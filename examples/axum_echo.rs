@@ -39,14 +39,14 @@ use axum::response::{Html, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
 use clap::Parser;
+use rapidws::Config;
 use rapidws::axum::{Sockets, WebSocketUpgrade};
-use rapidws::{
-    Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
-};
 
-// Only its logging and TLS configuration are used here.
+// Only some of it is used here.
 #[allow(dead_code)]
 mod support;
+
+use support::echo::Echo;
 
 #[derive(Parser, Debug)]
 #[command(about = "rapidws inside axum: a page, /healthz, /ws and /stream on one port")]
@@ -83,28 +83,10 @@ struct Args {
 /// The demo page (the echo example's): a socket back to this server.
 const PAGE: &str = include_str!("assets/page.html");
 
-/// `/ws`: the callback API.
-struct Echo;
-
-impl Handler for Echo {
-    type State = ();
-
-    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-        if let Err(error) = conn.send(message) {
-            tracing::debug!(id = conn.id(), %error, "echo not sent");
-        }
-    }
-}
-
-impl ServerHandler for Echo {
-    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-}
-
 /// What the routes share.
 #[derive(Clone)]
 struct App {
+    /// `/ws`: the callback API.
     echo: Arc<rapidws::stream::Server<Echo>>,
 }
 
@@ -140,9 +122,7 @@ async fn stream(upgrade: WebSocketUpgrade) -> Response {
 }
 
 fn main() -> ExitCode {
-    support::log_to_stderr();
-    let args = Args::parse();
-    support::block_on(run(args))
+    support::main(run)
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -151,18 +131,15 @@ async fn run(args: Args) -> Result<(), String> {
         support::install_metrics();
     }
     let config = args.origins.apply(Config::default());
-    let config = match (args.deflate, args.deflate_min_size) {
-        (false, _) => config,
-        (true, None) => config.permessage_deflate(DeflateConfig::default()),
-        (true, Some(bytes)) => {
-            config.permessage_deflate(DeflateConfig::default().compress_min_size(bytes))
-        }
-    };
+    let config = support::with_deflate(config, args.deflate, args.deflate_min_size);
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(support::tls_server_config(cert, key)?),
         _ => None,
     };
-    let echo = Arc::new(rapidws::stream::Server::new(Echo, config.clone()));
+    let echo = Arc::new(rapidws::stream::Server::new(
+        Echo::anywhere(),
+        config.clone(),
+    ));
     let sockets = Sockets::new(config);
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))

@@ -19,9 +19,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rapidws::{Accept, Conn, Handler, HttpResponse, Message, Reject, Request, ServerHandler};
+use rapidws::{HttpResponse, Request};
 
 mod support;
+
+use support::echo::Echo;
 
 #[derive(Parser, Debug)]
 #[command(about = "rapidws echo server")]
@@ -38,53 +40,30 @@ struct Args {
 /// The demo page: a socket to this server, a text box, the echoes.
 const PAGE: &str = include_str!("assets/page.html");
 
-struct Echo {
-    http_fallback: bool,
+/// The demo page, `/healthz` and 404 for requests that are not upgrades
+/// (`--http-fallback`), after `/metrics`.
+fn pages(request: &Request<'_>) -> Option<HttpResponse> {
+    if let Some(page) = metrics(request) {
+        return Some(page);
+    }
+    Some(match (request.method(), request.path()) {
+        ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
+        ("GET" | "HEAD", "/healthz") => HttpResponse::text(200, "ok\n"),
+        _ => HttpResponse::text(404, "not found\n"),
+    })
 }
 
-impl Handler for Echo {
-    type State = ();
-
-    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-        if let Err(error) = conn.send(message) {
-            tracing::debug!(id = conn.id(), %error, "echo not sent");
-        }
-    }
-
-    /// An echo has no state of its own: every connection may move to the
-    /// next process (`--handoff-socket`, `--take-over`).
-    fn hand_off(&self, _conn: &Conn, _state: &mut ()) -> Option<Vec<u8>> {
-        Some(Vec::new())
-    }
-
-    fn take_over(&self, _conn: &Conn, state: &[u8]) -> Option<()> {
-        state.is_empty().then_some(())
-    }
-}
-
-impl ServerHandler for Echo {
-    fn on_upgrade(&self, _request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-
-    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
-        if let Some(page) = support::metrics_page(request.method(), request.path()) {
-            return Some(page);
-        }
-        if !self.http_fallback {
-            return None;
-        }
-        Some(match (request.method(), request.path()) {
-            ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
-            ("GET" | "HEAD", "/healthz") => HttpResponse::text(200, "ok\n"),
-            _ => HttpResponse::text(404, "not found\n"),
-        })
-    }
+/// `/metrics` with `--metrics`; nothing else.
+fn metrics(request: &Request<'_>) -> Option<HttpResponse> {
+    support::metrics_page(request.method(), request.path())
 }
 
 fn main() -> ExitCode {
     support::log_to_stderr();
     let args = Args::parse();
-    let http_fallback = args.http_fallback;
-    support::serve("echo", &args.serve, |_| Echo { http_fallback })
+    let http = if args.http_fallback { pages } else { metrics };
+    support::serve("echo", &args.serve, |_| Echo {
+        http,
+        ..Echo::anywhere()
+    })
 }

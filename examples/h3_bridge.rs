@@ -51,9 +51,7 @@ struct Args {
 type Error = support::BoxError;
 
 fn main() -> ExitCode {
-    support::log_to_stderr();
-    let args = Args::parse();
-    support::block_on(run(args))
+    support::main(run)
 }
 
 async fn run(args: Args) -> Result<(), Error> {

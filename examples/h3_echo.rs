@@ -39,13 +39,13 @@ use axum::routing::get;
 use clap::Parser;
 use rapidws::axum::WebSocketUpgrade;
 use rapidws::h3::{ReadToEndError, RequestHead, Session, StreamBudget, WebTransport};
-use rapidws::{
-    Accept, Config, Conn, DeflateConfig, Handler, Message, Reject, Request, ServerHandler,
-};
+use rapidws::{Config, Reject};
 use sha2::Digest;
 
 #[allow(dead_code)]
 mod support;
+
+use support::echo::Echo;
 
 #[derive(Parser, Debug)]
 #[command(about = "rapidws echo over HTTP/3 (RFC 9220) and over TCP on one port")]
@@ -89,30 +89,6 @@ struct Args {
 
 /// The demo page: a socket back to this server's `/ws`.
 const PAGE: &str = include_str!("assets/page.html");
-
-struct Echo;
-
-impl Handler for Echo {
-    type State = ();
-
-    fn on_message(&self, conn: &Conn, _state: &mut (), message: Message<'_>) {
-        if let Err(error) = conn.send(message) {
-            tracing::debug!(id = conn.id(), %error, "echo not sent");
-        }
-    }
-}
-
-impl ServerHandler for Echo {
-    fn on_upgrade(&self, request: &Request<'_>, _accept: &mut Accept) -> Result<(), Reject> {
-        match request.path() {
-            "/ws" => Ok(()),
-            path => Err(Reject::new(
-                404,
-                format!("no WebSocket endpoint at {path}: the echo is at /ws"),
-            )),
-        }
-    }
-}
 
 /// The longest unidirectional stream echoed (it is read whole first).
 const MAX_UNI_ECHO: usize = 1024 * 1024;
@@ -284,9 +260,7 @@ async fn ws(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
 }
 
 fn main() -> ExitCode {
-    support::log_to_stderr();
-    let args = Args::parse();
-    support::block_on(run(args))
+    support::main(run)
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -301,13 +275,7 @@ async fn run(args: Args) -> Result<(), String> {
         ),
     };
     let config = args.origins.apply(Config::default());
-    let config = match (args.deflate, args.deflate_min_size) {
-        (false, _) => config,
-        (true, None) => config.permessage_deflate(DeflateConfig::default()),
-        (true, Some(bytes)) => {
-            config.permessage_deflate(DeflateConfig::default().compress_min_size(bytes))
-        }
-    };
+    let config = support::with_deflate(config, args.deflate, args.deflate_min_size);
     let tls = support::tls_server_config(&args.tls_cert, &args.tls_key)?;
     let leaf = support::pem_certs(&args.tls_cert)
         .ok()
@@ -317,7 +285,7 @@ async fn run(args: Args) -> Result<(), String> {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    let echo = rapidws::stream::Server::new(Echo, config);
+    let echo = rapidws::stream::Server::new(Echo::at("/ws"), config);
 
     let mut quic_tls = (*tls).clone();
     quic_tls.alpn_protocols = vec![b"h3".to_vec()];

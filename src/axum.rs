@@ -61,9 +61,10 @@ use ::hyper::upgrade::OnUpgrade;
 use ::hyper::{HeaderMap, Method, Uri, Version};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::ServerHandle;
+use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Settings;
+use crate::driver::surface::{Served, shutdown_methods};
 use crate::handshake::HandshakeError;
 use crate::hyper::{Answer, HeadRef, decide, extended_protocol, refusal, spawn};
 use crate::proto::deflate::DeflateConfig;
@@ -131,29 +132,18 @@ impl Sockets {
             .clone()
     }
 
-    /// A handle to count the connections or shut them down.
-    pub fn handle(&self) -> ServerHandle {
-        self.server.handle()
+    shutdown_methods! {
+        /// New upgrades are answered 503.
+        spread:
+        /// What `axum::serve`'s graceful shutdown does not do: it stops
+        /// accepting but never reaches the WebSocket connections it
+        /// upgraded.
     }
+}
 
-    /// Shuts down gracefully (see [`stream::Server::shutdown`]): new
-    /// upgrades are answered 503, open connections get close 1001, and this
-    /// waits for them to end, at most the config's shutdown timeout.
-    ///
-    /// [`stream::Server::shutdown`]: crate::stream::Server::shutdown
-    pub async fn shutdown(&self) {
-        self.server.shutdown().await;
-    }
-
-    /// Shuts down gracefully with the closes spread (see
-    /// [`ServerHandle::shutdown_spread`]): new upgrades are
-    /// answered 503, open connections get close 1012 spread over `window`
-    /// with jitter, and this waits for them to end, at most `window` plus
-    /// the config's shutdown timeout. What `axum::serve`'s graceful shutdown
-    /// does not do: it stops accepting but never reaches the WebSocket
-    /// connections it upgraded.
-    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
-        self.server.shutdown_gracefully(window).await;
+impl Served for Sockets {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        self.server.endpoint()
     }
 }
 

@@ -11,8 +11,37 @@ use rapidws::{Config, ServerHandler};
 
 #[allow(dead_code)] // the bridges (h2_bridge, h3_bridge)
 pub mod bridge;
+#[allow(dead_code)] // the echoes (echo, axum_echo, h3_echo)
+pub mod echo;
 #[allow(dead_code)] // the examples on axum
 pub mod http;
+
+/// The `main` of an example with a `run` of its own: logs to stderr,
+/// parses the command line, and runs `run` with it (see [`block_on`]).
+#[allow(dead_code)] // the examples with a `run` of their own
+pub fn main<A: clap::Parser, E: std::fmt::Display, F>(run: impl FnOnce(A) -> F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<(), E>>,
+{
+    log_to_stderr();
+    let args = A::parse();
+    block_on(run(args))
+}
+
+/// `config` with permessage-deflate if `deflate` (the library's defaults;
+/// messages under `min_size` bytes sent uncompressed, if given): what
+/// `--deflate` and `--deflate-min-size` ask of the examples with options
+/// of their own.
+#[allow(dead_code)] // the examples with options of their own
+pub fn with_deflate(config: Config, deflate: bool, min_size: Option<usize>) -> Config {
+    match (deflate, min_size) {
+        (false, _) => config,
+        (true, None) => config.permessage_deflate(rapidws::DeflateConfig::default()),
+        (true, Some(bytes)) => {
+            config.permessage_deflate(rapidws::DeflateConfig::default().compress_min_size(bytes))
+        }
+    }
+}
 
 /// Runs `main` on a tokio runtime: exit 0 when it ends well, 1 with its
 /// error on stderr when not (or when the runtime cannot start).

@@ -107,10 +107,11 @@ use tokio::time::{Instant, timeout_at};
 use self::url::{Host, Url};
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::{Endpoint, ServerHandle};
+use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::Handler;
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::Upgraded;
+use crate::driver::surface::{Served, shutdown_methods};
 use crate::proto::Role;
 #[cfg(feature = "socket")]
 use crate::socket::WebSocket;
@@ -329,6 +330,12 @@ impl<H: Handler> Clone for Client<H> {
     }
 }
 
+impl<H: Handler> Served for Client<H> {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.env.endpoint
+    }
+}
+
 impl<H: Handler> std::fmt::Debug for Client<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
@@ -453,27 +460,8 @@ impl<H: Handler> Client<H> {
         self
     }
 
-    /// A handle to the client's connections: count them, or shut them
-    /// down.
-    pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.env.endpoint.clone())
-    }
-
-    /// Closes every open connection of this client with 1001 and waits for
-    /// them, at most `shutdown_timeout`; connects after this fail with
-    /// [`ConnectError::Closed`].
-    pub async fn shutdown(&self) {
-        self.handle().shutdown();
-        self.env.endpoint.finish_shutdown().await;
-    }
-
-    /// Shuts down gracefully with the closes spread (see
-    /// [`ServerHandle::shutdown_spread`]): open connections
-    /// get close 1012 spread over `window` with jitter, and this waits for
-    /// them, at most `window` plus `shutdown_timeout`.
-    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
-        self.handle().shutdown_spread(crate::Spread::over(window));
-        self.env.endpoint.finish_shutdown().await;
+    shutdown_methods! {
+        /// Connects after this fail with [`ConnectError::Closed`].
     }
 
     /// Connects, opens the connection with `state`, and returns its

@@ -12,12 +12,14 @@
 //! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
 //! | `turn.rs` | what a readiness driver owes (`Transport`) and the one turn both run over it |
 //! | `tls.rs` | a rustls session with pooled buffers and no I/O: the wss of the stream driver and of io_uring |
+//! | `surface.rs` | the servers' shared public methods (handle, shutdown, address, handoff), written once by macros, and the handoff's settings |
 
 pub(crate) mod listen;
 pub(crate) mod mailbox;
 pub(crate) mod read_buf;
 pub(crate) mod shutdown;
 pub(crate) mod slab;
+pub(crate) mod surface;
 #[cfg(feature = "stream")]
 pub(crate) mod timer;
 #[cfg(feature = "rustls")]

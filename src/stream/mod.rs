@@ -2,10 +2,11 @@
 //! in-memory pipe, hyper's and axum's upgraded IO, an HTTP/2 stream. The
 //! same [`Handler`],
 //! [`Conn`](crate::Conn), [`Config`] (limits, timeouts, keepalive,
-//! slow-consumer policy) and [`ServerHandle`] as the two socket backends;
-//! one tokio task per connection. The listener is yours: give it a backlog
-//! sized for bursts of connects (the socket servers listen with 4096), or
-//! connects that find it full are retried only a second later.
+//! slow-consumer policy) and [`ServerHandle`](crate::ServerHandle) as the
+//! two socket backends; one tokio task per connection. The listener is
+//! yours: give it a backlog sized for bursts of connects (the socket
+//! servers listen with 4096), or connects that find it full are retried
+//! only a second later.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
@@ -57,10 +58,11 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, LiveGuard, ServerHandle};
+use crate::connection::endpoint::{Endpoint, LiveGuard};
 use crate::connection::handler::{Accept, Handler, Hooks, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::{Decision, Settings, Upgraded};
+use crate::driver::surface::{Served, shutdown_methods};
 use crate::proto::deflate::DeflateParams;
 
 pub(crate) use connection::{Start, serve};
@@ -75,6 +77,12 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
         f.debug_struct("Server")
             .field("handle", &self.handle())
             .finish_non_exhaustive()
+    }
+}
+
+impl<H: ServerHandler> Served for Server<H> {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.env.endpoint
     }
 }
 
@@ -96,9 +104,8 @@ impl<H: ServerHandler> Server<H> {
         }
     }
 
-    /// A handle to shut the server down or count its connections.
-    pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.env.endpoint.clone())
+    shutdown_methods! {
+        /// No new connection is upgraded: handshakes are answered 503.
     }
 
     /// Serves one connection over `stream`, whose upgrade request comes next
@@ -247,26 +254,10 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// Resolves once a shutdown was asked for (here or through a
-    /// [`ServerHandle`]): an accept loop selects on it to stop accepting.
+    /// [`ServerHandle`](crate::ServerHandle)): an accept loop selects on it
+    /// to stop accepting.
     pub async fn shutdown_requested(&self) {
         self.env.endpoint.shutdown_requested().await;
-    }
-
-    /// Shuts down gracefully: no new connection is upgraded (handshakes
-    /// answer 503), open ones get close 1001, and this waits for them, at
-    /// most `shutdown_timeout`, before dropping the rest.
-    pub async fn shutdown(&self) {
-        self.handle().shutdown();
-        self.env.endpoint.finish_shutdown().await;
-    }
-
-    /// Shuts down gracefully with the closes spread (see
-    /// [`ServerHandle::shutdown_spread`]): open connections
-    /// get close 1012 spread over `window` with jitter, and this waits for
-    /// them, at most `window` plus `shutdown_timeout`.
-    pub async fn shutdown_gracefully(&self, window: std::time::Duration) {
-        self.handle().shutdown_spread(crate::Spread::over(window));
-        self.env.endpoint.finish_shutdown().await;
     }
 }
 

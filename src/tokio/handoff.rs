@@ -1,9 +1,9 @@
 //! The tokio server's part in a handoff (feature `handoff`): waiting for
 //! a successor on tokio's reactor, its groups as the handoff's [`Loops`];
-//! and, in the successor, the predecessor met before the server starts.
-//! What both sides do is `handoff::leave` and `handoff::arrive` (the same
-//! for io_uring); a group's part is in `group.rs`, a connection's in its
-//! lifecycle.
+//! and, in the successor, the predecessor's connections taken in (it was
+//! met before the server started: `driver/surface.rs`). What both sides
+//! do is `handoff::leave` and `handoff::arrive` (the same for io_uring); a
+//! group's part is in `group.rs`, a connection's in its lifecycle.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,40 +19,52 @@ use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
 use crate::connection::record::Arriving;
+use crate::driver::surface::HandoffSettings;
 use crate::handoff::protocol::Successor;
 use crate::handoff::socket::HandoffSocket;
 use crate::handoff::{Leaving, Loops, Phase, arrive, leave};
 
-/// A tokio server's two sides of a handoff.
-#[derive(Default)]
+/// A tokio server's two sides of a handoff, as it serves.
 pub(super) struct Handoff {
     /// Where it waits for a successor.
-    pub(super) socket: OnceLock<Waiting>,
+    socket: OnceLock<Waiting>,
     /// Where it is to wait for one once its predecessor, which listens
     /// there now, is done: the path, and the word that it is (`true`) or
     /// that it failed (`false`: the path stays the predecessor's).
-    pub(super) later: Option<(PathBuf, Option<watch::Receiver<Option<bool>>>)>,
-    /// Where it took over from, and the channel the predecessor's
-    /// connections come on (its state was applied already).
-    pub(super) predecessor: Option<(PathBuf, Successor)>,
-    /// How what stays is closed once a successor has the rest (default:
-    /// 1012, all at once).
-    pub(super) after: Option<crate::Spread>,
+    later: Option<(PathBuf, Option<watch::Receiver<Option<bool>>>)>,
+    /// The channel the predecessor's connections come on, if this server
+    /// took over (its state was applied already).
+    predecessor: Option<Successor>,
+    /// How what stays is closed once a successor has the rest.
+    after: crate::Spread,
 }
 
 impl Handoff {
-    /// How what stays is closed once a successor has the rest.
-    pub(super) fn after_spread(&self) -> crate::Spread {
-        self.after
-            .clone()
-            .unwrap_or_else(|| crate::Spread::over(std::time::Duration::ZERO))
+    /// What the builder set, on tokio's reactor (the handoff socket is
+    /// watched from here on).
+    pub(super) fn new(settings: HandoffSettings) -> io::Result<Self> {
+        let after = settings.after_spread();
+        let HandoffSettings {
+            socket,
+            later,
+            predecessor,
+            ..
+        } = settings;
+        let socket = match socket {
+            Some(socket) => OnceLock::from(Waiting::on_tokio(socket)?),
+            None => OnceLock::new(),
+        };
+        Ok(Handoff {
+            socket,
+            later: later.map(|path| (path, None)),
+            predecessor: predecessor.map(|(_, successor)| successor),
+            after,
+        })
     }
 
-    /// Where the predecessor's listening sockets listen, if this server
-    /// took over (they come at the end of the handoff).
-    pub(super) fn announced(&self) -> Option<std::net::SocketAddr> {
-        let (_, successor) = self.predecessor.as_ref()?;
-        successor.announced().first().copied()
+    /// How what stays is closed once a successor has the rest.
+    pub(super) fn after_spread(&self) -> crate::Spread {
+        self.after.clone()
     }
 
     /// If this server took over: takes in the predecessor's connections on
@@ -63,7 +75,7 @@ impl Handoff {
         groups: &[Arc<GroupShared<S>>],
         endpoint: &Arc<Endpoint>,
     ) -> io::Result<Coming> {
-        let Some((_, successor)) = self.predecessor.take() else {
+        let Some(successor) = self.predecessor.take() else {
             return Ok(Coming(None));
         };
         let (done, finished) = watch::channel(None);
@@ -197,8 +209,13 @@ pub(super) struct Waiting {
 
 impl Waiting {
     /// Listens at `path` (see [`HandoffSocket::bind`]).
-    pub(super) fn bind(path: &Path, replacing: bool) -> io::Result<Self> {
-        let HandoffSocket { listener, path } = HandoffSocket::bind(path, replacing)?;
+    fn bind(path: &Path, replacing: bool) -> io::Result<Self> {
+        Waiting::on_tokio(HandoffSocket::bind(path, replacing)?)
+    }
+
+    /// `socket`, watched by tokio's reactor.
+    fn on_tokio(socket: HandoffSocket) -> io::Result<Self> {
+        let HandoffSocket { listener, path } = socket;
         Ok(Waiting {
             listener: tokio::net::UnixListener::from_std(listener)?,
             path,
@@ -232,16 +249,4 @@ impl<S: Send + 'static> Loops for GroupLoops<S> {
     fn arrive(&self, fd: OwnedFd, arriving: Arriving) {
         least_loaded(&self.groups).hand_over(Incoming::moved(fd, arriving, &self.endpoint));
     }
-}
-
-/// Connects to the process listening at `path` and takes its state (see
-/// `handoff::arrive::meet`), on a blocking thread.
-pub(super) async fn meet(
-    path: &Path,
-    apply: impl FnOnce(&[u8]) -> Result<(), String> + Send + 'static,
-) -> io::Result<Successor> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || arrive::meet(&path, apply))
-        .await
-        .map_err(io::Error::other)?
 }

@@ -56,12 +56,13 @@ use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, ServerHandle};
+use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Handler, ServerHandler};
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
 };
+use crate::driver::surface::{HandoffSettings, Served, socket_server_methods};
 use group::{GroupShared, Incoming, Start};
 
 /// Connections accepted in a row before the accept loop lets other tasks run.
@@ -80,23 +81,22 @@ pub struct Server<H: ServerHandler> {
     /// Set by [`Server::also_plain`]: with TLS, plain ws on the same port.
     #[cfg(feature = "rustls")]
     also_plain: bool,
-    /// Set by [`Server::handoff_socket`] and [`Server::take_over`].
-    handoff: Handoff,
+    /// Set by `handoff_socket`, `after_handoff` and `take_over`.
+    handoff: HandoffSettings,
 }
 
 /// Without the `handoff` feature: no successor ever comes.
 #[cfg(not(all(target_os = "linux", feature = "handoff")))]
-#[derive(Default)]
 struct Handoff(());
 
 #[cfg(not(all(target_os = "linux", feature = "handoff")))]
 impl Handoff {
-    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<Coming> {
-        Ok(Coming)
+    fn new(_: HandoffSettings) -> io::Result<Self> {
+        Ok(Handoff(()))
     }
 
-    fn announced(&self) -> Option<SocketAddr> {
-        None
+    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<Coming> {
+        Ok(Coming)
     }
 
     fn after_spread(&self) -> crate::Spread {
@@ -137,6 +137,12 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
     }
 }
 
+impl<H: ServerHandler> Served for Server<H> {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+}
+
 impl<H: ServerHandler> Server<H> {
     /// Binds a listening socket (SO_REUSEADDR, a backlog of 4096) on the first
     /// address `addr` resolves to that works.
@@ -147,122 +153,23 @@ impl<H: ServerHandler> Server<H> {
 
     /// Serves on a listener the caller has set up.
     pub fn from_listener(listener: TcpListener, handler: H, config: Config) -> Self {
-        let endpoint = Endpoint::new(config, "tokio");
-        Server::with_endpoint(vec![listener], Arc::new(handler), endpoint)
+        Server::with(vec![listener], Arc::new(handler), config)
     }
 
-    fn with_endpoint(
-        listeners: Vec<TcpListener>,
-        handler: Arc<H>,
-        endpoint: Arc<Endpoint>,
-    ) -> Self {
+    fn with(listeners: Vec<TcpListener>, handler: Arc<H>, config: Config) -> Self {
         Server {
             listeners,
             handler,
-            endpoint,
+            endpoint: Endpoint::new(config, "tokio"),
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]
             also_plain: false,
-            handoff: Handoff::default(),
+            handoff: HandoffSettings::default(),
         }
     }
 
-    /// Takes over from the server of this program that listens for a
-    /// successor at `path` ([`Server::handoff_socket`]): its server state
-    /// now ([`ServerHandler::take_over_server`]), and, once
-    /// [`serve`](Server::serve) runs, every connection that can move, each
-    /// going on where it was (no close, no reconnect, nothing read twice or
-    /// lost), then its listening socket; the old process then closes what
-    /// stays with 1012 and its `serve` returns. The handler's
-    /// [`Handler::take_over`] turns each connection's state back into a
-    /// state. Give the same `config` the old process had (a connection
-    /// whose limits are above this one's is refused).
-    ///
-    /// The listening socket is handed over last, once every connection
-    /// has moved: until then the old process holds it alone (accepting
-    /// nothing: new connections wait in its accept queue, and this server
-    /// accepts them once it has it), so a handoff that fails before the
-    /// end leaves one process accepting, the old one.
-    /// [`local_addr`](Server::local_addr) answers from the start.
-    ///
-    /// Errors if no process listens at `path`, if it runs as another user
-    /// than this process (`PermissionDenied`, naming both: the kernel's
-    /// `SO_PEERCRED` is asked before anything is read; even root does not
-    /// take over another user's server), or if it does not greet as a
-    /// handoff does. (Linux, feature `handoff`.)
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub async fn take_over(
-        path: impl AsRef<std::path::Path>,
-        handler: H,
-        config: Config,
-    ) -> io::Result<Self> {
-        let path = path.as_ref();
-        let handler = Arc::new(handler);
-        let applying = handler.clone();
-        let apply = move |state: &[u8]| applying.take_over_server(state);
-        let successor = handoff::meet(path, apply).await?;
-        let endpoint = Endpoint::new(config, "tokio");
-        // Its listening sockets come at the end (see `serve`).
-        let mut server = Server::with_endpoint(Vec::new(), handler, endpoint);
-        server.handoff.predecessor = Some((path.to_owned(), successor));
-        Ok(server)
-    }
-
-    /// Listens at `path` (a Unix socket, mode 0600) for a successor: a new
-    /// process of this program started with [`Server::take_over`] on the
-    /// same path. When one connects, the server stops accepting, hands it
-    /// every connection that can move (an open connection whose handler
-    /// implements [`Handler::hand_off`], not closing, with
-    /// permessage-deflate only without context takeover; a request still
-    /// coming in) and last the listening socket, closes the rest with 1012
-    /// and returns from `serve`. Connections of a wss server are served by
-    /// the stream driver and do not move (they are closed with 1012).
-    ///
-    /// Only this process's user can reach the socket, from the instant it
-    /// exists (it is bound in a private directory, made 0600 there, and
-    /// renamed to `path`); the directory that holds `path` must belong to
-    /// this user or root, and be writable by no other user unless it is
-    /// sticky (as /tmp), or this is an error. A process that connects is
-    /// handed nothing unless the kernel says it runs as this user or root
-    /// (`SO_PEERCRED`; others are logged with their pid and uid) and it
-    /// greets back as a successor within 2 s; until then nothing is frozen.
-    /// Then each of its answers has 2 s. If the successor fails before the
-    /// end (refuses, dies, says something else, or is silent), the server
-    /// takes back what it did not hand over, keeps its listening socket
-    /// (the successor never had it) and goes on serving and accepting at
-    /// once; its [`ServerHandler::take_back_server`] is called only if the
-    /// successor had taken connections, having taken the state.
-    ///
-    /// A socket file left at `path` by a process that ended is replaced;
-    /// one where a process still listens is an error, unless this server
-    /// took over from there: then it listens there once its predecessor is
-    /// done (until then the path is the predecessor's, which keeps it
-    /// should the handoff fail). (Linux, feature `handoff`.)
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
-        let path = path.as_ref();
-        if matches!(&self.handoff.predecessor, Some((from, _)) if from == path) {
-            // The predecessor listens there until it is done.
-            self.handoff.later = Some((path.to_owned(), None));
-        } else {
-            let socket = handoff::Waiting::bind(path, false)?;
-            self.handoff.socket = std::sync::OnceLock::from(socket);
-        }
-        Ok(self)
-    }
-
-    /// How the connections that do not move are closed once a successor
-    /// has the rest ([`Server::handoff_socket`]): by default with 1012, all
-    /// at once; with a [`Spread`](crate::Spread) over a window, as a
-    /// graceful drain closes them, so that their clients do not all
-    /// reconnect in the same second (a handler that keeps its connections
-    /// keeps them all). (Linux, feature `handoff`.)
-    #[cfg(all(target_os = "linux", feature = "handoff"))]
-    pub fn after_handoff(mut self, spread: crate::Spread) -> Self {
-        self.handoff.after = Some(spread);
-        self
-    }
+    socket_server_methods!(take_over: async);
 
     /// Serves wss: every connection starts with a TLS handshake with this
     /// rustls configuration, then the WebSocket upgrade, both within
@@ -289,25 +196,8 @@ impl<H: ServerHandler> Server<H> {
         self
     }
 
-    /// The address the server listens on (useful after binding port 0).
-    /// A server that took over answers with its predecessor's, whose
-    /// listening socket it will have once it has every connection.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        match self.listeners.first() {
-            Some(listener) => listener.local_addr(),
-            None => self
-                .handoff
-                .announced()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no listening socket")),
-        }
-    }
-
-    /// A handle to shut the server down or count its connections.
-    pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.endpoint.clone())
-    }
-
-    /// Accepts and serves connections until [`ServerHandle::shutdown`] is called,
+    /// Accepts and serves connections until
+    /// [`ServerHandle::shutdown`](crate::ServerHandle::shutdown) is called,
     /// then closes every connection with 1001 and waits for them, at most
     /// `shutdown_timeout`, before dropping the rest and returning.
     ///
@@ -324,8 +214,9 @@ impl<H: ServerHandler> Server<H> {
             tls,
             #[cfg(feature = "rustls")]
             also_plain,
-            mut handoff,
+            handoff,
         } = self;
+        let mut handoff = Handoff::new(handoff)?;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
         let mut listeners = listeners

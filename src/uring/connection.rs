@@ -182,20 +182,13 @@ impl<H: Handler> Connection<H> {
             Ok(0) => Err(io::ErrorKind::WriteZero.into()),
             other => other,
         };
+        if let Ok(n) = written {
+            outgoing.queue.advance(n);
+        }
         let failed = match written {
-            Ok(n) => {
-                outgoing.queue.advance(n);
-                if self.tls.is_none() {
-                    // With TLS, plaintext counts as sent once sealed.
-                    self.life.sent(n);
-                    env.endpoint.meters().sent(0, n as u64);
-                }
-                false
-            }
-            Err(error) => {
-                self.life.write_failed(&error);
-                true
-            }
+            // With TLS, plaintext counts as sent once sealed.
+            Ok(_) if self.tls.is_some() => false,
+            written => self.count_written(written, env),
         };
         if !outgoing.queue.is_empty() && !failed && !self.life.is_done() {
             // A partial send: the rest goes before anything queued since.
@@ -215,6 +208,23 @@ impl<H: Handler> Connection<H> {
             env.endpoint.pool.give(buf);
         }
         io.spare.push(outgoing);
+    }
+
+    /// Tells the lifecycle (and the meters) what became of bytes it
+    /// queued: `n` of them sent (with TLS: sealed), or the error that ends
+    /// its writing. True if it failed.
+    fn count_written(&mut self, written: io::Result<usize>, env: &Env<H>) -> bool {
+        match written {
+            Ok(n) => {
+                self.life.sent(n);
+                env.endpoint.meters().sent(0, n as u64);
+                false
+            }
+            Err(error) => {
+                self.life.write_failed(&error);
+                true
+            }
+        }
     }
 
     /// Does everything that can be done now: what the lifecycle asks for.
@@ -265,17 +275,7 @@ impl<H: Handler> Connection<H> {
                         if sealed.is_ok() {
                             tls.take_records(&mut outgoing.queue, pool);
                         }
-                        let failed = match sealed {
-                            Ok(n) => {
-                                self.life.sent(n);
-                                env.endpoint.meters().sent(0, n as u64);
-                                false
-                            }
-                            Err(error) => {
-                                self.life.write_failed(&error);
-                                true
-                            }
-                        };
+                        let failed = self.count_written(sealed, env);
                         // A failure's alert, if any, goes out with the
                         // session's own records.
                         if failed || outgoing.queue.is_empty() {

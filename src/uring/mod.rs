@@ -63,10 +63,11 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, ServerHandle, deadline_after};
+use crate::connection::endpoint::{Endpoint, deadline_after};
 use crate::connection::handler::ServerHandler;
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
+use crate::driver::surface::{HandoffSettings, Served, socket_server_methods};
 use reactor::{Reactor, Setup, Shared};
 
 /// Submission queue entries per ring (the completion queue has eight times
@@ -88,26 +89,8 @@ pub struct Server<H: ServerHandler> {
     buffers: u16,
     /// wss: every connection's TLS configuration.
     tls: Option<Arc<tls::ServerConfig>>,
-    /// Set by [`Server::handoff_socket`] and [`Server::take_over`].
-    #[cfg(feature = "handoff")]
-    handoff: Handoff,
-}
-
-/// An io_uring server's two sides of a handoff.
-#[cfg(feature = "handoff")]
-#[derive(Default)]
-struct Handoff {
-    /// Where it waits for a successor.
-    socket: Option<crate::handoff::socket::HandoffSocket>,
-    /// Where it is to wait for one once its predecessor (which listens
-    /// there now) is done.
-    later: Option<std::path::PathBuf>,
-    /// Where it took over from, and the channel the predecessor's
-    /// connections come on (its state was applied already).
-    predecessor: Option<(std::path::PathBuf, crate::handoff::protocol::Successor)>,
-    /// How what stays is closed once a successor has the rest (default:
-    /// 1012, all at once).
-    after: Option<crate::Spread>,
+    /// Set by `handoff_socket`, `after_handoff` and `take_over`.
+    handoff: HandoffSettings,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -117,6 +100,12 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
             .field("threads", &self.threads)
             .field("buffers", &self.buffers)
             .finish_non_exhaustive()
+    }
+}
+
+impl<H: ServerHandler> Served for Server<H> {
+    fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
     }
 }
 
@@ -144,90 +133,17 @@ impl<H: ServerHandler> Server<H> {
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,
-            #[cfg(feature = "handoff")]
-            handoff: Handoff::default(),
+            handoff: HandoffSettings::default(),
         }
     }
 
-    /// Takes over from the server of this program (on io_uring or on
-    /// tokio) that listens for a successor at `path` (its
-    /// `handoff_socket`): its server state now, and, once
-    /// [`serve`](Server::serve) runs, every connection that can move, each
-    /// going on where it was (no close, no reconnect, nothing read twice or
-    /// lost), then its listening sockets; the old process then closes what
-    /// stays with 1012 and its `serve` returns. The handler's
-    /// [`Handler::take_over`] turns each connection's state back into a
-    /// state. Give the same `config` the old process had (a connection
-    /// whose limits are above this one's is refused). Runs at least one
-    /// reactor per listening socket the old process announced (an io_uring
-    /// predecessor has one per reactor, each with its own accept queue);
-    /// more share them.
-    ///
-    /// The listening sockets are handed over last, once every connection
-    /// has moved: until then the old process holds them alone (accepting
-    /// nothing: new connections wait in the accept queues), so a handoff
-    /// that fails before the end leaves one process accepting, the old one.
-    /// [`local_addr`](Server::local_addr) answers from the start.
-    ///
-    /// Blocks while it meets the old process. Errors if no process listens
-    /// at `path`, if it runs as another user than this process
-    /// (`PermissionDenied`, naming both: the kernel's `SO_PEERCRED` is
-    /// asked before anything is read; even root does not take over another
-    /// user's server), or if it does not greet as a handoff does.
-    /// (Feature `handoff`.)
-    ///
-    /// [`Handler::take_over`]: crate::Handler::take_over
-    #[cfg(feature = "handoff")]
-    pub fn take_over(
-        path: impl AsRef<std::path::Path>,
-        handler: H,
-        config: Config,
-    ) -> io::Result<Self> {
-        let path = path.as_ref();
-        let handler = Arc::new(handler);
-        let apply = |state: &[u8]| handler.take_over_server(state);
-        let successor = crate::handoff::arrive::meet(path, apply)?;
-        // Its listening sockets come at the end (see `Handoff::run`).
-        let mut server = Server::with(Vec::new(), handler, config);
-        server.handoff.predecessor = Some((path.to_owned(), successor));
-        Ok(server)
-    }
-
-    /// Listens at `path` (a Unix socket, mode 0600) for a successor: a new
-    /// process of this program started with `take_over` on the same path,
-    /// on io_uring ([`Server::take_over`]) or on tokio
-    /// (`tokio::Server::take_over`). When one connects, the server stops
-    /// accepting, hands it every connection that can move (as on tokio: an
-    /// open connection whose handler implements `Handler::hand_off`, not
-    /// closing, with permessage-deflate only without context takeover; a
-    /// request still coming in; never a TLS connection) and last every
-    /// reactor's listening socket, closes the rest with 1012 and returns
-    /// from `serve`.
-    ///
-    /// Who may connect is checked as on tokio (see
-    /// `tokio::Server::handoff_socket`): the socket is 0600 from the
-    /// instant it exists, in a directory no other user may change; a
-    /// process of another user than this one or root is refused and
-    /// logged; one that does not greet back as a successor within 2 s
-    /// freezes nothing; later answers have 2 s each. If the successor
-    /// fails before the end, the server takes back what it did not hand
-    /// over, keeps its listening sockets (the successor never had them)
-    /// and goes on serving and accepting at once. A socket file left at
-    /// `path` by a process that ended is replaced; one where a process
-    /// still listens is an error, unless this server took over from there:
-    /// then it listens there once its predecessor is done. (Feature
-    /// `handoff`.)
-    #[cfg(feature = "handoff")]
-    pub fn handoff_socket(mut self, path: impl AsRef<std::path::Path>) -> io::Result<Self> {
-        let path = path.as_ref();
-        if matches!(&self.handoff.predecessor, Some((from, _)) if from == path) {
-            // The predecessor listens there until it is done.
-            self.handoff.later = Some(path.to_owned());
-            return Ok(self);
-        }
-        self.handoff.socket = Some(crate::handoff::socket::HandoffSocket::bind(path, false)?);
-        Ok(self)
-    }
+    socket_server_methods!(
+        take_over: blocking,
+        /// Blocks while it meets the old process. Runs at least one
+        /// reactor per listening socket the old process announced (an
+        /// io_uring predecessor has one per reactor, each with its own
+        /// accept queue); more share them.
+    );
 
     /// Serves wss: every connection starts with a TLS handshake (rustls,
     /// run inside the reactor: see `tls.rs`), within the handshake timeout.
@@ -236,16 +152,6 @@ impl<H: ServerHandler> Server<H> {
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(config);
-        self
-    }
-
-    /// How the connections that do not move are closed once a successor
-    /// has the rest ([`Server::handoff_socket`]): by default with 1012, all
-    /// at once; with a [`Spread`](crate::Spread) over a window, as a
-    /// graceful drain closes them. (Feature `handoff`.)
-    #[cfg(feature = "handoff")]
-    pub fn after_handoff(mut self, spread: crate::Spread) -> Self {
-        self.handoff.after = Some(spread);
         self
     }
 
@@ -264,35 +170,12 @@ impl<H: ServerHandler> Server<H> {
         self
     }
 
-    /// The address the server listens on (useful after binding port 0).
-    /// A server that took over answers with its predecessor's, whose
-    /// listening sockets it will have once it has every connection.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        if let Some(listener) = self.listeners.first() {
-            return listener.local_addr();
-        }
-        #[cfg(feature = "handoff")]
-        if let Some((_, successor)) = &self.handoff.predecessor
-            && let Some(addr) = successor.announced().first()
-        {
-            return Ok(*addr);
-        }
-        Err(io::Error::new(
-            io::ErrorKind::NotConnected,
-            "no listening socket",
-        ))
-    }
-
-    /// A handle to shut the server down or count its connections.
-    pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.endpoint.clone())
-    }
-
     /// Serves connections on this thread's behalf until
-    /// [`ServerHandle::shutdown`] is called, then closes every connection with
-    /// 1001 and waits for them, at most `shutdown_timeout`, before dropping the
-    /// rest and returning. Blocks the calling thread (from async code, call it
-    /// on a blocking thread, e.g. `tokio::task::spawn_blocking`).
+    /// [`ServerHandle::shutdown`](crate::ServerHandle::shutdown) is called,
+    /// then closes every connection with 1001 and waits for them, at most
+    /// `shutdown_timeout`, before dropping the rest and returning. Blocks the
+    /// calling thread (from async code, call it on a blocking thread, e.g.
+    /// `tokio::task::spawn_blocking`).
     ///
     /// Fails at once, before serving anything, if a ring cannot be set up: the
     /// error (kind `Unsupported`) says that io_uring is not available and why.
@@ -308,20 +191,13 @@ impl<H: ServerHandler> Server<H> {
             threads,
             buffers,
             tls,
-            #[cfg(feature = "handoff")]
             handoff,
         } = self;
         // A server that took over has no listening socket until its
-        // predecessor's come, at the end of the handoff (`Handoff::run`
+        // predecessor's come, at the end of the handoff (`run_handoff`
         // gives them to the reactors): as many reactors as it announced,
         // at least.
-        #[cfg(feature = "handoff")]
-        let announced = match &handoff.predecessor {
-            Some((_, successor)) => successor.announced().len(),
-            None => 0,
-        };
-        #[cfg(not(feature = "handoff"))]
-        let announced = 0;
+        let announced = handoff.coming();
         let reactors_wanted = threads.max(listeners.len()).max(announced);
         let mut listeners = listeners;
         if let Some(addr) = listeners.first().map(TcpListener::local_addr).transpose()? {
@@ -382,7 +258,7 @@ impl<H: ServerHandler> Server<H> {
                     .collect(),
             );
             let env = Env::server(endpoint.clone(), handler.clone());
-            handoff.start(loops, env, handed)?
+            start_handoff(handoff, loops, env, handed)?
         };
         wait_for_shutdown(&endpoint);
         if !wait_until_idle(&endpoint, deadline_after(endpoint.shutdown_wait())) {
@@ -412,79 +288,78 @@ impl<H: ServerHandler> Server<H> {
     }
 }
 
+/// If this server took over, or waits for a successor: a thread that
+/// takes in the predecessor's connections, then waits for a successor and
+/// hands it everything (`listeners` and the reactors' connections); once
+/// one has it all, the server shuts down, closing what stays as
+/// `after_handoff` says (1012 at once by default).
 #[cfg(feature = "handoff")]
-impl Handoff {
-    /// If this server took over, or waits for a successor: a thread that
-    /// takes in the predecessor's connections, then waits for a successor
-    /// and hands it everything (`listeners` and the reactors' connections);
-    /// once one has it all, the server shuts down, closing what stays with
-    /// 1012 at once.
-    fn start<H: ServerHandler>(
-        self,
-        loops: reactor::handoff::ReactorLoops,
-        env: Env<H>,
-        listeners: Vec<std::os::fd::OwnedFd>,
-    ) -> io::Result<Option<thread::JoinHandle<()>>> {
-        if self.predecessor.is_none() && self.socket.is_none() {
-            return Ok(None);
-        }
-        let thread = thread::Builder::new()
-            .name("rapidws-handoff".into())
-            .spawn(move || self.run(&loops, &env, listeners))?;
-        Ok(Some(thread))
+fn start_handoff<H: ServerHandler>(
+    handoff: HandoffSettings,
+    loops: reactor::handoff::ReactorLoops,
+    env: Env<H>,
+    listeners: Vec<std::os::fd::OwnedFd>,
+) -> io::Result<Option<thread::JoinHandle<()>>> {
+    if handoff.predecessor.is_none() && handoff.socket.is_none() {
+        return Ok(None);
     }
+    let thread = thread::Builder::new()
+        .name("rapidws-handoff".into())
+        .spawn(move || run_handoff(handoff, &loops, &env, listeners))?;
+    Ok(Some(thread))
+}
 
-    fn run<H: ServerHandler>(
-        self,
-        loops: &reactor::handoff::ReactorLoops,
-        env: &Env<H>,
-        mut listeners: Vec<std::os::fd::OwnedFd>,
-    ) {
-        use crate::handoff::{arrive, leave, socket::HandoffSocket};
-        let endpoint = &env.endpoint;
-        let Handoff {
-            mut socket,
-            later,
-            predecessor,
-            after,
-        } = self;
-        if let Some((_, successor)) = predecessor {
-            let Some(taken) = arrive::take_in(successor, loops, endpoint) else {
-                // The predecessor serves on, and keeps the path.
-                return;
-            };
-            // Its listening sockets, last: the reactors accept from now.
-            if let Err(error) = loops.listen(&taken) {
-                tracing::error!(%error, "could not give the reactors the listening sockets");
-            }
-            listeners = taken.into_iter().map(std::os::fd::OwnedFd::from).collect();
-            if let Some(path) = later {
-                match HandoffSocket::bind(&path, true) {
-                    Ok(bound) => {
-                        tracing::info!(path = %path.display(), "listening for a successor");
-                        socket = Some(bound);
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, path = %path.display(), "cannot listen for a successor");
-                    }
+#[cfg(feature = "handoff")]
+fn run_handoff<H: ServerHandler>(
+    handoff: HandoffSettings,
+    loops: &reactor::handoff::ReactorLoops,
+    env: &Env<H>,
+    mut listeners: Vec<std::os::fd::OwnedFd>,
+) {
+    use crate::handoff::{arrive, leave, socket::HandoffSocket};
+    let endpoint = &env.endpoint;
+    let after = handoff.after_spread();
+    let HandoffSettings {
+        mut socket,
+        later,
+        predecessor,
+        ..
+    } = handoff;
+    if let Some((_, successor)) = predecessor {
+        let Some(taken) = arrive::take_in(successor, loops, endpoint) else {
+            // The predecessor serves on, and keeps the path.
+            return;
+        };
+        // Its listening sockets, last: the reactors accept from now.
+        if let Err(error) = loops.listen(&taken) {
+            tracing::error!(%error, "could not give the reactors the listening sockets");
+        }
+        listeners = taken.into_iter().map(std::os::fd::OwnedFd::from).collect();
+        if let Some(path) = later {
+            match HandoffSocket::bind(&path, true) {
+                Ok(bound) => {
+                    tracing::info!(path = %path.display(), "listening for a successor");
+                    socket = Some(bound);
+                }
+                Err(error) => {
+                    tracing::error!(%error, path = %path.display(), "cannot listen for a successor");
                 }
             }
         }
-        let Some(socket) = socket else {
-            return;
+    }
+    let Some(socket) = socket else {
+        return;
+    };
+    let every = Duration::from_millis(100);
+    while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
+        // (The reactors serve and accept meanwhile: a process that is
+        // no successor costs them nothing.)
+        let Some(met) = leave::meet(successor) else {
+            continue;
         };
-        let every = Duration::from_millis(100);
-        while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
-            // (The reactors serve and accept meanwhile: a process that is
-            // no successor costs them nothing.)
-            let Some(met) = leave::meet(successor) else {
-                continue;
-            };
-            if leave::hand_off(met, &listeners, loops, env) {
-                let after = after.unwrap_or_else(|| crate::Spread::over(Duration::ZERO));
-                endpoint.begin_spread(after);
-                return;
-            }
+        if leave::hand_off(met, &listeners, loops, env) {
+            endpoint.begin_spread(after);
+            return;
         }
     }
 }
