@@ -20,7 +20,7 @@
 //! defaults. With `--tls-cert` and `--tls-key` everything is served over
 //! https and wss. Logging follows `RUST_LOG` (default `info`); Ctrl-C stops
 //! accepting and closes the WebSocket connections with 1001; SIGTERM stops
-//! accepting and closes them with 1012 spread over `--drain-secs` (default 0: at
+//! accepting and closes them with 1012 spread over `--spread-secs` (default 0: at
 //! once), and the process exits 0 when they have ended.
 //!
 //! Hardened as the standalone servers are, which `axum::serve`'s defaults
@@ -71,8 +71,8 @@ struct Args {
     /// On SIGTERM, close the WebSocket connections with 1012 (service
     /// restart) spread evenly over this many seconds; 0 closes them all at
     /// once. The process exits 0 once every connection has ended.
-    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = support::drain_secs)]
-    drain_secs: f64,
+    #[arg(long, alias = "drain-secs", value_name = "S", default_value_t = 0.0, value_parser = support::spread_secs)]
+    spread_secs: f64,
     /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
     #[arg(long)]
     metrics: bool,
@@ -172,9 +172,9 @@ async fn run(args: Args) -> Result<(), String> {
             tokio::join!(echo.shutdown(), sockets.shutdown());
         }
         support::Stop::Terminate => {
-            let window = Duration::from_secs_f64(args.drain_secs);
+            let window = Duration::from_secs_f64(args.spread_secs);
             tracing::info!(
-                window_secs = args.drain_secs,
+                window_secs = args.spread_secs,
                 "shutting down, closes spread"
             );
             tokio::join!(

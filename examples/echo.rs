@@ -6,7 +6,7 @@
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later).
 //! Logging follows
 //! `RUST_LOG` (default `info`). Ctrl-C closes every connection with 1001;
-//! SIGTERM closes them with 1012 spread over `--drain-secs` (default 0: at
+//! SIGTERM closes them with 1012 spread over `--spread-secs` (default 0: at
 //! once), and the process exits 0 once they have ended.
 //!
 //! A deploy that keeps every connection (Linux): start the server with

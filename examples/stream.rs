@@ -29,7 +29,7 @@
 //! and replies over HTTP/3 (RFC 9220) on UDP at `--addr`, beside wss on TCP,
 //! so a client can compare the two on one path (the load harness's
 //! `stream --h3 rfc9220`). Ctrl-C and SIGTERM close the HTTP/3 WebSockets
-//! with 1001 at once (`--drain-secs` spreads the TCP ones only), and the
+//! with 1001 at once (`--spread-secs` spreads the TCP ones only), and the
 //! process exits once both sides are done.
 //!
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later);

@@ -61,8 +61,8 @@ use ::hyper::upgrade::OnUpgrade;
 use ::hyper::{HeaderMap, Method, Uri, Version};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, ServerHandler};
+use crate::connection::hub::Hub;
 use crate::connection::upgrade::Settings;
 use crate::driver::surface::{Served, shutdown_methods};
 use crate::handshake::HandshakeError;
@@ -142,8 +142,8 @@ impl Sockets {
 }
 
 impl Served for Sockets {
-    fn endpoint(&self) -> &Arc<Endpoint> {
-        self.server.endpoint()
+    fn hub(&self) -> &Arc<Hub> {
+        self.server.hub()
     }
 }
 
@@ -288,7 +288,7 @@ fn check(parts: &Parts) -> Result<(), Rejection> {
 }
 
 impl WebSocketUpgrade {
-    /// The subprotocols this endpoint speaks, most preferred first: the
+    /// The subprotocols this hub speaks, most preferred first: the
     /// first one the client offered is chosen, and none if the client
     /// offered none of them (the upgrade still succeeds, as RFC 6455 lets
     /// the client decide whether to go on). With [`serve`], the handler's

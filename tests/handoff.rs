@@ -983,7 +983,7 @@ async fn a_bus_whose_successor_served_then_died_serves_on_in_a_new_epoch() {
 
 /// A handler that keeps its connections (the push example's does not
 /// implement `hand_off`): after the handoff the old process closes them
-/// with 1012 spread over `--drain-secs`, as SIGTERM would, not all in the
+/// with 1012 spread over `--spread-secs`, as SIGTERM would, not all in the
 /// same instant, and exits 0; the new one serves new connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_stay_are_drained_over_the_window_after_a_handoff() {
@@ -1001,7 +1001,7 @@ async fn stayers_drained(name: &str, backend: &str) {
     let socket = socket_path(name);
     let path = socket.to_str().unwrap();
     let pace = ["--push-size", "16", "--push-every-us", "100000"];
-    let mut args = vec!["--handoff-socket", path, "--drain-secs", "2"];
+    let mut args = vec!["--handoff-socket", path, "--spread-secs", "2"];
     args.extend(["--backend", backend]);
     args.extend(pace);
     let (mut old, addr) = start_example("stream", &args).await;

@@ -1,6 +1,6 @@
 //! Graceful shutdown with the closes spread over a window, as operators
 //! meet it: the examples get
-//! SIGTERM, close their connections with 1012 spread over `--drain-secs`
+//! SIGTERM, close their connections with 1012 spread over `--spread-secs`
 //! (not in one burst) and exit 0; an axum app's WebSocket connections
 //! (which axum's own shutdown never reaches) are closed the same way; and
 //! the library's `shutdown_spread` and `shutdown_gracefully` on every
@@ -123,10 +123,10 @@ fn assert_spread(offsets: &[Duration], codes: &[u16], window: Duration) {
 }
 
 /// Drains 10,000 connections of the echo example over 5 s.
-async fn drain_example(backend: &str) {
+async fn spread_example(backend: &str) {
     let window = Duration::from_secs(5);
     let (mut child, addr) =
-        start_example("echo", &["--backend", backend, "--drain-secs", "5"]).await;
+        start_example("echo", &["--backend", backend, "--spread-secs", "5"]).await;
     let watching = open_and_watch(format!("ws://{addr}/"), 10_000).await;
     let start = Instant::now();
     terminate(&child);
@@ -143,21 +143,22 @@ async fn drain_example(backend: &str) {
     assert_spread(&offsets, &codes, window);
     assert!(
         exits_zero(&mut child, Duration::from_secs(15)).await,
-        "{backend}: the example did not exit 0 after its drain"
+        "{backend}: the example did not exit 0 after its spread"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_ten_thousand_connections_over_the_window_on_both_backends() {
+async fn sigterm_spreads_ten_thousand_connections_over_the_window_on_both_backends() {
     // 10,000 connections of ours in this process (the server's are in its).
     set_soft_limit(None);
-    drain_example("tokio").await;
+    spread_example("tokio").await;
     #[cfg(all(target_os = "linux", feature = "uring"))]
-    drain_example("uring").await;
+    spread_example("uring").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_axum_apps_websockets_are_drained_on_sigterm() {
+async fn an_axum_apps_websockets_are_spread_on_sigterm() {
+    // The flag's older name, still accepted.
     let (mut child, addr) = start_example("axum_echo", &["--drain-secs", "1"]).await;
     // Both of the example's APIs: the callback (/ws) and the async socket
     // (/stream).

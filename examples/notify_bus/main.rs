@@ -6,7 +6,7 @@
 //! cargo run --release --example notify_bus -- --addr 127.0.0.1:9004 [--backend tokio|uring] [--deflate] [--redis redis://127.0.0.1:6379] [--history 1000] [--history-secs 300] [--overflow drop|close|conflate]
 //! cargo run --release --example notify_bus -- --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001 [...]
 //! NOTIFY_BUS_PUBLISH_TOKEN=$(openssl rand -hex 16) NOTIFY_BUS_JWT_SECRET=$(openssl rand -hex 16) \
-//!     cargo run --release --example notify_bus -- [--metrics] [--drain-secs 30]
+//!     cargo run --release --example notify_bus -- [--metrics] [--spread-secs 30]
 //! cargo run --release --example notify_bus -- --history 10000 --handoff-socket /tmp/bus.sock
 //! cargo run --release --example notify_bus -- --history 10000 --take-over /tmp/bus.sock --handoff-socket /tmp/bus.sock
 //! ```
@@ -136,7 +136,7 @@
 //! show it; see `secrets.rs`.
 //!
 //! `--metrics` serves `GET /metrics` (Prometheus text); SIGTERM closes the
-//! connections with 1012 spread over `--drain-secs` and exits 0.
+//! connections with 1012 spread over `--spread-secs` and exits 0.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! What the examples share: the `--addr`, `--backend` and `--threads` options,
 //! and running a handler on the chosen backend until Ctrl-C (close every
 //! connection with 1001 at once) or SIGTERM (close them with 1012 spread
-//! over `--drain-secs`), then exiting 0.
+//! over `--spread-secs`), then exiting 0.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -169,8 +169,9 @@ pub struct ServeArgs {
     /// reconnect at once; 0 closes them all at once. The process exits 0
     /// once every connection has ended. After a handoff, the connections
     /// that could not move are closed the same way.
-    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = drain_secs)]
-    pub drain_secs: f64,
+    /// (`--drain-secs` is the same flag's older name.)
+    #[arg(long, alias = "drain-secs", value_name = "S", default_value_t = 0.0, value_parser = spread_secs)]
+    pub spread_secs: f64,
     /// Serve `GET /metrics`: rapidws's metrics in the Prometheus text format.
     #[arg(long)]
     pub metrics: bool,
@@ -272,8 +273,8 @@ pub fn metrics_text() -> Option<String> {
     METRICS.get().map(|handle| handle.render())
 }
 
-/// `--drain-secs`: a number of seconds, at least 0 (fractions allowed).
-pub fn drain_secs(value: &str) -> Result<f64, String> {
+/// `--spread-secs`: a number of seconds, at least 0 (fractions allowed).
+pub fn spread_secs(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
         Ok(_) => Err("must be between 0 and 86400 seconds".into()),
@@ -330,9 +331,9 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
-    /// `--drain-secs` as a window.
+    /// `--spread-secs` as a window.
     pub fn spread_window(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.drain_secs)
+        std::time::Duration::from_secs_f64(self.spread_secs)
     }
 
     /// Why `--handoff-socket` or `--take-over` cannot be served, if so.

@@ -107,8 +107,8 @@ use tokio::time::{Instant, timeout_at};
 use self::url::{Host, Url};
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::Handler;
+use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::Upgraded;
 use crate::driver::surface::{Served, shutdown_methods};
@@ -331,8 +331,8 @@ impl<H: Handler> Clone for Client<H> {
 }
 
 impl<H: Handler> Served for Client<H> {
-    fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.env.endpoint
+    fn hub(&self) -> &Arc<Hub> {
+        &self.env.hub
     }
 }
 
@@ -383,7 +383,7 @@ impl<H: Handler> Client<H> {
     pub fn with_handler(handler: H, config: Config) -> Self {
         Client {
             env: Env {
-                endpoint: Endpoint::new(config, "client"),
+                hub: Hub::new(config, "client"),
                 handler: Arc::new(handler),
                 hooks: None,
             },
@@ -480,7 +480,7 @@ impl<H: Handler> Client<H> {
             stream,
         } = request.into();
         let request = Asked { headers, protocols };
-        if self.env.endpoint.is_shutting_down() {
+        if self.env.hub.is_shutting_down() {
             return Err(ConnectError::Closed);
         }
         let url = Url::parse(&url)?;
@@ -489,7 +489,7 @@ impl<H: Handler> Client<H> {
         }
         let mut request = request;
         request.add_url_credentials(&url);
-        request.check(&url, &self.env.endpoint.config)?;
+        request.check(&url, &self.env.hub.config)?;
         #[cfg(feature = "http3")]
         if self.options.http3 && url.scheme == "wss" && stream.is_none() && !self.proxied(&url)? {
             return self.over_http3(&url, &request, state).await;
@@ -536,7 +536,7 @@ impl<H: Handler> Client<H> {
             Some(config) => config.clone(),
             None => tls::default_config()?,
         };
-        let config = &self.env.endpoint.config;
+        let config = &self.env.hub.config;
         let (stream, response, peer) =
             h3::connect(url, request, config, tls, self.options.connect_timeout).await?;
         self.start(stream, peer, bytes::BytesMut::new(), response, state)
@@ -585,7 +585,7 @@ impl<H: Handler> Client<H> {
         request: &Asked,
         state: H::State,
     ) -> Result<(Conn, Response), ConnectError> {
-        let deadline = Instant::now() + self.env.endpoint.config.handshake_timeout;
+        let deadline = Instant::now() + self.env.hub.config.handshake_timeout;
         if url.scheme == "ws" {
             return self.open(stream, peer, url, request, state, deadline).await;
         }
@@ -598,7 +598,7 @@ impl<H: Handler> Client<H> {
             };
             let stream = timeout_at(
                 deadline,
-                tls::handshake(config, &url.host, stream, self.env.endpoint.pool.clone()),
+                tls::handshake(config, &url.host, stream, self.env.hub.pool.clone()),
             )
             .await
             .map_err(|_| ConnectError::Timeout(Stage::Handshake))??;
@@ -625,7 +625,7 @@ impl<H: Handler> Client<H> {
         request: &Asked,
         state: H::State,
     ) -> Result<(Conn, Response), ConnectError> {
-        let config = &self.env.endpoint.config;
+        let config = &self.env.hub.config;
         let deadline = Instant::now() + config.handshake_timeout;
         let switched = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
         let group = {
@@ -642,7 +642,7 @@ impl<H: Handler> Client<H> {
         group.hand_over(Incoming {
             stream,
             peer,
-            live: self.env.endpoint.enter(),
+            live: self.env.hub.enter(),
             start: crate::tokio::group::Start::Opened(Box::new(opening)),
         });
         let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;
@@ -659,7 +659,7 @@ impl<H: Handler> Client<H> {
         state: H::State,
         deadline: Instant,
     ) -> Result<(Conn, Response), ConnectError> {
-        let config = &self.env.endpoint.config;
+        let config = &self.env.hub.config;
         let switched = upgrade::upgrade(&mut stream, url, request, config, deadline).await?;
         self.start(stream, peer, switched.prefix, switched.response, state)
             .await
@@ -677,7 +677,7 @@ impl<H: Handler> Client<H> {
     ) -> Result<(Conn, Response), ConnectError> {
         let (opening, mut handout) = opening(state, prefix, &response);
         let start = Start::Upgraded(Box::new(opening));
-        let live = self.env.endpoint.enter();
+        let live = self.env.hub.enter();
         let now = std::time::Instant::now();
         tokio::spawn(serve(stream, peer, start, live, self.env.clone(), now));
         let conn = (&mut handout.0).await.map_err(|_| ConnectError::Closed)?;

@@ -41,7 +41,7 @@ pub struct Config {
 /// Under both policies the server's memory stays bounded: a send that finds
 /// the queue full is refused with [`SendError::QueueFull`](crate::SendError)
 /// and queues nothing, and a connection whose queue is full stops reading
-/// from its peer until it has drained to half, so a peer that sends requests
+/// from its peer until it is written down to half, so a peer that sends requests
 /// but never reads the answers is slowed down by TCP itself rather than
 /// buffered for. (Below the bound it keeps reading while its writes are
 /// blocked, so requests are answered while pushes drain.) A producer that
@@ -229,7 +229,7 @@ impl Config {
     }
 
     /// Lets a page of any origin open a WebSocket here (see
-    /// [`Config::allow_origins`]): for a public endpoint that authenticates
+    /// [`Config::allow_origins`]): for a public hub that authenticates
     /// each connection by something a page of another site cannot send on
     /// its behalf (a token in the URL or the first message), never by a
     /// cookie.

@@ -5,7 +5,7 @@
 //! and the driver serving it touch, so it is uncontended in the common case. The first send after a flush
 //! wakes the connection (through the `ConnWake` its driver gave it when it
 //! opened); further sends before that flush ride along without another wake.
-//! Inside a callback no wake is needed at all: the backend writes everything
+//! Inside a callback no wake is needed at all: the driver writes everything
 //! the callbacks queued once they return, in one write.
 
 use std::future::Future;
@@ -55,7 +55,7 @@ impl std::error::Error for SendError {}
 
 /// A handle to one connection: cheap to clone, `Send + Sync`.
 ///
-/// Sending never blocks. Frames are queued in order and written by the backend
+/// Sending never blocks. Frames are queued in order and written by the driver
 /// serving the connection; a send from another task or thread wakes it.
 ///
 /// **When the queue is full.** The queue is bounded by `max_outbound_bytes`
@@ -68,8 +68,8 @@ impl std::error::Error for SendError {}
 ///
 /// **Waiting for room.** A task that produces messages (a push loop) awaits
 /// [`Conn::ready`], or sends with [`Conn::send_when_ready`]: they wait while
-/// the queue holds half the bound or more, and resume once it has drained
-/// to a quarter, woken by the backend as the peer reads. The producer goes
+/// the queue holds half the bound or more, and resume once it is written down
+/// to a quarter, woken by the driver as the peer reads. The producer goes
 /// at the reader's pace instead of spinning on `QueueFull`, and the other
 /// half of the queue stays free for what reading brings, so a busy
 /// producer never stops the connection from reading (and answering) its
@@ -85,7 +85,7 @@ impl std::error::Error for SendError {}
 /// are blocked, as long as the queue is below the bound: requests are
 /// answered while pushes drain. Once the queue reaches the bound it stops
 /// handing messages to the handler (and stops reading), and goes on once the
-/// queue has drained to half the bound. So a peer that sends but does not
+/// queue is written down to half the bound. So a peer that sends but does not
 /// read is slowed down by TCP itself rather than buffered for, and an echo
 /// never finds the queue full.
 #[derive(Clone)]
@@ -156,7 +156,7 @@ impl Conn {
     }
 
     /// Waits until there is room for a producer: the queue holds less than
-    /// half of `max_outbound_bytes`; if it holds more, until it has drained
+    /// half of `max_outbound_bytes`; if it holds more, until it is written down
     /// to a quarter. (The other half is kept for replies and what the
     /// handler sends while reading, see the type's docs.) Fails with
     /// [`SendError::Closed`] once the connection takes no more sends.

@@ -1,10 +1,10 @@
 //! Between the protocol and the handler: turns session events into callbacks.
 //!
-//! This is the part of a connection both backends share once the handshake is
-//! done. A backend reads bytes and calls [`Dispatch::input`]; the session finds
+//! This is the part of a connection every driver shares once the handshake is
+//! done. A driver reads bytes and calls [`Dispatch::input`]; the session finds
 //! the events, automatic replies go into the connection's outbound queue, and the
 //! handler's callbacks run in order. Panics in callbacks are caught here and fail
-//! only this connection, with 1011. The backend then writes the queue and asks
+//! only this connection, with 1011. The driver then writes the queue and asks
 //! whether the connection is over.
 
 use std::io;
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::{Endpoint, Registration};
 use crate::connection::handler::Handler;
+use crate::connection::hub::{Hub, Registration};
 use crate::connection::keepalive::Sweep;
 use crate::connection::outbox::wake_all;
 use crate::connection::upgrade::Upgraded;
@@ -126,14 +126,14 @@ pub(crate) struct QueueState {
 
 impl<H: Handler> Dispatch<H> {
     /// Opens a connection whose handshake was accepted: counts it as open,
-    /// gives it `wake` to reach the backend by, moves the `101` from
+    /// gives it `wake` to reach the driver by, moves the `101` from
     /// `response` to the head of its queue (so whatever `on_open` sends
     /// follows it in the same write), sets up permessage-deflate if it was
     /// agreed, and calls `on_open`. Frames that came with the request go to
     /// [`Dispatch::input`] next.
     /// (`upgraded`'s prefix and hand-out are the lifecycle's to take first.)
     pub(crate) fn upgrade(
-        endpoint: &Arc<Endpoint>,
+        hub: &Arc<Hub>,
         handler: &Arc<H>,
         peer: SocketAddr,
         response: &mut WriteQueue,
@@ -149,9 +149,9 @@ impl<H: Handler> Dispatch<H> {
         } = upgraded;
         let (limits, compression) = match settings.as_deref() {
             Some(settings) => (settings.limits, settings.deflate.as_ref()),
-            None => (endpoint.config.limits, endpoint.config.deflate()),
+            None => (hub.config.limits, hub.config.deflate()),
         };
-        let (conn, registration) = endpoint.open_connection(peer, wake, role);
+        let (conn, registration) = hub.open_connection(peer, wake, role);
         {
             let mut outbox = conn.shared().lock();
             outbox.begin_with(response);
@@ -162,7 +162,7 @@ impl<H: Handler> Dispatch<H> {
         }
         #[cfg(not(feature = "deflate"))]
         let _ = compression;
-        let session = Session::with_deflate(role, limits, endpoint.pool.clone(), deflate.as_ref());
+        let session = Session::with_deflate(role, limits, hub.pool.clone(), deflate.as_ref());
         let dispatch = Dispatch::open(handler.clone(), session, conn, state);
         (dispatch, registration)
     }
@@ -195,7 +195,7 @@ impl<H: Handler> Dispatch<H> {
     /// Handles the complete frames in `input`, leaving only a partial frame;
     /// or stops early, leaving whole frames too, once the outbound queue
     /// holds `max_outbound_bytes`: then it returns [`Input::QueueFull`], and
-    /// the rest is to be handed over again once the queue has drained (so a
+    /// the rest is to be handed over again once the queue is written down (so a
     /// handler that answers every message never finds the queue full). Call
     /// whenever bytes arrive: that is what keeps the connection from
     /// counting as idle.
@@ -454,7 +454,7 @@ impl<H: Handler> Dispatch<H> {
         self.finish(CloseCode::ABNORMAL, reason);
     }
 
-    /// The connection's handle (the backend uses its outbox).
+    /// The connection's handle (the driver uses its outbox).
     pub(crate) fn conn(&self) -> &Conn {
         &self.app.conn
     }
@@ -608,7 +608,7 @@ impl<H: Handler> Dispatch<H> {
     /// write before closing (what was queued, then a close frame with
     /// 1012) if the handler refuses it.
     pub(crate) fn take_over(
-        endpoint: &Arc<Endpoint>,
+        hub: &Arc<Hub>,
         handler: &Arc<H>,
         peer: SocketAddr,
         mut session: Session,
@@ -616,7 +616,7 @@ impl<H: Handler> Dispatch<H> {
         wake: ConnWake,
     ) -> Result<(Self, Registration, BytesMut), Vec<u8>> {
         let role = session.role();
-        let (conn, registration) = endpoint.open_connection(peer, wake, role);
+        let (conn, registration) = hub.open_connection(peer, wake, role);
         let super::record::OpenRecord {
             input,
             output,
@@ -639,7 +639,7 @@ impl<H: Handler> Dispatch<H> {
         let taken = catch_unwind(AssertUnwindSafe(|| handler.take_over(&conn, &state)));
         let Ok(Some(state)) = taken else {
             tracing::warn!(%peer, "the handler refused a connection handed over; closing it with 1012");
-            let (mut bytes, waiting) = conn.shared().lock().give_up(&endpoint.pool);
+            let (mut bytes, waiting) = conn.shared().lock().give_up(&hub.pool);
             wake_all(waiting);
             conn.leave_all();
             let mut goodbye = WriteQueue::with_role(role);

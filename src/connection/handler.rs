@@ -63,7 +63,7 @@ pub trait Handler: Send + Sync + 'static {
     /// handler calls [`Conn::close`] (with any code) or the close timeout
     /// passes, and sends are accepted meanwhile, so the replies to what the
     /// peer sent before it closed reach it first (RFC 6455 §5.5.1 lets an
-    /// endpoint finish the message it is sending before its close). Nothing
+    /// hub finish the message it is sending before its close). Nothing
     /// more is read meanwhile, and `on_close` is called at once, as always.
     /// The default, false, suits callbacks: each message was handled before
     /// the next frame was read.

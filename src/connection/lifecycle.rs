@@ -30,8 +30,8 @@ use bytes::{Buf, BytesMut};
 
 use crate::connection::conn::Conn;
 use crate::connection::dispatch::{Dispatch, Input, QueueState};
-use crate::connection::endpoint::{Endpoint, LiveGuard, Registration, deadline_from};
 use crate::connection::handler::{Handler, Hooks, ServerHandler};
+use crate::connection::hub::{Hub, LiveGuard, Registration, deadline_from};
 use crate::connection::keepalive::Sweep;
 use crate::connection::meters::rejection_reason;
 use crate::connection::upgrade::{self, Answer, Upgraded};
@@ -52,7 +52,7 @@ const LINGER_LIMIT: usize = 64 << 20;
 
 /// What a server loop shares with all its connections.
 pub(crate) struct Env<H: Handler> {
-    pub(crate) endpoint: Arc<Endpoint>,
+    pub(crate) hub: Arc<Hub>,
     pub(crate) handler: Arc<H>,
     /// The server's callbacks; `None` for a client's connections, which
     /// never start with a request.
@@ -61,9 +61,9 @@ pub(crate) struct Env<H: Handler> {
 
 impl<H: ServerHandler> Env<H> {
     /// A server's: its handler's upgrade hook answers requests.
-    pub(crate) fn server(endpoint: Arc<Endpoint>, handler: Arc<H>) -> Self {
+    pub(crate) fn server(hub: Arc<Hub>, handler: Arc<H>) -> Self {
         Env {
-            endpoint,
+            hub,
             handler,
             hooks: Some(Hooks::of()),
         }
@@ -73,14 +73,14 @@ impl<H: ServerHandler> Env<H> {
 impl<H: Handler> Clone for Env<H> {
     fn clone(&self) -> Self {
         Env {
-            endpoint: self.endpoint.clone(),
+            hub: self.hub.clone(),
             handler: self.handler.clone(),
             hooks: self.hooks,
         }
     }
 }
 
-/// What the driver does next, from [`Lifecycle::poll`].
+/// What the driver does next, from [`Lifecycle::poll_action`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Write what is queued: [`Lifecycle::write_in_place`], or
@@ -93,7 +93,7 @@ pub(crate) enum Action {
     /// a write completes, the connection is woken, or the deadline passes.
     Wait,
     /// Over: close the socket. `on_close` has run.
-    Close,
+    End,
 }
 
 /// One connection, from its first byte to done.
@@ -105,22 +105,22 @@ pub(crate) enum Action {
 /// - **Start**: [`Lifecycle::accept`] for a connection that sends its upgrade
 ///   request next, [`Lifecycle::upgraded`] for one whose request was answered
 ///   elsewhere (hyper's upgrade).
-/// - **When bytes arrive**: [`Lifecycle::receive`] with the driver's read
+/// - **When bytes arrive**: [`Lifecycle::handle_input`] with the driver's read
 ///   buffer, which keeps what is not consumed yet (a partial request head or
-///   frame) and gets the next bytes appended. [`Lifecycle::receive_eof`] for
-///   the peer's FIN, [`Lifecycle::read_failed`] for an error.
+///   frame) and gets the next bytes appended. [`Lifecycle::handle_eof`] for
+///   the peer's FIN, [`Lifecycle::handle_read_error`] for an error.
 /// - **When writing**: drivers that write in place call
 ///   [`Lifecycle::write_in_place`] with a non-blocking vectored write; drivers
 ///   whose writes own their buffers (io_uring) call [`Lifecycle::take_queue`],
-///   then report [`Lifecycle::sent`] as bytes go out and
-///   [`Lifecycle::write_finished`] (or [`Lifecycle::write_failed`] first)
+///   then report [`Lifecycle::handle_sent`] as bytes go out and
+///   [`Lifecycle::handle_write_finished`] (or [`Lifecycle::handle_write_error`] first)
 ///   once done with what they took.
-/// - **Then, every time**: [`Lifecycle::poll`] until it says
-///   [`Action::Wait`] or [`Action::Close`]. Before sleeping, read if
+/// - **Then, every time**: [`Lifecycle::poll_action`] until it says
+///   [`Action::Wait`] or [`Action::End`]. Before sleeping, read if
 ///   [`Lifecycle::wants_read`] (sized by [`Lifecycle::bytes_wanted`]), and
-///   set a timer for [`Lifecycle::deadline`]; poll again when it passes, when
+///   set a timer for [`Lifecycle::poll_timeout`]; poll again when it passes, when
 ///   the connection's [`ConnWake`] fires, or when the socket is ready. If
-///   [`Lifecycle::holds_input`], call [`Lifecycle::receive`] with the
+///   [`Lifecycle::holds_input`], call [`Lifecycle::handle_input`] with the
 ///   buffer first, without reading: bytes left there while the outbound
 ///   queue was full are due.
 ///
@@ -136,16 +136,16 @@ pub(crate) struct Lifecycle<H: Handler> {
     read_closed: bool,
     /// What waits to be written reached `max_outbound_bytes`: messages are
     /// not handed to the handler (and the driver does not read) until it
-    /// has drained to half of that. Blocked writes alone do not pause: the
+    /// is written down to half of that. Blocked writes alone do not pause: the
     /// bounded queue, not a stopped reader, protects the server, and a
     /// request is answered while pushes drain. (The application's own
     /// pause, `Conn::pause_reading`, is kept apart: see `is_paused`.)
     queue_paused: bool,
-    /// [`Lifecycle::receive`] left whole frames in the driver's buffer (the
+    /// [`Lifecycle::handle_input`] left whole frames in the driver's buffer (the
     /// queue was full), or bytes arrived while paused: they go before any
     /// new read once reading resumes.
     held: bool,
-    /// [`Lifecycle::receive`] left bytes in the driver's buffer because a
+    /// [`Lifecycle::handle_input`] left bytes in the driver's buffer because a
     /// handoff froze input: they go before any new read once it is thawed
     /// (or the connection starts to close), and the peer's end after them
     /// is no abrupt end.
@@ -206,9 +206,9 @@ impl<H: Handler> Open<H> {
         upgraded: Upgraded<H::State>,
         env: &Env<H>,
     ) -> Self {
-        let (endpoint, handler) = (&env.endpoint, &env.handler);
+        let (hub, handler) = (&env.hub, &env.handler);
         let (dispatch, registration) =
-            Dispatch::upgrade(endpoint, handler, peer, &mut response, upgraded, wake);
+            Dispatch::upgrade(hub, handler, peer, &mut response, upgraded, wake);
         Open {
             dispatch,
             _registration: registration,
@@ -243,7 +243,7 @@ impl<H: Handler> Lifecycle<H> {
         let handshake = Handshake {
             peer,
             wake,
-            deadline: deadline_from(now, env.endpoint.config.handshake_timeout),
+            deadline: deadline_from(now, env.hub.config.handshake_timeout),
             answered: 0,
             response: WriteQueue::new(),
             refused: false,
@@ -256,7 +256,7 @@ impl<H: Handler> Lifecycle<H> {
     /// A connection whose upgrade was done elsewhere (see [`Upgraded`]).
     /// It opens at once, calling `on_open`, then hands its `Conn` out if
     /// asked to. Returns the bytes read after the handshake: the driver's
-    /// read buffer, to [`Lifecycle::receive`] before reading more.
+    /// read buffer, to [`Lifecycle::handle_input`] before reading more.
     pub(crate) fn upgraded(
         peer: SocketAddr,
         live: LiveGuard,
@@ -296,12 +296,12 @@ impl<H: Handler> Lifecycle<H> {
     /// head or frame, or whole frames once the outbound queue is full: see
     /// [`Lifecycle::holds_input`]) stays in `input`: keep it and append the
     /// next bytes.
-    pub(crate) fn receive(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) {
+    pub(crate) fn handle_input(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) {
         // Pipelined plain requests are taken one after the other.
         while self.receive_one(input, env, now) {}
     }
 
-    /// [`Lifecycle::receive`], up to the end of one plain HTTP request on a
+    /// [`Lifecycle::handle_input`], up to the end of one plain HTTP request on a
     /// connection kept alive: true if the next one is in `input` already.
     fn receive_one(&mut self, input: &mut BytesMut, env: &Env<H>, now: Instant) -> bool {
         if let Some(discarded) = self.ending.as_mut().and_then(|e| e.discarded.as_mut()) {
@@ -312,7 +312,7 @@ impl<H: Handler> Lifecycle<H> {
         let input_waits = self.input_waits(env);
         match &mut self.stage {
             Stage::Handshake(handshake) => {
-                if handshake.refused || env.endpoint.is_shutting_down() {
+                if handshake.refused || env.hub.is_shutting_down() {
                     // `poll` answers 503 to a shutdown; nothing more is read.
                     input.clear();
                     return false;
@@ -322,16 +322,16 @@ impl<H: Handler> Lifecycle<H> {
                 }
                 // A handoff under way: the request waits, and moves.
                 #[cfg(all(target_os = "linux", feature = "handoff"))]
-                let Some(_handling) = env.endpoint.begin_request() else {
+                let Some(_handling) = env.hub.begin_request() else {
                     return false;
                 };
-                let (handler, endpoint) = (&*env.handler, &*env.endpoint);
+                let (handler, hub) = (&*env.handler, &*env.hub);
                 let out = &mut handshake.response;
                 // A client's connections start upgraded: only a server's
                 // read a request, and a server's `Env` has its hooks.
                 let Some(hooks) = env.hooks else {
                     tracing::error!("a request reached a connection without a server's hooks");
-                    refuse(handshake, endpoint, now);
+                    refuse(handshake, hub, now);
                     input.clear();
                     return false;
                 };
@@ -341,7 +341,7 @@ impl<H: Handler> Lifecycle<H> {
                     handshake.seen,
                     handler,
                     hooks,
-                    endpoint,
+                    hub,
                     out,
                     may_keep_alive,
                 );
@@ -354,7 +354,7 @@ impl<H: Handler> Lifecycle<H> {
                         handshake.answered += 1;
                         handshake.seen = 0;
                         handshake.body_end = 0;
-                        let timeout = endpoint.config.handshake_timeout;
+                        let timeout = hub.config.handshake_timeout;
                         handshake.deadline = deadline_from(now, timeout);
                         // Pipelined: the next one may be here already.
                         return !input.is_empty();
@@ -365,7 +365,7 @@ impl<H: Handler> Lifecycle<H> {
                         handshake.seen = 0;
                     }
                     Answer::Refused => {
-                        refuse(handshake, endpoint, now);
+                        refuse(handshake, hub, now);
                         input.clear();
                     }
                     Answer::Accepted {
@@ -382,7 +382,7 @@ impl<H: Handler> Lifecycle<H> {
                         self.open(upgraded, env);
                         if !input.is_empty() {
                             // Frames that came with the request.
-                            self.receive(input, env, now);
+                            self.handle_input(input, env, now);
                         }
                     }
                 }
@@ -417,12 +417,12 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// The peer ended its side of TCP.
-    pub(crate) fn receive_eof(&mut self) {
+    pub(crate) fn handle_eof(&mut self) {
         self.read_closed = true;
     }
 
     /// Reading failed: the connection is over.
-    pub(crate) fn read_failed(&mut self, error: &io::Error) {
+    pub(crate) fn handle_read_error(&mut self, error: &io::Error) {
         self.read_closed = true;
         self.fail(|| format!("read failed: {error}"));
     }
@@ -430,7 +430,7 @@ impl<H: Handler> Lifecycle<H> {
     /// Bytes arrived while reading is paused and the driver keeps them for
     /// later (see [`Lifecycle::holds_input`]): the peer is alive, though not
     /// reading.
-    pub(crate) fn held_input(&mut self) {
+    pub(crate) fn handle_held_input(&mut self) {
         self.held = true;
         self.heard_from_peer();
     }
@@ -460,7 +460,7 @@ impl<H: Handler> Lifecycle<H> {
     /// Writes what is queued through `write`, a non-blocking vectored write
     /// (`WouldBlock` when the socket takes nothing more), until the queue is
     /// empty or `write` would block. True once everything is written; after a
-    /// failure the next [`Lifecycle::poll`] ends the connection.
+    /// failure the next [`Lifecycle::poll_action`] ends the connection.
     pub(crate) fn write_in_place(
         &mut self,
         pool: &BufferPool,
@@ -492,8 +492,8 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Moves what is queued into `into`, for a write that owns its buffers
-    /// until it completes (io_uring). Report with [`Lifecycle::sent`], then
-    /// [`Lifecycle::write_finished`]; nothing more is taken until then.
+    /// until it completes (io_uring). Report with [`Lifecycle::handle_sent`], then
+    /// [`Lifecycle::handle_write_finished`]; nothing more is taken until then.
     pub(crate) fn take_queue(&mut self, into: &mut WriteQueue) {
         debug_assert!(into.is_empty(), "taken into an empty queue");
         match &mut self.stage {
@@ -505,7 +505,7 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// `n` bytes of what was taken were written.
-    pub(crate) fn sent(&mut self, n: usize) {
+    pub(crate) fn handle_sent(&mut self, n: usize) {
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch.no_longer_sending(n);
         }
@@ -519,7 +519,7 @@ impl<H: Handler> Lifecycle<H> {
 
     /// The driver is done with what it took; `unsent` bytes of it were never
     /// written (after a failure).
-    pub(crate) fn write_finished(&mut self, unsent: usize) {
+    pub(crate) fn handle_write_finished(&mut self, unsent: usize) {
         self.writing = false;
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch.no_longer_sending(unsent);
@@ -539,7 +539,7 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Writing failed: the connection is over.
-    pub(crate) fn write_failed(&mut self, error: &io::Error) {
+    pub(crate) fn handle_write_error(&mut self, error: &io::Error) {
         self.fail(|| format!("write failed: {error}"));
     }
 
@@ -555,12 +555,12 @@ impl<H: Handler> Lifecycle<H> {
     /// Acts on everything that happened (a request to close, an abort, a
     /// deadline at `now`, a queue written out) and says what the driver does
     /// next. Call after every input, and again after doing what it said,
-    /// until it says [`Action::Wait`] or [`Action::Close`].
-    pub(crate) fn poll(&mut self, env: &Env<H>, now: Instant) -> Action {
+    /// until it says [`Action::Wait`] or [`Action::End`].
+    pub(crate) fn poll_action(&mut self, env: &Env<H>, now: Instant) -> Action {
         match self.stage {
             Stage::Handshake(_) => self.poll_handshake(env, now),
             Stage::Open(_) => self.poll_open(env, now),
-            Stage::Done => Action::Close,
+            Stage::Done => Action::End,
         }
     }
 
@@ -574,8 +574,8 @@ impl<H: Handler> Lifecycle<H> {
         // decided.
         let answering = self.writing || !handshake.response.is_empty();
         if !handshake.refused && !answering {
-            let meters = env.endpoint.meters();
-            let refusal = if env.endpoint.is_shutting_down() {
+            let meters = env.hub.meters();
+            let refusal = if env.hub.is_shutting_down() {
                 meters.rejected("shutting_down");
                 (503, "server shutting down")
             } else if failed || (self.read_closed && handshake.seen == 0) {
@@ -585,7 +585,7 @@ impl<H: Handler> Lifecycle<H> {
                 let e = HandshakeError::Incomplete;
                 meters.rejected(rejection_reason(&e));
                 (e.status(), e.reason())
-            } else if now >= handshake.deadline && env.endpoint.requests_frozen() {
+            } else if now >= handshake.deadline && env.hub.requests_frozen() {
                 // A request that waits for a handoff is not late: looked
                 // at again in a second, or moved.
                 handshake.deadline = deadline_from(now, std::time::Duration::from_secs(1));
@@ -606,7 +606,7 @@ impl<H: Handler> Lifecycle<H> {
                 return Action::Wait;
             };
             write_error(&mut handshake.response, refusal.0, refusal.1);
-            refuse(handshake, &env.endpoint, now);
+            refuse(handshake, &env.hub, now);
         }
         let expired = now >= handshake.deadline;
         if failed {
@@ -626,13 +626,13 @@ impl<H: Handler> Lifecycle<H> {
         // The error response is out: FIN, then wait for the peer's, so that
         // unread bytes do not turn the close into a reset that could destroy
         // the response in flight.
-        handshake.deadline = deadline_from(now, env.endpoint.config.close_timeout);
+        handshake.deadline = deadline_from(now, env.hub.config.close_timeout);
         self.ending.get_or_insert_with(Box::default).discarded = Some(0);
         Action::ShutDown
     }
 
     fn poll_open(&mut self, env: &Env<H>, now: Instant) -> Action {
-        let close_timeout = env.endpoint.config.close_timeout;
+        let close_timeout = env.hub.config.close_timeout;
         loop {
             let Stage::Open(open) = &mut self.stage else {
                 unreachable!("polled in the open stage");
@@ -753,7 +753,7 @@ impl<H: Handler> Lifecycle<H> {
     /// says so.
     fn close(&mut self) -> Action {
         self.stage = Stage::Done;
-        Action::Close
+        Action::End
     }
 
     /// Whether the driver should read: the request is still coming, the
@@ -778,7 +778,7 @@ impl<H: Handler> Lifecycle<H> {
     /// what a driver asks before it reads.
     pub(crate) fn reads_now(&self, env: &Env<H>) -> bool {
         let frozen = match self.stage {
-            Stage::Handshake(_) => env.endpoint.requests_frozen(),
+            Stage::Handshake(_) => env.hub.requests_frozen(),
             Stage::Open(_) => self.input_waits(env),
             Stage::Done => false,
         };
@@ -786,7 +786,7 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Reading is paused: the outbound queue reached `max_outbound_bytes`
-    /// and has not drained to half of that yet, or the application paused
+    /// and is not written down to half of that yet, or the application paused
     /// it (`Conn::pause_reading`) and the connection is still open.
     pub(crate) fn is_paused(&self) -> bool {
         self.queue_paused || self.app_paused()
@@ -799,10 +799,10 @@ impl<H: Handler> Lifecycle<H> {
     /// A handoff froze input and this connection is not closing (one that
     /// is reads and handles the peer's close reply): its input waits.
     fn input_waits(&self, env: &Env<H>) -> bool {
-        self.ending.is_none() && env.endpoint.input_frozen()
+        self.ending.is_none() && env.hub.input_frozen()
     }
 
-    /// Bytes the driver kept (left by [`Lifecycle::receive`] while the queue
+    /// Bytes the driver kept (left by [`Lifecycle::handle_input`] while the queue
     /// was full or input was frozen, or arrived while paused) are due: call
     /// `receive` with them before reading more.
     pub(crate) fn holds_input(&self, env: &Env<H>) -> bool {
@@ -818,7 +818,7 @@ impl<H: Handler> Lifecycle<H> {
     pub(crate) fn bytes_wanted(&self, env: &Env<H>) -> usize {
         match &self.stage {
             Stage::Handshake(handshake) => {
-                (env.endpoint.config.max_handshake_size + 1).max(handshake.body_end)
+                (env.hub.config.max_handshake_size + 1).max(handshake.body_end)
             }
             Stage::Open(open) => open.dispatch.bytes_wanted(),
             Stage::Done => 0,
@@ -827,7 +827,7 @@ impl<H: Handler> Lifecycle<H> {
 
     /// When to poll again if nothing else happens: the handshake timeout,
     /// or, once closing, the close deadline. An open connection has none.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Handshake(handshake) => Some(handshake.deadline),
             Stage::Open(_) => self.ending.as_ref().and_then(|e| e.deadline),
@@ -839,7 +839,7 @@ impl<H: Handler> Lifecycle<H> {
 /// For the server loop.
 impl<H: Handler> Lifecycle<H> {
     /// One keepalive sweep, if the connection is open (see `keepalive`).
-    pub(crate) fn sweep(&mut self, sweep: &Sweep) {
+    pub(crate) fn handle_sweep(&mut self, sweep: &Sweep) {
         if let Stage::Open(open) = &mut self.stage {
             open.dispatch.sweep(sweep);
         }
@@ -868,9 +868,9 @@ impl<H: Handler> Lifecycle<H> {
 /// Refuses the request whose error response is in `handshake.response`: the
 /// rest (writing it, FIN, waiting for the peer's) is bounded by the close
 /// timeout.
-fn refuse(handshake: &mut Handshake, endpoint: &Endpoint, now: Instant) {
+fn refuse(handshake: &mut Handshake, hub: &Hub, now: Instant) {
     handshake.refused = true;
-    handshake.deadline = deadline_from(now, endpoint.config.close_timeout);
+    handshake.deadline = deadline_from(now, hub.config.close_timeout);
 }
 
 #[cfg(all(target_os = "linux", feature = "handoff"))]

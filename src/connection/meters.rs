@@ -3,7 +3,7 @@
 //! OpenTelemetry, StatsD: its choice) and rapidws's counts reach it, under
 //! Prometheus names (docs/metrics.md in the repository).
 //!
-//! The handles are taken once, when the endpoint is made, so counting is an
+//! The handles are taken once, when the hub is made, so counting is an
 //! atomic add on the recorder's own counter, not a lookup; hence the rule
 //! that the recorder is installed before the server is made (a server
 //! made earlier reports to no one). Messages and bytes are tallied on the
@@ -16,7 +16,7 @@ use crate::proto::CloseCode;
 #[cfg(feature = "metrics")]
 use metrics::{Counter, Gauge};
 
-/// One endpoint's metric handles, labelled with its driver.
+/// One hub's metric handles, labelled with its driver.
 #[cfg(feature = "metrics")]
 pub(crate) struct Meters {
     driver: &'static str,
@@ -45,7 +45,7 @@ impl std::fmt::Debug for Meters {
 
 #[cfg(feature = "metrics")]
 impl Meters {
-    /// The handles of an endpoint of `driver` (`tokio`, `uring`, `stream`,
+    /// The handles of a hub of `driver` (`tokio`, `uring`, `stream`,
     /// `client`), from the recorder installed now.
     pub(crate) fn new(driver: &'static str) -> Meters {
         describe();
@@ -125,7 +125,7 @@ impl Meters {
     /// it at the end of each step (a tokio group's poll, an io_uring
     /// reactor's turn, a stream connection's poll): one atomic add per
     /// counter per step rather than per message, and since a step runs
-    /// uninterrupted on its thread, what it tallied is its endpoint's.
+    /// uninterrupted on its thread, what it tallied is its hub's.
     pub(crate) fn flush(&self) {
         TALLY.with(|tally| {
             for (cell, counter) in [

@@ -15,9 +15,9 @@
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
 //! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
-//! | `endpoint.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
+//! | `hub.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
-//! | `meters.rs` | the endpoint's metric handles (feature `metrics`), Prometheus names |
+//! | `meters.rs` | the hub's metric handles (feature `metrics`), Prometheus names |
 //! | `budgets.rs` | the byte budgets' metrics (mux, WebTransport), reported on time by one thread (feature `metrics`) |
 //! | `wake.rs` | how a `Conn` reaches its driver: a loop's woken list, or a task's waker |
 
@@ -26,8 +26,8 @@ pub(crate) mod budgets;
 pub(crate) mod config;
 pub(crate) mod conn;
 pub(crate) mod dispatch;
-pub(crate) mod endpoint;
 pub(crate) mod handler;
+pub(crate) mod hub;
 pub(crate) mod keepalive;
 pub(crate) mod lifecycle;
 #[cfg(feature = "pubsub")]

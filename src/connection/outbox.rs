@@ -332,7 +332,7 @@ impl Outbox {
     }
 
     /// The tasks waiting for room, if they should run now: the queue has
-    /// drained to `low_water`, or the connection takes no more sends.
+    /// written down to `low_water`, or the connection takes no more sends.
     #[must_use = "the tasks waiting for room must be woken"]
     pub(crate) fn take_waiting_if_room(&mut self, low_water: usize) -> Option<Waiters> {
         self.waiting.as_ref()?;
@@ -407,7 +407,7 @@ pub(crate) struct Outbound {
     pub(crate) max_bytes: usize,
     /// What a full queue leads to.
     pub(crate) on_full: SlowConsumer,
-    /// The endpoint's metric handles (nothing without feature `metrics`).
+    /// The hub's metric handles (nothing without feature `metrics`).
     pub(crate) meters: Meters,
 }
 
@@ -439,7 +439,7 @@ pub(crate) struct ConnShared {
     peer: SocketAddr,
     outbound: Arc<Outbound>,
     wake: ConnWake,
-    /// Set with a close request or abort, so the backend can notice between two
+    /// Set with a close request or abort, so the driver can notice between two
     /// callbacks without taking the lock.
     attention: AtomicBool,
     /// `Conn::pause_reading`: no frame is handled, and nothing read, until
@@ -494,12 +494,12 @@ impl ConnShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// How sends, close requests and aborts wake the backend.
+    /// How sends, close requests and aborts wake the driver.
     pub(crate) fn wake(&self) -> &ConnWake {
         &self.wake
     }
 
-    /// A number unique among the endpoint's connections.
+    /// A number unique among the hub's connections.
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
@@ -547,7 +547,7 @@ impl ConnShared {
         !outbox.queue.is_empty() || outbox.abort
     }
 
-    /// Makes the backend drop the connection at once.
+    /// Makes the driver drop the connection at once.
     pub(crate) fn abort(&self) {
         self.lock().abort = true;
         self.call_attention();

@@ -1,6 +1,6 @@
 //! The server's answer to an upgrade request: the sans-I/O handshake pieces
 //! (`handshake/`) put together with the connection limit, the handler's
-//! upgrade hook and the server's permessage-deflate settings. Both backends
+//! upgrade hook and the server's permessage-deflate settings. Every driver
 //! call [`answer`] with the bytes received so far.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -9,8 +9,8 @@ use bytes::BytesMut;
 
 use crate::connection::config::Config;
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Accept, Handler, Hooks, HttpResponse, Reject};
+use crate::connection::hub::Hub;
 use crate::connection::meters::rejection_reason;
 use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept,
@@ -118,7 +118,7 @@ pub(crate) enum Answer<S> {
 /// Parses the request in `buf`, refuses it with 503 if the server is at its
 /// connection limit, asks the handler's upgrade hook, negotiates
 /// permessage-deflate if the config enables it, and queues the response. The
-/// part of the handshake both backends share.
+/// part of the handshake every driver shares.
 ///
 /// `arrived_from` is where the bytes that arrived since the last call start.
 /// The head ends with a line, so until a new line arrives (or the head passes
@@ -129,12 +129,12 @@ pub(crate) fn answer<H: Handler>(
     arrived_from: usize,
     handler: &H,
     hooks: &Hooks<H>,
-    endpoint: &Endpoint,
+    hub: &Hub,
     out: &mut WriteQueue,
     may_keep_alive: bool,
 ) -> Answer<H::State> {
-    let max_head_len = endpoint.config.max_handshake_size;
-    let pool = &endpoint.pool;
+    let max_head_len = hub.config.max_handshake_size;
+    let pool = &hub.pool;
     let new_line = buf
         .get(arrived_from..)
         .is_some_and(|new| new.contains(&b'\n'));
@@ -156,17 +156,17 @@ pub(crate) fn answer<H: Handler>(
     }
     let (head, head_len) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return refuse(out, endpoint, e),
+        Err(e) => return refuse(out, hub, e),
     };
     if !head.wants_websocket() {
         // Plain HTTP: its body, bounded, is read whole before the handler
         // sees the request.
         let body_len = match head.body_len() {
-            Ok(n) if n > endpoint.config.max_http_body_size => {
-                return refuse(out, endpoint, HandshakeError::BodyTooLarge);
+            Ok(n) if n > hub.config.max_http_body_size => {
+                return refuse(out, hub, HandshakeError::BodyTooLarge);
             }
             Ok(n) => n,
-            Err(e) => return refuse(out, endpoint, e),
+            Err(e) => return refuse(out, hub, e),
         };
         let end = head_len + body_len;
         if buf.len() < end {
@@ -189,15 +189,15 @@ pub(crate) fn answer<H: Handler>(
     }
     let request = match head.check() {
         Ok(request) => request,
-        Err(e) => return refuse(out, endpoint, e),
+        Err(e) => return refuse(out, hub, e),
     };
     match decide(
         &request,
         handler,
         hooks,
-        endpoint,
+        hub,
         Accept::default(),
-        endpoint.config.deflate(),
+        hub.config.deflate(),
     ) {
         Decision::Refused(reject) => {
             write_error(out, reject.status(), reject.reason());
@@ -214,16 +214,16 @@ pub(crate) fn answer<H: Handler>(
                 state,
                 head_len,
                 deflate,
-                settings: settings(&accept, None, &endpoint.config),
+                settings: settings(&accept, None, &hub.config),
             }
         }
     }
 }
 
 /// Queues the response for a request that failed to parse or to check.
-fn refuse<S>(out: &mut WriteQueue, endpoint: &Endpoint, e: HandshakeError) -> Answer<S> {
+fn refuse<S>(out: &mut WriteQueue, hub: &Hub, e: HandshakeError) -> Answer<S> {
     tracing::debug!(status = e.status(), reason = e.reason(), "refused upgrade");
-    endpoint.meters().rejected(rejection_reason(&e));
+    hub.meters().rejected(rejection_reason(&e));
     write_error(out, e.status(), e.reason());
     Answer::Refused
 }
@@ -279,35 +279,31 @@ pub(crate) enum Decision<S> {
 /// it starts, checks the subprotocol chosen, and negotiates
 /// permessage-deflate if `deflate` is set: every server's decision, whoever
 /// parsed the request. `deflate` is the server's setting
-/// (`endpoint.config.deflate()`) unless the upgrade has its own.
+/// (`hub.config.deflate()`) unless the upgrade has its own.
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
     hooks: &Hooks<H>,
-    endpoint: &Endpoint,
+    hub: &Hub,
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
 ) -> Decision<H::State> {
     let origin = request.header("origin");
-    if !endpoint
-        .config
-        .origins
-        .allow(origin, request.header("host"))
-    {
+    if !hub.config.origins.allow(origin, request.header("host")) {
         tracing::debug!(
             origin = %String::from_utf8_lossy(origin.unwrap_or_default()),
             "refused upgrade: a page of another origin"
         );
-        endpoint.meters().rejected("origin");
+        hub.meters().rejected("origin");
         return Decision::Refused(Reject::new(
             403,
             "a page of this origin may not open a WebSocket here \
              (the server lets in other origins with Config::allow_origins)",
         ));
     }
-    if !endpoint.has_room() {
+    if !hub.has_room() {
         tracing::debug!("refused upgrade: connection limit reached");
-        endpoint.meters().rejected("connection_limit");
+        hub.meters().rejected("connection_limit");
         return Decision::Refused(Reject::new(
             503,
             "connection limit reached, try again later",
@@ -317,7 +313,7 @@ pub(crate) fn decide<H: Handler>(
         (hooks.on_upgrade)(handler, request, &mut accept)
     }));
     let internal_error = || {
-        endpoint.meters().rejected("internal");
+        hub.meters().rejected("internal");
         Decision::Refused(Reject::new(500, "internal server error"))
     };
     match decision {
@@ -326,7 +322,7 @@ pub(crate) fn decide<H: Handler>(
             internal_error()
         }
         Ok(Err(reject)) => {
-            endpoint.meters().rejected("handler");
+            hub.meters().rejected("handler");
             Decision::Refused(reject)
         }
         Ok(Ok(state)) => {

@@ -1,4 +1,4 @@
-//! A connection's own read buffer, as both backends use it: borrowed from the
+//! A connection's own read buffer, as every driver uses it: borrowed from the
 //! pool only while it holds a partial frame (or, on tokio, while reading), and
 //! grown towards the end of the frame in progress as its bytes arrive.
 

@@ -4,7 +4,7 @@
 //! table lists them.
 
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::Endpoint;
+use crate::connection::hub::Hub;
 
 /// What one server loop (a tokio group, an io_uring reactor, a stream
 /// connection's task) has acted on of the server's shutdown: each step
@@ -22,18 +22,14 @@ impl ShutdownSeen {
     /// every time: a loop first run after both flags were set must not spend
     /// the abort's wake-up on the shutdown. True if it acted (the loop then
     /// gives its connections a turn).
-    pub(crate) fn act(
-        &mut self,
-        endpoint: &Endpoint,
-        mut each: impl FnMut(&dyn Fn(&Conn)),
-    ) -> bool {
+    pub(crate) fn act(&mut self, hub: &Hub, mut each: impl FnMut(&dyn Fn(&Conn))) -> bool {
         let mut acted = false;
-        if !self.shutdown && endpoint.is_shutting_down() {
+        if !self.shutdown && hub.is_shutting_down() {
             self.shutdown = true;
-            each(&|conn| endpoint.close_for_shutdown(conn));
+            each(&|conn| hub.close_for_shutdown(conn));
             acted = true;
         }
-        if !self.abort && endpoint.is_aborting() {
+        if !self.abort && hub.is_aborting() {
             self.abort = true;
             each(&|conn| conn.shared().abort());
             acted = true;

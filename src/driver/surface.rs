@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use crate::connection::endpoint::Endpoint;
+use crate::connection::hub::Hub;
 
-/// A server (or client) as the methods below reach it: the endpoint its
+/// A server (or client) as the methods below reach it: the hub its
 /// connections share.
 pub(crate) trait Served {
-    fn endpoint(&self) -> &Arc<Endpoint>;
+    fn hub(&self) -> &Arc<Hub>;
 }
 
 /// `handle`, for every server. (`Self` implements [`Served`].)
@@ -22,7 +22,7 @@ macro_rules! handle_method {
     () => {
         /// A handle to count the connections or shut them down.
         pub fn handle(&self) -> $crate::ServerHandle {
-            $crate::ServerHandle::new($crate::driver::surface::Served::endpoint(self).clone())
+            $crate::ServerHandle::new($crate::driver::surface::Served::hub(self).clone())
         }
     };
 }
@@ -45,7 +45,7 @@ macro_rules! shutdown_methods {
         $(#[$refused])*
         pub async fn shutdown(&self) {
             self.handle().shutdown();
-            $crate::driver::surface::Served::endpoint(self)
+            $crate::driver::surface::Served::hub(self)
                 .finish_shutdown()
                 .await;
         }
@@ -60,7 +60,7 @@ macro_rules! shutdown_methods {
         $($(#[$spread])*)?
         pub async fn shutdown_gracefully(&self, window: ::std::time::Duration) {
             self.handle().shutdown_spread($crate::Spread::over(window));
-            $crate::driver::surface::Served::endpoint(self)
+            $crate::driver::surface::Served::hub(self)
                 .finish_shutdown()
                 .await;
         }
@@ -175,7 +175,7 @@ macro_rules! socket_server_methods {
         /// successor has the rest
         /// ([`handoff_socket`](Self::handoff_socket)): by default with
         /// 1012, all at once; with a [`Spread`](crate::Spread) over a
-        /// window, as a graceful drain closes them, so that their clients
+        /// window, as a graceful shutdown spreads them, so that their clients
         /// do not all reconnect in the same second (a handler that keeps
         /// its connections keeps them all). (Linux, feature `handoff`.)
         #[cfg(all(target_os = "linux", feature = "handoff"))]

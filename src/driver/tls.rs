@@ -36,7 +36,7 @@ const RECORD_OVERHEAD: usize = 32;
 pub(crate) const MAX_RECORD: usize = 16 * 1024;
 
 /// A rustls connection of either side, as [`Records`] drives it.
-pub(crate) trait Session:
+pub(crate) trait TlsState:
     DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin
 {
     type Data;
@@ -48,7 +48,7 @@ pub(crate) trait Session:
     ) -> UnbufferedStatus<'c, 'i, Self::Data>;
 }
 
-impl Session for UnbufferedServerConnection {
+impl TlsState for UnbufferedServerConnection {
     type Data = ServerConnectionData;
 
     fn process<'c, 'i>(
@@ -59,7 +59,7 @@ impl Session for UnbufferedServerConnection {
     }
 }
 
-impl Session for UnbufferedClientConnection {
+impl TlsState for UnbufferedClientConnection {
     type Data = ClientConnectionData;
 
     fn process<'c, 'i>(
@@ -106,7 +106,7 @@ pub(crate) struct Records<C> {
     close_wanted: bool,
 }
 
-impl<C: Session> Records<C> {
+impl<C: TlsState> Records<C> {
     pub(crate) fn new(session: C) -> Self {
         Records {
             session,
@@ -244,7 +244,7 @@ impl<C: Session> Records<C> {
 /// the session hands out what it queued before it looks at the records
 /// again, and a second look would fail on them again. The records not
 /// processed are passed as they are: the session keeps positions in them.
-fn queue_alerts<C: Session>(
+fn queue_alerts<C: TlsState>(
     session: &mut C,
     incoming: &mut BytesMut,
     outgoing: &mut BytesMut,

@@ -9,7 +9,7 @@
 //! driver (`stream/connection.rs`: any `AsyncRead + AsyncWrite`, one task
 //! each). A new one, over another kind of socket or stream, is a folder
 //! with a `Transport`, a loop that wakes it, and a timer on
-//! [`Lifecycle::deadline`]. The io_uring reactor cannot be one: its writes
+//! [`Lifecycle::poll_timeout`]. The io_uring reactor cannot be one: its writes
 //! own their buffers until the kernel completes them, so it follows the
 //! lifecycle's other writing path (`take_queue`, `sent`, `write_finished`)
 //! by itself.
@@ -65,7 +65,7 @@ pub(crate) trait Transport {
 
     /// The connection is over: true once the transport may be dropped,
     /// false while its last bytes still need the next turns to leave.
-    fn close(&mut self, cx: &mut Context<'_>, now: Instant, aborting: bool) -> bool;
+    fn end(&mut self, cx: &mut Context<'_>, now: Instant, aborting: bool) -> bool;
 }
 
 /// How a [`turn`] ended.
@@ -82,7 +82,7 @@ pub(crate) enum Turn {
 /// `read_buf` (a pooled buffer, taken while it holds bytes; it is given back
 /// here before the connection sleeps). At most [`READS_PER_TURN`] reads:
 /// then `cx` is woken for another turn. The caller sets its timer on
-/// [`Lifecycle::deadline`] afterwards.
+/// [`Lifecycle::poll_timeout`] afterwards.
 pub(crate) fn turn<H: Handler>(
     life: &mut Lifecycle<H>,
     transport: &mut impl Transport,
@@ -91,14 +91,14 @@ pub(crate) fn turn<H: Handler>(
     env: &Env<H>,
     now: Instant,
 ) -> Turn {
-    let pool = &env.endpoint.pool;
-    let meters = env.endpoint.meters();
+    let pool = &env.hub.pool;
+    let meters = env.hub.meters();
     let mut reads = 0;
     let turn = loop {
         transport.progress(cx);
-        match life.poll(env, now) {
-            Action::Close => {
-                if transport.close(cx, now, env.endpoint.is_aborting()) {
+        match life.poll_action(env, now) {
+            Action::End => {
+                if transport.end(cx, now, env.hub.is_aborting()) {
                     break Turn::Done;
                 }
                 break Turn::Pending;
@@ -125,14 +125,14 @@ pub(crate) fn turn<H: Handler>(
             Action::Write => {}
             Action::Wait => {
                 if let Err(error) = transport.written(cx) {
-                    life.write_failed(&error);
+                    life.handle_write_error(&error);
                     continue;
                 }
             }
         }
         if life.holds_input(env) {
-            // The queue drained: what waited in the buffer goes first.
-            life.receive(read_buf, env, now);
+            // The queue was written down: what waited in the buffer goes first.
+            life.handle_input(read_buf, env, now);
             continue;
         }
         if !life.reads_now(env) || !transport.readable() {
@@ -145,14 +145,14 @@ pub(crate) fn turn<H: Handler>(
         }
         reads += 1;
         let wanted = life.bytes_wanted(env);
-        read_buf::prepare(read_buf, wanted, pool, env.endpoint.config.read_buffer_size);
+        read_buf::prepare(read_buf, wanted, pool, env.hub.config.read_buffer_size);
         match transport.read(cx, read_buf) {
-            Poll::Ready(Ok(0)) => life.receive_eof(),
+            Poll::Ready(Ok(0)) => life.handle_eof(),
             Poll::Ready(Ok(n)) => {
                 meters.received(0, n as u64);
-                life.receive(read_buf, env, now);
+                life.handle_input(read_buf, env, now);
             }
-            Poll::Ready(Err(error)) => life.read_failed(&error),
+            Poll::Ready(Err(error)) => life.handle_read_error(&error),
             Poll::Pending => {}
         }
     };

@@ -1,5 +1,5 @@
 //! One QUIC connection: HTTP/3's control streams both ways, the peer's
-//! QPACK streams drained, and on the server a task for each request
+//! QPACK streams read and discarded, and on the server a task for each request
 //! stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -188,7 +188,7 @@ impl Peer {
 
 /// Takes the peer's unidirectional streams, each in a task of its own (one
 /// that never says its type holds up no other): one control stream, QPACK's
-/// two (drained: with no dynamic table they carry nothing we keep; their
+/// two (read and discarded: with no dynamic table they carry nothing we keep; their
 /// end closes the connection), none of another type (refused, as the RFC
 /// allows).
 pub(crate) async fn accept_unidirectional(conn: Connection, peer: Arc<Peer>) {

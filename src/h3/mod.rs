@@ -41,7 +41,7 @@
 //! |---|---|
 //! | `budget` | what sessions hold of their peers' streams read whole: [`StreamBudget`], [`Session::read_to_end`] |
 //! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
-//! | `connection` | a QUIC connection: the control streams, QPACK's streams drained, a task per request |
+//! | `connection` | a QUIC connection: the control streams, QPACK's streams read and discarded, a task per request |
 //! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
 //! | `session` | a WebTransport [`Session`] as its handler holds it, and the table that sends the peer's streams and datagrams to theirs |
 //! | `webtransport` | a session's CONNECT stream: answered, its handler run, its capsules read, its close said |
@@ -343,8 +343,8 @@ async fn run<H: ServerHandler, W: WebTransport>(
     // Each connection sends its GOAWAY, its WebSockets get their close,
     // their last bytes are acknowledged, and it closes; then the endpoint.
     server.shutdown().await;
-    let drained = async { while connections.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(connection::CLOSE_WITHIN, drained).await;
+    let joined = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(connection::CLOSE_WITHIN, joined).await;
     endpoint.close(
         wire::code_of(rapidws_core::h3::code::NO_ERROR),
         b"server shutting down",

@@ -15,7 +15,7 @@ use super::channel::Channel;
 use super::identity;
 use super::protocol::{Received, Successor};
 use super::{Arriving, Loops};
-use crate::connection::endpoint::Endpoint;
+use crate::connection::hub::Hub;
 
 /// Connects to the process listening at `path`, checks that it runs as
 /// this process's user (before reading a byte from it), takes its server
@@ -56,9 +56,9 @@ pub(crate) fn meet(
 pub(crate) fn take_in(
     mut successor: Successor,
     loops: &dyn Loops,
-    endpoint: &Endpoint,
+    hub: &Hub,
 ) -> Option<Vec<TcpListener>> {
-    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    let (limits, pool) = (hub.config.limits, hub.pool.clone());
     let mut taken = 0usize;
     let failed = loop {
         match successor.receive(|bytes| Arriving::read(bytes, limits, &pool)) {
@@ -87,7 +87,7 @@ pub(crate) fn take_in(
     };
     tracing::error!(error = %failed, taken, "the handoff stopped; the rest stays with the running process");
     tracing::error!("the handoff failed half-way; closing what came (1012) and ending");
-    endpoint.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
+    hub.begin_spread(crate::Spread::over(std::time::Duration::ZERO));
     None
 }
 

@@ -11,8 +11,8 @@ use super::channel::Channel;
 use super::identity;
 use super::protocol::Predecessor;
 use super::{LOOP_TIMEOUT, Loops, Phase, ask, take_back};
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
+use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
 
 /// How long the handoff goes on passing over the loops for connections
@@ -78,11 +78,11 @@ pub(crate) fn hand_off<H: ServerHandler>(
     let (pid, uid) = (peer.pid, peer.uid);
     tracing::info!(pid, uid, "a successor connected; handing over");
     let began = Instant::now();
-    let endpoint = &env.endpoint;
+    let hub = &env.hub;
     // No request is handled from here on (on any thread: a loop, a wss
     // connection's task); once none is being handled, nothing publishes.
-    endpoint.freeze_requests(true);
-    if !requests_settled(endpoint) {
+    hub.freeze_requests(true);
+    if !requests_settled(hub) {
         predecessor.abandon();
         tracing::error!("a request was still being handled after 10 s; the handoff gives up");
         return serve_on(loops, env, false);
@@ -90,7 +90,7 @@ pub(crate) fn hand_off<H: ServerHandler>(
     // Nor is any open connection's input (what a callback does, a publish,
     // would come after the state left): once every loop has answered
     // between two of its turns, none handles any.
-    endpoint.freeze_input(true);
+    hub.freeze_input(true);
     for index in 0..loops.count() {
         if ask(loops, index, 0, Phase::Freeze).is_none() {
             predecessor.abandon();
@@ -131,7 +131,7 @@ pub(crate) fn hand_off<H: ServerHandler>(
                         %error, pid, uid, handed,
                         "the handoff failed; serving on with the connections not handed over"
                     );
-                    take_back(batch, loops, endpoint);
+                    take_back(batch, loops, hub);
                     return serve_on(loops, env, handed > 0);
                 }
                 handed += batch.len();
@@ -180,9 +180,9 @@ fn addresses(listeners: &[OwnedFd]) -> Vec<SocketAddr> {
 
 /// Waits (at most [`LOOP_TIMEOUT`]) until no request is being handled
 /// anywhere; false if one still is then.
-fn requests_settled(endpoint: &Endpoint) -> bool {
+fn requests_settled(hub: &Hub) -> bool {
     let deadline = Instant::now() + LOOP_TIMEOUT;
-    while endpoint.requests_handled() > 0 {
+    while hub.requests_handled() > 0 {
         if Instant::now() >= deadline {
             return false;
         }
@@ -201,8 +201,8 @@ fn serve_on<H: ServerHandler>(loops: &dyn Loops, env: &Env<H>, disown: bool) -> 
     if disown {
         env.handler.take_back_server();
     }
-    env.endpoint.freeze_requests(false);
-    env.endpoint.freeze_input(false);
+    env.hub.freeze_requests(false);
+    env.hub.freeze_input(false);
     for index in 0..loops.count() {
         ask(loops, index, 0, Phase::Thaw);
     }

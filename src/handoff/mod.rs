@@ -151,9 +151,9 @@ pub(crate) fn ask(loops: &dyn Loops, index: usize, slot: u32, phase: Phase) -> O
 /// make of a record this process made, is logged and closed.
 pub(crate) fn read_back(
     departures: Vec<Departure>,
-    endpoint: &crate::connection::endpoint::Endpoint,
+    hub: &crate::connection::hub::Hub,
 ) -> impl Iterator<Item = (std::os::fd::OwnedFd, Arriving)> {
-    let (limits, pool) = (endpoint.config.limits, endpoint.pool.clone());
+    let (limits, pool) = (hub.config.limits, hub.pool.clone());
     departures
         .into_iter()
         .filter_map(
@@ -171,9 +171,9 @@ pub(crate) fn read_back(
 pub(crate) fn take_back(
     departures: Vec<Departure>,
     loops: &dyn Loops,
-    endpoint: &crate::connection::endpoint::Endpoint,
+    hub: &crate::connection::hub::Hub,
 ) {
-    for (fd, arriving) in read_back(departures, endpoint) {
+    for (fd, arriving) in read_back(departures, hub) {
         loops.arrive(fd, arriving);
     }
 }

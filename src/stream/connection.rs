@@ -19,8 +19,8 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::{Env, Lifecycle};
 use crate::connection::upgrade::Upgraded;
@@ -76,7 +76,7 @@ where
         let mut connection = Connection::begin(begin, ConnWake::Waker(waker), &env);
         loop {
             // Re-armed after each shutdown or abort signal, so both are seen.
-            let signal = env.endpoint.signaled();
+            let signal = env.hub.signaled();
             tokio::pin!(signal);
             signal.as_mut().enable();
             let over = poll_fn(|cx| {
@@ -167,13 +167,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             },
             read_buf: BytesMut::new(),
             timer: Timer::default(),
-            keepalive: Sweep::new(&env.endpoint.config)
+            keepalive: Sweep::new(&env.hub.config)
                 .map(|sweep| Box::new((sweep, Timer::default(), started))),
             seen: ShutdownSeen::default(),
             life,
         };
         if !read_buf.is_empty() {
-            connection.life.receive(&mut read_buf, env, started);
+            connection.life.handle_input(&mut read_buf, env, started);
             // Kept only while it holds bytes (its capacity would be kept
             // across the connection's life otherwise).
             connection.read_buf = read_buf;
@@ -184,15 +184,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
     /// Does everything that can be done now; ready once the connection is
     /// over.
     fn poll(&mut self, cx: &mut Context<'_>, env: &Env<H>) -> Poll<()> {
-        let endpoint = &env.endpoint;
+        let hub = &env.hub;
         // An open connection closes with 1001 (a handshake answers 503 when
         // it sees the flag), or drops at once after the timeout.
         let life = &self.life;
         self.seen
-            .act(endpoint, |act| life.conn().into_iter().for_each(act));
+            .act(hub, |act| life.conn().into_iter().for_each(act));
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
-        self.sweep_if_due(cx, now, endpoint.input_frozen());
+        self.sweep_if_due(cx, now, hub.input_frozen());
         // Both are per poll: the stream wakes the task when either changes.
         self.stream.read_blocked = false;
         self.stream.write_blocked = false;
@@ -202,14 +202,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
             Turn::Done => Poll::Ready(()),
         };
         // What this poll counted, added once.
-        endpoint.meters().flush();
-        let deadline = self.stream.end_by.or_else(|| self.life.deadline());
+        hub.meters().flush();
+        let deadline = self.stream.end_by.or_else(|| self.life.poll_timeout());
         self.timer.follow(deadline, cx);
         poll
     }
 
     /// Runs the keepalive sweep over this one connection when it is due.
-    /// (Not while `waits`: see `Endpoint::input_frozen`.)
+    /// (Not while `waits`: see `Hub::input_frozen`.)
     fn sweep_if_due(&mut self, cx: &mut Context<'_>, now: Instant, waits: bool) {
         let Some((sweep, timer, due)) = self.keepalive.as_deref_mut() else {
             return;
@@ -217,7 +217,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, H: Handler> Connection<S, H> {
         if now >= *due {
             *due = now + sweep.period;
             if !waits {
-                self.life.sweep(sweep);
+                self.life.handle_sweep(sweep);
             }
         }
         timer.follow(Some(*due), cx);
@@ -296,7 +296,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Stream<S> {
     /// stream hands them to its connection's task), and one dropped with
     /// them unsent resets and loses them. A peer that reads nothing holds
     /// the task END_GRACE at most; an abort, not at all.
-    fn close(&mut self, cx: &mut Context<'_>, now: Instant, aborting: bool) -> bool {
+    fn end(&mut self, cx: &mut Context<'_>, now: Instant, aborting: bool) -> bool {
         let end_by = *self.end_by.get_or_insert(now + END_GRACE);
         self.poll_end(cx).is_ready() || now >= end_by || aborting
     }

@@ -58,8 +58,8 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, LiveGuard};
 use crate::connection::handler::{Accept, Handler, Hooks, ServerHandler};
+use crate::connection::hub::{Hub, LiveGuard};
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::{Decision, Settings, Upgraded};
 use crate::driver::surface::{Served, shutdown_methods};
@@ -81,8 +81,8 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
 }
 
 impl<H: ServerHandler> Served for Server<H> {
-    fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.env.endpoint
+    fn hub(&self) -> &Arc<Hub> {
+        &self.env.hub
     }
 }
 
@@ -100,7 +100,7 @@ impl<H: ServerHandler> Server<H> {
     /// A server for `handler` with `config`; it serves the streams handed to it.
     pub fn new(handler: H, config: Config) -> Self {
         Server {
-            env: Env::server(Endpoint::new(config, "stream"), Arc::new(handler)),
+            env: Env::server(Hub::new(config, "stream"), Arc::new(handler)),
         }
     }
 
@@ -124,7 +124,7 @@ impl<H: ServerHandler> Server<H> {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.endpoint.enter();
+        let live = self.env.hub.enter();
         let start = Start::Request {
             prefix: BytesMut::from(prefix),
         };
@@ -148,7 +148,7 @@ impl<H: ServerHandler> Server<H> {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let live = self.env.endpoint.enter();
+        let live = self.env.hub.enter();
         let start = Start::Upgraded(Box::new(Upgraded::server(state, deflate)));
         serve(stream, peer, start, live, self.env.clone(), Instant::now())
     }
@@ -178,7 +178,7 @@ impl<H: ServerHandler> Server<H> {
             state,
             deflate,
             settings,
-            live: self.env.endpoint.enter(),
+            live: self.env.hub.enter(),
             env: self.env.clone(),
         });
         async move {
@@ -202,24 +202,17 @@ impl<H: ServerHandler> Server<H> {
     ) -> Decision<H::State> {
         let deflate = match settings {
             Some(settings) => settings.deflate.as_ref(),
-            None => self.env.endpoint.config.deflate(),
+            None => self.env.hub.config.deflate(),
         };
         let handler = &*self.env.handler;
         let hooks = Hooks::of();
-        crate::connection::upgrade::decide(
-            request,
-            handler,
-            hooks,
-            &self.env.endpoint,
-            accept,
-            deflate,
-        )
+        crate::connection::upgrade::decide(request, handler, hooks, &self.env.hub, accept, deflate)
     }
 
     /// The server's metric handles (the hyper upgrade counts its refusals).
     #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
     pub(crate) fn meters(&self) -> &crate::connection::meters::Meters {
-        self.env.endpoint.meters()
+        self.env.hub.meters()
     }
 
     /// Notes a request refused before the upgrade hook (a bad request):
@@ -238,7 +231,7 @@ impl<H: ServerHandler> Server<H> {
     /// The server's settings (the base an upgrade's own settings start from).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn config(&self) -> &Config {
-        &self.env.endpoint.config
+        &self.env.hub.config
     }
 
     /// Whether a page of `origin` may open a session here (the same check
@@ -246,7 +239,7 @@ impl<H: ServerHandler> Server<H> {
     /// counted as the upgrade's are.
     #[cfg(feature = "http3")]
     pub(crate) fn allows_origin(&self, origin: Option<&[u8]>, host: Option<&[u8]>) -> bool {
-        let allowed = self.env.endpoint.config.origins.allow(origin, host);
+        let allowed = self.env.hub.config.origins.allow(origin, host);
         if !allowed {
             self.meters().rejected("origin");
         }
@@ -257,7 +250,7 @@ impl<H: ServerHandler> Server<H> {
     /// [`ServerHandle`](crate::ServerHandle)): an accept loop selects on it
     /// to stop accepting.
     pub async fn shutdown_requested(&self) {
-        self.env.endpoint.shutdown_requested().await;
+        self.env.hub.shutdown_requested().await;
     }
 }
 

@@ -29,7 +29,7 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::driver::tls::{MAX_RECORD, Need, Records, Session, give_back, tls_error};
+use crate::driver::tls::{MAX_RECORD, Need, Records, TlsState, give_back, tls_error};
 use crate::pool::BufferPool;
 
 /// Plaintext one write encrypts at most (four full records).
@@ -90,7 +90,7 @@ where
 impl<S, C> TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: Session,
+    C: TlsState,
 {
     fn new(io: S, session: C, pool: Arc<BufferPool>) -> Self {
         TlsStream {
@@ -189,7 +189,7 @@ where
 impl<S, C> AsyncRead for TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: Session,
+    C: TlsState,
 {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -236,7 +236,7 @@ where
 impl<S, C> AsyncWrite for TlsStream<S, C>
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    C: Session,
+    C: TlsState,
 {
     fn poll_write(
         self: Pin<&mut Self>,

@@ -18,8 +18,8 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::{Env, Lifecycle};
 use crate::connection::upgrade::Upgraded;
@@ -104,7 +104,7 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn receive_pending(&mut self, env: &Env<H>) {
         if !self.read_buf.is_empty() {
             let now = std::time::Instant::now();
-            self.life.receive(&mut self.read_buf, env, now);
+            self.life.handle_input(&mut self.read_buf, env, now);
         }
     }
 
@@ -130,13 +130,13 @@ impl<H: Handler> Connection<H> {
             Turn::Pending => Progress::Pending,
             Turn::Done => Progress::Done,
         };
-        self.timer.follow(self.life.deadline(), cx);
+        self.timer.follow(self.life.poll_timeout(), cx);
         progress
     }
 
     /// One keepalive sweep, if the connection is open (see `keepalive`).
     pub(crate) fn sweep(&mut self, sweep: &Sweep) {
-        self.life.sweep(sweep);
+        self.life.handle_sweep(sweep);
     }
 
     /// The connection's handle, once upgraded.
@@ -264,7 +264,7 @@ impl Transport for Socket {
     }
 
     /// Dropping the socket closes it; the kernel sends what it holds.
-    fn close(&mut self, _: &mut Context<'_>, _: Instant, _: bool) -> bool {
+    fn end(&mut self, _: &mut Context<'_>, _: Instant, _: bool) -> bool {
         true
     }
 }

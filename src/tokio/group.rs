@@ -14,7 +14,7 @@
 //! tasks, close requests, aborts and the connection's timers all use it.
 //!
 //! At shutdown the group asks its open connections to close; if the shutdown
-//! times out, it aborts them (`Endpoint::watch` wakes it for both).
+//! times out, it aborts them (`Hub::watch` wakes it for both).
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,8 +31,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep, sleep};
 
 use super::connection::{Connection, Progress};
-use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::Env;
 use crate::connection::upgrade::Upgraded;
@@ -108,14 +108,14 @@ impl<S> Incoming<S> {
     pub(crate) fn moved(
         fd: std::os::fd::OwnedFd,
         arriving: crate::connection::record::Arriving,
-        endpoint: &Arc<crate::connection::endpoint::Endpoint>,
+        hub: &Arc<crate::connection::hub::Hub>,
     ) -> Self {
         // It may come from io_uring, whose sockets block.
         crate::handoff::set_nonblocking(std::os::fd::AsFd::as_fd(&fd));
         Incoming {
             stream: mio::net::TcpStream::from(fd),
             peer: arriving.peer,
-            live: endpoint.enter(),
+            live: hub.enter(),
             start: Start::Moved(Box::new(arriving)),
         }
     }
@@ -124,10 +124,10 @@ impl<S> Incoming<S> {
     /// their way back: their own records read again.
     pub(crate) fn taken_back(
         departures: Vec<Departure>,
-        endpoint: &Arc<crate::connection::endpoint::Endpoint>,
+        hub: &Arc<crate::connection::hub::Hub>,
     ) -> impl Iterator<Item = Self> {
-        crate::handoff::read_back(departures, endpoint)
-            .map(|(fd, arriving)| Incoming::moved(fd, arriving, endpoint))
+        crate::handoff::read_back(departures, hub)
+            .map(|(fd, arriving)| Incoming::moved(fd, arriving, hub))
     }
 }
 
@@ -209,7 +209,7 @@ pub(crate) fn least_loaded<S>(groups: &[Arc<GroupShared<S>>]) -> &Arc<GroupShare
 
 /// Starts a group's task on the current runtime.
 pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::State>>> {
-    let endpoint = &env.endpoint;
+    let hub = &env.hub;
     let epoll = super::sys::watch_epoll(mio::Poll::new()?)?;
     let shared = Arc::new(GroupShared {
         waker: AtomicWaker::new(),
@@ -222,7 +222,7 @@ pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::St
         #[cfg(all(target_os = "linux", feature = "handoff"))]
         departures: Mutex::new(None),
     });
-    endpoint.watch(Waker::from(shared.clone()));
+    hub.watch(Waker::from(shared.clone()));
     let group = Group {
         shared: shared.clone(),
         epoll,
@@ -233,7 +233,7 @@ pub(crate) fn spawn<H: Handler>(env: Env<H>) -> io::Result<Arc<GroupShared<H::St
         incoming: Vec::new(),
         slots: Slab::default(),
         live: 0,
-        sweep: Sweep::new(&endpoint.config).map(|s| (s, Box::pin(sleep(s.period)))),
+        sweep: Sweep::new(&hub.config).map(|s| (s, Box::pin(sleep(s.period)))),
         env,
         seen: ShutdownSeen::default(),
     };
@@ -278,7 +278,7 @@ impl<H: Handler> Future for Group<H> {
         let group = self.get_mut();
         let poll = group.step(cx);
         // What this poll counted, added once.
-        group.env.endpoint.meters().flush();
+        group.env.hub.meters().flush();
         poll
     }
 }
@@ -293,7 +293,7 @@ impl<H: Handler> Group<H> {
         // Open connections close with 1001 (handshakes in progress answer
         // 503 when they see the flag), or drop at once after the timeout.
         let slots = &group.slots;
-        let acted = group.seen.act(&group.env.endpoint, |act| {
+        let acted = group.seen.act(&group.env.hub, |act| {
             slots
                 .iter()
                 .filter_map(|s| s.connection.conn())
@@ -401,7 +401,7 @@ impl<H: Handler> Group<H> {
         timer.as_mut().reset(Instant::now() + sweep.period);
         // Registers the task's waker for the next sweep.
         let _ = timer.as_mut().poll(cx);
-        if self.env.endpoint.input_frozen() {
+        if self.env.hub.input_frozen() {
             return;
         }
         for entry in self.slots.iter_mut() {
@@ -617,7 +617,7 @@ impl<H: Handler> Group<H> {
         }
         if let Err((departures, _)) = reply.give((departures, next)) {
             // The handoff stopped waiting: they stay here after all.
-            for incoming in Incoming::taken_back(departures, &self.env.endpoint) {
+            for incoming in Incoming::taken_back(departures, &self.env.hub) {
                 self.shared.hand_over(incoming);
             }
         }

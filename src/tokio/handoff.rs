@@ -15,8 +15,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{oneshot, watch};
 
 use super::group::{GroupShared, Incoming, least_loaded};
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::ServerHandler;
+use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
 use crate::connection::record::Arriving;
 use crate::driver::surface::HandoffSettings;
@@ -73,7 +73,7 @@ impl Handoff {
     pub(super) fn take_in<S: Send + 'static>(
         &mut self,
         groups: &[Arc<GroupShared<S>>],
-        endpoint: &Arc<Endpoint>,
+        hub: &Arc<Hub>,
     ) -> io::Result<Coming> {
         let Some(successor) = self.predecessor.take() else {
             return Ok(Coming(None));
@@ -85,12 +85,12 @@ impl Handoff {
         let (give, coming) = oneshot::channel();
         let groups = GroupLoops {
             groups: groups.to_vec(),
-            endpoint: endpoint.clone(),
+            hub: hub.clone(),
         };
         std::thread::Builder::new()
             .name("rapidws-take-over".into())
             .spawn(move || {
-                let listeners = arrive::take_in(successor, &groups, &groups.endpoint);
+                let listeners = arrive::take_in(successor, &groups, &groups.hub);
                 let whole = listeners.is_some();
                 if let Some(listeners) = listeners {
                     // Before the word that it is done: the accept loop
@@ -172,7 +172,7 @@ impl Handoff {
             .collect::<io::Result<Vec<OwnedFd>>>()?;
         let loops = GroupLoops {
             groups: groups.to_vec(),
-            endpoint: env.endpoint.clone(),
+            hub: env.hub.clone(),
         };
         let env = env.clone();
         tokio::task::spawn_blocking(move || leave::hand_off(successor, &fds, &loops, &env))
@@ -234,7 +234,7 @@ impl Waiting {
 /// The groups, as the handoff sees them.
 struct GroupLoops<S> {
     groups: Vec<Arc<GroupShared<S>>>,
-    endpoint: Arc<Endpoint>,
+    hub: Arc<Hub>,
 }
 
 impl<S: Send + 'static> Loops for GroupLoops<S> {
@@ -247,6 +247,6 @@ impl<S: Send + 'static> Loops for GroupLoops<S> {
     }
 
     fn arrive(&self, fd: OwnedFd, arriving: Arriving) {
-        least_loaded(&self.groups).hand_over(Incoming::moved(fd, arriving, &self.endpoint));
+        least_loaded(&self.groups).hand_over(Incoming::moved(fd, arriving, &self.hub));
     }
 }

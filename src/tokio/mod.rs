@@ -56,8 +56,8 @@ use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::Endpoint;
 use crate::connection::handler::{Handler, ServerHandler};
+use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
@@ -74,7 +74,7 @@ pub struct Server<H: ServerHandler> {
     /// each with its own accept queue: all are accepted from).
     listeners: Vec<TcpListener>,
     handler: Arc<H>,
-    endpoint: Arc<Endpoint>,
+    hub: Arc<Hub>,
     /// Set by [`Server::tls`]: every connection is wss.
     #[cfg(feature = "rustls")]
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -95,7 +95,7 @@ impl Handoff {
         Ok(Handoff(()))
     }
 
-    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Endpoint>) -> io::Result<Coming> {
+    fn take_in<S>(&mut self, _: &[Arc<GroupShared<S>>], _: &Arc<Hub>) -> io::Result<Coming> {
         Ok(Coming)
     }
 
@@ -138,8 +138,8 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
 }
 
 impl<H: ServerHandler> Served for Server<H> {
-    fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.endpoint
+    fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 }
 
@@ -160,7 +160,7 @@ impl<H: ServerHandler> Server<H> {
         Server {
             listeners,
             handler,
-            endpoint: Endpoint::new(config, "tokio"),
+            hub: Hub::new(config, "tokio"),
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]
@@ -209,7 +209,7 @@ impl<H: ServerHandler> Server<H> {
         let Server {
             listeners,
             handler,
-            endpoint,
+            hub,
             #[cfg(feature = "rustls")]
             tls,
             #[cfg(feature = "rustls")]
@@ -225,11 +225,11 @@ impl<H: ServerHandler> Server<H> {
                 sys::watch_listener(mio::net::TcpListener::from_std(listener.into_std()?))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let env = Env::server(endpoint.clone(), handler);
+        let env = Env::server(hub.clone(), handler);
         let groups = Groups::spawn(&env)?;
         // A predecessor's connections, if this server took over; its
         // listening sockets at the end (none until then).
-        let mut coming = handoff.take_in(&groups.0, &endpoint)?;
+        let mut coming = handoff.take_in(&groups.0, &hub)?;
         let mut backoff = MIN_BACKOFF;
         let mut turn = 0;
         // Kept across turns: a successor being met is not dropped when a
@@ -238,7 +238,7 @@ impl<H: ServerHandler> Server<H> {
         'serving: loop {
             let mut ready = tokio::select! {
                 biased;
-                () = endpoint.shutdown_requested() => break,
+                () = hub.shutdown_requested() => break,
                 taken = coming.listeners() => {
                     listeners = taken
                         .into_iter()
@@ -252,7 +252,7 @@ impl<H: ServerHandler> Server<H> {
                     // socket, at the end, or is ours again if it fails.
                     if handoff.hand_off(met, &listeners, &groups.0, &env).await? {
                         // What stays is closed (1012, at once by default).
-                        endpoint.begin_spread(handoff.after_spread());
+                        hub.begin_spread(handoff.after_spread());
                         break;
                     }
                     successor.set(handoff.successor());
@@ -270,7 +270,7 @@ impl<H: ServerHandler> Server<H> {
                             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
                         }
                         // Counted before it is handed over, so a shutdown waits for it.
-                        let live = endpoint.enter();
+                        let live = hub.enter();
                         #[cfg(feature = "rustls")]
                         if let Some(config) = &tls {
                             tokio::spawn(crate::tokio::tls::serve(Box::new(
@@ -303,7 +303,7 @@ impl<H: ServerHandler> Server<H> {
                         tracing::warn!(%error, ?backoff, "accept failed; pausing before the next try");
                         drop(ready);
                         tokio::select! {
-                            () = endpoint.shutdown_requested() => break 'serving,
+                            () = hub.shutdown_requested() => break 'serving,
                             () = tokio::time::sleep(backoff) => {}
                         }
                         backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -316,7 +316,7 @@ impl<H: ServerHandler> Server<H> {
         }
         drop(listeners);
         drop(groups);
-        endpoint.finish_shutdown().await;
+        hub.finish_shutdown().await;
         Ok(())
     }
 }

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use crate::connection::endpoint::{Endpoint, LiveGuard, deadline_from};
 use crate::connection::handler::Handler;
+use crate::connection::hub::{Hub, LiveGuard, deadline_from};
 use crate::connection::lifecycle::Env;
 use crate::stream::tls::TlsStream;
 use crate::stream::{self, Start};
@@ -69,10 +69,10 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
             return None;
         }
     };
-    let deadline = deadline_from(started, env.endpoint.config.handshake_timeout);
+    let deadline = deadline_from(started, env.hub.config.handshake_timeout);
     if let Some(group) = plain {
         let mut first = [0u8; 1];
-        let peeked = in_time(&env.endpoint, deadline, tcp.peek(&mut first)).await?;
+        let peeked = in_time(&env.hub, deadline, tcp.peek(&mut first)).await?;
         match peeked {
             Ok(Ok(1..)) if first[0] == TLS_HANDSHAKE => {}
             Ok(Ok(1..)) => {
@@ -102,9 +102,9 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
         }
     }
     let handshake = in_time(
-        &env.endpoint,
+        &env.hub,
         deadline,
-        TlsStream::accept(config, tcp, env.endpoint.pool.clone()),
+        TlsStream::accept(config, tcp, env.hub.pool.clone()),
     )
     .await?;
     let tls = match handshake {
@@ -128,14 +128,14 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
 /// `None` if the server aborts first. A shutdown gives the handshake its
 /// time (the upgrade then gets 503); an abort does not.
 async fn in_time<T>(
-    endpoint: &Endpoint,
+    hub: &Hub,
     deadline: Instant,
     work: impl Future<Output = T>,
 ) -> Option<Result<T, tokio::time::error::Elapsed>> {
     let work = tokio::time::timeout_at(deadline.into(), work);
     tokio::select! {
         biased;
-        () = endpoint.abort_requested() => None,
+        () = hub.abort_requested() => None,
         done = work => Some(done),
     }
 }

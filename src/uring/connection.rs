@@ -27,8 +27,8 @@ use bytes::BytesMut;
 use super::ring::{Op, Outgoing, Received, Ring};
 use super::tls::Tls;
 use crate::connection::conn::Conn;
-use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::{Action, Env, Lifecycle};
 use crate::connection::wake::ConnWake;
@@ -134,7 +134,7 @@ impl<H: Handler> Connection<H> {
                 match &mut self.tls {
                     None => self.take(chunk, env),
                     Some(tls) => {
-                        let pool = &env.endpoint.pool;
+                        let pool = &env.hub.pool;
                         let mut plain = BytesMut::new();
                         let handshaking = tls.is_handshaking();
                         match tls.open(chunk, &mut plain, pool) {
@@ -145,7 +145,7 @@ impl<H: Handler> Connection<H> {
                                     let peer = self.stream.peer_addr().ok();
                                     tracing::debug!(?peer, %error, "TLS handshake failed; connection closed");
                                 }
-                                self.life.read_failed(&error);
+                                self.life.handle_read_error(&error);
                             }
                         }
                         // What the lifecycle left was copied by `take`.
@@ -154,11 +154,11 @@ impl<H: Handler> Connection<H> {
                     }
                 }
             }
-            Ok(Received::End) => self.life.receive_eof(),
+            Ok(Received::End) => self.life.handle_eof(),
             // Out of provided buffers, or cancelled by us: armed again by the
             // next turn if still wanted (by then this turn's buffers are back).
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {}
-            Err(error) => self.life.read_failed(&error),
+            Err(error) => self.life.handle_read_error(&error),
         }
     }
 
@@ -202,10 +202,10 @@ impl<H: Handler> Connection<H> {
         if taken {
             // Unsent records are not the lifecycle's bytes: it counted them.
             self.life
-                .write_finished(if self.tls.is_some() { 0 } else { unsent });
+                .handle_write_finished(if self.tls.is_some() { 0 } else { unsent });
         }
         if let Some(buf) = outgoing.queue.take_buffer() {
-            env.endpoint.pool.give(buf);
+            env.hub.pool.give(buf);
         }
         io.spare.push(outgoing);
     }
@@ -216,12 +216,12 @@ impl<H: Handler> Connection<H> {
     fn count_written(&mut self, written: io::Result<usize>, env: &Env<H>) -> bool {
         match written {
             Ok(n) => {
-                self.life.sent(n);
-                env.endpoint.meters().sent(0, n as u64);
+                self.life.handle_sent(n);
+                env.hub.meters().sent(0, n as u64);
                 false
             }
             Err(error) => {
-                self.life.write_failed(&error);
+                self.life.handle_write_error(&error);
                 true
             }
         }
@@ -231,15 +231,18 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn advance(&mut self, env: &Env<H>, io: &mut Io<'_>) -> Progress {
         // One clock read per turn (see the tokio driver).
         let now = Instant::now();
-        let overdue = self.life.deadline().is_some_and(|deadline| now >= deadline);
+        let overdue = self
+            .life
+            .poll_timeout()
+            .is_some_and(|deadline| now >= deadline);
         if overdue && self.tls.as_ref().is_some_and(|tls| tls.is_handshaking()) {
             let peer = self.stream.peer_addr().ok();
             tracing::debug!(?peer, "TLS handshake timed out; connection closed");
         }
         loop {
-            match self.life.poll(env, now) {
-                Action::Close => {
-                    self.say_goodbye(&env.endpoint.pool);
+            match self.life.poll_action(env, now) {
+                Action::End => {
+                    self.say_goodbye(&env.hub.pool);
                     self.end(env, io);
                     if self.receiving || self.sending {
                         return Progress::Pending;
@@ -250,7 +253,7 @@ impl<H: Handler> Connection<H> {
                     match &mut self.tls {
                         // close_notify first, sent below.
                         Some(tls) => {
-                            tls.close(&env.endpoint.pool);
+                            tls.close(&env.hub.pool);
                             self.shut_down_after_send = true;
                         }
                         None => {
@@ -258,7 +261,7 @@ impl<H: Handler> Connection<H> {
                         }
                     }
                     self.read_buf.clear();
-                    read_buf::release(&mut self.read_buf, &env.endpoint.pool);
+                    read_buf::release(&mut self.read_buf, &env.hub.pool);
                 }
                 // (Quieting for a handoff: what is queued moves with it.)
                 Action::Write if self.sending || self.quieting => break,
@@ -270,7 +273,7 @@ impl<H: Handler> Connection<H> {
                         break;
                     }
                     if let Some(tls) = &mut self.tls {
-                        let pool = &env.endpoint.pool;
+                        let pool = &env.hub.pool;
                         let sealed = tls.seal(&mut outgoing.queue, pool);
                         if sealed.is_ok() {
                             tls.take_records(&mut outgoing.queue, pool);
@@ -279,7 +282,7 @@ impl<H: Handler> Connection<H> {
                         // A failure's alert, if any, goes out with the
                         // session's own records.
                         if failed || outgoing.queue.is_empty() {
-                            self.life.write_finished(0);
+                            self.life.handle_write_finished(0);
                             io.spare.push(outgoing);
                             continue;
                         }
@@ -290,13 +293,13 @@ impl<H: Handler> Connection<H> {
                 }
                 Action::Wait if self.life.holds_input(env) => {
                     // Reading resumed: what waited goes first.
-                    self.life.receive(&mut self.read_buf, env, now);
-                    read_buf::release(&mut self.read_buf, &env.endpoint.pool);
+                    self.life.handle_input(&mut self.read_buf, env, now);
+                    read_buf::release(&mut self.read_buf, &env.hub.pool);
                 }
                 Action::Wait => break,
             }
         }
-        self.send_records(&env.endpoint.pool, io);
+        self.send_records(&env.hub.pool, io);
         // (Frozen for a handoff: a multishot receive would go on reading.)
         let frozen = self.life.wants_read() && !self.life.reads_now(env);
         if (self.life.is_paused() || frozen) && self.receiving {
@@ -360,7 +363,7 @@ impl<H: Handler> Connection<H> {
     pub(crate) fn end(&mut self, env: &Env<H>, io: &mut Io<'_>) {
         self.life.end();
         self.read_buf.clear();
-        read_buf::release(&mut self.read_buf, &env.endpoint.pool);
+        read_buf::release(&mut self.read_buf, &env.hub.pool);
         if self.receiving {
             io.ring.cancel(Op::Recv(io.slot));
         }
@@ -382,12 +385,12 @@ impl<H: Handler> Connection<H> {
     /// The handshake timeout, or once closing, the close deadline. The
     /// reactor watches it: it gives the connection a turn when it passes.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.life.deadline()
+        self.life.poll_timeout()
     }
 
     /// One keepalive sweep, if the connection is open (see `keepalive`).
     pub(crate) fn sweep(&mut self, sweep: &Sweep) {
-        self.life.sweep(sweep);
+        self.life.handle_sweep(sweep);
     }
 
     /// Once upgraded, the connection's handle.
@@ -397,22 +400,23 @@ impl<H: Handler> Connection<H> {
 
     /// Handles bytes that just arrived, where they landed when it can.
     fn take(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
-        env.endpoint.meters().received(0, chunk.len() as u64);
-        let pool = &env.endpoint.pool;
-        let read_size = env.endpoint.config.read_buffer_size;
+        env.hub.meters().received(0, chunk.len() as u64);
+        let pool = &env.hub.pool;
+        let read_size = env.hub.config.read_buffer_size;
         if self.life.is_paused() || !self.read_buf.is_empty() {
             let wanted = self.life.bytes_wanted(env);
             read_buf::prepare(&mut self.read_buf, wanted, pool, read_size);
             self.read_buf.extend_from_slice(chunk);
             if self.life.is_paused() {
-                self.life.held_input();
+                self.life.handle_held_input();
             } else {
-                self.life.receive(&mut self.read_buf, env, Instant::now());
+                self.life
+                    .handle_input(&mut self.read_buf, env, Instant::now());
                 read_buf::release(&mut self.read_buf, pool);
             }
             return;
         }
-        self.life.receive(chunk, env, Instant::now());
+        self.life.handle_input(chunk, env, Instant::now());
         if !chunk.is_empty() {
             // A partial frame or request head: the only bytes ever copied out.
             let wanted = self.life.bytes_wanted(env).max(chunk.len());
@@ -467,12 +471,12 @@ impl<H: Handler> Connection<H> {
         };
         if n > 0 {
             outgoing.queue.advance(n);
-            self.life.sent(n);
-            env.endpoint.meters().sent(0, n as u64);
+            self.life.handle_sent(n);
+            env.hub.meters().sent(0, n as u64);
         }
-        let pool = &env.endpoint.pool;
+        let pool = &env.hub.pool;
         if outgoing.queue.is_empty() {
-            self.life.write_finished(0);
+            self.life.handle_write_finished(0);
             if let Some(buf) = outgoing.queue.take_buffer() {
                 pool.give(buf);
             }
@@ -554,8 +558,10 @@ impl<H: Handler> Connection<H> {
             life,
         };
         if !connection.read_buf.is_empty() {
-            connection.life.receive(&mut connection.read_buf, env, now);
-            read_buf::release(&mut connection.read_buf, &env.endpoint.pool);
+            connection
+                .life
+                .handle_input(&mut connection.read_buf, env, now);
+            read_buf::release(&mut connection.read_buf, &env.hub.pool);
         }
         Ok(connection)
     }

@@ -241,8 +241,8 @@ impl<H: Handler> Reactor<H> {
 
     /// Connections a handoff that stopped waiting did not take.
     fn take_back(&mut self, departures: Vec<Departure>) {
-        let endpoint = self.env.endpoint.clone();
-        for (fd, arriving) in read_back(departures, &endpoint) {
+        let hub = self.env.hub.clone();
+        for (fd, arriving) in read_back(departures, &hub) {
             self.arrive(fd, arriving);
         }
     }
@@ -269,7 +269,7 @@ impl<H: Handler> Reactor<H> {
     /// Starts serving a connection handed over, where it was.
     fn arrive(&mut self, fd: OwnedFd, arriving: Arriving) {
         let stream = std::net::TcpStream::from(fd);
-        let live = self.env.endpoint.enter();
+        let live = self.env.hub.enter();
         let slot = self.slots.next_slot();
         if self.marked.len() <= slot as usize {
             self.marked.resize(slot as usize + 1, false);

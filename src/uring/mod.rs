@@ -63,8 +63,8 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::connection::config::Config;
-use crate::connection::endpoint::{Endpoint, deadline_after};
 use crate::connection::handler::ServerHandler;
+use crate::connection::hub::{Hub, deadline_after};
 use crate::connection::lifecycle::Env;
 use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
 use crate::driver::surface::{HandoffSettings, Served, socket_server_methods};
@@ -84,7 +84,7 @@ pub struct Server<H: ServerHandler> {
     /// own accept queue: see [`Server::take_over`]).
     listeners: Vec<TcpListener>,
     handler: Arc<H>,
-    endpoint: Arc<Endpoint>,
+    hub: Arc<Hub>,
     threads: usize,
     buffers: u16,
     /// wss: every connection's TLS configuration.
@@ -104,8 +104,8 @@ impl<H: ServerHandler> std::fmt::Debug for Server<H> {
 }
 
 impl<H: ServerHandler> Served for Server<H> {
-    fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.endpoint
+    fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 }
 
@@ -129,7 +129,7 @@ impl<H: ServerHandler> Server<H> {
         Server {
             listeners,
             handler,
-            endpoint: Endpoint::new(config, "uring"),
+            hub: Hub::new(config, "uring"),
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,
@@ -187,7 +187,7 @@ impl<H: ServerHandler> Server<H> {
         let Server {
             listeners,
             handler,
-            endpoint,
+            hub,
             threads,
             buffers,
             tls,
@@ -223,7 +223,7 @@ impl<H: ServerHandler> Server<H> {
         let mut reactors = Reactors(Vec::new());
         for (index, listener) in listeners.into_iter().enumerate() {
             let shared = Shared::new()?;
-            let env = Env::server(endpoint.clone(), handler.clone());
+            let env = Env::server(hub.clone(), handler.clone());
             let (ready, setup, reactor_shared) = (ready_tx.clone(), setup.clone(), shared.clone());
             let thread = thread::Builder::new()
                 .name(format!("rapidws-uring-{index}"))
@@ -257,13 +257,13 @@ impl<H: ServerHandler> Server<H> {
                     .map(|(shared, _)| shared.clone())
                     .collect(),
             );
-            let env = Env::server(endpoint.clone(), handler.clone());
+            let env = Env::server(hub.clone(), handler.clone());
             start_handoff(handoff, loops, env, handed)?
         };
-        wait_for_shutdown(&endpoint);
-        if !wait_until_idle(&endpoint, deadline_after(endpoint.shutdown_wait())) {
-            endpoint.abort_remaining();
-            wait_until_idle(&endpoint, Instant::now() + Duration::from_secs(1));
+        wait_for_shutdown(&hub);
+        if !wait_until_idle(&hub, deadline_after(hub.shutdown_wait())) {
+            hub.abort_remaining();
+            wait_until_idle(&hub, Instant::now() + Duration::from_secs(1));
         }
         // The handoff's thread holds copies of the listening sockets: once
         // it is gone, the port is free. (It sees the shutdown within 100 ms.)
@@ -317,7 +317,7 @@ fn run_handoff<H: ServerHandler>(
     mut listeners: Vec<std::os::fd::OwnedFd>,
 ) {
     use crate::handoff::{arrive, leave, socket::HandoffSocket};
-    let endpoint = &env.endpoint;
+    let hub = &env.hub;
     let after = handoff.after_spread();
     let HandoffSettings {
         mut socket,
@@ -326,7 +326,7 @@ fn run_handoff<H: ServerHandler>(
         ..
     } = handoff;
     if let Some((_, successor)) = predecessor {
-        let Some(taken) = arrive::take_in(successor, loops, endpoint) else {
+        let Some(taken) = arrive::take_in(successor, loops, hub) else {
             // The predecessor serves on, and keeps the path.
             return;
         };
@@ -351,14 +351,14 @@ fn run_handoff<H: ServerHandler>(
         return;
     };
     let every = Duration::from_millis(100);
-    while let Some(successor) = socket.wait(every, || endpoint.is_shutting_down()) {
+    while let Some(successor) = socket.wait(every, || hub.is_shutting_down()) {
         // (The reactors serve and accept meanwhile: a process that is
         // no successor costs them nothing.)
         let Some(met) = leave::meet(successor) else {
             continue;
         };
         if leave::hand_off(met, &listeners, loops, env) {
-            endpoint.begin_spread(after);
+            hub.begin_spread(after);
             return;
         }
     }
@@ -415,16 +415,16 @@ impl Wake for Unpark {
     }
 }
 
-fn wait_for_shutdown(endpoint: &Endpoint) {
-    endpoint.watch(Waker::from(Arc::new(Unpark(thread::current()))));
-    while !endpoint.is_shutting_down() {
+fn wait_for_shutdown(hub: &Hub) {
+    hub.watch(Waker::from(Arc::new(Unpark(thread::current()))));
+    while !hub.is_shutting_down() {
         thread::park();
     }
 }
 
 /// Waits until no connection is left, or `deadline`; true if none is left.
-fn wait_until_idle(endpoint: &Endpoint, deadline: Instant) -> bool {
-    while endpoint.live() > 0 {
+fn wait_until_idle(hub: &Hub, deadline: Instant) -> bool {
+    while hub.live() > 0 {
         let now = Instant::now();
         if now >= deadline {
             return false;

@@ -173,9 +173,9 @@ impl<H: Handler> Reactor<H> {
         env: Env<H>,
         setup: &Setup,
     ) -> io::Result<Self> {
-        let buffer_size = env.endpoint.config.read_buffer_size;
+        let buffer_size = env.hub.config.read_buffer_size;
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
-        let sweep = Sweep::new(&env.endpoint.config).map(|s| (s, Instant::now() + s.period));
+        let sweep = Sweep::new(&env.hub.config).map(|s| (s, Instant::now() + s.period));
         Ok(Reactor {
             slots: Slab::default(),
             marked: Vec::new(),
@@ -207,7 +207,7 @@ impl<H: Handler> Reactor<H> {
     pub(crate) fn run(mut self) {
         self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
         let reactor_waker = SlotWake::waker(self.shared.clone(), REACTOR);
-        self.env.endpoint.watch(Waker::from(reactor_waker));
+        self.env.hub.watch(Waker::from(reactor_waker));
         self.arm_accept();
         while !self.shared.stop.load(Ordering::SeqCst) {
             let wait = self.may_wait();
@@ -224,7 +224,7 @@ impl<H: Handler> Reactor<H> {
                     .failure
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = Some(error);
-                self.env.endpoint.begin_shutdown();
+                self.env.hub.begin_shutdown();
                 break;
             }
             self.shared.awake.store(true, Ordering::SeqCst);
@@ -256,7 +256,7 @@ impl<H: Handler> Reactor<H> {
             self.handoff_turn();
             self.arm_accept();
             // What this turn counted, added once.
-            self.env.endpoint.meters().flush();
+            self.env.hub.meters().flush();
         }
         #[cfg(feature = "handoff")]
         self.shared.handoff.close();
@@ -298,7 +298,7 @@ impl<H: Handler> Reactor<H> {
             return;
         }
         *due = now + sweep.period;
-        if self.env.endpoint.input_frozen() {
+        if self.env.hub.input_frozen() {
             return;
         }
         for connection in self.slots.iter_mut() {
@@ -482,7 +482,7 @@ impl<H: Handler> Reactor<H> {
     /// answer 503); after the shutdown timeout, drops every open connection.
     fn notice_shutdown(&mut self) {
         let slots = &self.slots;
-        let acted = self.seen.act(&self.env.endpoint, |act| {
+        let acted = self.seen.act(&self.env.hub, |act| {
             slots.iter().filter_map(Connection::conn).for_each(act)
         });
         if !acted {
@@ -554,7 +554,7 @@ impl<H: Handler> Reactor<H> {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
-        let live = self.env.endpoint.enter();
+        let live = self.env.hub.enter();
         let slot = self.slots.next_slot();
         if self.marked.len() <= slot as usize {
             self.marked.resize(slot as usize + 1, false);

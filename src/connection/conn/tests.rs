@@ -133,7 +133,7 @@ fn a_full_queue_closes_the_connection_under_the_close_policy() {
     assert_eq!(conn.send_binary(b"x"), Err(SendError::QueueFull));
     assert!(
         wakes.0.load(Ordering::SeqCst) > before,
-        "the backend is woken"
+        "the driver is woken"
     );
     assert!(conn.shared().take_attention());
     let outbox = conn.shared().lock();

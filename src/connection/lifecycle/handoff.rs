@@ -10,8 +10,8 @@ use bytes::BytesMut;
 
 use super::{Env, Lifecycle, Open, Stage};
 use crate::connection::dispatch::Dispatch;
-use crate::connection::endpoint::LiveGuard;
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::record::{Arriving, ArrivingStage, Moved};
 use crate::connection::wake::ConnWake;
 
@@ -41,7 +41,7 @@ impl<H: Handler> Lifecycle<H> {
                 }
             }
             Stage::Open(open) => {
-                let ceiling = env.endpoint.config.limits;
+                let ceiling = env.hub.config.limits;
                 Moved::Open(Box::new(open.dispatch.hand_off(input, ceiling)?))
             }
             Stage::Done => return Err("over"),
@@ -51,19 +51,19 @@ impl<H: Handler> Lifecycle<H> {
     }
 
     /// Requests and input are handled again after a failed handoff (see
-    /// `Endpoint::freeze_requests`, `freeze_input`): what waited in
+    /// `Hub::freeze_requests`, `freeze_input`): what waited in
     /// `input` (a whole request, frames) is handled now, with no new bytes
     /// to prompt it.
     pub(crate) fn thaw(&mut self, input: &mut BytesMut, env: &Env<H>) {
         let waiting = matches!(self.stage, Stage::Handshake(_) | Stage::Open(_));
         if waiting && !input.is_empty() {
-            self.receive(input, env, Instant::now());
+            self.handle_input(input, env, Instant::now());
         }
     }
 
     /// A connection handed over by the previous process, as it was there:
     /// a request coming in, or open. Returns the bytes it had read and not
-    /// handled: the driver's read buffer, to [`Lifecycle::receive`] before
+    /// handled: the driver's read buffer, to [`Lifecycle::handle_input`] before
     /// reading more. `Err` with bytes to write before closing the socket
     /// (what was queued and a close frame with 1012) if the handler
     /// refuses it.
@@ -81,9 +81,9 @@ impl<H: Handler> Lifecycle<H> {
                 Ok((life, BytesMut::from(&input[..])))
             }
             ArrivingStage::Open { session, record } => {
-                let (endpoint, handler) = (&env.endpoint, &env.handler);
+                let (hub, handler) = (&env.hub, &env.handler);
                 let (dispatch, registration, input) =
-                    Dispatch::take_over(endpoint, handler, peer, session, *record, wake)?;
+                    Dispatch::take_over(hub, handler, peer, session, *record, wake)?;
                 let open = Open {
                     dispatch,
                     _registration: registration,

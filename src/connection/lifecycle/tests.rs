@@ -73,9 +73,9 @@ impl Harness {
     }
 
     fn with(config: Config, handler: Echo) -> Harness {
-        let env = Env::server(Endpoint::new(config, "test"), Arc::new(handler));
+        let env = Env::server(Hub::new(config, "test"), Arc::new(handler));
         let now = Instant::now();
-        let life = Lifecycle::accept(peer(), env.endpoint.enter(), wake(), &env, now);
+        let life = Lifecycle::accept(peer(), env.hub.enter(), wake(), &env, now);
         Harness {
             env,
             life,
@@ -89,17 +89,17 @@ impl Harness {
     /// Bytes arrive.
     fn receive(&mut self, bytes: &[u8]) {
         self.input.extend_from_slice(bytes);
-        self.life.receive(&mut self.input, &self.env, self.now);
+        self.life.handle_input(&mut self.input, &self.env, self.now);
     }
 
     /// Does what `poll` asks (writing everything at once) until it says to
     /// wait or close, and returns that.
     fn run(&mut self) -> Action {
         loop {
-            match self.life.poll(&self.env, self.now) {
+            match self.life.poll_action(&self.env, self.now) {
                 Action::Write => {
                     let wire = &mut self.wire;
-                    let done = self.life.write_in_place(&self.env.endpoint.pool, |slices| {
+                    let done = self.life.write_in_place(&self.env.hub.pool, |slices| {
                         slices.iter().for_each(|s| wire.extend_from_slice(s));
                         Ok(slices.iter().map(|s| s.len()).sum())
                     });
@@ -176,11 +176,11 @@ fn a_request_is_answered_and_the_frames_after_it_are_handled() {
     assert_eq!(h.seen(), ["open"]);
     assert!(h.life.wants_read());
     assert_eq!(
-        h.life.deadline(),
+        h.life.poll_timeout(),
         None,
         "an open connection has no deadline"
     );
-    assert_eq!(h.env.endpoint.open(), 1);
+    assert_eq!(h.env.hub.open(), 1);
 }
 
 #[test]
@@ -206,12 +206,12 @@ fn a_bad_request_gets_its_error_then_fin_then_a_bounded_linger() {
     assert!(h.written().starts_with(b"HTTP/1.1 405 "));
     assert_eq!(h.fins, 1, "FIN after the response");
     assert!(h.life.wants_read(), "lingering until the peer's FIN");
-    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(5)));
+    assert_eq!(h.life.poll_timeout(), Some(h.now + Duration::from_secs(5)));
     h.receive(&[0u8; 1000]);
     assert!(h.input.is_empty(), "discarded");
     assert_eq!(h.run(), Action::Wait);
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close);
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End);
     assert!(h.seen().is_empty(), "never opened");
 }
 
@@ -226,7 +226,7 @@ fn the_linger_is_bounded_in_bytes_and_time() {
         assert_eq!(h.run(), Action::Wait, "an upload read through");
     }
     h.receive(&read);
-    assert_eq!(h.run(), Action::Close, "a peer that keeps sending");
+    assert_eq!(h.run(), Action::End, "a peer that keeps sending");
 
     let mut h = Harness::new(Config::default());
     h.receive(b"GET / HTTP/1.0\r\n\r\n");
@@ -234,13 +234,13 @@ fn the_linger_is_bounded_in_bytes_and_time() {
     h.later(Duration::from_secs(5) - Duration::from_millis(1));
     assert_eq!(h.run(), Action::Wait);
     h.later(Duration::from_millis(1));
-    assert_eq!(h.run(), Action::Close, "a peer that never sends FIN");
+    assert_eq!(h.run(), Action::End, "a peer that never sends FIN");
 }
 
 #[test]
 fn a_silent_client_gets_408_at_the_handshake_timeout_exactly() {
     let mut h = Harness::new(Config::default().handshake_timeout(Duration::from_secs(3)));
-    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(3)));
+    assert_eq!(h.life.poll_timeout(), Some(h.now + Duration::from_secs(3)));
     h.receive(b"GET / HTTP/1.1\r\n");
     h.later(Duration::from_secs(3) - Duration::from_nanos(1));
     assert_eq!(h.run(), Action::Wait);
@@ -253,16 +253,16 @@ fn a_silent_client_gets_408_at_the_handshake_timeout_exactly() {
 #[test]
 fn a_port_check_gets_no_answer_and_a_cut_request_gets_400() {
     let mut h = Harness::new(Config::default());
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close);
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End);
     assert!(h.written().is_empty());
 
     let mut h = Harness::new(Config::default());
     h.receive(&REQUEST[..30]);
-    h.life.receive_eof();
+    h.life.handle_eof();
     assert_eq!(
         h.run(),
-        Action::Close,
+        Action::End,
         "written, FIN sent, and the peer has left"
     );
     assert!(h.written().starts_with(b"HTTP/1.1 400 "));
@@ -273,7 +273,7 @@ fn a_port_check_gets_no_answer_and_a_cut_request_gets_400() {
 fn a_shutdown_answers_handshakes_503() {
     let mut h = Harness::new(Config::default());
     h.receive(&REQUEST[..30]);
-    h.env.endpoint.begin_shutdown();
+    h.env.hub.begin_shutdown();
     h.receive(&REQUEST[30..]);
     h.run();
     assert!(h.written().starts_with(b"HTTP/1.1 503 "));
@@ -284,11 +284,11 @@ fn a_shutdown_answers_handshakes_503() {
 fn a_complete_close_handshake_closes_at_once() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Close, &close_payload(1000)));
-    assert_eq!(h.run(), Action::Close, "no FIN, no linger");
+    assert_eq!(h.run(), Action::End, "no FIN, no linger");
     assert_eq!(h.written(), unmasked(OpCode::Close, &close_payload(1000)));
     assert_eq!(h.fins, 0);
     assert_eq!(h.seen(), ["open", "close 1000 "]);
-    assert_eq!(h.env.endpoint.open(), 0);
+    assert_eq!(h.env.hub.open(), 0);
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn our_close_waits_for_the_peers_until_the_deadline() {
     let mut expected = close_payload(1000);
     expected.extend(b"bye");
     assert_eq!(h.written(), unmasked(OpCode::Close, &expected));
-    assert_eq!(h.life.deadline(), Some(h.now + Duration::from_secs(2)));
+    assert_eq!(h.life.poll_timeout(), Some(h.now + Duration::from_secs(2)));
     // A peer that floods data instead of answering is cut off on time.
     h.later(Duration::from_secs(1));
     h.receive(&masked(OpCode::Binary, &[7u8; 100]));
@@ -308,7 +308,7 @@ fn our_close_waits_for_the_peers_until_the_deadline() {
     assert!(h.written().is_empty(), "data after our close is dropped");
     h.later(Duration::from_secs(1));
     h.receive(&masked(OpCode::Binary, &[7u8; 100]));
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.seen(), ["open", "close 1006 close handshake timed out"]);
 }
 
@@ -319,7 +319,7 @@ fn our_close_answered_ends_tcp_at_once() {
     conn.close(CloseCode::GOING_AWAY, "").unwrap();
     assert_eq!(h.run(), Action::Wait);
     h.receive(&masked(OpCode::Close, &close_payload(1001)));
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.fins, 0);
     assert_eq!(h.seen(), ["open", "close 1001 "]);
 }
@@ -333,40 +333,45 @@ fn a_protocol_error_fails_with_its_code_then_fin_and_linger() {
     assert_eq!(&wire[..4], &[0x88, 28, 0x03, 0xea], "close 1002");
     assert_eq!(h.fins, 1);
     assert!(h.life.wants_read(), "waiting for the peer's FIN");
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close);
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.seen(), ["open", "close 1002 client frame is not masked"]);
 }
 
 #[test]
 fn eof_or_a_read_error_without_a_close_is_1006() {
     let mut h = Harness::open(Config::default());
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close);
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End);
     assert_eq!(
         h.seen(),
         ["open", "close 1006 connection closed without a close frame"]
     );
 
     let mut h = Harness::open(Config::default());
-    h.life.read_failed(&io::ErrorKind::ConnectionReset.into());
-    assert_eq!(h.run(), Action::Close);
+    h.life
+        .handle_read_error(&io::ErrorKind::ConnectionReset.into());
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.seen()[1], "close 1006 read failed: connection reset");
 }
 
 /// Writes through a socket that takes `budget` bytes, then would block.
 fn write_some(h: &mut Harness, budget: usize) -> bool {
     let write = crate::proto::write_at_most(budget, &mut h.wire);
-    h.life.write_in_place(&h.env.endpoint.pool, write)
+    h.life.write_in_place(&h.env.hub.pool, write)
 }
 
 #[test]
 fn a_blocked_write_does_not_stop_reading_below_the_bound() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Binary, &[1u8; 1000]));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert!(!write_some(&mut h, 100));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "still to write");
+    assert_eq!(
+        h.life.poll_action(&h.env, h.now),
+        Action::Write,
+        "still to write"
+    );
     assert!(!h.life.is_paused() && h.life.wants_read());
     // A request arrives meanwhile and is answered.
     h.receive(&masked(OpCode::Text, b"request"));
@@ -377,7 +382,7 @@ fn a_blocked_write_does_not_stop_reading_below_the_bound() {
 }
 
 #[test]
-fn a_full_queue_holds_the_input_until_it_drains_to_half() {
+fn a_full_queue_holds_the_input_until_it_is_written_down_to_half() {
     let mut h = Harness::open(Config::default().max_outbound_bytes(3000));
     let mut burst = Vec::new();
     for i in 0..5u8 {
@@ -385,19 +390,19 @@ fn a_full_queue_holds_the_input_until_it_drains_to_half() {
     }
     h.receive(&burst);
     // Three echoes (3012 bytes) fill the queue: the other two frames wait.
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert!(h.life.is_paused() && !h.life.wants_read() && !h.life.holds_input(&h.env));
     assert_eq!(h.life.conn().unwrap().queued_bytes(), 3 * 1004);
     assert!(!h.input.is_empty(), "the rest waits in the driver's buffer");
     // Drained to 1912 bytes: above half the bound, still paused.
     assert!(!write_some(&mut h, 1100));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert!(h.life.is_paused());
     // Drained to 1412: the held frames are due, then reading goes on.
     assert!(!write_some(&mut h, 500));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert!(h.life.holds_input(&h.env) && h.life.wants_read());
-    h.life.receive(&mut h.input, &h.env, h.now);
+    h.life.handle_input(&mut h.input, &h.env, h.now);
     assert!(h.input.is_empty() && !h.life.holds_input(&h.env));
     assert_eq!(h.run(), Action::Wait);
     let mut expected = Vec::new();
@@ -431,20 +436,20 @@ fn a_producer_waits_at_half_the_bound_and_is_woken_at_a_quarter_or_by_the_close(
         "2004 bytes: half full"
     );
     assert_eq!(conn.poll_ready(&mut cx), Poll::Pending, "registered once");
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert!(
         !h.life.is_paused(),
         "a producer's half does not stop reading"
     );
     assert!(!write_some(&mut h, 900));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert_eq!(
         count.0.load(Ordering::SeqCst),
         0,
         "1104 bytes left: not yet"
     );
     assert!(!write_some(&mut h, 200));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     assert_eq!(count.0.load(Ordering::SeqCst), 1, "904 bytes left: woken");
     assert_eq!(conn.poll_ready(&mut cx), Poll::Ready(Ok(())));
 
@@ -462,7 +467,7 @@ fn a_producer_waits_at_half_the_bound_and_is_woken_at_a_quarter_or_by_the_close(
 fn pings_while_a_send_is_out_are_answered_within_the_pong_budget() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Binary, &[1u8; 50_000]));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     let mut taken = WriteQueue::new();
     h.life.take_queue(&mut taken);
     // The send is still out when pings come. Ten get ten pongs (Autobahn
@@ -474,8 +479,8 @@ fn pings_while_a_send_is_out_are_answered_within_the_pong_budget() {
     assert_eq!(conn.queued_bytes(), taken.len() + 10 * 6, "ten pongs wait");
     h.receive(&(10..1000).flat_map(ping).collect::<Vec<_>>());
     assert!(conn.queued_bytes() <= taken.len() + PONG_BUDGET + 6);
-    h.life.sent(taken.len());
-    h.life.write_finished(0);
+    h.life.handle_sent(taken.len());
+    h.life.handle_write_finished(0);
     assert_eq!(h.run(), Action::Wait);
     let written = h.written();
     let last = unmasked(OpCode::Pong, &999u32.to_be_bytes());
@@ -487,7 +492,7 @@ fn pings_while_a_send_is_out_are_answered_within_the_pong_budget() {
 fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
     let mut h = Harness::open(Config::default().max_outbound_bytes(1000));
     h.receive(&masked(OpCode::Binary, &[1u8; 2000]));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
     let mut taken = WriteQueue::new();
     h.life.take_queue(&mut taken);
     assert_eq!(taken.len(), 2004);
@@ -499,32 +504,36 @@ fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
     let conn = h.life.conn().unwrap().clone();
     assert_eq!(conn.queued_bytes(), 2004, "bytes in flight count");
     assert_eq!(
-        h.life.poll(&h.env, h.now),
+        h.life.poll_action(&h.env, h.now),
         Action::Wait,
         "nothing new to write"
     );
     assert_eq!(conn.send_binary(b"x"), Err(crate::SendError::QueueFull));
-    h.life.sent(1000);
+    h.life.handle_sent(1000);
     assert_eq!(
         conn.queued_bytes(),
         1004,
         "what was taken counts until sent"
     );
-    h.life.sent(1004);
-    h.life.write_finished(0);
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Wait);
+    h.life.handle_sent(1004);
+    h.life.handle_write_finished(0);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Wait);
     assert!(
         !h.life.is_paused() && h.life.wants_read(),
         "flushed: reading again"
     );
     conn.send_binary(b"more").unwrap();
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write, "the newer bytes");
+    assert_eq!(
+        h.life.poll_action(&h.env, h.now),
+        Action::Write,
+        "the newer bytes"
+    );
     let mut taken = WriteQueue::new();
     h.life.take_queue(&mut taken);
     assert_eq!(taken.len(), 6);
-    h.life.sent(taken.len());
-    h.life.write_finished(0);
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Wait);
+    h.life.handle_sent(taken.len());
+    h.life.handle_write_finished(0);
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Wait);
     assert_eq!(conn.queued_bytes(), 0);
 }
 
@@ -532,12 +541,12 @@ fn a_write_that_owns_its_buffers_is_tracked_until_finished() {
 fn a_failed_write_ends_the_connection_with_1006() {
     let mut h = Harness::open(Config::default());
     h.receive(&masked(OpCode::Text, b"x"));
-    assert_eq!(h.life.poll(&h.env, h.now), Action::Write);
-    let done = h.life.write_in_place(&h.env.endpoint.pool, |_| {
-        Err(io::ErrorKind::BrokenPipe.into())
-    });
+    assert_eq!(h.life.poll_action(&h.env, h.now), Action::Write);
+    let done = h
+        .life
+        .write_in_place(&h.env.hub.pool, |_| Err(io::ErrorKind::BrokenPipe.into()));
     assert!(!done);
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.seen()[1], "close 1006 write failed: broken pipe");
 }
 
@@ -545,7 +554,7 @@ fn a_failed_write_ends_the_connection_with_1006() {
 fn an_abort_drops_the_connection_at_once() {
     let mut h = Harness::open(Config::default());
     h.life.conn().unwrap().shared().abort();
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(
         h.seen(),
         ["open", "close 1006 connection aborted by server shutdown"]
@@ -555,7 +564,7 @@ fn an_abort_drops_the_connection_at_once() {
 #[test]
 fn an_upgraded_connection_opens_at_once() {
     let env = Env::server(
-        Endpoint::new(Config::default(), "test"),
+        Hub::new(Config::default(), "test"),
         Arc::new(Echo::default()),
     );
     let handed = Arc::new(Mutex::new(Vec::new()));
@@ -569,7 +578,7 @@ fn an_upgraded_connection_opens_at_once() {
         ..Upgraded::server((), None)
     };
     let (mut life, mut input) =
-        Lifecycle::upgraded(peer(), env.endpoint.enter(), wake(), upgraded, &env);
+        Lifecycle::upgraded(peer(), env.hub.enter(), wake(), upgraded, &env);
     assert_eq!(*env.handler.seen.lock().unwrap(), ["open"]);
     let id = life.conn().expect("open").id();
     assert_eq!(
@@ -577,13 +586,13 @@ fn an_upgraded_connection_opens_at_once() {
         [id],
         "handed out once, after on_open"
     );
-    assert_eq!(life.deadline(), None);
+    assert_eq!(life.poll_timeout(), None);
     assert_eq!(input, masked(OpCode::Text, b"hi"), "the prefix comes back");
     let now = Instant::now();
-    life.receive(&mut input, &env, now);
-    assert_eq!(life.poll(&env, now), Action::Write);
+    life.handle_input(&mut input, &env, now);
+    assert_eq!(life.poll_action(&env, now), Action::Write);
     let mut wire = Vec::new();
-    life.write_in_place(&env.endpoint.pool, |slices| {
+    life.write_in_place(&env.hub.pool, |slices| {
         slices.iter().for_each(|s| wire.extend_from_slice(s));
         Ok(slices.iter().map(|s| s.len()).sum())
     });
@@ -593,10 +602,10 @@ fn an_upgraded_connection_opens_at_once() {
 #[test]
 fn dropping_a_connection_ends_it_for_the_server() {
     let h = Harness::open(Config::default());
-    assert_eq!((h.env.endpoint.live(), h.env.endpoint.open()), (1, 1));
+    assert_eq!((h.env.hub.live(), h.env.hub.open()), (1, 1));
     let Harness { env, life, .. } = h;
     drop(life);
-    assert_eq!((env.endpoint.live(), env.endpoint.open()), (0, 0));
+    assert_eq!((env.hub.live(), env.hub.open()), (0, 0));
     assert_eq!(
         *env.handler.seen.lock().unwrap(),
         ["open", "close 1006 connection dropped"]
@@ -608,7 +617,7 @@ fn dropping_a_connection_ends_it_for_the_server() {
 fn client(config: Config) -> Harness {
     // A client's connections carry no server hooks.
     let env = Env {
-        endpoint: Endpoint::new(config, "test"),
+        hub: Hub::new(config, "test"),
         handler: Arc::new(Echo::default()),
         hooks: None,
     };
@@ -616,7 +625,7 @@ fn client(config: Config) -> Harness {
         role: Role::Client,
         ..Upgraded::server((), None)
     };
-    let (life, _) = Lifecycle::upgraded(peer(), env.endpoint.enter(), wake(), upgraded, &env);
+    let (life, _) = Lifecycle::upgraded(peer(), env.hub.enter(), wake(), upgraded, &env);
     Harness {
         env,
         life,
@@ -682,8 +691,8 @@ fn a_client_waits_for_the_server_to_close_tcp_first() {
     assert_eq!(h.fins, 0);
     assert!(h.life.wants_read());
     assert_eq!(h.seen(), ["open", "close 4000 "]);
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close);
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.fins, 0);
 }
 
@@ -697,13 +706,13 @@ fn a_client_closes_tcp_itself_if_the_server_does_not() {
     let answer = client_frames(&h.written());
     assert_eq!(answer, [(8, 1001u16.to_be_bytes().to_vec())]);
     assert_eq!(h.seen(), ["open", "close 1001 "]);
-    let deadline = h.life.deadline().expect("bounded by the close timeout");
+    let deadline = h.life.poll_timeout().expect("bounded by the close timeout");
     assert_eq!(deadline, h.now + timeout);
     // Bytes after the close are read and dropped.
     h.receive(b"late bytes");
     assert_eq!(h.run(), Action::Wait);
     h.later(timeout);
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.fins, 0);
 }
 
@@ -713,8 +722,8 @@ fn a_client_that_has_the_servers_fin_already_closes_at_once() {
     // The server's close and its FIN arrive together, before our answer is
     // written.
     h.receive(&unmasked(OpCode::Close, &1000u16.to_be_bytes()));
-    h.life.receive_eof();
-    assert_eq!(h.run(), Action::Close, "nothing left to wait for");
+    h.life.handle_eof();
+    assert_eq!(h.run(), Action::End, "nothing left to wait for");
     let answer = client_frames(&h.written());
     assert_eq!(answer, [(8, 1000u16.to_be_bytes().to_vec())]);
     assert_eq!(h.fins, 0);
@@ -784,7 +793,7 @@ fn the_upgrade_hook_sets_the_connections_own_limits() {
 #[test]
 fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
     let mut h = Harness::open(Config::default());
-    h.env.endpoint.freeze_input(true);
+    h.env.hub.freeze_input(true);
     assert!(!h.life.reads_now(&h.env) && h.life.wants_read());
     let mut frames = masked(OpCode::Text, b"one");
     frames.extend(masked(OpCode::Text, b"two"));
@@ -796,7 +805,7 @@ fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
         !h.life.holds_input(&h.env),
         "not due: the driver must not spin"
     );
-    h.env.endpoint.freeze_input(false);
+    h.env.hub.freeze_input(false);
     assert!(h.life.reads_now(&h.env));
     h.life.thaw(&mut h.input, &h.env);
     assert_eq!(h.run(), Action::Wait);
@@ -810,11 +819,11 @@ fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
     conn.close(CloseCode::NORMAL, "bye").unwrap();
     assert_eq!(h.run(), Action::Wait);
     h.written();
-    h.env.endpoint.freeze_input(true);
+    h.env.hub.freeze_input(true);
     assert!(h.life.reads_now(&h.env), "a closing connection reads on");
     h.receive(&masked(OpCode::Close, &close_payload(1000)));
     assert!(h.input.is_empty());
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(h.seen(), ["open", "close 1000 "]);
 }
 
@@ -827,15 +836,15 @@ fn frozen_input_waits_unhandled_and_is_handled_when_thawed() {
 #[test]
 fn frames_frozen_before_the_peers_end_are_handled_when_thawed() {
     let mut h = Harness::open(Config::default());
-    h.env.endpoint.freeze_input(true);
+    h.env.hub.freeze_input(true);
     h.receive(&masked(OpCode::Text, b"last words"));
-    h.life.receive_eof();
+    h.life.handle_eof();
     assert_eq!(h.run(), Action::Wait, "not an abrupt end: frames wait");
     assert!(!h.life.holds_input(&h.env));
     assert_eq!(h.seen(), ["open"]);
-    h.env.endpoint.freeze_input(false);
+    h.env.hub.freeze_input(false);
     assert!(h.life.holds_input(&h.env), "due once thawed");
-    h.life.receive(&mut h.input, &h.env, h.now);
+    h.life.handle_input(&mut h.input, &h.env, h.now);
     assert!(h.input.is_empty());
     let echo = unmasked(OpCode::Text, b"last words").len();
     assert_eq!(
@@ -843,7 +852,7 @@ fn frames_frozen_before_the_peers_end_are_handled_when_thawed() {
         echo,
         "handled: echoed"
     );
-    assert_eq!(h.run(), Action::Close);
+    assert_eq!(h.run(), Action::End);
     assert_eq!(
         h.seen(),
         ["open", "close 1006 connection closed without a close frame"]

@@ -1,6 +1,6 @@
-//! The [`Endpoint`]: what every connection of one server (or one client)
-//! shares, whatever the driver and whichever the role (quinn's word for the
-//! same thing): settings, the buffer pool, connection ids, the connection
+//! The [`Hub`]: what every connection of one server (or one client)
+//! shares, whatever the driver and whichever the role (quinn calls the
+//! same thing an endpoint; here that word is only quinn's): settings, the buffer pool, connection ids, the connection
 //! counts, and the shutdown and abort flags with the wakers of the server
 //! loops that act on them.
 //!
@@ -27,7 +27,7 @@ use crate::pool::BufferPool;
 use crate::proto::CloseCode;
 
 /// What the connections of one server (or one client) share; see the module.
-pub(crate) struct Endpoint {
+pub(crate) struct Hub {
     pub(crate) config: Config,
     pub(crate) pool: Arc<BufferPool>,
     /// The sending settings every connection holds (the same pool).
@@ -57,7 +57,7 @@ pub(crate) struct Endpoint {
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     input_frozen: AtomicBool,
     /// Requests being handled now, on any thread (see
-    /// [`Endpoint::begin_request`]).
+    /// [`Hub::begin_request`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     requests_handled: AtomicUsize,
     /// Held while a shutdown is started, so that a plain one and a spread
@@ -72,10 +72,10 @@ pub(crate) struct Endpoint {
     loop_wakers: Mutex<Vec<Waker>>,
 }
 
-impl Endpoint {
-    /// An endpoint of `driver` (the `driver` label of its metrics:
+impl Hub {
+    /// A hub of `driver` (the `driver` label of its metrics:
     /// `tokio`, `uring`, `stream` or `client`).
-    pub(crate) fn new(config: Config, driver: &'static str) -> Arc<Endpoint> {
+    pub(crate) fn new(config: Config, driver: &'static str) -> Arc<Hub> {
         let pool = Arc::new(BufferPool::default());
         let outbound = Arc::new(Outbound {
             pool: pool.clone(),
@@ -83,7 +83,7 @@ impl Endpoint {
             on_full: config.slow_consumer,
             meters: Meters::new(driver),
         });
-        Arc::new(Endpoint {
+        Arc::new(Hub {
             config,
             pool,
             outbound,
@@ -201,7 +201,7 @@ impl Endpoint {
     /// Resolves once a shutdown has been requested. Any number of tasks may wait.
     #[cfg(feature = "stream")]
     pub(crate) async fn shutdown_requested(&self) {
-        self.until(Endpoint::is_shutting_down).await;
+        self.until(Hub::is_shutting_down).await;
     }
 
     /// Completes at the next shutdown or abort signal (enable it, then look
@@ -214,13 +214,13 @@ impl Endpoint {
     /// Resolves once the shutdown has turned to an abort.
     #[cfg(all(feature = "rustls", feature = "tokio"))]
     pub(crate) async fn abort_requested(&self) {
-        self.until(Endpoint::is_aborting).await;
+        self.until(Hub::is_aborting).await;
     }
 
     /// Resolves once `flag` is true; it is looked at whenever the shutdown
     /// or abort flag changes.
     #[cfg(feature = "stream")]
-    async fn until(&self, flag: fn(&Endpoint) -> bool) {
+    async fn until(&self, flag: fn(&Hub) -> bool) {
         loop {
             let notified = self.signals.notified();
             tokio::pin!(notified);
@@ -288,7 +288,7 @@ impl Endpoint {
         self.wake_loops();
     }
 
-    /// True once [`Endpoint::abort_all`] was called.
+    /// True once [`Hub::abort_all`] was called.
     pub(crate) fn is_aborting(&self) -> bool {
         self.aborting.load(Ordering::SeqCst)
     }
@@ -346,7 +346,7 @@ impl Endpoint {
     }
 
     /// Whether open connections' input waits (see
-    /// [`Endpoint::freeze_input`]; never without the `handoff` feature).
+    /// [`Hub::freeze_input`]; never without the `handoff` feature).
     /// Keepalive sweeps wait too: no pong is read meanwhile, so none may
     /// count against a connection's idle time.
     pub(crate) fn input_frozen(&self) -> bool {
@@ -356,7 +356,7 @@ impl Endpoint {
         false
     }
 
-    /// Whether requests wait (see [`Endpoint::freeze_requests`]; never
+    /// Whether requests wait (see [`Hub::freeze_requests`]; never
     /// without the `handoff` feature).
     pub(crate) fn requests_frozen(&self) -> bool {
         #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -377,7 +377,7 @@ impl Endpoint {
         (!self.requests_frozen()).then_some(guard)
     }
 
-    /// Requests being handled now (see [`Endpoint::begin_request`]).
+    /// Requests being handled now (see [`Hub::begin_request`]).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
     pub(crate) fn requests_handled(&self) -> usize {
         self.requests_handled.load(Ordering::SeqCst)
@@ -401,9 +401,9 @@ impl Endpoint {
     }
 }
 
-/// A request counted as being handled (see [`Endpoint::begin_request`]).
+/// A request counted as being handled (see [`Hub::begin_request`]).
 #[cfg(all(target_os = "linux", feature = "handoff"))]
-pub(crate) struct RequestGuard<'a>(&'a Endpoint);
+pub(crate) struct RequestGuard<'a>(&'a Hub);
 
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 impl Drop for RequestGuard<'_> {
@@ -425,7 +425,7 @@ pub(crate) fn deadline_from(now: Instant, timeout: Duration) -> Instant {
 }
 
 /// Keeps a connection counted as live.
-pub(crate) struct LiveGuard(Arc<Endpoint>);
+pub(crate) struct LiveGuard(Arc<Hub>);
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
@@ -436,7 +436,7 @@ impl Drop for LiveGuard {
 }
 
 /// Counts an upgraded connection as open until dropped.
-pub(crate) struct Registration(Arc<Endpoint>);
+pub(crate) struct Registration(Arc<Hub>);
 
 impl Drop for Registration {
     fn drop(&mut self) {
@@ -448,21 +448,21 @@ impl Drop for Registration {
 /// A handle to a running server, to stop it or look at it from elsewhere.
 #[derive(Clone)]
 pub struct ServerHandle {
-    endpoint: Arc<Endpoint>,
+    hub: Arc<Hub>,
 }
 
 impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerHandle")
             .field("connections", &self.connections())
-            .field("shutting_down", &self.endpoint.is_shutting_down())
+            .field("shutting_down", &self.hub.is_shutting_down())
             .finish()
     }
 }
 
 impl ServerHandle {
-    pub(crate) fn new(endpoint: Arc<Endpoint>) -> Self {
-        ServerHandle { endpoint }
+    pub(crate) fn new(hub: Arc<Hub>) -> Self {
+        ServerHandle { hub }
     }
 
     /// Starts a graceful shutdown: the server stops accepting (new
@@ -471,7 +471,7 @@ impl ServerHandle {
     /// dropping the rest. Calling it again does nothing. It returns at once;
     /// [`ended`](Self::ended) waits for the end, on every server.
     pub fn shutdown(&self) {
-        if self.endpoint.begin_shutdown() {
+        if self.hub.begin_shutdown() {
             tracing::info!(connections = self.connections(), "shutting down");
         }
     }
@@ -493,7 +493,7 @@ impl ServerHandle {
     /// [`Spread::over`] a zero window closes every connection at once.
     pub fn shutdown_spread(&self, spread: Spread) {
         let window = spread.window();
-        if self.endpoint.begin_spread(spread) {
+        if self.hub.begin_spread(spread) {
             tracing::info!(
                 connections = self.connections(),
                 window_ms = window.as_millis() as u64,
@@ -536,19 +536,19 @@ impl ServerHandle {
     /// ```
     #[cfg(feature = "stream")]
     pub async fn ended(&self) {
-        self.endpoint.shutdown_requested().await;
-        self.endpoint.finish_shutdown().await;
-        self.endpoint.wait_idle().await;
+        self.hub.shutdown_requested().await;
+        self.hub.finish_shutdown().await;
+        self.hub.wait_idle().await;
     }
 
     /// Open WebSocket connections (upgraded and not yet closed).
     pub fn connections(&self) -> usize {
-        self.endpoint.open()
+        self.hub.open()
     }
 
     /// Accepted connections not yet finished: upgraded ones, and also those
     /// still in the handshake or ending TCP.
     pub fn alive(&self) -> usize {
-        self.endpoint.live()
+        self.hub.live()
     }
 }
