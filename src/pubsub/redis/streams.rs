@@ -17,7 +17,8 @@ use redis::Value;
 use super::replay::SKEW_MS;
 use super::wire::{self, Stamp};
 use crate::proto::OpCode;
-use crate::pubsub::{Epoch, History, Loaded, Position};
+use crate::pubsub::relay::Loaded;
+use crate::pubsub::{Epoch, History, Position};
 
 /// Numbers a publication (making the topic's epoch, `ARGV[1]`, if it has
 /// none: then whatever its stream still holds belongs to a lost epoch and
