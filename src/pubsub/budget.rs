@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What a [`PubSub`]'s topics, histories and conflation waits may hold in
-/// all, in bytes (see "Budgets" in the module docs of `pubsub`). Counted
-/// as estimates of the heap each holds (a topic's name and state, a
+/// all, in bytes (see the module docs of `pubsub`). Counted as
+/// estimates of the heap each holds (a topic's name and state, a
 /// publication's frames and key, the bookkeeping around them), close to
 /// what the allocator hands out.
 ///

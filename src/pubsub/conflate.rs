@@ -14,9 +14,10 @@
 use std::sync::Arc;
 
 use super::envelope::Publication;
+use super::meters::Counts;
 use super::pending::Pending;
 use super::registry::{Local, Route, Subscriber, tell_gap};
-use super::{Counts, Inner, Overflow, busy};
+use super::{Inner, Overflow, busy};
 use crate::connection::conn::{Conn, SendError};
 
 impl Inner {

@@ -3,14 +3,56 @@
 //! sample of publishes, how long a delivery took from the publish call to
 //! its frame handed to the kernel. Handles are taken when the `PubSub` is
 //! built (install the recorder first); counts are added once per delivery
-//! walk, not per subscriber. Without the feature, nothing.
+//! walk, not per subscriber ([`Counts`], which the `PubSub`'s own
+//! [`Stats`] take too). Without the feature, nothing.
+//!
+//! [`Stats`]: super::Stats
 
 use std::time::Instant;
 
-use super::Counts;
+use crate::connection::conn::SendError;
 
 #[cfg(feature = "metrics")]
 use metrics::{Counter, Gauge};
+
+/// What one delivery run did, counted once at its end.
+#[derive(Default)]
+pub(super) struct Counts {
+    pub(super) delivered: u64,
+    pub(super) dropped: u64,
+    pub(super) closed: u64,
+    pub(super) gone: u64,
+    pub(super) conflated: u64,
+    /// Conflating subscribers whose queue had room by the time their
+    /// wait was set up: flushed once the list's lock is let go.
+    pub(super) flush_now: Vec<usize>,
+}
+
+impl Counts {
+    /// Counts a delivery's send (`closing`: a full queue closes).
+    pub(super) fn sent(&mut self, result: Result<(), SendError>, closing: bool) -> Sent {
+        let (counter, sent) = match result {
+            Ok(()) => (&mut self.delivered, Sent::Delivered),
+            Err(SendError::QueueFull) if closing => (&mut self.closed, Sent::Closed),
+            Err(SendError::QueueFull) => (&mut self.dropped, Sent::Dropped),
+            Err(_) => (&mut self.gone, Sent::Gone),
+        };
+        *counter += 1;
+        sent
+    }
+}
+
+/// What became of one send, as [`Counts::sent`] counted it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sent {
+    Delivered,
+    /// Its queue was full and the subscriber misses it.
+    Dropped,
+    /// Its queue was full and the subscriber is closed for it.
+    Closed,
+    /// The connection was closing: its end takes it off the topic.
+    Gone,
+}
 
 /// One publish in this many (per publishing thread) is timed to the
 /// kernel: a clock read and a probe on one subscriber per server loop.

@@ -98,3 +98,14 @@ fn run() {
         }
     }
 }
+
+impl Inner {
+    /// One pass of the sweeper: kept publications past their age let go,
+    /// the rest counted again (with `recount`: at most once a second),
+    /// idle topics forgotten, the budget held, the gauges set.
+    fn sweep(&self, now: Instant, recount: bool) {
+        self.registry.sweep(now, recount);
+        self.shed_history();
+        self.meters.usage(&self.usage(), &self.config.limits);
+    }
+}

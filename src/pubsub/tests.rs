@@ -6,15 +6,18 @@
 
 use std::io::IoSlice;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
+use super::relay::{Loaded, Placed};
 use super::*;
 use crate::connection::config::SlowConsumer;
+use crate::connection::conn::Conn;
 use crate::connection::outbox::{ConnShared, Outbound};
-use crate::connection::wake::{Job, SlotWake, WokenList};
-use crate::proto::{OwnedMessage, Role};
+use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
+use crate::proto::{CloseCode, Message, OpCode, OwnedMessage, Role};
 
 mod budgets;
 

@@ -11,117 +11,30 @@
 //! # }
 //! ```
 //!
-//! The bridge runs on a thread of its own (`rapidws-redis`), so it can be
-//! started anywhere and waited for from any thread.
+//! The bridge runs on a thread of its own (`rapidws-redis`). A publish of
+//! a topic without history goes to this node's subscribers at once and is
+//! relayed through Redis pub/sub at most once (lost, and counted in
+//! [`BridgeStats::lost`], when Redis cannot take it); a topic with history
+//! ([`super::Builder::history`]) is numbered and kept by Redis, so that a
+//! publication has the same position on every node and a subscriber
+//! resumes on any of them ([`Bridge::subscribe_with`]), without gaps or
+//! duplicates. Redis going away never stops local delivery: the bridge
+//! reconnects with backoff, and a topic published meanwhile gets a new
+//! epoch, its subscribers told of the gap. Redis is not trusted: what
+//! arrives from it is checked as a peer's message would be, and with a
+//! secret ([`Builder::secret`]) every message is signed, and only what a
+//! node signed is delivered, once and while fresh. `docs/delivery.md` in the
+//! repository has the design, and what a party that can write to Redis
+//! can and cannot do.
 //!
-//! ## Topics without history: relayed at most once
-//!
-//! Every publish on a node goes to its own subscribers at once, as without
-//! the bridge, and is also handed to the bridge, which publishes it on the
-//! Redis channel `rapidws:<topic>` (the prefix is [`Builder::prefix`]'s to
-//! choose). Each node's bridge listens to `rapidws:*` and publishes what
-//! other nodes sent to its own subscribers; a message carries the node it
-//! came from, so a node never delivers its own publishes twice. The count
-//! a publish returns is this node's subscribers.
-//!
-//! Redis pub/sub keeps nothing: a message published while a node is not
-//! connected never reaches that node, and a message a node cannot hand to
-//! Redis (Redis gone or too slow, or the bridge's queue full:
-//! [`Builder::max_queued_bytes`], 16 MiB by default, counting what is in
-//! flight) is dropped and counted in [`BridgeStats::lost`]. Nothing is
-//! retried, so nothing arrives twice or out of order from one node.
-//!
-//! ## Topics with history: numbered and kept by Redis
-//!
-//! For a topic the [`PubSub`] keeps history of ([`super::Builder::history`]),
-//! Redis numbers the publications and keeps them (unless
-//! [`Builder::record_history`] is off), so that every node gives a
-//! publication the same position and a subscriber resumes on any node:
-//! after a reconnect to another one, or after its node died.
-//!
-//! - **Publishing.** A publish goes to Redis first: one script numbers it
-//!   (the topic's epoch, made when it has none, and the next offset),
-//!   appends it to the topic's stream (trimmed to the history's count, let
-//!   go after its age) and publishes it with its position. Every node,
-//!   this one included, delivers it to its subscribers when it comes back,
-//!   in offset order. [`PubSub::publish`] returns at once then (with no
-//!   position: it is not numbered yet); [`Bridge::publish`] and
-//!   [`Bridge::publish_wait`] wait until this node delivered it and say
-//!   its position and this node's subscribers.
-//! - **No gaps, no duplicates.** A node that hears an offset past the next
-//!   one it expected (its Redis connection dropped messages) reads the
-//!   missing ones from the stream and delivers them first; one it has
-//!   delivered already is skipped. After reconnecting it reads what every
-//!   topic it follows missed meanwhile.
-//! - **Resuming.** [`Bridge::subscribe_with`] loads what the topic's
-//!   stream holds after the subscriber's position into the node's history
-//!   when the node does not hold it (it has just started, or never heard of
-//!   the topic), then subscribes: the replay and the live publications
-//!   meet without a gap, as on one node.
-//! - **Redis going away, or losing its data.** Local delivery never stops:
-//!   a publish Redis cannot record is delivered here at once, numbered in
-//!   an epoch of this node's own, and counted in
-//!   [`BridgeStats::unrecorded`]. When Redis is back, the bridge gives
-//!   such a topic a new epoch in Redis, so no subscriber anywhere resumes
-//!   over what Redis missed as if nothing were missing; every subscriber
-//!   of it is told of the gap ([`super::Envelope::recovery`] with
-//!   `false`). A Redis that restarted empty makes new epochs the same way.
-//!
-//! ## Redis going away
-//!
-//! Connecting and every round trip are bounded in time
-//! ([`Builder::timeout`], 2 s by default): a Redis that stops answering
-//! (paused, overloaded, a network that drops packets) is treated as gone.
-//! The bridge reconnects with backoff (100 ms doubling to 5 s), subscribes
-//! again, and counts the reconnects; [`BridgeStats::connected`] says
-//! whether it is connected now.
-//!
-//! ## Redis is not trusted
-//!
-//! What arrives from Redis is checked as a peer's message would be: a
-//! message longer than the node's limit ([`Builder::max_message_size`]),
-//! text that is not UTF-8, or anything not in the bridge's format is
-//! refused and counted ([`BridgeStats::refused`]), never delivered; the
-//! same for entries read from a stream. Each message carries its node's
-//! random id, a count that only grows and when it was published; with a
-//! secret the nodes share ([`Builder::secret`]), each also carries an
-//! HMAC-SHA256 over its channel and all of that. Then a party that can
-//! write to Redis but does not know the secret cannot make a node deliver:
-//!
-//! - a message of its own, one that claims another node's id, or one moved
-//!   to another channel (the MAC);
-//! - a real message a second time, live, at its own position or another,
-//!   the publishing node's own included (each node remembers the last
-//!   count it heard from each node on each topic, live or read from a
-//!   stream; a node's messages on a topic arrive in the order of their
-//!   counts, which the bridge's task stamps and signs as they leave for
-//!   Redis, whichever thread published them);
-//! - a real message signed more than two minutes ago, or before the node
-//!   started listening (so a node that restarted, having remembered
-//!   nothing, still refuses a captured one), or more than 10 s in the
-//!   future (the nodes' clocks must agree within 10 s);
-//! - a real message put back into a topic's stream at another offset and
-//!   read as history (a resume, `latest`, a gap filled): a read with a
-//!   secret must hang together (each node's counts rise with the offsets,
-//!   no entry signed more than 10 s after a newer one, checked over the
-//!   entries asked for and up to 32 before them), and nothing of one that
-//!   does not is taken: the subscriber is told it was not recovered.
-//!
-//! What it still can do: a position is Redis's, not the node's (no node
-//! knows it when it signs), so it is outside the MAC. A party that can
-//! write to Redis can keep messages from arriving (delete, delay, or
-//! disconnect subscribers, as anyone who controls Redis can: Redis closes
-//! a subscriber whose output buffer passes `client-output-buffer-limit
-//! pubsub`, 32 MiB by default, so a flood of large messages on the
-//! channels costs every node what was published meanwhile, counted as a
-//! reconnect), renumber or delete a topic's history (subscribers are then
-//! told they were not recovered: a discontinuity, never a silent gap),
-//! and read what is published (the MAC authenticates; it does not
-//! encrypt). Not caught: a real message put back right after the newest
-//! entry of a stream whose node published nothing else in what is read,
-//! signed within 10 s of the entries before it. Without a secret the node
-//! id is only a label: whoever can publish to Redis can make nodes deliver
-//! anything within their limits.
+//! | file | concern |
+//! |---|---|
+//! | `shared.rs` | what the handle, the relay and the task share; the [`Builder`] |
+//! | `run/` | the bridge's task: connects, relays both ways, catches up, counts |
+//! | `link.rs` | one Redis server or a Redis Cluster, behind one interface |
+//! | `streams.rs` | the scripts: history numbered and kept in Redis Streams, read back and checked |
+//! | `wire.rs` | the bridge's message format, signed with the nodes' secret |
+//! | `replay.rs` | the last count heard from each node on each topic: a signed message delivered once, while fresh |
 
 mod link;
 mod replay;
@@ -143,7 +56,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{PubSub, PubSubError, Published, Relay, Reply, Start, Subscribe, Subscribed};
+use super::relay::{Relay, Reply};
+use super::{PubSub, PubSubError, Published, Start, Subscribe, Subscribed};
 use crate::connection::conn::Conn;
 use crate::proto::{CloseCode, Message};
 use crate::pubsub::PublishOptions;

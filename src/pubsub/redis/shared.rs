@@ -12,7 +12,8 @@ use super::link::{self, Target};
 use super::replay::Replays;
 use super::{streams, wire};
 use crate::connection::conn::Conn;
-use crate::pubsub::{History, Outbound, Relay, Relayed, Reply};
+use crate::pubsub::History;
+use crate::pubsub::relay::{Outbound, Relay, Relayed, Reply};
 
 /// The most topics remembered as published here unrecorded (to give them
 /// a new epoch when Redis is back); past it, the oldest is forgotten, and
@@ -274,8 +275,8 @@ impl Builder {
 
     /// A secret every node of the cluster shares (any length; 32 random
     /// bytes is plenty): each message is signed with it, and only messages
-    /// signed with it are delivered. See "Redis is not trusted" in the
-    /// module docs.
+    /// signed with it are delivered. See the module docs, and "Redis is
+    /// not trusted" in `docs/delivery.md` in the repository.
     pub fn secret(mut self, secret: &[u8]) -> Builder {
         self.secret = Some(secret.to_vec());
         self
