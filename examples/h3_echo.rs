@@ -38,7 +38,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use clap::Parser;
 use rapidws::axum::WebSocketUpgrade;
-use rapidws::h3::{ReadToEndError, RequestHead, Session, StreamBudget, WebTransport};
+use rapidws::h3::{ReadToEndError, RequestHead, StreamBudget, WebTransport, WebTransportSession};
 use rapidws::{Config, Reject};
 use sha2::Digest;
 
@@ -124,7 +124,7 @@ impl WebTransport for WtEcho {
         }
     }
 
-    async fn serve(&self, session: Session) {
+    async fn serve(&self, session: WebTransportSession) {
         let session = Arc::new(session);
         tracing::debug!(id = session.id(), peer = %session.remote_address(), "WebTransport session");
         let mut streams = tokio::task::JoinSet::new();
@@ -205,7 +205,7 @@ async fn echo_bi(
 /// Echoes a unidirectional stream, read whole (within the stream
 /// budget: a peer that never finishes its streams holds no more), on a
 /// new one.
-async fn echo_uni(session: Arc<Session>, mut recv: rapidws::h3::quinn::RecvStream) {
+async fn echo_uni(session: Arc<WebTransportSession>, mut recv: rapidws::h3::quinn::RecvStream) {
     let bytes = match session.read_to_end(&mut recv, MAX_UNI_ECHO).await {
         Ok(bytes) => bytes,
         Err(ReadToEndError::TooLong) => {

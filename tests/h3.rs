@@ -407,7 +407,7 @@ struct Subscriber {
 }
 
 impl rapidws::h3::WebTransport for Subscriber {
-    async fn serve(&self, session: rapidws::h3::Session) {
+    async fn serve(&self, session: rapidws::h3::WebTransportSession) {
         let topic = session
             .path()
             .split_once("?topic=")

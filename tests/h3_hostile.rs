@@ -240,7 +240,7 @@ impl rapidws::h3::WebTransport for Scripted {
         Ok(())
     }
 
-    async fn serve(&self, session: rapidws::h3::Session) {
+    async fn serve(&self, session: rapidws::h3::WebTransportSession) {
         match session.path() {
             "/close7" => session.close(7, "seven"),
             "/panic" => panic!("a handler that panics"),

@@ -349,7 +349,7 @@ impl Envelope for Json {
 
 /// A connection's choices: how it is answered, and (until it opens) what
 /// to subscribe it to.
-struct Session {
+struct Client {
     positions: bool,
     opening: Vec<(String, Start)>,
     /// With `--jwt-secret`: what the connection's token allows, once it
@@ -358,9 +358,9 @@ struct Session {
 }
 
 impl Handler for Bus {
-    type State = Session;
+    type State = Client;
 
-    fn on_open(&self, conn: &Conn, session: &mut Session) {
+    fn on_open(&self, conn: &Conn, session: &mut Client) {
         if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
             tokens.watch(conn, grant, None);
         }
@@ -379,7 +379,7 @@ impl Handler for Bus {
         session.opening.shrink_to_fit();
     }
 
-    fn on_message(&self, conn: &Conn, session: &mut Session, message: Message<'_>) {
+    fn on_message(&self, conn: &Conn, session: &mut Client, message: Message<'_>) {
         let positions = session.positions;
         let Message::Text(text) = message else {
             let why = "commands are text: subscribe:<topic> or unsubscribe:<topic>";
@@ -419,7 +419,7 @@ impl Handler for Bus {
         }
     }
 
-    fn on_close(&self, conn: &Conn, session: &mut Session, _: CloseCode, _: &str) {
+    fn on_close(&self, conn: &Conn, session: &mut Client, _: CloseCode, _: &str) {
         if let (Some(tokens), Some(grant)) = (&self.tokens, &session.grant) {
             tokens.forget(conn, grant);
         }
@@ -429,7 +429,7 @@ impl Handler for Bus {
     /// the position it has been sent up to (nothing is published here once
     /// the publishers moved, so that is the topic's latest), its format
     /// and its token's grant.
-    fn hand_off(&self, conn: &Conn, session: &mut Session) -> Option<Vec<u8>> {
+    fn hand_off(&self, conn: &Conn, session: &mut Client) -> Option<Vec<u8>> {
         let topics: Vec<_> = self
             .pubsub
             .topics(conn)
@@ -449,7 +449,7 @@ impl Handler for Bus {
     /// `--take-over`: the subscriber's topics again, each resumed after
     /// the position it had been sent up to (what was published since, in
     /// this process, is replayed from history first: exactly once).
-    fn take_over(&self, conn: &Conn, state: &[u8]) -> Option<Session> {
+    fn take_over(&self, conn: &Conn, state: &[u8]) -> Option<Client> {
         let state: serde_json::Value = serde_json::from_slice(state).ok()?;
         let positions = state["positions"].as_bool()?;
         let grant = match &state["grant"] {
@@ -478,7 +478,7 @@ impl Handler for Bus {
             };
             let _ = self.subscribe_how(conn, name, &how);
         }
-        Some(Session {
+        Some(Client {
             positions,
             opening: Vec::new(),
             grant,
@@ -514,7 +514,7 @@ impl ServerHandler for Bus {
         self.pubsub.renumber();
     }
 
-    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Session, Reject> {
+    fn on_upgrade(&self, request: &Request<'_>, _: &mut Accept) -> Result<Client, Reject> {
         if request.path() != "/ws" {
             return Err(Reject::new(
                 404,
@@ -576,7 +576,7 @@ impl ServerHandler for Bus {
                 None => {}
             }
         }
-        Ok(Session {
+        Ok(Client {
             positions,
             opening,
             grant,
@@ -683,14 +683,14 @@ impl Bus {
 
     /// Whether the connection may join `topic`: always without
     /// `--jwt-secret`, else if its token names it.
-    fn may_join(&self, session: &Session, topic: &str) -> bool {
+    fn may_join(&self, session: &Client, topic: &str) -> bool {
         self.tokens.is_none() || session.grant.as_ref().is_some_and(|g| g.allows(topic))
     }
 
     /// `token:<jwt>`: takes the token (a first one, or a fresh one before
     /// the last expires), leaves the topics it does not name, and watches
     /// its expiry. A token that is not valid closes with 1008 and why.
-    fn authorize(&self, conn: &Conn, session: &mut Session, token: &str) -> Result<(), ()> {
+    fn authorize(&self, conn: &Conn, session: &mut Client, token: &str) -> Result<(), ()> {
         let Some(tokens) = &self.tokens else {
             let _ = conn.send_text(&refusal(session.positions, "this bus takes no tokens"));
             return Ok(());

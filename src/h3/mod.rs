@@ -39,11 +39,11 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `budget` | what sessions hold of their peers' streams read whole: [`StreamBudget`], [`Session::read_to_end`] |
+//! | `budget` | what sessions hold of their peers' streams read whole: [`StreamBudget`], [`WebTransportSession::read_to_end`] |
 //! | `client` | the client side: [`Client`] opens WebSockets on an HTTP/3 connection |
 //! | `connection` | a QUIC connection: the control streams, QPACK's streams read and discarded, a task per request |
 //! | `request` | a request stream: its head read, checked, answered; the WebSocket served |
-//! | `session` | a WebTransport [`Session`] as its handler holds it, and the table that sends the peer's streams and datagrams to theirs |
+//! | `session` | a WebTransport [`WebTransportSession`] as its handler holds it, and the table that sends the peer's streams and datagrams to theirs |
 //! | `webtransport` | a session's CONNECT stream: answered, its handler run, its capsules read, its close said |
 //! | `wire` | reading frames off a quinn stream; the error codes and closes the others share |
 //! | `data` | a request stream's DATA frames as a byte stream ([`DataStream`]) |
@@ -75,7 +75,9 @@ pub use quinn;
 pub use rapidws_core::h3::RequestHead;
 #[cfg(feature = "pubsub")]
 pub(crate) use session::Link;
-pub use session::{Closed, DatagramError, Session, WebTransport, application_code, error_code};
+pub use session::{
+    Closed, DatagramError, WebTransport, WebTransportSession, application_code, error_code,
+};
 
 /// QUIC's settings that matter to a WebSocket server. The defaults keep an
 /// idle connection small and a busy one fast on a LAN or the internet.
@@ -277,7 +279,7 @@ fn settings<H: ServerHandler>(server: &crate::stream::Server<H>, webtransport: b
 struct NoSessions;
 
 impl WebTransport for NoSessions {
-    async fn serve(&self, _: Session) {}
+    async fn serve(&self, _: WebTransportSession) {}
 }
 
 /// Serves `endpoint`'s connections with `server` until the server is shut

@@ -67,7 +67,7 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
     .await;
     let payload = match read {
         Ok(Ok(Opening::Head(payload))) => payload,
-        Ok(Ok(Opening::Session(id))) => {
+        Ok(Ok(Opening::WebTransport(id))) => {
             drop(deciding);
             if let Some((_, sessions)) = &service.webtransport {
                 sessions.bi(id, send, recv);

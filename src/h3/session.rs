@@ -1,4 +1,4 @@
-//! A WebTransport session as its handler holds it ([`Session`]), and the
+//! A WebTransport session as its handler holds it ([`WebTransportSession`]), and the
 //! connection's table that sends each stream and datagram a peer opens to
 //! the session it names.
 
@@ -35,13 +35,13 @@ const QUEUED_DATAGRAMS: usize = 256;
 /// extended CONNECT with `:protocol` webtransport on the endpoint.
 ///
 /// ```no_run
-/// use rapidws::h3::{Session, WebTransport};
+/// use rapidws::h3::{WebTransportSession, WebTransport};
 ///
 /// /// Echoes every bidirectional stream.
 /// struct Echo;
 ///
 /// impl WebTransport for Echo {
-///     async fn serve(&self, session: Session) {
+///     async fn serve(&self, session: WebTransportSession) {
 ///         while let Some((mut send, mut recv)) = session.accept_bi().await {
 ///             tokio::spawn(async move {
 ///                 while let Ok(Some(chunk)) = recv.read_chunk(64 * 1024, true).await {
@@ -66,7 +66,7 @@ pub trait WebTransport: Send + Sync + 'static {
     }
 
     /// What this handler's sessions may hold of their peers' streams read
-    /// whole ([`Session::read_to_end`]): for every connection of the
+    /// whole ([`WebTransportSession::read_to_end`]): for every connection of the
     /// endpoint together, and for each. Asked once, when the endpoint
     /// starts serving. By default the process's own ([`StreamBudget::default`]:
     /// 256 MiB for every endpoint in the process, 4 MiB per connection).
@@ -93,13 +93,13 @@ pub trait WebTransport: Send + Sync + 'static {
     }
 
     /// Serves one session. When this returns, the session is closed (code
-    /// 0, unless [`Session::close`] said otherwise). When the session ends
-    /// otherwise (the peer closes it, [`Session::close`], the server shuts
-    /// down), [`Session::closed`] resolves and the `accept_*` methods
+    /// 0, unless [`WebTransportSession::close`] said otherwise). When the session ends
+    /// otherwise (the peer closes it, [`WebTransportSession::close`], the server shuts
+    /// down), [`WebTransportSession::closed`] resolves and the `accept_*` methods
     /// return `None`; this future then has 2 seconds to return before it
     /// is dropped (with the streams it holds: dropping a quinn
     /// `SendStream` finishes it).
-    fn serve(&self, session: Session) -> impl Future<Output = ()> + Send;
+    fn serve(&self, session: WebTransportSession) -> impl Future<Output = ()> + Send;
 }
 
 /// How a session ended.
@@ -117,7 +117,7 @@ pub struct Closed {
 /// Why a datagram was not sent.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DatagramError {
-    /// Larger than the path carries now ([`Session::max_datagram_size`]):
+    /// Larger than the path carries now ([`WebTransportSession::max_datagram_size`]):
     /// send it on a stream instead.
     TooLarge {
         /// The largest payload that fits.
@@ -151,19 +151,19 @@ impl std::error::Error for DatagramError {}
 /// Streams are quinn's own (`SendStream`, `RecvStream`), their session
 /// prefix already read or written; an application's stream error code `c`
 /// goes on the wire as [`error_code`]`(c)`.
-pub struct Session {
+pub struct WebTransportSession {
     link: Link,
     path: String,
     bi: tokio::sync::Mutex<mpsc::Receiver<(SendStream, RecvStream)>>,
     uni: tokio::sync::Mutex<mpsc::Receiver<RecvStream>>,
     datagrams: tokio::sync::Mutex<mpsc::Receiver<Bytes>>,
-    /// Where [`close`](Session::close) asks the session's task to close.
+    /// Where [`close`](WebTransportSession::close) asks the session's task to close.
     closing: mpsc::Sender<(u32, String)>,
     /// The connection's share of the stream budget.
     budget: Arc<ConnectionBudget>,
 }
 
-/// What may outlive a [`Session`]'s handle and still send on the session
+/// What may outlive a [`WebTransportSession`]'s handle and still send on the session
 /// (a pub/sub subscription): its connection, its id, its end.
 #[derive(Clone)]
 pub(crate) struct Link {
@@ -249,9 +249,9 @@ impl Link {
     }
 }
 
-impl std::fmt::Debug for Session {
+impl std::fmt::Debug for WebTransportSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
+        f.debug_struct("WebTransportSession")
             .field("id", &self.link.id)
             .field("path", &self.path)
             .finish_non_exhaustive()
@@ -269,7 +269,7 @@ pub fn application_code(code: quinn::VarInt) -> Option<u32> {
     wt::http3_to_error(code.into_inner())
 }
 
-impl Session {
+impl WebTransportSession {
     /// The session's id: its CONNECT stream's.
     pub fn id(&self) -> u64 {
         self.link.id
@@ -517,7 +517,7 @@ impl Sessions {
         path: String,
         max: usize,
         streams: u32,
-    ) -> Option<(Session, Control)> {
+    ) -> Option<(WebTransportSession, Control)> {
         let mut table = self.lock();
         if table.open.len() >= max {
             return None;
@@ -537,7 +537,7 @@ impl Sessions {
                 table.early.push((of, stream));
             }
         }
-        let session = Session {
+        let session = WebTransportSession {
             link: Link {
                 conn: conn.clone(),
                 id,
@@ -555,7 +555,7 @@ impl Sessions {
         Some((session, Control { closed, closing }))
     }
 
-    /// Session `id` is over: its streams and datagrams are refused from
+    /// WebTransportSession `id` is over: its streams and datagrams are refused from
     /// now on, and its handler's `accept_*` end once it has taken those
     /// queued.
     pub(crate) fn remove(&self, id: u64) {
@@ -586,7 +586,7 @@ impl Sessions {
     }
 }
 
-impl Drop for Session {
+impl Drop for WebTransportSession {
     /// Streams queued for the handler and never taken are refused
     /// (`WT_SESSION_GONE`), not left to end as if they had been read.
     fn drop(&mut self) {

@@ -35,7 +35,7 @@ pub(crate) enum Opening {
     Head(Vec<u8>),
     /// WebTransport's signal: a stream of this session (what follows is
     /// the application's bytes).
-    Session(u64),
+    WebTransport(u64),
 }
 
 /// Reads a stream's frames up to its HEADERS frame and returns the
@@ -67,7 +67,7 @@ pub(crate) async fn read_headers(
             return Err(HeadError::Unexpected("a frame type HTTP/3 reserves"));
         }
         if sessions && first && frame.kind == rapidws_core::h3::webtransport::BIDI_SIGNAL {
-            return Ok(Opening::Session(frame.length));
+            return Ok(Opening::WebTransport(frame.length));
         }
         first = false;
         match frame.kind {

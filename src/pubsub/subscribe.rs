@@ -134,7 +134,7 @@ impl PubSub {
     #[cfg(feature = "http3")]
     pub fn subscribe_session(
         &self,
-        session: &crate::h3::Session,
+        session: &crate::h3::WebTransportSession,
         topic: &str,
     ) -> Result<bool, PubSubError> {
         check_topic(topic)?;
@@ -176,7 +176,11 @@ impl PubSub {
     /// Ends a session's subscription to `topic` (its stream is finished);
     /// false if it was not subscribed.
     #[cfg(feature = "http3")]
-    pub fn unsubscribe_session(&self, session: &crate::h3::Session, topic: &str) -> bool {
+    pub fn unsubscribe_session(
+        &self,
+        session: &crate::h3::WebTransportSession,
+        topic: &str,
+    ) -> bool {
         self.inner
             .registry
             .remove_session(topic, session.link().key(), None)
