@@ -61,12 +61,7 @@ impl<H: Handler> Connection<H> {
     ) -> Self {
         let now = std::time::Instant::now();
         Connection {
-            socket: Socket {
-                stream,
-                readable: false,
-                writable: false,
-                read_closed: false,
-            },
+            socket: Socket::new(stream),
             read_buf: BytesMut::new(),
             timer: Timer::default(),
             life: Lifecycle::accept(peer, live, wake, env, now),
@@ -86,12 +81,7 @@ impl<H: Handler> Connection<H> {
     ) -> Self {
         let (life, prefix) = Lifecycle::upgraded(peer, live, wake, upgraded, env);
         Connection {
-            socket: Socket {
-                stream,
-                readable: false,
-                writable: false,
-                read_closed: false,
-            },
+            socket: Socket::new(stream),
             read_buf: prefix,
             timer: Timer::default(),
             life,
@@ -213,6 +203,18 @@ struct Socket {
     /// The peer's FIN (or an error) was reported: there is no later event, so
     /// the socket stays readable until a read returns the end (or the error).
     read_closed: bool,
+}
+
+impl Socket {
+    /// A socket just accepted or connected: no event seen yet.
+    fn new(stream: mio::net::TcpStream) -> Self {
+        Socket {
+            stream,
+            readable: false,
+            writable: false,
+            read_closed: false,
+        }
+    }
 }
 
 impl Transport for Socket {
