@@ -1,6 +1,6 @@
 //! Many streams on one connection: an smux echo server.
 //!
-//! `/mux` takes a WebSocket whose binary messages carry an smux session
+//! `/mux` takes a WebSocket whose binary messages carry a mux (smux)
 //! (xtaci/smux's protocol, the version the peer speaks); with `--tcp-addr`,
 //! plain smux over TCP as well. Every stream the peer opens is echoed until
 //! the peer closes it; with `--open N` the server also opens N streams to
@@ -10,10 +10,10 @@
 //! cargo run --release --example mux_echo -- --addr 127.0.0.1:9006 --tcp-addr 127.0.0.1:9010
 //! ```
 //!
-//! Every session, over TCP and over `/mux`, shares one byte budget
+//! Every mux, over TCP and over `/mux`, shares one byte budget
 //! (`--budget`, default the library's 256 MiB): what all of them hold,
 //! received and unread or written and unsent. Past seven eighths of it new
-//! streams are refused; past all of it the session holding the most is
+//! streams are refused; past all of it the mux holding the most is
 //! shed (logged with its reason, counted in `/metrics` with `--metrics`).
 //!
 //! With `--push-size BYTES` the server also opens one stream to each peer
@@ -21,7 +21,7 @@
 //! reader's pace: a write waits while the stream's send buffer is full),
 //! and the streams the peer opens are echoed at a higher priority, so a
 //! reply goes out ahead of the pushes: the load harness's Stream Benchmark
-//! with pushes and requests as two streams of one session (`rapidws-load
+//! with pushes and requests as two streams of one mux (`rapidws-load
 //! stream --mux`).
 
 mod support;
@@ -51,7 +51,7 @@ struct Args {
     /// Speak only this smux version (1 or 2); default: the peer's.
     #[arg(long)]
     version: Option<Version>,
-    /// The most streams open at once per session; a SYN past it gets a FIN.
+    /// The most streams open at once per mux; a SYN past it gets a FIN.
     #[arg(long, value_name = "N", default_value_t = Config::default().max_streams)]
     max_streams: usize,
     /// Push this many bytes every `--push-every-us` on a stream the server
@@ -61,19 +61,19 @@ struct Args {
     /// Microseconds between pushes.
     #[arg(long, value_name = "US", default_value_t = 500)]
     push_every_us: u64,
-    /// What every session together may hold, in bytes (received and
+    /// What every mux together may hold, in bytes (received and
     /// unread, written and unsent); default: the library's process-wide
     /// budget (256 MiB).
     #[arg(long, value_name = "BYTES")]
     budget: Option<usize>,
-    /// A session whose peer is silent, or takes none of what waits for
+    /// A mux whose peer is silent, or takes none of what waits for
     /// it, this many seconds is ended (NOPs go every third of it);
     /// default: the library's 30.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     keepalive_secs: Option<u64>,
 }
 
-/// What the server does on each session besides echoing.
+/// What the server does on each mux besides echoing.
 #[derive(Clone)]
 struct Plan {
     /// Streams to open and echo on.
@@ -86,7 +86,7 @@ struct Plan {
 fn main() -> ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:9006");
-    // One budget for every session, TCP and /mux: the configuration's
+    // One budget for every mux, TCP and /mux: the configuration's
     // clones share it.
     let config = Config {
         version: args.version,
@@ -121,10 +121,7 @@ fn main() -> ExitCode {
         if let Some(listener) = tcp {
             runtime.spawn(serve_tcp(listener, config.clone(), plan.clone()));
         }
-        tracing::info!(
-            bytes = config.budget.limit(),
-            "the mux budget of every session"
-        );
+        tracing::info!(bytes = config.budget.limit(), "the mux budget of every mux");
         SocketHandler::with_upgrade(
             |request, _| match request.path() {
                 "/mux" => Ok(()),
@@ -136,10 +133,10 @@ fn main() -> ExitCode {
             move |socket, ()| {
                 let (config, plan) = (config.clone(), plan.clone());
                 // Inside the future: it runs on the runtime, where the
-                // session's driver is spawned (io_uring's callbacks are not).
+                // mux's driver is spawned (io_uring's callbacks are not).
                 async move {
                     let mux = Mux::over_websocket(socket, Side::Acceptor, config);
-                    serve_session(mux, plan).await
+                    serve_mux(mux, plan).await
                 }
             },
         )
@@ -167,7 +164,7 @@ async fn serve_tcp(listener: std::net::TcpListener, config: Config, plan: Plan) 
             Ok((tcp, _)) => {
                 let _ = tcp.set_nodelay(true);
                 let mux = Mux::new(tcp, Side::Acceptor, config.clone());
-                tokio::spawn(serve_session(mux, plan.clone()));
+                tokio::spawn(serve_mux(mux, plan.clone()));
             }
             Err(error) => {
                 tracing::warn!(%error, "accept failed");
@@ -177,8 +174,8 @@ async fn serve_tcp(listener: std::net::TcpListener, config: Config, plan: Plan) 
     }
 }
 
-/// Echoes every stream of one session until it ends.
-async fn serve_session(mux: Mux, plan: Plan) {
+/// Echoes every stream of one mux until it ends.
+async fn serve_mux(mux: Mux, plan: Plan) {
     for _ in 0..plan.open {
         match mux.open_stream().await {
             Ok(stream) => {
@@ -212,7 +209,7 @@ async fn serve_session(mux: Mux, plan: Plan) {
     }
 }
 
-/// Writes `payload` every `every` until the stream or session ends; a
+/// Writes `payload` every `every` until the stream or mux ends; a
 /// write waits while the stream's send buffer is full, and ticks missed
 /// meanwhile are caught up (tokio's default), as `examples/stream` does.
 async fn push(mut stream: Stream, payload: rapidws::Bytes, every: Duration) {

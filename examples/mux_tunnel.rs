@@ -12,7 +12,7 @@
 //! With `--tls-cert`/`--tls-key` the server takes `wss://` (the agent's
 //! `--cafile` trusts a self-signed certificate). One agent is served at a
 //! time: a newer one replaces the older. The agent reconnects when its
-//! session ends.
+//! mux ends.
 
 mod support;
 
@@ -109,7 +109,7 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The agent's session, once one is connected.
+/// The agent's mux, once one is connected.
 type Current = Arc<Mutex<Option<Mux>>>;
 
 async fn server(
@@ -212,7 +212,7 @@ async fn agent(
             tokio::spawn(async move {
                 match TcpStream::connect(&to).await {
                     Ok(tcp) => splice(stream, tcp).await,
-                    // The stream ends (dropped: our FIN); the session stays.
+                    // The stream ends (dropped: our FIN); the mux stays.
                     Err(error) => tracing::warn!(to, %error, "cannot connect --to"),
                 }
             });

@@ -1,4 +1,4 @@
-//! The session's driver: a task that reads the transport into the
+//! The mux's driver: a task that reads the transport into the
 //! protocol, writes the protocol's frames out, and keeps its time.
 
 use std::future::poll_fn;
@@ -23,7 +23,7 @@ const READ_CHUNK: usize = 64 * 1024;
 /// small enough that a stream's write waits behind little.
 const WRITE_BATCH: usize = 64 * 1024;
 
-/// How long a session that is ending waits for streams whose last bytes
+/// How long a mux that is ending waits for streams whose last bytes
 /// wait for the peer's window (version 2).
 const CLOSE_LINGER: Duration = Duration::from_secs(5);
 
@@ -273,7 +273,7 @@ impl<T: Transport> Driver<T> {
     }
 }
 
-/// Counts the session's end by its reason (feature `metrics`):
+/// Counts the mux's end by its reason (feature `metrics`):
 /// `rapidws_mux_sessions_ended_total`.
 #[cfg(feature = "metrics")]
 fn count_end(why: &Error) {

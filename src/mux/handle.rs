@@ -1,4 +1,4 @@
-//! [`Mux`], the session's handle.
+//! [`Mux`], the handle the application holds.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -12,9 +12,10 @@ use super::driver::Driver;
 use super::shared::Shared;
 use super::{Error, Stream};
 
-/// One smux session: opens and accepts [`Stream`]s.
+/// One mux (smux's "session"): many streams over one connection; opens
+/// and accepts [`Stream`]s.
 ///
-/// Cloning gives another handle to the same session. The session ends
+/// Cloning gives another handle to the same mux. The mux ends
 /// when the transport does, when the peer breaks the protocol, at
 /// [`close`](Mux::close), or once every handle and every stream is
 /// dropped; its streams then read what had arrived and then fail.
@@ -63,7 +64,7 @@ impl Drop for Mux {
 }
 
 impl Mux {
-    /// A session over `io` (a TCP or TLS stream, any async byte stream),
+    /// A mux over `io` (a TCP or TLS stream, any async byte stream),
     /// on `side`: [`Side::Dialer`] if this end connected, as smux's
     /// client (it opens odd stream ids). Spawns its driver on the current
     /// tokio runtime.
@@ -102,7 +103,7 @@ impl Mux {
         Mux { shared }
     }
 
-    /// A session over a WebSocket whose binary messages carry the smux
+    /// A mux over a WebSocket whose binary messages carry the smux
     /// bytes (see [`MessageStream`](super::MessageStream)).
     #[cfg(feature = "socket")]
     pub fn over_websocket(socket: crate::socket::WebSocket, side: Side, config: Config) -> Mux {
@@ -111,7 +112,7 @@ impl Mux {
 
     /// Opens a stream. Its SYN goes out at once; the peer sees the stream
     /// when it accepts. Fails at once when [`Config::max_streams`] streams
-    /// are open or the session ended.
+    /// are open or the mux ended.
     pub async fn open_stream(&self) -> Result<Stream, Error> {
         let mut state = self.shared.lock();
         if let Some(why) = &state.ended {
@@ -123,7 +124,7 @@ impl Mux {
         Ok(Stream::new(self.shared.clone(), id))
     }
 
-    /// The next stream the peer opens; `None` once the session ended.
+    /// The next stream the peer opens; `None` once the mux ended.
     pub async fn accept_stream(&self) -> Option<Stream> {
         poll_fn(|cx| self.poll_accept(cx)).await
     }
@@ -152,30 +153,30 @@ impl Mux {
         self.shared.lock().protocol.version()
     }
 
-    /// What the session counted (refused SYNs, data dropped).
+    /// What the mux counted (refused SYNs, data dropped).
     pub fn stats(&self) -> MuxStats {
         self.shared.lock().protocol.stats()
     }
 
-    /// What the session holds against its budget now
+    /// What the mux holds against its budget now
     /// ([`Config::budget`]): bytes received and not yet read, written and
     /// not yet sent.
     pub fn held(&self) -> usize {
         self.shared.lock().protocol.held()
     }
 
-    /// The budget the session shares with every other of its
+    /// The budget the mux shares with every other of its
     /// configuration.
     pub fn budget(&self) -> Budget {
         self.shared.lock().protocol.config().budget.clone()
     }
 
-    /// Whether the session ended.
+    /// Whether the mux ended.
     pub fn is_closed(&self) -> bool {
         self.shared.lock().ended.is_some()
     }
 
-    /// Ends the session cleanly: every stream gets its FIN after what was
+    /// Ends the mux cleanly: every stream gets its FIN after what was
     /// written, new streams are refused both ways, and once that is out
     /// (streams waiting for the peer's window get 5 s) the transport is
     /// shut down. Returns when the driver is done (what
@@ -190,7 +191,7 @@ impl Mux {
         self.closed().await
     }
 
-    /// Waits for the session to end: `Ok` if it ended cleanly (the
+    /// Waits for the mux to end: `Ok` if it ended cleanly (the
     /// transport closed, or [`close`](Mux::close)), the error otherwise.
     pub async fn closed(&self) -> Result<(), Error> {
         poll_fn(|cx| {

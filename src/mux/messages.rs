@@ -1,4 +1,4 @@
-//! A WebSocket's binary messages as a byte stream, for a session over a
+//! A WebSocket's binary messages as a byte stream, for a mux over a
 //! WebSocket.
 
 use std::io;
@@ -91,7 +91,7 @@ impl AsyncRead for MessageStream {
             match ready!(Pin::new(&mut this.socket).poll_next(cx)) {
                 Some(Ok(OwnedMessage::Binary(data))) => this.reading = data,
                 Some(Ok(OwnedMessage::Text(_))) => {
-                    // Closed here, before the session's end closes with
+                    // Closed here, before the mux's end closes with
                     // 1000 (a second close is ignored).
                     let _ = this.socket.close(CloseCode::UNSUPPORTED_DATA, TEXT_REFUSED);
                     return Poll::Ready(Err(io::Error::new(

@@ -54,7 +54,7 @@ pub use rapidws_core::mux::{
 };
 pub use stream::Stream;
 
-/// Why a session ended, or why it could not open a stream.
+/// Why a mux ended, or why it could not open a stream.
 #[derive(Clone, Debug)]
 pub enum Error {
     /// The peer broke the protocol (or went silent past the keepalive
@@ -63,7 +63,7 @@ pub enum Error {
     /// Reading or writing the transport failed.
     Transport(Arc<io::Error>),
     /// The transport ended (the peer closed it), or [`Mux::close`] ended
-    /// the session.
+    /// the mux.
     Closed,
     /// A stream could not be opened.
     Open(OpenError),

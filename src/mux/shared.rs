@@ -1,4 +1,4 @@
-//! What a session's handle, its streams and its driver share: the
+//! What a mux's handle, its streams and its driver share: the
 //! protocol's state and who waits on it, under one lock.
 
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A session's state with one handle.
+    /// A mux's state with one handle.
     pub(crate) fn new(protocol: Protocol) -> Shared {
         Shared {
             state: Mutex::new(State {
@@ -44,9 +44,9 @@ pub(crate) struct State {
     watchers: Vec<Waker>,
     /// The driver, when it waits.
     driver: Option<Waker>,
-    /// Why the session ended, once it did (the driver is gone).
+    /// Why the mux ended, once it did (the driver is gone).
     pub(crate) ended: Option<Error>,
-    /// `Mux` handles alive; with no handle and no stream left, the session
+    /// `Mux` handles alive; with no handle and no stream left, the mux
     /// ends.
     pub(crate) handles: usize,
 }
@@ -93,7 +93,7 @@ impl State {
         match &self.driver {
             Some(parked) if parked.will_wake(waker) => {}
             _ => {
-                // The budget wakes it too, should the session be shed.
+                // The budget wakes it too, should the mux be shed.
                 self.protocol.set_waker(waker);
                 self.driver = Some(waker.clone());
             }
@@ -122,12 +122,12 @@ impl State {
         self.writers.remove(&id);
     }
 
-    /// Whether nothing can use the session any more.
+    /// Whether nothing can use the mux any more.
     pub(crate) fn abandoned(&self) -> bool {
         self.handles == 0 && self.protocol.streams() == 0
     }
 
-    /// The session ended: everyone waiting learns it.
+    /// The mux ended: everyone waiting learns it.
     pub(crate) fn end(&mut self, why: Error) {
         if self.ended.is_none() {
             self.ended = Some(why);

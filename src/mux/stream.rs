@@ -1,4 +1,4 @@
-//! [`Stream`]: one stream of a session, as tokio's `AsyncRead` and
+//! [`Stream`]: one stream of a mux, as tokio's `AsyncRead` and
 //! `AsyncWrite`.
 
 use std::io;
@@ -16,10 +16,10 @@ use super::shared::{Shared, State};
 /// own end each way.
 ///
 /// - Reading gives what the peer wrote, then end of file at the peer's FIN
-///   (its `shutdown`), or an error if the session ended first
+///   (its `shutdown`), or an error if the mux ended first
 ///   ([`io::ErrorKind::ConnectionReset`], the reason in the message).
 /// - Writing queues up to [`Config::send_buffer`](super::Config::send_buffer)
-///   bytes and waits when that is full; the session's driver sends them
+///   bytes and waits when that is full; the mux's driver sends them
 ///   without being asked, so `flush` returns at once (before the bytes
 ///   leave: [`Mux::close`](super::Mux::close) waits for them).
 /// - `shutdown` sends our FIN after what was written (a half-close: reading
