@@ -38,7 +38,7 @@ impl Mux {
     /// attempt to write. Frames that waited and then went are the peer's
     /// progress; frames taken at once prove nothing (our own NOPs go out
     /// whether the peer reads or not, into the kernel's buffers).
-    pub fn note_transport(&mut self, wrote: bool, waiting: bool) {
+    pub fn handle_transport_write(&mut self, wrote: bool, waiting: bool) {
         self.progressed |= wrote && self.output_waiting;
         self.output_waiting = waiting;
     }

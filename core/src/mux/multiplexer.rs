@@ -67,27 +67,35 @@ pub(super) struct Stream {
     pub(super) stale: bool,
 }
 
-/// One side of an smux session, sans-I/O: the calls a driver makes are
-/// below, what bounds a peer is in [`Config`].
+/// One side of an smux session, sans-I/O. Inputs are `handle_*` (the
+/// peer's bytes, the clock, what the transport did with our frames),
+/// outputs `poll_*` (events, frames, the next deadline); the application's
+/// side is [`open`](Mux::open), [`accept`](Mux::accept),
+/// [`read`](Mux::read), [`write`](Mux::write), [`finish`](Mux::finish)
+/// (our FIN: a half-close) and [`close`](Mux::close). What bounds a peer
+/// is in [`Config`].
 ///
-/// Call contract, for a driver:
-/// 1. after reading from the transport, [`receive`](Mux::receive) with the
-///    whole input buffer (it takes what it can and leaves a partial
-///    frame), then [`poll_event`](Mux::poll_event) until `None`;
+/// # Call order
+///
+/// 1. after reading from the transport,
+///    [`handle_input`](Mux::handle_input) with the whole input buffer (it
+///    takes what it can and leaves a partial frame), then
+///    [`poll_event`](Mux::poll_event) until `None`;
 /// 2. while [`wants_input`](Mux::wants_input) is false, read nothing more:
 ///    the application has [`Config::receive_buffer`] bytes unread (or the
 ///    peer is not reading our answers);
-/// 3. whenever [`has_output`](Mux::has_output), [`transmit`](Mux::transmit)
-///    into a buffer and write it out;
+/// 3. whenever [`has_output`](Mux::has_output),
+///    [`poll_transmit`](Mux::poll_transmit) into a buffer and write it out;
 /// 4. at [`poll_timeout`](Mux::poll_timeout), [`handle_timeout`](Mux::handle_timeout);
-/// 5. after each attempt to write, [`note_transport`](Mux::note_transport):
-///    whether the transport took some of our frames and whether some still
-///    wait for it (the keepalive's test of a peer that does not read);
+/// 5. after each attempt to write,
+///    [`handle_transport_write`](Mux::handle_transport_write): whether the
+///    transport took some of our frames and whether some still wait for it
+///    (the keepalive's test of a peer that does not read);
 /// 6. when the budget's waker ([`set_waker`](Mux::set_waker)) wakes it,
 ///    [`poll_timeout`](Mux::poll_timeout) is due at once: the session was
 ///    shed.
 ///
-/// After any of the application's calls, output may be owed (steps 3), and
+/// After any of the application's calls, output may be owed (step 3), and
 /// after a [`read`](Mux::read), input may be wanted again (step 2).
 #[derive(Debug)]
 pub struct Mux {
@@ -133,7 +141,7 @@ pub struct Mux {
     pub(super) output_waiting: bool,
     /// At the last check, something of ours waited for the peer.
     pub(super) waiting_on_peer: bool,
-    /// What `receive` left in its input last time.
+    /// What `handle_input` left in its input last time.
     pub(super) unread: usize,
     pub(super) next_keepalive: Option<Instant>,
 }

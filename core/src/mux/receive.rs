@@ -13,7 +13,7 @@ impl Mux {
     /// Takes every whole frame from `input` (a partial one stays) while
     /// the budget allows, at `now`. An error ends the session: every
     /// stream becomes readable (to see the end), nothing more is sent.
-    pub fn receive(&mut self, input: &mut BytesMut, now: Instant) -> Result<(), MuxError> {
+    pub fn handle_input(&mut self, input: &mut BytesMut, now: Instant) -> Result<(), MuxError> {
         if let Some(error) = self.failed {
             return Err(error);
         }

@@ -8,7 +8,7 @@ use super::{OpenError, Read, StreamError, Version};
 
 impl Mux {
     /// Opens a stream; its SYN goes out with the next
-    /// [`transmit`](Mux::transmit).
+    /// [`poll_transmit`](Mux::poll_transmit).
     pub fn open(&mut self) -> Result<u32, OpenError> {
         if self.failed.is_some() || self.ending {
             return Err(OpenError::Ended);
@@ -96,7 +96,7 @@ impl Mux {
 
     /// Queues as much of `data` as the stream's send buffer takes and
     /// returns how much; 0 (for a non-empty `data`) means full: wait for
-    /// [`Event::Writable`].
+    /// [`Event::Writable`](super::Event::Writable).
     pub fn write(&mut self, id: u32, data: &[u8]) -> Result<usize, StreamError> {
         if self.failed.is_some() {
             return Err(StreamError::Ended);

@@ -8,7 +8,7 @@ use super::multiplexer::{Control, KEEP_CAPACITY, Mux, give_turn, room, sendable}
 use super::{Event, Version};
 
 impl Mux {
-    /// Whether [`transmit`](Mux::transmit) would write anything now.
+    /// Whether [`poll_transmit`](Mux::poll_transmit) would write anything now.
     pub fn has_output(&self) -> bool {
         self.failed.is_none()
             && self.version.is_some()
@@ -20,7 +20,7 @@ impl Mux {
     /// then one data frame per stream in turn, a stream's FIN after its
     /// data. Nothing is sent before the version is known, or after the
     /// session failed.
-    pub fn transmit(&mut self, out: &mut BytesMut, limit: usize) {
+    pub fn poll_transmit(&mut self, out: &mut BytesMut, limit: usize) {
         let Some(version) = self.version else {
             return;
         };
