@@ -58,7 +58,7 @@ fn echo(c: &mut Criterion) {
                 // Stands in for the socket read into the pooled buffer.
                 input.extend_from_slice(&wire);
                 let mut echoed = 0;
-                while let Some(event) = session.read(&mut input, &mut out).unwrap() {
+                while let Some(event) = session.poll_event(&mut input, &mut out).unwrap() {
                     if let Event::Message(message) = event {
                         let opcode = match message {
                             Message::Text(_) => OpCode::Text,

@@ -176,7 +176,7 @@ impl Peer {
     fn receive(&mut self, bytes: &[u8]) {
         self.input.extend_from_slice(bytes);
         loop {
-            let event = match self.session.read(&mut self.input, &mut self.out) {
+            let event = match self.session.poll_event(&mut self.input, &mut self.out) {
                 Ok(Some(event)) => event,
                 Ok(None) => return,
                 Err(error) => panic!("{:?} failed: {error}", self.session.role()),
@@ -499,7 +499,7 @@ fn each_role_refuses_the_other_roles_masking() {
         input.extend_from_slice(&wire);
         let mut session = Session::new(receiver, Limits::default(), pool.clone());
         let mut replies = WriteQueue::with_role(receiver);
-        let error = session.read(&mut input, &mut replies).unwrap_err();
+        let error = session.poll_event(&mut input, &mut replies).unwrap_err();
         assert_eq!(error.code, CloseCode::PROTOCOL_ERROR, "{receiver:?}");
         let mut close = Vec::new();
         replies.move_into(&mut close);
@@ -518,6 +518,8 @@ fn each_role_refuses_the_other_roles_masking() {
     );
     let mut input = BytesMut::from(&masked[..]);
     let mut session = Session::new(Role::Server, Limits::default(), pool);
-    let event = session.read(&mut input, &mut WriteQueue::new()).unwrap();
+    let event = session
+        .poll_event(&mut input, &mut WriteQueue::new())
+        .unwrap();
     assert_eq!(event, Some(Event::Message(Message::Text("ok"))));
 }

@@ -153,7 +153,10 @@ fn server_reads(wire: &[u8], sizes: &[usize], deflate: Option<&DeflateParams>) -
     let mut seen = Vec::new();
     for chunk in chunks(wire, sizes) {
         input.extend_from_slice(&chunk);
-        while let Some(event) = session.read(&mut input, &mut out).expect("a valid stream") {
+        while let Some(event) = session
+            .poll_event(&mut input, &mut out)
+            .expect("a valid stream")
+        {
             seen.push(match event {
                 Event::Message(Message::Text(t)) => Seen::Text(t.to_owned()),
                 Event::Message(Message::Binary(b)) => Seen::Binary(b.to_vec()),

@@ -312,7 +312,7 @@ fn run_session(data: &[u8], role: Role, params: Option<DeflateParams>) {
         input.extend_from_slice(chunk);
         fed += chunk.len();
         loop {
-            match session.read(&mut input, &mut out) {
+            match session.poll_event(&mut input, &mut out) {
                 Ok(None) => break,
                 Ok(Some(event)) => {
                     assert!(!ended, "an event after the session ended: {event:?}");
@@ -430,7 +430,7 @@ fn read_all(
     events: &mut Vec<Owned>,
 ) -> bool {
     loop {
-        match session.read(input, out) {
+        match session.poll_event(input, out) {
             Ok(None) => return true,
             Ok(Some(event)) => events.push(match event {
                 Event::Message(Message::Text(t)) => Owned::Message(true, t.as_bytes().to_vec()),
@@ -951,7 +951,7 @@ pub fn mux_session(data: &[u8]) {
     for chunk in chunker.clone_split(wire) {
         input.extend_from_slice(chunk);
         now += Duration::from_millis(chunker.next(4000) as u64);
-        let failed = mux.receive(&mut input, now).is_err() | mux.handle_timeout(now).is_err();
+        let failed = mux.handle_input(&mut input, now).is_err() | mux.handle_timeout(now).is_err();
         // Bounds.
         assert!(mux.streams() <= config.max_streams);
         match mux.version() {
@@ -1010,7 +1010,7 @@ pub fn mux_session(data: &[u8]) {
         // What it sends: whole frames an smux receiver accepts.
         let mut out = BytesMut::new();
         let limit = chunker.next(3000);
-        mux.transmit(&mut out, limit);
+        mux.poll_transmit(&mut out, limit);
         assert!(out.len() < limit + 8 + usize::from(config.max_frame_size) + 8 + 8);
         if failed || mux.is_failed() {
             assert!(out.is_empty() && !mux.wants_input() && !mux.has_output());

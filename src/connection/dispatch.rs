@@ -235,7 +235,7 @@ impl<H: Handler> Dispatch<H> {
                 // The session holds closes (see `open`): the peer's close
                 // finds its reply held if it comes while the session is open.
                 let was_open = self.session.is_open();
-                let event = self.session.read(input, outbox.queue());
+                let event = self.session.poll_event(input, outbox.queue());
                 let mut waiting = None;
                 if matches!(event, Ok(Some(Event::Closed { .. }))) && !was_open {
                     // It answers our close: nothing more may be sent, so

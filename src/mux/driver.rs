@@ -184,7 +184,7 @@ impl<T: Transport> Driver<T> {
             // transport took, and whether frames still wait for it.
             state
                 .protocol
-                .note_transport(wrote, !self.output.is_empty());
+                .handle_transport_write(wrote, !self.output.is_empty());
             state.protocol.wants_input()
         };
         // No more than a chunk at a time, and none while a chunk's worth of
@@ -210,7 +210,7 @@ impl<T: Transport> Driver<T> {
         if wants_input && !self.input.is_empty() {
             let before = self.input.len();
             let mut state = self.shared.lock();
-            let received = state.protocol.receive(&mut self.input, Instant::now());
+            let received = state.protocol.handle_input(&mut self.input, Instant::now());
             state.dispatch();
             if let Err(error) = received {
                 return Step::Done(Error::Protocol(error));
@@ -221,7 +221,7 @@ impl<T: Transport> Driver<T> {
         // Gather frames, keep time, see whether it is over.
         let mut state = self.shared.lock();
         if self.output.len() < WRITE_BATCH && state.protocol.has_output() {
-            state.protocol.transmit(&mut self.output, WRITE_BATCH);
+            state.protocol.poll_transmit(&mut self.output, WRITE_BATCH);
             state.dispatch();
             progress = true;
         }

@@ -1,62 +1,33 @@
 //! Many streams on one connection: the smux protocol (xtaci/smux, versions
-//! 1 and 2), sans-I/O.
-//!
-//! [`Mux`] is one side of an smux session over some byte stream (a TCP
-//! connection, TLS, or a WebSocket whose binary messages carry the bytes,
-//! their boundaries meaning nothing). Like the WebSocket [`Session`], it
-//! does no I/O and reads no clock:
-//!
-//! - bytes in: [`Mux::receive`] takes whole frames from the input buffer
-//!   (a partial one stays for the next call);
-//! - events out: [`Mux::poll_event`] says which streams became readable or
-//!   writable and when a stream waits to be accepted;
-//! - frames out: [`Mux::transmit`] appends frames to an output buffer, the
-//!   streams with data taking turns a frame at a time;
-//! - time in, deadlines out: [`Mux::poll_timeout`] and
-//!   [`Mux::handle_timeout`] (keepalive: a NOP every interval, the session
-//!   ends when the peer is silent for the timeout).
-//!
-//! The application's side: [`Mux::open`], [`Mux::accept`], [`Mux::read`],
-//! [`Mux::write`], [`Mux::finish`] (our FIN: a half-close) and
-//! [`Mux::close`] (the application is done with the stream).
-//!
-//! What bounds a peer (see [`Config`]): the streams open at once (a SYN
-//! past the limit is answered with a FIN, the session goes on), and only
-//! with the peer's own ids (a SYN with ours is refused the same way); the
-//! bytes received and not yet read by the application, in version 1
-//! session-wide (when they reach [`Config::receive_buffer`],
-//! [`Mux::wants_input`] turns false and the driver stops reading, as smux
-//! does), in version 2 per stream (a peer that sends past the window it
-//! was given ends the session; a session holds at most `max_streams`
-//! windows); the frames we owe the peer (a peer that never reads stops
-//! being read); and every frame's length. Data for a stream that is
-//! unknown or already closed is dropped and counted ([`MuxStats`]).
-//!
-//! Across sessions, a [`Budget`] ([`Config::budget`]) bounds what all of
-//! them hold together: received and unread, written and unsent. Past
-//! seven eighths of it a session holding more than its share takes no new
-//! stream (a SYN gets a FIN, [`Mux::open`] fails with
-//! [`OpenError::Budget`]); past all of it the
-//! session holding the most is shed ([`MuxError::Budget`]): it ends, lets
-//! go of everything it holds, and its streams fail saying why. And the
-//! keepalive ends a session whose peer stops taking what we send
-//! ([`MuxError::NoProgress`]), however many NOPs it sends.
+//! 1 and 2), sans-I/O. [`Mux`] is one side of an smux session over some
+//! byte stream (TCP, TLS, or a WebSocket's binary messages); like the
+//! WebSocket [`Session`], it does no I/O and reads no clock, and its
+//! documentation gives the order a driver calls it in. [`Config`] says
+//! what bounds a peer, alone and, through a shared [`Budget`], together.
 //!
 //! | file | concern |
 //! |---|---|
 //! | `frame.rs` | the 8-byte header and what each command allows |
-//! | `multiplexer.rs` | [`Mux`]: streams, windows, the budget, keepalive |
+//! | `multiplexer.rs` | [`Mux`]: its state, its contract, what the files below share |
+//! | `receive.rs` | the peer's frames in: SYN, FIN, PSH, UPD, NOP |
+//! | `transmit.rs` | frames out: control frames, window updates, data in turn |
+//! | `keepalive.rs` | the clock: NOPs, the silent and the non-reading peer |
+//! | `streams.rs` | the application's side: open, accept, read, write, close |
 //! | `schedule.rs` | whose turn it is to send |
 //!
 //! [`Session`]: crate::proto::Session
 
 pub mod frame;
+mod keepalive;
 mod multiplexer;
+mod receive;
 mod schedule;
+mod streams;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_bounds;
+mod transmit;
 
 use std::fmt;
 use std::sync::OnceLock;

@@ -50,7 +50,7 @@ pub(super) fn drain_all(mux: &mut Mux) -> Vec<u8> {
     let mut out = BytesMut::new();
     loop {
         let before = out.len();
-        mux.transmit(&mut out, usize::MAX);
+        mux.poll_transmit(&mut out, usize::MAX);
         if out.len() == before {
             return out.to_vec();
         }
@@ -59,7 +59,7 @@ pub(super) fn drain_all(mux: &mut Mux) -> Vec<u8> {
 
 pub(super) fn feed(mux: &mut Mux, bytes: &[u8]) -> Result<(), MuxError> {
     let mut input = BytesMut::from(bytes);
-    mux.receive(&mut input, Instant::now())?;
+    mux.handle_input(&mut input, Instant::now())?;
     assert!(input.is_empty(), "{} bytes left", input.len());
     Ok(())
 }
@@ -289,7 +289,7 @@ fn a_peer_that_never_reads_our_answers_is_not_read_either() {
         flood.extend_from_slice(&frame(1, Command::Syn, 100_001 + 2 * i, b""));
     }
     let mut input = flood.clone();
-    mux.receive(&mut input, Instant::now()).unwrap();
+    mux.handle_input(&mut input, Instant::now()).unwrap();
     // 512 streams taken in, then 1024 refusals owed: reading stopped.
     assert!(!mux.wants_input());
     assert_eq!(mux.streams(), 512);
@@ -301,7 +301,7 @@ fn a_peer_that_never_reads_our_answers_is_not_read_either() {
     // Once the answers are out, it reads on.
     drain_all(&mut mux);
     assert!(mux.wants_input());
-    mux.receive(&mut input, Instant::now()).unwrap();
+    mux.handle_input(&mut input, Instant::now()).unwrap();
     assert_eq!(mux.stats().refused, 2 * 1024);
 }
 
@@ -317,7 +317,7 @@ fn version_1_stops_reading_at_the_session_budget_and_resumes_when_read() {
     for _ in 0..10 {
         input.extend_from_slice(&frame(1, Command::Psh, 3, &[1; 30_000]));
     }
-    mux.receive(&mut input, Instant::now()).unwrap();
+    mux.handle_input(&mut input, Instant::now()).unwrap();
     // Four frames (at most one past the budget), then no more.
     assert_eq!(mux.buffered(), 120_000);
     assert!(!mux.wants_input());
@@ -325,7 +325,7 @@ fn version_1_stops_reading_at_the_session_budget_and_resumes_when_read() {
     let id = mux.accept().unwrap();
     assert_eq!(mux.read(id, &mut [0; 50_000]), Ok(Read::Data(50_000)));
     assert!(mux.wants_input());
-    mux.receive(&mut input, Instant::now()).unwrap();
+    mux.handle_input(&mut input, Instant::now()).unwrap();
     assert_eq!(mux.buffered(), 100_000);
     // A stream the application closes gives its bytes back.
     mux.close(id);
@@ -346,7 +346,7 @@ fn version_1_stops_reading_at_the_session_budget_and_resumes_when_read() {
             input.extend_from_slice(&frame(2, Command::Psh, id, &[1; 60_000]));
         }
     }
-    mux.receive(&mut input, Instant::now()).unwrap();
+    mux.handle_input(&mut input, Instant::now()).unwrap();
     assert!(input.is_empty() && mux.wants_input());
     assert_eq!(mux.buffered(), 480_000);
 }
@@ -443,11 +443,11 @@ fn a_full_send_buffer_says_when_it_has_room_again() {
     let mut out = BytesMut::new();
     for _ in 0..2 {
         let limit = out.len() + 1;
-        mux.transmit(&mut out, limit);
+        mux.poll_transmit(&mut out, limit);
         assert_eq!(mux.poll_event(), None);
     }
     let limit = out.len() + 1;
-    mux.transmit(&mut out, limit);
+    mux.poll_transmit(&mut out, limit);
     assert_eq!(mux.poll_event(), Some(Event::Writable(id)));
 }
 
@@ -498,7 +498,7 @@ fn keepalive_sends_nops_and_ends_a_silent_session() {
     assert_eq!(drain_all(&mut mux), frame(1, Command::Nop, 0, b""));
     // A NOP from the peer keeps it alive.
     let mut input = BytesMut::from(&frame(1, Command::Nop, 0, b"")[..]);
-    mux.receive(&mut input, start + Duration::from_secs(25))
+    mux.handle_input(&mut input, start + Duration::from_secs(25))
         .unwrap();
     mux.handle_timeout(start + Duration::from_secs(50)).unwrap();
     let error = mux
@@ -595,12 +595,12 @@ fn random_traffic_in_random_pieces_arrives_whole() {
             }
             while mux.poll_event().is_some() {}
             let limit = wires[side].len() + rng.random_range(1..10_000);
-            mux.transmit(&mut wires[side], limit);
+            mux.poll_transmit(&mut wires[side], limit);
             // Deliver a random piece of what this side sent.
             let piece = rng.random_range(0..=wires[side].len());
             let mut input = wires[side].split_to(piece);
             let other = &mut sides[1 - side];
-            other.receive(&mut input, Instant::now()).unwrap();
+            other.handle_input(&mut input, Instant::now()).unwrap();
             // Whatever the budget left unread goes back in front.
             if !input.is_empty() {
                 input.unsplit(std::mem::take(&mut wires[side]));
@@ -711,7 +711,7 @@ fn the_keepalive_clock_restarts_when_we_read_again() {
     let mut mux = Mux::new(Side::Acceptor, stalling, start);
     let mut input = BytesMut::from(&frame(1, Command::Syn, 3, b"")[..]);
     input.extend_from_slice(&frame(1, Command::Psh, 3, &[1; 20]));
-    mux.receive(&mut input, start).unwrap();
+    mux.handle_input(&mut input, start).unwrap();
     assert!(!mux.wants_input());
     assert_eq!(
         mux.poll_timeout(),

@@ -149,7 +149,7 @@ fn what_is_written_and_unsent_counts_and_a_writer_may_be_the_one_shed() {
     assert_eq!(mux.held(), 64 << 10);
     // Sent: no longer held.
     let mut out = BytesMut::new();
-    mux.transmit(&mut out, 40 << 10);
+    mux.poll_transmit(&mut out, 40 << 10);
     assert_eq!(mux.held(), (64 << 10) - (out.len() - 2 * 8 - 8));
     // The only holder, past the limit: shed.
     let mut result = Ok(0);
@@ -191,7 +191,7 @@ fn every_five_seconds(
         let now = start + Duration::from_secs(t);
         let bytes = each(mux, t);
         let mut input = BytesMut::from(&bytes[..]);
-        if let Err(error) = mux.receive(&mut input, now) {
+        if let Err(error) = mux.handle_input(&mut input, now) {
             return Some((error, t));
         }
         while mux.poll_timeout().is_some_and(|due| due <= now) {
@@ -248,7 +248,7 @@ fn a_transport_that_takes_nothing_while_nops_arrive_ends_the_session() {
     let start = Instant::now();
     let mut mux = Mux::new(Side::Dialer, config(Version::V1), start);
     let ended = every_five_seconds(&mut mux, start, 120, |mux, _| {
-        mux.note_transport(false, true);
+        mux.handle_transport_write(false, true);
         frame(1, Command::Nop, 0, b"")
     });
     let (error, at) = ended.expect("the session ends");
@@ -259,7 +259,7 @@ fn a_transport_that_takes_nothing_while_nops_arrive_ends_the_session() {
     for wrote in [true, false] {
         let mut mux = Mux::new(Side::Dialer, config(Version::V1), start);
         let ended = every_five_seconds(&mut mux, start, 120, |mux, _| {
-            mux.note_transport(wrote, wrote);
+            mux.handle_transport_write(wrote, wrote);
             frame(1, Command::Nop, 0, b"")
         });
         assert_eq!(ended, None, "wrote: {wrote}");

@@ -1,7 +1,7 @@
 //! The per-connection protocol state machine, from the end of the handshake on.
 //!
-//! [`Session::read`] takes the connection's read buffer and returns the next
-//! [`Event`], writing any automatic replies (pongs, the close reply, the close
+//! [`Session::poll_event`] takes the connection's read buffer and returns the
+//! next [`Event`], writing any automatic replies (pongs, the close reply, the close
 //! frame that fails the connection) into a [`WriteQueue`]. It never touches a
 //! socket or a clock, so the tokio and io_uring backends run the same code and
 //! the fuzzer can drive it without either.
@@ -165,13 +165,31 @@ enum Source {
 /// A close frame held back (see [`Session::hold_closes`]), with its code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Held {
-    /// A protocol failure `read` found.
+    /// A protocol failure `poll_event` found.
     Failure(CloseCode),
     /// The reply to the peer's close frame.
     Reply(CloseCode),
 }
 
 /// One end of one WebSocket connection, server or client.
+///
+/// Its output is [`poll_event`](Session::poll_event), as the crate's other
+/// sans-I/O machines name theirs; its input is the peer's bytes, in the
+/// read buffer that call takes. It reads no clock: timeouts are the
+/// driver's.
+///
+/// # Call order
+///
+/// 1. after reading from the transport into the read buffer,
+///    [`poll_event`](Session::poll_event) with it until `Ok(None)` or an
+///    error, done with each event before the next call (it borrows the
+///    buffer);
+/// 2. write out the replies it queued in `out` (pongs, the close reply,
+///    a failure's close frame), and whatever the application queued;
+/// 3. to end: [`close`](Session::close) starts the close handshake (keep
+///    reading until [`is_closed`](Session::is_closed)),
+///    [`fail`](Session::fail) ends with a close frame, and
+///    [`abandon`](Session::abandon) without one, the connection being gone.
 pub struct Session {
     limits: Limits,
     rules: DecodeRules,
@@ -185,7 +203,7 @@ pub struct Session {
     release_assembly: bool,
     /// The peer's close frame arrived (whoever sent the first one).
     peer_closed: bool,
-    /// The close frames `read` would queue on its own are held, not sent at
+    /// The close frames `poll_event` would queue on its own are held, not sent at
     /// once (see [`Session::hold_closes`]).
     hold_closes: bool,
     /// A close frame held and not queued yet.
@@ -274,12 +292,15 @@ impl Session {
     /// Returns the next event found in `input`, or `Ok(None)` when `input` holds
     /// no complete event (it then holds only the start of a frame, or nothing).
     ///
-    /// Pass the same buffer every time, appending new bytes at its end: the
-    /// session remembers how far it got in it. Bytes the previous event borrowed
-    /// are dropped from `input` first. Replies
-    /// owed to the peer are appended to `out`. On error the connection has failed:
-    /// the close frame is in `out` and every later call returns `Ok(None)`.
-    pub fn read<'s>(
+    /// The input buffer is passed to each call rather than kept by the
+    /// session because the event borrows it: a message's payload is a slice
+    /// of it (zero copy). Pass the same buffer every time, appending new
+    /// bytes at its end: the session remembers how far it got in it. Bytes
+    /// the previous event borrowed are dropped from `input` first. Replies
+    /// owed to the peer are appended to `out`. On error the connection has
+    /// failed: the close frame is in `out` and every later call returns
+    /// `Ok(None)`.
+    pub fn poll_event<'s>(
         &'s mut self,
         input: &'s mut BytesMut,
         out: &mut WriteQueue,
@@ -336,7 +357,7 @@ impl Session {
     }
 
     /// Whether `input` holds bytes beyond those the previous event borrowed
-    /// (which the next [`Session::read`] drops first): whether reading on
+    /// (which the next [`Session::poll_event`] drops first): whether reading on
     /// could find anything.
     pub fn has_unread(&self, input: &BytesMut) -> bool {
         input.len() > self.consume
@@ -385,7 +406,7 @@ impl Session {
         ProtocolError { code, reason }
     }
 
-    /// A failure found by `read`: answered with its close frame at once, or
+    /// A failure found by `poll_event`: answered with its close frame at once, or
     /// held (see [`Session::hold_closes`]).
     fn fail_read(
         &mut self,
@@ -401,7 +422,7 @@ impl Session {
         self.fail(code, reason, out)
     }
 
-    /// From now on, the close frames [`Session::read`] would queue on its own
+    /// From now on, the close frames [`Session::poll_event`] would queue on its own
     /// are held instead ([`Session::held_close`]) until
     /// [`Session::release_close`]: a protocol failure's (reading ends as
     /// usual), and the reply to the peer's close frame. For a caller whose
@@ -620,7 +641,7 @@ impl Session {
         let payload = frame.header_len..frame.header_len + frame.payload_len;
         self.consume = payload.end;
         self.frame = None;
-        // A text frame that arrived whole is validated once, when `read` turns it
+        // A text frame that arrived whole is validated once, when `poll_event` turns it
         // into a `&str`.
         Ok(Step::Ready(Ready::Message {
             text,

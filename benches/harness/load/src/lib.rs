@@ -12,6 +12,7 @@ pub mod stats;
 pub mod storm;
 pub mod stream;
 pub mod stream_mux;
+pub mod stream_requests;
 pub mod wire;
 
 use std::cell::Cell;
@@ -32,7 +33,7 @@ pub enum Mode {
     /// Upgrades per second: connect, upgrade, close, repeat.
     Handshake(handshake::HandshakeArgs),
     /// Small requests every interval while the server pushes large messages.
-    Stream(stream::StreamArgs),
+    Stream(stream_requests::StreamArgs),
     /// Echo with permessage-deflate negotiated (fails if the server declines).
     Deflate(deflate::DeflateArgs),
     /// Closed-loop echo through a client library (rapidws, tokio-tungstenite, fastwebsockets).

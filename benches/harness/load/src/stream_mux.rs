@@ -28,7 +28,9 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
 use crate::stats::{SharedStats, Stats};
-use crate::stream::{Pending, StreamArgs, answered, finish, request, send_all, start_requests};
+use crate::stream_requests::{
+    MuxClient, Pending, StreamArgs, answered, finish, request, send_all, start_requests,
+};
 use crate::wire;
 use crate::{Phase, SharedPhase, emit, note_failure};
 
@@ -39,15 +41,6 @@ const SYN: u8 = 0;
 const FIN: u8 = 1;
 const PSH: u8 = 2;
 const UPD: u8 = 4;
-
-/// Which client `stream --mux` runs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MuxClient {
-    /// The harness's own frames (the server's figure).
-    Raw,
-    /// rapidws's client and `rapidws::mux`.
-    Library,
-}
 
 /// An smux frame inside a masked binary WebSocket frame.
 fn frame(version: u8, command: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

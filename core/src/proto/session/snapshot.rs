@@ -110,7 +110,7 @@ impl Session {
     /// hand its bytes over with the snapshot, and read no more here).
     /// `Err` says why the session cannot move; `input` is then unchanged
     /// but for bytes the last event borrowed, which are dropped as the next
-    /// [`Session::read`] would.
+    /// [`Session::poll_event`] would.
     pub fn snapshot(&mut self, input: &mut BytesMut) -> Result<SessionSnapshot, Unmovable> {
         self.settle(input);
         self.movable()?;

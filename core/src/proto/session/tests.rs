@@ -53,7 +53,7 @@ impl Harness {
         self.input.extend_from_slice(bytes);
         let mut events = Vec::new();
         loop {
-            match self.session.read(&mut self.input, &mut self.out) {
+            match self.session.poll_event(&mut self.input, &mut self.out) {
                 Ok(None) => break,
                 Ok(Some(event)) => events.push(match event {
                     Event::Message(Message::Text(t)) => Ev::Text(t.to_owned()),
@@ -122,7 +122,7 @@ fn whole_frames_are_delivered_without_copying() {
         .extend_from_slice(&frame(true, OpCode::Binary, &[7u8; 300]));
     let base = h.input.as_ptr() as usize;
     let len = h.input.len();
-    match h.session.read(&mut h.input, &mut h.out).unwrap() {
+    match h.session.poll_event(&mut h.input, &mut h.out).unwrap() {
         Some(Event::Message(Message::Binary(b))) => {
             let at = b.as_ptr() as usize;
             assert!(
@@ -135,7 +135,12 @@ fn whole_frames_are_delivered_without_copying() {
     }
     // The bytes are dropped lazily, by the next call.
     assert_eq!(h.input.len(), len);
-    assert!(h.session.read(&mut h.input, &mut h.out).unwrap().is_none());
+    assert!(
+        h.session
+            .poll_event(&mut h.input, &mut h.out)
+            .unwrap()
+            .is_none()
+    );
     assert!(h.input.is_empty());
 }
 
@@ -599,9 +604,19 @@ fn a_cleared_buffer_after_an_event_is_not_a_reason_to_panic() {
     let mut h = Harness::new();
     h.input
         .extend_from_slice(&frame(true, OpCode::Binary, &[1u8; 50]));
-    assert!(h.session.read(&mut h.input, &mut h.out).unwrap().is_some());
+    assert!(
+        h.session
+            .poll_event(&mut h.input, &mut h.out)
+            .unwrap()
+            .is_some()
+    );
     let mut other = BytesMut::new();
-    assert!(h.session.read(&mut other, &mut h.out).unwrap().is_none());
+    assert!(
+        h.session
+            .poll_event(&mut other, &mut h.out)
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]
