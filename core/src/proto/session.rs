@@ -3,7 +3,7 @@
 //! [`Session::poll_event`] takes the connection's read buffer and returns the
 //! next [`Event`], writing any automatic replies (pongs, the close reply, the close
 //! frame that fails the connection) into a [`WriteQueue`]. It never touches a
-//! socket or a clock, so the tokio and io_uring backends run the same code and
+//! socket or a clock, so every driver runs the same code and
 //! the fuzzer can drive it without either.
 //!
 //! Both ends of a connection use it; the [`Role`] decides only which frames
@@ -390,7 +390,7 @@ impl Session {
     }
 
     /// Fails the connection: queues a close frame with `code` (unless one was
-    /// already sent) and ends the session. Used by backends, e.g. with 1011 when a
+    /// already sent) and ends the session. Used by drivers, e.g. with 1011 when a
     /// handler panics.
     pub fn fail(
         &mut self,

@@ -3,8 +3,8 @@
 //! Small frames are copied into one contiguous `tail` buffer, so that everything
 //! produced while handling one read (echoes, pongs, a close) is written by one
 //! `write`. Large payloads handed over as `Bytes` are not copied: the queue holds
-//! them as separate segments and the backend writes all segments with one
-//! `writev`. The queue knows nothing about sockets; the backend asks for
+//! them as separate segments and the driver writes all segments with one
+//! `writev`. The queue knows nothing about sockets; the driver asks for
 //! [`WriteQueue::io_slices`] and reports progress with [`WriteQueue::advance`].
 //!
 //! **Two lanes.** Messages go out in the order they were pushed, with one
