@@ -1,6 +1,6 @@
 //! What WebTransport sessions hold of their peers' streams: a budget for
 //! every connection of an endpoint together and a cap for each one, and
-//! the reading of a stream whole within them ([`Session::read_to_end`]).
+//! the reading of a stream whole within them ([`WebTransportSession::read_to_end`]).
 //!
 //! QUIC's flow control bounds what a connection's streams hold unread in
 //! quinn (`QuicConfig::connection_window`, 1 MiB). What it does not bound
@@ -8,7 +8,7 @@
 //! handler that reads each stream whole before it acts on it holds every
 //! byte of every stream the peer never finishes (16 streams of 1 MiB on
 //! each of 10 connections held 170 MiB of `h3_echo`). Read through
-//! [`Session::read_to_end`], those bytes are counted, as the memory they
+//! [`WebTransportSession::read_to_end`], those bytes are counted, as the memory they
 //! take (the buffer's capacity), until the result is dropped:
 //!
 //! - past a connection's cap ([`StreamBudget::per_connection`], 4 MiB by
@@ -20,7 +20,7 @@
 //!   connection holding the most is closed with `H3_EXCESSIVE_LOAD`, and
 //!   its reads fail (the one that read last may be another's).
 //!
-//! [`Session::read_to_end`]: super::Session::read_to_end
+//! [`WebTransportSession::read_to_end`]: super::WebTransportSession::read_to_end
 
 use std::sync::{Arc, OnceLock};
 use std::task::Wake;
@@ -154,7 +154,7 @@ impl Drop for Taken {
     }
 }
 
-/// A stream read whole by [`Session::read_to_end`](super::Session::read_to_end):
+/// A stream read whole by [`WebTransportSession::read_to_end`](super::WebTransportSession::read_to_end):
 /// its bytes, counted against the connection's budget until this is
 /// dropped.
 pub struct Whole {
@@ -178,7 +178,7 @@ impl std::fmt::Debug for Whole {
     }
 }
 
-/// Why [`Session::read_to_end`](super::Session::read_to_end) gave no
+/// Why [`WebTransportSession::read_to_end`](super::WebTransportSession::read_to_end) gave no
 /// stream.
 #[derive(Debug)]
 pub enum ReadToEndError {
@@ -213,7 +213,7 @@ impl std::error::Error for ReadToEndError {}
 const FIRST_BUFFER: usize = 4096;
 
 /// Reads `recv` to its end, at most `max` bytes, within `budget`: see
-/// [`Session::read_to_end`](super::Session::read_to_end).
+/// [`WebTransportSession::read_to_end`](super::WebTransportSession::read_to_end).
 pub(crate) async fn read_to_end(
     budget: &Arc<ConnectionBudget>,
     conn: &Connection,
