@@ -127,8 +127,9 @@ impl PubSub {
     /// publication's payload goes to it on a stream of its own, or as a
     /// datagram when the publisher says so ([`PublishOptions::datagram`]);
     /// the wire format and the bounds are in the module docs of
-    /// `pubsub::sessions` (and ARCHITECTURE.md). Returns false if it was
-    /// subscribed already. The subscription ends with the session.
+    /// `pubsub::sessions` (and `docs/http3.md`, "Pub/sub to WebTransport
+    /// sessions"). Returns false if it was subscribed already. The
+    /// subscription ends with the session.
     ///
     /// [`PublishOptions::datagram`]: super::PublishOptions::datagram
     #[cfg(feature = "http3")]
