@@ -23,13 +23,14 @@ done
 # alone, not in every combination; `client` with TLS, with the socket, and
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
-# and with io_uring. `metrics` (a facade: handles and counts) on each driver.
+# and with io_uring. `bus` alone, on each driver, on axum, with Redis and
+# with the client (its subscriber). `metrics` (a facade: handles and counts) on each driver.
 # `mux` (on the stream driver's tokio) alone and with the socket. `http3`
 # (quinn, on the stream driver) alone.
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
+    metrics,pubsub,stream bus bus,tokio bus,uring bus,axum bus,redis bus,client handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

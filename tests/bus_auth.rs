@@ -108,13 +108,13 @@ async fn publishing_needs_the_token(backend: &str) {
     for (extra, challenge, reason) in [
         (
             "",
-            "WWW-Authenticate: Bearer realm=\"notify_bus\"\r\n",
+            "WWW-Authenticate: Bearer realm=\"bus\"\r\n",
             "needs Authorization: Bearer",
         ),
         (
             "Authorization: Bearer guess\r\n",
             "error=\"invalid_token\"",
-            "not the bus's --publish-token",
+            "not the bus's publish token",
         ),
         (
             "Authorization: Basic dXNlcjpwYXNz\r\n",
