@@ -72,6 +72,8 @@ mod h3;
 pub mod proxy;
 #[cfg(feature = "socket")]
 mod sockets;
+#[cfg(all(feature = "bus", feature = "socket"))]
+pub mod subscriber;
 #[cfg(feature = "rustls")]
 mod tls;
 mod upgrade;
@@ -81,6 +83,8 @@ pub use error::{ConnectError, MAX_REFUSAL_BODY, ProxyError, Refusal, Stage};
 pub use proxy::Proxy;
 #[cfg(feature = "socket")]
 pub use sockets::{Inboxes, Slot};
+#[cfg(all(feature = "bus", feature = "socket"))]
+pub use subscriber::Subscriber;
 pub use upgrade::Response;
 
 /// The old name of [`ConnectError`] (one `Error` was too many beside
