@@ -2,8 +2,10 @@
 //! its command line gives it), through a TCP proxy the test cuts: every
 //! publication arrives exactly once and in order across many cuts, with no
 //! discontinuity; a cut longer than the bus's history is a discontinuity,
-//! then live deliveries; `stop` closes with 1000. And the `subscribe`
-//! example prints `TOPIC EPOCH:OFFSET DATA` lines and exits 0 on SIGINT.
+//! then live deliveries; `stop` closes with 1000. The same over wss
+//! (resumed across cuts) and HTTP/3, with the bus in this process. And the
+//! `subscribe` example prints `TOPIC EPOCH:OFFSET DATA` lines and exits 0
+//! on SIGINT.
 #![cfg(all(feature = "bus", feature = "client", feature = "socket"))]
 
 mod common;
@@ -237,4 +239,101 @@ async fn the_subscribe_example_prints_deliveries_and_exits_on_sigint() {
         exits_zero(&mut child, Duration::from_secs(10)).await,
         "exit 0 on SIGINT"
     );
+}
+
+/// The bus in this process on wss (tokio, through the cutting proxy) and
+/// on HTTP/3: the subscriber resumes over wss across cuts, and receives
+/// over HTTP/3.
+#[cfg(all(feature = "rustls", feature = "http3", feature = "tokio"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriber_speaks_wss_and_http3() {
+    use rapidws::bus::Bus;
+    use rapidws::client::Client;
+    use rapidws::pubsub::{History, PubSub};
+    use rapidws::{Config, Message};
+
+    let pubsub = PubSub::builder()
+        .history(History::new(1000, Duration::from_secs(60)))
+        .build();
+    let bus = Bus::builder(pubsub.clone()).build();
+    let wss = rapidws::tokio::Server::bind("127.0.0.1:0", bus.clone(), Config::default())
+        .await
+        .unwrap()
+        .tls(common::tls::server_config());
+    let wss_addr = wss.local_addr().unwrap();
+    tokio::spawn(wss.serve());
+    let h3 = rapidws::stream::Server::new(bus, Config::default());
+    let (endpoint, h3_addr) = common::tls::h3_endpoint();
+    tokio::spawn(async move { rapidws::h3::serve(endpoint, &h3).await });
+
+    let proxy = CutProxy::start(wss_addr).await;
+    let fast = Backoff {
+        base: Duration::from_millis(20),
+        cap: Duration::from_millis(200),
+    };
+    let client = Client::new(Config::default()).tls(common::tls::client_config());
+    let mut over_tls = Subscriber::builder(format!("wss://localhost:{}/ws", proxy.addr.port()))
+        .topics(["t"])
+        .backoff(fast)
+        .client(client.clone())
+        .start();
+    let mut over_quic = Subscriber::builder(format!("wss://localhost:{}/ws", h3_addr.port()))
+        .topics(["t"])
+        .backoff(fast)
+        .client(client.http3())
+        .start();
+    // Both subscribed once a publish reaches both.
+    let (mut tls_last, mut quic_last) = (None, None);
+    while tls_last.is_none() || quic_last.is_none() {
+        pubsub.publish("t", Message::Text("warm-up"));
+        for (subscriber, last) in [
+            (&mut over_tls, &mut tls_last),
+            (&mut over_quic, &mut quic_last),
+        ] {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
+            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, subscriber.next()).await {
+                if let Event::Delivery { position, .. } = event {
+                    *last = Some(position);
+                }
+            }
+        }
+    }
+    let mut published = Vec::new();
+    for n in 0..200 {
+        published.push(
+            pubsub
+                .publish("t", Message::Text(&format!("m{n}")))
+                .position
+                .unwrap(),
+        );
+        if n % 20 == 0 {
+            proxy.cut();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    for (name, subscriber, last) in [
+        ("wss", &mut over_tls, tls_last.unwrap()),
+        ("http3", &mut over_quic, quic_last.unwrap()),
+    ] {
+        let mut connects = 0;
+        let mut got = Vec::new();
+        while got.last() != published.last() {
+            match next_news(subscriber, &mut connects).await {
+                Event::Delivery { position, .. } => got.push(position),
+                other => panic!("{name}: only deliveries, got {other:?}"),
+            }
+        }
+        let expected: Vec<Position> = published
+            .iter()
+            .copied()
+            .filter(|p| p.offset > last.offset)
+            .collect();
+        assert_eq!(got, expected, "{name}: each once, in order");
+        if name == "wss" {
+            // Cuts while it waits to reconnect cost nothing more.
+            assert!(connects >= 2, "wss: resumed after a cut ({connects})");
+        }
+    }
+    over_tls.stop().await;
+    over_quic.stop().await;
 }
