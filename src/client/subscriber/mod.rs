@@ -110,8 +110,10 @@ impl Builder {
     }
 
     /// The client to connect with: its TLS roots for `wss://`, HTTP/3
-    /// ([`Client::http3`]), a proxy, limits. By default
-    /// `Client::new(Config::default())`.
+    /// ([`Client::http3`]), a proxy, limits. Share one among many
+    /// subscribers, as its connections share its connection groups. By
+    /// default one `Client::new(Config::default())` that every subscriber
+    /// of the process shares.
     pub fn client(mut self, client: Client<Inboxes>) -> Builder {
         self.client = Some(client);
         self
@@ -125,9 +127,7 @@ impl Builder {
     pub fn start(self) -> Subscriber {
         let (events, receiver) = mpsc::channel(1024);
         let (stop, stopped) = watch::channel(false);
-        let client = self
-            .client
-            .unwrap_or_else(|| Client::new(crate::Config::default()));
+        let client = self.client.unwrap_or_else(shared_client);
         let run = Run {
             url: self.url,
             resume: Resume::new(self.topics),
@@ -289,6 +289,15 @@ impl Run {
             () = stopped(&mut self.stopped) => false,
         }
     }
+}
+
+/// The client subscribers use unless given one: one for the process (a
+/// client per subscriber would be a set of connection groups each).
+fn shared_client() -> Client<Inboxes> {
+    static SHARED: std::sync::OnceLock<Client<Inboxes>> = std::sync::OnceLock::new();
+    SHARED
+        .get_or_init(|| Client::new(crate::Config::default()))
+        .clone()
 }
 
 /// Resolves once the subscriber is stopped (or dropped).

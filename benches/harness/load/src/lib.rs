@@ -8,6 +8,7 @@ pub mod h3wire;
 pub mod handshake;
 pub mod idle;
 pub mod mux;
+pub mod resume_storm;
 pub mod stats;
 pub mod storm;
 pub mod stream;
@@ -44,6 +45,9 @@ pub enum Mode {
     Fanout(fanout::FanoutArgs),
     /// A reconnect storm: subscribers dropped at once resume where they were.
     Storm(storm::StormArgs),
+    /// A reconnect storm of `rapidws::client::Subscriber`s cut at once
+    /// through a proxy: backoff with jitter, resume, recovery times.
+    ResumeStorm(resume_storm::ResumeStormArgs),
     /// Stream multiplexers over TCP (rapidws, async_smux, yamux): serve, throughput, open, idle.
     #[command(subcommand)]
     Mux(mux::MuxMode),
@@ -61,6 +65,7 @@ impl Mode {
             Mode::ClientIdle(args) => client::idle(args).await,
             Mode::Fanout(args) => fanout::run(args).await,
             Mode::Storm(args) => storm::run(args).await,
+            Mode::ResumeStorm(args) => resume_storm::run(args).await,
             Mode::Mux(mode) => mux::run(mode).await,
         }
     }
