@@ -299,6 +299,8 @@ const MAX_BATCH: usize = 10_000;
 const MAX_BAD_LINES: usize = 100;
 
 const PAGE: &str = include_str!("../assets/notify_bus.html");
+/// The JavaScript subscriber the page uses (`clients/js`).
+const CLIENT: &str = include_str!("../../clients/js/rapidws-bus.mjs");
 
 struct Bus {
     pubsub: PubSub,
@@ -595,6 +597,9 @@ impl ServerHandler for Bus {
         }
         Some(match (request.method(), path) {
             ("GET" | "HEAD", "/") => HttpResponse::html(PAGE),
+            ("GET" | "HEAD", "/rapidws-bus.mjs") => {
+                HttpResponse::new(200, "text/javascript", CLIENT)
+            }
             ("GET" | "HEAD", "/stats") => self.stats(),
             ("GET" | "HEAD", _) if path.starts_with("/topics/") => self.topic(path),
             ("POST", _) if path == "/publish" || path.starts_with("/publish/") => {
