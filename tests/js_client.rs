@@ -5,7 +5,8 @@
 //! while publishing goes on (every publication arrives exactly once, in
 //! order, with no discontinuity), and one with `--history 5` cut for
 //! longer than that holds (a `discontinuity`, then live deliveries); and
-//! the subscriber against a scripted server that sends it bad messages.
+//! the subscriber against a scripted server that sends it bad messages;
+//! and the bus serving the module at `/rapidws-bus.mjs`.
 //! `npm install` (the `ws` package, a devDependency) runs here once.
 #![cfg(feature = "pubsub")]
 
@@ -75,4 +76,21 @@ async fn the_js_subscriber_resumes_across_cuts_exactly_once() {
     // The proxy's own count: the cuts happened, each with a connection.
     assert!(proxy.cut_so_far() >= 20, "{} cut", proxy.cut_so_far());
     assert!(short_proxy.cut_so_far() >= 1);
+}
+
+/// The bus serves the module itself, for pages on its origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_serves_the_module() {
+    let (_bus, bus) = start_example("notify_bus", &[]).await;
+    let head = "GET /rapidws-bus.mjs HTTP/1.1\r\nHost: bus\r\nConnection: close\r\n\r\n";
+    let answer = common::http_exchange(bus, head).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(
+        head.lines()
+            .any(|line| line.eq_ignore_ascii_case("content-type: text/javascript")),
+        "{head}"
+    );
+    let module = include_str!("../clients/js/rapidws-bus.mjs");
+    assert_eq!(body, module);
 }

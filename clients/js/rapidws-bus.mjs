@@ -122,7 +122,7 @@ class Subscriber extends EventTarget {
    * (from then on it is resumed like the others), an `error` when not.
    */
   subscribe(topic) {
-    if (this.#closed || this.#topics.has(topic)) return;
+    if (this.#closed || this.#topics.has(topic) || this.#asked.has(topic)) return;
     this.#asked.add(topic);
     if (this.connected) this.#send("subscribe", topic);
   }

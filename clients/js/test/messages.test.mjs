@@ -220,3 +220,21 @@ test("a bus that is down is retried with growing, jittered delays", async () => 
   assert.equal(backoffDelay(20, { base: 250, cap: 30000 }, () => 0.999), 29970);
   assert.equal(backoffDelay(0, { base: 250, cap: 30000 }, () => 0), 0);
 });
+
+test("close() from a listener: nothing more is delivered, even from the same read", async () => {
+  const bus = await scripted();
+  const subscriber = subscribe(bus.url, { topics: ["a"], WebSocket, backoff: fast });
+  const { events, until } = record(subscriber);
+  subscriber.addEventListener("message", () => subscriber.close());
+  const first = await bus.next();
+  await until((e) => e.some(([type]) => type === "open"));
+  // Sent together: Node's `ws` hands them over in one go.
+  for (let offset = 1; offset <= 3; offset++) first.send(delivery("a", "aa", offset, `m${offset}`));
+  await once(first.socket, "close");
+  assert.deepEqual(
+    events.filter(([type]) => type === "message").map(([, d]) => d.offset),
+    [1],
+  );
+  assert.equal(bus.count(), 1);
+  bus.close();
+});
