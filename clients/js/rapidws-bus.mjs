@@ -188,7 +188,10 @@ class Subscriber extends EventTarget {
     if (this.#closed || this.#socket !== null) return;
     let socket, target;
     try {
-      target = this.#url + (this.#url.includes("?") ? "&" : "?") + this.#query();
+      const endpoint = new URL(this.#url);
+      endpoint.hash = "";
+      endpoint.search = (endpoint.search ? endpoint.search + "&" : "?") + this.#query();
+      target = endpoint.href;
       socket = new this.#WebSocket(target);
     } catch (error) {
       this.#retry({ code: 1006, reason: String(error && error.message) });
