@@ -12,7 +12,10 @@
 //! example's `--http-fallback`; and the notify_bus demo page's self-test:
 //! a refused subscription is shown as an error (not as a delivery, not in
 //! the subscribed list), and a delivery is shown with its topic and offset;
-//! and a page of another origin refused (403) unless its origin is allowed.
+//! the same page loaded through a proxy that cuts its connections while
+//! the test publishes shows every offset once, in order (it resumes with
+//! `clients/js/rapidws-bus.mjs`); and a page of another origin refused
+//! (403) unless its origin is allowed.
 #![cfg(all(feature = "axum", feature = "rustls"))]
 
 mod common;
@@ -30,54 +33,68 @@ fn chromium() -> PathBuf {
     debian_binary("/usr/bin/chromium", "chromium")
 }
 
-/// Opens `url` in headless Chromium and returns the text the page puts in
-/// `#verdict` (within 90 s).
-async fn verdict_of(url: &str) -> String {
-    let port = free_port();
-    let profile =
-        std::env::temp_dir().join(format!("rapidws-chromium-{}-{port}", std::process::id()));
-    let _browser = Child(
-        std::process::Command::new(chromium())
-            .args([
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--ignore-certificate-errors",
-                "--remote-debugging-address=127.0.0.1",
-            ])
-            .arg(format!("--remote-debugging-port={port}"))
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(url)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("chromium starts"),
-    );
-    let devtools: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let target = page_target(devtools, url).await;
-    let (mut cdp, _) = tokio_tungstenite::connect_async(&target)
-        .await
-        .expect("the DevTools socket");
-    let started = Instant::now();
-    let mut id = 0u64;
-    let verdict = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "no verdict from {url} within 90 s"
+/// A page open in headless Chromium, read over the DevTools protocol.
+struct Page {
+    cdp: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    id: u64,
+    profile: PathBuf,
+    _browser: Child,
+}
+
+impl Page {
+    /// Opens `url` in a headless Chromium of its own.
+    async fn open(url: &str) -> Page {
+        let port = free_port();
+        let profile =
+            std::env::temp_dir().join(format!("rapidws-chromium-{}-{port}", std::process::id()));
+        let browser = Child(
+            std::process::Command::new(chromium())
+                .args([
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--ignore-certificate-errors",
+                    "--remote-debugging-address=127.0.0.1",
+                ])
+                .arg(format!("--remote-debugging-port={port}"))
+                .arg(format!("--user-data-dir={}", profile.display()))
+                .arg(url)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("chromium starts"),
         );
-        id += 1;
+        let devtools: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let target = page_target(devtools, url).await;
+        let (cdp, _) = tokio_tungstenite::connect_async(&target)
+            .await
+            .expect("the DevTools socket");
+        Page {
+            cdp,
+            id: 0,
+            profile,
+            _browser: browser,
+        }
+    }
+
+    /// The value of a JavaScript expression in the page, as a string (empty
+    /// if it is not one).
+    async fn eval(&mut self, expression: &str) -> String {
+        self.id += 1;
         let call = serde_json::json!({
-            "id": id,
+            "id": self.id,
             "method": "Runtime.evaluate",
-            "params": {
-                "expression": "(document.getElementById('verdict') || {}).textContent || ''",
-                "returnByValue": true,
-            },
+            "params": { "expression": expression, "returnByValue": true },
         });
-        cdp.send(WsMessage::text(call.to_string())).await.unwrap();
-        let value = loop {
-            let message = tokio::time::timeout(Duration::from_secs(30), cdp.next())
+        self.cdp
+            .send(WsMessage::text(call.to_string()))
+            .await
+            .unwrap();
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), self.cdp.next())
                 .await
                 .expect("DevTools answers")
                 .expect("DevTools socket open")
@@ -86,46 +103,7 @@ async fn verdict_of(url: &str) -> String {
                 continue;
             };
             let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
-            if reply["id"] == id {
-                break reply["result"]["result"]["value"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-            }
-        };
-        if !value.is_empty() {
-            break value;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let log = page_log(&mut cdp, id + 1).await;
-    drop(cdp);
-    let _ = std::fs::remove_dir_all(&profile);
-    format!("{verdict}\n--- page log ---\n{log}")
-}
-
-/// The page's own log (`#log`), for the failure message.
-async fn page_log<S>(cdp: &mut tokio_tungstenite::WebSocketStream<S>, id: u64) -> String
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let call = serde_json::json!({
-        "id": id,
-        "method": "Runtime.evaluate",
-        "params": {
-            "expression": "(document.getElementById('log') || document.getElementById('deliveries') || {}).textContent || ''",
-            "returnByValue": true,
-        },
-    });
-    if cdp.send(WsMessage::text(call.to_string())).await.is_err() {
-        return String::new();
-    }
-    while let Ok(Some(Ok(message))) =
-        tokio::time::timeout(Duration::from_secs(10), cdp.next()).await
-    {
-        if let WsMessage::Text(text) = message {
-            let reply: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            if reply["id"] == id {
+            if reply["id"] == self.id {
                 return reply["result"]["result"]["value"]
                     .as_str()
                     .unwrap_or_default()
@@ -133,7 +111,51 @@ where
             }
         }
     }
-    String::new()
+
+    /// Polls `expression` until it is not empty (within `within`).
+    async fn wait_for(&mut self, expression: &str, within: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            let value = self.eval(expression).await;
+            if !value.is_empty() {
+                return value;
+            }
+            assert!(
+                started.elapsed() < within,
+                "no value of {expression} within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The page's own log (`#log`, or the bus page's `#deliveries`).
+    async fn log(&mut self) -> String {
+        let expression = "(document.getElementById('log') || document.getElementById('deliveries') || {}).textContent || ''";
+        // The page may be gone; a failure message needs no log then.
+        tokio::time::timeout(Duration::from_secs(10), self.eval(expression))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// Opens `url` in headless Chromium and returns the text the page puts in
+/// `#verdict` (within 90 s).
+async fn verdict_of(url: &str) -> String {
+    let mut page = Page::open(url).await;
+    let verdict = page
+        .wait_for(
+            "(document.getElementById('verdict') || {}).textContent || ''",
+            Duration::from_secs(90),
+        )
+        .await;
+    let log = page.log().await;
+    format!("{verdict}\n--- page log ---\n{log}")
 }
 
 /// The DevTools WebSocket of the page showing `url`, once Chromium lists it.
@@ -260,6 +282,91 @@ async fn chromium_shows_the_bus_pages_errors_as_errors_and_deliveries_with_their
         verdict.contains(r#"topics: "news", "selftest";"#),
         "{verdict}"
     );
+}
+
+/// Publishes `body` to `topic` on the bus at `bus`; its offset.
+async fn publish(bus: SocketAddr, topic: &str, body: &str) -> u64 {
+    let head = format!(
+        "POST /publish/{topic} HTTP/1.1\r\nHost: bus\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = http_exchange(bus, &head).await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    answer["offset"].as_u64().unwrap()
+}
+
+/// The bus page resumes with the JavaScript subscriber
+/// (`clients/js/rapidws-bus.mjs`, which notify_bus serves): the page is
+/// loaded through a proxy that cuts every connection through it, its
+/// WebSocket's with them, eight times while the test publishes (before,
+/// during and after each reconnect; most reconnects brought forward by an
+/// `online` event, the others after the backoff), and the page shows every
+/// offset exactly once, in order, and never "missed messages".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_bus_page_resumes_across_cuts_showing_every_offset_once() {
+    let (_server, bus) = start_example("notify_bus", &["--history", "1000"]).await;
+    let proxy = cut_proxy::CutProxy::start(bus).await;
+    let mut page = Page::open(&format!("http://{}/?topics=cuts", proxy.addr)).await;
+    let connection = |n: u32| {
+        format!(
+            "document.getElementById('status').textContent === 'open, connection {n}' ? 'y' : ''"
+        )
+    };
+    let shown = |offset: u64| {
+        format!(
+            "document.getElementById('deliveries').textContent.includes('[cuts #{offset}] m{offset}\\n') ? 'y' : ''"
+        )
+    };
+    // Closed, or open again already (the backoff may be a few ms).
+    let closed_or = |n: u32| {
+        format!(
+            "(s => s.startsWith('closed') || s === 'open, connection {n}')(document.getElementById('status').textContent) ? 'y' : ''"
+        )
+    };
+    page.wait_for(&connection(1), Duration::from_secs(30)).await;
+    // The first delivery gives the topic a position to resume from.
+    let mut last = publish(bus, "cuts", "m1").await;
+    assert_eq!(last, 1);
+    page.wait_for(&shown(1), Duration::from_secs(10)).await;
+    for k in 1..=8 {
+        for _ in 0..20 {
+            last = publish(bus, "cuts", &format!("m{}", last + 1)).await;
+        }
+        // The page's WebSocket, and any idle HTTP connection of its.
+        assert!(proxy.cut() >= 1, "cut {k}: nothing to cut");
+        for _ in 0..20 {
+            last = publish(bus, "cuts", &format!("m{}", last + 1)).await;
+        }
+        if k % 3 != 0 {
+            // Back online: the page reconnects at once instead of waiting
+            // for its backoff (most cuts, so the backoff stays short).
+            page.wait_for(&closed_or(k + 1), Duration::from_secs(30))
+                .await;
+            page.eval("window.dispatchEvent(new Event('online')), ''")
+                .await;
+        }
+        page.wait_for(&connection(k + 1), Duration::from_secs(30))
+            .await;
+    }
+    for _ in 0..10 {
+        last = publish(bus, "cuts", &format!("m{}", last + 1)).await;
+    }
+    page.wait_for(&shown(last), Duration::from_secs(30)).await;
+    let log = page.log().await;
+    let offsets: Vec<u64> = log
+        .lines()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("[cuts #")?;
+            let (offset, data) = rest.split_once("] ")?;
+            assert_eq!(data, format!("m{offset}"), "{line}");
+            offset.parse().ok()
+        })
+        .collect();
+    assert_eq!(offsets, (1..=last).collect::<Vec<_>>(), "{log}");
+    assert!(!log.contains("missed messages"), "{log}");
+    assert_eq!(log.matches("resumed, nothing missed").count(), 8, "{log}");
 }
 
 /// WebTransport in a real browser: the demo page served by `h3_echo` over

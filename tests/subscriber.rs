@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::cut::CutProxy;
+use common::cut_proxy::CutProxy;
 use common::*;
 use rapidws::bus::Data;
 use rapidws::client::Subscriber;
@@ -158,12 +158,11 @@ async fn a_cut_longer_than_history_is_a_discontinuity_then_live() {
     let mut subscriber = subscriber(&proxy, &["a"]);
     let last = warm_up(bus, &mut subscriber, &["a"]).await["a"];
 
-    proxy.set_away(true);
-    proxy.cut();
+    proxy.hold();
     for n in 0..50 {
         publish(bus, "a", &format!("missed {n}")).await;
     }
-    proxy.set_away(false);
+    proxy.release();
     let mut connects = 0;
     assert_eq!(
         next_news(&mut subscriber, &mut connects).await,

@@ -17,7 +17,8 @@
 //! value), `POST /publish/<topic>` and NDJSON `POST /publish` publish,
 //! `GET /topics/<topic>` and `GET /stats` tell; the whole contract is in
 //! `docs/bus.md`. This example adds the command line, the demo page at
-//! `/` and `--metrics`.
+//! `/` (it subscribes with `clients/js`, served at `/rapidws-bus.mjs`) and
+//! `--metrics`.
 //!
 //! `--history N` keeps each topic's last N publications (for at most
 //! `--history-secs`) to replay to resuming subscribers; the default, 0,
@@ -224,9 +225,12 @@ fn message_size(value: &str) -> Result<usize, String> {
 
 /// The demo page at `/`.
 const PAGE: &str = include_str!("../assets/notify_bus.html");
+/// The JavaScript subscriber the page uses (`clients/js`).
+const CLIENT: &str = include_str!("../../clients/js/rapidws-bus.mjs");
 
-/// The pages the bus itself does not serve: the demo page, and
-/// `/metrics` with `--metrics` (which the bus guards like `/stats`).
+/// The pages the bus itself does not serve: the demo page, the
+/// JavaScript subscriber it uses, and `/metrics` with `--metrics` (which
+/// the bus guards like `/stats`).
 fn pages(request: &rapidws::Request<'_>) -> Option<HttpResponse> {
     let (method, path) = (request.method(), request.path());
     if let Some(page) = support::metrics_page(method, path) {
@@ -234,6 +238,9 @@ fn pages(request: &rapidws::Request<'_>) -> Option<HttpResponse> {
     }
     match (method, path) {
         ("GET" | "HEAD", "/") => Some(HttpResponse::html(PAGE)),
+        ("GET" | "HEAD", "/rapidws-bus.mjs") => {
+            Some(HttpResponse::new(200, "text/javascript", CLIENT))
+        }
         _ => None,
     }
 }

@@ -81,7 +81,7 @@ impl Builder {
     }
 
     /// The path WebSockets subscribe at: `/ws` by default. Under
-    /// [`Bus::router`] this is the route's path too.
+    /// `Bus::router` this is the route's path too.
     pub fn path(mut self, path: impl Into<String>) -> Builder {
         self.path = path.into();
         self
@@ -90,7 +90,7 @@ impl Builder {
     /// What the standalone servers answer to a plain HTTP request outside
     /// the bus's paths (a page, `/metrics`): `None` is a 404 that lists the
     /// bus's paths. `/metrics` is among those the publish token guards.
-    /// Under [`Bus::router`], add routes to the router instead.
+    /// Under `Bus::router`, add routes to the router instead.
     pub fn fallback(
         mut self,
         answer: impl Fn(&Request<'_>) -> Option<HttpResponse> + Send + Sync + 'static,

@@ -18,7 +18,7 @@
 //! # fn bus_config() -> rapidws::Config { rapidws::Config::default() }
 //! ```
 //!
-//! With the `axum` feature, [`Bus::router`] gives the same routes as an
+//! With the `axum` feature, `Bus::router` gives the same routes as an
 //! `axum::Router` to merge or nest into an app's.
 //!
 //! The contract, which every driver and the router serve alike (the whole
@@ -46,7 +46,7 @@
 //! | `wire.rs` | the JSON envelope, [`Incoming`] |
 //! | `auth.rs` | the publish token; subscribers' JWTs, their grants and expiry |
 //! | `jwt.rs` | HS256 tokens: the signature checked, the claims read |
-//! | `router.rs` | [`Bus::router`]: the routes on axum (feature `axum`) |
+//! | `router.rs` | `Bus::router`: the routes on axum (feature `axum`) |
 
 mod auth;
 mod builder;

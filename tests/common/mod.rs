@@ -18,7 +18,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-pub mod cut;
+pub mod cut_proxy;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(target_os = "linux")]
