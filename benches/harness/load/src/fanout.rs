@@ -6,7 +6,9 @@
 //! digits of nanoseconds on this process's clock), so each subscriber
 //! records the publish-to-delivery latency of every message it reads.
 //! The figure is deliveries per second; the result also says how many
-//! were expected (publishes sent × subscribers per topic).
+//! were expected (publishes sent × subscribers per topic). With `--publish
+//! http` and `--protocol centrifuge` the same run meets the bus and
+//! Centrifugo (`fanout_http.rs`).
 
 use std::cell::Cell;
 use std::io;
@@ -19,6 +21,7 @@ use clap::Args;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
+use crate::fanout_http::{self, HttpPublisher, Protocol, Publish, Read};
 use crate::stats::{SharedStats, Stats};
 use crate::wire::{self, FrameReader};
 use crate::{Phase, SharedPhase, TargetArgs, Window, emit, note_failure};
@@ -41,6 +44,18 @@ pub struct FanoutArgs {
     /// Payload bytes per message (at least 16: the timestamp).
     #[arg(long, default_value_t = 64)]
     pub size: usize,
+    /// What the subscribers speak.
+    #[arg(long, value_enum, default_value_t = Protocol::Plain)]
+    pub protocol: Protocol,
+    /// How publications reach the server.
+    #[arg(long, value_enum, default_value_t = Publish::Ws)]
+    pub publish: Publish,
+    /// With `--publish http`: kept-alive publisher connections.
+    #[arg(long, default_value_t = 16)]
+    pub publishers: usize,
+    /// With `--protocol centrifuge --publish http`: the API key.
+    #[arg(long, default_value = "api-key")]
+    pub api_key: String,
 }
 
 /// The clock every timestamp is on.
@@ -61,30 +76,57 @@ pub async fn run(args: FanoutArgs) -> io::Result<()> {
     let sources = args.target.sources();
     let mut subscribers = Vec::with_capacity(args.subscribers);
     for i in 0..args.subscribers {
-        target.path = format!("{base}?topics=t{}", i % args.topics);
-        subscribers.push(wire::open(&target, sources.nth(i)).await?);
+        let topic = i % args.topics;
+        target.path = fanout_http::subscribe_path(args.protocol, &base, topic);
+        let (mut stream, buf) = wire::open(&target, sources.nth(i)).await?;
+        fanout_http::greet(&mut stream, args.protocol, topic).await?;
+        subscribers.push((stream, buf));
     }
     target.path = base;
-    let (publisher, _) = wire::open(&target, sources.nth(args.subscribers)).await?;
 
     let phase: SharedPhase = Rc::new(Cell::new(Phase::Warmup));
     let stats = Stats::shared();
     for (stream, buf) in subscribers {
         let (phase, stats) = (phase.clone(), stats.clone());
+        let protocol = args.protocol;
         tokio::task::spawn_local(async move {
-            let result = subscribe(stream, buf, &phase, &stats).await;
+            let result = subscribe(stream, buf, protocol, &phase, &stats).await;
             note_failure(result, &phase, &stats);
         });
     }
-    // Publishes sent in the measured window.
+    // Publishes sent (answered, over HTTP) in the measured window.
     let sent = Rc::new(Cell::new(0u64));
-    {
-        let (phase, stats, sent) = (phase.clone(), stats.clone(), sent.clone());
-        let args = args.clone();
-        tokio::task::spawn_local(async move {
-            let result = publish(publisher, &args, &phase, &sent).await;
-            note_failure(result, &phase, &stats);
-        });
+    match args.publish {
+        Publish::Ws => {
+            let (publisher, _) = wire::open(&target, sources.nth(args.subscribers)).await?;
+            let (phase, stats, sent) = (phase.clone(), stats.clone(), sent.clone());
+            let args = args.clone();
+            tokio::task::spawn_local(async move {
+                let result = publish(publisher, &args, &phase, &sent).await;
+                note_failure(result, &phase, &stats);
+            });
+        }
+        Publish::Http => {
+            let publishers = args.publishers.max(1);
+            for j in 0..publishers {
+                let publisher = HttpPublisher {
+                    addr: args.target.addr,
+                    protocol: args.protocol,
+                    api_key: args.api_key.clone(),
+                    topics: args.topics,
+                    first: j,
+                    stride: publishers,
+                    rate: args.rate as f64 / publishers as f64,
+                    size: args.size,
+                };
+                let (phase, stats, sent) = (phase.clone(), stats.clone(), sent.clone());
+                tokio::task::spawn_local(async move {
+                    let now = || epoch().elapsed().as_nanos() as u64;
+                    let result = publisher.run(now, &phase, &sent).await;
+                    note_failure(result, &phase, &stats);
+                });
+            }
+        }
     }
     let measured = args.window.run(&phase).await;
     let published = sent.get();
@@ -96,6 +138,9 @@ pub async fn run(args: FanoutArgs) -> io::Result<()> {
     result["rate"] = json!(args.rate);
     result["size"] = json!(args.size);
     result["published"] = json!(published);
+    result["published_per_sec"] = json!(published as f64 / measured.secs);
+    result["protocol"] = json!(format!("{:?}", args.protocol).to_lowercase());
+    result["publish"] = json!(format!("{:?}", args.publish).to_lowercase());
     result["expected_per_sec"] = json!(published as f64 * per_topic / measured.secs);
     result["client_cpu_secs"] = json!(measured.cpu_secs);
     emit(&result);
@@ -124,10 +169,12 @@ async fn publish(
     .await
 }
 
-/// Reads deliveries and records each one's latency from its timestamp.
+/// Reads deliveries and records each one's latency from its timestamp
+/// (answering Centrifugo's pings).
 async fn subscribe(
     mut stream: wire::Stream,
     mut buf: BytesMut,
+    protocol: Protocol,
     phase: &SharedPhase,
     stats: &SharedStats,
 ) -> io::Result<()> {
@@ -141,15 +188,21 @@ async fn subscribe(
             if seen.opcode != wire::TEXT {
                 continue;
             }
-            let sent_at = text
-                .get(..16)
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| io::Error::other("a delivery without a timestamp"))?;
+            let sent_at = match fanout_http::read(protocol, &text) {
+                Some(Read::Delivery(at)) => at,
+                Some(Read::Ping) => {
+                    fanout_http::pong(&mut stream).await?;
+                    continue;
+                }
+                Some(Read::Other) => continue,
+                None => return Err(io::Error::other("a delivery without a timestamp")),
+            };
             if phase.get() == Phase::Measure {
                 let now = epoch().elapsed().as_nanos() as u64;
                 let latency = Duration::from_nanos(now.saturating_sub(sent_at));
-                stats.borrow_mut().record(latency);
+                for _ in 0..fanout_http::deliveries_in(protocol, &text) {
+                    stats.borrow_mut().record(latency);
+                }
             }
         }
         buf.reserve(4096);

@@ -4,6 +4,7 @@ pub mod client;
 pub mod deflate;
 pub mod echo;
 pub mod fanout;
+pub mod fanout_http;
 pub mod h3wire;
 pub mod handshake;
 pub mod idle;
