@@ -146,8 +146,8 @@ async fn every_publication_arrives_once_and_in_order_across_cuts() {
     expected.sort_by(|x, y| (&x.0, x.1.offset).cmp(&(&y.0, y.1.offset)));
     received.sort_by(|x, y| (&x.0, x.1.offset).cmp(&(&y.0, y.1.offset)));
     assert_eq!(received, expected);
-    // The cuts were felt: most of them cost a connection.
-    assert!(connects >= 10, "{connects} connections over {cuts} cuts");
+    // The cuts were felt (those during a backoff cost no connection).
+    assert!(connects >= 5, "{connects} connections over {cuts} cuts");
     subscriber.stop().await;
 }
 
@@ -185,6 +185,42 @@ async fn a_cut_longer_than_history_is_a_discontinuity_then_live() {
             other => panic!("a delivery, got {other:?}"),
         }
     }
+    subscriber.stop().await;
+}
+
+/// A topic that had no delivery before the cut is resumed from where the
+/// bus said it started (`starts=1`): what was published on it during the
+/// cut arrives. (Another subscriber keeps the topic: one that nobody holds
+/// and that kept nothing is forgotten, and comes back in a new epoch, which
+/// is a discontinuity.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_without_deliveries_resumes_from_where_it_started() {
+    let (_bus, bus) = start_example("notify_bus", &["--history", "100"]).await;
+    let proxy = CutProxy::start(bus).await;
+    let (_keeper, _) = tokio_tungstenite::connect_async(format!("ws://{bus}/ws?topics=quiet"))
+        .await
+        .unwrap();
+    let mut subscriber = subscriber(&proxy, &["quiet", "busy"]);
+    // Subscribed to both once "busy" delivers (one connection, one query).
+    warm_up(bus, &mut subscriber, &["busy"]).await;
+    proxy.hold();
+    let mut missed = Vec::new();
+    for n in 0..5 {
+        missed.push(publish(bus, "quiet", &format!("while away {n}")).await);
+    }
+    proxy.release();
+    let mut connects = 0;
+    let mut got = Vec::new();
+    while got.len() < missed.len() {
+        match next_news(&mut subscriber, &mut connects).await {
+            Event::Delivery {
+                topic, position, ..
+            } if topic == "quiet" => got.push(position),
+            Event::Delivery { .. } => {}
+            other => panic!("deliveries only, got {other:?}"),
+        }
+    }
+    assert_eq!(got, missed);
     subscriber.stop().await;
 }
 

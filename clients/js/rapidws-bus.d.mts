@@ -84,7 +84,10 @@ export interface SubscribeOptions {
 export interface Subscriber extends EventTarget {
   /** The topics held: those given and those the bus acknowledged since. */
   readonly topics: string[];
-  /** Each topic's last delivered position, `null` before its first. */
+  /**
+   * Each topic's position: the last delivered, or where it started before
+   * its first delivery; `null` until the bus said either.
+   */
   readonly positions: Record<string, Position | null>;
   /** Whether the socket is open now. */
   readonly connected: boolean;

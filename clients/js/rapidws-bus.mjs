@@ -12,6 +12,8 @@ const DEFAULTS = Object.freeze({ base: 250, cap: 30000, stable: 5000, connectTim
 const MAX_TOPIC_BYTES = 1024;
 // An epoch is a u64 in hex on the wire; it goes back into `since=` as is.
 const EPOCH = /^[0-9a-fA-F]{1,16}$/;
+// Where a topic subscribed from now starts: `<epoch>:<offset>`.
+const SINCE = /^([0-9a-fA-F]{1,16}):(\d{1,16})$/;
 
 /**
  * Subscribes to `topics` on the bus whose WebSocket endpoint is `url`
@@ -103,7 +105,11 @@ class Subscriber extends EventTarget {
     return [...this.#topics.keys()];
   }
 
-  /** Each topic's last delivered position: `{ epoch, offset }`, or null. */
+  /**
+   * Each topic's position, `{ epoch, offset }`, or null: the last delivered,
+   * or where the topic started if nothing was delivered on it yet. A
+   * reconnect resumes after it.
+   */
   get positions() {
     const out = {};
     for (const [topic, at] of this.#topics) {
@@ -170,7 +176,7 @@ class Subscriber extends EventTarget {
   }
 
   #query() {
-    const query = ["positions=1"];
+    const query = ["positions=1", "starts=1"];
     const fresh = [];
     for (const [topic, at] of this.#topics) {
       if (at.epoch === null) fresh.push(encodeURIComponent(topic));
@@ -266,6 +272,16 @@ class Subscriber extends EventTarget {
       else if (message.recovered === true && this.#topics.has(message.topic)) {
         this.#emit("recovered", { topic: message.topic });
       } else if (message.recovered !== true) throw new Error("recovered is not a boolean");
+    } else if (typeof message.topic === "string" && typeof message.since === "string") {
+      // Where a topic subscribed from now starts: it resumes from there
+      // until a delivery gives a newer position.
+      const match = SINCE.exec(message.since);
+      if (!match) throw new Error("since is <epoch>:<offset>");
+      const at = this.#topics.get(message.topic);
+      if (at && at.epoch === null) {
+        at.epoch = match[1];
+        at.offset = Number(match[2]);
+      }
     } else if (typeof message.topic === "string" && ("data" in message || "data_b64" in message)) {
       this.#deliver(message);
     } else if (typeof message.subscribed === "string") {

@@ -60,6 +60,9 @@ impl std::fmt::Display for Since {
 pub(crate) struct Asked {
     /// `positions=1`: deliveries in the JSON envelope.
     pub positions: bool,
+    /// `starts=1` (with `positions=1`): each topic subscribed from now is
+    /// followed by where it starts.
+    pub starts: bool,
     /// `token=`, decoded.
     pub token: Option<String>,
     /// Each topic once, with where it starts.
@@ -70,6 +73,7 @@ pub(crate) struct Asked {
 /// not in one line, for a 400.
 pub(crate) fn read_query(query: &str) -> Result<Asked, String> {
     let positions = query_values(query, "positions").any(|v| v == "1");
+    let starts = positions && query_values(query, "starts").any(|v| v == "1");
     let token = match query_values(query, "token").next() {
         None => None,
         Some(raw) => Some(percent_decode(raw).ok_or("the token is not valid percent-encoded")?),
@@ -105,6 +109,7 @@ pub(crate) fn read_query(query: &str) -> Result<Asked, String> {
     }
     Ok(Asked {
         positions,
+        starts,
         token,
         topics,
     })

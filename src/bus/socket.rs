@@ -13,11 +13,23 @@ use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 use crate::pubsub::{Position, PubSubError, Start, Subscribe, check_topic};
 
+/// Tells a `starts=1` subscriber where its deliveries on `topic` start:
+/// `{"topic":..,"since":"<epoch>:<offset>"}`, before any of them, so that
+/// it can resume a topic that has had no delivery yet.
+fn tell_since(conn: &Conn, topic: &str, joined: Option<Position>) {
+    if let Some(position) = joined {
+        let since = json!({ "topic": topic, "since": position.to_string() });
+        let _ = conn.send_text(&since.to_string());
+    }
+}
+
 /// What the bus knows of one connection: how it is answered, what its
 /// token allows, and (until it opens) what to subscribe it to.
 #[derive(Debug)]
 pub struct Member {
     positions: bool,
+    /// `starts=1`: told where each topic subscribed from now starts.
+    starts: bool,
     opening: Vec<(String, Start)>,
     /// With a JWT secret: what the connection's token allows, once it
     /// presented one.
@@ -37,7 +49,12 @@ impl Handler for Bus {
             // Checked at the upgrade; a closing connection needs no answer,
             // the bus's budget for topics being full does.
             match bus.subscribe_how(conn, &topic, &how) {
-                Ok(()) | Err(PubSubError::Closed) => {}
+                Ok(joined) => {
+                    if member.starts && start == Start::Now {
+                        tell_since(conn, &topic, joined);
+                    }
+                }
+                Err(PubSubError::Closed) => {}
                 Err(why) => {
                     let why = format!("not subscribed to {}: {why}", shorten(&topic));
                     let _ = conn.send_text(&refusal(member.positions, &why));
@@ -62,9 +79,19 @@ impl Handler for Bus {
                 Err(()) => return,
             },
             Some(("subscribe", topic)) if !bus.may_join(member, topic) => Err("not allowed".into()),
-            Some(("subscribe", topic)) => bus
-                .subscribe(conn, topic, positions)
-                .map(|()| json!({ "subscribed": topic })),
+            Some(("subscribe", topic)) => match bus.subscribe(conn, topic, positions) {
+                Ok(joined) => {
+                    if positions {
+                        let ack = json!({ "subscribed": topic });
+                        let _ = conn.send_text(&ack.to_string());
+                    }
+                    if member.starts {
+                        tell_since(conn, topic, joined);
+                    }
+                    return;
+                }
+                Err(why) => Err(why),
+            },
             Some(("unsubscribe", topic)) => {
                 if bus.pubsub.unsubscribe(conn, topic) {
                     Ok(json!({ "unsubscribed": topic }))
@@ -109,7 +136,12 @@ impl Handler for Bus {
         let grant = member.grant.as_ref().map(Grant::to_json);
         // (Its token's expiry watch stays: this process ends soon, and
         // should the connection stay after all, it is still enforced.)
-        let state = json!({ "positions": member.positions, "topics": topics, "grant": grant });
+        let state = json!({
+            "positions": member.positions,
+            "starts": member.starts,
+            "topics": topics,
+            "grant": grant,
+        });
         Some(state.to_string().into_bytes())
     }
 
@@ -120,6 +152,8 @@ impl Handler for Bus {
         let bus = &self.inner;
         let state: Value = serde_json::from_slice(state).ok()?;
         let positions = state["positions"].as_bool()?;
+        // (Absent from a predecessor that did not know it.)
+        let starts = state["starts"].as_bool().unwrap_or(false);
         let grant = match &state["grant"] {
             Value::Null => None,
             grant => Some(Grant::from_json(grant)?),
@@ -148,6 +182,7 @@ impl Handler for Bus {
         }
         Some(Member {
             positions,
+            starts,
             opening: Vec::new(),
             grant,
         })
@@ -222,19 +257,33 @@ impl Inner {
         }
         Ok(Member {
             positions: asked.positions,
+            starts: asked.starts,
             opening: asked.topics,
             grant,
         })
     }
 
     /// Subscribes `conn` to `topic` as `how` says: through the bridge when
-    /// there is one (a resume then replays from Redis's history).
-    fn subscribe_how(&self, conn: &Conn, topic: &str, how: &Subscribe) -> Result<(), PubSubError> {
+    /// there is one (a resume then replays from Redis's history). The
+    /// topic's position when it joined, when known now.
+    fn subscribe_how(
+        &self,
+        conn: &Conn,
+        topic: &str,
+        how: &Subscribe,
+    ) -> Result<Option<Position>, PubSubError> {
         #[cfg(feature = "redis")]
         if let Some(bridge) = &self.bridge {
-            return bridge.subscribe_with(conn, topic, how).map(drop);
+            return bridge
+                .subscribe_with(conn, topic, how)
+                .map(|subscribing| match subscribing {
+                    crate::pubsub::redis::Subscribing::Done(done) => Some(done.position),
+                    crate::pubsub::redis::Subscribing::Loading => None,
+                });
         }
-        self.pubsub.subscribe_with(conn, topic, how).map(drop)
+        self.pubsub
+            .subscribe_with(conn, topic, how)
+            .map(|done| Some(done.position))
     }
 
     fn how(&self, positions: bool, start: Start) -> Subscribe {
@@ -281,7 +330,12 @@ impl Inner {
         }
     }
 
-    fn subscribe(&self, conn: &Conn, topic: &str, positions: bool) -> Result<(), String> {
+    fn subscribe(
+        &self,
+        conn: &Conn,
+        topic: &str,
+        positions: bool,
+    ) -> Result<Option<Position>, String> {
         check_topic(topic).map_err(|why| why.to_string())?;
         if self.pubsub.topics(conn).len() >= MAX_TOPICS_PER_CONNECTION {
             return Err(format!("more than {MAX_TOPICS_PER_CONNECTION} topics"));

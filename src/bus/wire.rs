@@ -5,6 +5,7 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use super::Since;
 use crate::proto::{MessageKind, OwnedMessage};
 use crate::pubsub::{Envelope, Position, Publication};
 
@@ -99,6 +100,11 @@ pub enum Incoming {
         /// Whether nothing was missed.
         recovered: bool,
     },
+    /// `{"topic":..,"since":"<epoch>:<offset>"}` (with `starts=1`): the
+    /// topic was subscribed from now, and its deliveries follow this
+    /// position (sent before any of them): a subscriber that has had no
+    /// delivery on it yet resumes from here.
+    Since(Since),
     /// `{"subscribed":..}`: a `subscribe:<topic>` command was done.
     Subscribed(String),
     /// `{"unsubscribed":..}`.
@@ -148,6 +154,12 @@ impl std::str::FromStr for Incoming {
         };
         if let Value::Bool(recovered) = take("recovered") {
             return Ok(Incoming::Recovery { topic, recovered });
+        }
+        if let Value::String(since) = take("since") {
+            let position = since
+                .parse()
+                .map_err(|_| bad("since is <epoch>:<offset>"))?;
+            return Ok(Incoming::Since(Since { topic, position }));
         }
         let (Value::String(epoch), Some(offset)) = (take("epoch"), take("offset").as_u64()) else {
             return Err(bad("a delivery has an \"epoch\" string and an \"offset\""));

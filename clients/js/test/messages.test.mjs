@@ -80,7 +80,7 @@ test("bad messages are reported and dropped; positions are delivered once", asyn
   const { events, until } = record(subscriber);
   const first = await bus.next();
   assert.equal(first.url.pathname, "/ws");
-  assert.equal(first.url.search, "?positions=1&topics=a,b%20c%2Cd");
+  assert.equal(first.url.search, "?positions=1&starts=1&topics=a,b%20c%2Cd");
   await until((e) => e.some(([type]) => type === "open"));
   const epoch = "00000000000000aa";
   // Each of these is reported as an error event and changes nothing.
@@ -129,7 +129,7 @@ test("bad messages are reported and dropped; positions are delivered once", asyn
   first.socket.terminate();
   const second = await bus.next();
   assert.deepEqual(second.url.searchParams.getAll("since"), ["a:cc:1", "b c,d:bb:5"]);
-  assert.equal(second.url.search, "?positions=1&since=a:cc:1&since=b%20c%2Cd:bb:5");
+  assert.equal(second.url.search, "?positions=1&starts=1&since=a:cc:1&since=b%20c%2Cd:bb:5");
   assert.equal(second.url.searchParams.get("topics"), null);
   await until((e) => e.filter(([type]) => type === "open").length === 2);
   // A replay overlapping what was delivered: only what is new passes.
@@ -188,7 +188,7 @@ test("subscribe and unsubscribe: held once acknowledged, refusals say which comm
   await until((e) => e.some(([type]) => type === "close"));
   subscriber.subscribe("y");
   const second = await bus.next();
-  assert.equal(second.url.search, "?positions=1&since=x:aa:1");
+  assert.equal(second.url.search, "?positions=1&starts=1&since=x:aa:1");
   assert.equal(await second.said(), "subscribe:y");
   second.send({ subscribed: "y" });
   await until((e) => e.filter(([type]) => type === "subscribed").length === 2);
@@ -236,5 +236,29 @@ test("close() from a listener: nothing more is delivered, even from the same rea
     [1],
   );
   assert.equal(bus.count(), 1);
+  bus.close();
+});
+
+test("a topic without deliveries resumes from where the bus said it starts", async () => {
+  const bus = await scripted();
+  const subscriber = subscribe(bus.url, { topics: ["quiet", "busy"], WebSocket, backoff: fast });
+  const { until } = record(subscriber);
+  const first = await bus.next();
+  await until((e) => e.some(([type]) => type === "open"));
+  first.send({ topic: "quiet", since: "00000000000000ab:7" });
+  first.send({ topic: "busy", since: "00000000000000cd:3" });
+  first.send(delivery("busy", "00000000000000cd", 4, "four"));
+  // An older start never moves a topic back; a bad one is an error.
+  first.send({ topic: "busy", since: "00000000000000cd:1" });
+  first.send({ topic: "quiet", since: "nope" });
+  await until((e) => e.some(([type]) => type === "error"));
+  assert.deepEqual(subscriber.positions, {
+    quiet: { epoch: "00000000000000ab", offset: 7 },
+    busy: { epoch: "00000000000000cd", offset: 4 },
+  });
+  first.socket.terminate();
+  const second = await bus.next();
+  assert.equal(second.url.search, "?positions=1&starts=1&since=quiet:00000000000000ab:7&since=busy:00000000000000cd:4");
+  subscriber.close();
   bus.close();
 });

@@ -28,6 +28,10 @@ fn every_message_the_bus_sends_reads_back() {
         Ok(Incoming::Subscribed("x".into()))
     );
     assert_eq!(r#"{"authorized":true}"#.parse(), Ok(Incoming::Authorized));
+    let Ok(Incoming::Since(since)) = r#"{"topic":"a:b","since":"0a:7"}"#.parse() else {
+        panic!("a since")
+    };
+    assert_eq!((since.topic.as_str(), since.position.offset), ("a:b", 7));
 }
 
 #[test]
@@ -44,6 +48,7 @@ fn what_is_not_a_bus_message_is_an_error_not_a_panic() {
         r#"{"topic":"a","epoch":"01","offset":1}"#,
         r#"{"topic":"a","epoch":"01","offset":1,"data":"x","data_b64":"AA=="}"#,
         r#"{"topic":"a","epoch":"01","offset":1,"data_b64":"!!"}"#,
+        r#"{"topic":"a","since":"7"}"#,
     ] {
         assert!(bad.parse::<Incoming>().is_err(), "{bad}");
     }

@@ -40,7 +40,7 @@ impl Resume {
     /// The subscribe URL's query: positions on, every topic with a position
     /// resumed after it (`since=`), the others from now (`topics=`).
     pub(crate) fn query(&self) -> String {
-        let mut query = String::from("positions=1");
+        let mut query = String::from("positions=1&starts=1");
         let fresh: Vec<String> = self
             .topics
             .iter()
@@ -111,6 +111,16 @@ impl Resume {
                 }
                 None => Vec::new(),
             },
+            // Where a topic subscribed from now starts: its position until
+            // a delivery gives a newer one.
+            Incoming::Since(since) => {
+                if let Some(state) = self.topics.iter_mut().find(|t| t.name == since.topic)
+                    && state.last.is_none()
+                {
+                    state.last = Some(since.position);
+                }
+                Vec::new()
+            }
             Incoming::Error(why) => vec![Event::Refused { why }],
             Incoming::Recovery { .. }
             | Incoming::Subscribed(_)

@@ -25,11 +25,11 @@ fn offsets(events: &[Event]) -> Vec<String> {
 #[test]
 fn the_query_resumes_what_was_delivered() {
     let mut resume = Resume::new(["a:b".to_owned(), "c d".to_owned(), "a:b".to_owned()]);
-    assert_eq!(resume.query(), "positions=1&topics=a%3Ab,c%20d");
+    assert_eq!(resume.query(), "positions=1&starts=1&topics=a%3Ab,c%20d");
     resume.handle(delivery("a:b", "0f:3"));
     assert_eq!(
         resume.query(),
-        "positions=1&topics=c%20d&since=a%3Ab:000000000000000f:3"
+        "positions=1&starts=1&topics=c%20d&since=a%3Ab:000000000000000f:3"
     );
 }
 
@@ -75,4 +75,27 @@ fn a_new_epoch_is_a_discontinuity_told_once() {
     ] {
         assert!(resume.handle(quiet).is_empty());
     }
+}
+
+#[test]
+fn a_topic_without_deliveries_resumes_from_where_it_joined() {
+    let mut resume = Resume::new(["a".to_owned(), "b".to_owned()]);
+    let joined = |topic: &str, at: &str| {
+        Incoming::Since(crate::bus::Since {
+            topic: topic.into(),
+            position: at.parse().unwrap(),
+        })
+    };
+    assert!(resume.handle(joined("a", "0f:4")).is_empty());
+    assert_eq!(
+        resume.query(),
+        "positions=1&starts=1&topics=b&since=a:000000000000000f:4"
+    );
+    // A later one never moves a topic back.
+    resume.handle(delivery("a", "0f:6"));
+    resume.handle(joined("a", "0f:5"));
+    assert_eq!(
+        resume.query(),
+        "positions=1&starts=1&topics=b&since=a:000000000000000f:6"
+    );
 }
