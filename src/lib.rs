@@ -178,6 +178,8 @@ mod handoff;
 
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "centrifuge")]
+pub mod centrifuge;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "http3")]
