@@ -22,11 +22,13 @@
 //! | `json.rs` | the JSON format: a line a message |
 //! | `protobuf.rs` | the Protobuf format: a varint length before each message |
 //! | `wire.rs` | protobuf's varints and fields, read and written by hand |
+//! | `server/` | [`Centrifuge`]: the protocol served on a `PubSub` |
 
 mod codes;
 mod json;
 mod messages;
 mod protobuf;
+mod server;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -38,6 +40,9 @@ pub use messages::{
     ClientInfo, Command, ConnectRequest, ConnectResult, Disconnect, Error, HistoryRequest,
     HistoryResult, Publication, Push, PushBody, RefreshResult, Reply, ReplyBody, Request,
     StreamPosition, SubscribeRequest, SubscribeResult,
+};
+pub use server::{
+    Application, Centrifuge, ClientContext, NoApplication, Options, Session, WEBSOCKET_PATH,
 };
 
 /// The most commands one frame may carry; the JS SDK batches a handful.

@@ -1,0 +1,133 @@
+//! Centrifugo's own JS SDK (npm `centrifuge` 5.8.0 on `ws`, installed into
+//! tests/centrifuge/node_modules by tests/centrifuge/setup_sdk.sh on first
+//! use) against the centrifugo_compat example, in both formats, on both
+//! backends: connect and subscribe in one frame, publications with their
+//! offsets, a recovery after a disconnect (the missed publications, in
+//! order, in the subscribe reply), pings answered over three intervals,
+//! and a failed recovery that goes on live (tests/centrifuge/sdk_client.mjs).
+
+mod common;
+
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::process::Command;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A loopback port below 32768 that is free when asked.
+fn low_port() -> u16 {
+    let seed = RandomState::new().hash_one(std::process::id());
+    (0..1000u64)
+        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port below 32768")
+}
+
+fn run_sdk(url: &str, format: &str) -> Value {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/centrifuge");
+    let setup = Command::new("bash")
+        .arg(format!("{dir}/setup_sdk.sh"))
+        .output()
+        .expect("bash runs");
+    assert!(
+        setup.status.success(),
+        "setup_sdk.sh: {}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let out = Command::new("node")
+        .current_dir(dir)
+        .args(["sdk_client.mjs", url, format, "1"])
+        .output()
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "sdk_client.mjs: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &str) {
+    let args = [
+        "--backend",
+        backend,
+        "--history",
+        "10",
+        "--ping-secs",
+        "1",
+        "--client-publish",
+    ];
+    let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
+    let _server = Child(
+        Command::new(example("centrifugo_compat"))
+            .args(["--addr", &addr.to_string()])
+            .args(args)
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("centrifugo_compat", addr).await;
+    let url = format!("ws://{addr}/connection/websocket");
+    let format = format.to_owned();
+    let seen = tokio::task::spawn_blocking(move || run_sdk(&url, &format))
+        .await
+        .unwrap();
+
+    let subscribed = |was: bool, recovered: bool, offset: u64| {
+        json!({"wasRecovering": was, "recovered": recovered, "recoverable": true,
+               "positioned": true, "offset": offset, "epochSet": true})
+    };
+    // First a fresh subscribe; then a recovery from offset 3 (the reply
+    // names the client's own position, the publications move it on); then
+    // one from past what history keeps: not recovered, at the top.
+    assert_eq!(
+        seen["subscribed"],
+        json!([
+            subscribed(false, false, 0),
+            subscribed(true, true, 3),
+            subscribed(true, false, 20)
+        ]),
+        "{seen}"
+    );
+    let publications: Vec<Value> = (1..=7)
+        .chain([21])
+        .map(|n| json!({"data": {"n": n}, "offset": n}))
+        .collect();
+    assert_eq!(seen["publications"], json!(publications), "{seen}");
+    // Only the disconnects the client asked for: no 3012 (no pong), no
+    // 3501 (bad request).
+    let states = seen["states"].as_array().unwrap();
+    for state in states {
+        assert!(state[1] == json!(0) || state[0] == "connected", "{seen}");
+    }
+    assert_eq!(
+        states.iter().filter(|s| s[0] == "connected").count(),
+        3,
+        "{seen}"
+    );
+    assert_eq!(seen["finalState"], "connected", "{seen}");
+    assert_eq!(seen["errors"], json!([]), "{seen}");
+}
+
+#[tokio::test]
+async fn json_on_tokio() {
+    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "json").await;
+}
+
+#[tokio::test]
+async fn protobuf_on_tokio() {
+    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "protobuf").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn json_on_uring() {
+    the_sdk_connects_subscribes_recovers_and_pongs("uring", "json").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn protobuf_on_uring() {
+    the_sdk_connects_subscribes_recovers_and_pongs("uring", "protobuf").await;
+}
