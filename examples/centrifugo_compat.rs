@@ -43,7 +43,8 @@ struct Args {
     /// Let clients publish to channels.
     #[arg(long)]
     client_publish: bool,
-    /// The server HTTP API's key (not served yet).
+    /// Serve the server HTTP API (`POST /api/publish`, `broadcast`,
+    /// `history`) to requests with this key in `X-API-Key`.
     #[arg(long)]
     api_key: Option<String>,
     /// The HS256 secret of connection tokens (not served yet).
@@ -57,8 +58,8 @@ struct Args {
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:8000");
-    if args.api_key.is_some() || args.jwt_secret.is_some() {
-        eprintln!("error: --api-key and --jwt-secret are not served yet");
+    if args.jwt_secret.is_some() {
+        eprintln!("error: --jwt-secret is not served yet");
         return std::process::ExitCode::from(2);
     }
     let mut builder = PubSub::builder().overflow(Overflow::Close(CloseCode(disconnect::SLOW)));
@@ -69,9 +70,12 @@ fn main() -> std::process::ExitCode {
         ));
     }
     let pubsub = builder.build();
-    let options = Options::new()
+    let mut options = Options::new()
         .ping(Duration::from_secs(args.ping_secs))
         .client_publish(args.client_publish);
+    if let Some(key) = &args.api_key {
+        options = options.api_key(key);
+    }
     let redis = args.redis.clone();
     support::serve("centrifugo_compat", &args.serve, move |_runtime| {
         let bridge = redis.map(|url| {

@@ -4,7 +4,9 @@
 //! backends: connect and subscribe in one frame, publications with their
 //! offsets, a recovery after a disconnect (the missed publications, in
 //! order, in the subscribe reply), pings answered over three intervals,
-//! and a failed recovery that goes on live (tests/centrifuge/sdk_client.mjs).
+//! and a failed recovery that goes on live (tests/centrifuge/sdk_client.mjs);
+//! with the publications sent through the server HTTP API, its answers and
+//! its history too.
 
 mod common;
 
@@ -24,7 +26,7 @@ fn low_port() -> u16 {
         .expect("a free port below 32768")
 }
 
-fn run_sdk(url: &str, format: &str) -> Value {
+fn run_sdk(url: &str, format: &str, api_key: Option<&str>) -> Value {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/centrifuge");
     let setup = Command::new("bash")
         .arg(format!("{dir}/setup_sdk.sh"))
@@ -38,6 +40,7 @@ fn run_sdk(url: &str, format: &str) -> Value {
     let out = Command::new("node")
         .current_dir(dir)
         .args(["sdk_client.mjs", url, format, "1"])
+        .args(api_key)
         .output()
         .expect("node runs");
     assert!(
@@ -49,16 +52,13 @@ fn run_sdk(url: &str, format: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &str) {
-    let args = [
-        "--backend",
-        backend,
-        "--history",
-        "10",
-        "--ping-secs",
-        "1",
-        "--client-publish",
-    ];
+async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &str, api: bool) {
+    let mut args = vec!["--backend", backend, "--history", "10", "--ping-secs", "1"];
+    if api {
+        args.extend(["--api-key", "sekret"]);
+    } else {
+        args.push("--client-publish");
+    }
     let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
     let _server = Child(
         Command::new(example("centrifugo_compat"))
@@ -70,7 +70,8 @@ async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &
     wait_listening("centrifugo_compat", addr).await;
     let url = format!("ws://{addr}/connection/websocket");
     let format = format.to_owned();
-    let seen = tokio::task::spawn_blocking(move || run_sdk(&url, &format))
+    let key = api.then_some("sekret");
+    let seen = tokio::task::spawn_blocking(move || run_sdk(&url, &format, key))
         .await
         .unwrap();
 
@@ -108,26 +109,56 @@ async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &
     );
     assert_eq!(seen["finalState"], "connected", "{seen}");
     assert_eq!(seen["errors"], json!([]), "{seen}");
+    if api {
+        // Each publish answered with its position, one epoch throughout;
+        // the history holds the last ten; a wrong key is refused.
+        let answers = seen["apiAnswers"].as_array().unwrap();
+        let epoch = &answers[0]["result"]["epoch"];
+        assert!(epoch.as_str().is_some_and(|e| !e.is_empty()), "{seen}");
+        let expected: Vec<Value> = (1..=21)
+            .map(|n| json!({"result": {"offset": n, "epoch": epoch}}))
+            .collect();
+        assert_eq!(answers, &expected, "{seen}");
+        let kept: Vec<Value> = (12..=21)
+            .map(|n| json!({"data": {"n": n}, "offset": n}))
+            .collect();
+        assert_eq!(
+            seen["history"],
+            json!({"result": {"publications": kept, "epoch": epoch, "offset": 21}})
+        );
+        assert_eq!(seen["wrongKey"], 401);
+    }
 }
 
 #[tokio::test]
 async fn json_on_tokio() {
-    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "json").await;
+    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "json", false).await;
+}
+
+#[tokio::test]
+async fn json_through_the_http_api_on_tokio() {
+    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "json", true).await;
 }
 
 #[tokio::test]
 async fn protobuf_on_tokio() {
-    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "protobuf").await;
+    the_sdk_connects_subscribes_recovers_and_pongs("tokio", "protobuf", false).await;
 }
 
 #[cfg(all(target_os = "linux", feature = "uring"))]
 #[tokio::test]
 async fn json_on_uring() {
-    the_sdk_connects_subscribes_recovers_and_pongs("uring", "json").await;
+    the_sdk_connects_subscribes_recovers_and_pongs("uring", "json", false).await;
 }
 
 #[cfg(all(target_os = "linux", feature = "uring"))]
 #[tokio::test]
 async fn protobuf_on_uring() {
-    the_sdk_connects_subscribes_recovers_and_pongs("uring", "protobuf").await;
+    the_sdk_connects_subscribes_recovers_and_pongs("uring", "protobuf", false).await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn protobuf_through_the_http_api_on_uring() {
+    the_sdk_connects_subscribes_recovers_and_pongs("uring", "protobuf", true).await;
 }

@@ -12,8 +12,8 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use super::messages::{
-    ClientInfo, Command, ConnectRequest, ConnectResult, HistoryRequest, Publication, Push,
-    PushBody, Reply, ReplyBody, Request, StreamPosition, SubscribeRequest, SubscribeResult,
+    ClientInfo, Command, ConnectRequest, ConnectResult, HistoryRequest, HistoryResult, Publication,
+    Push, PushBody, Reply, ReplyBody, Request, StreamPosition, SubscribeRequest, SubscribeResult,
 };
 use super::{DecodeError, MAX_COMMANDS};
 
@@ -360,6 +360,15 @@ pub(super) fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
             o.u64("ttl", (*ttl).into());
         }),
     }
+    o.close();
+}
+
+/// A history result as an object of its own (the server API's `result`).
+pub(super) fn encode_history(out: &mut Vec<u8>, h: &HistoryResult) {
+    let mut o = Object::open(out);
+    publications(&mut o, "publications", &h.publications, true);
+    o.str_always("epoch", &h.epoch);
+    o.u64_always("offset", h.offset);
     o.close();
 }
 

@@ -1,14 +1,26 @@
 // Centrifugo's own JS SDK (npm `centrifuge`, on `ws`) against a rapidws
-// server: node sdk_client.mjs <ws-url> <json|protobuf> <ping-secs>.
+// server: node sdk_client.mjs <ws-url> <json|protobuf> <ping-secs> [api-key].
 //
 // A subscriber connects and subscribes to `news` (one frame: the SDK
 // batches connect and subscribe); a publisher client publishes 1..3; the
 // subscriber disconnects, 4..6 are published, and it reconnects: its
 // subscription recovers them. It then stays connected over three ping
-// intervals; then misses more than the history keeps, and goes on live. Prints one JSON object: what each client saw.
+// intervals; then misses more than the history keeps, and goes on live.
+// With an API key, the publications go through the server HTTP API
+// (`POST /api/publish`) instead of a publisher client, and the API's
+// history and a request with a wrong key are reported too. Prints one JSON object: what each client saw.
 import WebSocket from 'ws';
 
-const [url, format, pingSecs] = process.argv.slice(2);
+const [url, format, pingSecs, apiKey] = process.argv.slice(2);
+const apiUrl = url.replace(/^ws/, 'http').replace('/connection/websocket', '/api/');
+const api = async (method, body, key = apiKey) => {
+    const response = await fetch(apiUrl + method, {
+        method: 'POST',
+        headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+    });
+    return { status: response.status, body: await response.text() };
+};
 const { Centrifuge } = format === 'protobuf'
     ? await import('centrifuge/build/protobuf')
     : await import('centrifuge');
@@ -52,9 +64,21 @@ sub.subscribe();
 client.connect();
 await until(() => seen.subscribed.length === 1);
 
-const publisher = new Centrifuge(url, options);
-publisher.connect();
-await publisher.ready(5000);
+let publisher = new Centrifuge(url, options);
+if (apiKey) {
+    seen.apiAnswers = [];
+    publisher = {
+        publish: async (channel, data) => {
+            const value = data instanceof Uint8Array ? JSON.parse(new TextDecoder().decode(data)) : data;
+            const answer = await api('publish', { channel, data: value });
+            seen.apiAnswers.push(JSON.parse(answer.body));
+        },
+        disconnect: () => {},
+    };
+} else {
+    publisher.connect();
+    await publisher.ready(5000);
+}
 for (const n of [1, 2, 3]) {
     await publisher.publish('news', enc({ n }));
 }
@@ -82,5 +106,10 @@ await publisher.publish('news', enc({ n: 21 }));
 await until(() => seen.publications.length === 8);
 client.disconnect();
 publisher.disconnect();
+if (apiKey) {
+    const history = await api('history', { channel: 'news', limit: -1 });
+    seen.history = JSON.parse(history.body);
+    seen.wrongKey = (await api('publish', { channel: 'news', data: {} }, 'wrong')).status;
+}
 console.log(JSON.stringify(seen));
 process.exit(0);

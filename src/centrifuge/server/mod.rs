@@ -5,10 +5,12 @@
 //! | file | concern |
 //! |---|---|
 //! | `mod.rs` | [`Centrifuge`], [`Options`], [`Application`]: the handler and what it is told |
+//! | `api.rs` | the server HTTP API: `POST /api/publish`, `broadcast`, `history` |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
 //! | `pinger.rs` | the server's pings and the clients' pongs |
 
+mod api;
 mod envelope;
 mod pinger;
 mod session;
@@ -22,7 +24,7 @@ use bytes::Bytes;
 use super::messages::Error;
 use super::{Format, PROTOBUF_SUBPROTOCOL, error};
 use crate::connection::conn::Conn;
-use crate::connection::handler::{Accept, Handler, Reject, ServerHandler};
+use crate::connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 use crate::pubsub::{Envelope, PubSub};
@@ -71,6 +73,7 @@ pub struct Options {
     client_publish: bool,
     max_subscriptions: usize,
     version: String,
+    api_key: Option<String>,
     application: Arc<dyn Application>,
 }
 
@@ -81,6 +84,7 @@ impl Default for Options {
             client_publish: false,
             max_subscriptions: 128,
             version: format!("rapidws {}", env!("CARGO_PKG_VERSION")),
+            api_key: None,
             application: Arc::new(NoApplication),
         }
     }
@@ -128,6 +132,13 @@ impl Options {
     /// The version the connect reply names.
     pub fn version(mut self, version: impl Into<String>) -> Options {
         self.version = version.into();
+        self
+    }
+
+    /// Serves the server HTTP API (`POST /api/<method>`) to requests that
+    /// carry this key; without one, there is no API.
+    pub fn api_key(mut self, key: impl Into<String>) -> Options {
+        self.api_key = Some(key.into());
         self
     }
 
@@ -248,5 +259,9 @@ impl ServerHandler for Centrifuge {
             channels: HashSet::new(),
             slot: None,
         })
+    }
+
+    fn on_http(&self, request: &Request<'_>) -> Option<HttpResponse> {
+        self.api(request)
     }
 }

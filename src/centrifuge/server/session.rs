@@ -216,7 +216,7 @@ impl Centrifuge {
         Ok(())
     }
 
-    fn history(&self, format: Format, request: HistoryRequest) -> ReplyBody {
+    pub(super) fn history(&self, format: Format, request: HistoryRequest) -> ReplyBody {
         if check_topic(&request.channel).is_err() {
             return ReplyBody::Error(Error::new(error::BAD_REQUEST));
         }
