@@ -11,8 +11,11 @@
 //! ```
 //!
 //! With `--redis URL`, publications (and history) go between the nodes
-//! that share the Redis. `--jwt-secret` is not served yet: connection and
-//! subscription tokens are refused.
+//! that share the Redis. With `--jwt-secret S`, clients connect with a
+//! token (HS256) and refresh it before it expires; subscription tokens are
+//! refused (not served yet). With `--api-key K`, the server HTTP API
+//! (`POST /api/publish`, `broadcast`, `history`) answers requests with
+//! `X-API-Key: K`.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -40,6 +43,10 @@ struct Args {
     /// Seconds between the server's pings (the connect reply's `ping`).
     #[arg(long, default_value_t = 25)]
     ping_secs: u64,
+    /// How long a connection whose token expired may wait for its
+    /// refresh before it is closed with 3005.
+    #[arg(long, default_value_t = 25)]
+    expired_grace_secs: u64,
     /// Let clients publish to channels.
     #[arg(long)]
     client_publish: bool,
@@ -47,7 +54,9 @@ struct Args {
     /// `history`) to requests with this key in `X-API-Key`.
     #[arg(long)]
     api_key: Option<String>,
-    /// The HS256 secret of connection tokens (not served yet).
+    /// Clients connect with a token (a JWT signed with HS256 and this
+    /// secret: `sub` the user, `exp` when it must be refreshed); none may
+    /// connect without one.
     #[arg(long)]
     jwt_secret: Option<String>,
     /// Relay publications between nodes through this Redis.
@@ -58,10 +67,6 @@ struct Args {
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:8000");
-    if args.jwt_secret.is_some() {
-        eprintln!("error: --jwt-secret is not served yet");
-        return std::process::ExitCode::from(2);
-    }
     let mut builder = PubSub::builder().overflow(Overflow::Close(CloseCode(disconnect::SLOW)));
     if args.history > 0 {
         builder = builder.history(History::new(
@@ -72,9 +77,13 @@ fn main() -> std::process::ExitCode {
     let pubsub = builder.build();
     let mut options = Options::new()
         .ping(Duration::from_secs(args.ping_secs))
-        .client_publish(args.client_publish);
+        .client_publish(args.client_publish)
+        .expired_grace(Duration::from_secs(args.expired_grace_secs));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);
+    }
+    if let Some(secret) = &args.jwt_secret {
+        options = options.jwt_secret(secret.as_bytes()).anonymous(false);
     }
     let redis = args.redis.clone();
     support::serve("centrifugo_compat", &args.serve, move |_runtime| {

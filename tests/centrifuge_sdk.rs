@@ -6,7 +6,10 @@
 //! order, in the subscribe reply), pings answered over three intervals,
 //! and a failed recovery that goes on live (tests/centrifuge/sdk_client.mjs);
 //! with the publications sent through the server HTTP API, its answers and
-//! its history too.
+//! its history too. Connection tokens (tests/centrifuge/sdk_tokens.mjs):
+//! refreshed before they expire, an expired one answered so that the SDK
+//! asks for another, a forged one and none at all refused with 3500, one
+//! never refreshed closed with 3005.
 
 mod common;
 
@@ -27,6 +30,13 @@ fn low_port() -> u16 {
 }
 
 fn run_sdk(url: &str, format: &str, api_key: Option<&str>) -> Value {
+    let mut args = vec![url, format, "1"];
+    args.extend(api_key);
+    run_node("sdk_client.mjs", &args)
+}
+
+/// Runs `script` (in tests/centrifuge) with `args`; its JSON answer.
+fn run_node(script: &str, args: &[&str]) -> Value {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/centrifuge");
     let setup = Command::new("bash")
         .arg(format!("{dir}/setup_sdk.sh"))
@@ -39,13 +49,13 @@ fn run_sdk(url: &str, format: &str, api_key: Option<&str>) -> Value {
     );
     let out = Command::new("node")
         .current_dir(dir)
-        .args(["sdk_client.mjs", url, format, "1"])
-        .args(api_key)
+        .arg(script)
+        .args(args)
         .output()
         .expect("node runs");
     assert!(
         out.status.success(),
-        "sdk_client.mjs: {}{}",
+        "{script}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -161,4 +171,69 @@ async fn protobuf_on_uring() {
 #[tokio::test]
 async fn protobuf_through_the_http_api_on_uring() {
     the_sdk_connects_subscribes_recovers_and_pongs("uring", "protobuf", true).await;
+}
+
+async fn tokens(backend: &str, format: &str) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
+    let args = [
+        "--backend",
+        backend,
+        "--ping-secs",
+        "1",
+        "--jwt-secret",
+        "s3cr3t",
+        "--expired-grace-secs",
+        "1",
+    ];
+    let _server = Child(
+        Command::new(example("centrifugo_compat"))
+            .args(["--addr", &addr.to_string()])
+            .args(args)
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("centrifugo_compat", addr).await;
+    let url = format!("ws://{addr}/connection/websocket");
+    let format = format.to_owned();
+    let seen = tokio::task::spawn_blocking(move || {
+        run_node("sdk_tokens.mjs", &[url.as_str(), format.as_str(), "s3cr3t"])
+    })
+    .await
+    .unwrap();
+    // Refreshed twice in 5.5 s (2 s tokens, closed 1 s past expiry
+    // otherwise), never dropped.
+    let connected = json!(["connecting 0", "connected", "disconnected 0"]);
+    assert_eq!(seen["refreshed"]["states"], connected, "{seen}");
+    assert!(seen["refreshed"]["tokens"].as_u64().unwrap() >= 2, "{seen}");
+    assert_eq!(seen["expired"]["states"], connected, "{seen}");
+    assert_eq!(seen["expired"]["tokens"], 1, "{seen}");
+    for refused in ["forged", "anonymous"] {
+        assert_eq!(
+            seen[refused]["states"],
+            json!(["connecting 0", "disconnected 3500"]),
+            "{seen}"
+        );
+    }
+    let unrefreshed = &seen["unrefreshed"];
+    assert_eq!(unrefreshed["replies"][0]["expires"], true, "{seen}");
+    assert!(
+        unrefreshed["replies"][0]["ttl"].as_u64().unwrap() <= 1,
+        "{seen}"
+    );
+    assert_eq!(
+        unrefreshed["close"],
+        json!([3005, "connection expired"]),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn tokens_json_on_tokio() {
+    tokens("tokio", "json").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn tokens_protobuf_on_uring() {
+    tokens("uring", "protobuf").await;
 }

@@ -8,12 +8,14 @@
 //! | `api.rs` | the server HTTP API: `POST /api/publish`, `broadcast`, `history` |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
-//! | `pinger.rs` | the server's pings and the clients' pongs |
+//! | `pinger.rs` | the server's pings and the clients' pongs, expiry |
+//! | `token.rs` | connection tokens: JWT, HS256 |
 
 mod api;
 mod envelope;
 mod pinger;
 mod session;
+mod token;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -74,6 +76,9 @@ pub struct Options {
     max_subscriptions: usize,
     version: String,
     api_key: Option<String>,
+    jwt_secret: Option<Vec<u8>>,
+    anonymous: bool,
+    expired_grace: Duration,
     application: Arc<dyn Application>,
 }
 
@@ -85,6 +90,9 @@ impl Default for Options {
             max_subscriptions: 128,
             version: format!("rapidws {}", env!("CARGO_PKG_VERSION")),
             api_key: None,
+            jwt_secret: None,
+            anonymous: true,
+            expired_grace: Duration::from_secs(25),
             application: Arc::new(NoApplication),
         }
     }
@@ -142,6 +150,29 @@ impl Options {
         self
     }
 
+    /// Takes connection tokens: JWTs signed with HS256 and `secret`, whose
+    /// `sub` is the user, `exp` when the connection expires unless the
+    /// client refreshes it, `info` the client's info.
+    pub fn jwt_secret(mut self, secret: impl Into<Vec<u8>>) -> Options {
+        self.jwt_secret = Some(secret.into());
+        self
+    }
+
+    /// Whether a client may connect without a token (default true);
+    /// refused with 3500 otherwise.
+    pub fn anonymous(mut self, allow: bool) -> Options {
+        self.anonymous = allow;
+        self
+    }
+
+    /// How long a connection whose token expired may stay before it is
+    /// closed with 3005, waiting for its refresh (default 25 seconds, as
+    /// Centrifugo waits).
+    pub fn expired_grace(mut self, grace: Duration) -> Options {
+        self.expired_grace = grace;
+        self
+    }
+
     /// The application's side of RPC and sends.
     pub fn application(mut self, application: Arc<dyn Application>) -> Options {
         self.application = application;
@@ -177,7 +208,7 @@ impl Centrifuge {
     /// Serves on `pubsub` as `options` say; starts the ping thread.
     pub fn new(pubsub: PubSub, options: Options) -> Centrifuge {
         Centrifuge {
-            pinger: Pinger::start(options.ping),
+            pinger: Pinger::start(options.ping, options.expired_grace),
             pubsub,
             options,
             json: Arc::new(envelope::Pushes(Format::Json)),
@@ -203,6 +234,8 @@ pub struct Session {
     format: Format,
     client: String,
     user: String,
+    /// The `info` of its token.
+    info: Bytes,
     connected: bool,
     channels: HashSet<String>,
     slot: Option<Arc<Slot>>,
@@ -255,6 +288,7 @@ impl ServerHandler for Centrifuge {
             format,
             client: String::new(),
             user: String::new(),
+            info: Bytes::new(),
             connected: false,
             channels: HashSet::new(),
             slot: None,

@@ -7,10 +7,11 @@
 use std::hash::{BuildHasher, RandomState};
 
 use super::envelope::{message, publication_of};
+use super::token::{Claims, TokenError, now_secs, verify};
 use super::{Centrifuge, ClientContext, Session};
 use crate::centrifuge::messages::{
-    Command, ConnectResult, Error, HistoryRequest, HistoryResult, Reply, ReplyBody, Request,
-    SubscribeRequest, SubscribeResult,
+    Command, ConnectResult, Error, HistoryRequest, HistoryResult, RefreshResult, Reply, ReplyBody,
+    Request, SubscribeRequest, SubscribeResult,
 };
 use crate::centrifuge::{Format, disconnect, error};
 use crate::connection::conn::Conn;
@@ -19,6 +20,22 @@ use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe, check_topic}
 
 /// A close code: the command ends the connection.
 type Close = u16;
+
+/// Why a token was not taken: the connection ends, or the command is
+/// answered with an error.
+enum Checked {
+    Close(Close),
+    Refuse(Error),
+}
+
+/// A connect or refresh result's `expires` and `ttl` (seconds left).
+fn ttl_of(expires_at: u64) -> (bool, u32) {
+    if expires_at == 0 {
+        return (false, 0);
+    }
+    let left = expires_at.saturating_sub(now_secs());
+    (true, u32::try_from(left).unwrap_or(u32::MAX))
+}
 
 impl Centrifuge {
     pub(super) fn handle_frame(
@@ -59,21 +76,29 @@ impl Centrifuge {
                 if session.connected {
                     return Err(disconnect::BAD_REQUEST);
                 }
-                // Connection tokens are not checked yet: only anonymous
-                // clients are let in.
-                if !connect.token.is_empty() {
-                    return Err(disconnect::INVALID_TOKEN);
-                }
+                let claims = match self.check_token(&connect.token) {
+                    Ok(claims) => claims,
+                    Err(Checked::Close(code)) => return Err(code),
+                    Err(Checked::Refuse(error)) => {
+                        reply(conn, session.format, Reply::error(id, error));
+                        return Ok(());
+                    }
+                };
                 session.connected = true;
                 session.client = client_id(conn);
+                session.user = claims.user;
+                session.info = claims.info;
                 if let Some(slot) = &session.slot {
-                    slot.connected();
+                    slot.connected(claims.expires_at);
                 }
+                let (expires, ttl) = ttl_of(claims.expires_at);
                 ReplyBody::Connect(ConnectResult {
                     client: session.client.clone(),
                     version: self.options.version.clone(),
                     ping: self.options.ping.as_secs() as u32,
                     pong: true,
+                    expires,
+                    ttl,
                     ..Default::default()
                 })
             }
@@ -98,6 +123,27 @@ impl Centrifuge {
             Request::Presence { .. } | Request::PresenceStats { .. } => {
                 ReplyBody::Error(Error::new(error::NOT_AVAILABLE))
             }
+            Request::Refresh { token } if self.options.jwt_secret.is_some() => {
+                let claims = match self.check_token(&token) {
+                    Ok(claims) if claims.user == session.user && !token.is_empty() => claims,
+                    Ok(_) => return Err(disconnect::INVALID_TOKEN),
+                    Err(Checked::Close(code)) => return Err(code),
+                    Err(Checked::Refuse(error)) => {
+                        reply(conn, session.format, Reply::error(id, error));
+                        return Ok(());
+                    }
+                };
+                if let Some(slot) = &session.slot {
+                    slot.connected(claims.expires_at);
+                }
+                let (expires, ttl) = ttl_of(claims.expires_at);
+                ReplyBody::Refresh(RefreshResult {
+                    client: session.client.clone(),
+                    version: self.options.version.clone(),
+                    expires,
+                    ttl,
+                })
+            }
             Request::Refresh { .. } | Request::SubRefresh { .. } => {
                 ReplyBody::Error(Error::new(error::NOT_AVAILABLE))
             }
@@ -121,6 +167,31 @@ impl Centrifuge {
         };
         reply(conn, session.format, Reply { id, body });
         Ok(())
+    }
+
+    /// What a connect or refresh token grants: an empty one is anonymous
+    /// (if allowed), an expired one is answered with 109 (the SDK asks its
+    /// application for a new one), a bad one closes with 3500.
+    fn check_token(&self, token: &str) -> Result<Claims, Checked> {
+        if token.is_empty() {
+            return if self.options.anonymous {
+                Ok(Claims {
+                    user: String::new(),
+                    expires_at: 0,
+                    info: Default::default(),
+                })
+            } else {
+                Err(Checked::Close(disconnect::INVALID_TOKEN))
+            };
+        }
+        let Some(secret) = &self.options.jwt_secret else {
+            return Err(Checked::Close(disconnect::INVALID_TOKEN));
+        };
+        match verify(token, secret, now_secs()) {
+            Ok(claims) => Ok(claims),
+            Err(TokenError::Expired) => Err(Checked::Refuse(Error::new(error::TOKEN_EXPIRED))),
+            Err(TokenError::Invalid) => Err(Checked::Close(disconnect::INVALID_TOKEN)),
+        }
     }
 
     /// Subscribes: the reply first (with what the client missed, if it
