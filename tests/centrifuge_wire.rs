@@ -125,7 +125,7 @@ async fn json_wire_on(backend: &str) {
         ))
         .await
         .unwrap();
-    let mut got = vec![next_json(&mut client).await, next_json(&mut client).await];
+    let mut got = [next_json(&mut client).await, next_json(&mut client).await];
     got.sort_by_key(|v| v.get("id").is_none());
     assert_eq!(got[0], json!({"id": 3, "publish": {}}));
     assert_eq!(
