@@ -127,7 +127,7 @@ pub struct StreamPosition {
     pub epoch: String,
 }
 
-/// An error in a reply (`code` from [`codes`](super::codes)).
+/// An error in a reply (`code` from [`error`](super::error)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub code: u32,
