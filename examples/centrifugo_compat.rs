@@ -12,8 +12,8 @@
 //!
 //! With `--redis URL`, publications (and history) go between the nodes
 //! that share the Redis. With `--jwt-secret S`, clients connect with a
-//! token (HS256) and refresh it before it expires; subscription tokens are
-//! refused (not served yet). With `--api-key K`, the server HTTP API
+//! token (HS256) and refresh it before it expires; a subscription may
+//! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
 //! (`POST /api/publish`, `broadcast`, `history`) answers requests with
 //! `X-API-Key: K`.
 

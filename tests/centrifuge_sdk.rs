@@ -9,7 +9,8 @@
 //! its history too. Connection tokens (tests/centrifuge/sdk_tokens.mjs):
 //! refreshed before they expire, an expired one answered so that the SDK
 //! asks for another, a forged one and none at all refused with 3500, one
-//! never refreshed closed with 3005.
+//! never refreshed closed with 3005; a subscription token for its channel
+//! taken, one for another channel refused with 3500.
 
 mod common;
 

@@ -56,6 +56,27 @@ async function rawUnrefreshed() {
     return ['unrefreshed', seen];
 }
 
+// Subscription tokens: one for the channel subscribes; one for another
+// channel ends the connection (3500).
+async function subscriptions() {
+    const seen = { states: [], subscribed: [] };
+    const token = jwt({ sub: 'dave', exp: now() + 60 });
+    const client = new Centrifuge(url, { websocket: WebSocket, token });
+    client.on('connected', () => seen.states.push('connected'));
+    client.on('disconnected', (ctx) => seen.states.push(`disconnected ${ctx.code}`));
+    const sub = (channel, forChannel) => {
+        const s = client.newSubscription(channel, { getToken: async () => jwt({ sub: 'dave', channel: forChannel, exp: now() + 60 }) });
+        s.on('subscribed', () => seen.subscribed.push(channel));
+        s.subscribe();
+    };
+    sub('secret', 'secret');
+    client.connect();
+    await sleep(700);
+    sub('other', 'secret');
+    await sleep(700);
+    return ['subscriptions', seen];
+}
+
 const fresh = () => jwt({ sub: 'alice', exp: now() + 2, info: { name: 'Alice' } });
 const results = Object.fromEntries([
     // Expires in 2 s, refreshed each time (the connect reply's ttl).
@@ -66,6 +87,7 @@ const results = Object.fromEntries([
     await run('forged', { token: jwt({ sub: 'eve' }, 'guess') }, 1000),
     await run('anonymous', {}, 1000),
     await rawUnrefreshed(),
+    await subscriptions(),
 ]);
 console.log(JSON.stringify(results));
 process.exit(0);

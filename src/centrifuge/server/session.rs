@@ -169,17 +169,13 @@ impl Centrifuge {
         Ok(())
     }
 
-    /// What a connect or refresh token grants: an empty one is anonymous
+    /// What a connect, refresh or subscribe token grants: an empty one is anonymous
     /// (if allowed), an expired one is answered with 109 (the SDK asks its
     /// application for a new one), a bad one closes with 3500.
     fn check_token(&self, token: &str) -> Result<Claims, Checked> {
         if token.is_empty() {
             return if self.options.anonymous {
-                Ok(Claims {
-                    user: String::new(),
-                    expires_at: 0,
-                    info: Default::default(),
-                })
+                Ok(Claims::default())
             } else {
                 Err(Checked::Close(disconnect::INVALID_TOKEN))
             };
@@ -222,8 +218,18 @@ impl Centrifuge {
             return refuse(error::LIMIT_EXCEEDED);
         }
         if !request.token.is_empty() {
-            // Subscription tokens are not checked yet.
-            return refuse(error::PERMISSION_DENIED);
+            // A subscription token: this user's, for this channel. (Its
+            // expiry is checked here, not watched: the reply does not ask
+            // for a sub_refresh.)
+            match self.check_token(&request.token) {
+                Ok(claims) if claims.user == session.user && claims.channel == channel => {}
+                Ok(_) => return Err(disconnect::INVALID_TOKEN),
+                Err(Checked::Close(code)) => return Err(code),
+                Err(Checked::Refuse(error)) => {
+                    reply(conn, session.format, Reply::error(id, error));
+                    return Ok(());
+                }
+            }
         }
         let mut result = SubscribeResult::default();
         let start = if self.pubsub.history(&channel).is_on() {

@@ -1,7 +1,8 @@
 //! Connection tokens: JWTs signed with HS256 and the server's secret, as
 //! Centrifugo takes them: `sub` is the user, `exp` (Unix seconds) when the
 //! connection expires unless refreshed, `info` JSON every publication of
-//! the client's carries. Any other algorithm (`none` above all) is refused.
+//! the client's carries; a subscription token also names its `channel`.
+//! Any other algorithm (`none` above all) is refused.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,13 +14,15 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::Sha256;
 
-/// What a valid token grants.
-#[derive(Debug, PartialEq, Eq)]
+/// What a valid token grants (the default: an anonymous connection).
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Claims {
     pub(super) user: String,
     /// Unix seconds; 0: never expires.
     pub(super) expires_at: u64,
     pub(super) info: Bytes,
+    /// A subscription token's channel (empty in a connection token).
+    pub(super) channel: String,
 }
 
 /// Why a token is not taken.
@@ -47,6 +50,8 @@ struct Payload<'a> {
     exp: Option<u64>,
     #[serde(default, borrow)]
     info: Option<&'a RawValue>,
+    #[serde(default)]
+    channel: String,
 }
 
 pub(super) fn now_secs() -> u64 {
@@ -94,6 +99,7 @@ pub(super) fn verify(token: &str, secret: &[u8], now: u64) -> Result<Claims, Tok
         user: payload.sub,
         expires_at,
         info,
+        channel: payload.channel,
     })
 }
 
