@@ -47,6 +47,9 @@ struct Args {
     /// refresh before it is closed with 3005.
     #[arg(long, default_value_t = 25)]
     expired_grace_secs: u64,
+    /// Answer presence and presence_stats (this node's clients).
+    #[arg(long)]
+    presence: bool,
     /// Let clients publish to channels.
     #[arg(long)]
     client_publish: bool,
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
     let mut options = Options::new()
         .ping(Duration::from_secs(args.ping_secs))
         .client_publish(args.client_publish)
+        .presence(args.presence)
         .expired_grace(Duration::from_secs(args.expired_grace_secs));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);

@@ -2,7 +2,7 @@
 //! plain WebSocket client (tokio-tungstenite): connect and subscribe in one
 //! frame answered in order, the connect reply's `ping` and `pong`, the
 //! subscribe reply's position, publication pushes with their offsets, the
-//! server's `{}` pings, the Protobuf subprotocol, and what ends a
+//! server's `{}` pings, presence (and through the server HTTP API), the Protobuf subprotocol, and what ends a
 //! connection (a malformed frame, a command before connect: 3501) or
 //! refuses an upgrade (another path: 404).
 
@@ -41,6 +41,9 @@ async fn server(backend: &str) -> (Child, SocketAddr) {
         "--ping-secs",
         "1",
         "--client-publish",
+        "--presence",
+        "--api-key",
+        "k",
     ];
     let child = Child(
         Command::new(example("centrifugo_compat"))
@@ -72,6 +75,22 @@ async fn next_json(client: &mut Client) -> Value {
             other => panic!("not text: {other:?}"),
         }
     }
+}
+
+/// `POST /api/<method>` with `body` and the key; the JSON answer.
+async fn api(addr: SocketAddr, method: &str, body: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
 }
 
 async fn close_code(client: &mut Client) -> u16 {
@@ -138,6 +157,30 @@ async fn json_wire_on(backend: &str) {
         assert_eq!(next(&mut client).await, Ws::text("{}"));
         client.send(Ws::text("{}")).await.unwrap();
     }
+    // Presence: this client, in a channel it is in; not in another one.
+    let client_id = connect["connect"]["client"].clone();
+    client.send(Ws::text("{\"id\":5,\"presence\":{\"channel\":\"c\"}}\n{\"id\":6,\"presence_stats\":{\"channel\":\"c\"}}\n{\"id\":7,\"presence\":{\"channel\":\"d\"}}")).await.unwrap();
+    let me = json!({"user": "", "client": client_id});
+    let mut presence = json!({"id": 5, "presence": {"presence": {}}});
+    presence["presence"]["presence"][client_id.as_str().unwrap()] = me.clone();
+    assert_eq!(next_json(&mut client).await, presence);
+    assert_eq!(
+        next_json(&mut client).await,
+        json!({"id": 6, "presence_stats": {"num_clients": 1, "num_users": 1}})
+    );
+    assert_eq!(next_json(&mut client).await["error"]["code"], 103);
+    // The same through the server HTTP API.
+    let answer = api(addr, "presence_stats", "{\"channel\":\"c\"}").await;
+    assert_eq!(
+        answer,
+        json!({"result": {"num_clients": 1, "num_users": 1}})
+    );
+    let answer = api(addr, "presence", "{\"channel\":\"c\"}").await;
+    assert_eq!(
+        answer["result"]["presence"][client_id.as_str().unwrap()],
+        me
+    );
+
     // A history of what was kept, then a malformed frame: 3501.
     client
         .send(Ws::text(

@@ -372,6 +372,17 @@ pub(super) fn encode_history(out: &mut Vec<u8>, h: &HistoryResult) {
     o.close();
 }
 
+/// A presence result as an object of its own (the server API's `result`).
+pub(super) fn encode_presence(out: &mut Vec<u8>, clients: &[(String, ClientInfo)]) {
+    let mut o = Object::open(out);
+    o.object("presence", |o| {
+        for (id, info) in clients {
+            o.object(id, |o| client_info(o, info));
+        }
+    });
+    o.close();
+}
+
 fn publications(o: &mut Object<'_>, name: &str, list: &[Publication], always: bool) {
     if list.is_empty() && !always {
         return;

@@ -2,8 +2,8 @@
 //! with the key in `X-API-Key` (or `Authorization: apikey <key>`), a JSON
 //! body, and a JSON answer: `{"result":...}`, or `{"error":{...}}` with
 //! status 200 as Centrifugo answers a method's error. Methods: publish,
-//! broadcast, history; presence and presence_stats answer 108 (not
-//! available).
+//! broadcast, history, presence and presence_stats (108, not available,
+//! unless presence is on).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -42,6 +42,11 @@ struct History {
     since: Option<Since>,
     #[serde(default)]
     reverse: bool,
+}
+
+#[derive(Deserialize)]
+struct Channel {
+    channel: String,
 }
 
 #[derive(Deserialize)]
@@ -141,7 +146,25 @@ impl Centrifuge {
                 }
                 Err(e) => bad(e),
             },
-            "presence" | "presence_stats" => answer(error_body(&Error::new(error::NOT_AVAILABLE))),
+            "presence" | "presence_stats" if !self.options.presence => {
+                answer(error_body(&Error::new(error::NOT_AVAILABLE)))
+            }
+            "presence" | "presence_stats" => match serde_json::from_slice::<Channel>(body) {
+                Ok(c) if method == "presence" => {
+                    let mut out = b"{\"result\":".to_vec();
+                    let clients = self.presence.list(&c.channel);
+                    json::encode_presence(&mut out, &clients);
+                    out.push(b'}');
+                    answer(String::from_utf8_lossy(&out).into_owned())
+                }
+                Ok(c) => {
+                    let (clients, users) = self.presence.stats(&c.channel);
+                    answer(format!(
+                        "{{\"result\":{{\"num_clients\":{clients},\"num_users\":{users}}}}}"
+                    ))
+                }
+                Err(e) => bad(e),
+            },
             _ => HttpResponse::text(404, "no such API method\n"),
         })
     }

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Centrifuge`], [`Options`], [`Application`]: the handler and what it is told |
 //! | `api.rs` | the server HTTP API: `POST /api/publish`, `broadcast`, `history` |
+//! | `presence.rs` | who is subscribed to each channel here |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
 //! | `pinger.rs` | the server's pings and the clients' pongs, expiry |
@@ -14,6 +15,7 @@
 mod api;
 mod envelope;
 mod pinger;
+mod presence;
 mod session;
 mod token;
 
@@ -78,6 +80,7 @@ pub struct Options {
     api_key: Option<String>,
     jwt_secret: Option<Vec<u8>>,
     anonymous: bool,
+    presence: bool,
     expired_grace: Duration,
     application: Arc<dyn Application>,
 }
@@ -92,6 +95,7 @@ impl Default for Options {
             api_key: None,
             jwt_secret: None,
             anonymous: true,
+            presence: false,
             expired_grace: Duration::from_secs(25),
             application: Arc::new(NoApplication),
         }
@@ -165,6 +169,14 @@ impl Options {
         self
     }
 
+    /// Whether subscribers may ask who else is subscribed (`presence`,
+    /// `presence_stats`, of channels they are in; this node's clients
+    /// only); 108 (not available) otherwise, as the API answers too.
+    pub fn presence(mut self, on: bool) -> Options {
+        self.presence = on;
+        self
+    }
+
     /// How long a connection whose token expired may stay before it is
     /// closed with 3005, waiting for its refresh (default 25 seconds, as
     /// Centrifugo waits).
@@ -191,6 +203,7 @@ pub struct Centrifuge {
     pubsub: PubSub,
     options: Options,
     pinger: Arc<Pinger>,
+    presence: presence::Presence,
     /// One envelope per format, shared by every subscription.
     json: Arc<dyn Envelope>,
     protobuf: Arc<dyn Envelope>,
@@ -209,6 +222,7 @@ impl Centrifuge {
     pub fn new(pubsub: PubSub, options: Options) -> Centrifuge {
         Centrifuge {
             pinger: Pinger::start(options.ping, options.expired_grace),
+            presence: Default::default(),
             pubsub,
             options,
             json: Arc::new(envelope::Pushes(Format::Json)),
@@ -266,8 +280,11 @@ impl Handler for Centrifuge {
         }
     }
 
-    fn on_close(&self, conn: &Conn, _: &mut Session, _: CloseCode, _: &str) {
+    fn on_close(&self, conn: &Conn, session: &mut Session, _: CloseCode, _: &str) {
         self.pinger.remove(conn);
+        for channel in &session.channels {
+            self.presence.leave(channel, &session.client);
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::centrifuge::messages::{
     Command, ConnectResult, Error, HistoryRequest, HistoryResult, RefreshResult, Reply, ReplyBody,
     Request, SubscribeRequest, SubscribeResult,
 };
-use crate::centrifuge::{Format, disconnect, error};
+use crate::centrifuge::{ClientInfo, Format, disconnect, error};
 use crate::connection::conn::Conn;
 use crate::proto::Message;
 use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe, check_topic};
@@ -106,6 +106,7 @@ impl Centrifuge {
             Request::Unsubscribe { channel } => {
                 if session.channels.remove(&channel) {
                     self.pubsub.unsubscribe(conn, &channel);
+                    self.presence.leave(&channel, &session.client);
                 }
                 ReplyBody::Unsubscribe
             }
@@ -120,8 +121,24 @@ impl Centrifuge {
                 }
             }
             Request::History(history) => self.history(session.format, history),
-            Request::Presence { .. } | Request::PresenceStats { .. } => {
-                ReplyBody::Error(Error::new(error::NOT_AVAILABLE))
+            Request::Presence { channel } | Request::PresenceStats { channel }
+                if !self.options.presence || !session.channels.contains(&channel) =>
+            {
+                // Centrifugo's default: presence of channels one is in.
+                let code = if self.options.presence {
+                    error::PERMISSION_DENIED
+                } else {
+                    error::NOT_AVAILABLE
+                };
+                ReplyBody::Error(Error::new(code))
+            }
+            Request::Presence { channel } => ReplyBody::Presence(self.presence.list(&channel)),
+            Request::PresenceStats { channel } => {
+                let (num_clients, num_users) = self.presence.stats(&channel);
+                ReplyBody::PresenceStats {
+                    num_clients,
+                    num_users,
+                }
             }
             Request::Refresh { token } if self.options.jwt_secret.is_some() => {
                 let claims = match self.check_token(&token) {
@@ -288,6 +305,15 @@ impl Centrifuge {
             Ok(_) => {}
             Err(PubSubError::Closed) => return Ok(()),
             Err(_) => return Err(disconnect::SERVER_ERROR),
+        }
+        if self.options.presence {
+            let info = ClientInfo {
+                user: session.user.clone(),
+                client: session.client.clone(),
+                conn_info: session.info.clone(),
+                chan_info: Default::default(),
+            };
+            self.presence.join(&channel, info);
         }
         session.channels.insert(channel);
         Ok(())
