@@ -180,6 +180,8 @@ mod handoff;
 pub mod axum;
 #[cfg(feature = "bus")]
 pub mod bus;
+#[cfg(feature = "centrifuge")]
+pub mod centrifuge;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "http3")]

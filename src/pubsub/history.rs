@@ -42,7 +42,7 @@ impl Epoch {
     }
 
     /// The epoch named by `n` (from [`Epoch::as_u64`], or a store's).
-    pub fn from_u64(n: u64) -> Epoch {
+    pub const fn from_u64(n: u64) -> Epoch {
         Epoch(n)
     }
 }

@@ -46,6 +46,7 @@
 //! | `options.rs` | [`Builder`], [`Overflow`], [`PublishOptions`], [`Subscribe`], [`Start`]: how a `PubSub` is set up and asked |
 //! | `outcomes.rs` | [`Published`], [`Subscribed`], [`Stats`], [`Usage`], [`PubSubError`]: what the calls answer and count |
 //! | `subscribe.rs` | subscribe and unsubscribe (connections, WebTransport sessions), who is subscribed |
+//! | `read.rs` | [`PubSub::kept`]: a topic's history read without subscribing |
 //! | `replay.rs` | what a new subscriber is sent from history, and whether it was recovered |
 //! | `publish.rs` | the publish: numbered, kept and handed to each server loop under the topic's lock |
 //! | `deliver.rs` | a delivery a server loop runs: queued for each of its subscribers, counted once |
@@ -84,6 +85,7 @@ mod options;
 mod outcomes;
 mod pending;
 mod publish;
+mod read;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
@@ -106,6 +108,7 @@ pub use envelope::{Envelope, Publication};
 pub use history::{Epoch, History, ParsePositionError, Position};
 pub use options::{Builder, Overflow, PublishOptions, Start, Subscribe};
 pub use outcomes::{MAX_TOPIC_LEN, PubSubError, Published, Stats, Subscribed, Usage, check_topic};
+pub use read::Kept;
 use registry::{Occupancy, Registry};
 use relay::Relay;
 

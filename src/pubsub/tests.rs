@@ -20,6 +20,7 @@ use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
 use crate::proto::{CloseCode, Message, OpCode, OwnedMessage, Role};
 
 mod budgets;
+mod read;
 
 /// A server loop whose posted jobs wait until the test runs them.
 #[derive(Default)]

@@ -1,0 +1,398 @@
+//! One connection's commands, in the order they came (a frame may carry
+//! several: the JS SDK sends connect and subscribe together). Each reply is
+//! a frame of its own, queued before anything the command causes, so a
+//! subscribe's reply (with the publications it recovered) reaches the wire
+//! before the live pushes that follow it.
+
+use std::hash::{BuildHasher, RandomState};
+
+use super::envelope::{message, publication_of};
+use super::token::{Claims, TokenError, now_secs, verify};
+use super::{Centrifuge, ClientContext, Session};
+use crate::centrifuge::messages::{
+    Command, ConnectResult, Error, HistoryRequest, HistoryResult, RefreshResult, Reply, ReplyBody,
+    Request, SubscribeRequest, SubscribeResult,
+};
+use crate::centrifuge::{ClientInfo, Format, disconnect, error};
+use crate::connection::conn::Conn;
+use crate::proto::Message;
+use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe, check_topic};
+
+/// A close code: the command ends the connection.
+type Close = u16;
+
+/// Why a token was not taken: the connection ends, or the command is
+/// answered with an error.
+enum Checked {
+    Close(Close),
+    Refuse(Error),
+}
+
+/// A connect or refresh result's `expires` and `ttl` (seconds left).
+fn ttl_of(expires_at: u64) -> (bool, u32) {
+    if expires_at == 0 {
+        return (false, 0);
+    }
+    let left = expires_at.saturating_sub(now_secs());
+    (true, u32::try_from(left).unwrap_or(u32::MAX))
+}
+
+impl Centrifuge {
+    pub(super) fn handle_frame(
+        &self,
+        conn: &Conn,
+        session: &mut Session,
+        frame: &[u8],
+    ) -> Result<(), Close> {
+        let commands = session.format.decode(frame).map_err(|e| {
+            tracing::debug!("centrifuge: {e}");
+            disconnect::BAD_REQUEST
+        })?;
+        for command in commands {
+            self.command(conn, session, command)?;
+        }
+        Ok(())
+    }
+
+    fn command(&self, conn: &Conn, session: &mut Session, command: Command) -> Result<(), Close> {
+        let id = command.id;
+        if !session.connected && !matches!(command.request, Request::Connect(_)) {
+            return Err(disconnect::BAD_REQUEST);
+        }
+        // A command that asks for a reply has an id; only pongs and sends
+        // go without.
+        let needs_id = !matches!(command.request, Request::Pong | Request::Send { .. });
+        if needs_id && id == 0 {
+            return Err(disconnect::BAD_REQUEST);
+        }
+        let body = match command.request {
+            Request::Pong => {
+                if let Some(slot) = &session.slot {
+                    slot.pong();
+                }
+                return Ok(());
+            }
+            Request::Connect(connect) => {
+                if session.connected {
+                    return Err(disconnect::BAD_REQUEST);
+                }
+                let claims = match self.check_token(&connect.token) {
+                    Ok(claims) => claims,
+                    Err(Checked::Close(code)) => return Err(code),
+                    Err(Checked::Refuse(error)) => {
+                        reply(conn, session.format, Reply::error(id, error));
+                        return Ok(());
+                    }
+                };
+                session.connected = true;
+                session.client = client_id(conn);
+                session.user = claims.user;
+                session.info = claims.info;
+                if let Some(slot) = &session.slot {
+                    slot.connected(claims.expires_at);
+                }
+                let (expires, ttl) = ttl_of(claims.expires_at);
+                ReplyBody::Connect(ConnectResult {
+                    client: session.client.clone(),
+                    version: self.options.version.clone(),
+                    ping: self.options.ping.as_secs() as u32,
+                    pong: true,
+                    expires,
+                    ttl,
+                    ..Default::default()
+                })
+            }
+            Request::Subscribe(subscribe) => return self.subscribe(conn, session, id, subscribe),
+            Request::Unsubscribe { channel } => {
+                if session.channels.remove(&channel) {
+                    self.pubsub.unsubscribe(conn, &channel);
+                    self.presence.leave(&channel, &session.client);
+                }
+                ReplyBody::Unsubscribe
+            }
+            Request::Publish { channel, data } => {
+                if !self.options.client_publish {
+                    ReplyBody::Error(Error::new(error::PERMISSION_DENIED))
+                } else if check_topic(&channel).is_err() {
+                    ReplyBody::Error(Error::new(error::BAD_REQUEST))
+                } else {
+                    self.pubsub.publish(&channel, Message::Binary(&data));
+                    ReplyBody::Publish
+                }
+            }
+            Request::History(history) => self.history(session.format, history),
+            Request::Presence { channel } | Request::PresenceStats { channel }
+                if !self.options.presence || !session.channels.contains(&channel) =>
+            {
+                // Centrifugo's default: presence of channels one is in.
+                let code = if self.options.presence {
+                    error::PERMISSION_DENIED
+                } else {
+                    error::NOT_AVAILABLE
+                };
+                ReplyBody::Error(Error::new(code))
+            }
+            Request::Presence { channel } => ReplyBody::Presence(self.presence.list(&channel)),
+            Request::PresenceStats { channel } => {
+                let (num_clients, num_users) = self.presence.stats(&channel);
+                ReplyBody::PresenceStats {
+                    num_clients,
+                    num_users,
+                }
+            }
+            Request::Refresh { token } if self.options.jwt_secret.is_some() => {
+                let claims = match self.check_token(&token) {
+                    Ok(claims) if claims.user == session.user && !token.is_empty() => claims,
+                    Ok(_) => return Err(disconnect::INVALID_TOKEN),
+                    Err(Checked::Close(code)) => return Err(code),
+                    Err(Checked::Refuse(error)) => {
+                        reply(conn, session.format, Reply::error(id, error));
+                        return Ok(());
+                    }
+                };
+                if let Some(slot) = &session.slot {
+                    slot.connected(claims.expires_at);
+                }
+                let (expires, ttl) = ttl_of(claims.expires_at);
+                ReplyBody::Refresh(RefreshResult {
+                    client: session.client.clone(),
+                    version: self.options.version.clone(),
+                    expires,
+                    ttl,
+                })
+            }
+            Request::Refresh { .. } | Request::SubRefresh { .. } => {
+                ReplyBody::Error(Error::new(error::NOT_AVAILABLE))
+            }
+            Request::Ping => ReplyBody::Ping,
+            Request::Send { data } => {
+                self.options
+                    .application
+                    .send(&context(conn, session), &data);
+                return Ok(());
+            }
+            Request::Rpc { method, data } => {
+                match self
+                    .options
+                    .application
+                    .rpc(&context(conn, session), &method, &data)
+                {
+                    Ok(data) => ReplyBody::Rpc { data },
+                    Err(error) => ReplyBody::Error(error),
+                }
+            }
+        };
+        reply(conn, session.format, Reply { id, body });
+        Ok(())
+    }
+
+    /// What a connect, refresh or subscribe token grants: an empty one is anonymous
+    /// (if allowed), an expired one is answered with 109 (the SDK asks its
+    /// application for a new one), a bad one closes with 3500.
+    fn check_token(&self, token: &str) -> Result<Claims, Checked> {
+        if token.is_empty() {
+            return if self.options.anonymous {
+                Ok(Claims::default())
+            } else {
+                Err(Checked::Close(disconnect::INVALID_TOKEN))
+            };
+        }
+        let Some(secret) = &self.options.jwt_secret else {
+            return Err(Checked::Close(disconnect::INVALID_TOKEN));
+        };
+        match verify(token, secret, now_secs()) {
+            Ok(claims) => Ok(claims),
+            Err(TokenError::Expired) => Err(Checked::Refuse(Error::new(error::TOKEN_EXPIRED))),
+            Err(TokenError::Invalid) => Err(Checked::Close(disconnect::INVALID_TOKEN)),
+        }
+    }
+
+    /// Subscribes: the reply first (with what the client missed, if it
+    /// recovers), then the subscription from the position the reply gave,
+    /// so that whatever was published in between follows the reply.
+    fn subscribe(
+        &self,
+        conn: &Conn,
+        session: &mut Session,
+        id: u32,
+        request: SubscribeRequest,
+    ) -> Result<(), Close> {
+        let channel = request.channel;
+        if channel.is_empty() {
+            return Err(disconnect::BAD_REQUEST);
+        }
+        let refuse = |code| {
+            reply(conn, session.format, Reply::error(id, Error::new(code)));
+            Ok(())
+        };
+        if check_topic(&channel).is_err() {
+            return refuse(error::BAD_REQUEST);
+        }
+        if session.channels.contains(&channel) {
+            return refuse(error::ALREADY_SUBSCRIBED);
+        }
+        if session.channels.len() >= self.options.max_subscriptions {
+            return refuse(error::LIMIT_EXCEEDED);
+        }
+        if !request.token.is_empty() {
+            // A subscription token: this user's, for this channel. (Its
+            // expiry is checked here, not watched: the reply does not ask
+            // for a sub_refresh.)
+            match self.check_token(&request.token) {
+                Ok(claims) if claims.user == session.user && claims.channel == channel => {}
+                Ok(_) => return Err(disconnect::INVALID_TOKEN),
+                Err(Checked::Close(code)) => return Err(code),
+                Err(Checked::Refuse(error)) => {
+                    reply(conn, session.format, Reply::error(id, error));
+                    return Ok(());
+                }
+            }
+        }
+        let mut result = SubscribeResult::default();
+        let start = if self.pubsub.history(&channel).is_on() {
+            // The client's own position, if it resumes: an epoch that is
+            // not one of ours recovers nothing.
+            let seen = request.recover.then(|| {
+                let epoch = request.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0));
+                Position {
+                    epoch,
+                    offset: request.offset,
+                }
+            });
+            let Some(kept) = self.pubsub.kept(&channel, Some(seen.unwrap_or(NOWHERE))) else {
+                return refuse(error::LIMIT_EXCEEDED);
+            };
+            result.recoverable = true;
+            result.positioned = true;
+            result.epoch = kept.position.epoch.to_string();
+            result.offset = kept.position.offset;
+            if request.recover {
+                result.was_recovering = true;
+                if kept.whole {
+                    // As Centrifugo answers a recovery: the client's own
+                    // position, and the publications that follow it.
+                    result.recovered = true;
+                    result.epoch = request.epoch;
+                    result.offset = request.offset;
+                    result.publications = kept
+                        .publications
+                        .iter()
+                        .map(|p| publication_of(session.format, p))
+                        .collect();
+                }
+            }
+            Start::After(kept.position)
+        } else {
+            Start::Now
+        };
+        reply(
+            conn,
+            session.format,
+            Reply {
+                id,
+                body: ReplyBody::Subscribe(result),
+            },
+        );
+        let how = Subscribe::new()
+            .start(start)
+            .envelope(self.envelope(session.format));
+        match self.pubsub.subscribe_with(conn, &channel, &how) {
+            // Lost between the read and the join (the history let go of
+            // it, the epoch changed): the client reconnects and recovers.
+            Ok(joined) if joined.recovered == Some(false) => {
+                return Err(disconnect::INSUFFICIENT_STATE);
+            }
+            Ok(_) => {}
+            Err(PubSubError::Closed) => return Ok(()),
+            Err(_) => return Err(disconnect::SERVER_ERROR),
+        }
+        if self.options.presence {
+            let info = ClientInfo {
+                user: session.user.clone(),
+                client: session.client.clone(),
+                conn_info: session.info.clone(),
+                chan_info: Default::default(),
+            };
+            self.presence.join(&channel, info);
+        }
+        session.channels.insert(channel);
+        Ok(())
+    }
+
+    pub(super) fn history(&self, format: Format, request: HistoryRequest) -> ReplyBody {
+        if check_topic(&request.channel).is_err() {
+            return ReplyBody::Error(Error::new(error::BAD_REQUEST));
+        }
+        if !self.pubsub.history(&request.channel).is_on() {
+            return ReplyBody::Error(Error::new(error::NOT_AVAILABLE));
+        }
+        let since = request.since.as_ref().map(|since| Position {
+            epoch: since.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0)),
+            offset: since.offset,
+        });
+        let Some(kept) = self.pubsub.kept(&request.channel, since) else {
+            return ReplyBody::Error(Error::new(error::INTERNAL));
+        };
+        if !kept.whole {
+            return ReplyBody::Error(Error::new(error::UNRECOVERABLE_POSITION));
+        }
+        let limit = usize::try_from(request.limit).unwrap_or(usize::MAX);
+        let mut publications: Vec<_> = if request.reverse {
+            kept.publications
+                .iter()
+                .rev()
+                .take(limit)
+                .map(|p| publication_of(format, p))
+                .collect()
+        } else {
+            kept.publications
+                .iter()
+                .take(limit)
+                .map(|p| publication_of(format, p))
+                .collect()
+        };
+        publications.shrink_to_fit();
+        ReplyBody::History(HistoryResult {
+            publications,
+            epoch: kept.position.epoch.to_string(),
+            offset: kept.position.offset,
+        })
+    }
+}
+
+/// A position in no epoch: `kept` answers the top and nothing else.
+const NOWHERE: Position = Position {
+    epoch: Epoch::from_u64(0),
+    offset: u64::MAX,
+};
+
+fn reply(conn: &Conn, format: Format, reply: Reply) {
+    let _ = match message(format, format.encode_one(&reply)) {
+        crate::proto::OwnedMessage::Text(text) => conn.send(Message::Text(&text)),
+        crate::proto::OwnedMessage::Binary(data) => conn.send(Message::Binary(&data)),
+    };
+}
+
+fn context<'a>(conn: &'a Conn, session: &'a Session) -> ClientContext<'a> {
+    ClientContext {
+        conn,
+        client: &session.client,
+        user: &session.user,
+        channels: &session.channels,
+    }
+}
+
+/// A client id in the shape of a UUID: random, and unique in the process
+/// (its connection's id is in it).
+fn client_id(conn: &Conn) -> String {
+    let random = RandomState::new().hash_one(conn.id());
+    let id = conn.id();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        random >> 32,
+        (random >> 16) & 0xffff,
+        random & 0xfff,
+        0x8000 | (id >> 48) as u16 & 0x3fff,
+        id & 0xffff_ffff_ffff
+    )
+}
