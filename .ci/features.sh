@@ -24,13 +24,14 @@ done
 # with each kind of default roots too. `pubsub` is a module on any driver:
 # alone, on each driver, and without deflate; `redis` (its bridge) alone
 # and with io_uring. `bus` alone, on each driver, on axum, with Redis and
-# with the client (its subscriber). `metrics` (a facade: handles and counts) on each driver.
+# with the client (its subscriber); `centrifuge` alone, on each driver and
+# with Redis. `metrics` (a facade: handles and counts) on each driver.
 # `mux` (on the stream driver's tokio) alone and with the socket. `http3`
 # (quinn, on the stream driver) alone.
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream bus bus,tokio bus,uring bus,axum bus,redis bus,client handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
+    metrics,pubsub,stream bus bus,tokio bus,uring bus,axum bus,redis bus,client centrifuge centrifuge,tokio centrifuge,uring centrifuge,redis handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

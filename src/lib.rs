@@ -175,6 +175,8 @@ mod connection;
 mod driver;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 mod handoff;
+#[cfg(any(feature = "bus", feature = "centrifuge"))]
+mod jwt;
 
 #[cfg(feature = "axum")]
 pub mod axum;

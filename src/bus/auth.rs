@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::jwt;
 use crate::connection::conn::Conn;
 use crate::connection::handler::HttpResponse;
+use crate::jwt;
 use crate::proto::{CloseCode, truncate_reason};
 
 /// What a subscriber's token lets it do.

@@ -45,13 +45,11 @@
 //! | `query.rs` | the subscribe URL's query, [`Since`], percent-encoding |
 //! | `wire.rs` | the JSON envelope, [`Incoming`] |
 //! | `auth.rs` | the publish token; subscribers' JWTs, their grants and expiry |
-//! | `jwt.rs` | HS256 tokens: the signature checked, the claims read |
 //! | `router.rs` | `Bus::router`: the routes on axum (feature `axum`) |
 
 mod auth;
 mod builder;
 mod http;
-mod jwt;
 mod lines;
 mod query;
 #[cfg(feature = "axum")]

@@ -6,13 +6,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sha2::Sha256;
 
 /// What a valid token grants (the default: an anonymous connection).
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -32,14 +28,6 @@ pub(super) enum TokenError {
     Invalid,
     /// Valid, but past its `exp`.
     Expired,
-}
-
-/// The longest token read (a JWT is a few hundred bytes).
-const MAX_TOKEN: usize = 8192;
-
-#[derive(Deserialize)]
-struct Header {
-    alg: String,
 }
 
 #[derive(Deserialize)]
@@ -62,31 +50,7 @@ pub(super) fn now_secs() -> u64 {
 
 /// Checks `token` against `secret` at `now` (Unix seconds).
 pub(super) fn verify(token: &str, secret: &[u8], now: u64) -> Result<Claims, TokenError> {
-    if token.len() > MAX_TOKEN {
-        return Err(TokenError::Invalid);
-    }
-    let mut parts = token.split('.');
-    let (Some(header), Some(payload), Some(signature), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(TokenError::Invalid);
-    };
-    let decode = |part: &str| {
-        URL_SAFE_NO_PAD
-            .decode(part)
-            .map_err(|_| TokenError::Invalid)
-    };
-    let header: Header =
-        serde_json::from_slice(&decode(header)?).map_err(|_| TokenError::Invalid)?;
-    if header.alg != "HS256" {
-        return Err(TokenError::Invalid);
-    }
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).map_err(|_| TokenError::Invalid)?;
-    mac.update(&token.as_bytes()[..token.len() - signature.len() - 1]);
-    mac.verify_slice(&decode(signature)?)
-        .map_err(|_| TokenError::Invalid)?;
-    let payload = decode(payload)?;
+    let payload = crate::jwt::verified_claims(secret, token).map_err(|_| TokenError::Invalid)?;
     let payload: Payload<'_> = serde_json::from_slice(&payload).map_err(|_| TokenError::Invalid)?;
     let expires_at = payload.exp.unwrap_or(0);
     if expires_at != 0 && expires_at <= now {
@@ -105,6 +69,11 @@ pub(super) fn verify(token: &str, secret: &[u8], now: u64) -> Result<Claims, Tok
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use hmac::{Hmac, KeyInit, Mac};
+    use sha2::Sha256;
+
     use super::*;
 
     fn sign(header: &str, payload: &str, secret: &[u8]) -> String {
@@ -148,7 +117,7 @@ mod tests {
         assert_eq!(verify("a.b.c", b"s", 0), Err(TokenError::Invalid));
         assert_eq!(verify("", b"s", 0), Err(TokenError::Invalid));
         assert_eq!(
-            verify(&"a".repeat(MAX_TOKEN + 1), b"s", 0),
+            verify(&"a".repeat(crate::jwt::MAX_TOKEN_LEN + 1), b"s", 0),
             Err(TokenError::Invalid)
         );
     }

@@ -2,7 +2,7 @@
 //! topic's last delivered position, the query that resumes after it, and
 //! which messages reach the application.
 
-use super::Event;
+use super::event::Event;
 use crate::bus::{Incoming, Since, percent_encode};
 use crate::pubsub::Position;
 
