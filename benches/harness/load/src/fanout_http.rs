@@ -191,7 +191,7 @@ impl HttpPublisher {
 }
 
 /// Reads one answer (head, then its `Content-Length` body); its status.
-async fn answer(stream: &mut BufReader<TcpStream>) -> io::Result<u16> {
+pub async fn answer(stream: &mut BufReader<TcpStream>) -> io::Result<u16> {
     let mut status = 0;
     let mut length = 0usize;
     loop {

@@ -18,7 +18,7 @@ use clap::Args;
 use rapidws::client::Subscriber;
 use rapidws::client::subscriber::Event;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -235,30 +235,9 @@ async fn publish(bus: SocketAddr, topic: String, rate: u64) {
             "POST /publish/{topic} HTTP/1.1\r\nHost: bus\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        if stream.get_mut().write_all(head.as_bytes()).await.is_err() || !answered(stream).await {
+        let written = stream.get_mut().write_all(head.as_bytes()).await;
+        if written.is_err() || crate::fanout_http::answer(stream).await.is_err() {
             connection = None;
         }
     }
-}
-
-/// Reads one answer (head and its `Content-Length` body).
-async fn answered(stream: &mut tokio::io::BufReader<TcpStream>) -> bool {
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        match stream.read_line(&mut line).await {
-            Ok(0) | Err(_) => return false,
-            Ok(_) => {}
-        }
-        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = value.trim().parse().unwrap_or(0);
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; length];
-    tokio::io::AsyncReadExt::read_exact(stream, &mut body)
-        .await
-        .is_ok()
 }
