@@ -14,21 +14,10 @@
 
 mod common;
 
-use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddr;
 use std::process::Command;
 
 use common::*;
 use serde_json::{Value, json};
-
-/// A loopback port below 32768 that is free when asked.
-fn low_port() -> u16 {
-    let seed = RandomState::new().hash_one(std::process::id());
-    (0..1000u64)
-        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free port below 32768")
-}
 
 fn run_sdk(url: &str, format: &str, api_key: Option<&str>) -> Value {
     let mut args = vec![url, format, "1"];
@@ -70,15 +59,7 @@ async fn the_sdk_connects_subscribes_recovers_and_pongs(backend: &str, format: &
     } else {
         args.push("--client-publish");
     }
-    let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
-    let _server = Child(
-        Command::new(example("centrifugo_compat"))
-            .args(["--addr", &addr.to_string()])
-            .args(args)
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening("centrifugo_compat", addr).await;
+    let (_server, addr) = start_example("centrifugo_compat", &args).await;
     let url = format!("ws://{addr}/connection/websocket");
     let format = format.to_owned();
     let key = api.then_some("sekret");
@@ -175,7 +156,6 @@ async fn protobuf_through_the_http_api_on_uring() {
 }
 
 async fn tokens(backend: &str, format: &str) {
-    let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
     let args = [
         "--backend",
         backend,
@@ -186,14 +166,7 @@ async fn tokens(backend: &str, format: &str) {
         "--expired-grace-secs",
         "1",
     ];
-    let _server = Child(
-        Command::new(example("centrifugo_compat"))
-            .args(["--addr", &addr.to_string()])
-            .args(args)
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening("centrifugo_compat", addr).await;
+    let (_server, addr) = start_example("centrifugo_compat", &args).await;
     let url = format!("ws://{addr}/connection/websocket");
     let format = format.to_owned();
     let seen = tokio::task::spawn_blocking(move || {

@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -22,17 +20,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 type Client =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// A loopback port below 32768 that is free when asked.
-fn low_port() -> u16 {
-    let seed = RandomState::new().hash_one(std::process::id());
-    (0..1000u64)
-        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free port below 32768")
-}
-
 async fn server(backend: &str) -> (Child, SocketAddr) {
-    let addr = SocketAddr::from(([127, 0, 0, 1], low_port()));
     let args = [
         "--backend",
         backend,
@@ -45,14 +33,7 @@ async fn server(backend: &str) -> (Child, SocketAddr) {
         "--api-key",
         "k",
     ];
-    let child = Child(
-        Command::new(example("centrifugo_compat"))
-            .args(["--addr", &addr.to_string()])
-            .args(args)
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening("centrifugo_compat", addr).await;
+    let (child, addr) = start_example("centrifugo_compat", &args).await;
     (child, addr)
 }
 

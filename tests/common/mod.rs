@@ -1005,13 +1005,33 @@ pub fn resident_of(child: &Child) -> u64 {
     resident_in(&format!("/proc/{}/status", child.0.id()))
 }
 
-/// A free loopback port (free when asked: bind it soon).
+/// A free loopback port below 32768 (free for TCP and UDP when asked: bind
+/// it soon), for a server a test starts in another process.
+///
+/// Not port 0's choice: the kernel hands those out from the ephemeral range
+/// (32768 and up here), where any connection the tests open meanwhile may
+/// take the port as its own before the child binds it. Below that range
+/// only a listener takes a port. Each test process walks its own stretch
+/// (seeded by its PID), so two binaries running at once rarely try the
+/// same one, and a port is checked before it is given.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    if NEXT.load(Ordering::Relaxed) == u32::MAX {
+        let seed = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+        let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
 /// The Python of tests/interop/.venv, with `websockets` installed by
