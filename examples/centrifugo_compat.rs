@@ -10,6 +10,9 @@
 //! cargo run --example centrifugo_compat -- --addr 127.0.0.1:8000 --history 100 --history-secs 300
 //! ```
 //!
+//! With `--join-leave`, subscribers that ask (`joinLeave` in the SDKs) are
+//! told who subscribes and leaves.
+//!
 //! With `--redis URL`, publications (and history) go between the nodes
 //! that share the Redis. With `--jwt-secret S`, clients connect with a
 //! token (HS256) and refresh it before it expires; a subscription may
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rapidws::CloseCode;
-use rapidws::centrifuge::{Centrifuge, Options, disconnect};
+use rapidws::centrifuge::{Centrifuge, JOIN_LEAVE_PREFIX, Options, disconnect};
 use rapidws::pubsub::redis::Bridge;
 use rapidws::pubsub::{History, Overflow, PubSub};
 
@@ -50,6 +53,9 @@ struct Args {
     /// Answer presence and presence_stats (this node's clients).
     #[arg(long)]
     presence: bool,
+    /// Push joins and leaves to the subscribers that ask for them.
+    #[arg(long)]
+    join_leave: bool,
     /// Let clients publish to channels.
     #[arg(long)]
     client_publish: bool,
@@ -77,11 +83,14 @@ fn main() -> std::process::ExitCode {
             Duration::from_secs(args.history_secs),
         ));
     }
+    // Joins and leaves are for who is there now: not kept.
+    builder = builder.history_for(JOIN_LEAVE_PREFIX, History::OFF);
     let pubsub = builder.build();
     let mut options = Options::new()
         .ping(Duration::from_secs(args.ping_secs))
         .client_publish(args.client_publish)
         .presence(args.presence)
+        .join_leave(args.join_leave)
         .expired_grace(Duration::from_secs(args.expired_grace_secs));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);

@@ -4,7 +4,8 @@
 //! subscribe reply's position, publication pushes with their offsets, the
 //! server's `{}` pings, presence (and through the server HTTP API), the Protobuf subprotocol, and what ends a
 //! connection (a malformed frame, a command before connect: 3501) or
-//! refuses an upgrade (another path: 404).
+//! refuses an upgrade (another path: 404); join and leave pushes to the
+//! subscribers that ask for them.
 
 mod common;
 
@@ -30,6 +31,7 @@ async fn server(backend: &str) -> (Child, SocketAddr) {
         "1",
         "--client-publish",
         "--presence",
+        "--join-leave",
         "--api-key",
         "k",
     ];
@@ -246,4 +248,80 @@ async fn json_wire_on_uring() {
 #[tokio::test]
 async fn protobuf_wire_on_uring() {
     protobuf_wire_on("uring").await;
+}
+
+/// Connects and subscribes to `channel` (asking for joins and leaves or
+/// not); the client and its id, past the connect and subscribe replies.
+async fn subscribed(url: &str, channel: &str, join_leave: bool) -> (Client, String) {
+    let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let batch = format!(
+        "{{\"id\":1,\"connect\":{{}}}}\n{{\"id\":2,\"subscribe\":{{\"channel\":\"{channel}\",\"join_leave\":{join_leave}}}}}"
+    );
+    client.send(Ws::text(batch)).await.unwrap();
+    let connect = next_json(&mut client).await;
+    let id = connect["connect"]["client"].as_str().unwrap().to_owned();
+    let subscribe = next_json(&mut client).await;
+    assert_eq!(subscribe["id"], 2, "{subscribe}");
+    (client, id)
+}
+
+fn event(kind: &str, channel: &str, client: &str) -> Value {
+    json!({"push": {"channel": channel, kind: {"info": {"user": "", "client": client}}}})
+}
+
+async fn joins_and_leaves_on(backend: &str) {
+    let (_server, addr) = server(backend).await;
+    let url = format!("ws://{addr}/connection/websocket");
+    // Who asks hears its own join, then everyone else's.
+    let (mut watcher, me) = subscribed(&url, "room", true).await;
+    assert_eq!(next_json(&mut watcher).await, event("join", "room", &me));
+    let (mut quiet, other) = subscribed(&url, "room", false).await;
+    assert_eq!(next_json(&mut watcher).await, event("join", "room", &other));
+    // An unsubscribe is a leave.
+    quiet
+        .send(Ws::text(
+            "{\"id\":3,\"unsubscribe\":{\"channel\":\"room\"}}",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        next_json(&mut quiet).await,
+        json!({"id": 3, "unsubscribe": {}})
+    );
+    assert_eq!(
+        next_json(&mut watcher).await,
+        event("leave", "room", &other)
+    );
+    // So is a connection's end; another channel's events go elsewhere.
+    let (elsewhere, _) = subscribed(&url, "hall", true).await;
+    let (gone, third) = subscribed(&url, "room", false).await;
+    assert_eq!(next_json(&mut watcher).await, event("join", "room", &third));
+    drop(gone);
+    assert_eq!(
+        next_json(&mut watcher).await,
+        event("leave", "room", &third)
+    );
+    drop(elsewhere);
+    // The one that did not ask heard nothing, and nobody may name the
+    // events' own topics.
+    let topic = "\\u0001join_leave:room";
+    quiet
+        .send(Ws::text(format!(
+            "{{\"id\":4,\"subscribe\":{{\"channel\":\"{topic}\"}}}}\n{{\"id\":5,\"publish\":{{\"channel\":\"{topic}\",\"data\":{{}}}}}}"
+        )))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut quiet).await["error"]["code"], 107);
+    assert_eq!(next_json(&mut quiet).await["error"]["code"], 107);
+}
+
+#[tokio::test]
+async fn joins_and_leaves_on_tokio() {
+    joins_and_leaves_on("tokio").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn joins_and_leaves_on_uring() {
+    joins_and_leaves_on("uring").await;
 }

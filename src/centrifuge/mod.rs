@@ -42,7 +42,8 @@ pub use messages::{
     StreamPosition, SubscribeRequest, SubscribeResult,
 };
 pub use server::{
-    Application, Centrifuge, ClientContext, NoApplication, Options, Session, WEBSOCKET_PATH,
+    Application, Centrifuge, ClientContext, JOIN_LEAVE_PREFIX, NoApplication, Options, Session,
+    WEBSOCKET_PATH,
 };
 
 /// The most commands one frame may carry; the JS SDK batches a handful.

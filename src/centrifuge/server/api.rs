@@ -14,7 +14,6 @@ use crate::centrifuge::{Format, error, json};
 use crate::connection::handler::HttpResponse;
 use crate::handshake::Request;
 use crate::proto::Message;
-use crate::pubsub::check_topic;
 
 /// The most channels one broadcast may name.
 const MAX_BROADCAST: usize = 1000;
@@ -172,7 +171,7 @@ impl Centrifuge {
     /// Publishes `data` to `channel`: the result object (its position when
     /// the channel keeps history).
     fn api_publish(&self, channel: &str, data: &RawValue) -> Result<String, Error> {
-        if check_topic(channel).is_err() {
+        if !super::join_leave::channel_ok(channel) {
             return Err(Error::new(error::BAD_REQUEST));
         }
         let published = self

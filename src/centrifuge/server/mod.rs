@@ -7,6 +7,7 @@
 //! | `mod.rs` | [`Centrifuge`], [`Options`], [`Application`]: the handler and what it is told |
 //! | `api.rs` | the server HTTP API: `POST /api/publish`, `broadcast`, `history` |
 //! | `presence.rs` | who is subscribed to each channel here |
+//! | `join_leave.rs` | join and leave pushes, on a companion topic of each channel |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
 //! | `pinger.rs` | the server's pings and the clients' pongs, expiry |
@@ -14,6 +15,7 @@
 
 mod api;
 mod envelope;
+mod join_leave;
 mod pinger;
 mod presence;
 mod session;
@@ -33,6 +35,8 @@ use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 use crate::pubsub::{Envelope, PubSub};
 use pinger::{Pinger, Slot};
+
+pub use join_leave::JOIN_LEAVE_PREFIX;
 
 /// The path Centrifugo's SDKs connect to.
 pub const WEBSOCKET_PATH: &str = "/connection/websocket";
@@ -81,6 +85,7 @@ pub struct Options {
     jwt_secret: Option<Vec<u8>>,
     anonymous: bool,
     presence: bool,
+    join_leave: bool,
     expired_grace: Duration,
     application: Arc<dyn Application>,
 }
@@ -96,6 +101,7 @@ impl Default for Options {
             jwt_secret: None,
             anonymous: true,
             presence: false,
+            join_leave: false,
             expired_grace: Duration::from_secs(25),
             application: Arc::new(NoApplication),
         }
@@ -177,6 +183,16 @@ impl Options {
         self
     }
 
+    /// Whether a client's subscribing and leaving is pushed to the
+    /// channel's subscribers that ask for it (`join_leave` in their
+    /// subscribe, as the SDKs' `joinLeave` option sends), on every node
+    /// the `PubSub` reaches (Centrifugo's `join_leave`). The events travel
+    /// on topics under [`JOIN_LEAVE_PREFIX`]; give those no history.
+    pub fn join_leave(mut self, on: bool) -> Options {
+        self.join_leave = on;
+        self
+    }
+
     /// How long a connection whose token expired may stay before it is
     /// closed with 3005, waiting for its refresh (default 25 seconds, as
     /// Centrifugo waits).
@@ -207,6 +223,9 @@ pub struct Centrifuge {
     /// One envelope per format, shared by every subscription.
     json: Arc<dyn Envelope>,
     protobuf: Arc<dyn Envelope>,
+    /// The same for join and leave pushes.
+    json_joins: Arc<dyn Envelope>,
+    protobuf_joins: Arc<dyn Envelope>,
 }
 
 impl std::fmt::Debug for Centrifuge {
@@ -220,6 +239,12 @@ impl std::fmt::Debug for Centrifuge {
 impl Centrifuge {
     /// Serves on `pubsub` as `options` say; starts the ping thread.
     pub fn new(pubsub: PubSub, options: Options) -> Centrifuge {
+        let events = format!("{JOIN_LEAVE_PREFIX}channel");
+        if options.join_leave && pubsub.history(&events).is_on() {
+            tracing::warn!(
+                "centrifuge: join and leave events are kept in history; give topics under JOIN_LEAVE_PREFIX History::OFF"
+            );
+        }
         Centrifuge {
             pinger: Pinger::start(options.ping, options.expired_grace),
             presence: Default::default(),
@@ -227,6 +252,8 @@ impl Centrifuge {
             options,
             json: Arc::new(envelope::Pushes(Format::Json)),
             protobuf: Arc::new(envelope::Pushes(Format::Protobuf)),
+            json_joins: Arc::new(join_leave::Pushes(Format::Json)),
+            protobuf_joins: Arc::new(join_leave::Pushes(Format::Protobuf)),
         }
     }
 
@@ -239,6 +266,13 @@ impl Centrifuge {
         match format {
             Format::Json => self.json.clone(),
             Format::Protobuf => self.protobuf.clone(),
+        }
+    }
+
+    fn join_envelope(&self, format: Format) -> Arc<dyn Envelope> {
+        match format {
+            Format::Json => self.json_joins.clone(),
+            Format::Protobuf => self.protobuf_joins.clone(),
         }
     }
 }
@@ -284,6 +318,7 @@ impl Handler for Centrifuge {
         self.pinger.remove(conn);
         for channel in &session.channels {
             self.presence.leave(channel, &session.client);
+            self.announce(session, channel, join_leave::Kind::Leave);
         }
     }
 }

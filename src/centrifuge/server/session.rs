@@ -7,6 +7,7 @@
 use std::hash::{BuildHasher, RandomState};
 
 use super::envelope::{message, publication_of};
+use super::join_leave::{self, Kind, channel_ok};
 use super::token::{Claims, TokenError, now_secs, verify};
 use super::{Centrifuge, ClientContext, Session};
 use crate::centrifuge::messages::{
@@ -16,7 +17,7 @@ use crate::centrifuge::messages::{
 use crate::centrifuge::{ClientInfo, Format, disconnect, error};
 use crate::connection::conn::Conn;
 use crate::proto::Message;
-use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe, check_topic};
+use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe};
 
 /// A close code: the command ends the connection.
 type Close = u16;
@@ -106,14 +107,18 @@ impl Centrifuge {
             Request::Unsubscribe { channel } => {
                 if session.channels.remove(&channel) {
                     self.pubsub.unsubscribe(conn, &channel);
+                    if let Some(events) = join_leave::topic(&channel) {
+                        self.pubsub.unsubscribe(conn, &events);
+                    }
                     self.presence.leave(&channel, &session.client);
+                    self.announce(session, &channel, Kind::Leave);
                 }
                 ReplyBody::Unsubscribe
             }
             Request::Publish { channel, data } => {
                 if !self.options.client_publish {
                     ReplyBody::Error(Error::new(error::PERMISSION_DENIED))
-                } else if check_topic(&channel).is_err() {
+                } else if !channel_ok(&channel) {
                     ReplyBody::Error(Error::new(error::BAD_REQUEST))
                 } else {
                     self.pubsub.publish(&channel, Message::Binary(&data));
@@ -225,7 +230,7 @@ impl Centrifuge {
             reply(conn, session.format, Reply::error(id, Error::new(code)));
             Ok(())
         };
-        if check_topic(&channel).is_err() {
+        if !channel_ok(&channel) {
             return refuse(error::BAD_REQUEST);
         }
         if session.channels.contains(&channel) {
@@ -307,20 +312,37 @@ impl Centrifuge {
             Err(_) => return Err(disconnect::SERVER_ERROR),
         }
         if self.options.presence {
-            let info = ClientInfo {
-                user: session.user.clone(),
-                client: session.client.clone(),
-                conn_info: session.info.clone(),
-                chan_info: Default::default(),
-            };
-            self.presence.join(&channel, info);
+            self.presence.join(&channel, info_of(session));
+        }
+        if self.options.join_leave {
+            // Its own join too, as Centrifugo does: subscribed to the
+            // events before the join goes out.
+            if let Some(events) = join_leave::topic(&channel).filter(|_| request.join_leave) {
+                let how = Subscribe::new().envelope(self.join_envelope(session.format));
+                if let Err(PubSubError::Closed) = self.pubsub.subscribe_with(conn, &events, &how) {
+                    return Ok(());
+                }
+            }
+            self.announce(session, &channel, Kind::Join);
         }
         session.channels.insert(channel);
         Ok(())
     }
 
+    /// Tells `channel`'s subscribers that ask that this client joined or
+    /// left it (when the server pushes joins and leaves).
+    pub(super) fn announce(&self, session: &Session, channel: &str, kind: Kind) {
+        if !self.options.join_leave {
+            return;
+        }
+        if let Some(events) = join_leave::topic(channel) {
+            let event = join_leave::encode(kind, &info_of(session));
+            self.pubsub.publish(&events, Message::Binary(&event));
+        }
+    }
+
     pub(super) fn history(&self, format: Format, request: HistoryRequest) -> ReplyBody {
-        if check_topic(&request.channel).is_err() {
+        if !channel_ok(&request.channel) {
             return ReplyBody::Error(Error::new(error::BAD_REQUEST));
         }
         if !self.pubsub.history(&request.channel).is_on() {
@@ -371,6 +393,16 @@ fn reply(conn: &Conn, format: Format, reply: Reply) {
         crate::proto::OwnedMessage::Text(text) => conn.send(Message::Text(&text)),
         crate::proto::OwnedMessage::Binary(data) => conn.send(Message::Binary(&data)),
     };
+}
+
+/// Who the session's client is, as presence and join pushes show it.
+fn info_of(session: &Session) -> ClientInfo {
+    ClientInfo {
+        user: session.user.clone(),
+        client: session.client.clone(),
+        conn_info: session.info.clone(),
+        chan_info: Default::default(),
+    }
 }
 
 fn context<'a>(conn: &'a Conn, session: &'a Session) -> ClientContext<'a> {
