@@ -188,20 +188,21 @@ async fn subscribe(
             if seen.opcode != wire::TEXT {
                 continue;
             }
-            let sent_at = match fanout_http::read(protocol, &text) {
-                Some(Read::Delivery(at)) => at,
-                Some(Read::Ping) => {
+            let (sent_at, count) = match fanout_http::read(protocol, &text) {
+                Some((Read::Delivery(at), count)) => (at, count),
+                Some((Read::Ping, _)) => {
                     fanout_http::pong(&mut stream).await?;
                     continue;
                 }
-                Some(Read::Other) => continue,
+                Some((Read::Other, _)) => continue,
                 None => return Err(io::Error::other("a delivery without a timestamp")),
             };
             if phase.get() == Phase::Measure {
                 let now = epoch().elapsed().as_nanos() as u64;
                 let latency = Duration::from_nanos(now.saturating_sub(sent_at));
-                for _ in 0..fanout_http::deliveries_in(protocol, &text) {
-                    stats.borrow_mut().record(latency);
+                let mut stats = stats.borrow_mut();
+                for _ in 0..count {
+                    stats.record(latency);
                 }
             }
         }

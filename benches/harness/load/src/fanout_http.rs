@@ -68,45 +68,39 @@ pub enum Read {
     Other,
 }
 
-/// Reads a text message in `protocol`.
-pub fn read(protocol: Protocol, text: &[u8]) -> Option<Read> {
+/// Reads a text message in `protocol`, and how many deliveries it holds
+/// (Centrifugo may put several pushes in one frame, one per line; the
+/// first one's timestamp stands for them all). One pass over the text, with
+/// `memchr`'s searches: at a million messages a second the reading is the
+/// client's own largest cost.
+pub fn read(protocol: Protocol, text: &[u8]) -> Option<(Read, usize)> {
     let hex = |bytes: &[u8]| {
         std::str::from_utf8(bytes.get(..16)?)
             .ok()
             .and_then(|hex| u64::from_str_radix(hex, 16).ok())
     };
     match protocol {
-        Protocol::Plain => hex(text).map(Read::Delivery),
+        Protocol::Plain => hex(text).map(|at| (Read::Delivery(at), 1)),
         Protocol::Centrifuge => {
             if text == b"{}" {
-                return Some(Read::Ping);
+                return Some((Read::Ping, 0));
             }
-            // `{"push":{"channel":..,"pub":{"data":{"t":"<hex>..."},...}}}`:
-            // several may share a frame, newline-separated; the first
-            // timestamps them all closely enough.
-            let Some(at) = find(text, b"\"pub\"") else {
-                return Some(Read::Other);
+            // `{"push":{"channel":..,"pub":{"data":{"t":"<hex>..."},...}}}`.
+            let Some(at) = memchr::memmem::find(text, b"\"pub\"") else {
+                return Some((Read::Other, 0));
             };
             let rest = &text[at..];
-            let start = find(rest, b"\"t\":\"")? + 5;
-            hex(&rest[start..]).map(Read::Delivery)
+            let start = memchr::memmem::find(rest, b"\"t\":\"")? + 5;
+            let sent = hex(&rest[start..])?;
+            let count = if memchr::memchr(b'\n', text).is_none() {
+                1
+            } else {
+                text.split(|&b| b == b'\n')
+                    .filter(|line| memchr::memmem::find(line, b"\"pub\"").is_some())
+                    .count()
+            };
+            Some((Read::Delivery(sent), count))
         }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// How many deliveries a text message holds (Centrifugo may put several
-/// pushes in one frame, one per line).
-pub fn deliveries_in(protocol: Protocol, text: &[u8]) -> usize {
-    match protocol {
-        Protocol::Plain => 1,
-        Protocol::Centrifuge => text
-            .split(|&b| b == b'\n')
-            .filter(|line| find(line, b"\"pub\"").is_some())
-            .count(),
     }
 }
 
