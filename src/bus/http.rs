@@ -5,11 +5,12 @@
 use serde_json::json;
 
 use super::lines::{Line, MAX_BAD_LINES, MAX_BATCH, MAX_KEY_LEN, read_line};
-use super::query::{percent_decode, query_values};
+use super::query::query_values;
 use super::wire::position_fields;
 use super::{Bus, Data, Inner};
 use crate::connection::handler::HttpResponse;
 use crate::handshake::Request;
+use crate::handshake::percent_decode;
 use crate::proto::Message;
 use crate::pubsub::{PublishOptions, Published, check_topic};
 

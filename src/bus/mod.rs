@@ -42,7 +42,7 @@
 //! | `socket.rs` | the WebSocket side: the upgrade's query, commands, handoff |
 //! | `http.rs` | the HTTP side: publish, batches, topics, stats, who may see them |
 //! | `lines.rs` | one NDJSON publication, read and checked |
-//! | `query.rs` | the subscribe URL's query, [`Since`], percent-encoding |
+//! | `query.rs` | the subscribe URL's query, [`Since`] |
 //! | `wire.rs` | the JSON envelope, [`Incoming`] |
 //! | `auth.rs` | the publish token; subscribers' JWTs, their grants and expiry |
 //! | `router.rs` | `Bus::router`: the routes on axum (feature `axum`) |
@@ -59,9 +59,10 @@ mod wire;
 
 use std::sync::Arc;
 
+pub use crate::handshake::{percent_decode, percent_encode};
 pub use auth::MAX_LIFETIME;
 pub use builder::Builder;
-pub use query::{MAX_TOPICS_PER_CONNECTION, Since, percent_decode, percent_encode};
+pub use query::{MAX_TOPICS_PER_CONNECTION, Since};
 pub use socket::Member;
 pub use wire::{Data, Incoming, ParseIncomingError};
 

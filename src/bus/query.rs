@@ -1,8 +1,7 @@
 //! The subscribe URL's query: which topics, from where (`topics`,
 //! `latest`, `since`), in which format (`positions`), with which token.
 
-use std::fmt::Write as _;
-
+use crate::handshake::{percent_decode, percent_encode};
 use crate::pubsub::{Position, Start, check_topic};
 
 /// Topics one connection may hold: enough for any page, and a bound on
@@ -147,39 +146,6 @@ pub(crate) fn topic_list(param: &str, listed: &str) -> Result<Vec<String>, Strin
         }
     }
     Ok(topics)
-}
-
-/// `%XX` escapes decoded (`+` is kept as it is); `None` for a broken escape
-/// (anything but two hex digits after `%`: `%+A` is not a newline) or bytes
-/// that are not UTF-8.
-pub fn percent_decode(text: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut bytes = text.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let high = char::from(bytes.next()?).to_digit(16)?;
-            let low = char::from(bytes.next()?).to_digit(16)?;
-            out.push((high << 4 | low) as u8);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// `text` with every byte but the URL's unreserved ones (letters, digits,
-/// `-._~`) escaped as `%XX`: safe in a query value and in a list of them
-/// (`,`, `:`, `&`, `=` and `+` are escaped).
-pub fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// A topic for an error message: long ones cut.

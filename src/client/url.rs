@@ -11,6 +11,8 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::handshake::percent_decode;
+
 /// Why a URL was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UrlError {
@@ -286,24 +288,6 @@ fn parse_ipv4(host: &str) -> Option<Ipv4Addr> {
         address += n << (8 * (3 - i));
     }
     Some(Ipv4Addr::from(u32::try_from(address).ok()?))
-}
-
-/// Decodes `%XX` escapes (two hex digits, nothing else: `%+A` is broken,
-/// where `u8::from_str_radix` would read a newline); `None` for a broken
-/// escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let high = char::from(bytes.next()?).to_digit(16)?;
-            let low = char::from(bytes.next()?).to_digit(16)?;
-            out.push((high << 4 | low) as u8);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

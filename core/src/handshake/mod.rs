@@ -8,6 +8,7 @@
 mod client;
 mod extensions;
 mod negotiate;
+mod percent;
 mod request;
 mod response;
 
@@ -17,6 +18,7 @@ pub use client::{
 };
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
 pub use negotiate::{negotiate, write_response_value};
+pub use percent::{percent_decode, percent_encode};
 pub use request::{
     HandshakeError, Head, HeaderBuffer, MAX_HEADERS, Request, check_extended_connect,
     check_request, header_buffer, parse_head, parse_request,
