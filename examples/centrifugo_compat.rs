@@ -14,7 +14,7 @@
 //! told who subscribes and leaves.
 //!
 //! With `--redis URL`, publications (and history) go between the nodes
-//! that share the Redis. With `--jwt-secret S`, clients connect with a
+//! that share the Redis, and a client recovers on any of them. With `--jwt-secret S`, clients connect with a
 //! token (HS256) and refresh it before it expires; a subscription may
 //! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
 //! (`POST /api/publish`, `broadcast`, `history`) answers requests with
@@ -108,8 +108,10 @@ fn main() -> std::process::ExitCode {
                     std::process::exit(2);
                 })
         });
-        // The bridge relays for as long as the process runs.
-        std::mem::forget(bridge);
-        Centrifuge::new(pubsub, options)
+        let centrifuge = Centrifuge::new(pubsub, options);
+        match bridge {
+            Some(bridge) => centrifuge.bridge(bridge),
+            None => centrifuge,
+        }
     })
 }

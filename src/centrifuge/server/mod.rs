@@ -215,11 +215,16 @@ impl Options {
 /// the client cannot see; closed, it reconnects and recovers.
 ///
 /// [`Overflow::Close`]: crate::pubsub::Overflow::Close
+#[derive(Clone)]
 pub struct Centrifuge {
     pubsub: PubSub,
     options: Options,
     pinger: Arc<Pinger>,
-    presence: presence::Presence,
+    presence: Arc<presence::Presence>,
+    /// Reads what this node lacks of a channel's history from Redis
+    /// before a subscribe is answered.
+    #[cfg(feature = "redis")]
+    bridge: Option<Arc<crate::pubsub::redis::Bridge>>,
     /// One envelope per format, shared by every subscription.
     json: Arc<dyn Envelope>,
     protobuf: Arc<dyn Envelope>,
@@ -248,6 +253,8 @@ impl Centrifuge {
         Centrifuge {
             pinger: Pinger::start(options.ping, options.expired_grace),
             presence: Default::default(),
+            #[cfg(feature = "redis")]
+            bridge: None,
             pubsub,
             options,
             json: Arc::new(envelope::Pushes(Format::Json)),
@@ -255,6 +262,17 @@ impl Centrifuge {
             json_joins: Arc::new(join_leave::Pushes(Format::Json)),
             protobuf_joins: Arc::new(join_leave::Pushes(Format::Protobuf)),
         }
+    }
+
+    /// Serves many nodes through `bridge` (started on this handler's
+    /// `PubSub`): a client that comes back on another node recovers there,
+    /// from the history Redis keeps; a fresh subscribe gets the channel's
+    /// position in Redis, the same on every node. The handler keeps the
+    /// bridge running.
+    #[cfg(feature = "redis")]
+    pub fn bridge(mut self, bridge: crate::pubsub::redis::Bridge) -> Centrifuge {
+        self.bridge = Some(Arc::new(bridge));
+        self
     }
 
     /// The pub/sub it serves on (to publish from the application).
@@ -318,7 +336,7 @@ impl Handler for Centrifuge {
         self.pinger.remove(conn);
         for channel in &session.channels {
             self.presence.leave(channel, &session.client);
-            self.announce(session, channel, join_leave::Kind::Leave);
+            self.announce(&session::info_of(session), channel, join_leave::Kind::Leave);
         }
     }
 }

@@ -111,7 +111,7 @@ impl Centrifuge {
                         self.pubsub.unsubscribe(conn, &events);
                     }
                     self.presence.leave(&channel, &session.client);
-                    self.announce(session, &channel, Kind::Leave);
+                    self.announce(&info_of(session), &channel, Kind::Leave);
                 }
                 ReplyBody::Unsubscribe
             }
@@ -214,7 +214,9 @@ impl Centrifuge {
 
     /// Subscribes: the reply first (with what the client missed, if it
     /// recovers), then the subscription from the position the reply gave,
-    /// so that whatever was published in between follows the reply.
+    /// so that whatever was published in between follows the reply. With a
+    /// Redis bridge, what this node lacks of the channel's history is read
+    /// from Redis first, so that a client recovers on any node.
     fn subscribe(
         &self,
         conn: &Conn,
@@ -222,7 +224,7 @@ impl Centrifuge {
         id: u32,
         request: SubscribeRequest,
     ) -> Result<(), Close> {
-        let channel = request.channel;
+        let channel = &request.channel;
         if channel.is_empty() {
             return Err(disconnect::BAD_REQUEST);
         }
@@ -230,10 +232,10 @@ impl Centrifuge {
             reply(conn, session.format, Reply::error(id, Error::new(code)));
             Ok(())
         };
-        if !channel_ok(&channel) {
+        if !channel_ok(channel) {
             return refuse(error::BAD_REQUEST);
         }
-        if session.channels.contains(&channel) {
+        if session.channels.contains(channel) {
             return refuse(error::ALREADY_SUBSCRIBED);
         }
         if session.channels.len() >= self.options.max_subscriptions {
@@ -244,28 +246,71 @@ impl Centrifuge {
             // expiry is checked here, not watched: the reply does not ask
             // for a sub_refresh.)
             match self.check_token(&request.token) {
-                Ok(claims) if claims.user == session.user && claims.channel == channel => {}
+                Ok(claims) if claims.user == session.user && claims.channel == *channel => {}
                 Ok(_) => return Err(disconnect::INVALID_TOKEN),
                 Err(Checked::Close(code)) => return Err(code),
-                Err(Checked::Refuse(error)) => {
-                    reply(conn, session.format, Reply::error(id, error));
-                    return Ok(());
-                }
+                Err(Checked::Refuse(error)) => return refuse_with(conn, session.format, id, error),
             }
         }
+        let joining = Joining {
+            id,
+            format: session.format,
+            info: info_of(session),
+            request,
+        };
+        #[cfg(feature = "redis")]
+        if let Some(bridge) = &self.bridge {
+            let start = match recovering_from(&joining.request) {
+                Some(seen) => Start::After(seen),
+                None => Start::Latest,
+            };
+            let (this, later, on) = (self.clone(), joining.clone(), conn.clone());
+            let channel = joining.request.channel.clone();
+            let loading = bridge.prepare(&channel, start, move || {
+                // Answered from the bridge's thread: an error ends the
+                // connection, as it would have here (and a refusal too,
+                // the channel being counted as subscribed meanwhile).
+                let reason = match this.join(&on, later) {
+                    Ok(Joined::Yes | Joined::Closed) => return,
+                    Ok(Joined::Refused) => disconnect::SERVER_ERROR,
+                    Err(code) => code,
+                };
+                let why = crate::centrifuge::Disconnect::new(reason).reason;
+                let _ = on.close(crate::proto::CloseCode(reason), &why);
+            });
+            if loading {
+                session.channels.insert(channel);
+                return Ok(());
+            }
+        }
+        let channel = joining.request.channel.clone();
+        if self.join(conn, joining)? == Joined::Yes {
+            session.channels.insert(channel);
+        }
+        Ok(())
+    }
+
+    /// A subscribe, checked: its reply, and the subscription.
+    fn join(&self, conn: &Conn, joining: Joining) -> Result<Joined, Close> {
+        let Joining {
+            id,
+            format,
+            info,
+            request,
+        } = joining;
+        let channel = request.channel.as_str();
         let mut result = SubscribeResult::default();
-        let start = if self.pubsub.history(&channel).is_on() {
+        let start = if self.pubsub.history(channel).is_on() {
             // The client's own position, if it resumes: an epoch that is
             // not one of ours recovers nothing.
-            let seen = request.recover.then(|| {
-                let epoch = request.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0));
-                Position {
-                    epoch,
-                    offset: request.offset,
-                }
-            });
-            let Some(kept) = self.pubsub.kept(&channel, Some(seen.unwrap_or(NOWHERE))) else {
-                return refuse(error::LIMIT_EXCEEDED);
+            let seen = recovering_from(&request);
+            let Some(kept) = self.pubsub.kept(channel, Some(seen.unwrap_or(NOWHERE))) else {
+                reply(
+                    conn,
+                    format,
+                    Reply::error(id, Error::new(error::LIMIT_EXCEEDED)),
+                );
+                return Ok(Joined::Refused);
             };
             result.recoverable = true;
             result.positioned = true;
@@ -277,12 +322,12 @@ impl Centrifuge {
                     // As Centrifugo answers a recovery: the client's own
                     // position, and the publications that follow it.
                     result.recovered = true;
-                    result.epoch = request.epoch;
+                    result.epoch = request.epoch.clone();
                     result.offset = request.offset;
                     result.publications = kept
                         .publications
                         .iter()
-                        .map(|p| publication_of(session.format, p))
+                        .map(|p| publication_of(format, p))
                         .collect();
                 }
             }
@@ -292,51 +337,57 @@ impl Centrifuge {
         };
         reply(
             conn,
-            session.format,
+            format,
             Reply {
                 id,
                 body: ReplyBody::Subscribe(result),
             },
         );
+        // Present before subscribed: a connection that ends meanwhile
+        // (on another thread, when Redis was read first) takes it away,
+        // or the failed subscribe below does.
+        if self.options.presence {
+            self.presence.join(channel, info.clone());
+        }
         let how = Subscribe::new()
             .start(start)
-            .envelope(self.envelope(session.format));
-        match self.pubsub.subscribe_with(conn, &channel, &how) {
+            .envelope(self.envelope(format));
+        let subscribed = self.pubsub.subscribe_with(conn, channel, &how);
+        if !matches!(subscribed, Ok(ref joined) if joined.recovered != Some(false)) {
+            self.presence.leave(channel, &info.client);
+        }
+        match subscribed {
             // Lost between the read and the join (the history let go of
             // it, the epoch changed): the client reconnects and recovers.
             Ok(joined) if joined.recovered == Some(false) => {
                 return Err(disconnect::INSUFFICIENT_STATE);
             }
             Ok(_) => {}
-            Err(PubSubError::Closed) => return Ok(()),
+            Err(PubSubError::Closed) => return Ok(Joined::Closed),
             Err(_) => return Err(disconnect::SERVER_ERROR),
-        }
-        if self.options.presence {
-            self.presence.join(&channel, info_of(session));
         }
         if self.options.join_leave {
             // Its own join too, as Centrifugo does: subscribed to the
             // events before the join goes out.
-            if let Some(events) = join_leave::topic(&channel).filter(|_| request.join_leave) {
-                let how = Subscribe::new().envelope(self.join_envelope(session.format));
+            if let Some(events) = join_leave::topic(channel).filter(|_| request.join_leave) {
+                let how = Subscribe::new().envelope(self.join_envelope(format));
                 if let Err(PubSubError::Closed) = self.pubsub.subscribe_with(conn, &events, &how) {
-                    return Ok(());
+                    return Ok(Joined::Closed);
                 }
             }
-            self.announce(session, &channel, Kind::Join);
+            self.announce(&info, channel, Kind::Join);
         }
-        session.channels.insert(channel);
-        Ok(())
+        Ok(Joined::Yes)
     }
 
     /// Tells `channel`'s subscribers that ask that this client joined or
     /// left it (when the server pushes joins and leaves).
-    pub(super) fn announce(&self, session: &Session, channel: &str, kind: Kind) {
+    pub(super) fn announce(&self, who: &ClientInfo, channel: &str, kind: Kind) {
         if !self.options.join_leave {
             return;
         }
         if let Some(events) = join_leave::topic(channel) {
-            let event = join_leave::encode(kind, &info_of(session));
+            let event = join_leave::encode(kind, who);
             self.pubsub.publish(&events, Message::Binary(&event));
         }
     }
@@ -382,6 +433,40 @@ impl Centrifuge {
     }
 }
 
+/// A subscribe that passed its checks, with what answering it needs
+/// (on another thread, when Redis is read first).
+#[derive(Clone)]
+struct Joining {
+    id: u32,
+    format: Format,
+    info: ClientInfo,
+    request: SubscribeRequest,
+}
+
+/// How a checked subscribe ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Joined {
+    Yes,
+    /// Answered with an error (no room for the channel).
+    Refused,
+    /// The connection ended first.
+    Closed,
+}
+
+/// Where a subscribe recovers from: the client's last position, if it
+/// asks to recover (an epoch that does not read is no epoch of ours).
+fn recovering_from(request: &SubscribeRequest) -> Option<Position> {
+    request.recover.then(|| Position {
+        epoch: request.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0)),
+        offset: request.offset,
+    })
+}
+
+fn refuse_with(conn: &Conn, format: Format, id: u32, error: Error) -> Result<(), Close> {
+    reply(conn, format, Reply::error(id, error));
+    Ok(())
+}
+
 /// A position in no epoch: `kept` answers the top and nothing else.
 const NOWHERE: Position = Position {
     epoch: Epoch::from_u64(0),
@@ -396,7 +481,7 @@ fn reply(conn: &Conn, format: Format, reply: Reply) {
 }
 
 /// Who the session's client is, as presence and join pushes show it.
-fn info_of(session: &Session) -> ClientInfo {
+pub(super) fn info_of(session: &Session) -> ClientInfo {
     ClientInfo {
         user: session.user.clone(),
         client: session.client.clone(),

@@ -57,7 +57,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::relay::{Relay, Reply};
-use super::{PubSub, PubSubError, Published, Start, Subscribe, Subscribed};
+use super::{History, PubSub, PubSubError, Published, Start, Subscribe, Subscribed};
 use crate::connection::conn::Conn;
 use crate::proto::{CloseCode, Message};
 use crate::pubsub::PublishOptions;
@@ -415,17 +415,7 @@ impl Bridge {
         how: &Subscribe,
     ) -> Result<Subscribing, PubSubError> {
         super::check_topic(topic)?;
-        let history = self.pubsub.history(topic);
-        let loads = how.start != Start::Now
-            && history.is_on()
-            && self.shared.settings.record_history
-            && self.shared.connected.load(Ordering::Relaxed);
-        let missing = if loads {
-            self.pubsub.missing(topic, how.start)
-        } else {
-            None
-        };
-        let (Some((after, before)), Some(runtime)) = (missing, self.shared.runtime.get()) else {
+        let Some((history, load)) = self.missing(topic, how.start) else {
             return self
                 .pubsub
                 .subscribe_with(conn, topic, how)
@@ -436,11 +426,70 @@ impl Bridge {
         if !self.pubsub.has_room_for(topic) {
             return Err(PubSubError::TooManyTopics);
         }
-        let (shared, pubsub) = (self.shared.clone(), self.pubsub.clone());
-        let (conn, topic, how) = (conn.clone(), topic.to_owned(), how.clone());
+        let start = how.start;
+        let (pubsub, conn, how) = (self.pubsub.clone(), conn.clone(), how.clone());
+        let subscribe = move |topic: &str| match pubsub.subscribe_with(&conn, topic, &how) {
+            Ok(_) | Err(PubSubError::Closed) => {}
+            // Room taken meanwhile: the connection is told by its close.
+            Err(error) => {
+                let _ = conn.close(CloseCode::TRY_AGAIN_LATER, &error.to_string());
+            }
+        };
+        self.load(topic, start, history, load, subscribe);
+        Ok(Subscribing::Loading)
+    }
+
+    /// Reads what Redis keeps of `topic` that a subscriber starting at
+    /// `start` needs and this node lacks (what [`Bridge::subscribe_with`]
+    /// reads first), then calls `then` on the bridge's thread, once Redis
+    /// answered or the bridge's timeout passed: `true`. When nothing is
+    /// missing (or Redis is away, or the topic keeps no history), `then` is
+    /// dropped uncalled and the caller goes on at once: `false`. For a
+    /// handler that answers from the history ([`PubSub::kept`]) before it
+    /// subscribes, as a Centrifugo recovery does.
+    pub fn prepare(&self, topic: &str, start: Start, then: impl FnOnce() + Send + 'static) -> bool {
+        match self.missing(topic, start) {
+            Some((history, load)) if super::check_topic(topic).is_ok() => {
+                self.load(topic, start, history, load, move |_: &str| then());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What of `topic` this node lacks for a subscriber from `start`, with
+    /// the topic's history, when Redis can give it and there is a runtime
+    /// to read it on.
+    fn missing(&self, topic: &str, start: Start) -> Option<(History, (u64, Option<u64>))> {
+        let history = self.pubsub.history(topic);
+        let loads = start != Start::Now
+            && history.is_on()
+            && self.shared.settings.record_history
+            && self.shared.connected.load(Ordering::Relaxed)
+            && self.shared.runtime.get().is_some();
+        if !loads {
+            return None;
+        }
+        Some((history, self.pubsub.missing(topic, start)?))
+    }
+
+    /// Reads `topic`'s history from Redis on the bridge's thread (within
+    /// its timeout), then calls `then` there.
+    fn load(
+        &self,
+        topic: &str,
+        start: Start,
+        history: History,
+        (after, before): (u64, Option<u64>),
+        then: impl FnOnce(&str) + Send + 'static,
+    ) {
+        let Some(runtime) = self.shared.runtime.get() else {
+            return then(topic);
+        };
+        let (shared, pubsub, topic) = (self.shared.clone(), self.pubsub.clone(), topic.to_owned());
         runtime.spawn(async move {
             let timeout = shared.settings.timeout;
-            let count = match how.start {
+            let count = match start {
                 Start::Latest => 1,
                 _ => history.max_messages(),
             };
@@ -448,15 +497,8 @@ impl Bridge {
             if tokio::time::timeout(timeout, load).await.is_err() {
                 tracing::debug!(topic, "history from Redis not read in time");
             }
-            match pubsub.subscribe_with(&conn, &topic, &how) {
-                Ok(_) | Err(PubSubError::Closed) => {}
-                // Room taken meanwhile: the connection is told by its close.
-                Err(error) => {
-                    let _ = conn.close(CloseCode::TRY_AGAIN_LATER, &error.to_string());
-                }
-            }
+            then(&topic);
         });
-        Ok(Subscribing::Loading)
     }
 
     /// `topic`'s subscribers on every node, and its position in Redis:

@@ -46,11 +46,20 @@ return {epoch, offset}
 
 /// Reads a topic's epoch, latest offset, Redis's clock (seconds), and at
 /// most `ARGV[2]` of the latest entries after offset `ARGV[1]` and up to
-/// `ARGV[3]` (newest first); `nil` if the topic has no epoch.
+/// `ARGV[3]` (newest first); `nil` if the topic has no epoch, unless
+/// `ARGV[4]` is given: then that is made its epoch (at offset 0, kept
+/// `ARGV[5]` seconds), as a first subscriber's read does, so that every
+/// node numbers the topic alike from its first publication on.
 pub(super) const READ: &str = r"
 local epoch = redis.call('HGET', KEYS[1], 'e')
 if not epoch then
-  return false
+  if not ARGV[4] then
+    return false
+  end
+  epoch = ARGV[4]
+  redis.call('HSET', KEYS[1], 'e', epoch)
+  redis.call('DEL', KEYS[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
 end
 local offset = redis.call('HGET', KEYS[1], 'o') or '0'
 local now = redis.call('TIME')
@@ -289,6 +298,23 @@ pub(super) fn read(
         .arg(from)
         .arg(count.max(1).saturating_add(CONTEXT as usize))
         .arg(upto);
+}
+
+/// [`read`] for a subscriber: a topic without an epoch in Redis is
+/// given one (see [`READ`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn read_or_open(
+    pipe: &mut redis::Pipeline,
+    scripts: &Scripts,
+    prefix: &str,
+    (topic, history): (&str, History),
+    after: u64,
+    before: Option<u64>,
+    count: usize,
+) {
+    read(pipe, scripts, prefix, topic, after, before, count);
+    pipe.arg(Epoch::new().to_string())
+        .arg(epoch_expiry(history));
 }
 
 /// Entries read before the first one asked for, to check the read

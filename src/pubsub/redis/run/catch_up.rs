@@ -229,11 +229,11 @@ pub(in crate::pubsub::redis) async fn load(
     };
     let settings = &shared.settings;
     let mut pipe = link::pipe();
-    streams::read(
+    streams::read_or_open(
         &mut pipe,
         &scripts,
         &settings.prefix,
-        topic,
+        (topic, history),
         after,
         before,
         count,

@@ -1,0 +1,193 @@
+//! Centrifugo's protocol on two `centrifugo_compat` nodes that share a
+//! Redis (`--redis`, with history): a client that leaves one node and comes
+//! back on the other recovers there what it missed, exactly once and in
+//! order, round after round, though that node never had a subscriber of the
+//! channel before; both nodes give a channel the same epoch. The client is
+//! tokio-tungstenite speaking the JSON format.
+#![cfg(all(feature = "centrifuge", feature = "redis"))]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::redis::{command, redis_server, wait_for_port};
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+type Ws2 =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Publishes `{"n": n}` to `channel` through `node`'s server HTTP API.
+async fn publish(node: SocketAddr, channel: &str, n: u64) {
+    let body = json!({"channel": channel, "data": {"n": n}}).to_string();
+    let mut stream = tokio::net::TcpStream::connect(node).await.unwrap();
+    let request = format!(
+        "POST /api/publish HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(!answer.contains("\"error\""), "{answer}");
+}
+
+/// The next JSON message, past (and answering) the server's pings.
+async fn next_json(client: &mut Ws2) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), client.next())
+            .await
+            .expect("a message within 10 s")
+            .expect("the connection is open")
+            .expect("a frame");
+        match message {
+            Ws::Text(text) if text.as_str() == "{}" => client.send(Ws::text("{}")).await.unwrap(),
+            Ws::Text(text) => return serde_json::from_str(&text).unwrap(),
+            other => panic!("not text: {other:?}"),
+        }
+    }
+}
+
+/// Connects to `node` and subscribes to `channel`, recovering from
+/// `since` (epoch, offset) if given; the client and the subscribe reply.
+async fn subscribe(node: SocketAddr, channel: &str, since: Option<(&str, u64)>) -> (Ws2, Value) {
+    let url = format!("ws://{node}/connection/websocket");
+    let (mut client, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let mut subscribe = json!({"channel": channel});
+    if let Some((epoch, offset)) = since {
+        subscribe["recover"] = json!(true);
+        subscribe["epoch"] = json!(epoch);
+        subscribe["offset"] = json!(offset);
+    }
+    let batch = format!(
+        "{}\n{}",
+        json!({"id": 1, "connect": {}}),
+        json!({"id": 2, "subscribe": subscribe})
+    );
+    client.send(Ws::text(batch)).await.unwrap();
+    let connect = next_json(&mut client).await;
+    assert_eq!(connect["id"], 1, "{connect}");
+    let reply = next_json(&mut client).await;
+    assert_eq!(reply["id"], 2, "{reply}");
+    (client, reply["subscribe"].clone())
+}
+
+/// A publication push's `n` and offset.
+fn delivery(push: &Value) -> (u64, u64) {
+    let publication = &push["push"]["pub"];
+    let n = publication["data"]["n"].as_u64();
+    let offset = publication["offset"].as_u64();
+    n.zip(offset)
+        .unwrap_or_else(|| panic!("not a publication: {push}"))
+}
+
+/// Three deliveries after `(n, offset)`: at the next three offsets, in
+/// order, carrying the next three `n`s, each once. (Their order among
+/// themselves is Redis's: an API publish is answered once its node took
+/// it, before Redis numbered it, so two nodes' publishes may be numbered
+/// in either order.) The last `n` and offset.
+fn batch(pushes: &[Value], (n, offset): (u64, u64), round: usize) -> (u64, u64) {
+    let got: Vec<(u64, u64)> = pushes.iter().map(delivery).collect();
+    let offsets: Vec<u64> = got.iter().map(|&(_, at)| at).collect();
+    assert_eq!(
+        offsets,
+        [offset + 1, offset + 2, offset + 3],
+        "round {round}: {got:?}"
+    );
+    let mut ns: Vec<u64> = got.iter().map(|&(n, _)| n).collect();
+    ns.sort_unstable();
+    assert_eq!(ns, [n + 1, n + 2, n + 3], "round {round}: {got:?}");
+    (n + 3, offset + 3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_recovers_on_the_other_node_round_after_round() {
+    let port = free_port();
+    let _redis = redis_server(port);
+    wait_for_port(port).await;
+    let url = format!("redis://127.0.0.1:{port}/");
+    let common = ["--redis", &url, "--history", "100", "--api-key", "k"];
+    let (_a, a) = start_example("centrifugo_compat", &common).await;
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    let backend = "uring";
+    #[cfg(not(all(target_os = "linux", feature = "uring")))]
+    let backend = "tokio";
+    let b_args = [&common[..], &["--backend", backend]].concat();
+    let (_b, b) = start_example("centrifugo_compat", &b_args).await;
+
+    let channel = "scores";
+    // Both bridges connected: a first subscribe gives the channel its epoch
+    // in Redis (`rapidws:{scores}:m`), which a node answers only once its
+    // bridge is up (before, the channel is numbered on the node alone).
+    let up = |node| async move {
+        for _ in 0..200 {
+            let (client, first) = subscribe(node, channel, None).await;
+            let redis = command(port, &[b"HGET", b"rapidws:{scores}:m", b"e"]).await;
+            if redis.contains(first["epoch"].as_str().unwrap()) {
+                return (client, first);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{node}'s bridge did not come up");
+    };
+    let (_on_b, _) = up(b).await;
+    let (mut client, first) = up(a).await;
+    assert_eq!(first["recoverable"], true, "{first}");
+    let epoch = first["epoch"].as_str().unwrap().to_owned();
+    // Delivered so far: `n` counts up from 1, offsets follow one another.
+    let (mut n, mut offset) = (0u64, first["offset"].as_u64().unwrap_or(0));
+    let nodes = [a, b];
+    for round in 0..12 {
+        let (here, there) = (nodes[round % 2], nodes[(round + 1) % 2]);
+        // Live on this node, published on either.
+        for k in 0..3u64 {
+            publish(if k == 1 { there } else { here }, channel, n + k + 1).await;
+        }
+        let mut live = Vec::new();
+        for _ in 0..3 {
+            live.push(next_json(&mut client).await);
+        }
+        (n, offset) = batch(&live, (n, offset), round);
+        // Gone; three more published meanwhile, on both nodes; back on
+        // the other node.
+        drop(client);
+        for k in 0..3u64 {
+            publish(nodes[k as usize % 2], channel, n + k + 1).await;
+        }
+        let (back, reply) = subscribe(there, channel, Some((&epoch, offset))).await;
+        client = back;
+        assert_eq!(
+            (reply["was_recovering"].clone(), reply["recovered"].clone()),
+            (json!(true), json!(true)),
+            "round {round}: {reply}"
+        );
+        assert_eq!(reply["epoch"], json!(epoch), "round {round}: {reply}");
+        // What it missed, in the reply and then live if any was still on
+        // its way through Redis: each once, in order.
+        let mut missed: Vec<Value> = reply["publications"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| json!({"push": {"pub": p}}))
+            .collect();
+        while missed.len() < 3 {
+            missed.push(next_json(&mut client).await);
+        }
+        (n, offset) = batch(&missed, (n, offset), round);
+    }
+    assert_eq!(n, 12 * 6);
+    // A fresh subscribe on either node: the same epoch, at the top.
+    for node in nodes {
+        let (_client, reply) = subscribe(node, channel, None).await;
+        assert_eq!(
+            (reply["epoch"].clone(), reply["offset"].clone()),
+            (json!(epoch), json!(offset)),
+            "{reply}"
+        );
+    }
+}
