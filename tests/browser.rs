@@ -15,7 +15,10 @@
 //! the same page loaded through a proxy that cuts its connections while
 //! the test publishes shows every offset once, in order (it resumes with
 //! `clients/js/rapidws-bus.mjs`); and a page of another origin refused
-//! (403) unless its origin is allowed.
+//! (403) unless its origin is allowed. Centrifugo's JavaScript SDK (its
+//! browser bundle) on a page of another origin, through the same kind of
+//! proxy against centrifugo_compat: every publication once and in order,
+//! recovered after every cut.
 #![cfg(all(feature = "axum", feature = "rustls"))]
 
 mod common;
@@ -472,5 +475,150 @@ async fn chromium_pages_of_another_origin_are_refused_unless_allowed() {
     assert!(
         own.starts_with(&format!("open, echoed: from http://{b}")),
         "{own}"
+    );
+}
+
+/// Serves tests/centrifuge/sdk_page.html at `/` and the SDK's browser
+/// bundle at `/centrifuge.js`; no WebSocket.
+struct SdkPage {
+    page: rapidws::Bytes,
+    bundle: rapidws::Bytes,
+}
+
+impl rapidws::Handler for SdkPage {
+    type State = ();
+
+    fn on_message(&self, _: &rapidws::Conn, _: &mut (), _: rapidws::Message<'_>) {}
+}
+
+impl rapidws::ServerHandler for SdkPage {
+    fn on_upgrade(
+        &self,
+        _: &rapidws::Request<'_>,
+        _: &mut rapidws::Accept,
+    ) -> Result<(), rapidws::Reject> {
+        Err(rapidws::Reject::not_found("pages only"))
+    }
+
+    fn on_http(&self, request: &rapidws::Request<'_>) -> Option<rapidws::HttpResponse> {
+        let (content_type, body) = match request.path() {
+            "/" => ("text/html; charset=utf-8", &self.page),
+            "/centrifuge.js" => ("text/javascript; charset=utf-8", &self.bundle),
+            _ => return None,
+        };
+        Some(rapidws::HttpResponse::new(200, content_type, body.clone()))
+    }
+}
+
+/// Centrifugo's JavaScript SDK in a real browser: its browser bundle (npm
+/// `centrifuge`, dist/centrifuge.js) on a page served from one origin
+/// connects through a proxy, another origin (which centrifugo_compat lets
+/// in with `--allow-origin`), to centrifugo_compat with history, and
+/// subscribes. The test publishes through the server HTTP API, one every
+/// 0–10 ms, and cuts the page's connection 10 times, each a random 0–40 ms
+/// after the SDK subscribed again: the page shows every publication once,
+/// in order, and each subscribe after a cut says it recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_runs_centrifugos_sdk_recovering_across_cuts() {
+    use rand::{RngExt, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CUTS: usize = 10;
+    const AT_LEAST: u64 = 300;
+    let sdk = centrifugo::sdk_dir();
+    let read = |path: &str| rapidws::Bytes::from(std::fs::read(sdk.join(path)).unwrap());
+    let files = SdkPage {
+        page: read("sdk_page.html"),
+        bundle: read("node_modules/centrifuge/dist/centrifuge.js"),
+    };
+    let pages = rapidws::tokio::Server::bind(
+        format!("127.0.0.1:{}", free_port()),
+        files,
+        rapidws::Config::default(),
+    )
+    .await
+    .unwrap();
+    let origin = format!("http://{}", pages.local_addr().unwrap());
+    tokio::spawn(pages.serve());
+    let args = [
+        "--history",
+        "1000",
+        "--api-key",
+        "sekret",
+        "--allow-origin",
+        &origin,
+    ];
+    let (_server, addr) = start_example("centrifugo_compat", &args).await;
+    let proxy = cut_proxy::CutProxy::start(addr).await;
+    let url = format!(
+        "{origin}/?channel=cuts&ws=ws://{}/connection/websocket",
+        proxy.addr
+    );
+    let mut page = Page::open(&url).await;
+    let at_least = |list: &str, n: usize| {
+        format!("window.seen && window.seen.{list}.length >= {n} ? 'y' : ''")
+    };
+    page.wait_for(&at_least("subscribed", 1), Duration::from_secs(30))
+        .await;
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut publisher_rng = rand::rngs::StdRng::seed_from_u64(seed ^ 1);
+    let mut api = centrifugo::ApiPublisher::connect(addr, "sekret").await;
+    let cutting = std::sync::Arc::new(AtomicBool::new(true));
+    let still_cutting = cutting.clone();
+    let publishing = tokio::spawn(async move {
+        let mut n = 0;
+        while n < AT_LEAST || still_cutting.load(Ordering::Relaxed) {
+            n += 1;
+            assert_eq!(api.publish("cuts", &serde_json::json!({"n": n})).await, n);
+            let pause = publisher_rng.random_range(0..=10);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        n
+    });
+    // Once the channel holds a publication (one with none is forgotten
+    // with its epoch when its last subscriber leaves).
+    page.wait_for(&at_least("pubs", 1), Duration::from_secs(10))
+        .await;
+    for k in 1..=CUTS {
+        page.wait_for(&at_least("subscribed", k), Duration::from_secs(30))
+            .await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=40))).await;
+        assert_eq!(proxy.cut(), 1, "cut {k}: the page's one connection");
+    }
+    cutting.store(false, Ordering::Relaxed);
+    let total = publishing.await.unwrap();
+    page.wait_for(&at_least("pubs", total as usize), Duration::from_secs(30))
+        .await;
+    // A late duplicate would show.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen: serde_json::Value =
+        serde_json::from_str(&page.eval("JSON.stringify(window.seen)").await).unwrap();
+    let log = page.log().await;
+    let expected: Vec<serde_json::Value> = (1..=total).map(|n| serde_json::json!([n, n])).collect();
+    assert_eq!(seen["pubs"], serde_json::json!(expected), "{log}");
+    let subscribed = seen["subscribed"].as_array().unwrap();
+    assert_eq!(subscribed.len(), CUTS + 1, "{log}");
+    assert_eq!(subscribed[0]["wasRecovering"], false, "{log}");
+    for again in &subscribed[1..] {
+        assert_eq!(again["wasRecovering"], true, "{again}\n{log}");
+        assert_eq!(again["recovered"], true, "{again}\n{log}");
+        assert_eq!(again["epoch"], subscribed[0]["epoch"], "{log}");
+    }
+    // Each reconnect for its transport closing (code 1), never for a close
+    // from the server; no errors, no disconnect.
+    let states = seen["states"].as_array().unwrap();
+    let reconnects = states.iter().skip(1).filter(|s| s[0] == "connecting");
+    assert!(reconnects.clone().all(|s| s[1] == 1), "{log}");
+    assert_eq!(reconnects.count(), CUTS, "{log}");
+    assert!(!states.iter().any(|s| s[0] == "disconnected"), "{log}");
+    assert_eq!(seen["errors"], serde_json::json!([]), "{log}");
+    eprintln!(
+        "Chromium: {total} publications shown once and in order across {CUTS} cuts, \
+         {} subscribes recovered; seed {seed}",
+        subscribed.len() - 1
     );
 }

@@ -18,6 +18,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+pub mod centrifugo;
 pub mod cut_proxy;
 #[cfg(feature = "redis")]
 pub mod redis;
