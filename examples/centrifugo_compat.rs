@@ -18,18 +18,22 @@
 //! token (HS256) and refresh it before it expires; a subscription may
 //! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
 //! (`POST /api/publish`, `broadcast`, `history`) answers requests with
-//! `X-API-Key: K`.
+//! `X-API-Key: K`. One RPC method is served: `echo` answers with the data
+//! it was given; any other method is answered with 104 (method not found).
 
 #[path = "support/mod.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use rapidws::CloseCode;
-use rapidws::centrifuge::{Centrifuge, JOIN_LEAVE_PREFIX, Options, disconnect};
+use rapidws::centrifuge::{
+    Application, Centrifuge, ClientContext, Error, JOIN_LEAVE_PREFIX, Options, disconnect, error,
+};
 use rapidws::pubsub::redis::Bridge;
 use rapidws::pubsub::{History, Overflow, PubSub};
+use rapidws::{Bytes, CloseCode};
 
 #[derive(Parser, Debug)]
 #[command(about = "Centrifugo's client protocol v2 on rapidws's pub/sub")]
@@ -73,6 +77,19 @@ struct Args {
     redis: Option<String>,
 }
 
+/// The application's RPC: `echo` gives back its data, nothing else is
+/// known.
+struct Echo;
+
+impl Application for Echo {
+    fn rpc(&self, _: &ClientContext<'_>, method: &str, data: &[u8]) -> Result<Bytes, Error> {
+        match method {
+            "echo" => Ok(Bytes::copy_from_slice(data)),
+            _ => Err(Error::new(error::METHOD_NOT_FOUND)),
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     support::log_to_stderr();
     let args: Args = support::parse_with_addr("127.0.0.1:8000");
@@ -91,7 +108,8 @@ fn main() -> std::process::ExitCode {
         .client_publish(args.client_publish)
         .presence(args.presence)
         .join_leave(args.join_leave)
-        .expired_grace(Duration::from_secs(args.expired_grace_secs));
+        .expired_grace(Duration::from_secs(args.expired_grace_secs))
+        .application(Arc::new(Echo));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);
     }

@@ -105,6 +105,12 @@ pub async fn wait_listening(what: &str, addr: SocketAddr) {
 /// A Go program of the load harness (`benches/harness/go/cmd/NAME`),
 /// built once per test binary (the Go module proxy provides its modules).
 pub fn go_program(name: &str) -> std::path::PathBuf {
+    go_build("benches/harness/go", &format!("./cmd/{name}"), name, &[])
+}
+
+/// The Go main package `package` of the module in `module` (a folder of
+/// the repository), built with `flags` as `name` once per test binary.
+pub fn go_build(module: &str, package: &str, name: &str, flags: &[&str]) -> std::path::PathBuf {
     // One build at a time (tests run in parallel).
     static BUILDING: Mutex<()> = Mutex::new(());
     let _building = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
@@ -112,10 +118,12 @@ pub fn go_program(name: &str) -> std::path::PathBuf {
     let binary = dir.join(name);
     if !binary.exists() {
         let status = std::process::Command::new("go")
-            .args(["build", "-trimpath", "-o"])
+            .args(["build", "-trimpath"])
+            .args(flags)
+            .arg("-o")
             .arg(&binary)
-            .arg(format!("./cmd/{name}"))
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/harness/go"))
+            .arg(package)
+            .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(module))
             .status()
             .expect("go runs");
         assert!(status.success(), "go build of {name} failed");
