@@ -25,7 +25,7 @@ struct Args {
     /// Only these servers (comma-separated names), default all.
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
-    /// Only these scenarios (comma-separated numbers 1-10), default all.
+    /// Only these scenarios (comma-separated numbers 1-11), default all.
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<u8>,
     /// Warm-up seconds before each measured window.
@@ -101,6 +101,7 @@ fn main() -> ExitCode {
     let context = report::Context {
         machine: &machine,
         command: &command,
+        window: (saved.warmup, saved.duration),
         rounds: rounds::describe(measurements),
         settings: &settings,
         notes: std::fs::read_to_string(harness.join("notes.md")).ok(),
@@ -166,13 +167,13 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
             .iter()
             .filter(|s| args.scenarios.is_empty() || args.scenarios.contains(&s.number))
         {
-            // Rotate the order each round so no server always runs first.
-            let count = servers.len();
+            // Rotate the order each round so no server always runs first:
+            // among the servers this scenario runs (rotating the whole list
+            // by one would keep a scenario's few servers in one order).
+            let taking: Vec<_> = servers.iter().filter(|s| scenario.applies_to(s)).collect();
+            let count = taking.len();
             for i in 0..count {
-                let server = &servers[(i + round) % count];
-                if !scenario.applies_to(server) {
-                    continue;
-                }
+                let server = taking[(i + round) % count];
                 for measurement in scenario.run(server, round, &settings) {
                     let headline = measurement.headline();
                     eprintln!(

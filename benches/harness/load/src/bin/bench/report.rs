@@ -5,10 +5,11 @@ use std::fmt::Write;
 
 use crate::chart::{self, Panel};
 use crate::scenarios::{
-    CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE, DEFLATE_IDLE_STEPS,
-    FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_UNPINNED, STREAM_VARIANTS,
-    client_idle_variant, client_variant, count_label, slope_metric,
+    BUS_VARIANTS, CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE,
+    DEFLATE_IDLE_STEPS, FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_UNPINNED,
+    STREAM_VARIANTS, bus_args, client_idle_variant, client_variant, count_label, slope_metric,
 };
+use crate::servers::{self, CENTRIFUGO_VERSION};
 
 const US: &str = "rapidws-tokio";
 /// The io_uring backend, compared with `US`.
@@ -85,7 +86,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// medians. (With `--merge`, pair only servers that were run together.)
 fn paired_ratios(
     measurements: &[Measurement],
-    scenario: u8,
+    (scenario, variant): (u8, &str),
     (a, b): (&str, &str),
     metric: &str,
 ) -> Vec<f64> {
@@ -94,7 +95,7 @@ fn paired_ratios(
             .iter()
             .find(|m| {
                 m.scenario == scenario
-                    && m.variant.is_empty()
+                    && m.variant == variant
                     && m.server == server
                     && m.round == round
                     && m.error.is_none()
@@ -531,7 +532,7 @@ fn uring_targets(out: &mut String, summaries: &Summaries, measurements: &[Measur
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         each.join(", ")
     };
-    let speed = paired_ratios(measurements, 1, (URING, US), "per_sec");
+    let speed = paired_ratios(measurements, (1, ""), (URING, US), "per_sec");
     let paired = median(speed.clone());
     let _ = writeln!(
         out,
@@ -542,7 +543,7 @@ fn uring_targets(out: &mut String, summaries: &Summaries, measurements: &[Measur
         uring / tokio,
         verdict(paired >= 1.2)
     );
-    let cpu = paired_ratios(measurements, 1, (URING, US), "cpu_us_per_msg");
+    let cpu = paired_ratios(measurements, (1, ""), (URING, US), "cpu_us_per_msg");
     let _ = writeln!(
         out,
         "| 1: server CPU per message (no target) | paired per round: median {:.2}x the tokio backend's ({}) | |",
@@ -729,6 +730,8 @@ const GO_STREAM: &str = "gorilla";
 pub struct Context<'a> {
     pub machine: &'a str,
     pub command: &'a str,
+    /// Seconds of warm-up and measured window of every run.
+    pub window: (f64, f64),
     /// How many rounds the medians are over (`rounds::describe`).
     pub rounds: String,
     pub settings: &'a str,
@@ -856,6 +859,127 @@ fn fanout_targets(out: &mut String, summaries: &Summaries) {
     }
 }
 
+/// Scenario 11's servers as `servers::all` lists them (their binaries'
+/// names, arguments, paths and protocols), in the table's order: ours,
+/// then Centrifugo.
+fn bus_servers() -> Vec<servers::Server> {
+    let none = std::path::Path::new("");
+    let mut all: Vec<_> = servers::all(none, none, none)
+        .into_iter()
+        .filter(|s| s.bus.is_some())
+        .collect();
+    all.sort_by_key(|s| (s.name == BUS_BASELINE, s.name != "centrifugo_compat"));
+    all
+}
+
+/// The server scenario 11 compares with.
+const BUS_BASELINE: &str = "centrifugo";
+
+/// Scenario 11: what was run, then a table per shape with each server's
+/// figures and its ratios to Centrifugo, then the command lines.
+fn bus_section(
+    out: &mut String,
+    summaries: &Summaries,
+    measurements: &[Measurement],
+    (warmup, duration): (f64, f64),
+) {
+    let _ = writeln!(
+        out,
+        "{} WebSocket subscribers and {} kept-alive HTTP publishers, each publishing its share of the offered rate and waiting for each answer, so a server that answers slowly publishes less (\"publishes/s\"). `notify_bus` is the bus (subscribers at `/ws?topics=`, `POST /publish/<topic>`); `centrifugo_compat` is Centrifugo's client protocol on rapidws's pub/sub and Centrifugo {CENTRIFUGO_VERSION} the original (built from the Go module proxy by `run.sh`, run with `GOMAXPROCS=1`: one core, as every server here), both met by the same client (JSON: connect and subscribe in one frame, `POST /api/publish`). No history on any of them. Payloads are 64 bytes; latency is from the publish's send to the subscriber's read. Each \"÷ Centrifugo\" is the median of the per-round ratios to Centrifugo's figure (the servers of a round run a few seconds apart); \"client CPU\" is the load generator's own, near 100% when its core is the limit.\n",
+        num(BUS_VARIANTS[0].shape.subscribers as f64),
+        crate::scenarios::BUS_PUBLISHERS
+    );
+    let servers = bus_servers();
+    for variant in &BUS_VARIANTS {
+        let name = variant.shape.name;
+        let rows: Vec<_> = servers
+            .iter()
+            .filter_map(|server| {
+                let key = (11, name.to_string(), server.name.to_string());
+                summaries.get(&key).map(|s| (server, s))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "**{name}**: {}\n", variant.about);
+        let _ = writeln!(
+            out,
+            "| server | protocol | deliveries/s | range | ÷ Centrifugo | publishes/s (of {}) | p50 ms | p99 ms | p99 ÷ Centrifugo | server CPU % | server CPU µs/delivery | peak RSS MiB | RSS ÷ Centrifugo | client CPU % |",
+            num(variant.shape.rate as f64)
+        );
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let ratio = |server: &str, metric: &str| {
+            format_ratio(median(paired_ratios(
+                measurements,
+                (11, name),
+                (server, BUS_BASELINE),
+                metric,
+            )))
+        };
+        for (server, s) in &rows {
+            let protocol = server.bus.as_ref().map_or("-", |b| b.protocol);
+            let _ = writeln!(
+                out,
+                "| {} | {protocol} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                server.name,
+                num(s.median("per_sec")),
+                s.range("per_sec"),
+                ratio(server.name, "per_sec"),
+                num(s.median("published_per_sec")),
+                num(s.median("p50_us") / 1000.0),
+                num(s.median("p99_us") / 1000.0),
+                ratio(server.name, "p99_us"),
+                num(s.median("server_cpu_pct")),
+                num(s.median("server_cpu_us_per_delivery")),
+                num(s.median("peak_rss_mib")),
+                ratio(server.name, "peak_rss_mib"),
+                num(s.median("client_cpu_pct")),
+            );
+        }
+        let named: Vec<_> = rows.iter().map(|(server, s)| (server.name, *s)).collect();
+        failures(out, &named);
+        let _ = writeln!(out);
+    }
+    // The command lines, from the list the runner starts the servers from.
+    let _ = writeln!(
+        out,
+        "Each run: a fresh server on a free loopback port (`A`), then the load generator; here the first shape's arguments (the second's: `--subscribers {} --topics {} --rate {}`).\n\n```text",
+        BUS_VARIANTS[1].shape.subscribers, BUS_VARIANTS[1].shape.topics, BUS_VARIANTS[1].shape.rate,
+    );
+    let load = bus_args(&BUS_VARIANTS[0].shape).join(" ");
+    for server in &servers {
+        let Some(bus) = &server.bus else { continue };
+        let bin = bus.bin.file_name().map_or_else(
+            || server.name.into(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+        if bus.centrifugo {
+            let _ = writeln!(
+                out,
+                "GOMAXPROCS=1 taskset -c 0 {bin} --config C    # C: the config below, with A's port"
+            );
+        } else {
+            let args: String = bus.args.iter().map(|arg| format!(" {arg}")).collect();
+            let _ = writeln!(out, "taskset -c 0 {bin}{args} --addr A");
+        }
+        let _ = writeln!(
+            out,
+            "taskset -c 1 rapidws-load fanout --addr A --path {} --protocol {} {load} --warmup {warmup} --duration {duration}",
+            server.path, bus.protocol
+        );
+    }
+    let example = std::net::SocketAddr::from(([127, 0, 0, 1], 8000));
+    let _ = writeln!(
+        out,
+        "```\n\nCentrifugo's config (here with port 8000):\n\n```json\n{}\n```",
+        servers::centrifugo_config(example)
+    );
+}
+
 /// Scenario 8's idle memory: one row per client library.
 fn client_idle_table(out: &mut String, summaries: &Summaries) {
     let _ = writeln!(out, "\n| client | bytes per idle connection | range |");
@@ -954,7 +1078,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
                 client_idle_table(&mut out, summaries);
             }
             9 => fanout_table(&mut out, summaries),
-            _ => storm_table(&mut out, summaries),
+            10 => storm_table(&mut out, summaries),
+            _ => bus_section(&mut out, summaries, measurements, context.window),
         }
     }
     if let Some(notes) = &context.notes {
@@ -1049,13 +1174,60 @@ mod tests {
             // `b` missing in this round: no pair.
             measured("a", 3, 999.0),
         ];
-        let ratios = paired_ratios(&measurements, 1, ("a", "b"), "per_sec");
+        let ratios = paired_ratios(&measurements, (1, ""), ("a", "b"), "per_sec");
         assert_eq!(ratios.len(), 3);
         assert_eq!(ratios[0], 1.0);
         assert_eq!(ratios[1], 3.0);
         assert!((ratios[2] - 150.0 / 140.0).abs() < 1e-12);
         assert!((median(ratios) - 150.0 / 140.0).abs() < 1e-12);
         assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn bus_section_pairs_each_server_with_centrifugo_round_by_round() {
+        let name = BUS_VARIANTS[0].shape.name;
+        let mut measurements = Vec::new();
+        for (server, rates) in [
+            ("centrifugo_compat", [300.0, 400.0, 200.0]),
+            ("notify_bus", [500.0, 500.0, 500.0]),
+            ("centrifugo", [100.0, 100.0, 50.0]),
+        ] {
+            for (round, rate) in rates.into_iter().enumerate() {
+                measurements.push(Measurement {
+                    scenario: 11,
+                    variant: name.into(),
+                    server: server.into(),
+                    round,
+                    metrics: BTreeMap::from([
+                        ("per_sec".to_owned(), rate),
+                        ("p99_us".to_owned(), 1e6 / rate),
+                    ]),
+                    error: None,
+                });
+            }
+        }
+        let mut out = String::new();
+        bus_section(
+            &mut out,
+            &summarize(&measurements),
+            &measurements,
+            (1.0, 5.0),
+        );
+        // Ratios 3, 4, 4 (median 4), not the medians' 300 ÷ 100.
+        assert!(
+            out.contains("| centrifugo_compat | centrifuge | 300.0 | 200.0–400.0 | 4.00x |"),
+            "{out}"
+        );
+        assert!(out.contains("| notify_bus | plain | 500.0 |"), "{out}");
+        assert!(out.contains("| centrifugo | centrifuge | 100.0 |"), "{out}");
+        // Rows in the table's order, Centrifugo last; the second shape
+        // was not measured and has no table.
+        let at = |row: &str| out.find(row).unwrap_or(usize::MAX);
+        assert!(at("| centrifugo_compat |") < at("| notify_bus |"));
+        assert!(at("| notify_bus |") < at("| centrifugo |"));
+        assert!(!out.contains(BUS_VARIANTS[1].shape.name), "{out}");
+        assert!(out.contains("--warmup 1 --duration 5"), "{out}");
+        assert!(out.contains("\"port\":8000"), "{out}");
     }
 
     fn deflate(server: &str, round: usize, variant: &str, metric: &str, value: f64) -> Measurement {

@@ -1,4 +1,4 @@
-//! The ten scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
+//! The eleven scenarios of BENCHMARKS.md: what each runs and which figures it keeps.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::client::{Load, LoadProcess, Timed};
-use crate::servers::{Role, Running, Server};
+use crate::servers::{API_KEY, Role, Running, Server};
 
 /// One figure set from one server in one round.
 #[derive(Clone, Debug)]
@@ -92,7 +92,7 @@ pub struct Scenario {
     pub needs_deflate: bool,
 }
 
-pub const SCENARIOS: [Scenario; 10] = [
+pub const SCENARIOS: [Scenario; 11] = [
     Scenario {
         number: 1,
         title: "Echo, 100 connections x 1 KiB binary, depth 8",
@@ -163,6 +163,13 @@ pub const SCENARIOS: [Scenario; 10] = [
         needs_push: false,
         needs_deflate: false,
     },
+    Scenario {
+        number: 11,
+        title: "The bus and Centrifugo's protocol against Centrifugo: HTTP publishes fanned out to WebSocket subscribers",
+        raw_too: false,
+        needs_push: false,
+        needs_deflate: false,
+    },
 ];
 
 impl Scenario {
@@ -179,6 +186,8 @@ impl Scenario {
             && (!self.needs_deflate || server.supports_deflate())
             // wss and HTTP/3: the echo (1) and idle memory (4) scenarios only.
             && (!server.tls || matches!(self.number, 1 | 4))
+            // The bus and Centrifugo: scenario 11, and only they.
+            && ((self.number == 11) == server.bus.is_some())
     }
 
     /// Runs this scenario once against `server`.
@@ -240,6 +249,10 @@ impl Scenario {
                 .map(|v| measure(v.name, fanout(server, settings, v)))
                 .collect(),
             10 => vec![measure("", storm(server, settings))],
+            11 => BUS_VARIANTS
+                .iter()
+                .map(|v| measure(v.shape.name, bus(server, settings, &v.shape)))
+                .collect(),
             _ => {
                 // `applies_to` lets through only servers with deflate settings.
                 let Some(server) = server.with_deflate() else {
@@ -339,6 +352,60 @@ pub const FANOUT_VARIANTS: [FanoutVariant; 2] = [
 
 /// Payload bytes of scenario 9's messages (the timestamp and filler).
 pub const FANOUT_SIZE: usize = 64;
+
+/// One shape of scenario 11, and what it stands for (the report's words).
+pub struct BusVariant {
+    pub shape: FanoutVariant,
+    pub about: &'static str,
+}
+
+/// Scenario 11's shapes: one topic with many subscribers, and many topics
+/// with few; the publishes come over HTTP ([`BUS_PUBLISHERS`] kept-alive
+/// connections, each waiting for its answers), 64-byte payloads.
+pub const BUS_VARIANTS: [BusVariant; 2] = [
+    BusVariant {
+        shape: FanoutVariant {
+            name: "1 topic x 2,000 subscribers, 1k publishes/s",
+            subscribers: 2000,
+            topics: 1,
+            rate: 1000,
+        },
+        about: "One channel that every subscriber follows (a broadcast): each publication is pushed to all 2,000, 2M deliveries/s offered, so what a delivery costs decides.",
+    },
+    BusVariant {
+        shape: FanoutVariant {
+            name: "100 topics x 20 subscribers, 10k publishes/s",
+            subscribers: 2000,
+            topics: 100,
+            rate: 10_000,
+        },
+        about: "Many small channels (rooms, documents): each publication goes to 20 subscribers, 200k deliveries/s offered, ten times the publishes for a tenth of the deliveries, so what each publish costs (its HTTP request, and writes to subscribers that carry fewer publications each) counts for more.",
+    },
+];
+
+/// Scenario 11's HTTP publishers.
+pub const BUS_PUBLISHERS: usize = 16;
+
+/// Scenario 11's load-generator arguments for `variant`, besides the
+/// server's address, path and protocol, and the window.
+pub fn bus_args(variant: &FanoutVariant) -> Vec<String> {
+    strings(&[
+        "--publish",
+        "http",
+        "--publishers",
+        &BUS_PUBLISHERS.to_string(),
+        "--api-key",
+        API_KEY,
+        "--subscribers",
+        &variant.subscribers.to_string(),
+        "--topics",
+        &variant.topics.to_string(),
+        "--rate",
+        &variant.rate.to_string(),
+        "--size",
+        &FANOUT_SIZE.to_string(),
+    ])
+}
 
 /// Requests per run of scenario 6.
 pub const STREAM_REQUESTS: u64 = 1000;
@@ -599,6 +666,38 @@ fn fanout(
     Ok(metrics)
 }
 
+/// Scenario 11: HTTP publishers and WebSocket subscribers against the bus,
+/// `centrifugo_compat` or Centrifugo, each subscriber speaking the server's
+/// protocol. Keeps what scenario 9 keeps, and the publishes the server
+/// answered per second.
+fn bus(
+    server: &Server,
+    settings: &Settings,
+    variant: &FanoutVariant,
+) -> io::Result<BTreeMap<String, f64>> {
+    let protocol = server
+        .bus
+        .as_ref()
+        .ok_or_else(|| io::Error::other("not a bus"))?
+        .protocol;
+    let mut args = strings(&["--protocol", protocol]);
+    args.extend(bus_args(variant));
+    let (mut metrics, timed, running) = timed_run(server, settings, Role::Bus, "fanout", args)?;
+    let field = |name: &str| timed.result[name].as_f64().unwrap_or(f64::NAN);
+    metrics.insert("published_per_sec".into(), field("published_per_sec"));
+    metrics.insert("expected_per_sec".into(), field("expected_per_sec"));
+    metrics.insert(
+        "client_cpu_pct".into(),
+        100.0 * field("client_cpu_secs") / field("secs"),
+    );
+    metrics.insert(
+        "server_cpu_us_per_delivery".into(),
+        1e6 * timed.server_cpu_secs / field("completed"),
+    );
+    metrics.insert("peak_rss_mib".into(), peak_rss_mib(&running));
+    Ok(metrics)
+}
+
 /// Scenario 10's shape.
 pub const STORM_SUBSCRIBERS: usize = 10_000;
 pub const STORM_RATE: u64 = 20;
@@ -732,6 +831,29 @@ mod tests {
             metrics: metrics.iter().map(|&(k, v)| (k.to_owned(), v)).collect(),
             error: None,
         }
+    }
+
+    #[test]
+    fn the_bus_servers_run_scenario_11_and_only_they() {
+        let none = std::path::Path::new("");
+        let all = crate::servers::all(none, none, none);
+        let bus: Vec<_> = all.iter().filter(|s| s.bus.is_some()).collect();
+        let names: Vec<_> = bus.iter().map(|s| s.name).collect();
+        assert_eq!(names, ["notify_bus", "centrifugo_compat", "centrifugo"]);
+        for scenario in &SCENARIOS {
+            for server in &all {
+                if scenario.applies_to(server) {
+                    assert_eq!(
+                        scenario.number == 11,
+                        server.bus.is_some(),
+                        "{} in scenario {}",
+                        server.name,
+                        scenario.number
+                    );
+                }
+            }
+        }
+        assert!(bus.iter().all(|s| SCENARIOS[10].applies_to(s)));
     }
 
     #[test]

@@ -40,6 +40,72 @@ pub struct Server {
     /// started as a `tls` server is, on UDP at its address. Only scenarios
     /// 1 and 4 run such servers.
     pub h3: Option<&'static str>,
+    /// Scenario 11's servers: HTTP publishes fanned out to WebSocket
+    /// subscribers, in the bus's protocol or Centrifugo's. They take part
+    /// in that scenario only.
+    pub bus: Option<Bus>,
+}
+
+/// How a server of scenario 11 is started, and what its subscribers speak.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    pub bin: PathBuf,
+    /// Its arguments besides `--addr` (Centrifugo takes none: its config).
+    pub args: &'static [&'static str],
+    /// `rapidws-load fanout --protocol`: `plain` (the bus's `?topics=` and
+    /// `POST /publish/<topic>`) or `centrifuge` (Centrifugo's client
+    /// protocol, JSON, and `POST /api/publish`).
+    pub protocol: &'static str,
+    /// Centrifugo itself: its config written to a file of its own
+    /// (`centrifugo_config`), run with `GOMAXPROCS=1`.
+    pub centrifugo: bool,
+}
+
+/// The HTTP API key scenario 11's servers are given, and its publishers send.
+pub const API_KEY: &str = "api-key";
+
+/// The Centrifugo `run.sh` builds (from the Go module proxy, with the
+/// version stamped as its release builds do); checked before each start.
+pub const CENTRIFUGO_VERSION: &str = "v6.9.1";
+
+/// Centrifugo's configuration for scenario 11: on `addr`, anonymous
+/// connections let in and allowed to subscribe to any channel (no
+/// namespaces, no history), the HTTP API with [`API_KEY`], logs at error.
+/// Matches what `centrifugo_compat` serves with `--api-key`.
+pub fn centrifugo_config(addr: SocketAddr) -> String {
+    serde_json::json!({
+        "http_server": {"address": addr.ip().to_string(), "port": addr.port()},
+        "log": {"level": "error"},
+        "client": {
+            "allow_anonymous_connect_without_token": true,
+            "allowed_origins": ["*"],
+        },
+        "http_api": {"key": API_KEY},
+        "channel": {"without_namespace": {
+            "allow_subscribe_for_anonymous": true,
+            "allow_subscribe_for_client": true,
+        }},
+    })
+    .to_string()
+}
+
+/// An error unless `bin` is Centrifugo [`CENTRIFUGO_VERSION`] (as its
+/// `version` command prints).
+fn check_centrifugo(bin: &Path) -> io::Result<()> {
+    let output = Command::new(bin)
+        .arg("version")
+        .output()
+        .map_err(|e| io::Error::other(format!("{}: {e} (run.sh builds it)", bin.display())))?;
+    let said = String::from_utf8_lossy(&output.stdout);
+    if said.starts_with(&format!("Centrifugo {CENTRIFUGO_VERSION} ")) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{} says {:?}, not Centrifugo {CENTRIFUGO_VERSION} (run.sh builds it)",
+            bin.display(),
+            said.trim()
+        )))
+    }
 }
 
 impl Server {
@@ -110,6 +176,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: fanout(&["--backend", "tokio"]),
+            bus: None,
         },
         Server {
             name: "rapidws-uring",
@@ -123,6 +190,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: fanout(&["--backend", "uring"]),
+            bus: None,
         },
         // Scenario 6 with pushes and requests as two smux streams over
         // one WebSocket: `mux_echo --push-size`.
@@ -138,6 +206,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: true,
             h3: None,
             fanout: None,
+            bus: None,
         },
         Server {
             name: "rapidws-uring-mux",
@@ -151,6 +220,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: true,
             h3: None,
             fanout: None,
+            bus: None,
         },
         // Pub/sub with history on (1,000 publications per topic, 300 s):
         // what keeping history costs the fan-out scenario.
@@ -166,6 +236,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: fanout(&["--backend", "tokio", "--history", "1000"]),
+            bus: None,
         },
         Server {
             name: "rapidws-uring-history",
@@ -179,6 +250,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: fanout(&["--backend", "uring", "--history", "1000"]),
+            bus: None,
         },
         Server {
             name: "rapidws-axum",
@@ -192,6 +264,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
         },
         Server {
             name: "rapidws-axum-wss",
@@ -205,6 +278,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
         },
         Server {
             name: "rapidws-uring-wss",
@@ -218,6 +292,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
         },
         Server {
             name: "rapidws-tokio-wss",
@@ -231,6 +306,7 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
         },
     ]
 }
@@ -251,6 +327,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
         mux: false,
         h3: None,
         fanout: None,
+        bus: None,
     }]);
     // gws, quickws and gorilla accept permessage-deflate with `-deflate`
     // (settings in each one's main.go): they are the compression peers. The
@@ -282,6 +359,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
         });
     }
     // Scenario 9's Go peers: gws's Broadcaster (frames a message once for
@@ -315,6 +393,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             h3: None,
             fanout: (name == "sockudo-axum")
                 .then(|| (harness_bin.join("sockudo-fanout"), &[] as &[&str])),
+            bus: None,
         });
     }
     // WebSockets over HTTP/3: rapidws's h3_echo (RFC 9220) and
@@ -335,6 +414,7 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             mux: false,
             h3: Some(dialect),
             fanout: None,
+            bus: None,
         });
     }
     // The wss peers: tokio-websockets over tokio-rustls, gws over Go's
@@ -355,6 +435,53 @@ pub fn all(repo: &Path, harness_bin: &Path, go_bin: &Path) -> Vec<Server> {
             mux: false,
             h3: None,
             fanout: None,
+            bus: None,
+        });
+    }
+    // Scenario 11: the bus (`notify_bus`), Centrifugo's client protocol on
+    // rapidws (`centrifugo_compat`) and Centrifugo itself, each publishing
+    // what comes over HTTP to its WebSocket subscribers.
+    for (name, bin, args, path, protocol) in [
+        (
+            "notify_bus",
+            examples.join("notify_bus"),
+            &[] as &'static [&'static str],
+            "/ws",
+            "plain",
+        ),
+        (
+            "centrifugo_compat",
+            examples.join("centrifugo_compat"),
+            &["--api-key", API_KEY],
+            "/connection/websocket",
+            "centrifuge",
+        ),
+        (
+            "centrifugo",
+            go_bin.join("centrifugo"),
+            &[],
+            "/connection/websocket",
+            "centrifuge",
+        ),
+    ] {
+        servers.push(Server {
+            name,
+            echo: bin.clone(),
+            args: &[],
+            deflate_args: None,
+            push: None,
+            path,
+            raw: false,
+            tls: false,
+            mux: false,
+            h3: None,
+            fanout: None,
+            bus: Some(Bus {
+                bin,
+                args,
+                protocol,
+                centrifugo: name == "centrifugo",
+            }),
         });
     }
     servers
@@ -373,6 +500,8 @@ pub enum Role {
     },
     /// The fan-out binary (scenario 9).
     Fanout,
+    /// The bus, or Centrifugo (scenario 11).
+    Bus,
 }
 
 /// A started server process, pinned to CPU 0 (unless its role says otherwise).
@@ -385,6 +514,9 @@ pub struct Running {
     pub tls_ca: Option<PathBuf>,
     /// Over HTTP/3: the dialect the load generator speaks (`--h3`).
     pub h3: Option<&'static str>,
+    /// A directory of the runner's own for this server's files (Centrifugo's
+    /// config), removed when the server stops.
+    scratch: Option<PathBuf>,
 }
 
 /// The harness's certificate and key, set once by the runner before any wss
@@ -400,6 +532,7 @@ impl Running {
             .arg("-c")
             .arg(if pinned { "0".into() } else { all_cpus() });
         let mut tls_ca = None;
+        let mut scratch = None;
         match role {
             Role::Echo => {
                 command
@@ -431,6 +564,30 @@ impl Running {
                 command.arg(bin).args(*args);
                 command.arg("--addr").arg(addr.to_string());
             }
+            Role::Bus => {
+                let bus = server
+                    .bus
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other("not a bus"))?;
+                if bus.centrifugo {
+                    check_centrifugo(&bus.bin)?;
+                    let dir = std::env::temp_dir().join(format!(
+                        "rapidws-bench-{}-{}",
+                        std::process::id(),
+                        addr.port()
+                    ));
+                    std::fs::create_dir_all(&dir)?;
+                    let config = dir.join("config.json");
+                    std::fs::write(&config, centrifugo_config(addr))?;
+                    scratch = Some(dir);
+                    command.arg(&bus.bin).arg("--config").arg(&config);
+                    // One core's worth of Go, as every server here has one.
+                    command.env("GOMAXPROCS", "1");
+                } else {
+                    command.arg(&bus.bin).args(bus.args);
+                    command.arg("--addr").arg(addr.to_string());
+                }
+            }
             Role::Push { size, every_us, .. } => {
                 let push = server
                     .push
@@ -447,15 +604,19 @@ impl Running {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         command.env("RUST_LOG", "warn");
-        let child = command
-            .spawn()
-            .map_err(|e| io::Error::other(format!("{}: {e}", server.name)))?;
+        let child = command.spawn().map_err(|e| {
+            if let Some(dir) = &scratch {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            io::Error::other(format!("{}: {e}", server.name))
+        })?;
         let mut running = Running {
             child,
             addr,
             path: server.path,
             tls_ca,
             h3: server.h3,
+            scratch,
         };
         running.wait_ready()?;
         Ok(running)
@@ -525,6 +686,9 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
