@@ -228,18 +228,18 @@ impl Centrifuge {
         if channel.is_empty() {
             return Err(disconnect::BAD_REQUEST);
         }
-        let refuse = |code| {
-            reply(conn, session.format, Reply::error(id, Error::new(code)));
+        let refuse = |error: Error| {
+            reply(conn, session.format, Reply::error(id, error));
             Ok(())
         };
         if !channel_ok(channel) {
-            return refuse(error::BAD_REQUEST);
+            return refuse(Error::new(error::BAD_REQUEST));
         }
         if session.channels.contains(channel) {
-            return refuse(error::ALREADY_SUBSCRIBED);
+            return refuse(Error::new(error::ALREADY_SUBSCRIBED));
         }
         if session.channels.len() >= self.options.max_subscriptions {
-            return refuse(error::LIMIT_EXCEEDED);
+            return refuse(Error::new(error::LIMIT_EXCEEDED));
         }
         if !request.token.is_empty() {
             // A subscription token: this user's, for this channel. (Its
@@ -249,7 +249,7 @@ impl Centrifuge {
                 Ok(claims) if claims.user == session.user && claims.channel == *channel => {}
                 Ok(_) => return Err(disconnect::INVALID_TOKEN),
                 Err(Checked::Close(code)) => return Err(code),
-                Err(Checked::Refuse(error)) => return refuse_with(conn, session.format, id, error),
+                Err(Checked::Refuse(error)) => return refuse(error),
             }
         }
         let joining = Joining {
@@ -352,19 +352,17 @@ impl Centrifuge {
         let how = Subscribe::new()
             .start(start)
             .envelope(self.envelope(format));
-        let subscribed = self.pubsub.subscribe_with(conn, channel, &how);
-        if !matches!(subscribed, Ok(ref joined) if joined.recovered != Some(false)) {
-            self.presence.leave(channel, &info.client);
-        }
-        match subscribed {
+        let ended = match self.pubsub.subscribe_with(conn, channel, &how) {
             // Lost between the read and the join (the history let go of
             // it, the epoch changed): the client reconnects and recovers.
-            Ok(joined) if joined.recovered == Some(false) => {
-                return Err(disconnect::INSUFFICIENT_STATE);
-            }
-            Ok(_) => {}
-            Err(PubSubError::Closed) => return Ok(Joined::Closed),
-            Err(_) => return Err(disconnect::SERVER_ERROR),
+            Ok(joined) if joined.recovered == Some(false) => Err(disconnect::INSUFFICIENT_STATE),
+            Ok(_) => Ok(Joined::Yes),
+            Err(PubSubError::Closed) => Ok(Joined::Closed),
+            Err(_) => Err(disconnect::SERVER_ERROR),
+        };
+        if ended != Ok(Joined::Yes) {
+            self.presence.leave(channel, &info.client);
+            return ended;
         }
         if self.options.join_leave {
             // Its own join too, as Centrifugo does: subscribed to the
@@ -400,7 +398,7 @@ impl Centrifuge {
             return ReplyBody::Error(Error::new(error::NOT_AVAILABLE));
         }
         let since = request.since.as_ref().map(|since| Position {
-            epoch: since.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0)),
+            epoch: epoch_of(&since.epoch),
             offset: since.offset,
         });
         let Some(kept) = self.pubsub.kept(&request.channel, since) else {
@@ -453,18 +451,18 @@ enum Joined {
     Closed,
 }
 
-/// Where a subscribe recovers from: the client's last position, if it
-/// asks to recover (an epoch that does not read is no epoch of ours).
-fn recovering_from(request: &SubscribeRequest) -> Option<Position> {
-    request.recover.then(|| Position {
-        epoch: request.epoch.parse::<Epoch>().unwrap_or(Epoch::from_u64(0)),
-        offset: request.offset,
-    })
+/// A client's epoch: one that does not read is no epoch of ours (0).
+fn epoch_of(text: &str) -> Epoch {
+    text.parse().unwrap_or(Epoch::from_u64(0))
 }
 
-fn refuse_with(conn: &Conn, format: Format, id: u32, error: Error) -> Result<(), Close> {
-    reply(conn, format, Reply::error(id, error));
-    Ok(())
+/// Where a subscribe recovers from: the client's last position, if it
+/// asks to recover.
+fn recovering_from(request: &SubscribeRequest) -> Option<Position> {
+    request.recover.then(|| Position {
+        epoch: epoch_of(&request.epoch),
+        offset: request.offset,
+    })
 }
 
 /// A position in no epoch: `kept` answers the top and nothing else.

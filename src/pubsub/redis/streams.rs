@@ -302,7 +302,6 @@ pub(super) fn read(
 
 /// [`read`] for a subscriber: a topic without an epoch in Redis is
 /// given one (see [`READ`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn read_or_open(
     pipe: &mut redis::Pipeline,
     scripts: &Scripts,
