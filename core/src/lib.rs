@@ -13,6 +13,7 @@
 //! | [`mux`] | many streams on one connection: the smux protocol (versions 1 and 2), sans-I/O: [`Mux`](mux::Mux) |
 //! | [`h3`] | HTTP/3's own parsing for WebSockets over QUIC (RFC 9220): QUIC varints, frame heads, SETTINGS, QPACK with the static table only, a request head's checks, WebTransport's stream signals and capsules |
 //! | [`handshake`] | the HTTP/1.1 upgrade: the server's request parser and checks, permessage-deflate negotiation, the `101` and HTTP errors; the client's request and its check of the response |
+//! | [`sniff`] | a connection's first bytes: the PROXY protocol's header (versions 1 and 2) |
 //! | [`pool`] | [`BufferPool`](pool::BufferPool): the buffers connections borrow while bytes are in them |
 //! | [`budget`] | [`Budget`](budget::Budget): a bound in bytes on what many parties hold together (every mux session of a server; every WebTransport connection of an endpoint), the largest holder shed past it |
 //!
@@ -33,6 +34,7 @@ pub mod mux;
 pub mod pool;
 pub mod proto;
 pub mod snapshot;
+pub mod sniff;
 
 /// How many rounds a randomized test runs: all of them natively, a fiftieth
 /// under Miri, which interprets every instruction and is thousands of times

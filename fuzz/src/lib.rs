@@ -1139,3 +1139,56 @@ fn capsules(mut payload: &[u8]) {
         }
     }
 }
+
+/// The PROXY protocol's header (versions 1 and 2): the same answer twice;
+/// `Partial` only below the version's bound; a header taken whole is never
+/// longer than its input or its bound, reads the same with anything after
+/// it, and every shorter prefix of it is `Partial`; a refusal stands
+/// whatever comes after it.
+pub fn proxy_header(data: &[u8]) {
+    use rapidws_core::sniff::proxy::{MAX_V1, MAX_V2, Parsed, V1_PREFIX, parse};
+    let result = parse(data);
+    assert_eq!(result, parse(data), "the same answer twice");
+    let bound = if data.starts_with(V1_PREFIX) { MAX_V1 } else { MAX_V2 };
+    let mut more = data.to_vec();
+    more.extend_from_slice(b"\r\n\0more");
+    match result {
+        Ok(Parsed::Partial) => assert!(data.len() < bound, "more wanted past the bound"),
+        Ok(Parsed::Complete(proxied, taken)) => {
+            assert!(taken <= data.len() && taken <= bound, "took {taken} of {}", data.len());
+            assert_eq!(parse(&more), Ok(Parsed::Complete(proxied, taken)));
+            for n in [0, taken / 2, taken.saturating_sub(1)] {
+                if n < taken {
+                    assert_eq!(parse(&data[..n]), Ok(Parsed::Partial), "prefix of {n}");
+                }
+            }
+        }
+        Err(error) => {
+            assert!(!error.reason().is_empty());
+            assert!(parse(&more).is_err(), "a refusal undone by what followed");
+        }
+    }
+}
+
+/// A TLS ClientHello read without terminating TLS: the same answer twice;
+/// `Partial` only within the bound of bytes walked; a hello read whole
+/// reads the same with records after it; a refusal stands whatever
+/// follows.
+pub fn tls_hello(data: &[u8]) {
+    use rapidws_core::sniff::hello::{MAX_INPUT, Read, read};
+    let result = read(data);
+    assert_eq!(result, read(data), "the same answer twice");
+    let mut more = data.to_vec();
+    more.extend_from_slice(&[22, 3, 3, 0, 1, 1]);
+    match result {
+        Ok(Read::Partial) => assert!(data.len() <= MAX_INPUT + 5 + (1 << 14), "more wanted past the bound"),
+        Ok(Read::Complete(hello)) => {
+            assert_eq!(read(&more), Ok(Read::Complete(hello.clone())));
+            assert!(hello.alpn.iter().all(|p| !p.is_empty()));
+        }
+        Err(error) => {
+            assert!(!error.reason().is_empty());
+            assert!(read(&more).is_err(), "a refusal undone by what followed");
+        }
+    }
+}
