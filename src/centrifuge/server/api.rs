@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::Centrifuge;
+use super::everywhere::stats;
 use crate::centrifuge::messages::{Error, HistoryRequest, ReplyBody, StreamPosition};
 use crate::centrifuge::{Format, error, json};
 use crate::connection::handler::HttpResponse;
@@ -151,13 +152,13 @@ impl Centrifuge {
             "presence" | "presence_stats" => match serde_json::from_slice::<Channel>(body) {
                 Ok(c) if method == "presence" => {
                     let mut out = b"{\"result\":".to_vec();
-                    let clients = self.presence.list(&c.channel);
+                    let clients = self.presence_wait(&c.channel);
                     json::encode_presence(&mut out, &clients);
                     out.push(b'}');
                     answer(String::from_utf8_lossy(&out).into_owned())
                 }
                 Ok(c) => {
-                    let (clients, users) = self.presence.stats(&c.channel);
+                    let (clients, users) = stats(&self.presence_wait(&c.channel));
                     answer(format!(
                         "{{\"result\":{{\"num_clients\":{clients},\"num_users\":{users}}}}}"
                     ))
