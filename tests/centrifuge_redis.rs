@@ -241,7 +241,11 @@ async fn ask(client: &mut Ws2, id: u64, method: &str, channel: &str) -> Value {
 
 /// What each asker sees of `channel`: (presence, stats) from each client
 /// in `askers` and each node's HTTP API.
-async fn views(askers: &mut [&mut Ws2], nodes: &[SocketAddr], channel: &str) -> Vec<(Value, Value)> {
+async fn views(
+    askers: &mut [&mut Ws2],
+    nodes: &[SocketAddr],
+    channel: &str,
+) -> Vec<(Value, Value)> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
     let mut seen = Vec::new();
     for client in askers.iter_mut() {
@@ -254,7 +258,10 @@ async fn views(askers: &mut [&mut Ws2], nodes: &[SocketAddr], channel: &str) -> 
         let body = json!({"channel": channel});
         let presence = centrifugo::api(node, "k", "presence", &body).await;
         let stats = centrifugo::api(node, "k", "presence_stats", &body).await;
-        seen.push((presence["result"]["presence"].clone(), stats["result"].clone()));
+        seen.push((
+            presence["result"]["presence"].clone(),
+            stats["result"].clone(),
+        ));
     }
     seen
 }
@@ -318,6 +325,22 @@ async fn presence_is_every_nodes_and_forgets_a_dead_node() {
     let (_dave_b, id, shown) = present(b, "b", "dave", "room").await;
     let dave_b_is = (id, shown);
 
+    // What no node wrote, under a live writer: left out, never shown.
+    let till = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 600_000;
+    let till = till.to_string();
+    command(
+        port,
+        &[b"HSET", b"rapidws:{room}:w", b"evil", till.as_bytes()],
+    )
+    .await;
+    for (field, value) in [(&b"evil:x"[..], &b"not a client"[..]), (b"nowriter", b"x")] {
+        command(port, &[b"HSET", b"rapidws:{room}:p", field, value]).await;
+    }
+
     let nodes = [a, b];
     let every = [&alice_a_is, &bob_a_is, &alice_b_is, &carol_b_is, &dave_b_is];
     let soon = Duration::from_secs(10);
@@ -325,7 +348,9 @@ async fn presence_is_every_nodes_and_forgets_a_dead_node() {
 
     // Bob unsubscribes on node a: gone on both.
     bob_a
-        .send(Ws::text(json!({"id": 3, "unsubscribe": {"channel": "room"}}).to_string()))
+        .send(Ws::text(
+            json!({"id": 3, "unsubscribe": {"channel": "room"}}).to_string(),
+        ))
         .await
         .unwrap();
     assert_eq!(next_json(&mut bob_a).await["id"], 3);

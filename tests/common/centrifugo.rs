@@ -73,7 +73,11 @@ async fn call(stream: &mut BufReader<TcpStream>, key: &str, method: &str, body: 
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream.get_mut().write_all(request.as_bytes()).await.unwrap();
+    stream
+        .get_mut()
+        .write_all(request.as_bytes())
+        .await
+        .unwrap();
     let (head, body) = super::read_response(stream, false)
         .await
         .unwrap_or_else(|| panic!("an answer to {method}"));

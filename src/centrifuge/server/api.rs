@@ -3,7 +3,8 @@
 //! body, and a JSON answer: `{"result":...}`, or `{"error":{...}}` with
 //! status 200 as Centrifugo answers a method's error. Methods: publish,
 //! broadcast, history, presence and presence_stats (108, not available,
-//! unless presence is on).
+//! unless presence is on; with a Redis bridge, every node's clients,
+//! waited for here: an answer cannot come later).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

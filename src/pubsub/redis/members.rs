@@ -250,7 +250,10 @@ impl Local {
         let mut writes: Vec<Write> = Vec::new();
         for (topic, writer, id) in std::mem::take(&mut self.pending) {
             let current = self.topics.get(&topic).filter(|t| t.writer == writer);
-            let op = (id.clone(), current.and_then(|t| t.members.get(&id).cloned()));
+            let op = (
+                id.clone(),
+                current.and_then(|t| t.members.get(&id).cloned()),
+            );
             match writes.last_mut() {
                 Some(last) if last.topic == topic && last.writer == writer => last.ops.push(op),
                 _ => writes.push(Write {

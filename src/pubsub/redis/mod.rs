@@ -559,7 +559,7 @@ impl Bridge {
         let runtime = self.shared.runtime.get();
         let connected = self.shared.connected.load(Ordering::Relaxed);
         let (Some(runtime), true) = (runtime, connected) else {
-            return then(self.members_here(topic, None));
+            return then(self.members_here(topic));
         };
         let (shared, topic) = (self.shared.clone(), topic.to_owned());
         runtime.spawn(async move {
@@ -579,7 +579,7 @@ impl Bridge {
         let timeout = self.shared.settings.timeout * 2;
         match tokio::time::timeout(timeout, told).await {
             Ok(Ok(members)) => members,
-            _ => self.members_here(topic, None),
+            _ => self.members_here(topic),
         }
     }
 
@@ -592,11 +592,12 @@ impl Bridge {
             let _ = tell.send(members);
         });
         told.recv_timeout(self.shared.settings.timeout * 2)
-            .unwrap_or_else(|_| self.members_here(topic, None))
+            .unwrap_or_else(|_| self.members_here(topic))
     }
 
-    fn members_here(&self, topic: &str, read: Option<Vec<(String, Member)>>) -> Members {
-        members_of(&self.shared, topic, read)
+    /// This node's members of `topic` only.
+    fn members_here(&self, topic: &str) -> Members {
+        members_of(&self.shared, topic, None)
     }
 
     /// Counts since the bridge started.
