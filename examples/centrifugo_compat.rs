@@ -11,13 +11,16 @@
 //! ```
 //!
 //! With `--join-leave`, subscribers that ask (`joinLeave` in the SDKs) are
-//! told who subscribes and leaves.
+//! told who subscribes and leaves. With `--presence`, subscribers may ask
+//! who is subscribed to their channels (`presence`, `presence_stats`).
 //!
 //! With `--redis URL`, publications (and history) go between the nodes
-//! that share the Redis, and a client recovers on any of them. With `--jwt-secret S`, clients connect with a
+//! that share the Redis, a client recovers on any of them, and presence
+//! counts every node's clients. With `--jwt-secret S`, clients connect with a
 //! token (HS256) and refresh it before it expires; a subscription may
 //! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
-//! (`POST /api/publish`, `broadcast`, `history`) answers requests with
+//! (`POST /api/publish`, `broadcast`, `history`, and with `--presence`
+//! `presence`, `presence_stats`) answers requests with
 //! `X-API-Key: K`. One RPC method is served: `echo` answers with the data
 //! it was given; any other method is answered with 104 (method not found).
 
@@ -54,7 +57,8 @@ struct Args {
     /// refresh before it is closed with 3005.
     #[arg(long, default_value_t = 25)]
     expired_grace_secs: u64,
-    /// Answer presence and presence_stats (this node's clients).
+    /// Answer presence and presence_stats (with --redis, every node's
+    /// clients).
     #[arg(long)]
     presence: bool,
     /// Push joins and leaves to the subscribers that ask for them.
@@ -64,7 +68,8 @@ struct Args {
     #[arg(long)]
     client_publish: bool,
     /// Serve the server HTTP API (`POST /api/publish`, `broadcast`,
-    /// `history`) to requests with this key in `X-API-Key`.
+    /// `history`, `presence`, `presence_stats`) to requests with this key
+    /// in `X-API-Key`.
     #[arg(long)]
     api_key: Option<String>,
     /// Clients connect with a token (a JWT signed with HS256 and this

@@ -1,9 +1,14 @@
 //! Centrifugo's protocol on two `centrifugo_compat` nodes that share a
-//! Redis (`--redis`, with history): a client that leaves one node and comes
-//! back on the other recovers there what it missed, exactly once and in
-//! order, round after round, though that node never had a subscriber of the
-//! channel before; both nodes give a channel the same epoch. The client is
-//! tokio-tungstenite speaking the JSON format.
+//! Redis (`--redis`; one node on tokio, the other on io_uring where there
+//! is one). With history: a client that leaves one node and comes back on
+//! the other recovers there what it missed, exactly once and in order,
+//! round after round, though that node never had a subscriber of the
+//! channel before; both nodes give a channel the same epoch. With
+//! presence: a client on either node, and either node's HTTP API, sees
+//! every node's clients, with their users and info, and stops seeing one
+//! that unsubscribed, disconnected, or whose node was killed (once its
+//! node's entry lapsed). The client is tokio-tungstenite speaking the JSON
+//! format.
 #![cfg(all(feature = "centrifuge", feature = "redis"))]
 
 mod common;
@@ -15,7 +20,6 @@ use common::redis::{command, redis_server, wait_for_port};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as Ws;
 
 type Ws2 =
@@ -23,17 +27,9 @@ type Ws2 =
 
 /// Publishes `{"n": n}` to `channel` through `node`'s server HTTP API.
 async fn publish(node: SocketAddr, channel: &str, n: u64) {
-    let body = json!({"channel": channel, "data": {"n": n}}).to_string();
-    let mut stream = tokio::net::TcpStream::connect(node).await.unwrap();
-    let request = format!(
-        "POST /api/publish HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(!answer.contains("\"error\""), "{answer}");
+    let body = json!({"channel": channel, "data": {"n": n}});
+    let answer = centrifugo::api(node, "k", "publish", &body).await;
+    assert!(answer.get("error").is_none(), "{answer}");
 }
 
 /// The next JSON message, past (and answering) the server's pings.
@@ -104,6 +100,15 @@ fn batch(pushes: &[Value], (n, offset): (u64, u64), round: usize) -> (u64, u64) 
     (n + 3, offset + 3)
 }
 
+/// The backend of the second node: io_uring where there is one.
+fn second_backend() -> &'static str {
+    if cfg!(all(target_os = "linux", feature = "uring")) {
+        "uring"
+    } else {
+        "tokio"
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_recovers_on_the_other_node_round_after_round() {
     let port = free_port();
@@ -112,11 +117,7 @@ async fn a_client_recovers_on_the_other_node_round_after_round() {
     let url = format!("redis://127.0.0.1:{port}/");
     let common = ["--redis", &url, "--history", "100", "--api-key", "k"];
     let (_a, a) = start_example("centrifugo_compat", &common).await;
-    #[cfg(all(target_os = "linux", feature = "uring"))]
-    let backend = "uring";
-    #[cfg(not(all(target_os = "linux", feature = "uring")))]
-    let backend = "tokio";
-    let b_args = [&common[..], &["--backend", backend]].concat();
+    let b_args = [&common[..], &["--backend", second_backend()]].concat();
     let (_b, b) = start_example("centrifugo_compat", &b_args).await;
 
     let channel = "scores";
@@ -190,4 +191,182 @@ async fn a_client_recovers_on_the_other_node_round_after_round() {
             "{reply}"
         );
     }
+}
+
+const SECRET: &str = "presence-secret";
+
+/// A connection token for `user`, whose info names it and its node.
+fn token(user: &str, node: &str) -> String {
+    let claims = json!({"sub": user, "info": {"name": user, "node": node}});
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes());
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
+}
+
+/// A client of `node` as `user`, subscribed to `channel`: the client, and
+/// how presence shows it.
+async fn present(node: SocketAddr, name: &str, user: &str, channel: &str) -> (Ws2, String, Value) {
+    let url = format!("ws://{node}/connection/websocket");
+    let (mut client, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let batch = format!(
+        "{}\n{}",
+        json!({"id": 1, "connect": {"token": token(user, name)}}),
+        json!({"id": 2, "subscribe": {"channel": channel}})
+    );
+    client.send(Ws::text(batch)).await.unwrap();
+    let connect = next_json(&mut client).await;
+    let id = connect["connect"]["client"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not connected: {connect}"))
+        .to_owned();
+    let subscribed = next_json(&mut client).await;
+    assert_eq!(subscribed["id"], 2, "{subscribed}");
+    assert!(subscribed.get("error").is_none(), "{subscribed}");
+    let shown = json!({
+        "user": user,
+        "client": id,
+        "conn_info": {"name": user, "node": name},
+    });
+    (client, id, shown)
+}
+
+/// `method` (`presence` or `presence_stats`) of `channel` asked by a
+/// client, as command `id`: its result.
+async fn ask(client: &mut Ws2, id: u64, method: &str, channel: &str) -> Value {
+    let command = json!({"id": id, method: {"channel": channel}});
+    client.send(Ws::text(command.to_string())).await.unwrap();
+    let reply = next_json(client).await;
+    assert_eq!(reply["id"], id, "{reply}");
+    reply[method].clone()
+}
+
+/// What each asker sees of `channel`: (presence, stats) from each client
+/// in `askers` and each node's HTTP API.
+async fn views(
+    askers: &mut [&mut Ws2],
+    nodes: &[SocketAddr],
+    channel: &str,
+) -> Vec<(Value, Value)> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+    let mut seen = Vec::new();
+    for client in askers.iter_mut() {
+        let id = NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        let presence = ask(client, id, "presence", channel).await;
+        let stats = ask(client, id + 1, "presence_stats", channel).await;
+        seen.push((presence["presence"].clone(), stats));
+    }
+    for &node in nodes {
+        let body = json!({"channel": channel});
+        let presence = centrifugo::api(node, "k", "presence", &body).await;
+        let stats = centrifugo::api(node, "k", "presence_stats", &body).await;
+        seen.push((
+            presence["result"]["presence"].clone(),
+            stats["result"].clone(),
+        ));
+    }
+    seen
+}
+
+/// Asks until every asker sees exactly `clients` (shown as `present`
+/// shows them) and `users` distinct users, within `within`.
+async fn until_seen(
+    askers: &mut [&mut Ws2],
+    nodes: &[SocketAddr],
+    clients: &[&(String, Value)],
+    users: u64,
+    within: Duration,
+) {
+    let mut presence = json!({});
+    for (id, shown) in clients {
+        presence[id.as_str()] = shown.clone();
+    }
+    let stats = json!({"num_clients": clients.len(), "num_users": users});
+    let want = vec![(presence, stats); askers.len() + nodes.len()];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let seen = views(askers, nodes, "room").await;
+        if seen == want {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            assert_eq!(seen, want, "not seen within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_is_every_nodes_and_forgets_a_dead_node() {
+    let port = free_port();
+    let _redis = redis_server(port);
+    wait_for_port(port).await;
+    let url = format!("redis://127.0.0.1:{port}/");
+    let common = [
+        "--redis",
+        &url,
+        "--presence",
+        "--api-key",
+        "k",
+        "--jwt-secret",
+        SECRET,
+    ];
+    let (_a, a) = start_example("centrifugo_compat", &common).await;
+    let b_args = [&common[..], &["--backend", second_backend()]].concat();
+    let (mut b_node, b) = start_example("centrifugo_compat", &b_args).await;
+
+    // Four users' five clients: alice on both nodes.
+    let (mut alice_a, id, shown) = present(a, "a", "alice", "room").await;
+    let alice_a_is = (id, shown);
+    let (mut bob_a, id, shown) = present(a, "a", "bob", "room").await;
+    let bob_a_is = (id, shown);
+    let (mut alice_b, id, shown) = present(b, "b", "alice", "room").await;
+    let alice_b_is = (id, shown);
+    let (carol_b, id, shown) = present(b, "b", "carol", "room").await;
+    let carol_b_is = (id, shown);
+    let (_dave_b, id, shown) = present(b, "b", "dave", "room").await;
+    let dave_b_is = (id, shown);
+
+    // What no node wrote, under a live writer: left out, never shown.
+    let till = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 600_000;
+    let till = till.to_string();
+    command(
+        port,
+        &[b"HSET", b"rapidws:{room}:w", b"evil", till.as_bytes()],
+    )
+    .await;
+    for (field, value) in [(&b"evil:x"[..], &b"not a client"[..]), (b"nowriter", b"x")] {
+        command(port, &[b"HSET", b"rapidws:{room}:p", field, value]).await;
+    }
+
+    let nodes = [a, b];
+    let every = [&alice_a_is, &bob_a_is, &alice_b_is, &carol_b_is, &dave_b_is];
+    let soon = Duration::from_secs(10);
+    until_seen(&mut [&mut alice_a, &mut alice_b], &nodes, &every, 4, soon).await;
+
+    // Bob unsubscribes on node a: gone on both.
+    bob_a
+        .send(Ws::text(
+            json!({"id": 3, "unsubscribe": {"channel": "room"}}).to_string(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut bob_a).await["id"], 3);
+    let left = [&alice_a_is, &alice_b_is, &carol_b_is, &dave_b_is];
+    until_seen(&mut [&mut alice_a, &mut alice_b], &nodes, &left, 3, soon).await;
+
+    // Carol disconnects from node b: gone on both.
+    drop(carol_b);
+    let left = [&alice_a_is, &alice_b_is, &dave_b_is];
+    until_seen(&mut [&mut alice_a, &mut alice_b], &nodes, &left, 2, soon).await;
+
+    // Node b is killed: its clients drop out of node a's answer once its
+    // entry lapses (written every 5 s, good for 15 s).
+    b_node.0.kill().unwrap();
+    b_node.0.wait().unwrap();
+    let left = [&alice_a_is];
+    let lapse = Duration::from_secs(30);
+    until_seen(&mut [&mut alice_a], &[a], &left, 1, lapse).await;
 }

@@ -60,22 +60,6 @@ async fn next_json(client: &mut Client) -> Value {
     }
 }
 
-/// `POST /api/<method>` with `body` and the key; the JSON answer.
-async fn api(addr: SocketAddr, method: &str, body: &str) -> Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /api/{method} HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    let body = response.split("\r\n\r\n").nth(1).unwrap();
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
-}
-
 async fn close_code(client: &mut Client) -> u16 {
     loop {
         if let Ws::Close(frame) = next(client).await {
@@ -153,12 +137,12 @@ async fn json_wire_on(backend: &str) {
     );
     assert_eq!(next_json(&mut client).await["error"]["code"], 103);
     // The same through the server HTTP API.
-    let answer = api(addr, "presence_stats", "{\"channel\":\"c\"}").await;
+    let answer = centrifugo::api(addr, "k", "presence_stats", &json!({"channel": "c"})).await;
     assert_eq!(
         answer,
         json!({"result": {"num_clients": 1, "num_users": 1}})
     );
-    let answer = api(addr, "presence", "{\"channel\":\"c\"}").await;
+    let answer = centrifugo::api(addr, "k", "presence", &json!({"channel": "c"})).await;
     assert_eq!(
         answer["result"]["presence"][client_id.as_str().unwrap()],
         me

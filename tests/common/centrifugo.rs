@@ -1,11 +1,12 @@
 //! What the tests with Centrifugo's JavaScript SDK share: the SDK itself
-//! (installed by tests/centrifuge/setup_sdk.sh on first use), and a
-//! publisher on the server HTTP API that keeps its connection.
+//! (installed by tests/centrifuge/setup_sdk.sh on first use), and the
+//! server HTTP API: one call, or a publisher that keeps its connection.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -45,25 +46,41 @@ impl ApiPublisher {
     }
 
     /// Publishes `data` to `channel`; the offset the answer gives it.
-    pub async fn publish(&mut self, channel: &str, data: &serde_json::Value) -> u64 {
-        let body = serde_json::json!({"channel": channel, "data": data}).to_string();
-        // One write: a body sent after its head would wait for the
-        // head's acknowledgement (Nagle's algorithm), delayed by the peer.
-        let request = format!(
-            "POST /api/publish HTTP/1.1\r\nHost: api\r\nX-API-Key: {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.key,
-            body.len()
-        );
-        let stream = self.stream.get_mut();
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let (head, body) = super::read_response(&mut self.stream, false)
-            .await
-            .expect("an answer to the publish");
-        assert!(head.starts_with("HTTP/1.1 200 "), "{head}{body}");
-        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    pub async fn publish(&mut self, channel: &str, data: &Value) -> u64 {
+        let body = json!({"channel": channel, "data": data});
+        let answer = call(&mut self.stream, &self.key, "publish", &body).await;
         answer["result"]["offset"]
             .as_u64()
-            .unwrap_or_else(|| panic!("no offset in {body}"))
+            .unwrap_or_else(|| panic!("no offset in {answer}"))
     }
+}
+
+/// `POST /api/<method>` with `body` and `key`, on a connection of its
+/// own: the JSON answer (a method's error is in it, with status 200).
+pub async fn api(server: SocketAddr, key: &str, method: &str, body: &Value) -> Value {
+    let stream = TcpStream::connect(server).await.expect("the server's API");
+    call(&mut BufReader::new(stream), key, method, body).await
+}
+
+/// One call of the API on `stream`, its answer read whole (the
+/// connection may carry the next).
+async fn call(stream: &mut BufReader<TcpStream>, key: &str, method: &str, body: &Value) -> Value {
+    let body = body.to_string();
+    // One write: a body sent after its head would wait for the head's
+    // acknowledgement (Nagle's algorithm), delayed by the peer.
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nHost: api\r\nX-API-Key: {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .get_mut()
+        .write_all(request.as_bytes())
+        .await
+        .unwrap();
+    let (head, body) = super::read_response(stream, false)
+        .await
+        .unwrap_or_else(|| panic!("an answer to {method}"));
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }

@@ -3,12 +3,14 @@
 //! body, and a JSON answer: `{"result":...}`, or `{"error":{...}}` with
 //! status 200 as Centrifugo answers a method's error. Methods: publish,
 //! broadcast, history, presence and presence_stats (108, not available,
-//! unless presence is on).
+//! unless presence is on; with a Redis bridge, every node's clients,
+//! waited for here: an answer cannot come later).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::Centrifuge;
+use super::everywhere::stats;
 use crate::centrifuge::messages::{Error, HistoryRequest, ReplyBody, StreamPosition};
 use crate::centrifuge::{Format, error, json};
 use crate::connection::handler::HttpResponse;
@@ -151,13 +153,13 @@ impl Centrifuge {
             "presence" | "presence_stats" => match serde_json::from_slice::<Channel>(body) {
                 Ok(c) if method == "presence" => {
                     let mut out = b"{\"result\":".to_vec();
-                    let clients = self.presence.list(&c.channel);
+                    let clients = self.presence_wait(&c.channel);
                     json::encode_presence(&mut out, &clients);
                     out.push(b'}');
                     answer(String::from_utf8_lossy(&out).into_owned())
                 }
                 Ok(c) => {
-                    let (clients, users) = self.presence.stats(&c.channel);
+                    let (clients, users) = stats(&self.presence_wait(&c.channel));
                     answer(format!(
                         "{{\"result\":{{\"num_clients\":{clients},\"num_users\":{users}}}}}"
                     ))

@@ -7,6 +7,7 @@
 //! | `mod.rs` | [`Centrifuge`], [`Options`], [`Application`]: the handler and what it is told |
 //! | `api.rs` | the server HTTP API: `POST /api/publish`, `broadcast`, `history` |
 //! | `presence.rs` | who is subscribed to each channel here |
+//! | `everywhere.rs` | presence on every node, through the Redis bridge |
 //! | `join_leave.rs` | join and leave pushes, on a companion topic of each channel |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
@@ -15,6 +16,7 @@
 
 mod api;
 mod envelope;
+mod everywhere;
 mod join_leave;
 mod pinger;
 mod presence;
@@ -176,8 +178,12 @@ impl Options {
     }
 
     /// Whether subscribers may ask who else is subscribed (`presence`,
-    /// `presence_stats`, of channels they are in; this node's clients
-    /// only); 108 (not available) otherwise, as the API answers too.
+    /// `presence_stats`, of channels they are in); 108 (not available)
+    /// otherwise, as the API answers too. With a [`Centrifuge::bridge`],
+    /// every node's clients are answered, as Redis has them (see
+    /// [`Bridge::join_member`](crate::pubsub::redis::Bridge::join_member)):
+    /// a node that dies drops out within 15 s, and when Redis does not
+    /// answer within the bridge's timeout, this node's clients are.
     pub fn presence(mut self, on: bool) -> Options {
         self.presence = on;
         self
@@ -267,8 +273,8 @@ impl Centrifuge {
     /// Serves many nodes through `bridge` (started on this handler's
     /// `PubSub`): a client that comes back on another node recovers there,
     /// from the history Redis keeps; a fresh subscribe gets the channel's
-    /// position in Redis, the same on every node. The handler keeps the
-    /// bridge running.
+    /// position in Redis, the same on every node; presence answers with
+    /// every node's clients. The handler keeps the bridge running.
     #[cfg(feature = "redis")]
     pub fn bridge(mut self, bridge: crate::pubsub::redis::Bridge) -> Centrifuge {
         self.bridge = Some(Arc::new(bridge));
@@ -335,7 +341,7 @@ impl Handler for Centrifuge {
     fn on_close(&self, conn: &Conn, session: &mut Session, _: CloseCode, _: &str) {
         self.pinger.remove(conn);
         for channel in &session.channels {
-            self.presence.leave(channel, &session.client);
+            self.absent(channel, &session.client);
             self.announce(&session::info_of(session), channel, join_leave::Kind::Leave);
         }
     }

@@ -1,8 +1,8 @@
 //! Who is subscribed to each channel on this node, for `presence` and
-//! `presence_stats` (with the Redis bridge, each node answers for its own
-//! clients). One entry per subscription, gone with it.
+//! `presence_stats` (with a Redis bridge, the other nodes' clients are
+//! added: `everywhere.rs`). One entry per subscription, gone with it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::centrifuge::ClientInfo;
@@ -41,16 +41,5 @@ impl Presence {
         clients
             .map(|(id, info)| (id.clone(), info.clone()))
             .collect()
-    }
-
-    /// Clients, and distinct users among them.
-    pub(super) fn stats(&self, channel: &str) -> (u32, u32) {
-        let channels = self.lock();
-        let Some(clients) = channels.get(channel) else {
-            return (0, 0);
-        };
-        let users: HashSet<&str> = clients.values().map(|info| info.user.as_str()).collect();
-        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        (count(clients.len()), count(users.len()))
     }
 }

@@ -7,6 +7,7 @@
 use std::hash::{BuildHasher, RandomState};
 
 use super::envelope::{message, publication_of};
+use super::everywhere::stats;
 use super::join_leave::{self, Kind, channel_ok};
 use super::token::{Claims, TokenError, now_secs, verify};
 use super::{Centrifuge, ClientContext, Session};
@@ -110,7 +111,7 @@ impl Centrifuge {
                     if let Some(events) = join_leave::topic(&channel) {
                         self.pubsub.unsubscribe(conn, &events);
                     }
-                    self.presence.leave(&channel, &session.client);
+                    self.absent(&channel, &session.client);
                     self.announce(&info_of(session), &channel, Kind::Leave);
                 }
                 ReplyBody::Unsubscribe
@@ -137,13 +138,27 @@ impl Centrifuge {
                 };
                 ReplyBody::Error(Error::new(code))
             }
-            Request::Presence { channel } => ReplyBody::Presence(self.presence.list(&channel)),
+            // Answered when every node's presence is in (with a bridge,
+            // later, from its thread).
+            Request::Presence { channel } => {
+                let (conn, format) = (conn.clone(), session.format);
+                self.presence_with(&channel, move |clients| {
+                    let body = ReplyBody::Presence(clients);
+                    reply(&conn, format, Reply { id, body });
+                });
+                return Ok(());
+            }
             Request::PresenceStats { channel } => {
-                let (num_clients, num_users) = self.presence.stats(&channel);
-                ReplyBody::PresenceStats {
-                    num_clients,
-                    num_users,
-                }
+                let (conn, format) = (conn.clone(), session.format);
+                self.presence_with(&channel, move |clients| {
+                    let (num_clients, num_users) = stats(&clients);
+                    let body = ReplyBody::PresenceStats {
+                        num_clients,
+                        num_users,
+                    };
+                    reply(&conn, format, Reply { id, body });
+                });
+                return Ok(());
             }
             Request::Refresh { token } if self.options.jwt_secret.is_some() => {
                 let claims = match self.check_token(&token) {
@@ -347,7 +362,7 @@ impl Centrifuge {
         // (on another thread, when Redis was read first) takes it away,
         // or the failed subscribe below does.
         if self.options.presence {
-            self.presence.join(channel, info.clone());
+            self.present(channel, &info);
         }
         let how = Subscribe::new()
             .start(start)
@@ -361,7 +376,7 @@ impl Centrifuge {
             Err(_) => Err(disconnect::SERVER_ERROR),
         };
         if ended != Ok(Joined::Yes) {
-            self.presence.leave(channel, &info.client);
+            self.absent(channel, &info.client);
             return ended;
         }
         if self.options.join_leave {

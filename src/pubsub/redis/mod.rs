@@ -35,8 +35,10 @@
 //! | `streams.rs` | the scripts: history numbered and kept in Redis Streams, read back and checked |
 //! | `wire.rs` | the bridge's message format, signed with the nodes' secret |
 //! | `replay.rs` | the last count heard from each node on each topic: a signed message delivered once, while fresh |
+//! | `members.rs` | members of topics on every node (for presence): kept in Redis while their node lives |
 
 mod link;
+mod members;
 mod replay;
 mod run;
 mod shared;
@@ -45,6 +47,7 @@ mod wire;
 
 use shared::Shared;
 
+pub use members::{MAX_MEMBER_BYTES, MAX_MEMBER_ID, MAX_MEMBERS, Member, Members};
 pub use shared::{Builder, Occupancy};
 /// The bridge's wire format, for the fuzz targets: not part of the API.
 #[doc(hidden)]
@@ -186,6 +189,8 @@ impl Builder {
             dropped_in: AtomicU64::new(0),
             changes: Mutex::new(Vec::new()),
             changed: tokio::sync::Notify::new(),
+            members: Mutex::new(members::Local::new(&node)),
+            members_changed: tokio::sync::Notify::new(),
         });
         let relay: Arc<dyn Relay> = shared.clone();
         if !pubsub.set_relay_if_none(relay.clone()) {
@@ -525,6 +530,76 @@ impl Bridge {
             .ok()?
     }
 
+    /// Registers `id` as a member of `topic` on this node, with `data`
+    /// (who it is: opaque to the bridge), replacing what `id` had. The
+    /// bridge's thread writes it to Redis, where every node reads it
+    /// ([`Bridge::members`]), and renews it every 5 s while this node
+    /// lives: a node that dies takes its members with it within 15 s. A
+    /// member with an id over [`MAX_MEMBER_ID`] or data over
+    /// [`MAX_MEMBER_BYTES`] stays on this node only. Never waits for Redis.
+    pub fn join_member(&self, topic: &str, id: &str, data: &[u8]) {
+        let data = bytes::Bytes::copy_from_slice(data);
+        self.shared.members().join(topic, id, data);
+        self.shared.members_changed.notify_one();
+    }
+
+    /// Takes `id` out of `topic`'s members (on every node, once the
+    /// bridge's thread wrote it). Never waits for Redis.
+    pub fn leave_member(&self, topic: &str, id: &str) {
+        self.shared.members().leave(topic, id);
+        self.shared.members_changed.notify_one();
+    }
+
+    /// `topic`'s members on every node, given to `then`: on the bridge's
+    /// thread once Redis answered, or when the bridge's timeout passed
+    /// (then this node's own only, and `everywhere` false); on this thread
+    /// at once when Redis is away. Never blocks this thread: for a server
+    /// loop's handler, which answers from `then`.
+    pub fn members_with(&self, topic: &str, then: impl FnOnce(Members) + Send + 'static) {
+        let runtime = self.shared.runtime.get();
+        let connected = self.shared.connected.load(Ordering::Relaxed);
+        let (Some(runtime), true) = (runtime, connected) else {
+            return then(self.members_here(topic));
+        };
+        let (shared, topic) = (self.shared.clone(), topic.to_owned());
+        runtime.spawn(async move {
+            let read = run::members(&shared, &topic);
+            let read = tokio::time::timeout(shared.settings.timeout, read).await;
+            then(members_of(&shared, &topic, read.ok().flatten()));
+        });
+    }
+
+    /// [`Bridge::members_with`], awaited.
+    pub async fn members(&self, topic: &str) -> Members {
+        let (tell, told) = oneshot::channel();
+        self.members_with(topic, move |members| {
+            let _ = tell.send(members);
+        });
+        // The timeout again, in case the bridge's thread is gone.
+        let timeout = self.shared.settings.timeout * 2;
+        match tokio::time::timeout(timeout, told).await {
+            Ok(Ok(members)) => members,
+            _ => self.members_here(topic),
+        }
+    }
+
+    /// [`Bridge::members_with`], waited for on this thread (up to twice
+    /// the bridge's timeout): not on a server loop's thread, which it
+    /// would stop for a Redis round trip.
+    pub fn members_wait(&self, topic: &str) -> Members {
+        let (tell, told) = std::sync::mpsc::sync_channel(1);
+        self.members_with(topic, move |members| {
+            let _ = tell.send(members);
+        });
+        told.recv_timeout(self.shared.settings.timeout * 2)
+            .unwrap_or_else(|_| self.members_here(topic))
+    }
+
+    /// This node's members of `topic` only.
+    fn members_here(&self, topic: &str) -> Members {
+        members_of(&self.shared, topic, None)
+    }
+
     /// Counts since the bridge started.
     pub fn stats(&self) -> BridgeStats {
         let shared = &self.shared;
@@ -548,5 +623,23 @@ impl Drop for Bridge {
         // Only this bridge's relay: never one that came after it. The
         // bridge's thread ends with `_stop`.
         self.pubsub.clear_relay_if(&self.relay);
+    }
+}
+
+/// What Redis read of `topic` from the other nodes (its entries of this
+/// node's are older than this node's own), and this node's own members.
+fn members_of(shared: &Shared, topic: &str, read: Option<Vec<(String, Member)>>) -> Members {
+    let local = shared.members();
+    let everywhere = read.is_some();
+    let mut members: Vec<Member> = read
+        .into_iter()
+        .flatten()
+        .filter(|(writer, _)| !local.is_own(writer))
+        .map(|(_, member)| member)
+        .collect();
+    members.extend(local.here(topic));
+    Members {
+        members,
+        everywhere,
     }
 }

@@ -1,6 +1,7 @@
 //! What the publishers and the bridge's task share: the settings, the
 //! relay that takes this node's publishes onto the queue, the topics
-//! published unrecorded, and the occupancy changes to follow.
+//! published unrecorded, the occupancy changes to follow, and this node's
+//! members of topics.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::link::{self, Target};
+use super::members::Local;
 use super::replay::Replays;
 use super::{streams, wire};
 use crate::connection::conn::Conn;
@@ -72,6 +74,10 @@ pub(super) struct Shared {
     /// or lost their last (false), for the task to (un)subscribe.
     pub(super) changes: Mutex<Vec<(String, bool)>>,
     pub(super) changed: tokio::sync::Notify,
+    /// This node's members of topics, and their changes for the task to
+    /// write ([`Bridge::join_member`](super::Bridge::join_member)).
+    pub(super) members: Mutex<Local>,
+    pub(super) members_changed: tokio::sync::Notify,
 }
 
 /// A publish on its way to Redis: the channel and the encoded message.
@@ -190,6 +196,10 @@ impl Shared {
             Target::Single(_) => Some(named),
             Target::Cluster(_) => named.strip_prefix('{')?.strip_suffix('}'),
         }
+    }
+
+    pub(super) fn members(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn changes(&self) -> std::sync::MutexGuard<'_, Vec<(String, bool)>> {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::members;
 use super::replay::SKEW_MS;
 use super::wire::{self, Stamp};
 use crate::proto::OpCode;
@@ -120,8 +121,11 @@ pub(super) struct Scripts {
     pub(super) reset: String,
     pub(super) count: String,
     pub(super) total: String,
+    /// [`members::WRITE`] and [`members::READ`].
+    pub(super) members_write: String,
+    pub(super) members_read: String,
     /// `EVALSHA` or `EVAL`.
-    eval: &'static str,
+    pub(super) eval: &'static str,
 }
 
 impl Scripts {
@@ -129,16 +133,20 @@ impl Scripts {
         connection: &mut redis::aio::MultiplexedConnection,
     ) -> redis::RedisResult<Scripts> {
         let mut pipe = redis::pipe();
-        for script in [RECORD, READ, RESET, COUNT, TOTAL] {
+        let scripts = [RECORD, READ, RESET, COUNT, TOTAL];
+        for script in scripts.into_iter().chain([members::WRITE, members::READ]) {
             pipe.cmd("SCRIPT").arg("LOAD").arg(script);
         }
-        let (record, read, reset, count, total) = pipe.query_async(connection).await?;
+        let (record, read, reset, count, total, members_write, members_read) =
+            pipe.query_async(connection).await?;
         Ok(Scripts {
             record,
             read,
             reset,
             count,
             total,
+            members_write,
+            members_read,
             eval: "EVALSHA",
         })
     }
@@ -150,6 +158,8 @@ impl Scripts {
             reset: RESET.to_owned(),
             count: COUNT.to_owned(),
             total: TOTAL.to_owned(),
+            members_write: members::WRITE.to_owned(),
+            members_read: members::READ.to_owned(),
             eval: "EVAL",
         }
     }

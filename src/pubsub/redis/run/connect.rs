@@ -157,6 +157,12 @@ impl Run {
         let mut check_broken = tokio::time::interval(BROKEN_CHECK);
         let mut resync = tokio::time::interval(RESYNC);
         let mut counts = tokio::time::interval(COUNTS_EVERY);
+        // Members written again, under new writers: what Redis holds of
+        // this node's from before may be stale.
+        let writes = self.shared.members().rewrite_all();
+        if let Err(error) = self.write_members(&mut commands, &scripts, writes).await {
+            return error.to_string();
+        }
         loop {
             tokio::select! {
                 _ = check_broken.tick() => {
@@ -173,6 +179,12 @@ impl Run {
                         return why;
                     }
                 }
+                () = self.shared.members_changed.notified() => {
+                    let writes = self.shared.members().take();
+                    if let Err(error) = self.write_members(&mut commands, &scripts, writes).await {
+                        return error.to_string();
+                    }
+                }
                 () = self.shared.changed.notified() => {
                     let changes = std::mem::take(&mut *self.shared.changes());
                     self.follow(&mut commands, &changes).await;
@@ -187,6 +199,9 @@ impl Run {
                         .map(|p| p.occupied().iter().map(|t| t.to_string()).collect())
                         .unwrap_or_default();
                     if let Err(error) = self.write_counts(&mut commands, &scripts, &topics).await {
+                        return error.to_string();
+                    }
+                    if let Err(error) = self.renew_members(&mut commands, &scripts).await {
                         return error.to_string();
                     }
                 }

@@ -11,16 +11,19 @@
 //! | `catch_up.rs` | what a topic missed read from its stream: after a reconnect, a gap, a resubscribe, a resume |
 //! | `cluster.rs` | on a Redis Cluster: subscribed to the topics with subscribers here, each on its shard |
 //! | `counts.rs` | this node's subscriber counts written to Redis, and every node's read back |
+//! | `members.rs` | this node's members of topics written to Redis and renewed, and every node's read back |
 
 mod catch_up;
 mod cluster;
 mod connect;
 mod counts;
 mod incoming;
+mod members;
 mod outgoing;
 
 pub(super) use catch_up::load;
 pub(super) use counts::occupancy;
+pub(super) use members::members;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
