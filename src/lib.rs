@@ -219,6 +219,7 @@ pub use connection::config::{Config, SlowConsumer};
 pub use connection::conn::{Conn, Ready, SendError};
 pub use connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
 pub use connection::hub::ServerHandle;
+pub use connection::proxied::{Network, NetworkError, ProxyProtocol};
 pub use connection::spread::Spread;
 pub use handshake::Request;
 pub use proto::deflate::{DeflateConfig, DeflateParams};

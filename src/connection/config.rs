@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::connection::origin::Origins;
+use crate::connection::proxied::ProxyProtocol;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::{CloseCode, Limits};
 
@@ -32,6 +33,7 @@ pub struct Config {
     pub(crate) ping_interval: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) origins: Origins,
+    pub(crate) proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// What happens when a connection's outbound queue reaches
@@ -82,6 +84,7 @@ impl Default for Config {
             ping_interval: None,
             idle_timeout: None,
             origins: Origins::default(),
+            proxy_protocol: None,
         }
     }
 }
@@ -235,6 +238,24 @@ impl Config {
     /// cookie.
     pub fn allow_any_origin(mut self) -> Self {
         self.origins = Origins::Any;
+        self
+    }
+
+    /// Reads a PROXY protocol header (version 1 or 2, as HAProxy's
+    /// `send-proxy` and `send-proxy-v2` and AWS's NLB send it) at the
+    /// start of every plain connection of the tokio and io_uring servers:
+    /// the client's address it names becomes the connection's
+    /// ([`Conn::peer_addr`](crate::Conn::peer_addr)). Then the header is
+    /// required: a connection without a valid one is closed without an
+    /// answer (see [`ProxyProtocol`]). Its wait counts against
+    /// `handshake_timeout`. `None` (the default) reads none.
+    ///
+    /// On the socket servers only, and on plain connections (with TLS, the
+    /// header comes before the TLS handshake and is not read yet: such a
+    /// server refuses to start); the stream driver, hyper and axum never
+    /// read one.
+    pub fn proxy_protocol(mut self, protocol: impl Into<Option<ProxyProtocol>>) -> Self {
+        self.proxy_protocol = protocol.into();
         self
     }
 

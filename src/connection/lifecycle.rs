@@ -181,6 +181,9 @@ struct Handshake {
     /// Where a plain HTTP request's body ends, once its head said so (0:
     /// no body awaited): nothing is parsed again until it is all here.
     body_end: usize,
+    /// A PROXY protocol header is awaited before the request (see
+    /// `lifecycle/proxied.rs`).
+    proxy_header: bool,
     /// Plain HTTP requests answered on this connection so far (it stays
     /// open for the next while the client lets it, up to
     /// `KEEP_ALIVE_REQUESTS`).
@@ -247,6 +250,7 @@ impl<H: Handler> Lifecycle<H> {
             answered: 0,
             response: WriteQueue::new(),
             refused: false,
+            proxy_header: false,
             seen: 0,
             body_end: 0,
         };
@@ -317,7 +321,9 @@ impl<H: Handler> Lifecycle<H> {
                     input.clear();
                     return false;
                 }
-                if input.len() < handshake.body_end {
+                if input.len() < handshake.body_end
+                    || (handshake.proxy_header && !proxied::take(handshake, input, &env.hub, now))
+                {
                     return false;
                 }
                 // A handoff under way: the request waits, and moves.
@@ -591,12 +597,12 @@ impl<H: Handler> Lifecycle<H> {
                 handshake.deadline = deadline_from(now, std::time::Duration::from_secs(1));
                 return Action::Wait;
             } else if now >= handshake.deadline
-                && handshake.answered > 0
-                && handshake.seen == 0
-                && handshake.body_end == 0
+                && ((handshake.answered > 0 && handshake.seen == 0 && handshake.body_end == 0)
+                    || handshake.proxy_header)
             {
                 // Kept alive and idle, nothing of a next request: closed
-                // quietly, as HTTP servers close idle connections.
+                // quietly, as HTTP servers close idle connections (and a
+                // connection whose PROXY header did not come, as proxies do).
                 return self.close();
             } else if now >= handshake.deadline {
                 let e = HandshakeError::TimedOut;
@@ -875,5 +881,6 @@ fn refuse(handshake: &mut Handshake, hub: &Hub, now: Instant) {
 
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 mod handoff;
+mod proxied;
 #[cfg(test)]
 mod tests;

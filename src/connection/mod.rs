@@ -15,6 +15,7 @@
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
 //! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
+//! | `proxied.rs` | the PROXY protocol on a listener: which sources, the header read before the request |
 //! | `hub.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
 //! | `meters.rs` | the hub's metric handles (feature `metrics`), Prometheus names |
@@ -35,6 +36,7 @@ pub(crate) mod membership;
 pub(crate) mod meters;
 pub(crate) mod origin;
 pub(crate) mod outbox;
+pub(crate) mod proxied;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 pub(crate) mod record;
 pub(crate) mod spread;

@@ -58,13 +58,18 @@ impl<H: Handler> Connection<H> {
         live: LiveGuard,
         wake: ConnWake,
         env: &Env<H>,
+        proxy_header: bool,
     ) -> Self {
         let now = std::time::Instant::now();
+        let mut life = Lifecycle::accept(peer, live, wake, env, now);
+        if proxy_header {
+            life.expect_proxy_header(env, now);
+        }
         Connection {
             socket: Socket::new(stream),
             read_buf: BytesMut::new(),
             timer: Timer::default(),
-            life: Lifecycle::accept(peer, live, wake, env, now),
+            life,
         }
     }
 

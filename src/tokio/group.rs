@@ -90,8 +90,10 @@ pub(crate) struct Incoming<S> {
 /// Where an incoming connection starts. Boxed: the handler's state need
 /// not be `Unpin`, and most incoming connections are accepted.
 pub(crate) enum Start<S> {
-    /// Accepted: its request comes next.
-    Accepted,
+    /// Accepted: its request comes next, after a PROXY protocol header if
+    /// `proxy_header` (false once the header was read before TLS was
+    /// ruled out).
+    Accepted { proxy_header: bool },
     /// Opened elsewhere: a client's, whose `101` was read.
     #[cfg_attr(not(feature = "client"), allow(dead_code))]
     Opened(Box<Upgraded<S>>),
@@ -355,7 +357,9 @@ impl<H: Handler> Group<H> {
             let waker = SlotWake::waker(self.shared.clone(), slot);
             let wake = ConnWake::Shared(waker.clone());
             let connection = match start {
-                Start::Accepted => Connection::accept(stream, peer, live, wake, &self.env),
+                Start::Accepted { proxy_header } => {
+                    Connection::accept(stream, peer, live, wake, &self.env, proxy_header)
+                }
                 Start::Opened(upgraded) => {
                     let mut connection =
                         Connection::opened(stream, peer, live, wake, *upgraded, &self.env);

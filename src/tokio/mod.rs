@@ -216,6 +216,8 @@ impl<H: ServerHandler> Server<H> {
             also_plain,
             handoff,
         } = self;
+        #[cfg(feature = "rustls")]
+        crate::connection::proxied::refuse_with_tls(tls.is_some(), &hub.config)?;
         let mut handoff = Handoff::new(handoff)?;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
@@ -289,7 +291,7 @@ impl<H: ServerHandler> Server<H> {
                             stream,
                             peer,
                             live,
-                            start: Start::Accepted,
+                            start: Start::Accepted { proxy_header: true },
                         });
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {

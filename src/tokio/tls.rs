@@ -82,7 +82,11 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
                         stream: mio::net::TcpStream::from_std(stream),
                         peer,
                         live,
-                        start: crate::tokio::group::Start::Accepted,
+                        // (No PROXY header: a server with TLS does not
+                        // start with the PROXY protocol.)
+                        start: crate::tokio::group::Start::Accepted {
+                            proxy_header: false,
+                        },
                     }),
                     Err(error) => {
                         tracing::debug!(%peer, %error, "could not hand a plain connection over");

@@ -111,6 +111,9 @@ impl<H: Handler> Connection<H> {
             quieting: false,
             life: Lifecycle::accept(peer, live, wake, env, Instant::now()),
         };
+        if connection.tls.is_none() {
+            connection.life.expect_proxy_header(env, Instant::now());
+        }
         connection.receive(io);
         connection
     }

@@ -36,6 +36,10 @@ impl<H: Handler> Lifecycle<H> {
                 if handshake.refused || !handshake.response.is_empty() {
                     return Err("answering a request");
                 }
+                // (The successor would not know the header was still to come.)
+                if handshake.proxy_header {
+                    return Err("waiting for its PROXY protocol header");
+                }
                 Moved::Handshake {
                     input: input.split().to_vec(),
                 }

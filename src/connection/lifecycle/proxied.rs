@@ -1,0 +1,58 @@
+//! A connection's PROXY protocol header, read before its request when its
+//! listener asks for one (`Config::proxy_protocol`): the client's address
+//! becomes the connection's, or the connection is closed without a word.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::{Env, Handshake, Lifecycle, Stage, refuse};
+use crate::connection::handler::Handler;
+use crate::connection::hub::Hub;
+use crate::connection::proxied::{Header, read_header};
+
+impl<H: Handler> Lifecycle<H> {
+    /// A plain connection just accepted on a listener with the PROXY
+    /// protocol: its header comes first. One from a source the listener
+    /// does not list is refused at once. (A driver that read the header
+    /// itself, before TLS, does not call this.)
+    pub(crate) fn expect_proxy_header(&mut self, env: &Env<H>, now: Instant) {
+        let Some(protocol) = &env.hub.config.proxy_protocol else {
+            return;
+        };
+        let Stage::Handshake(handshake) = &mut self.stage else {
+            return;
+        };
+        if protocol.admits(handshake.peer.ip()) {
+            handshake.proxy_header = true;
+        } else {
+            tracing::debug!(peer = %handshake.peer, "not a listed PROXY protocol source; connection closed");
+            env.hub.meters().rejected("proxy_source");
+            refuse(handshake, &env.hub, now);
+        }
+    }
+}
+
+/// Reads the header off `input` once it is all there: true if the request
+/// may be read next (what follows the header is left in `input`).
+pub(super) fn take(
+    handshake: &mut Handshake,
+    input: &mut BytesMut,
+    hub: &Hub,
+    now: Instant,
+) -> bool {
+    match read_header(input, &mut handshake.peer) {
+        Header::Waiting => false,
+        Header::Read => {
+            handshake.proxy_header = false;
+            !input.is_empty()
+        }
+        Header::Refused(why) => {
+            tracing::debug!(peer = %handshake.peer, why, "connection closed");
+            hub.meters().rejected("proxy_header");
+            refuse(handshake, hub, now);
+            input.clear();
+            false
+        }
+    }
+}
