@@ -16,7 +16,8 @@
 //! With `--redis URL`, publications (and history) go between the nodes
 //! that share the Redis, and a client recovers on any of them. With `--jwt-secret S`, clients connect with a
 //! token (HS256) and refresh it before it expires; a subscription may
-//! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
+//! carry a token too (its `sub` the user's, its `channel` the channel, its
+//! `exp` refreshed with sub_refresh, its `info` the channel info). With `--api-key K`, the server HTTP API
 //! (`POST /api/publish`, `broadcast`, `history`) answers requests with
 //! `X-API-Key: K`. One RPC method is served: `echo` answers with the data
 //! it was given; any other method is answered with 104 (method not found).
@@ -54,6 +55,10 @@ struct Args {
     /// refresh before it is closed with 3005.
     #[arg(long, default_value_t = 25)]
     expired_grace_secs: u64,
+    /// How long a subscription whose token expired may wait for its
+    /// sub_refresh before the server unsubscribes it (2501).
+    #[arg(long, default_value_t = 25)]
+    expired_sub_grace_secs: u64,
     /// Answer presence and presence_stats (this node's clients).
     #[arg(long)]
     presence: bool,
@@ -109,6 +114,7 @@ fn main() -> std::process::ExitCode {
         .presence(args.presence)
         .join_leave(args.join_leave)
         .expired_grace(Duration::from_secs(args.expired_grace_secs))
+        .expired_sub_grace(Duration::from_secs(args.expired_sub_grace_secs))
         .application(Arc::new(Echo));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);

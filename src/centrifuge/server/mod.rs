@@ -9,16 +9,20 @@
 //! | `presence.rs` | who is subscribed to each channel here |
 //! | `join_leave.rs` | join and leave pushes, on a companion topic of each channel |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
+//! | `sub_tokens.rs` | subscription tokens: what they grant, `sub_refresh`, expiry |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
+//! | `info.rs` | a publication's publisher, carried in its payload |
 //! | `pinger.rs` | the server's pings and the clients' pongs, expiry |
-//! | `token.rs` | connection tokens: JWT, HS256 |
+//! | `token.rs` | connection and subscription tokens: JWT, HS256 |
 
 mod api;
 mod envelope;
+mod info;
 mod join_leave;
 mod pinger;
 mod presence;
 mod session;
+mod sub_tokens;
 mod token;
 
 use std::collections::HashSet;
@@ -87,6 +91,7 @@ pub struct Options {
     presence: bool,
     join_leave: bool,
     expired_grace: Duration,
+    expired_sub_grace: Duration,
     application: Arc<dyn Application>,
 }
 
@@ -103,6 +108,7 @@ impl Default for Options {
             presence: false,
             join_leave: false,
             expired_grace: Duration::from_secs(25),
+            expired_sub_grace: Duration::from_secs(25),
             application: Arc::new(NoApplication),
         }
     }
@@ -198,6 +204,17 @@ impl Options {
     /// Centrifugo waits).
     pub fn expired_grace(mut self, grace: Duration) -> Options {
         self.expired_grace = grace;
+        self
+    }
+
+    /// How long past its token's expiry a subscription may stay, waiting
+    /// for its `sub_refresh`, before the server unsubscribes it (an
+    /// unsubscribe push with 2501, subscription expired; the connection
+    /// stays). Default 25 seconds, as Centrifugo waits; counted in whole
+    /// seconds, and noticed at the client's next frame (its pong to the
+    /// next ping at the latest).
+    pub fn expired_sub_grace(mut self, grace: Duration) -> Options {
+        self.expired_sub_grace = grace;
         self
     }
 
@@ -304,6 +321,8 @@ pub struct Session {
     info: Bytes,
     connected: bool,
     channels: HashSet<String>,
+    /// What its subscription tokens granted: expiry, channel info.
+    grants: sub_tokens::Grants,
     slot: Option<Arc<Slot>>,
 }
 
@@ -336,7 +355,11 @@ impl Handler for Centrifuge {
         self.pinger.remove(conn);
         for channel in &session.channels {
             self.presence.leave(channel, &session.client);
-            self.announce(&session::info_of(session), channel, join_leave::Kind::Leave);
+            self.announce(
+                &session::info_in(session, channel),
+                channel,
+                join_leave::Kind::Leave,
+            );
         }
     }
 }
@@ -361,6 +384,7 @@ impl ServerHandler for Centrifuge {
             info: Bytes::new(),
             connected: false,
             channels: HashSet::new(),
+            grants: Default::default(),
             slot: None,
         })
     }
