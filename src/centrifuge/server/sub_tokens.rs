@@ -72,23 +72,17 @@ impl Grants {
     }
 
     /// The channels whose subscriptions expired more than `grace` seconds
-    /// before `now` (as Centrifugo counts: strictly more), forgotten.
-    fn expired(&mut self, now: u64, grace: u64) -> Vec<String> {
+    /// before `now` (as Centrifugo counts: strictly more).
+    fn expired(&self, now: u64, grace: u64) -> Vec<String> {
         let past = |expires_at: u64| expires_at != 0 && now > expires_at.saturating_add(grace);
         if !past(self.earliest) {
             return Vec::new();
         }
-        let gone: Vec<String> = self
-            .by_channel
+        self.by_channel
             .iter()
             .filter(|(_, grant)| past(grant.expires_at))
             .map(|(channel, _)| channel.clone())
-            .collect();
-        for channel in &gone {
-            self.by_channel.remove(channel);
-        }
-        self.recompute();
-        gone
+            .collect()
     }
 
     fn recompute(&mut self) {
@@ -149,9 +143,13 @@ impl Centrifuge {
         }
         let grace = self.options.expired_sub_grace.as_secs();
         for channel in session.grants.expired(now_secs(), grace) {
+            // Its leave still carries the channel info; it forgets the
+            // grant.
             if self.leave(conn, session, &channel) {
                 let body = PushBody::unsubscribe(unsubscribe::EXPIRED);
                 reply(conn, session.format, Reply::push(Push { channel, body }));
+            } else {
+                session.grants.forget(&channel);
             }
         }
     }
@@ -173,8 +171,9 @@ mod tests {
         assert_eq!(grants.chan_info("none"), Bytes::new());
         // Within the grace, and at its very end: kept.
         assert!(grants.expired(55, 5).is_empty());
-        // Past it: "b" only; then "a" is the earliest.
+        // Past it: "b" only; once it is forgotten, "a" is the earliest.
         assert_eq!(grants.expired(56, 5), ["b"]);
+        grants.forget("b");
         assert_eq!(grants.earliest, 100);
         // A refresh moves it; one with no expiry and no info forgets it.
         grants.set("a", 200, Bytes::new());
@@ -197,6 +196,6 @@ mod tests {
         let mut gone = grants.expired(12, 0);
         gone.sort();
         assert_eq!(gone, ["x", "y"]);
-        assert_eq!(grants.earliest, 12);
+        assert_eq!(grants.earliest, 10);
     }
 }
