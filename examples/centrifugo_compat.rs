@@ -18,7 +18,8 @@
 //! that share the Redis, a client recovers on any of them, and presence
 //! counts every node's clients. With `--jwt-secret S`, clients connect with a
 //! token (HS256) and refresh it before it expires; a subscription may
-//! carry a token too (its `sub` the user's, its `channel` the channel). With `--api-key K`, the server HTTP API
+//! carry a token too (its `sub` the user's, its `channel` the channel, its
+//! `exp` refreshed with sub_refresh, its `info` the channel info). With `--api-key K`, the server HTTP API
 //! (`POST /api/publish`, `broadcast`, `history`, and with `--presence`
 //! `presence`, `presence_stats`) answers requests with
 //! `X-API-Key: K`. One RPC method is served: `echo` answers with the data
@@ -57,6 +58,10 @@ struct Args {
     /// refresh before it is closed with 3005.
     #[arg(long, default_value_t = 25)]
     expired_grace_secs: u64,
+    /// How long a subscription whose token expired may wait for its
+    /// sub_refresh before the server unsubscribes it (2501).
+    #[arg(long, default_value_t = 25)]
+    expired_sub_grace_secs: u64,
     /// Answer presence and presence_stats (with --redis, every node's
     /// clients).
     #[arg(long)]
@@ -114,6 +119,7 @@ fn main() -> std::process::ExitCode {
         .presence(args.presence)
         .join_leave(args.join_leave)
         .expired_grace(Duration::from_secs(args.expired_grace_secs))
+        .expired_sub_grace(Duration::from_secs(args.expired_sub_grace_secs))
         .application(Arc::new(Echo));
     if let Some(key) = &args.api_key {
         options = options.api_key(key);

@@ -10,7 +10,10 @@
 //! refreshed before they expire, an expired one answered so that the SDK
 //! asks for another, a forged one and none at all refused with 3500, one
 //! never refreshed closed with 3005; a subscription token for its channel
-//! taken, one for another channel refused with 3500. Recovery across many
+//! taken, one for another channel refused with 3500; subscription tokens
+//! of 2 s refreshed by the SDK (sub_refresh) with every publication
+//! received, with its publisher's info, and one whose getToken fails
+//! unsubscribed by the server (2501). Recovery across many
 //! cuts (tests/centrifuge/sdk_cuts.mjs, through `CutProxy`): every
 //! publication once and in order, every subscribe after a cut recovered;
 //! and one away past the history, not recovered, going on live.
@@ -174,6 +177,9 @@ async fn tokens(backend: &str, format: &str) {
         "s3cr3t",
         "--expired-grace-secs",
         "1",
+        "--expired-sub-grace-secs",
+        "1",
+        "--client-publish",
     ];
     let (_server, addr) = start_example("centrifugo_compat", &args).await;
     let url = format!("ws://{addr}/connection/websocket");
@@ -207,6 +213,52 @@ async fn tokens(backend: &str, format: &str) {
         unrefreshed["close"],
         json!([3005, "connection expired"]),
         "{seen}"
+    );
+    // Subscription tokens of 2 s: refreshed by the SDK itself, again and
+    // again, and every publication received, each with its publisher.
+    let refresh = &seen["subRefresh"];
+    let ticking = &refresh["ticking"];
+    assert!(ticking["tokens"].as_u64().unwrap() >= 3, "{refresh}");
+    let published = refresh["published"].as_u64().unwrap();
+    assert!(published >= 10, "{refresh}");
+    let every: Vec<u64> = (1..=published).collect();
+    assert_eq!(ticking["publications"], json!(every), "{refresh}");
+    let events: Vec<&Value> = ticking["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| *e != "publication")
+        .collect();
+    // Subscribed once, until the client disconnects (1, transport closed).
+    let once = json!(["subscribing 0", "subscribed", "subscribing 1"]);
+    assert_eq!(json!(events), once, "{refresh}");
+    let publisher = json!({
+        "user": "frank",
+        "client": true,
+        "connInfo": {"name": "Frank"},
+        "chanInfo": {"seat": "ticking"},
+    });
+    assert_eq!(ticking["info"], publisher, "{refresh}");
+    // One whose getToken fails after its first: unsubscribed by the server
+    // (2501) once its grace is up, and no publication after that.
+    let cut = &refresh["cut"];
+    let events: Vec<&str> = cut["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let expired = events.iter().position(|e| *e == "subscribing 2501");
+    let expired = expired.unwrap_or_else(|| panic!("no 2501: {refresh}"));
+    assert!(
+        events[..expired].contains(&"error refreshToken"),
+        "{refresh}"
+    );
+    assert!(!events[expired..].contains(&"publication"), "{refresh}");
+    assert!(!events[expired..].contains(&"subscribed"), "{refresh}");
+    assert!(
+        cut["publications"].as_array().unwrap().len() >= 2,
+        "{refresh}"
     );
 }
 

@@ -5,7 +5,12 @@
 //! server's `{}` pings, presence (and through the server HTTP API), the Protobuf subprotocol, and what ends a
 //! connection (a malformed frame, a command before connect: 3501) or
 //! refuses an upgrade (another path: 404); join and leave pushes to the
-//! subscribers that ask for them.
+//! subscribers that ask for them; a client's publications with its info.
+//! Subscription tokens (made with the jsonwebtoken crate): the subscribe
+//! reply's `expires` and `ttl`, `sub_refresh` extending a subscription past
+//! its first token, the bad ones refused as Centrifugo refuses them, and
+//! one never refreshed ended with an unsubscribe push (2501) while its
+//! connection stays.
 
 mod common;
 
@@ -114,9 +119,12 @@ async fn json_wire_on(backend: &str) {
     let mut got = [next_json(&mut client).await, next_json(&mut client).await];
     got.sort_by_key(|v| v.get("id").is_none());
     assert_eq!(got[0], json!({"id": 3, "publish": {}}));
+    // With its publisher, as Centrifugo pushes a client's publication.
+    let client_id = connect["connect"]["client"].clone();
+    let publisher = json!({"user": "", "client": client_id});
     assert_eq!(
         got[1],
-        json!({"push": {"channel": "c", "pub": {"data": {"x": 1}, "offset": 1}}})
+        json!({"push": {"channel": "c", "pub": {"data": {"x": 1}, "info": publisher, "offset": 1}}})
     );
 
     // The server's pings, answered: the connection stays over three.
@@ -125,7 +133,6 @@ async fn json_wire_on(backend: &str) {
         client.send(Ws::text("{}")).await.unwrap();
     }
     // Presence: this client, in a channel it is in; not in another one.
-    let client_id = connect["connect"]["client"].clone();
     client.send(Ws::text("{\"id\":5,\"presence\":{\"channel\":\"c\"}}\n{\"id\":6,\"presence_stats\":{\"channel\":\"c\"}}\n{\"id\":7,\"presence\":{\"channel\":\"d\"}}")).await.unwrap();
     let me = json!({"user": "", "client": client_id});
     let mut presence = json!({"id": 5, "presence": {"presence": {}}});
@@ -156,8 +163,7 @@ async fn json_wire_on(backend: &str) {
         .await
         .unwrap();
     let history = next_json(&mut client).await;
-    let kept =
-        json!({"publications": [{"data": {"x": 1}, "offset": 1}], "epoch": epoch, "offset": 1});
+    let kept = json!({"publications": [{"data": {"x": 1}, "info": publisher, "offset": 1}], "epoch": epoch, "offset": 1});
     assert_eq!(history, json!({"id": 4, "history": kept}));
     client.send(Ws::text("{\"id\":")).await.unwrap();
     assert_eq!(close_code(&mut client).await, 3501);
@@ -308,4 +314,224 @@ async fn joins_and_leaves_on_tokio() {
 #[tokio::test]
 async fn joins_and_leaves_on_uring() {
     joins_and_leaves_on("uring").await;
+}
+
+const SECRET: &str = "sub-secret";
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A token with these claims, signed with `secret`.
+fn jwt(claims: Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A subscription token of `user` for `channel`, expiring `secs` from now.
+fn sub_token(user: &str, channel: &str, secs: i64, info: Value) -> String {
+    let exp = now().checked_add_signed(secs).unwrap();
+    jwt(
+        json!({"sub": user, "channel": channel, "exp": exp, "info": info}),
+        SECRET,
+    )
+}
+
+/// Connects as `user` (a connection token with `info`, lasting 10
+/// minutes) and subscribes to each channel with its token; the client,
+/// its id and the subscribe replies.
+async fn with_tokens(
+    url: &str,
+    user: &str,
+    subs: &[(&str, String)],
+) -> (Client, String, Vec<Value>) {
+    let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let token = jwt(
+        json!({"sub": user, "exp": now() + 600, "info": {"name": user}}),
+        SECRET,
+    );
+    let mut batch = json!({"id": 1, "connect": {"token": token}}).to_string();
+    for (n, (channel, token)) in subs.iter().enumerate() {
+        let subscribe = json!({"id": n + 2, "subscribe": {"channel": channel, "token": token}});
+        batch.push('\n');
+        batch.push_str(&subscribe.to_string());
+    }
+    client.send(Ws::text(batch)).await.unwrap();
+    let connect = next_json(&mut client).await;
+    let id = connect["connect"]["client"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{connect}"))
+        .to_owned();
+    let mut replies = Vec::new();
+    for _ in subs {
+        replies.push(next_json(&mut client).await);
+    }
+    (client, id, replies)
+}
+
+async fn request(client: &mut Client, command: Value) -> Value {
+    client.send(Ws::text(command.to_string())).await.unwrap();
+    next_json(client).await
+}
+
+async fn subscription_tokens_on(backend: &str) {
+    let args = [
+        "--backend",
+        backend,
+        "--ping-secs",
+        "1",
+        "--jwt-secret",
+        SECRET,
+        "--expired-sub-grace-secs",
+        "1",
+        "--client-publish",
+        "--api-key",
+        "k",
+    ];
+    let (_server, addr) = start_example("centrifugo_compat", &args).await;
+    let url = format!("ws://{addr}/connection/websocket");
+
+    // Tokens that last 2 s: the replies say so.
+    let subs = [
+        ("kept", sub_token("ann", "kept", 2, json!({"seat": 1}))),
+        (
+            "lapsing",
+            sub_token("ann", "lapsing", 2, json!({"seat": 9})),
+        ),
+    ];
+    let (mut ann, ann_id, replies) = with_tokens(&url, "ann", &subs).await;
+    for reply in &replies {
+        let result = &reply["subscribe"];
+        assert_eq!(result["expires"], true, "{reply}");
+        let ttl = result["ttl"].as_u64().unwrap_or(0);
+        assert!((1..=2).contains(&ttl), "{reply}");
+    }
+
+    // What does not end the connection: an expired token (109), none
+    // (107), a channel it is not in (103).
+    let expired = sub_token("ann", "kept", -10, json!(null));
+    let answer = request(
+        &mut ann,
+        json!({"id": 10, "sub_refresh": {"channel": "kept", "token": expired}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], 109, "{answer}");
+    let answer = request(
+        &mut ann,
+        json!({"id": 11, "sub_refresh": {"channel": "kept", "token": ""}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], 107, "{answer}");
+    let elsewhere = sub_token("ann", "elsewhere", 30, json!(null));
+    let answer = request(
+        &mut ann,
+        json!({"id": 12, "sub_refresh": {"channel": "elsewhere", "token": elsewhere}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], 103, "{answer}");
+
+    // A good one for "kept" (with new channel info): 30 s more.
+    let fresh = sub_token("ann", "kept", 30, json!({"seat": 2}));
+    let answer = request(
+        &mut ann,
+        json!({"id": 13, "sub_refresh": {"channel": "kept", "token": fresh}}),
+    )
+    .await;
+    assert_eq!(answer["id"], 13, "{answer}");
+    assert_eq!(answer["sub_refresh"]["expires"], true, "{answer}");
+    let ttl = answer["sub_refresh"]["ttl"].as_u64().unwrap_or(0);
+    assert!((29..=30).contains(&ttl), "{answer}");
+
+    // "lapsing" was not refreshed: an unsubscribe push once its grace is
+    // up, and nothing else before it but the pings, answered meanwhile.
+    let unsubscribed = next_json(&mut ann).await;
+    assert_eq!(
+        unsubscribed,
+        json!({"push": {"channel": "lapsing", "unsubscribe": {"code": 2501, "reason": "subscription expired"}}})
+    );
+
+    // Past both first tokens' ttl: "kept" still gets its publications,
+    // "lapsing" none. An API publication has no publisher; ann's own
+    // carries ann's info and the channel info of its latest token.
+    for (channel, n) in [("lapsing", 1), ("kept", 2)] {
+        let body = json!({"channel": channel, "data": {"n": n}});
+        let answer = centrifugo::api(addr, "k", "publish", &body).await;
+        assert_eq!(answer, json!({"result": {}}));
+    }
+    ann.send(Ws::text(
+        json!({"id": 14, "publish": {"channel": "kept", "data": {"n": 3}}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(next_json(&mut ann).await);
+    }
+    seen.sort_by_key(|v| v.get("id").is_none());
+    let publisher = json!({
+        "user": "ann",
+        "client": ann_id,
+        "conn_info": {"name": "ann"},
+        "chan_info": {"seat": 2},
+    });
+    assert_eq!(
+        seen,
+        [
+            json!({"id": 14, "publish": {}}),
+            json!({"push": {"channel": "kept", "pub": {"data": {"n": 2}, "offset": 1}}}),
+            json!({"push": {"channel": "kept", "pub": {"data": {"n": 3}, "info": publisher, "offset": 2}}}),
+        ]
+    );
+    // Subscribed no more, so it may subscribe again, with a new token.
+    let again = sub_token("ann", "lapsing", 30, json!(null));
+    let answer = request(
+        &mut ann,
+        json!({"id": 15, "subscribe": {"channel": "lapsing", "token": again}}),
+    )
+    .await;
+    assert_eq!(answer["id"], 15, "{answer}");
+    assert_eq!(answer["subscribe"]["expires"], true, "{answer}");
+
+    // What ends the connection (3500, invalid token): a token for another
+    // channel, another user's, one signed with another secret.
+    let forged = jwt(
+        json!({"sub": "bob", "channel": "room", "exp": now() + 30}),
+        "guess",
+    );
+    for bad in [
+        sub_token("bob", "other", 30, json!(null)),
+        sub_token("eve", "room", 30, json!(null)),
+        forged,
+    ] {
+        let subs = [("room", sub_token("bob", "room", 30, json!(null)))];
+        let (mut bob, _, replies) = with_tokens(&url, "bob", &subs).await;
+        assert_eq!(replies[0]["subscribe"]["expires"], true, "{}", replies[0]);
+        bob.send(Ws::text(
+            json!({"id": 3, "sub_refresh": {"channel": "room", "token": bad}}).to_string(),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(close_code(&mut bob).await, 3500);
+    }
+    // ann was not disturbed: still here.
+    let answer = request(&mut ann, json!({"id": 16, "ping": {}})).await;
+    assert_eq!(answer, json!({"id": 16, "ping": {}}));
+}
+
+#[tokio::test]
+async fn subscription_tokens_on_tokio() {
+    subscription_tokens_on("tokio").await;
+}
+
+#[cfg(all(target_os = "linux", feature = "uring"))]
+#[tokio::test]
+async fn subscription_tokens_on_uring() {
+    subscription_tokens_on("uring").await;
 }

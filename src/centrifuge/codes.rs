@@ -1,8 +1,9 @@
-//! The numbers Centrifugo's clients act on: reply error codes, and the
-//! close codes that end a connection (3000–3499 and 4000–4499 reconnect,
-//! 3500–3999 and 4500–4999 do not).
+//! The numbers Centrifugo's clients act on: reply error codes, the codes
+//! of the server's unsubscribe pushes, and the close codes that end a
+//! connection (3000–3499 and 4000–4499 reconnect, 3500–3999 and 4500–4999
+//! do not).
 
-use super::messages::{Disconnect, Error};
+use super::messages::{Disconnect, Error, PushBody};
 
 /// Reply error codes.
 pub mod error {
@@ -32,6 +33,18 @@ pub mod error {
     pub const TOO_MANY_REQUESTS: u32 = 111;
     /// 112: unrecoverable position.
     pub const UNRECOVERABLE_POSITION: u32 = 112;
+}
+
+/// Codes of the unsubscribe pushes the server sends: from 2500 on, the
+/// SDKs subscribe again (asking their application for a new subscription
+/// token); below, they stay unsubscribed.
+pub mod unsubscribe {
+    /// 2000: server unsubscribe.
+    pub const SERVER: u32 = 2000;
+    /// 2500: insufficient state.
+    pub const INSUFFICIENT_STATE: u32 = 2500;
+    /// 2501: subscription expired (its token was not refreshed in time).
+    pub const EXPIRED: u32 = 2501;
 }
 
 /// Close codes (with the reasons Centrifugo gives them).
@@ -125,6 +138,22 @@ impl Disconnect {
             code: code.into(),
             reason: reason.to_owned(),
             reconnect: reconnects(code),
+        }
+    }
+}
+
+impl PushBody {
+    /// An unsubscribe push with its code's usual reason.
+    pub fn unsubscribe(code: u32) -> PushBody {
+        let reason = match code {
+            unsubscribe::SERVER => "server unsubscribe",
+            unsubscribe::INSUFFICIENT_STATE => "insufficient state",
+            unsubscribe::EXPIRED => "subscription expired",
+            _ => "unsubscribe",
+        };
+        PushBody::Unsubscribe {
+            code,
+            reason: reason.to_owned(),
         }
     }
 }

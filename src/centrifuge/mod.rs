@@ -18,7 +18,7 @@
 //! | file | concern |
 //! |---|---|
 //! | `messages.rs` | [`Command`], [`Reply`], [`Push`] and their parts |
-//! | `codes.rs` | error codes and close codes, with Centrifugo's words |
+//! | `codes.rs` | error, unsubscribe and close codes, with Centrifugo's words |
 //! | `json.rs` | the JSON format: a line a message |
 //! | `protobuf.rs` | the Protobuf format: a varint length before each message |
 //! | `wire.rs` | protobuf's varints and fields, read and written by hand |
@@ -35,7 +35,7 @@ mod wire;
 
 use std::fmt;
 
-pub use codes::{disconnect, error, reconnects};
+pub use codes::{disconnect, error, reconnects, unsubscribe};
 pub use messages::{
     ClientInfo, Command, ConnectRequest, ConnectResult, Disconnect, Error, HistoryRequest,
     HistoryResult, Publication, Push, PushBody, RefreshResult, Reply, ReplyBody, Request,

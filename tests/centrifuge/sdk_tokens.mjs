@@ -1,8 +1,10 @@
-// Connection tokens with Centrifugo's JS SDK against a rapidws server
-// started with --jwt-secret: node sdk_tokens.mjs <ws-url> <json|protobuf>
-// <secret> (and --expired-grace-secs 1). Tokens are made here with node's own HMAC. Prints one JSON
-// object: for each case, the states its client went through and how
-// often it asked for a token.
+// Connection and subscription tokens with Centrifugo's JS SDK against a
+// rapidws server started with --jwt-secret: node sdk_tokens.mjs <ws-url>
+// <json|protobuf> <secret> (and --expired-grace-secs 1,
+// --expired-sub-grace-secs 1, --client-publish). Tokens are made here with
+// node's own HMAC. Prints one JSON object: for each case, the states its
+// client (or its subscriptions) went through and how often it asked for a
+// token.
 import crypto from 'node:crypto';
 import WebSocket from 'ws';
 
@@ -77,6 +79,65 @@ async function subscriptions() {
     return ['subscriptions', seen];
 }
 
+// Subscription tokens that last 2 s. `ticking`'s getToken always gives
+// one: the SDK refreshes it by itself (sub_refresh) and the subscription
+// gets every publication the client makes meanwhile, each with its
+// publisher's info. `cut`'s gives its first only, then fails: the server
+// unsubscribes it (2501, subscription expired) once its grace is up.
+async function subscriptionRefresh() {
+    const enc = (value) => format === 'protobuf' ? new TextEncoder().encode(JSON.stringify(value)) : value;
+    const dec = (data) => format === 'protobuf' ? JSON.parse(new TextDecoder().decode(data)) : data;
+    const token = jwt({ sub: 'frank', exp: now() + 120, info: { name: 'Frank' } });
+    const client = new Centrifuge(url, { websocket: WebSocket, token });
+    let clientId = null;
+    client.on('connected', (ctx) => { clientId = ctx.client; });
+    const watch = (channel, getToken) => {
+        const seen = { tokens: 0, events: [], publications: [] };
+        const sub = client.newSubscription(channel, {
+            getToken: async () => { seen.tokens += 1; return getToken(seen.tokens); },
+        });
+        sub.on('subscribed', () => seen.events.push('subscribed'));
+        sub.on('subscribing', (ctx) => seen.events.push(`subscribing ${ctx.code}`));
+        sub.on('unsubscribed', (ctx) => seen.events.push(`unsubscribed ${ctx.code}`));
+        sub.on('error', (ctx) => seen.events.push(`error ${ctx.type}`));
+        sub.on('publication', (ctx) => {
+            seen.events.push('publication');
+            seen.publications.push(dec(ctx.data).n);
+            const info = ctx.info || {};
+            seen.info = {
+                user: info.user,
+                client: info.client === clientId,
+                connInfo: info.connInfo && dec(info.connInfo),
+                chanInfo: info.chanInfo && dec(info.chanInfo),
+            };
+        });
+        sub.subscribe();
+        return seen;
+    };
+    const short = (channel) => jwt({ sub: 'frank', channel, exp: now() + 2, info: { seat: channel } });
+    const ticking = watch('ticking', () => short('ticking'));
+    const cut = watch('cut', (n) => {
+        if (n > 1) {
+            throw new Error('no more tokens');
+        }
+        return short('cut');
+    });
+    client.connect();
+    await client.ready(5000);
+    // Three times the tokens' life, a publication to each every 200 ms.
+    let published = 0;
+    const start = Date.now();
+    while (Date.now() - start < 7000) {
+        published += 1;
+        await client.publish('ticking', enc({ n: published }));
+        await client.publish('cut', enc({ n: published }));
+        await sleep(200);
+    }
+    await sleep(500);
+    client.disconnect();
+    return ['subRefresh', { published, ticking, cut }];
+}
+
 const fresh = () => jwt({ sub: 'alice', exp: now() + 2, info: { name: 'Alice' } });
 const results = Object.fromEntries([
     // Expires in 2 s, refreshed each time (the connect reply's ttl).
@@ -91,6 +152,7 @@ const results = Object.fromEntries([
     await run('anonymous', {}, 1000),
     await rawUnrefreshed(),
     await subscriptions(),
+    await subscriptionRefresh(),
 ]);
 console.log(JSON.stringify(results));
 process.exit(0);

@@ -1,9 +1,11 @@
-//! A publication as a Centrifugo publication push, once per format: the
+//! A publication as a Centrifugo publication push (with its publisher's
+//! info when a client published it), once per format: the
 //! pub/sub wraps each publication once for all the subscribers that share
 //! an envelope, and replays the same frame.
 
 use bytes::Bytes;
 
+use super::info;
 use crate::centrifuge::{Format, Publication as Pub, Push, PushBody, Reply, is_json};
 use crate::proto::OwnedMessage;
 use crate::pubsub::{Envelope, Publication};
@@ -21,11 +23,15 @@ impl Envelope for Pushes {
     }
 }
 
-/// The protocol's publication for `publication`, its data fit for
-/// `format`: in JSON, a payload that is not JSON (published by a Protobuf
-/// client) goes as a JSON string of its text.
+/// The protocol's publication for `publication`, with its publisher when
+/// a client published it, its data fit for `format`: in JSON, a payload
+/// that is not JSON (published by a Protobuf client) goes as a JSON string
+/// of its text.
 pub(super) fn publication_of(format: Format, publication: &Publication) -> Pub {
-    let payload = publication.payload();
+    let (info, payload) = match info::split(publication.payload()) {
+        Some((who, data)) => (Some(info::fit(format, who)), data),
+        None => (None, publication.payload()),
+    };
     let data = if format == Format::Json && !is_json(payload) {
         let text = String::from_utf8_lossy(payload);
         Bytes::from(serde_json::Value::from(text.as_ref()).to_string())
@@ -34,6 +40,7 @@ pub(super) fn publication_of(format: Format, publication: &Publication) -> Pub {
     };
     Pub {
         data,
+        info,
         offset: publication.position().offset,
         ..Default::default()
     }

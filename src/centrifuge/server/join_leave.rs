@@ -1,14 +1,14 @@
 //! Join and leave pushes: when a client subscribes to a channel or leaves
 //! it, every subscriber of the channel that asked for them (`join_leave`
-//! in its subscribe) is told who. The events travel as publications on a
+//! in its subscribe) is told who (with the channel info its subscription
+//! token gave it). The events travel as publications on a
 //! companion topic of the same `PubSub` (so a Redis bridge carries them to
 //! every node), in a form of their own that each format's envelope turns
 //! into its push.
 
-use bytes::Bytes;
-
 use super::envelope::message;
-use crate::centrifuge::{ClientInfo, Format, Push, PushBody, Reply, is_json};
+use super::info;
+use crate::centrifuge::{ClientInfo, Format, Push, PushBody, Reply};
 use crate::proto::OwnedMessage;
 use crate::pubsub::{Envelope, Publication, check_topic};
 
@@ -38,24 +38,14 @@ pub(super) enum Kind {
     Leave,
 }
 
-/// An event as published: a byte for the kind, then the user, the client
-/// and the connection's info, each behind its length (4 bytes, big
-/// endian).
-pub(super) fn encode(kind: Kind, info: &ClientInfo) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(13 + info.user.len() + info.client.len() + info.conn_info.len());
+/// An event as published: a byte for the kind, then who (`info::put`).
+pub(super) fn encode(kind: Kind, who: &ClientInfo) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + info::len(who));
     out.push(match kind {
         Kind::Join => b'j',
         Kind::Leave => b'l',
     });
-    for part in [
-        info.user.as_bytes(),
-        info.client.as_bytes(),
-        &info.conn_info[..],
-    ] {
-        out.extend_from_slice(&u32::try_from(part.len()).unwrap_or(0).to_be_bytes());
-        out.extend_from_slice(part);
-    }
+    info::put(&mut out, who);
     out
 }
 
@@ -68,29 +58,8 @@ pub(super) fn decode(bytes: &[u8]) -> Option<(Kind, ClientInfo)> {
         b'l' => Kind::Leave,
         _ => return None,
     };
-    let mut part = || -> Option<&[u8]> {
-        let (len, tail) = rest.split_first_chunk::<4>()?;
-        let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
-        if len > tail.len() {
-            return None;
-        }
-        let (part, tail) = tail.split_at(len);
-        rest = tail;
-        Some(part)
-    };
-    let user = String::from_utf8(part()?.to_vec()).ok()?;
-    let client = String::from_utf8(part()?.to_vec()).ok()?;
-    let conn_info = Bytes::copy_from_slice(part()?);
-    if !rest.is_empty() {
-        return None;
-    }
-    let info = ClientInfo {
-        user,
-        client,
-        conn_info,
-        chan_info: Bytes::new(),
-    };
-    Some((kind, info))
+    let who = info::take(&mut rest)?;
+    rest.is_empty().then_some((kind, who))
 }
 
 /// The join or leave push for one format.
@@ -106,14 +75,12 @@ impl Envelope for Pushes {
         // An event that does not read (not ours) becomes a leave of
         // nobody: an envelope must send something, and that one changes
         // no client's idea of who is there.
-        let (kind, mut info) =
+        let (kind, who) =
             decode(publication.payload()).unwrap_or((Kind::Leave, ClientInfo::default()));
-        if self.0 == Format::Json && !info.conn_info.is_empty() && !is_json(&info.conn_info) {
-            info.conn_info = Bytes::new();
-        }
+        let who = info::fit(self.0, who);
         let body = match kind {
-            Kind::Join => PushBody::Join(info),
-            Kind::Leave => PushBody::Leave(info),
+            Kind::Join => PushBody::Join(who),
+            Kind::Leave => PushBody::Leave(who),
         };
         message(
             self.0,
@@ -124,6 +91,8 @@ impl Envelope for Pushes {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn info() -> ClientInfo {
@@ -131,7 +100,7 @@ mod tests {
             user: "ann".into(),
             client: "c-1".into(),
             conn_info: Bytes::from_static(br#"{"team":"blue"}"#),
-            chan_info: Bytes::new(),
+            chan_info: Bytes::from_static(br#"{"seat":4}"#),
         }
     }
 

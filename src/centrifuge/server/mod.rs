@@ -10,17 +10,21 @@
 //! | `everywhere.rs` | presence on every node, through the Redis bridge |
 //! | `join_leave.rs` | join and leave pushes, on a companion topic of each channel |
 //! | `session.rs` | one connection's commands: connect, subscribe (with recovery), publish, history... |
+//! | `sub_tokens.rs` | subscription tokens: what they grant, `sub_refresh`, expiry |
 //! | `envelope.rs` | a publication as a push, encoded once per format |
+//! | `info.rs` | a publication's publisher, carried in its payload |
 //! | `pinger.rs` | the server's pings and the clients' pongs, expiry |
-//! | `token.rs` | connection tokens: JWT, HS256 |
+//! | `token.rs` | connection and subscription tokens: JWT, HS256 |
 
 mod api;
 mod envelope;
 mod everywhere;
+mod info;
 mod join_leave;
 mod pinger;
 mod presence;
 mod session;
+mod sub_tokens;
 mod token;
 
 use std::collections::HashSet;
@@ -89,6 +93,7 @@ pub struct Options {
     presence: bool,
     join_leave: bool,
     expired_grace: Duration,
+    expired_sub_grace: Duration,
     application: Arc<dyn Application>,
 }
 
@@ -105,6 +110,7 @@ impl Default for Options {
             presence: false,
             join_leave: false,
             expired_grace: Duration::from_secs(25),
+            expired_sub_grace: Duration::from_secs(25),
             application: Arc::new(NoApplication),
         }
     }
@@ -204,6 +210,17 @@ impl Options {
     /// Centrifugo waits).
     pub fn expired_grace(mut self, grace: Duration) -> Options {
         self.expired_grace = grace;
+        self
+    }
+
+    /// How long past its token's expiry a subscription may stay, waiting
+    /// for its `sub_refresh`, before the server unsubscribes it (an
+    /// unsubscribe push with 2501, subscription expired; the connection
+    /// stays). Default 25 seconds, as Centrifugo waits; counted in whole
+    /// seconds, and noticed at the client's next frame (its pong to the
+    /// next ping at the latest).
+    pub fn expired_sub_grace(mut self, grace: Duration) -> Options {
+        self.expired_sub_grace = grace;
         self
     }
 
@@ -310,6 +327,8 @@ pub struct Session {
     info: Bytes,
     connected: bool,
     channels: HashSet<String>,
+    /// What its subscription tokens granted: expiry, channel info.
+    grants: sub_tokens::Grants,
     slot: Option<Arc<Slot>>,
 }
 
@@ -342,7 +361,11 @@ impl Handler for Centrifuge {
         self.pinger.remove(conn);
         for channel in &session.channels {
             self.absent(channel, &session.client);
-            self.announce(&session::info_of(session), channel, join_leave::Kind::Leave);
+            self.announce(
+                &session::info_in(session, channel),
+                channel,
+                join_leave::Kind::Leave,
+            );
         }
     }
 }
@@ -367,6 +390,7 @@ impl ServerHandler for Centrifuge {
             info: Bytes::new(),
             connected: false,
             channels: HashSet::new(),
+            grants: Default::default(),
             slot: None,
         })
     }

@@ -6,8 +6,11 @@
 
 use std::hash::{BuildHasher, RandomState};
 
+use bytes::Bytes;
+
 use super::envelope::{message, publication_of};
 use super::everywhere::stats;
+use super::info;
 use super::join_leave::{self, Kind, channel_ok};
 use super::token::{Claims, TokenError, now_secs, verify};
 use super::{Centrifuge, ClientContext, Session};
@@ -21,17 +24,18 @@ use crate::proto::Message;
 use crate::pubsub::{Epoch, Position, PubSubError, Start, Subscribe};
 
 /// A close code: the command ends the connection.
-type Close = u16;
+pub(super) type Close = u16;
 
 /// Why a token was not taken: the connection ends, or the command is
 /// answered with an error.
-enum Checked {
+pub(super) enum Checked {
     Close(Close),
     Refuse(Error),
 }
 
-/// A connect or refresh result's `expires` and `ttl` (seconds left).
-fn ttl_of(expires_at: u64) -> (bool, u32) {
+/// A connect, subscribe or refresh result's `expires` and `ttl` (seconds
+/// left).
+pub(super) fn ttl_of(expires_at: u64) -> (bool, u32) {
     if expires_at == 0 {
         return (false, 0);
     }
@@ -53,6 +57,8 @@ impl Centrifuge {
         for command in commands {
             self.command(conn, session, command)?;
         }
+        // After the frame's commands: a late sub_refresh still counts.
+        self.expire_subscriptions(conn, session);
         Ok(())
     }
 
@@ -106,14 +112,7 @@ impl Centrifuge {
             }
             Request::Subscribe(subscribe) => return self.subscribe(conn, session, id, subscribe),
             Request::Unsubscribe { channel } => {
-                if session.channels.remove(&channel) {
-                    self.pubsub.unsubscribe(conn, &channel);
-                    if let Some(events) = join_leave::topic(&channel) {
-                        self.pubsub.unsubscribe(conn, &events);
-                    }
-                    self.absent(&channel, &session.client);
-                    self.announce(&info_of(session), &channel, Kind::Leave);
-                }
+                self.leave(conn, session, &channel);
                 ReplyBody::Unsubscribe
             }
             Request::Publish { channel, data } => {
@@ -122,7 +121,10 @@ impl Centrifuge {
                 } else if !channel_ok(&channel) {
                     ReplyBody::Error(Error::new(error::BAD_REQUEST))
                 } else {
-                    self.pubsub.publish(&channel, Message::Binary(&data));
+                    // With its publisher, as Centrifugo publishes a
+                    // client's publication.
+                    let payload = info::publication(&info_in(session, &channel), &data);
+                    self.pubsub.publish(&channel, Message::Binary(&payload));
                     ReplyBody::Publish
                 }
             }
@@ -181,8 +183,9 @@ impl Centrifuge {
                     ttl,
                 })
             }
-            Request::Refresh { .. } | Request::SubRefresh { .. } => {
-                ReplyBody::Error(Error::new(error::NOT_AVAILABLE))
+            Request::Refresh { .. } => ReplyBody::Error(Error::new(error::NOT_AVAILABLE)),
+            Request::SubRefresh { channel, token } => {
+                return self.sub_refresh(conn, session, id, channel, token);
             }
             Request::Ping => ReplyBody::Ping,
             Request::Send { data } => {
@@ -209,7 +212,7 @@ impl Centrifuge {
     /// What a connect, refresh or subscribe token grants: an empty one is anonymous
     /// (if allowed), an expired one is answered with 109 (the SDK asks its
     /// application for a new one), a bad one closes with 3500.
-    fn check_token(&self, token: &str) -> Result<Claims, Checked> {
+    pub(super) fn check_token(&self, token: &str) -> Result<Claims, Checked> {
         if token.is_empty() {
             return if self.options.anonymous {
                 Ok(Claims::default())
@@ -256,21 +259,28 @@ impl Centrifuge {
         if session.channels.len() >= self.options.max_subscriptions {
             return refuse(Error::new(error::LIMIT_EXCEEDED));
         }
-        if !request.token.is_empty() {
-            // A subscription token: this user's, for this channel. (Its
-            // expiry is checked here, not watched: the reply does not ask
-            // for a sub_refresh.)
+        // A subscription token: this user's, for this channel; its `exp`
+        // the subscription's (refreshed with sub_refresh), its `info` the
+        // channel info.
+        let (expires_at, chan_info) = if request.token.is_empty() {
+            (0, Bytes::new())
+        } else {
             match self.check_token(&request.token) {
-                Ok(claims) if claims.user == session.user && claims.channel == *channel => {}
+                Ok(claims) if claims.user == session.user && claims.channel == *channel => {
+                    (claims.expires_at, claims.info)
+                }
                 Ok(_) => return Err(disconnect::INVALID_TOKEN),
                 Err(Checked::Close(code)) => return Err(code),
                 Err(Checked::Refuse(error)) => return refuse(error),
             }
-        }
+        };
+        let mut info = info_of(session);
+        info.chan_info = chan_info.clone();
         let joining = Joining {
             id,
             format: session.format,
-            info: info_of(session),
+            info,
+            expires_at,
             request,
         };
         #[cfg(feature = "redis")]
@@ -294,12 +304,14 @@ impl Centrifuge {
                 let _ = on.close(crate::proto::CloseCode(reason), &why);
             });
             if loading {
+                session.grants.set(&channel, expires_at, chan_info);
                 session.channels.insert(channel);
                 return Ok(());
             }
         }
         let channel = joining.request.channel.clone();
         if self.join(conn, joining)? == Joined::Yes {
+            session.grants.set(&channel, expires_at, chan_info);
             session.channels.insert(channel);
         }
         Ok(())
@@ -311,10 +323,16 @@ impl Centrifuge {
             id,
             format,
             info,
+            expires_at,
             request,
         } = joining;
         let channel = request.channel.as_str();
-        let mut result = SubscribeResult::default();
+        let (expires, ttl) = ttl_of(expires_at);
+        let mut result = SubscribeResult {
+            expires,
+            ttl,
+            ..Default::default()
+        };
         let start = if self.pubsub.history(channel).is_on() {
             // The client's own position, if it resumes: an epoch that is
             // not one of ours recovers nothing.
@@ -393,6 +411,24 @@ impl Centrifuge {
         Ok(Joined::Yes)
     }
 
+    /// Ends this session's subscription to `channel`, if it has one (and
+    /// its join and leave events'), and tells the channel it left;
+    /// whether it had one.
+    pub(super) fn leave(&self, conn: &Conn, session: &mut Session, channel: &str) -> bool {
+        if !session.channels.remove(channel) {
+            return false;
+        }
+        let who = info_in(session, channel);
+        session.grants.forget(channel);
+        self.pubsub.unsubscribe(conn, channel);
+        if let Some(events) = join_leave::topic(channel) {
+            self.pubsub.unsubscribe(conn, &events);
+        }
+        self.absent(channel, &session.client);
+        self.announce(&who, channel, Kind::Leave);
+        true
+    }
+
     /// Tells `channel`'s subscribers that ask that this client joined or
     /// left it (when the server pushes joins and leaves).
     pub(super) fn announce(&self, who: &ClientInfo, channel: &str, kind: Kind) {
@@ -453,6 +489,8 @@ struct Joining {
     id: u32,
     format: Format,
     info: ClientInfo,
+    /// When its token expires (Unix seconds; 0: never).
+    expires_at: u64,
     request: SubscribeRequest,
 }
 
@@ -486,7 +524,7 @@ const NOWHERE: Position = Position {
     offset: u64::MAX,
 };
 
-fn reply(conn: &Conn, format: Format, reply: Reply) {
+pub(super) fn reply(conn: &Conn, format: Format, reply: Reply) {
     let _ = match message(format, format.encode_one(&reply)) {
         crate::proto::OwnedMessage::Text(text) => conn.send(Message::Text(&text)),
         crate::proto::OwnedMessage::Binary(data) => conn.send(Message::Binary(&data)),
@@ -500,6 +538,15 @@ pub(super) fn info_of(session: &Session) -> ClientInfo {
         client: session.client.clone(),
         conn_info: session.info.clone(),
         chan_info: Default::default(),
+    }
+}
+
+/// Who the session's client is in `channel`: with the channel info its
+/// subscription token gave it.
+pub(super) fn info_in(session: &Session, channel: &str) -> ClientInfo {
+    ClientInfo {
+        chan_info: session.grants.chan_info(channel),
+        ..info_of(session)
     }
 }
 
