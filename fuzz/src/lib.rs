@@ -1149,13 +1149,21 @@ pub fn proxy_header(data: &[u8]) {
     use rapidws_core::sniff::proxy::{MAX_V1, MAX_V2, Parsed, V1_PREFIX, parse};
     let result = parse(data);
     assert_eq!(result, parse(data), "the same answer twice");
-    let bound = if data.starts_with(V1_PREFIX) { MAX_V1 } else { MAX_V2 };
+    let bound = if data.starts_with(V1_PREFIX) {
+        MAX_V1
+    } else {
+        MAX_V2
+    };
     let mut more = data.to_vec();
     more.extend_from_slice(b"\r\n\0more");
     match result {
         Ok(Parsed::Partial) => assert!(data.len() < bound, "more wanted past the bound"),
         Ok(Parsed::Complete(proxied, taken)) => {
-            assert!(taken <= data.len() && taken <= bound, "took {taken} of {}", data.len());
+            assert!(
+                taken <= data.len() && taken <= bound,
+                "took {taken} of {}",
+                data.len()
+            );
             assert_eq!(parse(&more), Ok(Parsed::Complete(proxied, taken)));
             for n in [0, taken / 2, taken.saturating_sub(1)] {
                 if n < taken {
@@ -1181,7 +1189,10 @@ pub fn tls_hello(data: &[u8]) {
     let mut more = data.to_vec();
     more.extend_from_slice(&[22, 3, 3, 0, 1, 1]);
     match result {
-        Ok(Read::Partial) => assert!(data.len() <= MAX_INPUT + 5 + (1 << 14), "more wanted past the bound"),
+        Ok(Read::Partial) => assert!(
+            data.len() <= MAX_INPUT + 5 + (1 << 14),
+            "more wanted past the bound"
+        ),
         Ok(Read::Complete(hello)) => {
             assert_eq!(read(&more), Ok(Read::Complete(hello.clone())));
             assert!(hello.alpn.iter().all(|p| !p.is_empty()));
