@@ -17,7 +17,7 @@ shift || true
 if [[ $# -gt 0 ]]; then
     targets=("$@")
 else
-    targets=(frame_header handshake extensions session session_deflate session_handoff inflate client_handshake client_session proxy_header tls_hello proxy_reply pubsub_handoff mux_frame mux_session h3_request redis_wire)
+    targets=(frame_header handshake extensions session session_deflate session_handoff inflate client_handshake client_session proxy_header tls_hello forwarded proxy_reply pubsub_handoff mux_frame mux_session h3_request redis_wire)
 fi
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then

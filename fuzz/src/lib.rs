@@ -1203,3 +1203,46 @@ pub fn tls_hello(data: &[u8]) {
         }
     }
 }
+
+/// Forwarding headers from a trusted proxy: the same answer twice; from an
+/// untrusted peer nothing is read; a refusal says why. The input is header lines: a first
+/// byte picks each line's name, a newline ends it. (Read from the right,
+/// a chain stops at its first untrusted hop: the unit tests show which.)
+pub fn forwarded(data: &[u8]) {
+    use rapidws_core::handshake::{ForwardedError, forwarded};
+    use std::net::IpAddr;
+    let names = [
+        "Forwarded",
+        "X-Forwarded-For",
+        "X-Forwarded-Proto",
+        "X-Forwarded-Host",
+    ];
+    let headers: Vec<(&str, &[u8])> = data
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split_first())
+        .map(|(&pick, value)| (names[usize::from(pick) % names.len()], value))
+        .collect();
+    let trusted = |ip: IpAddr| match ip {
+        IpAddr::V4(v4) => v4.octets()[0] == 10 || v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback(),
+    };
+    let proxy: IpAddr = "127.0.0.1".parse().unwrap();
+    let read = forwarded(proxy, headers.iter().copied(), trusted);
+    assert_eq!(
+        read,
+        forwarded(proxy, headers.iter().copied(), trusted),
+        "the same answer twice"
+    );
+    let stranger: IpAddr = "192.0.2.1".parse().unwrap();
+    assert_eq!(
+        forwarded(stranger, headers.iter().copied(), trusted),
+        Ok(None)
+    );
+    if let Err(error) = read {
+        assert!(matches!(
+            error,
+            ForwardedError::Malformed | ForwardedError::TooManyHops
+        ));
+        assert!(!error.reason().is_empty());
+    }
+}

@@ -259,6 +259,20 @@ impl Config {
         self
     }
 
+    /// A socket server with TLS does not start with the PROXY protocol:
+    /// its header comes before the TLS handshake, where it is not read
+    /// yet, and every connection would be refused.
+    pub(crate) fn refuse_proxy_protocol_with_tls(&self, tls: bool) -> std::io::Result<()> {
+        if tls && self.proxy_protocol.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "Config::proxy_protocol is served on plain listeners only, not with TLS: \
+                 terminate TLS at the proxy, or leave the PROXY protocol off",
+            ));
+        }
+        Ok(())
+    }
+
     /// The size of the pooled buffer a connection reads into (default 16 KiB,
     /// minimum 512).
     pub fn read_buffer_size(mut self, bytes: usize) -> Self {

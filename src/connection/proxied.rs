@@ -122,20 +122,6 @@ impl FromStr for Network {
     }
 }
 
-/// A socket server with TLS does not start with the PROXY protocol: its
-/// header comes before the TLS handshake, where it is not read yet, and
-/// every connection would be refused.
-pub(crate) fn refuse_with_tls(tls: bool, config: &crate::Config) -> std::io::Result<()> {
-    if tls && config.proxy_protocol.is_some() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "Config::proxy_protocol is served on plain listeners only, not with TLS: \
-             terminate TLS at the proxy, or leave the PROXY protocol off",
-        ));
-    }
-    Ok(())
-}
-
 /// What reading the header at the start of a connection came to.
 pub(crate) enum Header {
     /// Not all of it has come.

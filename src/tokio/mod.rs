@@ -217,7 +217,7 @@ impl<H: ServerHandler> Server<H> {
             handoff,
         } = self;
         #[cfg(feature = "rustls")]
-        crate::connection::proxied::refuse_with_tls(tls.is_some(), &hub.config)?;
+        hub.config.refuse_proxy_protocol_with_tls(tls.is_some())?;
         let mut handoff = Handoff::new(handoff)?;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.

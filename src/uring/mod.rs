@@ -193,7 +193,7 @@ impl<H: ServerHandler> Server<H> {
             tls,
             handoff,
         } = self;
-        crate::connection::proxied::refuse_with_tls(tls.is_some(), &hub.config)?;
+        hub.config.refuse_proxy_protocol_with_tls(tls.is_some())?;
         // A server that took over has no listening socket until its
         // predecessor's come, at the end of the handoff (`run_handoff`
         // gives them to the reactors): as many reactors as it announced,

@@ -7,6 +7,7 @@
 
 mod client;
 mod extensions;
+mod forwarded;
 mod negotiate;
 mod percent;
 mod request;
@@ -17,6 +18,7 @@ pub use client::{
     ConnectHandshake, Fields, Response, parse_response,
 };
 pub use extensions::{Extension, Extensions, ExtensionsError, Param, Params, parse_extensions};
+pub use forwarded::{Forwarded, ForwardedError, MAX_HOPS, forwarded};
 pub use negotiate::{negotiate, write_response_value};
 pub use percent::{percent_decode, percent_encode};
 pub use request::{
