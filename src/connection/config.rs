@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::connection::origin::Origins;
-use crate::connection::proxied::ProxyProtocol;
+use crate::connection::proxied::{Network, ProxyProtocol};
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::{CloseCode, Limits};
 
@@ -34,6 +34,7 @@ pub struct Config {
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) origins: Origins,
     pub(crate) proxy_protocol: Option<ProxyProtocol>,
+    pub(crate) trusted_proxies: Vec<Network>,
 }
 
 /// What happens when a connection's outbound queue reaches
@@ -85,6 +86,7 @@ impl Default for Config {
             idle_timeout: None,
             origins: Origins::default(),
             proxy_protocol: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -256,6 +258,26 @@ impl Config {
     /// read one.
     pub fn proxy_protocol(mut self, protocol: impl Into<Option<ProxyProtocol>>) -> Self {
         self.proxy_protocol = protocol.into();
+        self
+    }
+
+    /// Trusts `Forwarded` (RFC 7239), or else `X-Forwarded-For` and
+    /// `X-Forwarded-Host`, on requests whose connection comes from these
+    /// networks (the reverse proxies': nginx, a load balancer in HTTP
+    /// mode): the client's address they name becomes the connection's
+    /// ([`Conn::peer_addr`](crate::Conn::peer_addr); port 0 when the
+    /// header gives none), and the host the client sent is the one the
+    /// `Origin` check compares with. Calls add up; none by default.
+    ///
+    /// The chain is read from its right end, the nearest proxy's own
+    /// observation, past every further trusted proxy; the first address
+    /// that is not one is the client's, so what a client writes in these
+    /// headers itself is never believed. From any other peer the headers
+    /// are not read. A trusted proxy's header that does not read is
+    /// answered 400. On the socket servers and the stream driver; hyper
+    /// and axum upgrades do not read them.
+    pub fn trust_proxies(mut self, networks: impl IntoIterator<Item = Network>) -> Self {
+        self.trusted_proxies.extend(networks);
         self
     }
 

@@ -349,7 +349,10 @@ impl<H: Handler> Lifecycle<H> {
                     hooks,
                     hub,
                     out,
-                    may_keep_alive,
+                    upgrade::Carrier {
+                        peer: handshake.peer,
+                        may_keep_alive,
+                    },
                 );
                 match answer {
                     Answer::Incomplete => handshake.seen = input.len(),
@@ -379,8 +382,10 @@ impl<H: Handler> Lifecycle<H> {
                         head_len,
                         deflate,
                         settings,
+                        client,
                     } => {
                         input.advance(head_len);
+                        handshake.peer = client.unwrap_or(handshake.peer);
                         let upgraded = Upgraded {
                             settings,
                             ..Upgraded::server(state, deflate)

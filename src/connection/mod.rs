@@ -15,7 +15,7 @@
 //! | `handler.rs` | the `Handler` trait and the upgrade hook's `Accept`, `Reject`, `HttpResponse` |
 //! | `config.rs` | `Config`: limits, timeouts, sizes, the slow-consumer policy |
 //! | `origin.rs` | which web pages may open a WebSocket (`Origin` against `Host`, or a list) |
-//! | `proxied.rs` | the PROXY protocol on a listener: which sources, the header read before the request |
+//! | `proxied.rs` | behind proxies: the PROXY protocol on a listener (which sources, the header read before the request), trusted forwarding headers |
 //! | `hub.rs` | what every connection of a server (or a client) shares: settings, pool, counts, shutdown |
 //! | `spread.rs` | a spread shutdown: closes spread over a window, with jitter |
 //! | `meters.rs` | the hub's metric handles (feature `metrics`), Prometheus names |

@@ -1,4 +1,8 @@
-//! The PROXY protocol on a listener ([`Config::proxy_protocol`]): behind a
+//! Behind proxies: the PROXY protocol on a listener
+//! ([`Config::proxy_protocol`]), and forwarding headers from trusted
+//! proxies ([`Config::trust_proxies`]).
+//!
+//! Behind a
 //! load balancer in TCP mode (HAProxy's `send-proxy`, an AWS NLB), the
 //! client's address comes in a header before the request, and becomes the
 //! connection's ([`Conn::peer_addr`](crate::Conn::peer_addr)).
@@ -11,11 +15,13 @@
 //! ([`ProxyProtocol::from_sources`]).
 //!
 //! [`Config::proxy_protocol`]: crate::Config::proxy_protocol
+//! [`Config::trust_proxies`]: crate::Config::trust_proxies
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
 use bytes::{Buf, BytesMut};
+use rapidws_core::handshake::{ForwardedError, Request, forwarded};
 use rapidws_core::sniff::proxy::{self, Parsed, Proxied};
 
 /// Which connections must start with a PROXY protocol header (versions 1
@@ -120,6 +126,43 @@ impl FromStr for Network {
         };
         Network::new(addr, prefix).ok_or_else(error)
     }
+}
+
+/// What trusted proxies ([`Config::trust_proxies`]) said of a request:
+/// the client's address, and the `Host` the client sent.
+///
+/// [`Config::trust_proxies`]: crate::Config::trust_proxies
+pub(crate) struct Told<'a> {
+    pub(crate) client: Option<SocketAddr>,
+    pub(crate) host: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Reads `request`'s forwarding headers if `peer` is one of `trusted`
+/// (none read otherwise, or with no proxy trusted). A client address
+/// without a port (`X-Forwarded-For`) gets port 0.
+pub(crate) fn told_by<'a>(
+    request: &Request<'a>,
+    peer: SocketAddr,
+    trusted: &[Network],
+) -> Result<Told<'a>, ForwardedError> {
+    let nothing = Told {
+        client: None,
+        host: None,
+    };
+    if trusted.is_empty() {
+        return Ok(nothing);
+    }
+    let headers: Vec<(&'a str, &'a [u8])> = request.headers().collect();
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|network| network.contains(ip));
+    let Some(told) = forwarded(peer.ip(), headers.iter().copied(), is_trusted)? else {
+        return Ok(nothing);
+    };
+    Ok(Told {
+        client: told
+            .client
+            .map(|ip| SocketAddr::new(ip, told.port.unwrap_or(0))),
+        host: told.host,
+    })
 }
 
 /// What reading the header at the start of a connection came to.

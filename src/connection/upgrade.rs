@@ -3,6 +3,7 @@
 //! upgrade hook and the server's permessage-deflate settings. Every driver
 //! call [`answer`] with the bytes received so far.
 
+use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use bytes::BytesMut;
@@ -12,6 +13,7 @@ use crate::connection::conn::Conn;
 use crate::connection::handler::{Accept, Handler, Hooks, HttpResponse, Reject};
 use crate::connection::hub::Hub;
 use crate::connection::meters::rejection_reason;
+use crate::connection::proxied::told_by;
 use crate::handshake::{
     HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept,
     write_continue, write_error, write_http_response,
@@ -102,6 +104,8 @@ pub(crate) enum Answer<S> {
         head_len: usize,
         deflate: Option<DeflateParams>,
         settings: Option<Box<Settings>>,
+        /// The client's address, as trusted proxies told it.
+        client: Option<SocketAddr>,
     },
     /// A response is queued (an error, or the handler's answer to a plain
     /// HTTP request); close after writing it.
@@ -113,6 +117,14 @@ pub(crate) enum Answer<S> {
     /// A plain HTTP request's head is complete and its body is not: call
     /// again, from the start, once the first `end` bytes are here.
     Body { end: usize },
+}
+
+/// What [`answer`] knows of the connection a request came on.
+pub(crate) struct Carrier {
+    /// Its peer: the client, or a proxy (see `proxied::told_by`).
+    pub(crate) peer: SocketAddr,
+    /// Whether it may carry another request after this one.
+    pub(crate) may_keep_alive: bool,
 }
 
 /// Parses the request in `buf`, refuses it with 503 if the server is at its
@@ -131,8 +143,12 @@ pub(crate) fn answer<H: Handler>(
     hooks: &Hooks<H>,
     hub: &Hub,
     out: &mut WriteQueue,
-    may_keep_alive: bool,
+    carrier: Carrier,
 ) -> Answer<H::State> {
+    let Carrier {
+        peer,
+        may_keep_alive,
+    } = carrier;
     let max_head_len = hub.config.max_handshake_size;
     let pool = &hub.pool;
     let new_line = buf
@@ -191,6 +207,16 @@ pub(crate) fn answer<H: Handler>(
         Ok(request) => request,
         Err(e) => return refuse(out, hub, e),
     };
+    let told = match told_by(&request, peer, &hub.config.trusted_proxies) {
+        Ok(told) => told,
+        Err(e) => {
+            tracing::debug!(%peer, reason = e.reason(), "refused upgrade");
+            hub.meters().rejected("forwarded");
+            write_error(out, 400, e.reason());
+            return Answer::Refused;
+        }
+    };
+    let host = told.host.as_deref().map(str::as_bytes);
     match decide(
         &request,
         handler,
@@ -198,6 +224,7 @@ pub(crate) fn answer<H: Handler>(
         hub,
         Accept::default(),
         hub.config.deflate(),
+        host,
     ) {
         Decision::Refused(reject) => {
             write_error(out, reject.status(), reject.reason());
@@ -215,6 +242,7 @@ pub(crate) fn answer<H: Handler>(
                 head_len,
                 deflate,
                 settings: settings(&accept, None, &hub.config),
+                client: told.client,
             }
         }
     }
@@ -279,7 +307,8 @@ pub(crate) enum Decision<S> {
 /// it starts, checks the subprotocol chosen, and negotiates
 /// permessage-deflate if `deflate` is set: every server's decision, whoever
 /// parsed the request. `deflate` is the server's setting
-/// (`hub.config.deflate()`) unless the upgrade has its own.
+/// (`hub.config.deflate()`) unless the upgrade has its own; `host`, the
+/// `Host` a trusted proxy says the client sent, if one did.
 pub(crate) fn decide<H: Handler>(
     request: &Request<'_>,
     handler: &H,
@@ -287,9 +316,11 @@ pub(crate) fn decide<H: Handler>(
     hub: &Hub,
     mut accept: Accept,
     deflate: Option<&DeflateConfig>,
+    host: Option<&[u8]>,
 ) -> Decision<H::State> {
     let origin = request.header("origin");
-    if !hub.config.origins.allow(origin, request.header("host")) {
+    let host = host.or_else(|| request.header("host"));
+    if !hub.config.origins.allow(origin, host) {
         tracing::debug!(
             origin = %String::from_utf8_lossy(origin.unwrap_or_default()),
             "refused upgrade: a page of another origin"

@@ -206,7 +206,15 @@ impl<H: ServerHandler> Server<H> {
         };
         let handler = &*self.env.handler;
         let hooks = Hooks::of();
-        crate::connection::upgrade::decide(request, handler, hooks, &self.env.hub, accept, deflate)
+        crate::connection::upgrade::decide(
+            request,
+            handler,
+            hooks,
+            &self.env.hub,
+            accept,
+            deflate,
+            None,
+        )
     }
 
     /// The server's metric handles (the hyper upgrade counts its refusals).

@@ -88,10 +88,11 @@ pub(super) fn fit(format: Format, mut info: ClientInfo) -> ClientInfo {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn info() -> ClientInfo {
+    /// A publisher with every field, for the tests here and beside.
+    pub(in crate::centrifuge::server) fn info() -> ClientInfo {
         ClientInfo {
             user: "ann".into(),
             client: "c-1".into(),

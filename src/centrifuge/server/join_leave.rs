@@ -91,18 +91,8 @@ impl Envelope for Pushes {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
-
-    fn info() -> ClientInfo {
-        ClientInfo {
-            user: "ann".into(),
-            client: "c-1".into(),
-            conn_info: Bytes::from_static(br#"{"team":"blue"}"#),
-            chan_info: Bytes::from_static(br#"{"seat":4}"#),
-        }
-    }
+    use crate::centrifuge::server::info::tests::info;
 
     #[test]
     fn an_event_reads_back_as_written() {

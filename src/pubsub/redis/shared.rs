@@ -229,6 +229,15 @@ impl Shared {
         self.broken.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The connection commands go on and its scripts (a clone: a command
+    /// waits on its own copy, not under the lock), while connected.
+    pub(super) fn commands(&self) -> Option<(link::Commands, streams::Scripts)> {
+        self.commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub(super) fn set_commands(&self, commands: Option<(link::Commands, streams::Scripts)>) {
         *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = commands;
     }

@@ -219,11 +219,7 @@ pub(in crate::pubsub::redis) async fn load(
     history: History,
     (after, before, count): (u64, Option<u64>, usize),
 ) {
-    let commands = shared
-        .commands
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let commands = shared.commands();
     let Some((mut commands, scripts)) = commands else {
         return;
     };

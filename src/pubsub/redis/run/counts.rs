@@ -53,11 +53,7 @@ pub(in crate::pubsub::redis) async fn occupancy(
     shared: &Arc<Shared>,
     topic: &str,
 ) -> Option<Occupancy> {
-    let commands = shared
-        .commands
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let commands = shared.commands();
     let (mut commands, scripts) = commands?;
     let mut pipe = link::pipe();
     streams::total(&mut pipe, &scripts, &shared.settings.prefix, topic);

@@ -114,11 +114,7 @@ pub(in crate::pubsub::redis) async fn members(
     shared: &Arc<Shared>,
     topic: &str,
 ) -> Option<Vec<(String, Member)>> {
-    let commands = shared
-        .commands
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let commands = shared.commands();
     let (mut commands, scripts) = commands?;
     let [writers, all] = members::keys(&shared.settings.prefix, topic);
     let mut pipe = link::pipe();
