@@ -31,7 +31,7 @@ done
 for extra in stream stream,rustls socket hyper axum http2 client client,socket client,rustls \
     client,webpki-roots client,native-roots pubsub pubsub,tokio pubsub,stream pubsub,uring \
     pubsub,tokio,deflate pubsub,uring,deflate redis redis,uring metrics,tokio metrics,uring \
-    metrics,pubsub,stream bus bus,tokio bus,uring bus,axum bus,redis bus,client centrifuge centrifuge,tokio centrifuge,uring centrifuge,redis handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3; do
+    metrics,pubsub,stream bus bus,tokio bus,uring bus,axum bus,redis bus,client centrifuge centrifuge,tokio centrifuge,uring centrifuge,redis handoff handoff,uring handoff,tokio handoff,tokio,deflate mux mux,socket http3 route; do
     echo "features: [$extra]"
     cargo clippy --quiet --lib --no-default-features --features "$extra" -- -D warnings
 done

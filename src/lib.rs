@@ -145,6 +145,14 @@
     not(feature = "mux"),
     doc = "| many streams on one connection (smux) | `mux::Mux` | `mux` |"
 )]
+#![cfg_attr(
+    feature = "route",
+    doc = "| one port for many protocols, routed by the first bytes | [`route::Router`] | `route` |"
+)]
+#![cfg_attr(
+    not(feature = "route"),
+    doc = "| one port for many protocols, routed by the first bytes | `route::Router` | `route` |"
+)]
 //! | deploys that keep every connection (Linux) | `handoff_socket`, `take_over` on the tokio and io_uring servers | `handoff` |
 //!
 //! Callbacks run on the server's own threads with each message borrowed
@@ -194,6 +202,8 @@ pub mod hyper;
 pub mod mux;
 #[cfg(feature = "pubsub")]
 pub mod pubsub;
+#[cfg(feature = "route")]
+pub mod route;
 #[cfg(feature = "socket")]
 pub mod socket;
 #[cfg(feature = "stream")]

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::redis::{bridge, command, next_json, publish_json, redis_server_with, wait_for_port};
-use common::{Child, Client, debian_binary, free_port, start_example};
+use common::{Child, Client, debian_binary, free_port_with, start_example};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -81,7 +81,12 @@ async fn silent(client: &mut Client, quiet: Duration) {
 async fn a_three_shard_cluster_carries_topics_and_survives_a_shard_killed_and_back() {
     let dir = std::env::temp_dir().join(format!("rapidws-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let ports = [free_port(), free_port(), free_port()];
+    // (Each node's cluster bus listens on its port + 10000.)
+    let ports = [
+        free_port_with(10_000),
+        free_port_with(10_000),
+        free_port_with(10_000),
+    ];
     let mut shards: Vec<Child> = ports.iter().map(|&p| shard(p, &dir)).collect();
     for &port in &ports {
         wait_for_port(port).await;

@@ -15,8 +15,8 @@ use crate::connection::hub::Hub;
 use crate::connection::meters::rejection_reason;
 use crate::connection::proxied::told_by;
 use crate::handshake::{
-    HandshakeError, Head, Request, header_buffer, negotiate, parse_head, write_accept,
-    write_continue, write_error, write_http_response,
+    ForwardedError, HandshakeError, Head, Request, header_buffer, negotiate, parse_head,
+    write_accept, write_continue, write_error, write_http_response,
 };
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::{Limits, Role, WriteQueue};
@@ -194,8 +194,12 @@ pub(crate) fn answer<H: Handler>(
             return Answer::Body { end };
         }
         let keep_alive = may_keep_alive && head.keeps_alive();
-        let body = &buf[head_len..end];
-        if answer_http(&head, body, handler, hooks, out, keep_alive) {
+        let request = head.as_request(&buf[head_len..end]);
+        let request = match told_by(&request, peer, &hub.config.trusted_proxies) {
+            Ok(told) => request.with_peer_addr(told.client.unwrap_or(peer)),
+            Err(e) => return refuse_forwarded(out, hub, peer, e),
+        };
+        if answer_http(&head, &request, handler, hooks, out, keep_alive) {
             return if keep_alive {
                 Answer::Answered { consumed: end }
             } else {
@@ -209,13 +213,9 @@ pub(crate) fn answer<H: Handler>(
     };
     let told = match told_by(&request, peer, &hub.config.trusted_proxies) {
         Ok(told) => told,
-        Err(e) => {
-            tracing::debug!(%peer, reason = e.reason(), "refused upgrade");
-            hub.meters().rejected("forwarded");
-            write_error(out, 400, e.reason());
-            return Answer::Refused;
-        }
+        Err(e) => return refuse_forwarded(out, hub, peer, e),
     };
+    let request = request.with_peer_addr(told.client.unwrap_or(peer));
     let host = told.host.as_deref().map(str::as_bytes);
     match decide(
         &request,
@@ -256,19 +256,32 @@ fn refuse<S>(out: &mut WriteQueue, hub: &Hub, e: HandshakeError) -> Answer<S> {
     Answer::Refused
 }
 
+/// Queues the 400 for a trusted proxy's forwarding header that does not
+/// read.
+fn refuse_forwarded<S>(
+    out: &mut WriteQueue,
+    hub: &Hub,
+    peer: SocketAddr,
+    e: ForwardedError,
+) -> Answer<S> {
+    tracing::debug!(%peer, reason = e.reason(), "refused request");
+    hub.meters().rejected("forwarded");
+    write_error(out, 400, e.reason());
+    Answer::Refused
+}
+
 /// The handler's answer to a request that is not an upgrade, queued, if it
 /// gives one (`Handler::on_http`; a panic there is a 500): true if it did.
 /// With `keep_alive` the response says the connection stays open.
 fn answer_http<'a, H: Handler>(
     head: &Head<'a>,
-    body: &'a [u8],
+    request: &Request<'a>,
     handler: &H,
     hooks: &Hooks<H>,
     out: &mut WriteQueue,
     keep_alive: bool,
 ) -> bool {
-    let request = head.as_request(body);
-    let response = match catch_unwind(AssertUnwindSafe(|| (hooks.on_http)(handler, &request))) {
+    let response = match catch_unwind(AssertUnwindSafe(|| (hooks.on_http)(handler, request))) {
         Ok(Some(response)) => response,
         Ok(None) => return false,
         Err(_) => {

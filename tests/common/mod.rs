@@ -1043,6 +1043,21 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
+/// A free port whose neighbour `offset` above is free too, both below the
+/// ephemeral range: a Redis Cluster node's (its cluster bus listens on
+/// the port + 10000).
+pub fn free_port_with(offset: u16) -> u16 {
+    loop {
+        let port = free_port();
+        let Some(other) = port.checked_add(offset).filter(|p| *p < 32_768) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", other)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// The Python of tests/interop/.venv, with `websockets` installed by
 /// tests/interop/setup.sh on first use.
 pub fn python() -> &'static std::path::PathBuf {

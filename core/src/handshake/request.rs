@@ -4,6 +4,8 @@
 //! a caller-provided array on the stack, so a typical browser request is parsed
 //! without a single heap allocation.
 
+use std::net::SocketAddr;
+
 use base64::Engine;
 
 /// How many header fields the parser makes room for. More than this is answered
@@ -135,9 +137,25 @@ pub struct Request<'a> {
     headers: &'a [httparse::Header<'a>],
     key: &'a [u8],
     body: &'a [u8],
+    peer: Option<SocketAddr>,
 }
 
 impl<'a> Request<'a> {
+    /// The client's address as the server sees it: the connection's peer,
+    /// or the address a PROXY protocol header or a trusted proxy's
+    /// forwarding header named. `None` where the server was not told
+    /// (an upgrade inside hyper or axum).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// The request, from `peer` (see [`Request::peer_addr`]): what a
+    /// server sets before its handler sees the request.
+    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Request<'a> {
+        self.peer = Some(peer);
+        self
+    }
+
     /// The request method (`GET` once checked; `CONNECT` over HTTP/2).
     pub fn method(&self) -> &'a str {
         self.method
@@ -242,6 +260,7 @@ impl<'a> Head<'a> {
             headers: self.headers,
             key: b"",
             body,
+            peer: None,
         }
     }
 
@@ -385,6 +404,7 @@ pub fn check_request<'a>(
         headers,
         key,
         body: b"",
+        peer: None,
     })
 }
 
@@ -413,6 +433,7 @@ pub fn check_extended_connect<'a>(
         headers,
         key: b"",
         body: b"",
+        peer: None,
     })
 }
 
