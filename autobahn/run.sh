@@ -2,7 +2,8 @@
 # Runs the Autobahn TestSuite cases against the echo examples (and our
 # client against Autobahn's fuzzing server) and checks the results strictly.
 # Usage: autobahn/run.sh [TARGET...]
-# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway)
+# (default: tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway
+# one-port one-port-tls)
 #
 # Targets run AUTOBAHN_JOBS at a time (default 2): each has its own server,
 # bridge and ports. Each target's output is printed, whole, when it
@@ -42,7 +43,11 @@
 #   (`-m fuzzingserver`) and the autobahn_client example (`--deflate`: the
 #   cases of sections 12 and 13 need it) drives every case through it;
 # - `gateway`: the gateway example in front of the echo example (tokio),
-#   permessage-deflate on both of its sides.
+#   permessage-deflate on both of its sides;
+# - `one-port`, `one-port-tls`: the one_port example's `/ws`, reached
+#   through its router (plain, and over TLS behind socat like `tls`).
+#   It offers no permessage-deflate, so sections 1 to 10 run (301 cases):
+#   what differs there is the routing, not the codec.
 #
 # - creates autobahn/.venv and installs kosoku==0.1.0 into it (once);
 # - builds the echo example (profile `autobahn`: release without LTO) and starts it on a free loopback port;
@@ -58,7 +63,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="$here/.venv"
-if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway); else backends=("$@"); fi
+if [[ $# -eq 0 ]]; then backends=(tokio uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream h3 client gateway one-port one-port-tls); else backends=("$@"); fi
 
 if [[ ! -x "$venv/bin/kosoku" ]]; then
     echo "autobahn: installing kosoku into $venv"
@@ -69,7 +74,7 @@ fi
 echo "autobahn: building the echo examples (profile autobahn: release without LTO)"
 (cd "$root" && cargo build --quiet --profile autobahn --features uring,rustls \
     --example echo --example axum_echo --example autobahn_client --example gateway \
-    --example h2_bridge --example h3_echo --example h3_bridge)
+    --example h2_bridge --example h3_echo --example h3_bridge --example one_port)
 h2_bridge_bin="$root/target/autobahn/examples/h2_bridge"
 echo_bin="$root/target/autobahn/examples/echo"
 axum_bin="$root/target/autobahn/examples/axum_echo"
@@ -77,8 +82,9 @@ client_bin="$root/target/autobahn/examples/autobahn_client"
 gateway_bin="$root/target/autobahn/examples/gateway"
 h3_bin="$root/target/autobahn/examples/h3_echo"
 h3_bridge_bin="$root/target/autobahn/examples/h3_bridge"
+one_port_bin="$root/target/autobahn/examples/one_port"
 
-if [[ " ${backends[*]} " == *" tls"* ]]; then
+if [[ " ${backends[*]} " == *" tls"* || " ${backends[*]} " == *" one-port-tls "* ]]; then
     command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; } >&2
 fi
 
@@ -131,6 +137,8 @@ full_targets=" ${AUTOBAHN_FULL:-tokio client h3} "
 sample=(-i '1.*' -i '2.*' -i '3.*' -i '4.*' -i '5.*' -i '6.*' -i '7.*' -i '9.*' -i '10.*'
     -i '12.*.2' -i '12.*.5' -i '13.*.2' -i '13.*.5')
 sample_cases=325
+no_deflate=(-i '1.*' -i '2.*' -i '3.*' -i '4.*' -i '5.*' -i '6.*' -i '7.*' -i '9.*' -i '10.*')
+no_deflate_cases=301
 all_cases=517
 
 # One target, start to end: its server (and bridge), kosoku, the check.
@@ -141,6 +149,10 @@ run_one() {
     if [[ "$full_targets" != " all " && "$full_targets" != *" $backend "* ]]; then
         selection=("${sample[@]}")
         cases=$sample_cases
+    fi
+    if [[ "$backend" == one-port* ]]; then
+        selection=("${no_deflate[@]}")
+        cases=$no_deflate_cases
     fi
     port="$(free_port)"
     addr="127.0.0.1:$port"
@@ -179,7 +191,7 @@ run_one() {
     serve=(--addr "$addr" --deflate --deflate-min-size 0)
     server_bin="$echo_bin"
     path=""
-    if [[ "$backend" == tls* || "$backend" == h3 ]]; then
+    if [[ "$backend" == tls* || "$backend" == h3 || "$backend" == one-port* ]]; then
         # Not a CA (openssl's default for -x509 is): rustls, the h3 bridge's
         # TLS, refuses a CA certificate as a server's own.
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
@@ -190,6 +202,10 @@ run_one() {
     if [[ "$backend" == axum-* ]]; then
         server_bin="$axum_bin"
         path="/${backend##*-}"
+    elif [[ "$backend" == one-port* ]]; then
+        server_bin="$one_port_bin"
+        path="/ws"
+        serve=(--addr "$addr" --tls-cert "$reports/cert.pem" --tls-key "$reports/key.pem" --files "$reports")
     elif [[ "$backend" == h3 ]]; then
         server_bin="$h3_bin"
         path="/ws"
@@ -210,7 +226,7 @@ run_one() {
         cat "$reports/server.log" >&2
         return 1
     fi
-    if [[ "$backend" == tls* ]]; then
+    if [[ "$backend" == tls* || "$backend" == one-port-tls ]]; then
         # kosoku connects here in plain TCP; socat verifies the server's
         # certificate and carries each connection over TLS.
         plain_port="$(free_port)"

@@ -208,7 +208,6 @@ impl Proxy {
         let stderr = dir.join("stderr");
         let mut command = match self {
             Proxy::Nginx => {
-                let binary = debian_binary("/usr/sbin/nginx", "nginx");
                 let site = substitute(
                     &block("nginx"),
                     &[
@@ -218,27 +217,8 @@ impl Proxy {
                         ("/etc/ssl/rapidws/", certs),
                     ],
                 );
-                // What the guide leaves to the packaged nginx.conf: here one
-                // process (killed by its PID), everything in `dir`.
-                let d = dir.display();
-                let conf = format!(
-                    "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-                     events {{ worker_connections 256; }}\n\
-                     http {{\n    access_log off;\n    client_body_temp_path {d}/body;\n    \
-                     proxy_temp_path {d}/proxy;\n    fastcgi_temp_path {d}/fastcgi;\n    \
-                     uwsgi_temp_path {d}/uwsgi;\n    scgi_temp_path {d}/scgi;\n\n{site}}}\n"
-                );
-                std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-                let mut command = Command::new(binary);
-                command
-                    .arg("-p")
-                    .arg(&dir)
-                    .arg("-e")
-                    .arg(dir.join("error.log"))
-                    .arg("-c")
-                    .arg(dir.join("nginx.conf"))
-                    .args(["-g", "daemon off;"]);
-                command
+                // What the guide leaves to the packaged nginx.conf.
+                common::nginx_command(&dir, &site)
             }
             Proxy::Haproxy => {
                 let binary = debian_binary("/usr/sbin/haproxy", "haproxy");

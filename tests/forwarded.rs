@@ -7,36 +7,15 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Backend, Child, debian_binary, free_port};
+use common::{Backend, Child, WhoAmI, free_port};
 use futures_util::SinkExt;
-use rapidws::{Accept, Config, Conn, Handler, Message, Network, Reject, Request, ServerHandler};
+use rapidws::{Config, Network};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite;
-
-/// Says the peer's address as the connection's first message, then echoes.
-struct WhoAmI;
-
-impl Handler for WhoAmI {
-    type State = ();
-
-    fn on_open(&self, conn: &Conn, _: &mut ()) {
-        let _ = conn.send_text(&conn.peer_addr().to_string());
-    }
-
-    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
-    }
-}
-
-impl ServerHandler for WhoAmI {
-    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-}
 
 fn backends() -> Vec<Backend> {
     vec![
@@ -89,38 +68,23 @@ async fn upgrade(to: SocketAddr, host: &str, extra: &[(&str, &str)]) -> (u16, Op
 /// upstream's (so that only `X-Forwarded-Host` says what the browser
 /// sent).
 fn nginx(front: u16, upstream: SocketAddr) -> (Child, std::path::PathBuf) {
-    let binary = debian_binary("/usr/sbin/nginx", "nginx");
     let dir =
         std::env::temp_dir().join(format!("rapidws-forwarded-{front}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display();
-    let conf = format!(
-        "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{\n    access_log off;\n    client_body_temp_path {d}/body;\n    \
-         proxy_temp_path {d}/proxy;\n    fastcgi_temp_path {d}/fastcgi;\n    \
-         uwsgi_temp_path {d}/uwsgi;\n    scgi_temp_path {d}/scgi;\n\
-         server {{\n        listen 127.0.0.1:{front};\n        location / {{\n\
-                     proxy_pass http://{upstream};\n\
-                     proxy_http_version 1.1;\n\
-                     proxy_set_header Upgrade $http_upgrade;\n\
-                     proxy_set_header Connection \"upgrade\";\n\
-                     proxy_set_header Host {upstream};\n\
-                     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
-                     proxy_set_header X-Forwarded-Host $http_host;\n\
-                     proxy_set_header X-Forwarded-Proto $scheme;\n\
-                 }}\n    }}\n}}\n"
+    let site = format!(
+        "server {{\n    listen 127.0.0.1:{front};\n    location / {{\n\
+                 proxy_pass http://{upstream};\n\
+                 proxy_http_version 1.1;\n\
+                 proxy_set_header Upgrade $http_upgrade;\n\
+                 proxy_set_header Connection \"upgrade\";\n\
+                 proxy_set_header Host {upstream};\n\
+                 proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
+                 proxy_set_header X-Forwarded-Host $http_host;\n\
+                 proxy_set_header X-Forwarded-Proto $scheme;\n\
+             }}\n}}\n"
     );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let child = Child(
-        Command::new(binary)
-            .arg("-p")
-            .arg(&dir)
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
+        common::nginx_command(&dir, &site)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

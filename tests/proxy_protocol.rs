@@ -11,35 +11,14 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, Child, debian_binary, free_port, python, read_to_close, upgrade_request};
-use futures_util::SinkExt;
-use rapidws::{
-    Accept, Config, Conn, Handler, Message, Network, ProxyProtocol, Reject, Request, ServerHandler,
+use common::{
+    Backend, Child, WhoAmI, debian_binary, free_port, python, read_to_close, upgrade_request,
 };
+use futures_util::SinkExt;
+use rapidws::{Config, Network, ProxyProtocol};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite;
-
-/// Says the peer's address as the connection's first message, then echoes.
-struct WhoAmI;
-
-impl Handler for WhoAmI {
-    type State = ();
-
-    fn on_open(&self, conn: &Conn, _: &mut ()) {
-        let _ = conn.send_text(&conn.peer_addr().to_string());
-    }
-
-    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
-        let _ = conn.send(message);
-    }
-}
-
-impl ServerHandler for WhoAmI {
-    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
-        Ok(())
-    }
-}
 
 async fn server(backend: Backend, protocol: ProxyProtocol) -> common::TestServer {
     let config = Config::default()

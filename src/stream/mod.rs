@@ -120,7 +120,7 @@ impl<H: ServerHandler> Server<H> {
         stream: S,
         peer: SocketAddr,
         prefix: &[u8],
-    ) -> impl Future<Output = ()> + Send + 'static
+    ) -> impl Future<Output = ()> + Send + 'static + use<H, S>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -144,7 +144,7 @@ impl<H: ServerHandler> Server<H> {
         peer: SocketAddr,
         state: H::State,
         deflate: Option<DeflateParams>,
-    ) -> impl Future<Output = ()> + Send + 'static
+    ) -> impl Future<Output = ()> + Send + 'static + use<H, S>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {

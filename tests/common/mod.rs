@@ -1043,6 +1043,54 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
+/// nginx with `site` (its `server` blocks) and nothing else of its own:
+/// one process (killed by its PID), its files and logs in `dir`.
+pub fn nginx_command(dir: &std::path::Path, site: &str) -> std::process::Command {
+    let binary = debian_binary("/usr/sbin/nginx", "nginx");
+    let d = dir.display();
+    let conf = format!(
+        "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n    access_log off;\n    client_body_temp_path {d}/body;\n    \
+         proxy_temp_path {d}/proxy;\n    fastcgi_temp_path {d}/fastcgi;\n    \
+         uwsgi_temp_path {d}/uwsgi;\n    scgi_temp_path {d}/scgi;\n\n{site}}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let mut command = std::process::Command::new(binary);
+    command
+        .arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .args(["-g", "daemon off;"]);
+    command
+}
+
+/// A handler that says the peer's address (`Conn::peer_addr`) as the
+/// connection's first message, then echoes: what the tests behind proxies
+/// ask.
+pub struct WhoAmI;
+
+impl Handler for WhoAmI {
+    type State = ();
+
+    fn on_open(&self, conn: &Conn, _: &mut ()) {
+        let _ = conn.send_text(&conn.peer_addr().to_string());
+    }
+
+    fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+        let _ = conn.send(message);
+    }
+}
+
+impl ServerHandler for WhoAmI {
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+}
+
 /// A free port whose neighbour `offset` above is free too, both below the
 /// ephemeral range: a Redis Cluster node's (its cluster bus listens on
 /// the port + 10000).

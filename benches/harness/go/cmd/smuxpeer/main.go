@@ -20,6 +20,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -43,6 +44,7 @@ var (
 	def = smux.DefaultConfig()
 
 	tcpAddr   = flag.String("tcp", "", "dial `HOST:PORT` and run smux over plain TCP")
+	overTLS   = flag.Bool("tls", false, "with -tcp: TLS first (ALPN smux, the certificate not checked: a test peer)")
 	wsURL     = flag.String("url", "", "dial the WebSocket `URL` (ws://HOST:PORT/mux) and run smux over binary messages")
 	listen    = flag.String("listen", "", "listen on `HOST:PORT`, accept one connection and run smux on it")
 	useWS     = flag.Bool("ws", false, "with -listen: serve a WebSocket (any path) instead of plain TCP")
@@ -184,6 +186,16 @@ func report(streams int, bytes int64, start time.Time) {
 // connect dials (-tcp, -url) or accepts one connection (-listen).
 func connect() (net.Conn, error) {
 	switch {
+	case *tcpAddr != "" && *overTLS:
+		conn, err := tls.Dial("tcp", *tcpAddr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"smux"}})
+		if err != nil {
+			return nil, err
+		}
+		if got := conn.ConnectionState().NegotiatedProtocol; got != "smux" {
+			conn.Close()
+			return nil, fmt.Errorf("ALPN: the server chose %q, not smux", got)
+		}
+		return conn, nil
 	case *tcpAddr != "":
 		return net.Dial("tcp", *tcpAddr)
 	case *wsURL != "":
