@@ -95,7 +95,7 @@ cargo test --manifest-path benches/harness/Cargo.toml
 # The three targets that run all 517 cases first, so that the short ones
 # (325 cases each, see autobahn/run.sh) fill the second core at the end.
 step "Autobahn TestSuite (strict), two targets at a time"
-autobahn/run.sh tokio client h3 uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream gateway one-port one-port-tls
+autobahn/run.sh tokio client h3 uring tls tls-uring axum-ws axum-stream axum-h2-ws axum-h2-stream gateway one-port
 
 # Miri and the fuzz smoke run side by side: Miri interprets on one core
 # while the fuzz targets take the other, one after the other, each for its
