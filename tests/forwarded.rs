@@ -17,15 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite;
 
-fn backends() -> Vec<Backend> {
-    vec![
-        Backend::Tokio,
-        #[cfg(all(target_os = "linux", feature = "uring"))]
-        Backend::Uring,
-        Backend::Stream,
-    ]
-}
-
 /// The client's own address: 127.0.0.2, so that it differs from the
 /// proxy's (127.0.0.1), the only one trusted.
 const CLIENT: &str = "127.0.0.2";
@@ -96,7 +87,7 @@ fn nginx(front: u16, upstream: SocketAddr) -> (Child, std::path::PathBuf) {
 #[tokio::test]
 async fn behind_nginx_the_client_and_its_host_are_told() {
     let proxy: Network = "127.0.0.1".parse().unwrap();
-    for backend in backends() {
+    for backend in Backend::plain() {
         let trusting = Config::default().trust_proxies([proxy]);
         let server = common::serve(backend, WhoAmI, trusting, Default::default()).await;
         let front = free_port();
@@ -138,7 +129,7 @@ async fn behind_nginx_the_client_and_its_host_are_told() {
 
 #[tokio::test]
 async fn headers_from_an_untrusted_peer_are_not_read_and_broken_ones_refused() {
-    for backend in backends() {
+    for backend in Backend::plain() {
         // Only 127.0.0.1 is trusted; the client connects from 127.0.0.2.
         let proxy: Network = "127.0.0.1".parse().unwrap();
         let server = common::serve(

@@ -27,14 +27,6 @@ async fn server(backend: Backend, protocol: ProxyProtocol) -> common::TestServer
     common::serve(backend, WhoAmI, config, Default::default()).await
 }
 
-fn backends() -> Vec<Backend> {
-    vec![
-        Backend::Tokio,
-        #[cfg(all(target_os = "linux", feature = "uring"))]
-        Backend::Uring,
-    ]
-}
-
 /// A WebSocket over `stream` (the header already sent): the server's
 /// first message, then an echo checked.
 async fn whoami(stream: TcpStream, addr: SocketAddr) -> String {
@@ -85,7 +77,7 @@ fn v2_tcp6(source: &str, port: u16) -> Vec<u8> {
 
 #[tokio::test]
 async fn the_header_names_the_client() {
-    for backend in backends() {
+    for backend in Backend::sockets() {
         let server = server(backend, ProxyProtocol::required()).await;
         let addr = server.addr;
         let v1 = b"PROXY TCP4 192.0.2.7 127.0.0.1 56324 80\r\n";
@@ -142,7 +134,7 @@ async fn closed_without_a_word(addr: SocketAddr, send: &[u8]) {
 
 #[tokio::test]
 async fn connections_without_a_valid_header_are_closed_and_others_served() {
-    for backend in backends() {
+    for backend in Backend::sockets() {
         let server = server(backend, ProxyProtocol::required()).await;
         let addr = server.addr;
         let request = upgrade_request("/", "");
@@ -181,7 +173,7 @@ async fn connections_without_a_valid_header_are_closed_and_others_served() {
 
 #[tokio::test]
 async fn only_listed_sources_are_taken() {
-    for backend in backends() {
+    for backend in Backend::sockets() {
         let elsewhere: Network = "10.0.0.0/8".parse().unwrap();
         let server = server(backend, ProxyProtocol::required().from_sources([elsewhere])).await;
         closed_without_a_word(server.addr, b"PROXY TCP4 192.0.2.7 127.0.0.1 1 80\r\n").await;
@@ -239,7 +231,7 @@ async def main():
         print(await ws.recv())
 asyncio.run(main())
 "#;
-    for backend in backends() {
+    for backend in Backend::sockets() {
         let server = server(backend, ProxyProtocol::required()).await;
         let port = server.addr.port().to_string();
         let out = tokio::task::spawn_blocking(move || {
@@ -266,7 +258,7 @@ asyncio.run(main())
 #[tokio::test]
 async fn behind_haproxy_in_tcp_mode() {
     let haproxy = debian_binary("/usr/sbin/haproxy", "haproxy");
-    for backend in backends() {
+    for backend in Backend::sockets() {
         let server = server(backend, ProxyProtocol::required()).await;
         for send in ["send-proxy", "send-proxy-v2"] {
             let front = free_port();

@@ -39,6 +39,9 @@ pub use sniffed::Sniffed;
 use crate::connection::proxied::{Header, ProxyProtocol, read_header};
 use crate::driver::listen::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
 
+/// What reading a ClientHello from the bytes so far came to.
+type HelloRead = Result<hello::Read, hello::Error>;
+
 /// A test of a connection's first bytes: `Some(true)` or `Some(false)`
 /// once they decide, `None` while more are needed.
 type Test = Arc<dyn Fn(&[u8]) -> Option<bool> + Send + Sync>;
@@ -146,25 +149,19 @@ impl Matcher {
         Matcher(Kind::Any)
     }
 
-    /// Whether `input` (so far) is this route's, and the hello if it was
-    /// one.
-    fn decide(&self, input: &[u8], hello: &mut Option<ClientHello>) -> Option<bool> {
+    /// Whether `input` (so far) is this route's. The ClientHello is
+    /// read from `input` (`hello_read`), once, by the first TLS matcher that
+    /// asks.
+    fn decide(&self, input: &[u8], hello_read: &mut Option<HelloRead>) -> Option<bool> {
         match &self.0 {
             Kind::Http1 => matchers::http1(input),
             Kind::Http2 => matchers::http2(input),
             Kind::Smux => matchers::smux(input),
-            Kind::Prefix(prefix) => {
-                let n = input.len().min(prefix.len());
-                match input[..n] == prefix[..n] {
-                    false => Some(false),
-                    true if n == prefix.len() => Some(true),
-                    true => None,
-                }
-            }
+            Kind::Prefix(prefix) => matchers::prefix(input, prefix),
             Kind::Test(test) => test(input),
             Kind::Any => Some(true),
             Kind::Tls { alpn, server_name } => {
-                let read = match hello::read(input) {
+                let read = match hello_read.get_or_insert_with(|| hello::read(input)) {
                     Ok(hello::Read::Partial) => return None,
                     Ok(hello::Read::Complete(read)) => read,
                     Err(_) => return Some(false),
@@ -175,7 +172,6 @@ impl Matcher {
                         .as_deref()
                         .is_some_and(|n| n.eq_ignore_ascii_case(name))
                 });
-                *hello = Some(read);
                 Some(alpn_ok && name_ok)
             }
         }
@@ -378,7 +374,13 @@ where
                 let mut undecided = false;
                 for (index, (matcher, _)) in self.routes.iter().enumerate() {
                     match matcher.decide(&input, &mut hello) {
-                        Some(true) => return Ok((index, input, hello)),
+                        Some(true) => {
+                            let hello = match hello {
+                                Some(Ok(hello::Read::Complete(read))) => Some(read),
+                                _ => None,
+                            };
+                            return Ok((index, input, hello));
+                        }
                         Some(false) => {}
                         None => {
                             undecided = true;

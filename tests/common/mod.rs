@@ -149,6 +149,24 @@ pub enum Backend {
     UringTls,
 }
 
+impl Backend {
+    /// The socket servers: tokio's and (on Linux, with `uring`) io_uring's.
+    pub fn sockets() -> Vec<Backend> {
+        vec![
+            Backend::Tokio,
+            #[cfg(all(target_os = "linux", feature = "uring"))]
+            Backend::Uring,
+        ]
+    }
+
+    /// The socket servers and the stream driver, all over plain TCP.
+    pub fn plain() -> Vec<Backend> {
+        let mut backends = Backend::sockets();
+        backends.push(Backend::Stream);
+        backends
+    }
+}
+
 /// Generates one `#[tokio::test]` per backend for each listed test function
 /// (`async fn name(backend: Backend)`), so every test runs on every backend.
 /// (The io_uring server runs on threads of its own; the test's runtime only

@@ -57,10 +57,16 @@ pub fn http1(input: &[u8]) -> Option<bool> {
 
 /// HTTP/2's preface, or as much of it as has come.
 pub fn http2(input: &[u8]) -> Option<bool> {
-    let n = input.len().min(HTTP2_PREFACE.len());
-    match input[..n] == HTTP2_PREFACE[..n] {
+    prefix(input, HTTP2_PREFACE)
+}
+
+/// Whether `input` starts with `prefix`: `None` while what has come of
+/// it agrees and is shorter.
+pub fn prefix(input: &[u8], prefix: &[u8]) -> Option<bool> {
+    let n = input.len().min(prefix.len());
+    match input[..n] == prefix[..n] {
         false => Some(false),
-        true if n == HTTP2_PREFACE.len() => Some(true),
+        true if n == prefix.len() => Some(true),
         true => None,
     }
 }

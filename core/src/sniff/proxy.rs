@@ -12,6 +12,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use super::matchers::prefix;
+
 /// Version 2's first 12 bytes.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
 
@@ -126,13 +128,11 @@ impl std::error::Error for Error {}
 /// as soon as it cannot be one, `None` while too few bytes have come. A
 /// router's matcher; [`parse`] decides the rest.
 pub fn sniff(input: &[u8]) -> Option<bool> {
-    for prefix in [&V1_PREFIX[..], &V2_SIGNATURE[..]] {
-        let n = input.len().min(prefix.len());
-        if input[..n] == prefix[..n] {
-            return if n == prefix.len() { Some(true) } else { None };
-        }
+    // The two cannot both agree with one input: their first bytes differ.
+    match prefix(input, V1_PREFIX) {
+        Some(false) => prefix(input, &V2_SIGNATURE),
+        agreed => agreed,
     }
-    Some(false)
 }
 
 /// Reads a header of either version at the start of `input` (see the
