@@ -9,7 +9,9 @@
 //! connection sat idle; the Origin check (a page of the public host let in,
 //! one of another host refused with 403); the headers rapidws gets (`Host`
 //! as the client sent it, `Upgrade`, `Connection`, `X-Forwarded-For`,
-//! `X-Forwarded-Proto`); subscribers over ws and wss receiving publications
+//! `X-Forwarded-Proto`); the client's address read from them by a server
+//! that trusts the proxy, a forged `X-Forwarded-For` of the client's
+//! ignored; subscribers over ws and wss receiving publications
 //! POSTed through the proxy; and the guide's systemd start script handing
 //! the bus to a successor while the subscribers, behind the proxy, stay
 //! connected and go on receiving. The unit itself is checked with
@@ -687,6 +689,49 @@ async fn bus_through(proxy: Proxy, certs: &Path, connector: &TlsConnector) {
     receives(&mut secure, "after the deploy").await;
 }
 
+/// The guide's proxy in front of a server that trusts it
+/// (`Config::trust_proxies`, as "The client's address" shows): the server
+/// names the client the proxy saw (127.0.0.2 here, port 0: the headers
+/// carry none), not the proxy, even when the client sends a forged
+/// `X-Forwarded-For` of its own. Without the trust it names the proxy.
+async fn clients_address_through(proxy: Proxy, certs: &Path) {
+    for trusted in [true, false] {
+        let mut config = rapidws::Config::default();
+        if trusted {
+            config = config.trust_proxies(["127.0.0.1".parse().unwrap()]);
+        }
+        let server = rapidws::tokio::Server::bind("127.0.0.1:0", common::WhoAmI, config)
+            .await
+            .unwrap();
+        let (upstream, handle) = (server.local_addr().unwrap(), server.handle());
+        tokio::spawn(server.serve());
+        let front = proxy
+            .front(upstream, certs, &format!("whoami-{trusted}"))
+            .await;
+        for forged in [None, Some("203.0.113.9")] {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            let tcp = socket.connect(front.ws).await.unwrap();
+            let url = format!("ws://localhost:{}/", front.ws.port());
+            let mut request = url.into_client_request().unwrap();
+            if let Some(forged) = forged {
+                let forged = forged.parse().unwrap();
+                request.headers_mut().insert("x-forwarded-for", forged);
+            }
+            let (mut socket, _) = tokio_tungstenite::client_async(request, tcp)
+                .await
+                .unwrap_or_else(|e| panic!("{proxy:?}: {e}"));
+            let said = next(&mut socket).await.into_text().unwrap();
+            let what = format!("{proxy:?}, trusted {trusted}, forged {forged:?}");
+            match trusted {
+                true => assert_eq!(said.as_str(), "127.0.0.2:0", "{what}"),
+                false => assert!(said.starts_with("127.0.0.1:"), "{what}: {said}"),
+            }
+        }
+        handle.shutdown();
+    }
+}
+
 async fn through(proxy: Proxy) {
     let started = Instant::now();
     let certs = certificates(&format!("{proxy:?}-certs"));
@@ -695,6 +740,7 @@ async fn through(proxy: Proxy) {
         echo_through(proxy, &certs, &connector),
         bus_through(proxy, &certs, &connector),
         headers_passed(proxy, &certs, &connector),
+        clients_address_through(proxy, &certs),
     );
     eprintln!("{proxy:?}: done in {:?}", started.elapsed());
 }

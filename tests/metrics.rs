@@ -403,3 +403,36 @@ async fn bus_budgets_are_in_the_metrics() {
         usage["topic_bytes"].as_f64().unwrap()
     );
 }
+
+/// The router's counts (the echo example's `--route`, on both backends):
+/// connections routed to the server's entrance, and one no route takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_counts_what_it_routed_and_what_nobody_took() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for backend in ["tokio", "uring"] {
+        let args = ["--backend", backend, "--metrics", "--route"];
+        let (_child, addr) = start_example("echo", &args).await;
+        let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+            .await
+            .unwrap();
+        echo_round(&mut client, 3).await;
+        close_with(client, 1000).await;
+        // Not HTTP/1: closed by the router, unanswered.
+        let mut junk = tokio::net::TcpStream::connect(addr).await.unwrap();
+        junk.write_all(&[0u8; 16]).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), junk.read_to_end(&mut answer));
+        assert!(matches!(read.await, Ok(Ok(0))), "{backend}: {answer:?}");
+        let outcome = |name: &str| format!("rapidws_route_connections_total{{outcome=\"{name}\"}}");
+        let got = scrape_until(addr, "/metrics", |s| value(s, &outcome("unclaimed")) >= 1.0).await;
+        assert_eq!(value(&got, &outcome("unclaimed")), 1.0, "{backend}");
+        // The WebSocket and the scrapes themselves.
+        assert!(value(&got, &outcome("routed")) >= 2.0, "{backend}: {got:?}");
+        let received = format!("rapidws_messages_received_total{{driver=\"{backend}\"}}");
+        assert_eq!(
+            value(&got, &received),
+            3.0,
+            "{backend}: served by its own loops"
+        );
+    }
+}

@@ -1,9 +1,10 @@
 //! The PROXY protocol on the socket servers (`Config::proxy_protocol`):
 //! the address in the header becomes `Conn::peer_addr`, behind a real
 //! HAProxy (`send-proxy`, `send-proxy-v2`) and from Python's `websockets`
-//! on a socket that sent the header first; a connection without a valid
-//! header, or from a source not listed, is closed without a byte, while
-//! everyone else is served.
+//! on a socket that sent the header first, and on the wss servers before
+//! the TLS handshake (HAProxy passing TLS through); a connection without a
+//! valid header, or from a source not listed, is closed without a byte,
+//! while everyone else is served.
 
 mod common;
 
@@ -193,26 +194,152 @@ async fn only_listed_sources_are_taken() {
     }
 }
 
+/// The wss servers with the PROXY protocol: tokio (with and without
+/// `also_plain`) and io_uring, each listening on its own port; the
+/// header comes before the TLS handshake.
 #[cfg(feature = "rustls")]
-#[tokio::test]
-async fn a_tls_server_with_the_proxy_protocol_does_not_start() {
-    let config = Config::default().proxy_protocol(ProxyProtocol::required());
-    let server = rapidws::tokio::Server::bind("127.0.0.1:0", WhoAmI, config.clone())
-        .await
-        .unwrap()
-        .tls(common::tls::server_config());
-    let error = server.serve().await.expect_err("refused");
-    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
-    assert!(error.to_string().contains("proxy_protocol"), "{error}");
+struct TlsServers {
+    addrs: Vec<(&'static str, SocketAddr)>,
+    handles: Vec<rapidws::ServerHandle>,
+}
+
+#[cfg(feature = "rustls")]
+impl Drop for TlsServers {
+    fn drop(&mut self) {
+        for handle in &self.handles {
+            handle.shutdown();
+        }
+    }
+}
+
+#[cfg(feature = "rustls")]
+async fn tls_servers() -> TlsServers {
+    let config = Config::default()
+        .proxy_protocol(ProxyProtocol::required())
+        .handshake_timeout(Duration::from_secs(1));
+    let (mut addrs, mut handles) = (Vec::new(), Vec::new());
+    for also_plain in [false, true] {
+        let server = rapidws::tokio::Server::bind("127.0.0.1:0", WhoAmI, config.clone())
+            .await
+            .unwrap()
+            .tls(common::tls::server_config());
+        let server = if also_plain {
+            server.also_plain()
+        } else {
+            server
+        };
+        let name = if also_plain { "tokio+plain" } else { "tokio" };
+        addrs.push((name, server.local_addr().unwrap()));
+        handles.push(server.handle());
+        tokio::spawn(server.serve());
+    }
     #[cfg(all(target_os = "linux", feature = "uring"))]
     {
         let server = rapidws::uring::Server::bind("127.0.0.1:0", WhoAmI, config)
             .unwrap()
+            .threads(2)
             .tls(common::tls::server_config());
-        assert_eq!(
-            server.serve().expect_err("refused").kind(),
-            std::io::ErrorKind::InvalidInput
-        );
+        addrs.push(("uring", server.local_addr().unwrap()));
+        handles.push(server.handle());
+        std::thread::spawn(move || server.serve());
+    }
+    TlsServers { addrs, handles }
+}
+
+/// TLS, then a WebSocket, over `stream` (a header already sent): what
+/// [`whoami`] gets.
+#[cfg(feature = "rustls")]
+async fn whoami_tls(stream: TcpStream, addr: SocketAddr) -> String {
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let connector = tokio_rustls::TlsConnector::from(common::tls::client_config());
+    let tls = connector
+        .connect(name, stream)
+        .await
+        .expect("TLS after the header");
+    let url = format!("wss://localhost:{}/", addr.port());
+    let (mut ws, _) = tokio_tungstenite::client_async(url, tls)
+        .await
+        .expect("upgrade after the header and TLS");
+    let first = common::next(&mut ws).await;
+    ws.send(tungstenite::Message::text("echo")).await.unwrap();
+    assert_eq!(
+        common::next(&mut ws).await,
+        tungstenite::Message::text("echo")
+    );
+    let _ = ws.close(None).await;
+    first.into_text().unwrap().to_string()
+}
+
+/// The header before TLS, in pieces and whole, both versions; then the
+/// rules: no header, a broken one, silence: closed without a byte.
+#[cfg(feature = "rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_servers_read_the_header_before_tls() {
+    let servers = tls_servers().await;
+    for &(name, addr) in &servers.addrs {
+        common::wait_listening(name, addr).await;
+        let v1 = b"PROXY TCP4 192.0.2.7 127.0.0.1 56324 443\r\n";
+        let tcp6 = v2_tcp6("2001:db8::7", 443);
+        for (header, told) in [(&v1[..], "192.0.2.7:56324"), (&tcp6, "[2001:db8::7]:443")] {
+            for piece in [header.len(), 1, 5] {
+                let mut stream = TcpStream::connect(addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                for chunk in header.chunks(piece) {
+                    stream.write_all(chunk).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                assert_eq!(
+                    whoami_tls(stream, addr).await,
+                    told,
+                    "{name}, pieces of {piece}"
+                );
+            }
+        }
+        for _ in 0..2 {
+            // TLS straight away, a header a field short, a header cut
+            // off, and nothing: closed, not answered.
+            let hello = [0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00];
+            for send in [
+                &hello[..],
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 1\r\n",
+                b"PROXY TCP4 1.2.3.4",
+                b"",
+            ] {
+                closed_without_a_word(addr, send).await;
+            }
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let mut stream = stream;
+            stream.write_all(v1).await.unwrap();
+            assert_eq!(whoami_tls(stream, addr).await, "192.0.2.7:56324", "{name}");
+        }
+    }
+    // `also_plain`: after the header, plain ws is served too.
+    let (_, plain) = servers.addrs[1];
+    assert_eq!(
+        behind(plain, b"PROXY TCP4 192.0.2.8 127.0.0.1 1 80\r\n", 64).await,
+        "192.0.2.8:1"
+    );
+}
+
+/// HAProxy in TCP mode passing TLS through with `send-proxy-v2`: the wss
+/// servers see HAProxy's client.
+#[cfg(feature = "rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_passed_through_haproxy() {
+    let haproxy = debian_binary("/usr/sbin/haproxy", "haproxy");
+    let servers = tls_servers().await;
+    for &(name, addr) in &servers.addrs {
+        let (_process, front) = haproxy_front(&haproxy, addr, "send-proxy-v2");
+        common::wait_listening("haproxy", front).await;
+        for _ in 0..10 {
+            let stream = TcpStream::connect(front).await.unwrap();
+            let client = stream.local_addr().unwrap();
+            assert_eq!(
+                whoami_tls(stream, front).await,
+                client.to_string(),
+                "{name}"
+            );
+        }
     }
 }
 
@@ -261,27 +388,7 @@ async fn behind_haproxy_in_tcp_mode() {
     for backend in Backend::sockets() {
         let server = server(backend, ProxyProtocol::required()).await;
         for send in ["send-proxy", "send-proxy-v2"] {
-            let front = free_port();
-            let dir = tempfile_dir(&format!("haproxy-{front}"));
-            let cfg = format!(
-                "global\n    maxconn 256\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
-                 frontend ws\n    bind 127.0.0.1:{front}\n    default_backend rapidws\n\n\
-                 backend rapidws\n    server one {} {send}\n",
-                server.addr
-            );
-            std::fs::write(dir.join("haproxy.cfg"), cfg).unwrap();
-            let stderr = dir.join("stderr");
-            let _process = Child(
-                Command::new(&haproxy)
-                    .arg("-f")
-                    .arg(dir.join("haproxy.cfg"))
-                    .arg("-db")
-                    .stdout(Stdio::null())
-                    .stderr(std::fs::File::create(&stderr).unwrap())
-                    .spawn()
-                    .expect("haproxy starts"),
-            );
-            let front: SocketAddr = format!("127.0.0.1:{front}").parse().unwrap();
+            let (_process, front) = haproxy_front(&haproxy, server.addr, send);
             common::wait_listening("haproxy", front).await;
             for _ in 0..10 {
                 let stream = TcpStream::connect(front).await.unwrap();
@@ -296,6 +403,35 @@ async fn behind_haproxy_in_tcp_mode() {
             closed_without_a_word(server.addr, upgrade_request("/", "").as_bytes()).await;
         }
     }
+}
+
+/// HAProxy in TCP mode on a free port, in front of `upstream` with `send`
+/// (`send-proxy` or `send-proxy-v2`): the process and its address.
+fn haproxy_front(
+    haproxy: &std::path::Path,
+    upstream: SocketAddr,
+    send: &str,
+) -> (Child, SocketAddr) {
+    let front = free_port();
+    let dir = tempfile_dir(&format!("haproxy-{front}"));
+    let cfg = format!(
+        "global\n    maxconn 256\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend ws\n    bind 127.0.0.1:{front}\n    default_backend rapidws\n\n\
+         backend rapidws\n    server one {upstream} {send}\n"
+    );
+    std::fs::write(dir.join("haproxy.cfg"), cfg).unwrap();
+    let stderr = dir.join("stderr");
+    let process = Child(
+        Command::new(haproxy)
+            .arg("-f")
+            .arg(dir.join("haproxy.cfg"))
+            .arg("-db")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("haproxy starts"),
+    );
+    (process, format!("127.0.0.1:{front}").parse().unwrap())
 }
 
 fn tempfile_dir(name: &str) -> std::path::PathBuf {

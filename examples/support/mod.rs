@@ -187,6 +187,12 @@ pub struct ServeArgs {
     /// instead of binding `--addr`. (Linux, either backend.)
     #[arg(long, value_name = "PATH")]
     pub take_over: Option<std::path::PathBuf>,
+    /// Accept through a `rapidws::route::Router` on --addr that hands each
+    /// HTTP/1 connection, with the bytes it sniffed, to the server's
+    /// `entrance` (anything else is closed), instead of the server's own
+    /// listener: what routing costs, measured by the load harness.
+    #[arg(long, conflicts_with_all = ["tls_cert", "take_over", "handoff_socket"])]
+    pub route: bool,
     #[command(flatten)]
     pub origins: OriginArgs,
 }
@@ -541,6 +547,7 @@ async fn serve_tokio<H: ServerHandler>(
         Some(path) => rapidws::tokio::Server::take_over(path, handler, config)
             .await
             .map_err(|error| format!("cannot take over: {error}"))?,
+        _ if args.route => rapidws::tokio::Server::without_listener(handler, config),
         _ => rapidws::tokio::Server::bind(args.addr, handler, config)
             .await
             .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?,
@@ -570,9 +577,40 @@ async fn serve_tokio<H: ServerHandler>(
         server.handle(),
         args.spread_window(),
     );
-    let addr = server.local_addr().map_err(|error| error.to_string())?;
-    tracing::info!(%addr, backend = "tokio", scheme, "{name} server listening");
+    let addr = match args.route {
+        true => route(args.addr, server.entrance()).await?,
+        false => server.local_addr().map_err(|error| error.to_string())?,
+    };
+    tracing::info!(%addr, backend = "tokio", scheme, routed = args.route, "{name} server listening");
     server.serve().await.map_err(|error| error.to_string())
+}
+
+/// `--route`: a router on `addr`, on the current runtime, handing HTTP/1
+/// connections to `entrance`. Its address, once it listens.
+async fn route(addr: SocketAddr, entrance: rapidws::tokio::Entrance) -> Result<SocketAddr, String> {
+    use rapidws::route::{Matcher, Routed, Router};
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| format!("cannot listen on {addr}: {error}"))?;
+    let addr = listener.local_addr().map_err(|error| error.to_string())?;
+    let router = Router::new().route_to(
+        Matcher::http1(),
+        move |routed: Routed<tokio::net::TcpStream>| {
+            let (read, tcp) = routed.stream.into_parts();
+            let admitted = entrance.admit(tcp, routed.peer, read);
+            async move {
+                if let Err(error) = admitted {
+                    tracing::debug!(%error, "a routed connection was refused");
+                }
+            }
+        },
+    );
+    tokio::spawn(async move {
+        if let Err(error) = router.serve(listener).await {
+            tracing::error!(%error, "the router stopped");
+        }
+    });
+    Ok(addr)
 }
 
 #[cfg(all(target_os = "linux", feature = "uring"))]
@@ -587,6 +625,7 @@ fn serve_uring<H: ServerHandler>(
         #[cfg(feature = "handoff")]
         Some(path) => rapidws::uring::Server::take_over(path, handler, config)
             .map_err(|error| format!("cannot take over: {error}"))?,
+        _ if args.route => rapidws::uring::Server::without_listener(handler, config),
         _ => rapidws::uring::Server::bind(args.addr, handler, config)
             .map_err(|error| format!("cannot listen on {}: {error}", args.addr))?,
     };
@@ -606,8 +645,11 @@ fn serve_uring<H: ServerHandler>(
     }
     let scheme = if args.tls_cert.is_some() { "wss" } else { "ws" };
     shut_down_on_signal(runtime.handle(), server.handle(), args.spread_window());
-    let addr = server.local_addr().map_err(|error| error.to_string())?;
-    tracing::info!(%addr, backend = "uring", scheme, "{name} server listening");
+    let addr = match args.route {
+        true => runtime.block_on(route(args.addr, server.entrance()))?,
+        false => server.local_addr().map_err(|error| error.to_string())?,
+    };
+    tracing::info!(%addr, backend = "uring", scheme, routed = args.route, "{name} server listening");
     // Blocks this thread; the reactors run on threads of their own.
     server.serve().map_err(|error| error.to_string())
 }

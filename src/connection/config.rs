@@ -245,17 +245,17 @@ impl Config {
 
     /// Reads a PROXY protocol header (version 1 or 2, as HAProxy's
     /// `send-proxy` and `send-proxy-v2` and AWS's NLB send it) at the
-    /// start of every plain connection of the tokio and io_uring servers:
+    /// start of every connection of the tokio and io_uring servers (with
+    /// TLS, before the TLS handshake, not a byte past it):
     /// the client's address it names becomes the connection's
     /// ([`Conn::peer_addr`](crate::Conn::peer_addr)). Then the header is
     /// required: a connection without a valid one is closed without an
     /// answer (see [`ProxyProtocol`]). Its wait counts against
     /// `handshake_timeout`. `None` (the default) reads none.
     ///
-    /// On the socket servers only, and on plain connections (with TLS, the
-    /// header comes before the TLS handshake and is not read yet: such a
-    /// server refuses to start); the stream driver, hyper and axum never
-    /// read one.
+    /// On the socket servers' own listeners only: the stream driver, hyper
+    /// and axum never read one, and a connection that comes through an
+    /// `Entrance` had its header read by the router.
     pub fn proxy_protocol(mut self, protocol: impl Into<Option<ProxyProtocol>>) -> Self {
         self.proxy_protocol = protocol.into();
         self
@@ -279,20 +279,6 @@ impl Config {
     pub fn trust_proxies(mut self, networks: impl IntoIterator<Item = Network>) -> Self {
         self.trusted_proxies.extend(networks);
         self
-    }
-
-    /// A socket server with TLS does not start with the PROXY protocol:
-    /// its header comes before the TLS handshake, where it is not read
-    /// yet, and every connection would be refused.
-    pub(crate) fn refuse_proxy_protocol_with_tls(&self, tls: bool) -> std::io::Result<()> {
-        if tls && self.proxy_protocol.is_some() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "Config::proxy_protocol is served on plain listeners only, not with TLS: \
-                 terminate TLS at the proxy, or leave the PROXY protocol off",
-            ));
-        }
-        Ok(())
     }
 
     /// The size of the pooled buffer a connection reads into (default 16 KiB,

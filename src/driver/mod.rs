@@ -12,8 +12,11 @@
 //! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
 //! | `turn.rs` | what a readiness driver owes (`Transport`) and the one turn both run over it |
 //! | `tls.rs` | a rustls session with pooled buffers and no I/O: the wss of the stream driver and of io_uring |
+//! | `entrance.rs` | the way into a socket server for connections accepted elsewhere (a router's) |
 //! | `surface.rs` | the servers' shared public methods (handle, shutdown, address, handoff), written once by macros, and the handoff's settings |
 
+#[cfg(any(feature = "tokio", all(target_os = "linux", feature = "uring")))]
+pub(crate) mod entrance;
 pub(crate) mod listen;
 pub(crate) mod mailbox;
 pub(crate) mod read_buf;

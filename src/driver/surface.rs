@@ -67,11 +67,12 @@ macro_rules! shutdown_methods {
     };
 }
 
-/// The socket servers' shared methods: `local_addr`, `handle`, and, with
+/// The socket servers' shared methods: `local_addr`, `handle`,
+/// `without_listener`, `entrance`, and, with
 /// the `handoff` feature on Linux, `take_over`, `handoff_socket` and
 /// `after_handoff`. `Self` implements [`Served`] and has the fields
-/// `listeners` (a `Vec` of TCP listeners: one with `local_addr`) and
-/// `handoff` ([`HandoffSettings`]), and `fn with(listeners, Arc<H>,
+/// `listeners` (a `Vec` of TCP listeners: one with `local_addr`),
+/// `door` (the entrance's) and `handoff` ([`HandoffSettings`]), and `fn with(listeners, Arc<H>,
 /// Config) -> Self`. `take_over` is `async` on tokio (the old process is
 /// met on a blocking thread) and `blocking` on io_uring; the doc lines
 /// given are added to its docs.
@@ -92,6 +93,21 @@ macro_rules! socket_server_methods {
         }
 
         $crate::driver::surface::handle_method!();
+
+        /// A server with no listening socket of its own: every connection
+        /// comes through its [`entrance`](Self::entrance), from a
+        /// `Router` (feature `route`) or an accept loop of yours. `serve`
+        /// runs until the shutdown, as with a listener.
+        pub fn without_listener(handler: H, config: $crate::Config) -> Self {
+            Self::with(Vec::new(), ::std::sync::Arc::new(handler), config)
+        }
+
+        /// The way in for connections accepted elsewhere (a router's),
+        /// served by this server while `serve` runs: see
+        /// [`Entrance`](crate::driver::entrance::Entrance).
+        pub fn entrance(&self) -> $crate::driver::entrance::Entrance {
+            $crate::driver::entrance::Entrance::new(self.door.clone())
+        }
 
         $crate::driver::surface::socket_server_methods! {
             @take_over $how

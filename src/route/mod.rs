@@ -221,6 +221,35 @@ struct Counts {
     gone: AtomicU64,
 }
 
+impl Counts {
+    /// Adds one to `count`, and with the `metrics` feature to
+    /// `rapidws_route_connections_total` under its outcome.
+    fn add(&self, count: Count) {
+        let (counter, _outcome) = match count {
+            Count::Routed => (&self.routed, "routed"),
+            Count::Unclaimed => (&self.unclaimed, "unclaimed"),
+            Count::TimedOut => (&self.timed_out, "timed_out"),
+            Count::TooLong => (&self.too_long, "too_long"),
+            Count::ProxyRefused => (&self.proxy_refused, "proxy_refused"),
+            Count::Gone => (&self.gone, "gone"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rapidws_route_connections_total", "outcome" => _outcome).increment(1);
+    }
+}
+
+/// What became of a sniffed connection: one of [`RouterStats`]'s counts.
+#[derive(Clone, Copy, Debug)]
+enum Count {
+    Routed,
+    Unclaimed,
+    TimedOut,
+    TooLong,
+    ProxyRefused,
+    Gone,
+}
+
 /// Routes connections by their first bytes (see the module's doc). `S`:
 /// the byte stream routed (`TcpStream` for [`Router::serve`]; any, for
 /// [`Router::route`] called on a stream of one's own, a TLS stream
@@ -300,7 +329,9 @@ where
         self
     }
 
-    /// How the sniffs went so far.
+    /// How the sniffs went so far. (With the `metrics` feature, the same
+    /// counts of every router go to `rapidws_route_connections_total`,
+    /// labelled `outcome`.)
     pub fn stats(&self) -> RouterStats {
         let c = &self.counts;
         let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
@@ -323,17 +354,17 @@ where
         let counts = &self.counts;
         let (index, prefix, hello) = match outcome {
             Ok(Ok(chosen)) => chosen,
-            Ok(Err(counter)) => {
-                counter(counts).fetch_add(1, Ordering::Relaxed);
+            Ok(Err(count)) => {
+                counts.add(count);
                 return;
             }
             Err(_) => {
                 tracing::debug!(%peer, "no route decided within the sniff timeout; closed");
-                counts.timed_out.fetch_add(1, Ordering::Relaxed);
+                counts.add(Count::TimedOut);
                 return;
             }
         };
-        counts.routed.fetch_add(1, Ordering::Relaxed);
+        counts.add(Count::Routed);
         let routed = Routed {
             stream: Sniffed::new(prefix, stream),
             peer,
@@ -349,14 +380,14 @@ where
         &self,
         stream: &mut S,
         peer: &mut SocketAddr,
-    ) -> Result<(usize, BytesMut, Option<ClientHello>), fn(&Counts) -> &AtomicU64> {
+    ) -> Result<(usize, BytesMut, Option<ClientHello>), Count> {
         let mut input = BytesMut::with_capacity(512);
         let mut header = self.proxy_protocol.is_some();
         if let Some(protocol) = &self.proxy_protocol
             && !protocol.admits(peer.ip())
         {
             tracing::debug!(%peer, "not a listed PROXY protocol source; closed");
-            return Err(|c| &c.proxy_refused);
+            return Err(Count::ProxyRefused);
         }
         loop {
             if header {
@@ -365,7 +396,7 @@ where
                     Header::Read => header = false,
                     Header::Refused(why) => {
                         tracing::debug!(%peer, why, "closed");
-                        return Err(|c| &c.proxy_refused);
+                        return Err(Count::ProxyRefused);
                     }
                 }
             }
@@ -390,18 +421,18 @@ where
                 }
                 if !undecided {
                     tracing::debug!(%peer, "no route takes the connection; closed");
-                    return Err(|c| &c.unclaimed);
+                    return Err(Count::Unclaimed);
                 }
             }
             if input.len() >= self.max_sniff_bytes {
                 tracing::debug!(%peer, "no route decided within the byte bound; closed");
-                return Err(|c| &c.too_long);
+                return Err(Count::TooLong);
             }
             let want = (self.max_sniff_bytes - input.len()).min(4096);
             input.reserve(want);
             let mut limited = (&mut *stream).take(want as u64);
             match limited.read_buf(&mut input).await {
-                Ok(0) | Err(_) => return Err(|c| &c.gone),
+                Ok(0) | Err(_) => return Err(Count::Gone),
                 Ok(_) => {}
             }
         }

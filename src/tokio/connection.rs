@@ -103,6 +103,13 @@ impl<H: Handler> Connection<H> {
         }
     }
 
+    /// Hands `read` (what a router read before handing the connection
+    /// over) to the lifecycle, as if it had just been received.
+    pub(crate) fn receive_read(&mut self, read: BytesMut, env: &Env<H>) {
+        self.read_buf = read;
+        self.receive_pending(env);
+    }
+
     /// Records what the group's epoll reported for this socket. Errors and
     /// hang-ups count as both, so the next read or write reports them.
     pub(crate) fn on_event(&mut self, event: &mio::event::Event) {

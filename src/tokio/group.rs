@@ -16,6 +16,7 @@
 //! At shutdown the group asks its open connections to close; if the shutdown
 //! times out, it aborts them (`Hub::watch` wakes it for both).
 
+use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -94,6 +95,9 @@ pub(crate) enum Start<S> {
     /// `proxy_header` (false once the header was read before TLS was
     /// ruled out).
     Accepted { proxy_header: bool },
+    /// Accepted elsewhere (through an [`Entrance`](super::Entrance)), with
+    /// the start of its request already read.
+    Routed(BytesMut),
     /// Opened elsewhere: a client's, whose `101` was read.
     #[cfg_attr(not(feature = "client"), allow(dead_code))]
     Opened(Box<Upgraded<S>>),
@@ -359,6 +363,12 @@ impl<H: Handler> Group<H> {
             let connection = match start {
                 Start::Accepted { proxy_header } => {
                     Connection::accept(stream, peer, live, wake, &self.env, proxy_header)
+                }
+                Start::Routed(read) => {
+                    let mut connection =
+                        Connection::accept(stream, peer, live, wake, &self.env, false);
+                    connection.receive_read(read, &self.env);
+                    connection
                 }
                 Start::Opened(upgraded) => {
                     let mut connection =

@@ -59,6 +59,8 @@ use crate::connection::config::Config;
 use crate::connection::handler::{Handler, ServerHandler};
 use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
+use crate::driver::entrance::Door;
+pub use crate::driver::entrance::Entrance;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
 };
@@ -83,6 +85,9 @@ pub struct Server<H: ServerHandler> {
     also_plain: bool,
     /// Set by `handoff_socket`, `after_handoff` and `take_over`.
     handoff: HandoffSettings,
+    /// Open while `serve` runs: connections accepted elsewhere come in
+    /// through it ([`Server::entrance`]).
+    door: Arc<Door>,
 }
 
 /// Without the `handoff` feature: no successor ever comes.
@@ -157,10 +162,12 @@ impl<H: ServerHandler> Server<H> {
     }
 
     fn with(listeners: Vec<TcpListener>, handler: Arc<H>, config: Config) -> Self {
+        let hub = Hub::new(config, "tokio");
         Server {
             listeners,
             handler,
-            hub: Hub::new(config, "tokio"),
+            door: Door::new(hub.clone()),
+            hub,
             #[cfg(feature = "rustls")]
             tls: None,
             #[cfg(feature = "rustls")]
@@ -215,9 +222,8 @@ impl<H: ServerHandler> Server<H> {
             #[cfg(feature = "rustls")]
             also_plain,
             handoff,
+            door,
         } = self;
-        #[cfg(feature = "rustls")]
-        hub.config.refuse_proxy_protocol_with_tls(tls.is_some())?;
         let mut handoff = Handoff::new(handoff)?;
         // Accepted sockets go to a group's epoll, never to tokio's, so the
         // listener is polled as a plain descriptor.
@@ -229,6 +235,8 @@ impl<H: ServerHandler> Server<H> {
             .collect::<io::Result<Vec<_>>>()?;
         let env = Env::server(hub.clone(), handler);
         let groups = Groups::spawn(&env)?;
+        // Closed again before the groups are told no more will come.
+        let door = door.open(groups.admit());
         // A predecessor's connections, if this server took over; its
         // listening sockets at the end (none until then).
         let mut coming = handoff.take_in(&groups.0, &hub)?;
@@ -317,6 +325,7 @@ impl<H: ServerHandler> Server<H> {
             tokio::task::yield_now().await;
         }
         drop(listeners);
+        drop(door);
         drop(groups);
         hub.finish_shutdown().await;
         Ok(())
@@ -369,6 +378,27 @@ impl<S> Groups<S> {
 
     pub(crate) fn least_loaded(&self) -> &Arc<GroupShared<S>> {
         group::least_loaded(&self.0)
+    }
+
+    /// How the [`Entrance`] hands a connection to the least loaded group.
+    fn admit(&self) -> crate::driver::entrance::AdmitFn
+    where
+        S: Send + 'static,
+    {
+        let groups = self.0.clone();
+        Box::new(move |stream, peer, live, read| {
+            // A group's epoll needs it non-blocking; an error shows at its
+            // first read.
+            if let Err(error) = stream.set_nonblocking(true) {
+                tracing::debug!(%peer, %error, "could not make an admitted socket non-blocking");
+            }
+            group::least_loaded(&groups).hand_over(Incoming {
+                stream: mio::net::TcpStream::from_std(stream),
+                peer,
+                live,
+                start: Start::Routed(read),
+            });
+        })
     }
 }
 

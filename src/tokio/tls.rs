@@ -7,6 +7,10 @@
 //! With `Server::also_plain`, the first byte decides: 0x16 starts a TLS
 //! handshake record, anything else is taken for a plain HTTP request and
 //! the connection goes to a connection group, as on a server without TLS.
+//!
+//! With `Config::proxy_protocol`, the PROXY header comes first, before
+//! either: it is read here, not a byte past it, so that rustls (or the
+//! group) reads on from the socket where the header ended.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use bytes::BytesMut;
 use crate::connection::handler::Handler;
 use crate::connection::hub::{Hub, LiveGuard, deadline_from};
 use crate::connection::lifecycle::Env;
+use crate::connection::proxied::{Header, read_header};
 use crate::stream::tls::TlsStream;
 use crate::stream::{self, Start};
 use crate::tokio::group::{GroupShared, Incoming};
@@ -62,7 +67,8 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
         plain,
     } = *accepted;
     let started = Instant::now();
-    let tcp = match tokio::net::TcpStream::from_std(tcp) {
+    let mut peer = peer;
+    let mut tcp = match tokio::net::TcpStream::from_std(tcp) {
         Ok(tcp) => tcp,
         Err(error) => {
             tracing::debug!(%peer, %error, "could not watch a new connection; dropped");
@@ -70,6 +76,27 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
         }
     };
     let deadline = deadline_from(started, env.hub.config.handshake_timeout);
+    if let Some(protocol) = &env.hub.config.proxy_protocol {
+        let meters = env.hub.meters();
+        if !protocol.admits(peer.ip()) {
+            tracing::debug!(%peer, "not a listed PROXY protocol source; connection closed");
+            meters.rejected("proxy_source");
+            return None;
+        }
+        match in_time(&env.hub, deadline, read_proxy_header(&mut tcp, &mut peer)).await? {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                tracing::debug!(%peer, why, "connection closed");
+                meters.rejected("proxy_header");
+                return None;
+            }
+            // Closed quietly, as the plain path closes a late header.
+            Err(_) => {
+                tracing::debug!(%peer, "no PROXY header within the handshake timeout; connection closed");
+                return None;
+            }
+        }
+    }
     if let Some(group) = plain {
         let mut first = [0u8; 1];
         let peeked = in_time(&env.hub, deadline, tcp.peek(&mut first)).await?;
@@ -82,8 +109,7 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
                         stream: mio::net::TcpStream::from_std(stream),
                         peer,
                         live,
-                        // (No PROXY header: a server with TLS does not
-                        // start with the PROXY protocol.)
+                        // (Its PROXY header, if any, was read above.)
                         start: crate::tokio::group::Start::Accepted {
                             proxy_header: false,
                         },
@@ -126,6 +152,49 @@ async fn handshake<H: Handler>(accepted: Box<Accepted<H>>) -> Option<impl Future
         prefix: BytesMut::new(),
     };
     Some(stream::serve(tls, peer, start, live, env, started))
+}
+
+/// Reads a PROXY protocol header off `tcp` without reading a byte past it
+/// (the TLS handshake follows, read by rustls from the socket): `peer`
+/// becomes the address it names. Bounded by the header's own bounds.
+async fn read_proxy_header(
+    tcp: &mut tokio::net::TcpStream,
+    peer: &mut SocketAddr,
+) -> Result<(), &'static str> {
+    use rapidws_core::sniff::proxy::V2_SIGNATURE;
+
+    let mut header = BytesMut::new();
+    // The shortest header, `PROXY UNKNOWN\r\n`, is 15 bytes; version 2's
+    // fixed part (16) ends with the length of the rest.
+    let mut want = 15;
+    let mut chunk = [0u8; 512];
+    loop {
+        while header.len() < want {
+            let room = (want - header.len()).min(chunk.len());
+            if tcp.readable().await.is_err() {
+                return Err("reading the PROXY header failed");
+            }
+            match tcp.try_read(&mut chunk[..room]) {
+                Ok(0) => return Err("the connection ended before its PROXY header"),
+                Ok(n) => header.extend_from_slice(&chunk[..n]),
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return Err("reading the PROXY header failed"),
+            }
+        }
+        match read_header(&mut header, peer) {
+            Header::Read => return Ok(()),
+            Header::Refused(why) => return Err(why),
+            Header::Waiting => {}
+        }
+        want = match header.get(..16) {
+            Some(fixed) if fixed[..12] == V2_SIGNATURE => {
+                16 + usize::from(u16::from_be_bytes([fixed[14], fixed[15]]))
+            }
+            // Version 1 ends at its line's end: a byte at a time (at most
+            // 107), so none of the TLS handshake is read.
+            _ => header.len() + 1,
+        };
+    }
 }
 
 /// `work` bounded by the handshake's `deadline` (`Err` once it passed), or

@@ -99,7 +99,48 @@ impl<H: Handler> Connection<H> {
         env: &Env<H>,
         io: &mut Io<'_>,
     ) -> Self {
-        let mut connection = Connection {
+        let mut connection = Connection::new(stream, peer, tls, live, wake, env);
+        // With TLS too: the header comes before the TLS handshake.
+        connection.life.expect_proxy_header(env, Instant::now());
+        connection.receive(io);
+        connection
+    }
+
+    /// Starts serving a connection accepted elsewhere (through the
+    /// `Entrance`), from which `read` was read already: it is handled
+    /// first, then the receive is armed. No PROXY header is expected: the
+    /// router read it, and `peer` is what it named.
+    pub(crate) fn admit(
+        stream: TcpStream,
+        peer: SocketAddr,
+        read: BytesMut,
+        live: LiveGuard,
+        wake: ConnWake,
+        env: &Env<H>,
+        io: &mut Io<'_>,
+    ) -> Self {
+        let mut connection = Connection::new(stream, peer, None, live, wake, env);
+        if !read.is_empty() {
+            connection.read_buf = read;
+            let now = Instant::now();
+            connection
+                .life
+                .handle_input(&mut connection.read_buf, env, now);
+            read_buf::release(&mut connection.read_buf, &env.hub.pool);
+        }
+        connection.receive(io);
+        connection
+    }
+
+    fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        tls: Option<Box<Tls>>,
+        live: LiveGuard,
+        wake: ConnWake,
+        env: &Env<H>,
+    ) -> Self {
+        Connection {
             stream,
             read_buf: BytesMut::new(),
             receiving: false,
@@ -110,12 +151,7 @@ impl<H: Handler> Connection<H> {
             tls,
             quieting: false,
             life: Lifecycle::accept(peer, live, wake, env, Instant::now()),
-        };
-        if connection.tls.is_none() {
-            connection.life.expect_proxy_header(env, Instant::now());
         }
-        connection.receive(io);
-        connection
     }
 
     /// Handles a receive's completion.
@@ -134,27 +170,20 @@ impl<H: Handler> Connection<H> {
             // The reactor gives the buffer back afterwards, whatever happens here.
             Ok(Received::Data { buffer, len }) => {
                 let chunk = io.ring.received(buffer, len);
-                match &mut self.tls {
+                match &self.tls {
                     None => self.take(chunk, env),
-                    Some(tls) => {
-                        let pool = &env.hub.pool;
-                        let mut plain = BytesMut::new();
-                        let handshaking = tls.is_handshaking();
-                        match tls.open(chunk, &mut plain, pool) {
-                            Ok(()) if !plain.is_empty() => self.take(&mut plain, env),
-                            Ok(()) => {}
-                            Err(error) => {
-                                if handshaking {
-                                    let peer = self.stream.peer_addr().ok();
-                                    tracing::debug!(?peer, %error, "TLS handshake failed; connection closed");
-                                }
-                                self.life.handle_read_error(&error);
-                            }
+                    // The PROXY header comes before TLS: it is read off
+                    // the raw bytes (held in `read_buf` until whole; no
+                    // plaintext is there yet), the rest goes to TLS.
+                    Some(_) if self.life.awaits_proxy_header() => {
+                        self.read_buf.extend_from_slice(chunk);
+                        let now = Instant::now();
+                        if self.life.handle_proxy_header(&mut self.read_buf, env, now) {
+                            let mut raw = std::mem::take(&mut self.read_buf);
+                            self.open_tls(&mut raw, env);
                         }
-                        // What the lifecycle left was copied by `take`.
-                        plain.clear();
-                        read_buf::release(&mut plain, pool);
                     }
+                    Some(_) => self.open_tls(chunk, env),
                 }
             }
             Ok(Received::End) => self.life.handle_eof(),
@@ -163,6 +192,31 @@ impl<H: Handler> Connection<H> {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {}
             Err(error) => self.life.handle_read_error(&error),
         }
+    }
+
+    /// Hands `chunk`, bytes received under TLS, to rustls, and the
+    /// plaintext it gives to the lifecycle.
+    fn open_tls(&mut self, chunk: &mut BytesMut, env: &Env<H>) {
+        let Some(tls) = &mut self.tls else {
+            return;
+        };
+        let pool = &env.hub.pool;
+        let mut plain = BytesMut::new();
+        let handshaking = tls.is_handshaking();
+        match tls.open(chunk, &mut plain, pool) {
+            Ok(()) if !plain.is_empty() => self.take(&mut plain, env),
+            Ok(()) => {}
+            Err(error) => {
+                if handshaking {
+                    let peer = self.stream.peer_addr().ok();
+                    tracing::debug!(?peer, %error, "TLS handshake failed; connection closed");
+                }
+                self.life.handle_read_error(&error);
+            }
+        }
+        // What the lifecycle left was copied by `take`.
+        plain.clear();
+        read_buf::release(&mut plain, pool);
     }
 
     /// Handles a send's completion: sends on what is left, or keeps the

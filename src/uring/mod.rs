@@ -66,6 +66,8 @@ use crate::connection::config::Config;
 use crate::connection::handler::ServerHandler;
 use crate::connection::hub::{Hub, deadline_after};
 use crate::connection::lifecycle::Env;
+pub use crate::driver::entrance::Entrance;
+use crate::driver::entrance::{AdmitFn, Door};
 use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
 use crate::driver::surface::{HandoffSettings, Served, socket_server_methods};
 use reactor::{Reactor, Setup, Shared};
@@ -91,6 +93,9 @@ pub struct Server<H: ServerHandler> {
     tls: Option<Arc<tls::ServerConfig>>,
     /// Set by `handoff_socket`, `after_handoff` and `take_over`.
     handoff: HandoffSettings,
+    /// Open while `serve` runs: connections accepted elsewhere come in
+    /// through it (`entrance`).
+    door: Arc<Door>,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -126,10 +131,12 @@ impl<H: ServerHandler> Server<H> {
     }
 
     fn with(listeners: Vec<TcpListener>, handler: Arc<H>, config: Config) -> Self {
+        let hub = Hub::new(config, "uring");
         Server {
             listeners,
             handler,
-            hub: Hub::new(config, "uring"),
+            door: Door::new(hub.clone()),
+            hub,
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
             tls: None,
@@ -192,8 +199,8 @@ impl<H: ServerHandler> Server<H> {
             buffers,
             tls,
             handoff,
+            door,
         } = self;
-        hub.config.refuse_proxy_protocol_with_tls(tls.is_some())?;
         // A server that took over has no listening socket until its
         // predecessor's come, at the end of the handoff (`run_handoff`
         // gives them to the reactors): as many reactors as it announced,
@@ -261,7 +268,9 @@ impl<H: ServerHandler> Server<H> {
             let env = Env::server(hub.clone(), handler.clone());
             start_handoff(handoff, loops, env, handed)?
         };
+        let door = door.open(admit(&reactors));
         wait_for_shutdown(&hub);
+        drop(door);
         if !wait_until_idle(&hub, deadline_after(hub.shutdown_wait())) {
             hub.abort_remaining();
             wait_until_idle(&hub, Instant::now() + Duration::from_secs(1));
@@ -287,6 +296,24 @@ impl<H: ServerHandler> Server<H> {
         }
         Ok(())
     }
+}
+
+/// How the [`Entrance`] hands a connection to the reactors: to each in
+/// turn, in blocking mode as their own accepted sockets are.
+fn admit(reactors: &Reactors) -> AdmitFn {
+    let reactors: Vec<Arc<Shared>> = reactors
+        .0
+        .iter()
+        .map(|(shared, _)| shared.clone())
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    Box::new(move |stream, peer, live, read| {
+        if let Err(error) = stream.set_nonblocking(false) {
+            tracing::debug!(%peer, %error, "could not make an admitted socket blocking");
+        }
+        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % reactors.len();
+        reactors[index].enter((stream, peer, live, read));
+    })
 }
 
 /// If this server took over, or waits for a successor: a thread that

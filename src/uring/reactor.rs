@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 use super::connection::{Connection, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
 use super::tls::{ServerConfig, Tls};
+use bytes::BytesMut;
+
 use crate::connection::handler::Handler;
+use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::Env;
 use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
@@ -56,7 +59,13 @@ pub(crate) struct Shared {
     /// What a handoff asks of the reactor, and the connections it brings.
     #[cfg(feature = "handoff")]
     handoff: handoff::Mailbox,
+    /// Connections accepted elsewhere, through the server's `Entrance`.
+    entering: Mutex<Vec<Entering>>,
 }
+
+/// A connection accepted elsewhere on its way to a reactor: its socket,
+/// peer, place in the live count, and what was read from it.
+pub(crate) type Entering = (std::net::TcpStream, SocketAddr, LiveGuard, BytesMut);
 
 impl Shared {
     pub(crate) fn new() -> io::Result<Arc<Shared>> {
@@ -69,7 +78,15 @@ impl Shared {
             failure: Mutex::new(None),
             #[cfg(feature = "handoff")]
             handoff: handoff::Mailbox::default(),
+            entering: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Gives the reactor a connection accepted elsewhere; it starts at the
+    /// reactor's next turn. (A reactor that ended drops it with itself.)
+    pub(crate) fn enter(&self, entering: Entering) {
+        lock(&self.entering).push(entering);
+        self.push_woken(REACTOR);
     }
 
     /// Makes the reactor end its loop and drop what it still holds.
@@ -248,6 +265,7 @@ impl<H: Handler> Reactor<H> {
             // and write in this turn with everything else.
             self.shared.posted.run(&mut self.jobs);
             self.take_woken();
+            self.take_entering();
             self.expire_timers();
             self.sweep_if_due();
             self.notice_shutdown();
@@ -539,6 +557,24 @@ impl<H: Handler> Reactor<H> {
                 self.accept_paused_until = Some(Instant::now() + backoff);
                 self.backoff = (backoff * 2).min(MAX_BACKOFF);
             }
+        }
+    }
+
+    /// Starts the connections accepted elsewhere (through the `Entrance`).
+    fn take_entering(&mut self) {
+        let entering = std::mem::take(&mut *lock(&self.shared.entering));
+        for (stream, peer, live, read) in entering {
+            let slot = self.slots.next_slot();
+            if self.marked.len() <= slot as usize {
+                self.marked.resize(slot as usize + 1, false);
+            }
+            let wake = ConnWake::Slot(SlotWake::new(self.shared.clone(), slot));
+            let mut io = self.parts.io(slot);
+            let connection = Connection::admit(stream, peer, read, live, wake, &self.env, &mut io);
+            self.refile_timer(slot, None, connection.deadline());
+            self.slots.insert(connection);
+            // What its first bytes asked for is written this turn.
+            self.mark_dirty(slot);
         }
     }
 

@@ -12,10 +12,11 @@ use crate::connection::hub::Hub;
 use crate::connection::proxied::{Header, read_header};
 
 impl<H: Handler> Lifecycle<H> {
-    /// A plain connection just accepted on a listener with the PROXY
-    /// protocol: its header comes first. One from a source the listener
-    /// does not list is refused at once. (A driver that read the header
-    /// itself, before TLS, does not call this.)
+    /// A connection just accepted on a listener with the PROXY protocol:
+    /// its header comes first (before TLS, if the listener has TLS). One
+    /// from a source the listener does not list is refused at once. (A
+    /// driver that read the header itself, before TLS, does not call
+    /// this.)
     pub(crate) fn expect_proxy_header(&mut self, env: &Env<H>, now: Instant) {
         let Some(protocol) = &env.hub.config.proxy_protocol else {
             return;
@@ -30,6 +31,34 @@ impl<H: Handler> Lifecycle<H> {
             env.hub.meters().rejected("proxy_source");
             refuse(handshake, &env.hub, now);
         }
+    }
+}
+
+impl<H: Handler> Lifecycle<H> {
+    /// Whether the PROXY header is still to come. A driver with TLS reads
+    /// it off the raw bytes, before TLS, with
+    /// [`Lifecycle::handle_proxy_header`].
+    pub(crate) fn awaits_proxy_header(&self) -> bool {
+        matches!(&self.stage, Stage::Handshake(handshake) if handshake.proxy_header)
+    }
+
+    /// The PROXY header off the front of `raw`, the bytes before TLS,
+    /// once it is all there: true once it was read (what follows it is
+    /// left in `raw`, the TLS handshake's). A header that does not read
+    /// refuses the connection, closed at the next `poll_action`.
+    pub(crate) fn handle_proxy_header(
+        &mut self,
+        raw: &mut BytesMut,
+        env: &Env<H>,
+        now: Instant,
+    ) -> bool {
+        let Stage::Handshake(handshake) = &mut self.stage else {
+            return false;
+        };
+        if handshake.proxy_header {
+            take(handshake, raw, &env.hub, now);
+        }
+        !handshake.proxy_header && !handshake.refused
     }
 }
 

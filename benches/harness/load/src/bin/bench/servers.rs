@@ -192,6 +192,37 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
             fanout: fanout(&["--backend", "uring"]),
             bus: None,
         },
+        // The same servers behind a `rapidws::route::Router` on the port
+        // (`--route`): each connection sniffed, then handed with its first
+        // bytes to the server's `Entrance`. What routing costs.
+        Server {
+            name: "rapidws-tokio-routed",
+            echo: examples.join("echo"),
+            args: &["--route"],
+            deflate_args: None,
+            push: None,
+            path: "/",
+            raw: false,
+            tls: false,
+            mux: false,
+            h3: None,
+            fanout: None,
+            bus: None,
+        },
+        Server {
+            name: "rapidws-uring-routed",
+            echo: examples.join("echo"),
+            args: &["--backend", "uring", "--route"],
+            deflate_args: None,
+            push: None,
+            path: "/",
+            raw: false,
+            tls: false,
+            mux: false,
+            h3: None,
+            fanout: None,
+            bus: None,
+        },
         // Scenario 6 with pushes and requests as two smux streams over
         // one WebSocket: `mux_echo --push-size`.
         Server {
