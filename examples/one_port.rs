@@ -11,7 +11,8 @@
 //!   answers the client's address as the server sees it (`IP:PORT`), and
 //!   `GET /ws` is a WebSocket echo (text and binary).
 //! - TLS: terminated here, then by the protocol agreed in ALPN: `h2` is
-//!   gRPC with the standard health service (`grpc.health.v1.Health/Check`
+//!   gRPC with the standard health service, tonic's (tonic-health, served
+//!   on the connection by hyper's HTTP/2: `grpc.health.v1.Health/Check`
 //!   answers SERVING for the service ""), `smux` an smux session echoing
 //!   every stream the client opens, `http/1.1` or none the routes of plain
 //!   HTTP (wss at `/ws`). The server prefers `smux`, then `http/1.1`, then
@@ -26,15 +27,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
 use rapidws::mux::{Config as MuxConfig, Mux, Side};
 use rapidws::route::{Matcher, Routed, Router};
 use rapidws::{
@@ -193,80 +190,19 @@ where
     }
 }
 
-/// gRPC over HTTP/2 with only the health service's `Check`: SERVING for
-/// the service "" (the server as a whole), NOT_FOUND for any other;
-/// other methods are UNIMPLEMENTED.
+/// gRPC over HTTP/2: tonic's standard health service (tonic-health), on
+/// this one connection. The server as a whole (the service "") is
+/// SERVING; any other service is NOT_FOUND.
 async fn grpc_health<T>(io: T)
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let service = hyper::service::service_fn(
-        |request: hyper::Request<hyper::body::Incoming>| async move {
-            let path_ok = request.uri().path() == "/grpc.health.v1.Health/Check";
-            let body = request
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let (status, reply) = match (path_ok, health_service(&body)) {
-                (false, _) => ("12", None),
-                (true, None) => ("3", None),
-                (true, Some(service)) if service.is_empty() => ("0", Some(SERVING)),
-                (true, Some(_)) => ("5", None),
-            };
-            let mut trailers = hyper::HeaderMap::new();
-            trailers.insert(
-                "grpc-status",
-                hyper::header::HeaderValue::from_static(status),
-            );
-            let mut frames: Vec<Result<Frame<Bytes>, Infallible>> = Vec::new();
-            if let Some(message) = reply {
-                let mut data = vec![0u8];
-                data.extend_from_slice(&(message.len() as u32).to_be_bytes());
-                data.extend_from_slice(message);
-                frames.push(Ok(Frame::data(Bytes::from(data))));
-            }
-            frames.push(Ok(Frame::trailers(trailers)));
-            let response = hyper::Response::builder()
-                .header("content-type", "application/grpc")
-                .body(StreamBody::new(futures_util::stream::iter(frames)))
-                .expect("a valid response");
-            Ok::<_, Infallible>(response)
-        },
-    );
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let routes = tonic::service::Routes::new(health);
+    let service = hyper_util::service::TowerToHyperService::new(routes);
     let builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
     let io = hyper_util::rt::TokioIo::new(io);
     if let Err(error) = builder.serve_connection(io, service).await {
         tracing::debug!(%error, "gRPC connection ended");
     }
-}
-
-/// `HealthCheckResponse { status: SERVING }`: field 1, varint 1.
-const SERVING: &[u8] = &[0x08, 0x01];
-
-/// The `service` of a `HealthCheckRequest` in one gRPC message (flag,
-/// length, protobuf: field 1, a string); `None` if it does not read.
-fn health_service(body: &[u8]) -> Option<String> {
-    let (&compressed, rest) = body.split_first()?;
-    let length = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    let message = rest.get(4..4 + length)?;
-    if compressed != 0 || rest.len() != 4 + length {
-        return None;
-    }
-    let mut service = String::new();
-    let mut at = 0;
-    while at < message.len() {
-        let key = message[at];
-        let len = usize::from(*message.get(at + 1)?);
-        // Field 1, length-delimited, a short name (one length byte).
-        if key != 0x0a || len >= 0x80 {
-            return None;
-        }
-        service = std::str::from_utf8(message.get(at + 2..at + 2 + len)?)
-            .ok()?
-            .to_owned();
-        at += 2 + len;
-    }
-    Some(service)
 }

@@ -199,3 +199,54 @@ async fn behind_haproxy_with_the_proxy_protocol() {
     assert_eq!(curl(&format!("http://{addr}/whoami"), None).await, None);
     assert_eq!(curl(&format!("https://{addr}/whoami"), None).await, None);
 }
+
+/// The sniff is bounded in time (5 s, the router's default): a peer that
+/// sends nothing, or dribbles a request line that never decides, is
+/// closed unanswered at about 5 s, and meanwhile others are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_dribbling_peers_are_closed_at_the_sniff_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, addr) = one_port(&[]).await;
+    let peer = |dribble: bool| async move {
+        let started = std::time::Instant::now();
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut reader, mut writer) = stream.split();
+        let mut answer = Vec::new();
+        let reading = reader.read_to_end(&mut answer);
+        let writing = async {
+            // One byte a second of a line no matcher can decide on yet.
+            for byte in b"GET /whoami-but-slowly"
+                .iter()
+                .take(if dribble { 20 } else { 0 })
+            {
+                if writer.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            std::future::pending::<()>().await
+        };
+        let read = tokio::select! {
+            read = reading => read,
+            () = writing => unreachable!(),
+        };
+        let took = started.elapsed();
+        assert!(
+            read.is_ok() && answer.is_empty(),
+            "dribble {dribble}: {answer:?}"
+        );
+        (dribble, took)
+    };
+    // Others are served while both wait.
+    let (silent, dribbling, ()) = tokio::join!(peer(false), peer(true), async {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        http_routes(addr).await;
+    });
+    for (dribble, took) in [silent, dribbling] {
+        assert!(
+            took >= std::time::Duration::from_millis(4_500)
+                && took < std::time::Duration::from_secs(9),
+            "dribble {dribble}: closed after {took:?}"
+        );
+    }
+}
