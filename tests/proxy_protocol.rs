@@ -31,7 +31,14 @@ async fn server(backend: Backend, protocol: ProxyProtocol) -> common::TestServer
 /// A WebSocket over `stream` (the header already sent): the server's
 /// first message, then an echo checked.
 async fn whoami(stream: TcpStream, addr: SocketAddr) -> String {
-    let url = format!("ws://{addr}/");
+    whoami_at(stream, format!("ws://{addr}/")).await
+}
+
+/// [`whoami`] over any stream, at `url`.
+async fn whoami_at<S>(stream: S, url: String) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let (mut ws, _) = tokio_tungstenite::client_async(url, stream)
         .await
         .expect("upgrade after the header");
@@ -256,18 +263,7 @@ async fn whoami_tls(stream: TcpStream, addr: SocketAddr) -> String {
         .connect(name, stream)
         .await
         .expect("TLS after the header");
-    let url = format!("wss://localhost:{}/", addr.port());
-    let (mut ws, _) = tokio_tungstenite::client_async(url, tls)
-        .await
-        .expect("upgrade after the header and TLS");
-    let first = common::next(&mut ws).await;
-    ws.send(tungstenite::Message::text("echo")).await.unwrap();
-    assert_eq!(
-        common::next(&mut ws).await,
-        tungstenite::Message::text("echo")
-    );
-    let _ = ws.close(None).await;
-    first.into_text().unwrap().to_string()
+    whoami_at(tls, format!("wss://localhost:{}/", addr.port())).await
 }
 
 /// The header before TLS, in pieces and whole, both versions; then the
