@@ -4,6 +4,9 @@
 //! cargo run --release --example echo -- --addr 127.0.0.1:9001 --backend tokio
 //! ```
 //! `--backend uring` serves with the io_uring backend (Linux 6.0 or later).
+//! `--route` puts a `rapidws::route::Router` on the port, handing each
+//! HTTP/1 connection to the server through its `Entrance` (the load
+//! harness's `*-routed` rows: what routing costs).
 //! Logging follows
 //! `RUST_LOG` (default `info`). Ctrl-C closes every connection with 1001;
 //! SIGTERM closes them with 1012 spread over `--spread-secs` (default 0: at
