@@ -1,9 +1,9 @@
 //! Connections a router accepted, served by the socket servers through
 //! their `Entrance` (tokio's groups, io_uring's reactors): tokio-tungstenite
 //! and Python's `websockets` as the peers, a request cut where the router
-//! stopped reading, the PROXY protocol read by the router, refusals before
-//! `serve` and after the shutdown, and shutdowns with routed connections
-//! open, in a loop.
+//! stopped reading, the PROXY protocol read by the router, connections
+//! that wait for `serve`, refusals after it, and shutdowns with routed
+//! connections open, in a loop.
 
 #![cfg(all(target_os = "linux", feature = "uring", feature = "route"))]
 
@@ -243,29 +243,66 @@ async fn the_router_reads_the_proxy_header() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refused_before_serve_and_after_the_shutdown() {
-    for backend in BACKENDS {
-        let (entrance, handle, serve) = server(backend);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let client = tokio::spawn(TcpStream::connect(addr));
-        let (tcp, peer) = listener.accept().await.unwrap();
-        let mut client = client.await.unwrap().unwrap();
-        let refused = entrance.admit(tcp, peer, Default::default()).unwrap_err();
-        assert_eq!(refused.kind(), std::io::ErrorKind::NotConnected);
-        // The refused stream is closed: its peer reads the end.
-        let mut byte = [0; 1];
-        assert_eq!(client.read(&mut byte).await.unwrap(), 0, "{backend:?}");
+/// A connection accepted and admitted by hand: the client's side and
+/// what `admit` said.
+async fn admitted(listener: &TcpListener, entrance: &Entrance) -> (TcpStream, std::io::Result<()>) {
+    let client = tokio::spawn(TcpStream::connect(listener.local_addr().unwrap()));
+    let (tcp, peer) = listener.accept().await.unwrap();
+    let client = client.await.unwrap().unwrap();
+    (client, entrance.admit(tcp, peer, Default::default()))
+}
 
+/// The upgrade over `client`, and the peer address the server names.
+async fn upgrades(client: TcpStream) -> String {
+    let (mut ws, _) = tokio_tungstenite::client_async("ws://localhost/", client)
+        .await
+        .expect("served");
+    ws.next()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_text()
+        .unwrap()
+        .to_string()
+}
+
+/// Before `serve` runs, admitted connections wait for it and are served
+/// once it does; after the shutdown they are refused, and so are those of
+/// a server dropped without serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_serve_and_refused_after_it() {
+    for backend in BACKENDS {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut byte = [0; 1];
+
+        // Dropped unserved: what waited is closed.
+        let (entrance, _, serve) = server(backend);
+        let (mut client, admitted_early) = admitted(&listener, &entrance).await;
+        admitted_early.unwrap();
+        drop(serve);
+        assert_eq!(client.read(&mut byte).await.unwrap(), 0, "{backend:?}");
+        let refused = admitted(&listener, &entrance).await.1.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::NotConnected);
+
+        let (entrance, handle, serve) = server(backend);
+        let (early, admitted_early) = admitted(&listener, &entrance).await;
+        admitted_early.unwrap();
+        let own = early.local_addr().unwrap();
         let served = serve();
+        assert_eq!(upgrades(early).await, own.to_string(), "{backend:?}");
+        let (late, admitted_late) = admitted(&listener, &entrance).await;
+        admitted_late.unwrap();
+        let own = late.local_addr().unwrap();
+        assert_eq!(upgrades(late).await, own.to_string(), "{backend:?}");
+
         handle.shutdown();
         served.await.unwrap().unwrap();
-        let client = tokio::spawn(TcpStream::connect(addr));
-        let (tcp, peer) = listener.accept().await.unwrap();
-        let mut client = client.await.unwrap().unwrap();
-        let refused = entrance.admit(tcp, peer, Default::default()).unwrap_err();
-        assert_eq!(refused.kind(), std::io::ErrorKind::NotConnected);
+        let (mut client, refused) = admitted(&listener, &entrance).await;
+        assert_eq!(
+            refused.unwrap_err().kind(),
+            std::io::ErrorKind::NotConnected
+        );
+        // The refused stream is closed: its peer reads the end.
         assert_eq!(client.read(&mut byte).await.unwrap(), 0, "{backend:?}");
     }
 }

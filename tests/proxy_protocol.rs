@@ -220,9 +220,9 @@ impl Drop for TlsServers {
 }
 
 #[cfg(feature = "rustls")]
-async fn tls_servers() -> TlsServers {
+async fn tls_servers(protocol: ProxyProtocol) -> TlsServers {
     let config = Config::default()
-        .proxy_protocol(ProxyProtocol::required())
+        .proxy_protocol(protocol)
         .handshake_timeout(Duration::from_secs(1));
     let (mut addrs, mut handles) = (Vec::new(), Vec::new());
     for also_plain in [false, true] {
@@ -271,7 +271,7 @@ async fn whoami_tls(stream: TcpStream, addr: SocketAddr) -> String {
 #[cfg(feature = "rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_servers_read_the_header_before_tls() {
-    let servers = tls_servers().await;
+    let servers = tls_servers(ProxyProtocol::required()).await;
     for &(name, addr) in &servers.addrs {
         common::wait_listening(name, addr).await;
         let v1 = b"PROXY TCP4 192.0.2.7 127.0.0.1 56324 443\r\n";
@@ -317,13 +317,41 @@ async fn tls_servers_read_the_header_before_tls() {
     );
 }
 
+/// A wss server's source not listed: a real ClientHello (OpenSSL's)
+/// gets nothing back, no TLS handshake; a listed one is served.
+#[cfg(feature = "rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_servers_take_only_listed_sources() {
+    let hello = include_bytes!("../core/src/sniff/hello/openssl.bin");
+    let elsewhere: Network = "10.0.0.0/8".parse().unwrap();
+    let servers = tls_servers(ProxyProtocol::required().from_sources([elsewhere])).await;
+    for &(name, addr) in &servers.addrs {
+        common::wait_listening(name, addr).await;
+        closed_without_a_word(addr, hello).await;
+        let mut header = b"PROXY TCP4 192.0.2.7 127.0.0.1 1 443\r\n".to_vec();
+        header.extend_from_slice(hello);
+        closed_without_a_word(addr, &header).await;
+    }
+    let here: Network = "127.0.0.0/8".parse().unwrap();
+    let servers = tls_servers(ProxyProtocol::required().from_sources([here])).await;
+    for &(name, addr) in &servers.addrs {
+        common::wait_listening(name, addr).await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"PROXY TCP4 192.0.2.7 127.0.0.1 1 443\r\n")
+            .await
+            .unwrap();
+        assert_eq!(whoami_tls(stream, addr).await, "192.0.2.7:1", "{name}");
+    }
+}
+
 /// HAProxy in TCP mode passing TLS through with `send-proxy-v2`: the wss
 /// servers see HAProxy's client.
 #[cfg(feature = "rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_passed_through_haproxy() {
     let haproxy = debian_binary("/usr/sbin/haproxy", "haproxy");
-    let servers = tls_servers().await;
+    let servers = tls_servers(ProxyProtocol::required()).await;
     for &(name, addr) in &servers.addrs {
         let (_process, front) = haproxy_front(&haproxy, addr, "send-proxy-v2");
         common::wait_listening("haproxy", front).await;

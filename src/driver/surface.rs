@@ -106,7 +106,7 @@ macro_rules! socket_server_methods {
         /// served by this server while `serve` runs: see
         /// [`Entrance`](crate::driver::entrance::Entrance).
         pub fn entrance(&self) -> $crate::driver::entrance::Entrance {
-            $crate::driver::entrance::Entrance::new(self.door.clone())
+            self.door.entrance()
         }
 
         $crate::driver::surface::socket_server_methods! {

@@ -106,6 +106,8 @@ impl<H: Handler> Connection<H> {
     /// Hands `read` (what a router read before handing the connection
     /// over) to the lifecycle, as if it had just been received.
     pub(crate) fn receive_read(&mut self, read: BytesMut, env: &Env<H>) {
+        // Counted as the turn counts what it reads.
+        env.hub.meters().received(0, read.len() as u64);
         self.read_buf = read;
         self.receive_pending(env);
     }

@@ -367,7 +367,17 @@ impl<H: Handler> Group<H> {
                 Start::Routed(read) => {
                     let mut connection =
                         Connection::accept(stream, peer, live, wake, &self.env, false);
-                    connection.receive_read(read, &self.env);
+                    // Its request may reach the handler's hooks: a panic
+                    // there ends this connection only.
+                    let env = &self.env;
+                    if catch_unwind(AssertUnwindSafe(|| connection.receive_read(read, env)))
+                        .is_err()
+                    {
+                        tracing::error!(%peer, "handling a routed connection's first bytes panicked; closed");
+                        drop(catch_unwind(AssertUnwindSafe(move || drop(connection))));
+                        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
                     connection
                 }
                 Start::Opened(upgraded) => {

@@ -59,8 +59,8 @@ use crate::connection::config::Config;
 use crate::connection::handler::{Handler, ServerHandler};
 use crate::connection::hub::Hub;
 use crate::connection::lifecycle::Env;
-use crate::driver::entrance::Door;
 pub use crate::driver::entrance::Entrance;
+use crate::driver::entrance::Keeper;
 use crate::driver::listen::{
     LISTEN_BACKLOG, MAX_BACKOFF, MIN_BACKOFF, bind_first, concerns_one_connection,
 };
@@ -87,7 +87,7 @@ pub struct Server<H: ServerHandler> {
     handoff: HandoffSettings,
     /// Open while `serve` runs: connections accepted elsewhere come in
     /// through it ([`Server::entrance`]).
-    door: Arc<Door>,
+    door: Keeper,
 }
 
 /// Without the `handoff` feature: no successor ever comes.
@@ -166,7 +166,7 @@ impl<H: ServerHandler> Server<H> {
         Server {
             listeners,
             handler,
-            door: Door::new(hub.clone()),
+            door: Keeper::new(hub.clone()),
             hub,
             #[cfg(feature = "rustls")]
             tls: None,
@@ -236,7 +236,9 @@ impl<H: ServerHandler> Server<H> {
         let env = Env::server(hub.clone(), handler);
         let groups = Groups::spawn(&env)?;
         // Closed again before the groups are told no more will come.
-        let door = door.open(groups.admit());
+        // Bound again here, to be dropped (closed) before the groups are.
+        let door = door;
+        door.open(groups.admit());
         // A predecessor's connections, if this server took over; its
         // listening sockets at the end (none until then).
         let mut coming = handoff.take_in(&groups.0, &hub)?;
@@ -386,7 +388,7 @@ impl<S> Groups<S> {
         S: Send + 'static,
     {
         let groups = self.0.clone();
-        Box::new(move |stream, peer, live, read| {
+        Box::new(move |(stream, peer, live, read)| {
             // A group's epoll needs it non-blocking; an error shows at its
             // first read.
             if let Err(error) = stream.set_nonblocking(true) {

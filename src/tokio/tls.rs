@@ -164,36 +164,35 @@ async fn read_proxy_header(
     use rapidws_core::sniff::proxy::V2_SIGNATURE;
 
     let mut header = BytesMut::new();
-    // The shortest header, `PROXY UNKNOWN\r\n`, is 15 bytes; version 2's
-    // fixed part (16) ends with the length of the rest.
-    let mut want = 15;
     let mut chunk = [0u8; 512];
     loop {
-        while header.len() < want {
-            let room = (want - header.len()).min(chunk.len());
-            if tcp.readable().await.is_err() {
-                return Err("reading the PROXY header failed");
+        // As much as cannot be past the header's end: the shortest header,
+        // `PROXY UNKNOWN\r\n`, is 15 bytes; version 2's fixed part (16)
+        // ends with the length of the rest; version 1 ends at its line's
+        // end, so past 15 bytes it comes a byte at a time (at most 107).
+        let want = match header.get(..16) {
+            Some(fixed) if fixed[..12] == V2_SIGNATURE => {
+                16 + usize::from(u16::from_be_bytes([fixed[14], fixed[15]]))
             }
-            match tcp.try_read(&mut chunk[..room]) {
-                Ok(0) => return Err("the connection ended before its PROXY header"),
-                Ok(n) => header.extend_from_slice(&chunk[..n]),
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return Err("reading the PROXY header failed"),
-            }
+            _ => (header.len() + 1).max(15),
+        };
+        let room = want.saturating_sub(header.len()).min(chunk.len());
+        if tcp.readable().await.is_err() {
+            return Err("reading the PROXY header failed");
         }
+        match tcp.try_read(&mut chunk[..room]) {
+            Ok(0) => return Err("the connection ended before its PROXY header"),
+            Ok(n) => header.extend_from_slice(&chunk[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return Err("reading the PROXY header failed"),
+        }
+        // Each read is looked at: what cannot start a header is refused
+        // at once.
         match read_header(&mut header, peer) {
             Header::Read => return Ok(()),
             Header::Refused(why) => return Err(why),
             Header::Waiting => {}
         }
-        want = match header.get(..16) {
-            Some(fixed) if fixed[..12] == V2_SIGNATURE => {
-                16 + usize::from(u16::from_be_bytes([fixed[14], fixed[15]]))
-            }
-            // Version 1 ends at its line's end: a byte at a time (at most
-            // 107), so none of the TLS handshake is read.
-            _ => header.len() + 1,
-        };
     }
 }
 

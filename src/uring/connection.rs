@@ -107,29 +107,33 @@ impl<H: Handler> Connection<H> {
     }
 
     /// Starts serving a connection accepted elsewhere (through the
-    /// `Entrance`), from which `read` was read already: it is handled
-    /// first, then the receive is armed. No PROXY header is expected: the
-    /// router read it, and `peer` is what it named.
+    /// `Entrance`): arms its receive. What was read from it already comes
+    /// next, through [`Connection::receive_read`]. No PROXY header is
+    /// expected: the router read it, and `peer` is what it named.
     pub(crate) fn admit(
         stream: TcpStream,
         peer: SocketAddr,
-        read: BytesMut,
         live: LiveGuard,
         wake: ConnWake,
         env: &Env<H>,
         io: &mut Io<'_>,
     ) -> Self {
         let mut connection = Connection::new(stream, peer, None, live, wake, env);
-        if !read.is_empty() {
-            connection.read_buf = read;
-            let now = Instant::now();
-            connection
-                .life
-                .handle_input(&mut connection.read_buf, env, now);
-            read_buf::release(&mut connection.read_buf, &env.hub.pool);
-        }
         connection.receive(io);
         connection
+    }
+
+    /// Handles `read` (what a router read before handing the connection
+    /// over) as if it had just been received.
+    pub(crate) fn receive_read(&mut self, mut read: BytesMut, env: &Env<H>) {
+        if !read.is_empty() {
+            self.take(&mut read, env);
+        }
+    }
+
+    /// Refused before its request was read (see `Lifecycle::is_refused`).
+    pub(crate) fn is_refused(&self) -> bool {
+        self.life.is_refused()
     }
 
     fn new(

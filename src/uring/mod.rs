@@ -67,7 +67,7 @@ use crate::connection::handler::ServerHandler;
 use crate::connection::hub::{Hub, deadline_after};
 use crate::connection::lifecycle::Env;
 pub use crate::driver::entrance::Entrance;
-use crate::driver::entrance::{AdmitFn, Door};
+use crate::driver::entrance::{AdmitFn, Keeper};
 use crate::driver::listen::{LISTEN_BACKLOG, bind_first};
 use crate::driver::surface::{HandoffSettings, Served, socket_server_methods};
 use reactor::{Reactor, Setup, Shared};
@@ -95,7 +95,7 @@ pub struct Server<H: ServerHandler> {
     handoff: HandoffSettings,
     /// Open while `serve` runs: connections accepted elsewhere come in
     /// through it (`entrance`).
-    door: Arc<Door>,
+    door: Keeper,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -135,7 +135,7 @@ impl<H: ServerHandler> Server<H> {
         Server {
             listeners,
             handler,
-            door: Door::new(hub.clone()),
+            door: Keeper::new(hub.clone()),
             hub,
             threads: thread::available_parallelism().map_or(1, usize::from),
             buffers: DEFAULT_BUFFERS,
@@ -268,7 +268,7 @@ impl<H: ServerHandler> Server<H> {
             let env = Env::server(hub.clone(), handler.clone());
             start_handoff(handoff, loops, env, handed)?
         };
-        let door = door.open(admit(&reactors));
+        door.open(admit(&reactors));
         wait_for_shutdown(&hub);
         drop(door);
         if !wait_until_idle(&hub, deadline_after(hub.shutdown_wait())) {
@@ -307,7 +307,7 @@ fn admit(reactors: &Reactors) -> AdmitFn {
         .map(|(shared, _)| shared.clone())
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    Box::new(move |stream, peer, live, read| {
+    Box::new(move |(stream, peer, live, read)| {
         if let Err(error) = stream.set_nonblocking(false) {
             tracing::debug!(%peer, %error, "could not make an admitted socket blocking");
         }

@@ -83,9 +83,12 @@ impl Shared {
     }
 
     /// Gives the reactor a connection accepted elsewhere; it starts at the
-    /// reactor's next turn. (A reactor that ended drops it with itself.)
+    /// reactor's next turn. One given to a reactor that ended is closed.
     pub(crate) fn enter(&self, entering: Entering) {
         lock(&self.entering).push(entering);
+        if self.stop.load(Ordering::SeqCst) {
+            drop(std::mem::take(&mut *lock(&self.entering)));
+        }
         self.push_woken(REACTOR);
     }
 
@@ -278,6 +281,8 @@ impl<H: Handler> Reactor<H> {
         }
         #[cfg(feature = "handoff")]
         self.shared.handoff.close();
+        // Admitted and not started: closed, and out of the live count.
+        drop(std::mem::take(&mut *lock(&self.shared.entering)));
     }
 
     /// Whether the next submit may wait: nothing is left to do this turn.
@@ -560,7 +565,9 @@ impl<H: Handler> Reactor<H> {
         }
     }
 
-    /// Starts the connections accepted elsewhere (through the `Entrance`).
+    /// Starts the connections accepted elsewhere (through the `Entrance`):
+    /// each armed to receive, then what was read from it handled as if
+    /// just received (panics caught, as for a completion).
     fn take_entering(&mut self) {
         let entering = std::mem::take(&mut *lock(&self.shared.entering));
         for (stream, peer, live, read) in entering {
@@ -570,11 +577,13 @@ impl<H: Handler> Reactor<H> {
             }
             let wake = ConnWake::Slot(SlotWake::new(self.shared.clone(), slot));
             let mut io = self.parts.io(slot);
-            let connection = Connection::admit(stream, peer, read, live, wake, &self.env, &mut io);
+            let connection = Connection::admit(stream, peer, live, wake, &self.env, &mut io);
             self.refile_timer(slot, None, connection.deadline());
             self.slots.insert(connection);
-            // What its first bytes asked for is written this turn.
-            self.mark_dirty(slot);
+            // Handled, and what it asked for written, this turn.
+            self.with_connection(slot, |connection, env, _| {
+                connection.receive_read(read, env)
+            });
         }
     }
 
@@ -608,9 +617,11 @@ impl<H: Handler> Reactor<H> {
         let mut io = self.parts.io(slot);
         let connection = Connection::accept(stream, peer, tls, live, wake, &self.env, &mut io);
         self.refile_timer(slot, None, connection.deadline());
+        // Accepted just before the listener closed (answered 503 now), or
+        // refused already (a PROXY protocol source not listed: closed now).
+        let now = self.seen.shutdown() || connection.is_refused();
         self.slots.insert(connection);
-        if self.seen.shutdown() {
-            // Accepted just before the listener closed: answer 503 now.
+        if now {
             self.mark_dirty(slot);
         }
     }

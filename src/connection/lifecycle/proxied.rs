@@ -24,9 +24,10 @@ impl<H: Handler> Lifecycle<H> {
         let Stage::Handshake(handshake) = &mut self.stage else {
             return;
         };
-        if protocol.admits(handshake.peer.ip()) {
-            handshake.proxy_header = true;
-        } else {
+        // Set when refused too: what such a peer sends is never read as
+        // a request, or under TLS as a handshake.
+        handshake.proxy_header = true;
+        if !protocol.admits(handshake.peer.ip()) {
             tracing::debug!(peer = %handshake.peer, "not a listed PROXY protocol source; connection closed");
             env.hub.meters().rejected("proxy_source");
             refuse(handshake, &env.hub, now);
@@ -55,10 +56,23 @@ impl<H: Handler> Lifecycle<H> {
         let Stage::Handshake(handshake) = &mut self.stage else {
             return false;
         };
+        if handshake.refused {
+            // Refused already (a source not listed, a header that did not
+            // read): what comes is dropped, once, not read again.
+            raw.clear();
+            return false;
+        }
         if handshake.proxy_header {
             take(handshake, raw, &env.hub, now);
         }
         !handshake.proxy_header && !handshake.refused
+    }
+
+    /// Whether the connection was refused before its request was read (a
+    /// PROXY protocol source not listed): the driver gives it a turn at
+    /// once, which closes it.
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(&self.stage, Stage::Handshake(handshake) if handshake.refused)
     }
 }
 
