@@ -149,25 +149,28 @@ impl Entrance {
         if self.door.hub.is_shutting_down() {
             return refused("the server is shutting down");
         }
-        let mut state = state_of(&self.door);
-        if let State::Waiting(waiting) = &*state
-            && waiting.len() >= WAITING_MAX
-        {
-            return refused("too many connections wait for the server to serve");
+        match &mut *state_of(&self.door) {
+            State::Closed => refused("the server is not serving any more"),
+            State::Waiting(waiting) if waiting.len() >= WAITING_MAX => {
+                refused("too many connections wait for the server to serve")
+            }
+            State::Waiting(waiting) => {
+                waiting.push(self.admitted(stream, peer, read));
+                Ok(())
+            }
+            State::Open(admit) => {
+                admit(self.admitted(stream, peer, read));
+                Ok(())
+            }
         }
-        if matches!(&*state, State::Closed) {
-            return refused("the server is not serving any more");
-        }
+    }
+
+    /// `stream` made ready for a loop, and counted live from now, so a
+    /// shutdown waits for it.
+    fn admitted(&self, stream: TcpStream, peer: SocketAddr, read: BytesMut) -> Admitted {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
-        // Counted before it is handed over, so a shutdown waits for it.
-        let admitted = (stream, peer, self.door.hub.enter(), read);
-        match &mut *state {
-            State::Open(admit) => admit(admitted),
-            State::Waiting(waiting) => waiting.push(admitted),
-            State::Closed => {}
-        }
-        Ok(())
+        (stream, peer, self.door.hub.enter(), read)
     }
 }

@@ -68,11 +68,11 @@ macro_rules! shutdown_methods {
 }
 
 /// The socket servers' shared methods: `local_addr`, `handle`,
-/// `without_listener`, `entrance`, and, with
-/// the `handoff` feature on Linux, `take_over`, `handoff_socket` and
-/// `after_handoff`. `Self` implements [`Served`] and has the fields
-/// `listeners` (a `Vec` of TCP listeners: one with `local_addr`),
-/// `door` (the entrance's) and `handoff` ([`HandoffSettings`]), and `fn with(listeners, Arc<H>,
+/// `without_listener`, `entrance`, and, with the `handoff` feature on
+/// Linux, `take_over`, `handoff_socket` and `after_handoff`. `Self`
+/// implements [`Served`] and has the fields `listeners` (a `Vec` of TCP
+/// listeners: one with `local_addr`), `door` (the entrance's `Keeper`)
+/// and `handoff` ([`HandoffSettings`]), and `fn with(listeners, Arc<H>,
 /// Config) -> Self`. `take_over` is `async` on tokio (the old process is
 /// met on a blocking thread) and `blocking` on io_uring; the doc lines
 /// given are added to its docs.

@@ -235,8 +235,8 @@ impl<H: ServerHandler> Server<H> {
             .collect::<io::Result<Vec<_>>>()?;
         let env = Env::server(hub.clone(), handler);
         let groups = Groups::spawn(&env)?;
-        // Closed again before the groups are told no more will come.
-        // Bound again here, to be dropped (closed) before the groups are.
+        // Bound again here, so that it is dropped (closed) before the
+        // groups are told that no more connections will come.
         let door = door;
         door.open(groups.admit());
         // A predecessor's connections, if this server took over; its

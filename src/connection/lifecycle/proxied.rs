@@ -33,9 +33,7 @@ impl<H: Handler> Lifecycle<H> {
             refuse(handshake, &env.hub, now);
         }
     }
-}
 
-impl<H: Handler> Lifecycle<H> {
     /// Whether the PROXY header is still to come. A driver with TLS reads
     /// it off the raw bytes, before TLS, with
     /// [`Lifecycle::handle_proxy_header`].
