@@ -434,6 +434,25 @@ impl Reject {
     }
 }
 
+/// A handler that does nothing, with no state: the drivers' size tests
+/// measure their connections with it.
+#[cfg(test)]
+pub(crate) struct Quiet;
+
+#[cfg(test)]
+impl Handler for Quiet {
+    type State = ();
+
+    fn on_message(&self, _: &Conn, _: &mut (), _: Message<'_>) {}
+}
+
+#[cfg(test)]
+impl ServerHandler for Quiet {
+    fn on_upgrade(&self, _: &Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

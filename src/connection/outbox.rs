@@ -34,21 +34,38 @@ mod fanout;
 #[cfg(all(target_os = "linux", feature = "handoff"))]
 mod handoff;
 
-use counting::Counting;
+use counting::{Counting, Probe};
 
-/// Tasks waiting in [`Conn::ready`](crate::Conn::ready), boxed: most connections never have
-/// one, and every connection has the field.
-#[allow(
-    clippy::box_collection,
-    reason = "an absent box is 8 bytes, an empty Vec 24, in every connection"
-)]
-pub(crate) type Waiters = Box<Vec<Waker>>;
+/// Tasks waiting in [`Conn::ready`](crate::Conn::ready).
+pub(crate) type Waiters = Vec<Waker>;
 
 /// Wakes the tasks that waited for room (after the outbox's lock is let go:
 /// a waker may run code of its own).
 pub(crate) fn wake_all(waiting: Option<Waiters>) {
-    for waker in waiting.into_iter().flat_map(|wakers| *wakers) {
+    for waker in waiting.into_iter().flatten() {
         waker.wake();
+    }
+}
+
+/// What few connections ever hold, in one box: an idle connection carries
+/// 8 bytes for all of it (three fields of its own cost 16 more, and took
+/// the connection's shared state into glibc's next 16-byte chunk size).
+/// Freed again once it is empty.
+#[derive(Default)]
+struct Rare {
+    /// A close asked for by `Conn::close`, for the driver to hand to the
+    /// session.
+    close_request: Option<(CloseCode, String)>,
+    /// Tasks waiting in [`Conn::ready`](crate::Conn::ready).
+    waiting: Waiters,
+    /// A sampled pub/sub delivery waiting to be written (feature
+    /// `metrics`; see `counting.rs`).
+    probe: Option<Probe>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.close_request.is_none() && self.waiting.is_empty() && self.probe.is_none()
     }
 }
 
@@ -72,7 +89,10 @@ impl Outbox {
     /// The tasks waiting for room, to wake once the lock is let go.
     #[must_use = "the tasks waiting for room must be woken"]
     pub(crate) fn take_waiting(&mut self) -> Option<Waiters> {
-        self.waiting.take()
+        let rare = self.rare.as_mut()?;
+        let waiting = std::mem::take(&mut rare.waiting);
+        self.tidy();
+        (!waiting.is_empty()).then_some(waiting)
     }
 
     /// Gives the queue a pooled buffer for a send that copies about `bytes`
@@ -109,7 +129,7 @@ impl Outbox {
     /// Stops sends and asks the driver to start the close handshake.
     pub(crate) fn request_close(&mut self, code: CloseCode, reason: &str) {
         self.phase = Phase::Closing;
-        self.close_request = Some(Box::new((code, reason.to_owned())));
+        self.rare().close_request = Some((code, reason.to_owned()));
     }
 
     /// Bytes queued or being written: what the bound applies to.
@@ -162,7 +182,7 @@ impl Outbox {
     /// Registers `waker` to be woken once the queue has room (or the
     /// connection takes no more sends); once per task.
     pub(crate) fn wait_for_room(&mut self, waker: &Waker) {
-        let waiting = self.waiting.get_or_insert_with(Box::default);
+        let waiting = &mut self.rare().waiting;
         if !waiting.iter().any(|known| known.will_wake(waker)) {
             waiting.push(waker.clone());
         }
@@ -198,17 +218,15 @@ pub(crate) struct Outbox {
     /// refuses more sends under any bound below that.
     sending: u32,
     phase: Phase,
-    /// A close asked for by `Conn::close`, for the driver to hand to the
-    /// session (boxed: rare, and every idle connection would carry its size).
-    close_request: Option<Box<(CloseCode, String)>>,
     /// The server gave up on this connection (forced shutdown): drop it now.
     abort: bool,
     /// The driver will write the queue soon; senders need not wake it.
     flush_scheduled: bool,
     /// A send was refused as `QueueFull`: call `on_drain` once the queue is empty.
     wants_drain: bool,
-    /// Tasks waiting in [`Conn::ready`](crate::Conn::ready).
-    waiting: Option<Waiters>,
+    /// The close request, waiting tasks and metrics probe, when there are
+    /// any.
+    rare: Option<Box<Rare>>,
     /// The permessage-deflate compressor, when it was negotiated. It lives
     /// here because messages are compressed as they are queued, by whichever
     /// thread sends them (16 bytes inline: a box of its own cost more).
@@ -264,12 +282,38 @@ impl Outbox {
     #[must_use = "the tasks waiting for room must be woken"]
     pub(crate) fn close_sends(&mut self) -> Option<Waiters> {
         self.phase = Phase::Closed;
-        self.waiting.take()
+        self.take_waiting()
     }
 
     /// The close `Conn::close` asked for, once.
     pub(crate) fn take_close_request(&mut self) -> Option<(CloseCode, String)> {
-        self.close_request.take().map(|request| *request)
+        let request = self.rare.as_mut()?.close_request.take();
+        self.tidy();
+        request
+    }
+
+    /// The rare state, boxed on first use.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Frees the rare state once nothing is in it.
+    fn tidy(&mut self) {
+        if self.rare.as_ref().is_some_and(|rare| rare.is_empty()) {
+            self.rare = None;
+        }
+    }
+
+    /// `n` bytes were handed to the kernel: a probe they complete is
+    /// recorded (feature `metrics`; see `counting.rs`).
+    #[inline]
+    fn count_written(&mut self, n: usize) {
+        if let Some(rare) = self.rare.as_mut()
+            && rare.probe.as_mut().is_some_and(|probe| probe.written(n))
+        {
+            rare.probe = None;
+            self.tidy();
+        }
     }
 
     pub(crate) fn is_aborted(&self) -> bool {
@@ -308,7 +352,7 @@ impl Outbox {
         write: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<Written> {
         let written = self.queue.write_with(write)?;
-        self.counting.written(written.bytes);
+        self.count_written(written.bytes);
         if self.queue.is_empty()
             && let Some(buf) = self.queue.take_buffer()
         {
@@ -335,9 +379,11 @@ impl Outbox {
     /// written down to `low_water`, or the connection takes no more sends.
     #[must_use = "the tasks waiting for room must be woken"]
     pub(crate) fn take_waiting_if_room(&mut self, low_water: usize) -> Option<Waiters> {
-        self.waiting.as_ref()?;
+        if !self.has_waiting() {
+            return None;
+        }
         if self.phase != Phase::Open || self.queued() <= low_water {
-            self.waiting.take()
+            self.take_waiting()
         } else {
             None
         }
@@ -346,7 +392,7 @@ impl Outbox {
     /// `n` taken bytes are no longer being written: they went out, or the
     /// write failed and they never will.
     pub(crate) fn no_longer_sending(&mut self, n: usize) {
-        self.counting.written(n);
+        self.count_written(n);
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.sending = self.sending.saturating_sub(n);
     }
@@ -358,16 +404,23 @@ impl Outbox {
     #[must_use = "the tasks waiting for room must be woken"]
     pub(crate) fn clear(&mut self, pool: &BufferPool) -> Option<Waiters> {
         self.phase = Phase::Closed;
-        self.close_request = None;
         self.deflate = None;
         let unwritten = self.queue.len();
         self.queue.advance(unwritten);
         self.sending = 0;
-        self.counting.forget_probe();
         if let Some(buf) = self.queue.take_buffer() {
             pool.give(buf);
         }
-        self.waiting.take()
+        // The close request is void, and a probe never to be written.
+        let waiting = self.rare.take()?.waiting;
+        (!waiting.is_empty()).then_some(waiting)
+    }
+
+    /// Some task waits in [`Conn::ready`](crate::Conn::ready).
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|rare| !rare.waiting.is_empty())
     }
 }
 
@@ -383,11 +436,7 @@ impl Outbox {
     }
 
     pub(crate) fn close_request(&self) -> Option<&(CloseCode, String)> {
-        self.close_request.as_deref()
-    }
-
-    pub(crate) fn has_waiting(&self) -> bool {
-        self.waiting.is_some()
+        self.rare.as_ref()?.close_request.as_ref()
     }
 }
 
@@ -473,11 +522,10 @@ impl ConnShared {
                 queue: WriteQueue::with_role(role),
                 sending: 0,
                 phase: Phase::Open,
-                close_request: None,
                 abort: false,
                 flush_scheduled: false,
                 wants_drain: false,
-                waiting: None,
+                rare: None,
                 deflate: None,
                 counting: Counting::default(),
             }),

@@ -114,14 +114,23 @@ enum State {
 /// The frame currently being received; its header has been decoded.
 #[derive(Debug)]
 struct Frame {
+    /// Its payload length is read through [`Frame::payload_len`] (not
+    /// kept twice: every connection carries this struct).
     header: FrameHeader,
-    payload_len: usize,
     /// Header bytes still at the front of the read buffer (0 once dropped).
     header_len: usize,
     /// Payload bytes already unmasked and checked.
     done: usize,
     /// How many of those are still in the read buffer, after the header.
     kept: usize,
+}
+
+impl Frame {
+    /// The payload's length: checked against the frame limit (a `usize`)
+    /// before the frame was taken on, so it fits.
+    fn payload_len(&self) -> usize {
+        self.header.payload_len as usize
+    }
 }
 
 /// A message being assembled in the assembly buffer: fragmented, compressed,
@@ -509,7 +518,7 @@ impl Session {
     pub fn bytes_wanted(&self) -> usize {
         match &self.frame {
             Some(f) if self.fragmented.is_none() || f.header.opcode.is_control() => {
-                f.header_len + f.kept + (f.payload_len - f.done)
+                f.header_len + f.kept + (f.payload_len() - f.done)
             }
             _ => 0,
         }
@@ -551,15 +560,15 @@ impl Session {
         };
 
         let start = frame.header_len + frame.kept;
-        let avail = (input.len() - start).min(frame.payload_len - frame.done);
+        let avail = (input.len() - start).min(frame.payload_len() - frame.done);
         let opcode = frame.header.opcode;
         let fin = frame.header.fin;
 
         if opcode.is_control() {
-            if avail < frame.payload_len {
+            if avail < frame.payload_len() {
                 return Ok(Step::NeedMore);
             }
-            let payload = frame.header_len..frame.header_len + frame.payload_len;
+            let payload = frame.header_len..frame.header_len + frame.payload_len();
             if let Some(key) = frame.header.mask {
                 apply_mask(&mut input[payload.clone()], key, 0);
             }
@@ -596,7 +605,7 @@ impl Session {
             input.advance(start + avail);
             frame.header_len = 0;
             frame.done += avail;
-            if frame.done < frame.payload_len {
+            if frame.done < frame.payload_len() {
                 return Ok(Step::NeedMore);
             }
             self.frame = None;
@@ -630,7 +639,7 @@ impl Session {
 
         // An unfragmented message: it stays in the input until complete.
         let text = opcode == OpCode::Text;
-        if avail < frame.payload_len - frame.done {
+        if avail < frame.payload_len() - frame.done {
             if text && self.utf8.feed(&input[start..start + avail]).is_err() {
                 return Err(self.fail_read(CloseCode::INVALID_PAYLOAD, INVALID_TEXT, out));
             }
@@ -638,7 +647,7 @@ impl Session {
             frame.done += avail;
             return Ok(Step::NeedMore);
         }
-        let payload = frame.header_len..frame.header_len + frame.payload_len;
+        let payload = frame.header_len..frame.header_len + frame.payload_len();
         self.consume = payload.end;
         self.frame = None;
         // A text frame that arrived whole is validated once, when `poll_event` turns it
@@ -727,7 +736,6 @@ impl Session {
         debug_assert!(!header.opcode.is_control() || len <= MAX_CONTROL_PAYLOAD as u64);
         self.frame = Some(Frame {
             header,
-            payload_len: len as usize,
             header_len,
             done: 0,
             kept: 0,

@@ -2,15 +2,13 @@
 //! and one sampled pub/sub delivery's time to the wire. Without the
 //! feature it counts nothing and takes no bytes.
 
-/// The outbox's counts (a field of `Outbox`).
+/// The outbox's count of data messages (a field of `Outbox`; 4 bytes,
+/// beside its other small fields).
 #[cfg(feature = "metrics")]
 #[derive(Default)]
 pub(super) struct Counting {
     /// Data messages queued since the driver last took the count.
     messages: u32,
-    /// A sampled pub/sub delivery waiting to be written (see
-    /// `Outbox::probe`); boxed, as it is rare.
-    probe: Option<Box<Probe>>,
 }
 
 /// Without feature `metrics`: nothing.
@@ -19,12 +17,18 @@ pub(super) struct Counting {
 pub(super) struct Counting {}
 
 /// A sampled pub/sub delivery in a connection's queue: when its publish
-/// was called, and how many bytes are to be written up to its end.
+/// was called, and how many bytes are to be written up to its end. Kept in
+/// the outbox's rare state, one at a time per connection (a later sample
+/// waits for the next).
 #[cfg(feature = "metrics")]
-struct Probe {
+pub(super) struct Probe {
     since: std::time::Instant,
     ahead: usize,
 }
+
+/// Without feature `metrics` there are no probes.
+#[cfg(not(feature = "metrics"))]
+pub(super) enum Probe {}
 
 #[cfg(feature = "metrics")]
 impl Counting {
@@ -38,37 +42,28 @@ impl Counting {
     pub(super) fn take_messages(&mut self) -> u64 {
         u64::from(std::mem::take(&mut self.messages))
     }
+}
 
+#[cfg(feature = "metrics")]
+impl Probe {
     /// The message just queued, whose end is `ahead` bytes away, is a
-    /// sampled delivery of a publish called at `since`: once those bytes
-    /// are written, the time it took goes to
-    /// `rapidws_pubsub_delivery_seconds`. One at a time per connection (a
-    /// later sample waits for the next).
-    pub(super) fn probe(&mut self, since: std::time::Instant, ahead: usize) {
-        if self.probe.is_none() {
-            self.probe = Some(Box::new(Probe { since, ahead }));
-        }
+    /// sampled delivery of a publish called at `since`.
+    pub(super) fn new(since: std::time::Instant, ahead: usize) -> Self {
+        Probe { since, ahead }
     }
 
-    /// `n` bytes were handed to the kernel: a probe they complete is recorded.
+    /// `n` bytes were handed to the kernel. True once they complete the
+    /// delivery: the time it took went to `rapidws_pubsub_delivery_seconds`,
+    /// and the probe is done.
     #[inline]
-    pub(super) fn written(&mut self, n: usize) {
-        let Some(probe) = self.probe.as_mut() else {
-            return;
-        };
-        if probe.ahead > n {
-            probe.ahead -= n;
-            return;
+    pub(super) fn written(&mut self, n: usize) -> bool {
+        if self.ahead > n {
+            self.ahead -= n;
+            return false;
         }
-        let since = probe.since;
-        self.probe = None;
         metrics::histogram!("rapidws_pubsub_delivery_seconds")
-            .record(since.elapsed().as_secs_f64());
-    }
-
-    /// The connection is over: a waiting probe will never be written.
-    pub(super) fn forget_probe(&mut self) {
-        self.probe = None;
+            .record(self.since.elapsed().as_secs_f64());
+        true
     }
 }
 
@@ -81,10 +76,12 @@ impl Counting {
     pub(super) fn take_messages(&mut self) -> u64 {
         0
     }
+}
 
+#[cfg(not(feature = "metrics"))]
+impl Probe {
     #[inline(always)]
-    pub(super) fn written(&mut self, _n: usize) {}
-
-    #[inline(always)]
-    pub(super) fn forget_probe(&mut self) {}
+    pub(super) fn written(&mut self, _n: usize) -> bool {
+        match *self {}
+    }
 }

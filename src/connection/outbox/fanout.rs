@@ -1,6 +1,8 @@
 //! What pub/sub needs of an outbox (feature `pubsub`): a frame built once
 //! for many connections queued by reference, and the topics joined.
 
+#[cfg(feature = "metrics")]
+use super::Probe;
 use super::{ConnShared, Outbox};
 use crate::connection::membership::Memberships;
 use crate::proto::{Prepared, Role};
@@ -43,7 +45,10 @@ impl Outbox {
     #[cfg(feature = "metrics")]
     pub(crate) fn probe(&mut self, since: std::time::Instant) {
         let ahead = self.queued();
-        self.counting.probe(since, ahead);
+        let probe = &mut self.rare().probe;
+        if probe.is_none() {
+            *probe = Some(Probe::new(since, ahead));
+        }
     }
 }
 

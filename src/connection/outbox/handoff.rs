@@ -9,7 +9,10 @@ impl Outbox {
     /// Whether [`Outbox::hand_off`] would let the connection go now.
     pub(crate) fn may_hand_off(&self) -> bool {
         self.is_open()
-            && self.close_request.is_none()
+            && self
+                .rare
+                .as_ref()
+                .is_none_or(|rare| rare.close_request.is_none())
             && !self.abort
             && self.sending == 0
             && !self.deflate.as_ref().is_some_and(Compressor::keeps_context)

@@ -123,7 +123,7 @@ impl Session {
                     fin: frame.header.fin,
                     opcode: frame.header.opcode,
                     mask: frame.header.mask,
-                    payload_len: frame.payload_len,
+                    payload_len: frame.payload_len(),
                     done: frame.done,
                 })
             }
@@ -240,7 +240,6 @@ impl Session {
                     mask: fragment.mask,
                     payload_len: fragment.payload_len as u64,
                 },
-                payload_len: fragment.payload_len,
                 header_len: 0,
                 done: fragment.done,
                 kept: 0,
