@@ -498,7 +498,15 @@ const PUBLISH_TOKEN: &str = "a-token-of-thirty-two-characters";
 /// A stand-in upstream that records each request head it gets (in lower
 /// case: HAProxy sends header names so) and answers 503.
 async fn recorder() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let listener = TcpListener::bind(("127.0.0.1", low_port())).await.unwrap();
+    // Bound here, not after `low_port`'s check: between the two another
+    // socket may take the port (seen once in the gate as AddrInUse).
+    let listener = loop {
+        match TcpListener::bind(("127.0.0.1", low_port())).await {
+            Ok(listener) => break listener,
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(error) => panic!("binding the recorder: {error}"),
+        }
+    };
     let addr = listener.local_addr().unwrap();
     let (heads, received) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {

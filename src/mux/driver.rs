@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{BufMut, BytesMut};
 use rapidws_core::mux::frame::{HEADER_LEN, Header};
+use rapidws_core::mux::{Output, Transmit as _};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Sleep;
 
@@ -31,7 +32,8 @@ pub(crate) struct Driver<T> {
     io: T,
     shared: Arc<Shared>,
     input: BytesMut,
-    output: BytesMut,
+    /// Frames gathered, their payloads as the streams wrote them.
+    output: Output,
     /// Written, not flushed yet.
     unflushed: bool,
     timer: Pin<Box<Sleep>>,
@@ -56,7 +58,7 @@ pub(crate) trait Transport: Unpin {
     fn poll_write_out(
         &mut self,
         cx: &mut Context<'_>,
-        output: &mut BytesMut,
+        output: &mut Output,
     ) -> Poll<io::Result<usize>>;
 
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
@@ -64,7 +66,8 @@ pub(crate) trait Transport: Unpin {
     fn poll_shutdown_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-/// Any async byte stream (TCP, TLS): written by copying.
+/// Any async byte stream (TCP, TLS): the frames' headers and payloads in
+/// one vectored write where the stream takes one (TCP does).
 pub(crate) struct Plain<T>(pub(crate) T);
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Transport for Plain<T> {
@@ -79,11 +82,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport for Plain<T> {
     fn poll_write_out(
         &mut self,
         cx: &mut Context<'_>,
-        output: &mut BytesMut,
+        output: &mut Output,
     ) -> Poll<io::Result<usize>> {
-        let n = std::task::ready!(Pin::new(&mut self.0).poll_write(cx, output))?;
-        output.advance(n);
-        Poll::Ready(Ok(n))
+        tokio_util::io::poll_write_buf(Pin::new(&mut self.0), cx, output)
     }
 
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -108,7 +109,7 @@ impl<T: Transport> Driver<T> {
             io,
             shared,
             input: BytesMut::new(),
-            output: BytesMut::new(),
+            output: Output::new(),
             unflushed: false,
             timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
             armed: None,

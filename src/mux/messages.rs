@@ -112,8 +112,9 @@ impl AsyncRead for MessageStream {
     }
 }
 
-/// The driver's way in: the gathered frames go out as messages split off
-/// its buffer, not copied.
+/// The driver's way in: the gathered frames go out as messages of up to
+/// [`MAX_MESSAGE`] bytes, each a slice of a payload where it fits in one
+/// (copied together where it spans frames).
 impl super::driver::Transport for MessageStream {
     fn poll_read_into<B: bytes::BufMut>(
         &mut self,
@@ -126,9 +127,10 @@ impl super::driver::Transport for MessageStream {
     fn poll_write_out(
         &mut self,
         cx: &mut Context<'_>,
-        output: &mut bytes::BytesMut,
+        output: &mut rapidws_core::mux::Output,
     ) -> Poll<io::Result<usize>> {
-        self.poll_send(cx, output.len(), |n| output.split_to(n).freeze())
+        use bytes::Buf as _;
+        self.poll_send(cx, output.remaining(), |n| output.copy_to_bytes(n))
     }
 
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -11,6 +11,7 @@
 //! | `multiplexer.rs` | [`Mux`]: its state, its contract, what the files below share |
 //! | `receive.rs` | the peer's frames in: SYN, FIN, PSH, UPD, NOP |
 //! | `transmit.rs` | frames out: control frames, window updates, data in turn |
+//! | `output.rs` | [`Output`]: frames waiting for the transport, payloads not copied |
 //! | `keepalive.rs` | the clock: NOPs, the silent and the non-reading peer |
 //! | `streams.rs` | the application's side: open, accept, read, write, close |
 //! | `schedule.rs` | whose turn it is to send |
@@ -20,6 +21,7 @@
 pub mod frame;
 mod keepalive;
 mod multiplexer;
+mod output;
 mod receive;
 mod schedule;
 mod streams;
@@ -36,6 +38,7 @@ use std::time::Duration;
 pub use crate::budget::Budget;
 pub use frame::{Command, FrameError, Header};
 pub use multiplexer::Mux;
+pub use output::{Output, Transmit};
 
 /// The limit of the budget every session shares unless its configuration
 /// names another: 256 MiB. One session at its stream limit holds at most

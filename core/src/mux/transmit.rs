@@ -1,10 +1,11 @@
 //! [`Mux`]'s transmit path: control frames, window updates, then each
-//! stream's data in turn, into the driver's output buffer.
+//! stream's data in turn, into the driver's output ([`Transmit`]).
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::BytesMut;
 
 use super::frame::{Command, Header, UPD_LEN};
 use super::multiplexer::{Control, KEEP_CAPACITY, Mux, give_turn, room, sendable};
+use super::output::Transmit;
 use super::{Event, Version};
 
 impl Mux {
@@ -19,8 +20,10 @@ impl Mux {
     /// left to send: control frames first (SYN, refusing FIN, UPD, NOP),
     /// then one data frame per stream in turn, a stream's FIN after its
     /// data. Nothing is sent before the version is known, or after the
-    /// session failed.
-    pub fn poll_transmit(&mut self, out: &mut BytesMut, limit: usize) {
+    /// session failed. A data frame that takes all of its stream's send
+    /// buffer hands the buffer over: an [`Output`](super::Output) keeps it
+    /// so (no copy), a `BytesMut` copies it.
+    pub fn poll_transmit<T: Transmit>(&mut self, out: &mut T, limit: usize) {
         let Some(version) = self.version else {
             return;
         };
@@ -55,8 +58,8 @@ impl Mux {
             }
             stream.announced = stream.consumed;
             put_header(out, version, Command::Upd, UPD_LEN as u16, id);
-            out.put_u32_le(stream.consumed);
-            out.put_u32_le(self.config.stream_window);
+            out.put_slice(&stream.consumed.to_le_bytes());
+            out.put_slice(&self.config.stream_window.to_le_bytes());
         }
         let v2 = version == Version::V2.byte();
         let max_frame = self.config.max_frame_size;
@@ -71,8 +74,7 @@ impl Mux {
             let n = stream.send.len().min(room(stream, v2, max_frame));
             if n > 0 {
                 put_header(out, version, Command::Psh, n as u16, id);
-                out.extend_from_slice(&stream.send[..n]);
-                stream.send.advance(n);
+                out.put_payload(&mut stream.send, n);
                 self.account.release(n);
                 stream.written = stream.written.wrapping_add(n as u32);
                 if stream.send.is_empty() && stream.send.capacity() > KEEP_CAPACITY {
@@ -98,8 +100,8 @@ impl Mux {
     }
 }
 
-fn put_header(out: &mut BytesMut, version: u8, command: Command, length: u16, stream: u32) {
-    out.extend_from_slice(
+fn put_header(out: &mut impl Transmit, version: u8, command: Command, length: u16, stream: u32) {
+    out.put_slice(
         &Header {
             version,
             command: command.byte(),
