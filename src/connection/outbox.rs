@@ -411,9 +411,10 @@ impl Outbox {
         if let Some(buf) = self.queue.take_buffer() {
             pool.give(buf);
         }
+        let waiting = self.take_waiting();
         // The close request is void, and a probe never to be written.
-        let waiting = self.rare.take()?.waiting;
-        (!waiting.is_empty()).then_some(waiting)
+        self.rare = None;
+        waiting
     }
 
     /// Some task waits in [`Conn::ready`](crate::Conn::ready).

@@ -319,7 +319,7 @@ impl<H: Handler> Connection<H> {
                 Action::End => {
                     self.say_goodbye(&env.hub.pool);
                     self.end(env, io);
-                    if !self.nothing_in_flight() {
+                    if !self.is_quiet() {
                         return Progress::Pending;
                     }
                     return Progress::Done;
@@ -446,11 +446,11 @@ impl<H: Handler> Connection<H> {
 
     /// True once ended and the kernel has finished with the socket.
     pub(crate) fn is_finished(&self) -> bool {
-        self.life.is_done() && self.nothing_in_flight()
+        self.life.is_done() && self.is_quiet()
     }
 
-    /// No receive and no send in the ring.
-    fn nothing_in_flight(&self) -> bool {
+    /// No operation in flight: no receive and no send in the ring.
+    pub(crate) fn is_quiet(&self) -> bool {
         self.receive == Receive::Off && self.send == Send::Off
     }
 
@@ -572,11 +572,6 @@ impl<H: Handler> Connection<H> {
     /// Being quietened for a handoff.
     pub(crate) fn is_quieting(&self) -> bool {
         self.quieting
-    }
-
-    /// No operation in flight.
-    pub(crate) fn is_quiet(&self) -> bool {
-        self.nothing_in_flight()
     }
 
     /// Not taken after all: it reads again at its next turn.

@@ -34,6 +34,11 @@ pub(super) struct Stream {
     pub(super) recv: BytesMut,
     /// Written by the application, not yet framed.
     pub(super) send: BytesMut,
+    /// Part of `send` went out copied: the buffer's allocation holds
+    /// that spent part in front of the rest, so the buffer is never handed
+    /// over whole (it would keep more alive than it holds; see
+    /// `poll_transmit`).
+    pub(super) send_spent: bool,
     /// Version 2, receiving: bytes received in all, bytes the application
     /// read in all, and the latter as last announced in an UPD.
     pub(super) received: u32,

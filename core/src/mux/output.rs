@@ -1,16 +1,15 @@
-//! [`Output`]: frames waiting for the transport, their payloads kept as
-//! the slices the streams wrote (no copy), written out vectored.
+//! [`Output`]: frames waiting for the transport, a stream's send buffer
+//! handed over whole kept as it is (no copy), written out vectored.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Where [`Mux::poll_transmit`](super::Mux::poll_transmit) puts frames.
 ///
 /// A `BytesMut` takes them copied, one after the other; an [`Output`]
-/// takes a payload that is all of its stream's buffer without a copy (the
-/// buffer moves into it), for a vectored write.
+/// keeps a buffer handed over as it is, for a vectored write.
 pub trait Transmit {
     /// Bytes put and not taken out yet.
     fn len(&self) -> usize;
@@ -20,12 +19,12 @@ pub trait Transmit {
         self.len() == 0
     }
 
-    /// Appends `bytes` (a frame's header, a window update), copied.
+    /// Appends `bytes` (a frame's header, a window update, part of a
+    /// stream's send buffer), copied.
     fn put_slice(&mut self, bytes: &[u8]);
 
-    /// Appends a frame's payload: the first `n` bytes of `from` (a
-    /// stream's send buffer), taken off it.
-    fn put_payload(&mut self, from: &mut BytesMut, n: usize);
+    /// Appends a frame's payload that is a whole buffer, handed over.
+    fn put_buffer(&mut self, buffer: Bytes);
 }
 
 impl Transmit for BytesMut {
@@ -37,9 +36,8 @@ impl Transmit for BytesMut {
         self.extend_from_slice(bytes);
     }
 
-    fn put_payload(&mut self, from: &mut BytesMut, n: usize) {
-        self.extend_from_slice(&from[..n]);
-        from.advance(n);
+    fn put_buffer(&mut self, buffer: Bytes) {
+        self.extend_from_slice(&buffer);
     }
 }
 
@@ -53,10 +51,9 @@ const COPY_BELOW: usize = 512;
 const HEAD_GROWTH: usize = 4096;
 
 /// Frames waiting for the transport, in order, as a [`Buf`]: `chunks`
-/// first, then `head`. Headers, short payloads and parts of a stream's
-/// buffer are copied into `head`; a payload that is a whole buffer moves
-/// what `head` holds into `chunks` (split off, not copied) and follows it
-/// there. Written with
+/// first, then `head`. What is put as a slice, and buffers shorter than
+/// 512 bytes, are copied into `head`; a longer buffer moves what `head`
+/// holds into `chunks` (split off, not copied) and follows it there. Written with
 /// [`chunks_vectored`](Buf::chunks_vectored) (a `writev`), or taken as
 /// contiguous pieces with [`copy_to_bytes`](Buf::copy_to_bytes), which
 /// copies only when a piece spans chunks.
@@ -73,6 +70,17 @@ impl Output {
     pub fn new() -> Output {
         Output::default()
     }
+
+    /// Appends a long payload after what `head` holds.
+    fn push(&mut self, payload: Bytes) {
+        if !self.head.is_empty() {
+            let head = self.head.split().freeze();
+            self.queued += head.len();
+            self.chunks.push_back(head);
+        }
+        self.queued += payload.len();
+        self.chunks.push_back(payload);
+    }
 }
 
 impl Transmit for Output {
@@ -87,32 +95,12 @@ impl Transmit for Output {
         self.head.extend_from_slice(bytes);
     }
 
-    fn put_payload(&mut self, from: &mut BytesMut, n: usize) {
-        // All of a buffer not much larger than what it holds moves here
-        // whole, so what the output keeps alive is never more than twice
-        // what it holds. Part of one is copied: a slice would keep the
-        // stream's whole buffer (up to its send buffer's size, which the
-        // budget no longer counts once framed) alive until written, the
-        // stream writing on into a new one meanwhile.
-        if n >= COPY_BELOW && n == from.len() && from.capacity() <= 2 * n {
-            self.push(std::mem::take(from).freeze());
+    fn put_buffer(&mut self, buffer: Bytes) {
+        if buffer.len() < COPY_BELOW {
+            self.put_slice(&buffer);
         } else {
-            self.put_slice(&from[..n]);
-            from.advance(n);
+            self.push(buffer);
         }
-    }
-}
-
-impl Output {
-    /// Appends a long payload after what `head` holds.
-    fn push(&mut self, payload: Bytes) {
-        if !self.head.is_empty() {
-            let head = self.head.split().freeze();
-            self.queued += head.len();
-            self.chunks.push_back(head);
-        }
-        self.queued += payload.len();
-        self.chunks.push_back(payload);
     }
 }
 
@@ -171,12 +159,7 @@ impl Buf for Output {
             // Across chunks: copied together.
             Some(_) => {
                 let mut piece = BytesMut::with_capacity(len);
-                while piece.len() < len {
-                    let chunk = self.chunk();
-                    let n = chunk.len().min(len - piece.len());
-                    piece.extend_from_slice(&chunk[..n]);
-                    self.advance(n);
-                }
+                piece.put(Buf::take(&mut *self, len));
                 piece.freeze()
             }
             None => self.head.split_to(len).freeze(),
@@ -193,9 +176,7 @@ mod tests {
         let mut bytes = Vec::new();
         for &(piece, payload) in pieces {
             if payload {
-                let mut buffer = BytesMut::from(piece);
-                output.put_payload(&mut buffer, piece.len());
-                assert!(buffer.is_empty());
+                output.put_buffer(Bytes::copy_from_slice(piece));
             } else {
                 output.put_slice(piece);
             }
@@ -262,31 +243,13 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_buffer_moves_in_and_out_without_a_copy() {
-        let mut buffer = BytesMut::from(&[3u8; 2048][..]);
-        let at = buffer.as_ptr();
+    fn a_buffer_moves_in_and_out_without_a_copy() {
+        let buffer = Bytes::from(vec![3u8; 2048]);
         let mut output = Output::new();
-        output.put_payload(&mut buffer, 2048);
-        assert!(buffer.is_empty());
+        output.put_buffer(buffer.clone());
         let piece = output.copy_to_bytes(1024);
-        assert_eq!(piece.as_ptr(), at);
+        assert_eq!(piece.as_ptr(), buffer.as_ptr());
         assert_eq!(output.remaining(), 1024);
-    }
-
-    #[test]
-    fn part_of_a_buffer_or_a_roomy_one_is_copied() {
-        let mut output = Output::new();
-        // Part of it: the rest stays in the stream's buffer.
-        let mut buffer = BytesMut::from(&[4u8; 4096][..]);
-        output.put_payload(&mut buffer, 1024);
-        assert_eq!(buffer.len(), 3072);
-        // All of one three times larger than what it holds.
-        let mut roomy = BytesMut::with_capacity(3 * 1024);
-        roomy.extend_from_slice(&[5u8; 1024]);
-        output.put_payload(&mut roomy, 1024);
-        assert!(roomy.is_empty());
-        assert!(output.chunks.is_empty());
-        assert_eq!(output.chunk(), [[4u8; 1024], [5u8; 1024]].concat());
     }
 
     #[test]
@@ -294,8 +257,7 @@ mod tests {
         let mut output = Output::new();
         for _ in 0..10 {
             output.put_slice(b"h");
-            let mut buffer = BytesMut::from(&[2u8; COPY_BELOW][..]);
-            output.put_payload(&mut buffer, COPY_BELOW);
+            output.put_buffer(Bytes::from(vec![2u8; COPY_BELOW]));
         }
         let mut slices = [IoSlice::new(&[]); 3];
         assert_eq!(output.chunks_vectored(&mut slices), 3);

@@ -746,3 +746,35 @@ fn the_keepalive_clock_restarts_when_we_read_again() {
         .unwrap_err();
     assert_eq!(error, MuxError::KeepaliveTimeout);
 }
+
+#[test]
+fn a_send_buffer_goes_out_whole_only_if_never_partly_sent() {
+    use std::io::IoSlice;
+    // One write, one frame: the SYN and the frame's header copied in
+    // front, then the stream's buffer as it was written.
+    let mut mux = Mux::new(Side::Dialer, config(Version::V1), Instant::now());
+    let id = mux.open().unwrap();
+    assert_eq!(mux.write(id, &[1; 2000]).unwrap(), 2000);
+    let at = mux.streams[&id].send.as_ptr();
+    let mut out = Output::new();
+    mux.poll_transmit(&mut out, usize::MAX);
+    let mut slices = [IoSlice::new(&[]); 4];
+    assert_eq!(out.chunks_vectored(&mut slices), 2);
+    assert_eq!(slices[1].as_ptr(), at);
+    assert_eq!(slices[1].len(), 2000);
+
+    // Two frames: the first part is copied, and then the rest too (its
+    // buffer keeps the spent part in front of it).
+    let small = Config {
+        max_frame_size: 1500,
+        ..config(Version::V1)
+    };
+    let mut mux = Mux::new(Side::Dialer, small, Instant::now());
+    let id = mux.open().unwrap();
+    assert_eq!(mux.write(id, &[1; 3000]).unwrap(), 3000);
+    let mut out = Output::new();
+    mux.poll_transmit(&mut out, usize::MAX);
+    assert_eq!(out.chunks_vectored(&mut slices), 1);
+    assert_eq!(out.remaining(), 3 * 8 + 3000);
+    assert!(mux.streams[&id].send.is_empty());
+}
