@@ -22,6 +22,10 @@
 //! - **Replies jump the queue.** `on_message` answers with `Conn::reply`,
 //!   which puts the answer ahead of every push that has not started on the
 //!   wire; the server keeps reading requests while its writes are blocked.
+//! - **Little waits in the kernel.** At most 512 KiB of a connection's
+//!   output is left unsent in its socket (`Config::max_unsent_bytes`,
+//!   `--max-unsent-bytes`; 0 leaves the kernel's bound, its whole send
+//!   buffer): a reply cannot overtake what the kernel holds.
 //! - **Nothing is dropped silently.** A send that fails is logged at debug
 //!   level with its reason (`RUST_LOG=debug`).
 //!
@@ -118,7 +122,9 @@ impl ServerHandler for Feed {
 
 fn main() -> ExitCode {
     support::log_to_stderr();
-    let args: Args = support::parse_with_addr("127.0.0.1:9005");
+    let mut args: Args = support::parse_with_addr("127.0.0.1:9005");
+    // A reply waits behind what the kernel holds unsent: keep it short.
+    args.serve.max_unsent_bytes.get_or_insert(512 * 1024);
     let payload = Bytes::from(vec![0x5a; args.push_size]);
     let every = Duration::from_micros(args.push_every_us.max(1));
     let feed = |runtime: runtime::Handle| Feed {

@@ -193,6 +193,12 @@ pub struct ServeArgs {
     /// listener: what routing costs, measured by the load harness.
     #[arg(long, conflicts_with_all = ["tls_cert", "take_over", "handoff_socket"])]
     pub route: bool,
+    /// The most bytes of a connection's output the kernel may hold unsent
+    /// (`Config::max_unsent_bytes`, Linux; 0: the kernel's own bound, its
+    /// send buffer, which is the library's default; the stream example's
+    /// default is 512 KiB). A reply cannot overtake them.
+    #[arg(long, value_name = "BYTES")]
+    pub max_unsent_bytes: Option<u32>,
     #[command(flatten)]
     pub origins: OriginArgs,
 }
@@ -322,7 +328,10 @@ async fn interrupted() {
 impl ServeArgs {
     /// The server configuration these options ask for.
     pub fn config(&self) -> Config {
-        let config = self.origins.apply(Config::default());
+        let config = self
+            .origins
+            .apply(Config::default())
+            .max_unsent_bytes(self.max_unsent_bytes.unwrap_or(0));
         if !self.deflate {
             return config;
         }

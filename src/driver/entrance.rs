@@ -168,9 +168,7 @@ impl Entrance {
     /// `stream` made ready for a loop, and counted live from now, so a
     /// shutdown waits for it.
     fn admitted(&self, stream: TcpStream, peer: SocketAddr, read: BytesMut) -> Admitted {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-        }
+        crate::driver::tcp::prepare(&stream, &self.door.hub.config, peer);
         (stream, peer, self.door.hub.enter(), read)
     }
 }

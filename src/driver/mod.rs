@@ -12,6 +12,7 @@
 //! | `shutdown.rs` | a loop's part in a shutdown: its connections asked to close, then aborted |
 //! | `turn.rs` | what a readiness driver owes (`Transport`) and the one turn both run over it |
 //! | `tls.rs` | a rustls session with pooled buffers and no I/O: the wss of the stream driver and of io_uring |
+//! | `tcp.rs` | the options every accepted TCP connection is served with (no Nagle delay, little left unsent in the kernel) |
 //! | `entrance.rs` | the way into a socket server for connections accepted elsewhere (a router's) |
 //! | `surface.rs` | the servers' shared public methods (handle, shutdown, address, handoff), written once by macros, and the handoff's settings |
 
@@ -23,6 +24,8 @@ pub(crate) mod read_buf;
 pub(crate) mod shutdown;
 pub(crate) mod slab;
 pub(crate) mod surface;
+#[cfg(any(feature = "tokio", all(target_os = "linux", feature = "uring")))]
+pub(crate) mod tcp;
 #[cfg(feature = "stream")]
 pub(crate) mod timer;
 #[cfg(feature = "rustls")]

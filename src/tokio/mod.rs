@@ -278,9 +278,7 @@ impl<H: ServerHandler> Server<H> {
                 match ready.get_inner().accept() {
                     Ok((stream, peer)) => {
                         backoff = MIN_BACKOFF;
-                        if let Err(error) = stream.set_nodelay(true) {
-                            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-                        }
+                        crate::driver::tcp::prepare(&stream, &hub.config, peer);
                         // Counted before it is handed over, so a shutdown waits for it.
                         let live = hub.enter();
                         #[cfg(feature = "rustls")]

@@ -596,9 +596,7 @@ impl<H: Handler> Reactor<H> {
                 return;
             }
         };
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-        }
+        crate::driver::tcp::prepare(&stream, &self.env.hub.config, peer);
         let live = self.env.hub.enter();
         let slot = self.slots.next_slot();
         if self.marked.len() <= slot as usize {

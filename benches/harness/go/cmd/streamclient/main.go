@@ -6,13 +6,14 @@
 // output it copies line for line.
 //
 //	streamclient -url ws://HOST:PORT/ [-interval 10ms] [-requests 1000]
-//	             [-size 36] [-warmup 1s] [-grace 5s]
+//	             [-size 36] [-warmup 1s] [-grace 5s] [-whole]
 //
 // One WebSocket connection to a server that pushes large binary messages on
 // a timer and echoes every message the client sends. One goroutine reads
 // every message as fast as it comes: binary messages are pushes (counted,
-// payload discarded), text messages are replies to our requests, matched to
-// their request by content (the request's number). After -warmup the main
+// payload discarded; with -whole each read into a new buffer, as the
+// Stream Benchmark's client reads them), text messages are replies to our
+// requests, matched to their request by content (the request's number). After -warmup the main
 // goroutine, the only writer, sends -requests text requests, one per
 // -interval (a time.Ticker; the first at once), each its number zero-padded
 // to -size bytes, and records the send time just before each write. Replies
@@ -82,7 +83,7 @@ func main() {
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		st.readLoop(conn)
+		st.readLoop(conn, opts.whole)
 	}()
 
 	time.Sleep(opts.warmup)
@@ -129,6 +130,7 @@ type options struct {
 	size     int
 	warmup   time.Duration
 	grace    time.Duration
+	whole    bool
 }
 
 func parseFlags() options {
@@ -139,6 +141,7 @@ func parseFlags() options {
 	flag.IntVar(&o.size, "size", 36, "request payload bytes: the request's number zero-padded to this width (at least 20)")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "pushes run this long before the first request")
 	flag.DurationVar(&o.grace, "grace", 5*time.Second, "how long to wait for replies after the last request")
+	flag.BoolVar(&o.whole, "whole", false, "read each push whole into a new buffer (conn.ReadMessage), as the Stream Benchmark's own client does, instead of draining it")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -url ws://HOST:PORT/ [flags]\n", progName)
 		flag.PrintDefaults()
@@ -273,11 +276,17 @@ func (r *runState) sendRequests(conn *websocket.Conn, o options) {
 }
 
 // readLoop reads every message until the connection fails: pushes are
-// drained into io.Discard (no copy into a buffer of our own), replies are
-// matched to their request.
-func (r *runState) readLoop(conn *websocket.Conn) {
+// drained into io.Discard (no copy into a buffer of our own), or with
+// whole read into a new buffer each, replies are matched to their request.
+func (r *runState) readLoop(conn *websocket.Conn, whole bool) {
 	var text bytes.Buffer // reused: replies are small
 	for {
+		if whole {
+			if !r.readWhole(conn) {
+				return
+			}
+			continue
+		}
 		op, rd, err := conn.NextReader()
 		if err != nil {
 			r.failure(readError(err))
@@ -305,6 +314,30 @@ func (r *runState) readLoop(conn *websocket.Conn) {
 			}
 		}
 	}
+}
+
+// readWhole reads one message into a buffer of its own, as the Stream
+// Benchmark's client does (a new 1 MiB buffer per push, garbage for Go's
+// collector, so the client reads more slowly); false once the connection
+// failed.
+func (r *runState) readWhole(conn *websocket.Conn) bool {
+	op, message, err := conn.ReadMessage()
+	if err != nil {
+		r.failure(readError(err))
+		return false
+	}
+	switch op {
+	case websocket.BinaryMessage:
+		if r.measuring.Load() {
+			r.pushes.Add(1)
+			r.pushBytes.Add(int64(len(message)))
+		}
+	case websocket.TextMessage:
+		if err := r.reply(message, time.Now()); err != nil {
+			r.failure(err) // counted; keep reading
+		}
+	}
+	return true
 }
 
 // readError names what failed; a close frame from the server is reported

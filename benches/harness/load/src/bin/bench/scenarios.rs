@@ -434,8 +434,9 @@ pub const STREAM_VARIANTS: [(&str, usize); 3] = [
 
 /// Scenario 6's unpinned variant: 1 MiB every 500 µs as above,
 /// but the server free to run on any CPU and the client the Go Stream
-/// Benchmark client (`go/cmd/streamclient`, gorilla, default GOMAXPROCS,
-/// not pinned either), as that benchmark runs.
+/// Benchmark client (`go/cmd/streamclient -whole`, gorilla, default
+/// GOMAXPROCS, not pinned either, each push read into a new buffer as that
+/// benchmark's own client reads it), as that benchmark runs.
 pub const STREAM_UNPINNED: &str = "1 MiB / 500 us, unpinned, Go client";
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -800,6 +801,7 @@ fn stream_unpinned(server: &Server, settings: &Settings) -> io::Result<BTreeMap<
     let running = Running::start(server, role)?;
     let rss_start = running.memory().0;
     let args = strings(&[
+        "-whole",
         "-interval",
         "10ms",
         "-size",
