@@ -2,10 +2,11 @@
 """Where the bytes ahead of a reply wait: samples one TCP connection's two
 socket queues while a stream run goes on.
 
-Every millisecond it reads `/proc/net/tcp` (Linux) for the established
-connection to `--port` and records the server socket's send queue (what
-its kernel holds unsent or unacknowledged) and the client socket's receive
-queue (what the client's kernel took and its code has not read). Both
+Every millisecond it reads `/proc/net/tcp` and `tcp6` (Linux) for an
+established connection to `--port` (the first found, if several) and
+records the server socket's send queue (what its kernel holds unsent or
+unacknowledged) and the client socket's receive queue (what the client's
+kernel took and its code has not read). Both
 ends must be on this machine. A reply the server sends waits behind both
 (and the rest of the message being written): divided by the client's read
 rate, their sum is the reply's wait.
@@ -21,25 +22,30 @@ import time
 
 
 def queues(port):
-    """(server send queue, client receive queue) of the connection to `port`,
-    or None while there is none."""
-    send = receive = None
-    with open("/proc/net/tcp") as table:
-        next(table)
-        for line in table:
+    """(server send queue, client receive queue) of one established
+    connection to `port` (IPv4 or IPv6), or None while there is none. The
+    two sockets are paired by their addresses, so other connections to the
+    port do not mix in."""
+    servers, clients = {}, {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
             fields = line.split()
             if fields[3] != "01":  # ESTABLISHED
                 continue
-            local = int(fields[1].split(":")[1], 16)
-            remote = int(fields[2].split(":")[1], 16)
+            local, remote = fields[1], fields[2]
             tx, rx = (int(part, 16) for part in fields[4].split(":"))
-            if local == port:
-                send = tx
-            elif remote == port:
-                receive = rx
-    if send is None or receive is None:
-        return None
-    return send, receive
+            if int(local.split(":")[1], 16) == port:
+                servers[(local, remote)] = tx
+            elif int(remote.split(":")[1], 16) == port:
+                clients[(remote, local)] = rx
+    for pair, send in servers.items():
+        if pair in clients:
+            return send, clients[pair]
+    return None
 
 
 def percentile(values, fraction):

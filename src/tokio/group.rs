@@ -116,8 +116,10 @@ impl<S> Incoming<S> {
         arriving: crate::connection::record::Arriving,
         hub: &Arc<crate::connection::hub::Hub>,
     ) -> Self {
-        // It may come from io_uring, whose sockets block.
+        // It may come from io_uring, whose sockets block; and from a
+        // process with other settings: this one's apply.
         crate::handoff::set_nonblocking(std::os::fd::AsFd::as_fd(&fd));
+        crate::driver::tcp::prepare(&fd, &hub.config, arriving.peer);
         Incoming {
             stream: mio::net::TcpStream::from(fd),
             peer: arriving.peer,

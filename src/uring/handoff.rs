@@ -268,6 +268,8 @@ impl<H: Handler> Reactor<H> {
 
     /// Starts serving a connection handed over, where it was.
     fn arrive(&mut self, fd: OwnedFd, arriving: Arriving) {
+        // From a process with other settings, maybe: this one's apply.
+        crate::driver::tcp::prepare(&fd, &self.env.hub.config, arriving.peer);
         let stream = std::net::TcpStream::from(fd);
         let live = self.env.hub.enter();
         let slot = self.slots.next_slot();

@@ -7,9 +7,11 @@ mod chart;
 mod client;
 mod report;
 mod rounds;
+mod runs;
 mod scenarios;
 mod servers;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -37,9 +39,10 @@ struct Args {
     /// Do not run anything: rebuild the report from the saved results.
     #[arg(long)]
     report_only: bool,
-    /// Keep the saved results of the servers and scenarios not run now, and
-    /// replace only those run (e.g. after a change to one server). The report
-    /// then mixes runs from different times: its notes should say so.
+    /// Keep the saved results of the scenarios not run now, and replace the
+    /// tables of those run, whole: each table comes from one run, which the
+    /// report names under it (with `--servers`, the other servers' rows of a
+    /// scenario run now are dropped).
     #[arg(long)]
     merge: bool,
     /// The repository root (default: found from this crate's location).
@@ -81,28 +84,27 @@ fn main() -> ExitCode {
     let measurements = &saved.measurements;
     let summaries = report::summarize(measurements);
     // Re-rendered, the report keeps the machine, time and command of the
-    // run that measured (the results do not record them; the last report
-    // does).
+    // last run (each table's own are in the results).
     let last = std::fs::read_to_string(repo.join("BENCHMARKS.md")).unwrap_or_default();
     let machine = if args.report_only {
-        measured_on(&last).unwrap_or_else(machine)
+        measured_on(&last).unwrap_or_else(|| format!("{}; report written {}.", machine(), now()))
     } else {
-        machine()
+        format!("{}; report written {}.", machine(), now())
     };
     let command = match &args.command {
         Some(command) => command.clone(),
         None if args.report_only => last_command(&last).unwrap_or_else(|| RUN.into()),
-        None => RUN.into(),
+        None => invoked(),
     };
     let settings = format!(
-        "Each measured window is {} s after {} s of warm-up.",
+        "Each measured window is {} s after {} s of warm-up, unless a table says otherwise.",
         saved.duration, saved.warmup
     );
     let context = report::Context {
         machine: &machine,
         command: &command,
         window: (saved.warmup, saved.duration),
-        rounds: rounds::describe(measurements),
+        tables: &saved.tables,
         settings: &settings,
         notes: std::fs::read_to_string(harness.join("notes.md")).ok(),
         chart_path: "benches/harness/results/chart.svg",
@@ -149,18 +151,32 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
         warmup: args.warmup,
         duration: args.duration,
         measurements: Vec::new(),
+        tables: BTreeMap::new(),
     };
+    let running = |scenario: u8| args.scenarios.is_empty() || args.scenarios.contains(&scenario);
     if args.merge {
-        let selected = |m: &Measurement| {
-            (args.servers.is_empty() || args.servers.contains(&m.server))
-                && (args.scenarios.is_empty() || args.scenarios.contains(&m.scenario))
-        };
         match load_results(results_path) {
-            Ok(previous) => saved
-                .measurements
-                .extend(previous.measurements.into_iter().filter(|m| !selected(m))),
+            Ok(previous) => {
+                saved.measurements.extend(
+                    previous
+                        .measurements
+                        .into_iter()
+                        .filter(|m| !running(m.scenario)),
+                );
+                saved.tables = previous.tables;
+            }
             Err(error) => eprintln!("note: nothing to merge with ({error})"),
         }
+    }
+    let this_run = runs::Run {
+        when: now(),
+        machine: format!("{}.", machine()),
+        command: args.command.clone().unwrap_or_else(invoked),
+        warmup: args.warmup,
+        duration: args.duration,
+    };
+    for scenario in SCENARIOS.iter().filter(|s| running(s.number)) {
+        saved.tables.insert(scenario.number, this_run.clone());
     }
     for round in 0..args.rounds {
         for scenario in SCENARIOS
@@ -197,11 +213,13 @@ fn run(args: &Args, repo: &Path, results_path: &Path) -> Saved {
     saved
 }
 
-/// The saved results: the window every run used, and every measurement.
+/// The saved results: the window of the last run, every measurement, and
+/// the run each scenario's table came from.
 struct Saved {
     warmup: f64,
     duration: f64,
     measurements: Vec<Measurement>,
+    tables: BTreeMap<u8, runs::Run>,
 }
 
 fn save_results(path: &Path, saved: &Saved) {
@@ -214,6 +232,7 @@ fn save_results(path: &Path, saved: &Saved) {
         "warmup": saved.warmup,
         "duration": saved.duration,
         "measurements": values,
+        "tables": runs::to_json(&saved.tables),
     });
     let text = serde_json::to_string_pretty(&document).expect("serializable");
     if let Err(error) = std::fs::write(path, text) {
@@ -237,6 +256,7 @@ fn load_results(path: &Path) -> std::io::Result<Saved> {
             .iter()
             .filter_map(Measurement::from_json)
             .collect(),
+        tables: runs::from_json(&document["tables"]),
     })
 }
 
@@ -253,6 +273,31 @@ fn measured_on(report: &str) -> Option<String> {
 fn last_command(report: &str) -> Option<String> {
     let block = report.split("```text\n").nth(1)?;
     Some(block.split("\n```").next()?.to_owned())
+}
+
+/// The time now, as the report prints it.
+fn now() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// How this run was started: `run.sh` and the arguments it passed on
+/// (without `--repo`, which run.sh adds).
+fn invoked() -> String {
+    let mut words = vec![RUN.to_string()];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--repo" {
+            args.next();
+        } else if !arg.starts_with("--repo=") {
+            words.push(arg);
+        }
+    }
+    words.join(" ")
 }
 
 /// What the report says about the machine, read from the machine itself.
@@ -275,11 +320,10 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "?".into());
     format!(
-        "Machine: {} CPUs ({cpu}), Linux {}, {}; {}; report written {}.",
+        "Machine: {} CPUs ({cpu}), Linux {}, {}; {}",
         output("nproc", &[]),
         output("uname", &["-r"]),
         output("rustc", &["-V"]),
         output("go", &["version"]),
-        output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
     )
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::chart::{self, Panel};
+use crate::runs::Run;
 use crate::scenarios::{
     BUS_VARIANTS, CLIENT_DEPTHS, CLIENT_LIBS, CLIENT_SERVER, DEFLATE_ECHO, DEFLATE_IDLE,
     DEFLATE_IDLE_STEPS, FANOUT_VARIANTS, Measurement, SCENARIOS, STREAM_SERVERS, STREAM_UNPINNED,
@@ -732,8 +733,8 @@ pub struct Context<'a> {
     pub command: &'a str,
     /// Seconds of warm-up and measured window of every run.
     pub window: (f64, f64),
-    /// How many rounds the medians are over (`rounds::describe`).
-    pub rounds: String,
+    /// The run each scenario's table came from (none: not recorded).
+    pub tables: &'a BTreeMap<u8, Run>,
     pub settings: &'a str,
     pub notes: Option<String>,
     pub chart_path: &'a str,
@@ -1049,8 +1050,8 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     let _ = writeln!(out, "{}\n", context.machine);
     let _ = writeln!(
         out,
-        "Method: each server is pinned to CPU 0 (`taskset -c 0`), the load generator to CPU 1. Servers are started fresh for every measurement and alternated within each round (order rotated per round). Figures are medians over a row's rounds ({}; the notes give each run's command); \"range\" is min–max. Server CPU and RSS come from `/proc/<pid>/stat` and `/proc/<pid>/status`. {}\n",
-        context.rounds, context.settings
+        "Method: each server is pinned to CPU 0 (`taskset -c 0`), the load generator to CPU 1. Servers are started fresh for every measurement and alternated within each round (order rotated per round). Figures are medians over a row's rounds; each table says how many, and which run measured it (a scenario run again replaces its whole table); \"range\" is min–max. Server CPU and RSS come from `/proc/<pid>/stat` and `/proc/<pid>/status`. {}\n",
+        context.settings
     );
     let _ = writeln!(out, "![benchmark chart]({})\n", context.chart_path);
     let _ = writeln!(out, "## Targets (the echo server)\n");
@@ -1067,6 +1068,11 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
     fanout_targets(&mut out, summaries);
     for scenario in &SCENARIOS {
         let _ = writeln!(out, "\n## {}. {}\n", scenario.number, scenario.title);
+        let _ = writeln!(
+            out,
+            "{}\n",
+            table_run(scenario.number, measurements, context)
+        );
         match scenario.number {
             1..=3 => echo_table(&mut out, summaries, scenario.number),
             4 => idle_table(&mut out, summaries),
@@ -1079,13 +1085,33 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
             }
             9 => fanout_table(&mut out, summaries),
             10 => storm_table(&mut out, summaries),
-            _ => bus_section(&mut out, summaries, measurements, context.window),
+            number => {
+                let window = context
+                    .tables
+                    .get(&number)
+                    .map_or(context.window, |run| (run.warmup, run.duration));
+                bus_section(&mut out, summaries, measurements, window);
+            }
         }
     }
     if let Some(notes) = &context.notes {
         let _ = writeln!(out, "\n## Notes\n\n{}", notes.trim());
     }
     out
+}
+
+/// The line under a table's heading: the run that measured it and its rounds.
+fn table_run(scenario: u8, measurements: &[Measurement], context: &Context) -> String {
+    let own: Vec<Measurement> = measurements
+        .iter()
+        .filter(|m| m.scenario == scenario)
+        .cloned()
+        .collect();
+    let rounds = crate::rounds::describe(&own);
+    match context.tables.get(&scenario) {
+        Some(run) => run.line(&rounds),
+        None => crate::runs::undated(&rounds),
+    }
 }
 
 pub fn chart(summaries: &Summaries) -> String {
