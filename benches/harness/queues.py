@@ -6,10 +6,10 @@ Every millisecond it reads `/proc/net/tcp` and `tcp6` (Linux) for an
 established connection to `--port` (the first found, if several) and
 records the server socket's send queue (what its kernel holds unsent or
 unacknowledged) and the client socket's receive queue (what the client's
-kernel took and its code has not read). Both
-ends must be on this machine. A reply the server sends waits behind both
-(and the rest of the message being written): divided by the client's read
-rate, their sum is the reply's wait.
+kernel took and its code has not read). Both ends must be on this
+machine. A reply the server sends waits behind both (and the rest of the
+message being written): divided by the client's read rate, their sum is
+the reply's wait.
 
     python3 benches/harness/queues.py --port 9005 --seconds 12
 

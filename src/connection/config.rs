@@ -161,8 +161,8 @@ impl Config {
     /// not yet sent (default `None`: the kernel's own bound, its whole send
     /// buffer, up to 4 MiB on a stock Linux). Linux only
     /// (`TCP_NOTSENT_LOWAT`, set on every TCP connection a socket server
-    /// accepts or takes over in a handoff);
-    /// elsewhere it does nothing. `Some(0)` is the same as `None`.
+    /// accepts or takes over in a handoff); elsewhere it does nothing.
+    /// `Some(0)` is the same as `None`.
     ///
     /// What the kernel holds has left the outbound queue, so a reply
     /// ([`Conn::reply`](crate::Conn::reply)) cannot overtake it. When a peer

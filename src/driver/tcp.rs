@@ -9,8 +9,8 @@ use crate::connection::config::Config;
 
 /// Sets `stream` up for serving: no Nagle delay (a message goes out when it
 /// is written), and at most [`Config::max_unsent_bytes`] of its output left
-/// unsent in the kernel (Linux), so that a reply waits behind little more
-/// than the message being written. A refused option costs only itself: it
+/// unsent in the kernel (Linux), which a reply cannot overtake. A refused
+/// option costs only itself: it
 /// is logged at debug level and the connection is served.
 pub(crate) fn prepare(stream: &impl AsFd, config: &Config, peer: SocketAddr) {
     let socket = SockRef::from(stream);

@@ -13,10 +13,10 @@
 // every message as fast as it comes: binary messages are pushes (counted,
 // payload discarded; with -whole each read into a new buffer, as the
 // Stream Benchmark's client reads them), text messages are replies to our
-// requests, matched to their request by content (the request's number). After -warmup the main
-// goroutine, the only writer, sends -requests text requests, one per
-// -interval (a time.Ticker; the first at once), each its number zero-padded
-// to -size bytes, and records the send time just before each write. Replies
+// requests, matched to their request by content (the request's number).
+// After -warmup the main goroutine, the only writer, sends -requests text
+// requests, one per -interval (a time.Ticker; the first at once), each its
+// number zero-padded to -size bytes, and records the send time just before each write. Replies
 // may come up to -grace after the last request; the ones still missing then
 // count as missing.
 //
@@ -277,16 +277,12 @@ func (r *runState) sendRequests(conn *websocket.Conn, o options) {
 
 // readLoop reads every message until the connection fails: pushes are
 // drained into io.Discard (no copy into a buffer of our own), or with
-// whole read into a new buffer each, replies are matched to their request.
+// whole read into a new buffer each (io.ReadAll, as conn.ReadMessage does
+// in the Stream Benchmark's client: garbage for Go's collector, so the
+// client reads more slowly); replies are matched to their request.
 func (r *runState) readLoop(conn *websocket.Conn, whole bool) {
 	var text bytes.Buffer // reused: replies are small
 	for {
-		if whole {
-			if !r.readWhole(conn) {
-				return
-			}
-			continue
-		}
 		op, rd, err := conn.NextReader()
 		if err != nil {
 			r.failure(readError(err))
@@ -294,7 +290,7 @@ func (r *runState) readLoop(conn *websocket.Conn, whole bool) {
 		}
 		switch op {
 		case websocket.BinaryMessage:
-			n, err := io.Copy(io.Discard, rd)
+			n, err := drain(rd, whole)
 			if err != nil {
 				r.failure(readError(err))
 				return
@@ -316,28 +312,14 @@ func (r *runState) readLoop(conn *websocket.Conn, whole bool) {
 	}
 }
 
-// readWhole reads one message into a buffer of its own, as the Stream
-// Benchmark's client does (a new 1 MiB buffer per push, garbage for Go's
-// collector, so the client reads more slowly); false once the connection
-// failed.
-func (r *runState) readWhole(conn *websocket.Conn) bool {
-	op, message, err := conn.ReadMessage()
-	if err != nil {
-		r.failure(readError(err))
-		return false
+// drain reads a push to its end: into io.Discard, or with whole into a
+// buffer of its own; the bytes read.
+func drain(rd io.Reader, whole bool) (int64, error) {
+	if !whole {
+		return io.Copy(io.Discard, rd)
 	}
-	switch op {
-	case websocket.BinaryMessage:
-		if r.measuring.Load() {
-			r.pushes.Add(1)
-			r.pushBytes.Add(int64(len(message)))
-		}
-	case websocket.TextMessage:
-		if err := r.reply(message, time.Now()); err != nil {
-			r.failure(err) // counted; keep reading
-		}
-	}
-	return true
+	message, err := io.ReadAll(rd)
+	return int64(len(message)), err
 }
 
 // readError names what failed; a close frame from the server is reported

@@ -275,14 +275,19 @@ fn last_command(report: &str) -> Option<String> {
     Some(block.split("\n```").next()?.to_owned())
 }
 
-/// The time now, as the report prints it.
-fn now() -> String {
-    Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+/// What `program args` prints, trimmed; `?` if it cannot run.
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
         .output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "?".into())
+}
+
+/// The time now, as the report prints it.
+fn now() -> String {
+    output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
 }
 
 /// How this run was started: `run.sh` and the arguments it passed on
@@ -302,14 +307,6 @@ fn invoked() -> String {
 
 /// What the report says about the machine, read from the machine itself.
 fn machine() -> String {
-    let output = |program: &str, args: &[&str]| {
-        Command::new(program)
-            .args(args)
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_else(|| "?".into())
-    };
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {

@@ -1102,12 +1102,7 @@ pub fn markdown(summaries: &Summaries, measurements: &[Measurement], context: &C
 
 /// The line under a table's heading: the run that measured it and its rounds.
 fn table_run(scenario: u8, measurements: &[Measurement], context: &Context) -> String {
-    let own: Vec<Measurement> = measurements
-        .iter()
-        .filter(|m| m.scenario == scenario)
-        .cloned()
-        .collect();
-    let rounds = crate::rounds::describe(&own);
+    let rounds = crate::rounds::describe(measurements.iter().filter(|m| m.scenario == scenario));
     match context.tables.get(&scenario) {
         Some(run) => run.line(&rounds),
         None => crate::runs::undated(&rounds),

@@ -11,7 +11,7 @@ use crate::scenarios::Measurement;
 /// the same count; else the usual count and the rows that differ, by
 /// scenario: "3 rounds per row, except 5 for raw-tcp-echo in scenario 1
 /// and for every row of scenario 8".
-pub fn describe(measurements: &[Measurement]) -> String {
+pub fn describe<'a>(measurements: impl IntoIterator<Item = &'a Measurement>) -> String {
     let mut rows: BTreeMap<(u8, &str, &str), BTreeSet<usize>> = BTreeMap::new();
     for m in measurements {
         rows.entry((m.scenario, &m.server, &m.variant))
