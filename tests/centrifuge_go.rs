@@ -67,11 +67,17 @@ async fn sdkpeer(scenario: &str, url: &str, format: &str, args: &[&str]) -> Valu
         .await
         .expect("sdkpeer runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "sdkpeer {scenario} {format}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if !out.status.success() {
+        // Why it stopped first, on a line of its own: a long report after
+        // it may be cut short where the failure is shown.
+        let report: Option<Value> = serde_json::from_str(&stdout).ok();
+        let why = report.as_ref().and_then(|r| r["failure"].as_str());
+        panic!(
+            "sdkpeer {scenario} {format} failed: {}\n{stdout}{}",
+            why.unwrap_or("(no report)"),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 

@@ -2,11 +2,13 @@
 //! last ones kept to replay to a subscriber that comes back.
 //!
 //! A topic's publications are numbered 1, 2, 3... in publish order (the
-//! *offset*) within one *epoch*: a random name for one unbroken history of
-//! the topic. When that history is lost (the topic had neither
-//! subscribers nor kept publications and was forgotten, or the node
+//! *offset*) within one *epoch*: a name for one unbroken history of the
+//! topic. When that history is lost (the topic had neither subscribers
+//! nor kept publications and was forgotten after publishing, or the node
 //! restarted) the next one starts with a new epoch and offset 1, so a
-//! position from before can never be taken for one after.
+//! position from before can never be taken for one after. A topic
+//! forgotten before its first publication lost nothing: it comes back in
+//! the epoch it had (see the registry's first epochs).
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};

@@ -13,6 +13,15 @@
 //! Locks are taken in one order: shard, topic, list, connection queue (a
 //! removal holds the shard while it takes the topic; nothing takes a shard
 //! while holding a topic), so they cannot cross.
+//!
+//! A topic that nothing needs is forgotten, and made again when it is
+//! next used. It starts in its *first epoch*, named by its name and by
+//! how many topics of its shard were forgotten after publishing: a topic
+//! forgotten with nothing published comes back in the epoch it had, so a
+//! subscriber told `(epoch, 0)` that was away meanwhile still resumes with
+//! everything published since; one forgotten after publishing moves its
+//! shard on, so no topic there starts again in an epoch whose offsets
+//! meant other publications.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -243,12 +252,12 @@ fn topic_cost(name: &str) -> usize {
 }
 
 impl Topic {
-    fn new(name: Arc<str>, history: History, histories: &Arc<Histories>) -> Topic {
+    fn new(name: Arc<str>, epoch: Epoch, history: History, histories: &Arc<Histories>) -> Topic {
         Topic {
             name,
             state: Mutex::new(TopicState {
                 locals: Vec::new(),
-                epoch: Epoch::new(),
+                epoch,
                 last: 0,
                 log: history
                     .is_on()
@@ -362,6 +371,39 @@ impl TopicState {
 
 type Shard = HashMap<Arc<str>, Arc<Topic>>;
 
+/// Per shard, what names its topics' first epochs: the topics forgotten
+/// there with publications (or in an epoch not their first), changed
+/// under the shard's lock.
+struct Generations {
+    key: RandomState,
+    forgotten: Box<[AtomicU64]>,
+}
+
+impl Generations {
+    fn new() -> Generations {
+        Generations {
+            key: RandomState::new(),
+            forgotten: (0..SHARDS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The epoch `name` starts in, made in shard `index` now (the caller
+    /// holds that shard's lock).
+    fn first_epoch(&self, index: usize, name: &str) -> Epoch {
+        let generation = self.forgotten[index].load(Ordering::Relaxed);
+        Epoch::from_u64(self.key.hash_one((name, generation)))
+    }
+
+    /// Counts the topic `name` of shard `index` out, if what it numbered
+    /// could be mistaken for what a topic made again would (the caller
+    /// holds that shard's lock and the topic's).
+    fn forget(&self, index: usize, name: &str, state: &TopicState) {
+        if state.last > 0 || state.epoch != self.first_epoch(index, name) {
+            self.forgotten[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Told when a topic gets its first subscriber (`true`) and loses its
 /// last (`false`), under the topic's lock.
 pub(super) type Occupancy = Arc<dyn Fn(&str, bool) + Send + Sync>;
@@ -370,6 +412,8 @@ pub(super) type Occupancy = Arc<dyn Fn(&str, bool) + Send + Sync>;
 pub(super) struct Registry {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
+    /// What names each shard's topics' first epochs.
+    generations: Generations,
     /// Topics with at least one subscriber.
     occupied: AtomicUsize,
     /// Every topic here.
@@ -388,6 +432,7 @@ impl Registry {
         Registry {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
+            generations: Generations::new(),
             occupied: AtomicUsize::new(0),
             kept: AtomicUsize::new(0),
             budget: Tally::new(limits.topics),
@@ -398,8 +443,12 @@ impl Registry {
     }
 
     fn shard(&self, topic: &str) -> MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(topic) as usize % self.shards.len();
-        self.lock_shard(index)
+        self.lock_shard(self.index(topic))
+    }
+
+    /// The shard `topic` is in.
+    fn index(&self, topic: &str) -> usize {
+        self.hasher.hash_one(topic) as usize % self.shards.len()
     }
 
     fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard> {
@@ -416,7 +465,8 @@ impl Registry {
     /// The topic, made (keeping `history`) if it is not there; `None` if
     /// it is not there and the topics' budget has no room for it (counted).
     pub(super) fn open(&self, topic: &str, history: History) -> Option<Arc<Topic>> {
-        let mut shard = self.shard(topic);
+        let index = self.index(topic);
+        let mut shard = self.lock_shard(index);
         if let Some(found) = shard.get(topic) {
             return Some(found.clone());
         }
@@ -425,7 +475,8 @@ impl Registry {
             return None;
         }
         let name: Arc<str> = Arc::from(topic);
-        let made = Arc::new(Topic::new(name.clone(), history, &self.histories));
+        let epoch = self.generations.first_epoch(index, topic);
+        let made = Arc::new(Topic::new(name.clone(), epoch, history, &self.histories));
         shard.insert(name, made.clone());
         self.kept.fetch_add(1, Ordering::Relaxed);
         Some(made)
@@ -443,6 +494,7 @@ impl Registry {
     fn forget(&self, shard: &mut Shard, name: &str, state: &mut TopicState) {
         state.gone = true;
         if shard.remove(name).is_some() {
+            self.generations.forget(self.index(name), name, state);
             self.budget.give(topic_cost(name));
             self.kept.fetch_sub(1, Ordering::Relaxed);
         }
@@ -627,6 +679,7 @@ impl Registry {
                 }
                 if state.idle() {
                     state.gone = true;
+                    self.generations.forget(index, name, &state);
                     topics += 1;
                     bytes += topic_cost(name);
                     return false;

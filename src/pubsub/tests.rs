@@ -339,6 +339,74 @@ fn a_topic_without_history_or_subscribers_is_forgotten_with_its_epoch() {
 }
 
 #[test]
+fn a_topic_forgotten_before_its_first_publication_comes_back_in_its_epoch() {
+    let list = Arc::new(Loop::default());
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    // Told (epoch, 0), then away: the topic, with nothing kept and nobody
+    // subscribed, is forgotten.
+    let a = conn(&list, 1, 1 << 20);
+    let told = pubsub
+        .subscribe_with(&a, "t", &Subscribe::new())
+        .unwrap()
+        .position;
+    assert_eq!(told.offset, 0);
+    assert!(pubsub.unsubscribe(&a, "t"));
+    assert_eq!(pubsub.position("t"), None);
+    // Published while away: made again, in the epoch it was told.
+    for _ in 0..3 {
+        pubsub.publish("t", Message::Text("x"));
+    }
+    assert_eq!(
+        pubsub.position("t"),
+        Some(Position {
+            epoch: told.epoch,
+            offset: 3
+        })
+    );
+    let back = conn(&list, 2, 1 << 20);
+    let resume = Subscribe::new()
+        .start(Start::After(told))
+        .envelope(Arc::new(Marks));
+    let joined = pubsub.subscribe_with(&back, "t", &resume).unwrap();
+    assert_eq!(joined.recovered, Some(true));
+    list.run(usize::MAX);
+    assert_eq!(frames(&back), ["o1", "o2", "o3", "rtrue"]);
+}
+
+#[test]
+fn a_topic_forgotten_after_publishing_never_reuses_an_epoch() {
+    let list = Arc::new(Loop::default());
+    let age = Duration::from_millis(50);
+    let pubsub = PubSub::builder().history(History::new(10, age)).build();
+    let a = conn(&list, 1, 1 << 20);
+    let told = pubsub
+        .subscribe_with(&a, "t", &Subscribe::new())
+        .unwrap()
+        .position;
+    assert!(pubsub.unsubscribe(&a, "t"));
+    // Published while away, then kept too long: forgotten again, with
+    // what it numbered.
+    pubsub.publish("t", Message::Text("lost"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pubsub.position("t").is_some() {
+        assert!(Instant::now() < deadline, "still kept");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Made again: a new epoch, so the position told before is not taken
+    // for one in it, and the publication lost is told as a gap.
+    pubsub.publish("t", Message::Text("x"));
+    let now = pubsub.position("t").unwrap();
+    assert_ne!(now.epoch, told.epoch);
+    assert_eq!(now.offset, 1);
+    let back = conn(&list, 2, 1 << 20);
+    let resume = Subscribe::new().start(Start::After(told));
+    let joined = pubsub.subscribe_with(&back, "t", &resume).unwrap();
+    assert_eq!(joined.recovered, Some(false));
+}
+
+#[test]
 fn history_is_kept_without_subscribers_and_swept_on_time_when_old() {
     let age = Duration::from_millis(300);
     let pubsub = PubSub::builder()
