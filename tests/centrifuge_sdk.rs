@@ -39,16 +39,9 @@ fn run_sdk(url: &str, format: &str, api_key: Option<&str>) -> Value {
 
 /// Runs `script` (in tests/centrifuge) with `args`; its JSON answer.
 fn run_node(script: &str, args: &[&str]) -> Value {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/centrifuge");
-    let setup = Command::new("bash")
-        .arg(format!("{dir}/setup_sdk.sh"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        setup.status.success(),
-        "setup_sdk.sh: {}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
+    // Installed once for every test here: two installs at once into one
+    // node_modules (a fresh checkout) break each other's node.
+    let dir = centrifugo::sdk_dir();
     let out = Command::new("node")
         .current_dir(dir)
         .arg(script)
