@@ -9,6 +9,7 @@ pub mod h3wire;
 pub mod handshake;
 pub mod idle;
 pub mod mux;
+pub mod ports;
 pub mod resume_storm;
 pub mod stats;
 pub mod storm;

@@ -189,7 +189,9 @@ fn spread(values: &mut [f64]) -> serde_json::Value {
 /// A proxy to `upstream` on a free loopback port; a send on the watch cuts
 /// every connection open then.
 async fn proxy(upstream: SocketAddr) -> io::Result<(SocketAddr, watch::Sender<u64>)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let listener = crate::ports::listener()?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
     let (cut, cuts) = watch::channel(0u64);
     tokio::task::spawn_local(async move {

@@ -1,7 +1,7 @@
 //! The servers under test, and starting, sampling and stopping one of them.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -556,7 +556,7 @@ pub static TLS_IDENTITY: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::On
 
 impl Running {
     pub fn start(server: &Server, role: Role) -> io::Result<Running> {
-        let addr = free_addr()?;
+        let addr = rapidws_load::ports::free_addr()?;
         let mut command = Command::new("taskset");
         let pinned = !matches!(role, Role::Push { pinned: false, .. });
         command
@@ -753,9 +753,4 @@ fn udp_bound(addr: SocketAddr) -> bool {
             .skip(1)
             .any(|line| line.split_whitespace().nth(1) == Some(wanted.as_str()))
     })
-}
-
-/// A loopback address with a port free right now.
-fn free_addr() -> io::Result<SocketAddr> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
