@@ -176,6 +176,9 @@ impl PubSub {
     /// nothing, any other position from before (or from the successor)
     /// resumes as not recovered.
     pub fn renumber(&self) {
+        // Topics forgotten here meanwhile too: none is made again in an
+        // epoch the successor numbered in.
+        self.inner.registry.move_on_all();
         let topics = self.inner.registry.collect(|name, _| Some(name.clone()));
         for name in topics {
             let Some(entry) = self.inner.registry.find(&name) else {

@@ -6,9 +6,10 @@
 //! topic. When that history is lost (the topic had neither subscribers
 //! nor kept publications and was forgotten after publishing, or the node
 //! restarted) the next one starts with a new epoch and offset 1, so a
-//! position from before can never be taken for one after. A topic
-//! forgotten before its first publication lost nothing: it comes back in
-//! the epoch it had (see the registry's first epochs).
+//! position from before can never be taken for one after. A topic with
+//! history forgotten before its first publication lost nothing: it comes
+//! back in the epoch it had, unless something could have been missed
+//! meanwhile (see the registry's first epochs).
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};

@@ -15,13 +15,17 @@
 //! while holding a topic), so they cannot cross.
 //!
 //! A topic that nothing needs is forgotten, and made again when it is
-//! next used. It starts in its *first epoch*, named by its name and by
-//! how many topics of its shard were forgotten after publishing: a topic
-//! forgotten with nothing published comes back in the epoch it had, so a
-//! subscriber told `(epoch, 0)` that was away meanwhile still resumes with
-//! everything published since; one forgotten after publishing moves its
-//! shard on, so no topic there starts again in an epoch whose offsets
-//! meant other publications.
+//! next used. A topic with history starts in its *first epoch*, named by
+//! its name and by a count of its shard's: a topic forgotten with nothing
+//! published comes back in the epoch it had, so a subscriber told
+//! `(epoch, 0)` that was away meanwhile still resumes with everything
+//! published since. Whatever could make a position in a first epoch name
+//! something else moves the shard's count on, so no topic there starts
+//! again in that epoch: a topic forgotten after publishing (or in another
+//! epoch), a publication refused for the topics' budget (not numbered),
+//! and a handoff that failed (the successor numbered in them). A topic
+//! without history (whose publications are not numbered while nobody is
+//! subscribed) starts in a random epoch.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -396,11 +400,19 @@ impl Generations {
 
     /// Counts the topic `name` of shard `index` out, if what it numbered
     /// could be mistaken for what a topic made again would (the caller
-    /// holds that shard's lock and the topic's).
+    /// holds that shard's lock and the topic's). A topic without history
+    /// never starts in a first epoch (see `Registry::open`).
     fn forget(&self, index: usize, name: &str, state: &TopicState) {
-        if state.last > 0 || state.epoch != self.first_epoch(index, name) {
-            self.forgotten[index].fetch_add(1, Ordering::Relaxed);
+        let numbered = state.last > 0 || state.epoch != self.first_epoch(index, name);
+        if state.log.is_some() && numbered {
+            self.move_on(index);
         }
+    }
+
+    /// No topic of shard `index` made from now on starts in an epoch
+    /// handed out before (the caller holds that shard's lock).
+    fn move_on(&self, index: usize) {
+        self.forgotten[index].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -472,14 +484,33 @@ impl Registry {
         }
         if !self.budget.take(topic_cost(topic)) {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            // A publication refused here is not numbered: a topic made
+            // after it must not take a position told before for whole.
+            self.generations.move_on(index);
             return None;
         }
         let name: Arc<str> = Arc::from(topic);
-        let epoch = self.generations.first_epoch(index, topic);
+        // Without history a publication with nobody subscribed is not
+        // numbered either: such a topic starts in an epoch of its own.
+        let epoch = if history.is_on() {
+            self.generations.first_epoch(index, topic)
+        } else {
+            Epoch::new()
+        };
         let made = Arc::new(Topic::new(name.clone(), epoch, history, &self.histories));
         shard.insert(name, made.clone());
         self.kept.fetch_add(1, Ordering::Relaxed);
         Some(made)
+    }
+
+    /// Moves every shard on (see `Generations::move_on`): after a handoff
+    /// that failed, the successor numbered in this process's first epochs
+    /// meanwhile, topics forgotten here included.
+    pub(super) fn move_on_all(&self) {
+        for index in 0..self.shards.len() {
+            let _shard = self.lock_shard(index);
+            self.generations.move_on(index);
+        }
     }
 
     /// Whether `topic` is here, or the topics' budget has room for it now.

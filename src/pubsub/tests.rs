@@ -406,6 +406,78 @@ fn a_topic_forgotten_after_publishing_never_reuses_an_epoch() {
     assert_eq!(joined.recovered, Some(false));
 }
 
+/// Told `(epoch, 0)` on `topic`, away while the topic was forgotten and a
+/// publication went unnumbered (`missed`): the resume is not taken for
+/// whole.
+fn away_while_a_publication_went_unnumbered(
+    pubsub: &PubSub,
+    topic: &str,
+    missed: impl FnOnce(&PubSub),
+) {
+    let list = Arc::new(Loop::default());
+    let a = conn(&list, 1, 1 << 20);
+    let told = pubsub
+        .subscribe_with(&a, topic, &Subscribe::new())
+        .unwrap()
+        .position;
+    assert!(pubsub.unsubscribe(&a, topic));
+    missed(pubsub);
+    let back = conn(&list, 2, 1 << 20);
+    let resume = Subscribe::new().start(Start::After(told));
+    let joined = pubsub.subscribe_with(&back, topic, &resume).unwrap();
+    assert_eq!(joined.recovered, Some(false));
+}
+
+#[test]
+fn without_history_a_publication_to_nobody_is_a_gap_for_a_resume() {
+    let pubsub = PubSub::new();
+    away_while_a_publication_went_unnumbered(&pubsub, "t", |pubsub| {
+        assert_eq!(pubsub.publish("t", Message::Text("x")).position, None);
+    });
+}
+
+#[test]
+fn a_publication_refused_for_the_topics_budget_is_a_gap_for_a_resume() {
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .history_for("fill.", History::new(1, Duration::from_millis(50)))
+        .limits(Limits::new().topic_bytes(16 * 1024))
+        .build();
+    // Longer than any filler: refused once they are.
+    let topic = "t".repeat(1000);
+    away_while_a_publication_went_unnumbered(&pubsub, &topic, |pubsub| {
+        let long = format!("fill.{}", "n".repeat(900));
+        let mut n = 0;
+        while pubsub
+            .publish(&format!("{long}{n}"), Message::Text("x"))
+            .position
+            .is_some()
+        {
+            n += 1;
+            assert!(n < 1000, "the budget never filled");
+        }
+        assert_eq!(pubsub.publish(&topic, Message::Text("x")).position, None);
+        // The fillers are kept too long and swept: room again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pubsub.usage().topics > 0 {
+            assert!(Instant::now() < deadline, "{:?}", pubsub.usage());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+}
+
+#[test]
+fn after_a_failed_handoff_no_topic_comes_back_in_an_epoch_handed_out() {
+    let pubsub = PubSub::builder()
+        .history(History::new(10, Duration::from_secs(60)))
+        .build();
+    away_while_a_publication_went_unnumbered(&pubsub, "t", |pubsub| {
+        // The successor numbered in the epoch told; taken back here.
+        pubsub.renumber();
+        pubsub.publish("t", Message::Text("x"));
+    });
+}
+
 #[test]
 fn history_is_kept_without_subscribers_and_swept_on_time_when_old() {
     let age = Duration::from_millis(300);
