@@ -403,8 +403,10 @@ impl Generations {
     /// holds that shard's lock and the topic's). A topic without history
     /// never starts in a first epoch (see `Registry::open`).
     fn forget(&self, index: usize, name: &str, state: &TopicState) {
-        let numbered = state.last > 0 || state.epoch != self.first_epoch(index, name);
-        if state.log.is_some() && numbered {
+        if state.log.is_none() {
+            return;
+        }
+        if state.last > 0 || state.epoch != self.first_epoch(index, name) {
             self.move_on(index);
         }
     }
