@@ -524,10 +524,10 @@ impl Registry {
 
     /// Takes an idle topic out of its shard (the caller holds both
     /// locks): whoever holds it looks it up again.
-    fn forget(&self, shard: &mut Shard, name: &str, state: &mut TopicState) {
+    fn forget(&self, index: usize, shard: &mut Shard, name: &str, state: &mut TopicState) {
         state.gone = true;
         if shard.remove(name).is_some() {
-            self.generations.forget(self.index(name), name, state);
+            self.generations.forget(index, name, state);
             self.budget.give(topic_cost(name));
             self.kept.fetch_sub(1, Ordering::Relaxed);
         }
@@ -567,13 +567,14 @@ impl Registry {
 
     /// Forgets `topic` if nothing needs it kept any more.
     pub(super) fn forget_if_idle(&self, topic: &str) {
-        let mut shard = self.shard(topic);
+        let index = self.index(topic);
+        let mut shard = self.lock_shard(index);
         let Some(entry) = shard.get(topic).cloned() else {
             return;
         };
         let mut state = entry.lock();
         if state.idle() {
-            self.forget(&mut shard, topic, &mut state);
+            self.forget(index, &mut shard, topic, &mut state);
         }
     }
 
@@ -590,7 +591,8 @@ impl Registry {
     /// a topic left with no subscribers and nothing kept goes. Returns the
     /// subscription, `None` if it was not there.
     pub(super) fn remove(&self, topic: &str, key: usize, route: &Route) -> Option<Subscriber> {
-        let mut shard = self.shard(topic);
+        let index = self.index(topic);
+        let mut shard = self.lock_shard(index);
         let entry = shard.get(topic).cloned()?;
         let mut state = entry.lock();
         let at = state.locals.iter().position(|l| l.route.same(route))?;
@@ -600,7 +602,7 @@ impl Registry {
             self.left(topic, &state);
         }
         if state.idle() {
-            self.forget(&mut shard, topic, &mut state);
+            self.forget(index, &mut shard, topic, &mut state);
         }
         removed
     }
@@ -628,7 +630,8 @@ impl Registry {
         key: (usize, u64),
         token: Option<u64>,
     ) -> bool {
-        let mut shard = self.shard(topic);
+        let index = self.index(topic);
+        let mut shard = self.lock_shard(index);
         let Some(entry) = shard.get(topic).cloned() else {
             return false;
         };
@@ -638,7 +641,7 @@ impl Registry {
         }
         self.left(topic, &state);
         if state.idle() {
-            self.forget(&mut shard, topic, &mut state);
+            self.forget(index, &mut shard, topic, &mut state);
         }
         true
     }
