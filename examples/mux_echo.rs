@@ -23,6 +23,10 @@
 //! reply goes out ahead of the pushes: the load harness's Stream Benchmark
 //! with pushes and requests as two streams of one mux (`rapidws-load
 //! stream --mux`).
+//!
+//! With `--on-server-loop` (io_uring), each `/mux` mux runs on the reactor
+//! serving its WebSocket, its streams' tasks beside it
+//! (`rapidws::socket::spawn`): no message crosses a thread.
 
 mod support;
 
@@ -33,7 +37,7 @@ use std::time::Duration;
 use clap::Parser;
 use rapidws::Reject;
 use rapidws::mux::{Budget, Config, Mux, Side, Stream, Version};
-use rapidws::socket::SocketHandler;
+use rapidws::socket::{SocketHandler, spawn};
 use tokio::io::AsyncWriteExt;
 
 #[derive(Parser, Debug)]
@@ -71,6 +75,11 @@ struct Args {
     /// default: the library's 30.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     keepalive_secs: Option<u64>,
+    /// On io_uring, run each `/mux` mux and its streams' tasks on the
+    /// reactor that serves its WebSocket (`SocketHandler::on_server_loop`),
+    /// so its messages cross no thread; on tokio this changes nothing.
+    #[arg(long)]
+    on_server_loop: bool,
 }
 
 /// What the server does on each mux besides echoing.
@@ -117,12 +126,13 @@ fn main() -> ExitCode {
         push: rapidws::Bytes::from(vec![0x5a; args.push_size]),
         push_every: Duration::from_micros(args.push_every_us.max(1)),
     };
+    let on_server_loop = args.on_server_loop;
     support::serve("mux_echo", &args.serve, move |runtime| {
         if let Some(listener) = tcp {
             runtime.spawn(serve_tcp(listener, config.clone(), plan.clone()));
         }
         tracing::info!(bytes = config.budget.limit(), "the mux budget of every mux");
-        SocketHandler::with_upgrade(
+        let handler = SocketHandler::with_upgrade(
             |request, _| match request.path() {
                 "/mux" => Ok(()),
                 path => Err(Reject::new(
@@ -132,8 +142,9 @@ fn main() -> ExitCode {
             },
             move |socket, ()| {
                 let (config, plan) = (config.clone(), plan.clone());
-                // Inside the future: it runs on the runtime, where the
-                // mux's driver is spawned (io_uring's callbacks are not).
+                // Inside the future, which runs on the server loop (or the
+                // runtime): the mux's driver and its streams' tasks are
+                // spawned beside it (io_uring's callbacks are not).
                 async move {
                     let mux = Mux::over_websocket(socket, Side::Acceptor, config);
                     serve_mux(mux, plan).await
@@ -141,7 +152,12 @@ fn main() -> ExitCode {
             },
         )
         .on_http(|request| support::metrics_page(request.method(), request.path()))
-        .runtime(runtime)
+        .runtime(runtime);
+        if on_server_loop {
+            handler.on_server_loop()
+        } else {
+            handler
+        }
     })
 }
 
@@ -174,13 +190,12 @@ async fn serve_tcp(listener: std::net::TcpListener, config: Config, plan: Plan) 
     }
 }
 
-/// Echoes every stream of one mux until it ends.
+/// Echoes every stream of one mux until it ends; its tasks go beside it
+/// (on the reactor, over a WebSocket on io_uring; else on the runtime).
 async fn serve_mux(mux: Mux, plan: Plan) {
     for _ in 0..plan.open {
         match mux.open_stream().await {
-            Ok(stream) => {
-                tokio::spawn(echo(stream));
-            }
+            Ok(stream) => spawn(echo(stream)),
             Err(error) => {
                 tracing::warn!(%error, "cannot open a stream to the peer");
                 break;
@@ -190,9 +205,7 @@ async fn serve_mux(mux: Mux, plan: Plan) {
     let pushing = !plan.push.is_empty();
     if pushing {
         match mux.open_stream().await {
-            Ok(stream) => {
-                tokio::spawn(push(stream, plan.push.clone(), plan.push_every));
-            }
+            Ok(stream) => spawn(push(stream, plan.push.clone(), plan.push_every)),
             Err(error) => tracing::warn!(%error, "cannot open the push stream"),
         }
     }
@@ -201,7 +214,7 @@ async fn serve_mux(mux: Mux, plan: Plan) {
             // Replies before pushes.
             stream.set_priority(1);
         }
-        tokio::spawn(echo(stream));
+        spawn(echo(stream));
     }
     match mux.closed().await {
         Ok(()) => tracing::debug!(stats = ?mux.stats(), "mux session ended"),

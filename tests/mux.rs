@@ -236,8 +236,22 @@ async fn a_text_message_on_mux_is_refused_with_1003_and_why() {
 /// are echoed (the load harness's `stream --mux`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mux_echo_pushes_on_a_stream_of_its_own_beside_the_echo() {
-    let (_server, ws, _tcp) =
-        start_mux_echo(&["--push-size", "65536", "--push-every-us", "2000"]).await;
+    let mut placements = vec![vec!["--backend", "tokio"]];
+    if cfg!(all(target_os = "linux", feature = "uring")) {
+        // The push task's timer and the echo on the reactor's thread.
+        placements.push(vec!["--backend", "uring", "--on-server-loop"]);
+    }
+    for placement in placements {
+        let mut args = vec!["--push-size", "65536", "--push-every-us", "2000"];
+        args.extend(placement);
+        let (_server, ws, _tcp) = start_mux_echo(&args).await;
+        pushes_and_echoes(ws).await;
+    }
+}
+
+/// Takes twenty pushes on the stream `mux_echo` opens while a stream of
+/// ours is echoed.
+async fn pushes_and_echoes(ws: SocketAddr) {
     let mux = ws_mux(ws, Version::V2).await;
     let requests = mux.open_stream().await.unwrap();
     let mut push = tokio::time::timeout(Duration::from_secs(10), mux.accept_stream())
@@ -290,18 +304,26 @@ async fn run_smuxpeer(args: &[&str]) -> String {
 /// exactly 1 MiB), written in random pieces and half-closed, every byte of
 /// the echo checked; and it accepts 20 streams the server opens and checks
 /// their echo. Both versions and transports on tokio; on io_uring (the
-/// same session code behind another driver) one of each.
+/// same session code behind another driver) one of each, and both versions
+/// over WebSockets with the mux on the reactor (`--on-server-loop`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xtaci_smux_dials_mux_echo() {
     let mut backends = vec![(
-        "tokio",
+        vec!["--backend", "tokio"],
         vec![("1", false), ("1", true), ("2", false), ("2", true)],
     )];
     if cfg!(all(target_os = "linux", feature = "uring")) {
-        backends.push(("uring", vec![("1", false), ("2", true)]));
+        backends.push((vec!["--backend", "uring"], vec![("1", false), ("2", true)]));
+        // The mux and its streams on the reactor's thread.
+        backends.push((
+            vec!["--backend", "uring", "--on-server-loop"],
+            vec![("1", true), ("2", true)],
+        ));
     }
     for (backend, runs) in backends {
-        let (_server, ws, tcp) = start_mux_echo(&["--open", "20", "--backend", backend]).await;
+        let mut args = vec!["--open", "20"];
+        args.extend(&backend);
+        let (_server, ws, tcp) = start_mux_echo(&args).await;
         let (tcp, url) = (tcp.to_string(), format!("ws://{ws}/mux"));
         for (version, over_ws) in runs {
             let transport = match over_ws {
@@ -311,7 +333,7 @@ async fn xtaci_smux_dials_mux_echo() {
             let mut args = vec!["-version", version, "-streams", "100"];
             args.extend(transport);
             let report = run_smuxpeer(&args).await;
-            eprintln!("{backend} {transport:?} v{version}: {report}");
+            eprintln!("{backend:?} {transport:?} v{version}: {report}");
             args.extend(["-mode", "accept-check", "-streams", "20"]);
             run_smuxpeer(&args).await;
         }

@@ -18,7 +18,27 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
-backend_tests!(
+/// Every test on every backend, and on io_uring once more with the
+/// functions on the reactor's thread (`SocketHandler::on_server_loop`).
+macro_rules! socket_tests {
+    ($($name:ident),* $(,)?) => {
+        backend_tests!($($name),*);
+
+        #[cfg(all(target_os = "linux", feature = "uring"))]
+        mod uring_on_server_loop {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::ON_SERVER_LOOP
+                        .scope(true, super::$name($crate::common::Backend::Uring))
+                        .await
+                }
+            )*
+        }
+    };
+}
+
+socket_tests!(
     echoes_through_recv_and_send,
     echoes_through_the_stream_and_sink_halves,
     recv_is_cancel_safe,
@@ -32,13 +52,28 @@ backend_tests!(
     a_close_waits_for_the_socket_at_most_the_close_timeout,
 );
 
+tokio::task_local! {
+    /// Set for the tests that run the functions on the server loop.
+    static ON_SERVER_LOOP: bool;
+}
+
+/// `handler`, on the server loop if the test asks for it.
+fn placed<T: Send + 'static>(handler: SocketHandler<T>) -> SocketHandler<T> {
+    if ON_SERVER_LOOP.try_with(|on| *on).unwrap_or(false) {
+        handler.on_server_loop()
+    } else {
+        handler
+    }
+}
+
 /// Starts `backend` serving `serve` through a `SocketHandler`.
 async fn start_sockets<F, Fut>(backend: Backend, config: Config, serve: F) -> TestServer
 where
     F: Fn(WebSocket) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    common::serve(backend, SocketHandler::new(serve), config, Arc::default()).await
+    let handler = placed(SocketHandler::new(serve));
+    common::serve(backend, handler, config, Arc::default()).await
 }
 
 /// What a server function reports to its test.
@@ -206,7 +241,7 @@ async fn a_full_inbox_stops_reading_until_the_socket_catches_up(backend: Backend
         }
     })
     .inbox_limit(64 * 1024);
-    let server = common::serve(backend, handler, Config::default(), Arc::default()).await;
+    let server = common::serve(backend, placed(handler), Config::default(), Arc::default()).await;
     let (mut write, mut read) = server.client().await.split();
     let sent = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let counted = sent.clone();
@@ -362,7 +397,7 @@ async fn a_close_completes_while_the_inbox_is_full(backend: Backend) {
     })
     .inbox_limit(64 * 1024);
     let config = Config::default().close_timeout(Duration::from_secs(30));
-    let server = common::serve(backend, handler, config, Arc::default()).await;
+    let server = common::serve(backend, placed(handler), config, Arc::default()).await;
     let (mut read, mut write) = raw_upgraded(server.addr).await.into_split();
     let (closed, close_seen) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(async move {
@@ -455,4 +490,52 @@ async fn a_close_waits_for_the_socket_at_most_the_close_timeout(backend: Backend
         waited >= Duration::from_millis(300),
         "answered after {waited:?}"
     );
+}
+
+/// Where each function runs, and the task it spawns with
+/// `rapidws::socket::spawn`: on io_uring with `on_server_loop`, both on a
+/// reactor's thread (and a tokio timer works there); without it, or on the
+/// tokio groups, on the runtime's threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_server_loop_runs_the_function_and_its_tasks_on_the_reactor() {
+    let mut cases = vec![
+        (Backend::Tokio, true, false),
+        (Backend::Tokio, false, false),
+    ];
+    #[cfg(all(target_os = "linux", feature = "uring"))]
+    cases.extend([(Backend::Uring, true, true), (Backend::Uring, false, false)]);
+    for (backend, on_loop, expect_reactor) in cases {
+        let handler = SocketHandler::new(|mut socket: WebSocket| async move {
+            let here = std::thread::current().name().unwrap_or("").to_owned();
+            let (tell, told) = tokio::sync::oneshot::channel();
+            rapidws::socket::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let there = std::thread::current().name().unwrap_or("").to_owned();
+                let _ = tell.send(there);
+            });
+            let there = told.await.unwrap_or_default();
+            let _ = socket.send(format!("{here} {there}")).await;
+            while let Some(Ok(_)) = socket.recv().await {}
+        });
+        let handler = if on_loop {
+            handler.on_server_loop()
+        } else {
+            handler
+        };
+        let server = common::serve(backend, handler, Config::default(), Arc::default()).await;
+        let mut client = server.client().await;
+        let WsMessage::Text(threads) = next(&mut client).await else {
+            panic!("a text message");
+        };
+        let on_reactor = threads
+            .split(' ')
+            .map(|name| name.starts_with("rapidws-uring-"))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            on_reactor,
+            [expect_reactor, expect_reactor],
+            "{backend:?}, on_server_loop {on_loop}: the function and its task ran on {threads}"
+        );
+        let _ = client.close(None).await;
+    }
 }

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `read_buf.rs` | a connection's read buffer: pooled while a partial frame is in it, grown towards the frame's end |
 //! | `slab.rs` | a server loop's connections by slot number |
+//! | `local.rs` | tasks on a server loop's own thread (an io_uring reactor's): spawned there, polled between its rounds |
 //! | `mailbox.rs` | jobs other threads post to a server loop (pub/sub deliveries), bounded |
 //! | `timer.rs` | a connection's one tokio `Sleep`, on the lifecycle's deadline (tokio groups, the stream driver) |
 //! | `listen.rs` | binding, the backlog, backing off after accept errors |
@@ -19,6 +20,7 @@
 #[cfg(any(feature = "tokio", all(target_os = "linux", feature = "uring")))]
 pub(crate) mod entrance;
 pub(crate) mod listen;
+pub(crate) mod local;
 pub(crate) mod mailbox;
 pub(crate) mod read_buf;
 pub(crate) mod shutdown;

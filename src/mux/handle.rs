@@ -67,11 +67,12 @@ impl Mux {
     /// A mux over `io` (a TCP or TLS stream, any async byte stream),
     /// on `side`: [`Side::Dialer`] if this end connected, as smux's
     /// client (it opens odd stream ids). Spawns its driver on the current
-    /// tokio runtime.
+    /// tokio runtime, or beside the socket on an io_uring reactor when made
+    /// there ([`socket::spawn`](crate::socket::spawn)).
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime, if `config` fails [`Config::check`] (the
+    /// Outside a tokio runtime (and off a server loop's thread), if `config` fails [`Config::check`] (the
     /// message says what is wrong), or if a [`Side::Dialer`] leaves the
     /// version to the peer (the peer, a server, waits for it to speak).
     pub fn new<T>(io: T, side: Side, config: Config) -> Mux
@@ -99,7 +100,9 @@ impl Mux {
         crate::connection::budgets::watch(&config.budget, "mux");
         let protocol = Protocol::new(side, config, Instant::now());
         let shared = Arc::new(Shared::new(protocol));
-        tokio::spawn(Driver::new(io, shared.clone()).run());
+        // Beside its transport: on an io_uring reactor when the mux is
+        // made there (over a socket run on the server loop).
+        crate::driver::local::spawn_beside(Driver::new(io, shared.clone()).run());
         Mux { shared }
     }
 

@@ -80,6 +80,25 @@ use crate::connection::conn::{Conn, SendError};
 use crate::proto::{CloseCode, MessageKind, OwnedMessage};
 
 pub use handler::{DEFAULT_INBOX_LIMIT, SocketHandler, SocketState};
+
+/// Spawns `task` beside the socket: on the server loop's thread when
+/// called there (from a function [`SocketHandler::on_server_loop`] runs on
+/// an io_uring reactor, or a task spawned from one), polled inside the
+/// current runtime's context; anywhere else, on the current tokio runtime,
+/// as `tokio::spawn`. A task that works with what the function works with
+/// (a stream of a mux over the socket, a channel to it) then stays on the
+/// function's thread.
+///
+/// # Panics
+///
+/// Off a server loop's thread and outside a tokio runtime, as
+/// `tokio::spawn`.
+pub fn spawn<F>(task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    crate::driver::local::spawn_beside(task);
+}
 use inbox::{Ending, Inbox, Taken};
 
 /// Why a socket's stream or sink failed.

@@ -5,6 +5,9 @@
 //! The handler is the same as on tokio, but its callbacks run on the
 //! reactor threads, outside any tokio runtime: to start async work from a
 //! callback, keep a `tokio::runtime::Handle` in the handler and spawn on it.
+//! An async socket may instead run on the reactor that serves its
+//! connection ([`SocketHandler::on_server_loop`](crate::socket::SocketHandler::on_server_loop)),
+//! its messages then crossing no thread.
 //!
 //! ```no_run
 //! use rapidws::{Accept, Config, Conn, Handler, Message, Reject, Request, ServerHandler};
@@ -37,6 +40,7 @@
 //! |---|---|
 //! | `reactor.rs` | one reactor thread: its ring, listener, connections, timers and woken list |
 //! | `connection.rs` | one connection on completions: receive armed or cancelled, one send per turn |
+//! | `tasks.rs` | futures spawned on the reactor's thread (async sockets that run there), polled between rounds |
 //! | `ring.rs` | every piece of memory the kernel reads or writes for a ring (the backend's `unsafe`) |
 //! | `tls.rs`, `tls_absent.rs` | wss inside the reactor; without `rustls`, a `Tls` with no values |
 //! | `handoff.rs` | the reactors' part in a handoff |
@@ -45,6 +49,7 @@ mod connection;
 mod reactor;
 #[allow(unsafe_code)] // memory the kernel reads and writes
 mod ring;
+mod tasks;
 #[cfg(feature = "rustls")]
 mod tls;
 #[cfg(not(feature = "rustls"))]

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Io, Progress};
 use super::ring::{self, Completion, Op, Outgoing, Ring};
+use super::tasks::{TASK, Tasks};
 use super::tls::{ServerConfig, Tls};
 use bytes::BytesMut;
 
@@ -33,6 +34,7 @@ use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::Env;
 use crate::connection::wake::{ConnWake, Job, SlotWake, WokenList};
 use crate::driver::listen::{MAX_BACKOFF, MIN_BACKOFF, concerns_one_connection};
+use crate::driver::local;
 use crate::driver::mailbox::{Posted, lock};
 use crate::driver::shutdown::ShutdownSeen;
 use crate::driver::slab::Slab;
@@ -141,6 +143,9 @@ impl Parts {
 }
 
 pub(crate) struct Reactor<H: Handler> {
+    /// Futures spawned on this thread (async sockets, muxes over them);
+    /// dropped first, so what they close reaches live connections.
+    tasks: Tasks,
     // Declared before `parts`: connections (and their sockets) go first, then
     // the ring cancels what is still in flight and waits for it.
     slots: Slab<Connection<H>>,
@@ -197,6 +202,7 @@ impl<H: Handler> Reactor<H> {
         let ring = Ring::new(setup.ring_entries, setup.buffers, buffer_size)?;
         let sweep = Sweep::new(&env.hub.config).map(|s| (s, Instant::now() + s.period));
         Ok(Reactor {
+            tasks: Tasks::new(shared.clone()),
             slots: Slab::default(),
             marked: Vec::new(),
             parts: Parts {
@@ -225,6 +231,8 @@ impl<H: Handler> Reactor<H> {
 
     /// Runs until stopped.
     pub(crate) fn run(mut self) {
+        // Tasks spawned on this thread from now on are this reactor's.
+        let _offered = local::offer();
         self.parts.ring.watch_wakes(self.shared.eventfd.as_raw_fd());
         let reactor_waker = SlotWake::waker(self.shared.clone(), REACTOR);
         self.env.hub.watch(Waker::from(reactor_waker));
@@ -273,6 +281,7 @@ impl<H: Handler> Reactor<H> {
             self.sweep_if_due();
             self.notice_shutdown();
             self.run_dirty();
+            self.run_tasks();
             #[cfg(feature = "handoff")]
             self.handoff_turn();
             self.arm_accept();
@@ -289,7 +298,7 @@ impl<H: Handler> Reactor<H> {
     /// Clears `awake` first, so a wake from now on writes the eventfd.
     fn may_wait(&self) -> bool {
         self.shared.awake.store(false, Ordering::SeqCst);
-        if lock(&self.shared.woken).is_empty() && self.dirty.is_empty() {
+        if lock(&self.shared.woken).is_empty() && self.dirty.is_empty() && !self.tasks.is_ready() {
             return true;
         }
         self.shared.awake.store(true, Ordering::SeqCst);
@@ -476,6 +485,10 @@ impl<H: Handler> Reactor<H> {
         std::mem::swap(&mut *lock(&self.shared.woken), &mut self.woken);
         let mut woken = std::mem::take(&mut self.woken);
         for slot in woken.drain(..) {
+            if slot != REACTOR && slot & TASK != 0 {
+                self.tasks.woken(slot & !TASK);
+                continue;
+            }
             if let Some(connection) = self.slots.get(slot) {
                 if let Some(conn) = connection.conn() {
                     // Cleared before the turn, so a wake during it lists it again.
@@ -485,6 +498,23 @@ impl<H: Handler> Reactor<H> {
             }
         }
         self.woken = woken;
+    }
+
+    /// Polls the tasks the round's connections woke (a message for a
+    /// socket, room in its queue), then gives the connections those tasks
+    /// woke (a send) their turn, so a reply leaves in the round its
+    /// request came in.
+    fn run_tasks(&mut self) {
+        if self.tasks.is_none() {
+            return;
+        }
+        self.take_woken();
+        if !self.tasks.is_ready() {
+            return;
+        }
+        self.tasks.run();
+        self.take_woken();
+        self.run_dirty();
     }
 
     fn expire_timers(&mut self) {

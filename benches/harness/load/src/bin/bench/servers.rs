@@ -242,7 +242,8 @@ fn rapidws(examples: &Path, harness_bin: Option<&Path>) -> Vec<Server> {
         Server {
             name: "rapidws-uring-mux",
             echo: examples.join("mux_echo"),
-            args: &["--backend", "uring"],
+            // The mux and its streams on the reactor's thread.
+            args: &["--backend", "uring", "--on-server-loop"],
             deflate_args: None,
             push: Some(examples.join("mux_echo")),
             path: "/mux",
