@@ -91,8 +91,9 @@ mod beside {
     use tokio::runtime::Handle;
 
     /// Spawns `task` on this thread's server loop if one runs tasks here
-    /// (inside the current tokio runtime's context, if there is one, so its
-    /// timers and spawns work), else on the current tokio runtime.
+    /// and a tokio runtime's context is entered (a task the loop polls:
+    /// `task` is then polled inside that context too, so its timers and
+    /// spawns work), else on the current tokio runtime.
     ///
     /// # Panics
     ///
@@ -101,17 +102,20 @@ mod beside {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        if !super::on_loop_thread() {
-            tokio::spawn(task);
-            return;
-        }
-        let task: super::LoopTask = match Handle::try_current() {
-            Ok(runtime) => Box::pin(Entered {
-                runtime,
-                task: Some(Box::pin(task)),
-            }),
-            Err(_) => Box::pin(task),
+        // Off a loop, or on one outside any runtime (a callback of the
+        // reactor's own, not a task it polls): tokio's, which panics there
+        // as it always does, rather than a task whose first timer would.
+        let runtime = match Handle::try_current() {
+            Ok(runtime) if super::on_loop_thread() => runtime,
+            _ => {
+                tokio::spawn(task);
+                return;
+            }
         };
+        let task: super::LoopTask = Box::pin(Entered {
+            runtime,
+            task: Some(Box::pin(task)),
+        });
         if let Err(task) = super::spawn(task) {
             tokio::spawn(task);
         }
@@ -171,6 +175,28 @@ mod tests {
         drop(offered);
         assert!(!on_loop_thread());
         assert!(spawn(Box::pin(async {})).is_err(), "the loop is gone");
+    }
+
+    /// On a loop's thread, a task goes to the loop only from inside a
+    /// runtime's context (a task the loop polls); from a callback of the
+    /// loop's own, outside any runtime, `spawn_beside` panics as
+    /// `tokio::spawn` does instead of queueing a task whose first timer
+    /// would.
+    #[cfg(any(feature = "socket", feature = "mux"))]
+    #[test]
+    fn spawn_beside_takes_the_loop_only_inside_a_runtime() {
+        let _offered = offer();
+        let outside = std::panic::catch_unwind(|| spawn_beside(async {}));
+        assert!(outside.is_err(), "no runtime: tokio's panic");
+        assert!(!has_spawned());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let entered = runtime.enter();
+        spawn_beside(async {});
+        assert!(has_spawned(), "inside a runtime: the loop's");
+        drop(entered);
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl Mux {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime (and off a server loop's thread), if `config` fails [`Config::check`] (the
+    /// Outside a tokio runtime, if `config` fails [`Config::check`] (the
     /// message says what is wrong), or if a [`Side::Dialer`] leaves the
     /// version to the peer (the peer, a server, waits for it to speak).
     pub fn new<T>(io: T, side: Side, config: Config) -> Mux

@@ -116,8 +116,11 @@ impl<T: Send + 'static> SocketHandler<T> {
     ///
     /// Everything the reactor serves waits while such a function runs:
     /// keep blocking or long work off it (`spawn_blocking`, or a task on
-    /// the runtime). On the tokio groups and the stream driver, which run
-    /// on the runtime's threads already, this changes nothing.
+    /// the runtime). Tokio's cooperative budget does not apply there, so a
+    /// loop over a source that is always ready (a channel fed faster than
+    /// it is read) must yield now and then (`tokio::task::yield_now`) or
+    /// it holds the reactor. On the tokio groups and the stream driver,
+    /// which run on the runtime's threads already, this changes nothing.
     pub fn on_server_loop(mut self) -> Self {
         self.on_loop = true;
         self

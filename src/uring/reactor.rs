@@ -288,6 +288,9 @@ impl<H: Handler> Reactor<H> {
             // What this turn counted, added once.
             self.env.hub.meters().flush();
         }
+        // The tasks go first, while this thread still takes what their
+        // drops spawn (dropped in turn), and before the connections.
+        self.tasks.drop_all();
         #[cfg(feature = "handoff")]
         self.shared.handoff.close();
         // Admitted and not started: closed, and out of the live count.

@@ -23,6 +23,8 @@ struct Task {
     future: LoopTask,
     wake: Arc<SlotWake>,
     waker: Waker,
+    /// On `ready` already: a second wake before its poll adds nothing.
+    ready: bool,
 }
 
 /// The tasks of one reactor.
@@ -49,10 +51,12 @@ impl Tasks {
 
     /// A woken-list entry for task `id` (without the [`TASK`] bit).
     pub(crate) fn woken(&mut self, id: u32) {
-        if let Some(task) = self.tasks.get(id) {
+        if let Some(task) = self.tasks.get_mut(id) {
             // Cleared before the poll, so a wake during it lists it again.
             task.wake.taken();
-            self.ready.push(id);
+            if !std::mem::replace(&mut task.ready, true) {
+                self.ready.push(id);
+            }
         }
     }
 
@@ -72,7 +76,8 @@ impl Tasks {
         if local::take_spawned(&mut self.spawned) {
             for future in self.spawned.drain(..) {
                 let id = self.tasks.next_slot();
-                if id >= TASK {
+                // `TASK | id` must stay below the reactor's own entry.
+                if id >= TASK - 1 {
                     tracing::error!("too many tasks on one reactor; dropping one");
                     continue;
                 }
@@ -82,6 +87,7 @@ impl Tasks {
                     future,
                     wake,
                     waker,
+                    ready: true,
                 });
                 self.live += 1;
                 self.ready.push(id);
@@ -92,6 +98,7 @@ impl Tasks {
             let Some(task) = self.tasks.get_mut(id) else {
                 continue;
             };
+            task.ready = false;
             let mut cx = Context::from_waker(&task.waker);
             let done = match catch_unwind(AssertUnwindSafe(|| task.future.as_mut().poll(&mut cx))) {
                 Ok(Poll::Ready(())) => true,
@@ -112,6 +119,28 @@ impl Tasks {
         // Woken again during this round: polled in the next.
         ready.append(&mut self.ready);
         self.ready = ready;
+    }
+
+    /// Drops every task, and those their drops spawn, each drop's panic
+    /// caught: the reactor calls it as it stops, while its thread still
+    /// takes tasks and before its connections go.
+    pub(crate) fn drop_all(&mut self) {
+        loop {
+            let tasks = std::mem::take(&mut self.tasks);
+            self.ready.clear();
+            self.live = 0;
+            if catch_unwind(AssertUnwindSafe(move || drop(tasks))).is_err() {
+                tracing::error!("dropping a task on the reactor panicked");
+            }
+            if !local::take_spawned(&mut self.spawned) {
+                return;
+            }
+            for task in self.spawned.drain(..) {
+                if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
+                    tracing::error!("dropping a task on the reactor panicked");
+                }
+            }
+        }
     }
 }
 
@@ -162,19 +191,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_task_runs_when_spawned_and_again_only_when_woken() {
+    /// A reactor's tasks, its woken list, and its thread offered.
+    fn reactor() -> (Arc<Recorded>, Tasks, local::Offered) {
         let list = Arc::new(Recorded::default());
-        let mut tasks = Tasks::new(list.clone());
-        let _offered = local::offer();
+        let tasks = Tasks::new(list.clone());
+        (list, tasks, local::offer())
+    }
+
+    /// Spawns a [`Counted`] task ending at its poll `times + 1`; gives its
+    /// poll count and the waker of its last poll.
+    fn spawn_counted(times: usize) -> (Arc<AtomicUsize>, Arc<Mutex<Option<Waker>>>) {
         let polls = Arc::new(AtomicUsize::new(0));
         let waker = Arc::new(Mutex::new(None));
         let task = Counted {
             polls: polls.clone(),
             waker: waker.clone(),
-            times: 2,
+            times,
         };
         assert!(local::spawn(Box::pin(task)).is_ok());
+        (polls, waker)
+    }
+
+    #[test]
+    fn a_task_runs_when_spawned_and_again_only_when_woken() {
+        let (list, mut tasks, _offered) = reactor();
+        let (polls, waker) = spawn_counted(2);
         assert!(tasks.is_ready(), "spawned and not polled");
         tasks.run();
         assert_eq!(polls.load(Ordering::SeqCst), 1);
@@ -218,6 +259,75 @@ mod tests {
         tasks.run();
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert!(tasks.is_none());
+    }
+
+    #[test]
+    fn a_task_woken_twice_before_its_poll_is_polled_once() {
+        let (list, mut tasks, _offered) = reactor();
+        let (polls, waker) = spawn_counted(10);
+        tasks.run();
+        let w = waker.lock().unwrap().take().unwrap();
+        // Taken off the list, woken again, taken again: still one poll.
+        w.wake_by_ref();
+        tasks.woken(list.take()[0] & !TASK);
+        w.wake_by_ref();
+        tasks.woken(list.take()[0] & !TASK);
+        tasks.run();
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+    }
+
+    /// Drops a spawn of its own, `depth` deep, when dropped.
+    struct SpawnsOnDrop {
+        depth: usize,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    impl std::future::Future for SpawnsOnDrop {
+        type Output = ();
+        fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
+        }
+    }
+
+    impl Drop for SpawnsOnDrop {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+            if self.depth > 0 {
+                let next = SpawnsOnDrop {
+                    depth: self.depth - 1,
+                    dropped: self.dropped.clone(),
+                };
+                assert!(
+                    local::spawn(Box::pin(next)).is_ok(),
+                    "the loop still takes tasks"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stopping_drops_every_task_and_what_their_drops_spawn() {
+        let list = Arc::new(Recorded::default());
+        let mut tasks = Tasks::new(list);
+        let offered = local::offer();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        for _ in 0..2 {
+            let task = SpawnsOnDrop {
+                depth: 3,
+                dropped: dropped.clone(),
+            };
+            assert!(local::spawn(Box::pin(task)).is_ok());
+        }
+        tasks.run();
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        tasks.drop_all();
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            8,
+            "two tasks, three spawns each"
+        );
+        assert!(tasks.is_none());
+        drop(offered);
     }
 
     #[test]
