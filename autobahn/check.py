@@ -7,12 +7,17 @@ file. Excused cases that pass anyway are reported, so the file can shrink.
 Prints `N passed, N failed` as its last line and exits non-zero on failures.
 
 One failure is the machine's, not the server's: kosoku gives many cases half
-a second in all (its "kill after" timer), and on a loaded machine its own
-event loop can stall past that after the closing handshake went through,
-cleanly, on both sides; it then drops the connection itself and scores the
-close "FAILED BY CLIENT". `--stalled` lists such cases, and run.sh runs them
-again, alone; `--rerun INDEX` then scores each by its rerun, and says so.
-Every other failure stands.
+a second in all (its "kill after" timer), and on a loaded machine (or behind
+the TLS bridge, whose forked process carries every byte) that half second
+can pass before the server's side of the end arrives: after a clean closing
+handshake (the server's code echoed, 1000 or the case's failure code, 1007
+for invalid UTF-8), before the TCP close, or before the server's close frame
+itself. kosoku then drops the connection and scores the close "FAILED BY
+CLIENT" or "UNCLEAN". `--stalled` lists the cases its kill timer ended
+(`KLE` in the wire log) whose behaviour was right, and run.sh runs them
+again, alone; `--rerun INDEX` then scores each by its rerun, strictly, and
+says so. A server that is wrong is wrong again alone. Every other failure
+stands.
 """
 
 import argparse
@@ -53,9 +58,11 @@ def load_cases(path):
 
 
 def stalled(result, reports):
-    """The case failed only because kosoku's kill timer ended it after a
-    clean closing handshake (see the module's doc)."""
-    if result.get("behavior") not in GOOD or result.get("behaviorClose") != "FAILED BY CLIENT":
+    """The case failed only because kosoku's kill timer ended it, its
+    behaviour right (see the module's doc)."""
+    if result.get("behavior") not in GOOD:
+        return False
+    if result.get("behaviorClose") not in ("FAILED BY CLIENT", "UNCLEAN"):
         return False
     try:
         with open(os.path.join(reports, result["reportfile"]), encoding="utf-8") as f:
@@ -63,12 +70,7 @@ def stalled(result, reports):
     except (OSError, ValueError, KeyError):
         return False
     killed = any(entry == ["KLE"] for entry in report.get("wirelog", []))
-    return (
-        killed
-        and report.get("droppedByMe") is True
-        and report.get("wasClean") is True
-        and report.get("remoteCloseCode") == report.get("localCloseCode") == 1000
-    )
+    return killed and report.get("droppedByMe") is True
 
 
 def main():
@@ -104,7 +106,7 @@ def main():
                 first = cases[case_id]
                 print(
                     f"autobahn[{args.backend}]: {case_id} was ended by kosoku's kill timer "
-                    f"after a clean close ({first.get('duration')} ms); "
+                    f"({first.get('behaviorClose')}, {first.get('duration')} ms); "
                     f"run again alone: {again[case_id].get('behavior')}/"
                     f"{again[case_id].get('behaviorClose')} ({again[case_id].get('duration')} ms)"
                 )

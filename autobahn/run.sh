@@ -55,9 +55,10 @@
 #   the target's own log in autobahn/reports/<backend>.log;
 # - fails unless every case is OK or INFORMATIONAL in both `behavior` and
 #   `behaviorClose`, except cases listed in autobahn/expected-failures.txt;
-#   a case that kosoku's own kill timer (half a second) ended after a clean
-#   closing handshake, which a loaded machine's stall can cause, runs once
-#   more alone and is scored by that run (check.py says which, and why).
+#   a case that kosoku's own kill timer (half a second) ended, its
+#   behaviour right, which a loaded machine's stall (or the TLS bridge's)
+#   can cause, runs once more alone and is scored by that run (check.py
+#   says which, and why).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

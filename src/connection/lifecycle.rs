@@ -864,6 +864,18 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
+    /// How the connection wakes its driver: the handshake's until the
+    /// upgrade, then its `Conn`'s; none once it is done (it wants no more
+    /// turns).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn wake(&self) -> Option<&ConnWake> {
+        match &self.stage {
+            Stage::Handshake(handshake) => Some(&handshake.wake),
+            Stage::Open(open) => Some(open.dispatch.conn().shared().wake()),
+            Stage::Done => None,
+        }
+    }
+
     /// Ends the connection now, whatever its state (the server gives up on
     /// it): `on_close` runs with 1006 if it has not run.
     pub(crate) fn end(&mut self) {

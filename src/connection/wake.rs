@@ -111,6 +111,16 @@ impl ConnWake {
         }
     }
 
+    /// The slot's wake state shared with a tokio group, which makes the
+    /// connection's `Waker` from it for each turn.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn shared(&self) -> Option<&Arc<SlotWake>> {
+        match self {
+            ConnWake::Shared(slot) => Some(slot),
+            _ => None,
+        }
+    }
+
     /// See [`SlotWake::taken`]; a `Waker` keeps its own state.
     pub(crate) fn taken(&self) {
         if let ConnWake::Slot(slot) = self {

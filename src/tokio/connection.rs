@@ -12,6 +12,7 @@
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -23,7 +24,7 @@ use crate::connection::hub::LiveGuard;
 use crate::connection::keepalive::Sweep;
 use crate::connection::lifecycle::{Env, Lifecycle};
 use crate::connection::upgrade::Upgraded;
-use crate::connection::wake::ConnWake;
+use crate::connection::wake::{ConnWake, SlotWake};
 use crate::driver::timer::Timer;
 use crate::driver::turn::{Transport, Turn, turn};
 
@@ -146,6 +147,12 @@ impl<H: Handler> Connection<H> {
     /// The connection's handle, once upgraded.
     pub(crate) fn conn(&self) -> Option<&Conn> {
         self.life.conn()
+    }
+
+    /// The group's wake state for this connection, kept by the lifecycle
+    /// (the slot keeps no copy); none once the connection is done.
+    pub(crate) fn slot_wake(&self) -> Option<&Arc<SlotWake>> {
+        self.life.wake().and_then(ConnWake::shared)
     }
 }
 
