@@ -864,15 +864,12 @@ impl<H: Handler> Lifecycle<H> {
         }
     }
 
-    /// How the connection wakes its driver: the handshake's until the
-    /// upgrade, then its `Conn`'s; none once it is done (it wants no more
-    /// turns).
+    /// How it wakes its driver (the handshake's, then the `Conn`'s); none once done.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn wake(&self) -> Option<&ConnWake> {
         match &self.stage {
             Stage::Handshake(handshake) => Some(&handshake.wake),
-            Stage::Open(open) => Some(open.dispatch.conn().shared().wake()),
-            Stage::Done => None,
+            _ => self.conn().map(|conn| conn.shared().wake()),
         }
     }
 
