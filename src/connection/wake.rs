@@ -130,13 +130,22 @@ impl ConnWake {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Mutex;
 
     use super::*;
 
+    /// A woken list that records what is pushed and runs what is posted
+    /// at once (the reactor's tasks' tests use it too).
     #[derive(Default)]
-    struct List(Mutex<Vec<u32>>);
+    pub(crate) struct List(Mutex<Vec<u32>>);
+
+    impl List {
+        /// What was pushed since the last take.
+        pub(crate) fn take(&self) -> Vec<u32> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
 
     impl WokenList for List {
         fn push_woken(&self, slot: u32) {

@@ -77,10 +77,10 @@ pub(crate) fn has_spawned() -> bool {
     SPAWNED.with(|spawned| spawned.borrow().as_ref().is_some_and(|s| !s.is_empty()))
 }
 
-#[cfg(feature = "socket")]
-pub(crate) use beside::Entered;
 #[cfg(any(feature = "socket", feature = "mux"))]
 pub(crate) use beside::spawn_beside;
+#[cfg(feature = "socket")]
+pub(crate) use beside::spawn_entered;
 
 #[cfg(any(feature = "socket", feature = "mux"))]
 mod beside {
@@ -105,26 +105,31 @@ mod beside {
         // Off a loop, or on one outside any runtime (a callback of the
         // reactor's own, not a task it polls): tokio's, which panics there
         // as it always does, rather than a task whose first timer would.
-        let runtime = match Handle::try_current() {
-            Ok(runtime) if super::on_loop_thread() => runtime,
-            _ => {
-                tokio::spawn(task);
-                return;
-            }
-        };
-        let task: super::LoopTask = Box::pin(Entered {
-            runtime,
-            task: Some(Box::pin(task)),
+        match Handle::try_current() {
+            Ok(runtime) if super::on_loop_thread() => spawn_entered(runtime, Box::pin(task)),
+            _ => drop(tokio::spawn(task)),
+        }
+    }
+
+    /// Hands `task` to this thread's server loop, to be polled (and dropped)
+    /// inside `runtime`'s context; on `runtime` if no loop runs here.
+    pub(crate) fn spawn_entered<F>(runtime: Handle, task: Pin<Box<F>>)
+    where
+        F: Future<Output = ()> + Send + ?Sized + 'static,
+    {
+        let entered: super::LoopTask = Box::pin(Entered {
+            runtime: runtime.clone(),
+            task: Some(task),
         });
-        if let Err(task) = super::spawn(task) {
-            tokio::spawn(task);
+        if let Err(task) = super::spawn(entered) {
+            runtime.spawn(task);
         }
     }
 
     /// A loop task polled (and dropped) inside a tokio runtime's context.
-    pub(crate) struct Entered<F: ?Sized> {
-        pub(crate) runtime: Handle,
-        pub(crate) task: Option<Pin<Box<F>>>,
+    struct Entered<F: ?Sized> {
+        runtime: Handle,
+        task: Option<Pin<Box<F>>>,
     }
 
     impl<F: Future<Output = ()> + ?Sized> Future for Entered<F> {

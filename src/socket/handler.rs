@@ -11,7 +11,7 @@ use super::WebSocket;
 use super::inbox::Inbox;
 use crate::connection::conn::Conn;
 use crate::connection::handler::{Accept, Handler, HttpResponse, Reject, ServerHandler};
-use crate::driver::local::{self, Entered, LoopTask};
+use crate::driver::local;
 use crate::handshake::Request;
 use crate::proto::{CloseCode, Message};
 
@@ -198,16 +198,10 @@ impl<T: Send + 'static> Handler for SocketHandler<T> {
         state.inbox = Some(inbox.clone());
         let task = (self.serve)(WebSocket::new(conn.clone(), inbox), value);
         if self.on_loop && local::on_loop_thread() {
-            let entered: LoopTask = Box::pin(Entered {
-                runtime: runtime.clone(),
-                task: Some(task),
-            });
-            if let Err(task) = local::spawn(entered) {
-                runtime.spawn(task);
-            }
-            return;
+            local::spawn_entered(runtime, task);
+        } else {
+            runtime.spawn(task);
         }
-        runtime.spawn(task);
     }
 
     fn on_message(&self, conn: &Conn, state: &mut SocketState<T>, message: Message<'_>) {

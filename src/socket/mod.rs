@@ -80,6 +80,7 @@ use crate::connection::conn::{Conn, SendError};
 use crate::proto::{CloseCode, MessageKind, OwnedMessage};
 
 pub use handler::{DEFAULT_INBOX_LIMIT, SocketHandler, SocketState};
+use inbox::{Ending, Inbox, Taken};
 
 /// Spawns `task` beside the socket: on the server loop's thread when
 /// called there (from a function [`SocketHandler::on_server_loop`] runs on
@@ -99,7 +100,6 @@ where
 {
     crate::driver::local::spawn_beside(task);
 }
-use inbox::{Ending, Inbox, Taken};
 
 /// Why a socket's stream or sink failed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -110,10 +110,7 @@ impl Tasks {
             };
             if done {
                 self.live -= 1;
-                let task = self.tasks.remove(id);
-                if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
-                    tracing::error!("dropping a task on the reactor panicked");
-                }
+                drop_caught(self.tasks.remove(id));
             }
         }
         // Woken again during this round: polled in the next.
@@ -126,21 +123,22 @@ impl Tasks {
     /// takes tasks and before its connections go.
     pub(crate) fn drop_all(&mut self) {
         loop {
-            let tasks = std::mem::take(&mut self.tasks);
             self.ready.clear();
             self.live = 0;
-            if catch_unwind(AssertUnwindSafe(move || drop(tasks))).is_err() {
-                tracing::error!("dropping a task on the reactor panicked");
-            }
+            drop_caught(std::mem::take(&mut self.tasks));
             if !local::take_spawned(&mut self.spawned) {
                 return;
             }
-            for task in self.spawned.drain(..) {
-                if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
-                    tracing::error!("dropping a task on the reactor panicked");
-                }
-            }
+            self.spawned.drain(..).for_each(drop_caught);
         }
+    }
+}
+
+/// Drops task state, a panic in a task's drop caught and logged: it costs
+/// that task, not the reactor.
+fn drop_caught<T>(tasks: T) {
+    if catch_unwind(AssertUnwindSafe(move || drop(tasks))).is_err() {
+        tracing::error!("dropping a task on the reactor panicked");
     }
 }
 
@@ -150,27 +148,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::connection::wake::Job;
-
-    /// A woken list that only records.
-    #[derive(Default)]
-    struct Recorded(Mutex<Vec<u32>>);
-
-    impl WokenList for Recorded {
-        fn push_woken(&self, slot: u32) {
-            self.0.lock().unwrap().push(slot);
-        }
-
-        fn post(&self, _job: Job, _bytes: usize) -> bool {
-            false
-        }
-    }
-
-    impl Recorded {
-        fn take(&self) -> Vec<u32> {
-            std::mem::take(&mut *self.0.lock().unwrap())
-        }
-    }
+    use crate::connection::wake::tests::List;
 
     /// Pending until `waker` is woken `times` times, counting its polls.
     struct Counted {
@@ -192,8 +170,8 @@ mod tests {
     }
 
     /// A reactor's tasks, its woken list, and its thread offered.
-    fn reactor() -> (Arc<Recorded>, Tasks, local::Offered) {
-        let list = Arc::new(Recorded::default());
+    fn reactor() -> (Arc<List>, Tasks, local::Offered) {
+        let list = Arc::new(List::default());
         let tasks = Tasks::new(list.clone());
         (list, tasks, local::offer())
     }
@@ -244,9 +222,7 @@ mod tests {
 
     #[test]
     fn a_task_that_panics_is_dropped_and_the_others_go_on() {
-        let list = Arc::new(Recorded::default());
-        let mut tasks = Tasks::new(list.clone());
-        let _offered = local::offer();
+        let (_list, mut tasks, _offered) = reactor();
         let ran = Arc::new(AtomicUsize::new(0));
         let after = ran.clone();
         assert!(local::spawn(Box::pin(async { panic!("a task's own bug") })).is_ok());
@@ -307,7 +283,7 @@ mod tests {
 
     #[test]
     fn stopping_drops_every_task_and_what_their_drops_spawn() {
-        let list = Arc::new(Recorded::default());
+        let list = Arc::new(List::default());
         let mut tasks = Tasks::new(list);
         let offered = local::offer();
         let dropped = Arc::new(AtomicUsize::new(0));
@@ -332,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_wake_for_a_task_that_ended_is_ignored() {
-        let list = Arc::new(Recorded::default());
+        let list = Arc::new(List::default());
         let mut tasks = Tasks::new(list);
         tasks.woken(7);
         assert!(!tasks.is_ready());
