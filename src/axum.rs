@@ -9,8 +9,10 @@
 //!   its [`Handler`] (the callback API), as it serves any stream.
 //!
 //! Either returns the response: a `101`, or the standalone server's error
-//! for a bad request. The connection is then served by the stream driver on
-//! the runtime axum runs on.
+//! for a bad request. The connection is then served on the runtime axum
+//! runs on: over plain TCP in a tokio connection group (the socket taken
+//! back from hyper, as [`hyper`](crate::hyper) does), else (TLS, HTTP/2) by
+//! the stream driver.
 //!
 //! [`stream::Server`]: crate::stream::Server
 //! [`Handler`]: crate::Handler

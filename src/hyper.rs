@@ -7,9 +7,12 @@
 //! negotiation, the same statuses and reasons for a bad request (400, 405
 //! with `Allow: GET`, 426 with `Sec-WebSocket-Version: 13`, 503, the hook's
 //! own). It returns the response for the service to return; once hyper has
-//! written the `101` and hands over the connection, a task on the current
-//! runtime serves it through the [`stream`](crate::stream) driver, with the
-//! server's handler, limits, keepalive and shutdown.
+//! written the `101` and hands over the connection, it is served on the
+//! current runtime with the server's handler, limits, keepalive and
+//! shutdown: over plain TCP the socket is taken back from hyper and joins a
+//! tokio connection group (an idle connection then costs what one the
+//! tokio server accepted does), and anything else (TLS, an HTTP/2 stream)
+//! runs through the [`stream`](crate::stream) driver on a task.
 //!
 //! ```no_run
 //! use std::convert::Infallible;
@@ -211,7 +214,12 @@ pub(crate) fn decide<H: ServerHandler>(
 }
 
 /// Serves the connection on a task of the current runtime once hyper hands
-/// over the upgraded IO.
+/// over the upgraded IO. IO that is plain TCP (hyper's own HTTP/1.1
+/// connection, or hyper-util's `auto` builder's, which `axum::serve` uses)
+/// is taken back from hyper and joins a connection group of this runtime:
+/// the task then ends, and an idle connection costs what one accepted by
+/// the tokio server does. Anything else (TLS, an HTTP/2 stream) is served
+/// by the stream driver on the task.
 pub(crate) fn spawn<H: ServerHandler>(
     server: &crate::stream::Server<H>,
     upgraded: OnUpgrade,
@@ -220,13 +228,68 @@ pub(crate) fn spawn<H: ServerHandler>(
     deflate: Option<DeflateParams>,
     settings: Option<Box<Settings>>,
 ) {
+    #[cfg(feature = "tokio")]
+    if let Some(group) = group(server) {
+        let handed = async move {
+            let upgraded = upgraded.await.map_err(std::io::Error::other)?;
+            Ok(match taken_back(upgraded) {
+                Ok(tcp) => {
+                    // Out of tokio's reactor (for a group's epoll) or gone:
+                    // a failed deregistration is the only failure.
+                    let (socket, read) = tcp?;
+                    crate::stream::Handed::Tcp {
+                        socket,
+                        read,
+                        group,
+                    }
+                }
+                Err(upgraded) => crate::stream::Handed::Stream(TokioIo::new(upgraded)),
+            })
+        };
+        tokio::spawn(server.serve_upgraded_later(handed, peer, state, deflate, settings));
+        return;
+    }
     let stream = async move {
-        upgraded
-            .await
-            .map(TokioIo::new)
-            .map_err(std::io::Error::other)
+        let upgraded = upgraded.await.map_err(std::io::Error::other)?;
+        Ok(crate::stream::Handed::<_, std::convert::Infallible>::Stream(TokioIo::new(upgraded)))
     };
     tokio::spawn(server.serve_upgraded_later(stream, peer, state, deflate, settings));
+}
+
+/// The least loaded connection group of `server` on the current runtime
+/// (its groups start at the first upgrade taken back as TCP), or `None`,
+/// logged, if they could not start.
+#[cfg(feature = "tokio")]
+fn group<H: ServerHandler>(
+    server: &crate::stream::Server<H>,
+) -> Option<std::sync::Arc<crate::tokio::group::GroupShared<H::State>>> {
+    server
+        .kept(crate::tokio::RuntimeGroups::<H::State>::default)
+        .least_loaded(server.env())
+        .inspect_err(|error| {
+            tracing::warn!(%error, "could not start connection groups; upgrades served one task each");
+        })
+        .ok()
+}
+
+/// The TCP socket under `upgraded`, with the bytes hyper read past the
+/// request, if hyper served it as `TokioIo<TcpStream>` (directly, or under
+/// hyper-util's `auto` builder); `upgraded` back otherwise.
+#[cfg(feature = "tokio")]
+fn taken_back(
+    upgraded: ::hyper::upgrade::Upgraded,
+) -> Result<std::io::Result<(std::net::TcpStream, bytes::BytesMut)>, ::hyper::upgrade::Upgraded> {
+    type Tcp = TokioIo<tokio::net::TcpStream>;
+    let (io, read) = match upgraded.downcast::<Tcp>() {
+        Ok(parts) => (parts.io, parts.read_buf),
+        Err(upgraded) => {
+            let parts = hyper_util::server::conn::auto::upgrade::downcast::<Tcp>(upgraded)?;
+            (parts.io, parts.read_buf)
+        }
+    };
+    // Out of tokio's reactor, for a group's epoll; it stays non-blocking.
+    let socket = io.into_inner().into_std();
+    Ok(socket.map(|socket| (socket, bytes::BytesMut::from(read))))
 }
 
 /// The `101` with this `Sec-WebSocket-Accept`; without one (HTTP/2), the

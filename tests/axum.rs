@@ -756,3 +756,16 @@ async fn topics_through_the_extractors_socket() {
     a.close(None).await.unwrap();
     assert!(eventually(Duration::from_secs(5), || pubsub.subscribers("room") == 1).await);
 }
+
+/// Under `axum::serve` (hyper-util's `auto` builder) a plain TCP upgrade is
+/// taken back from hyper and served in a connection group: once its HTTP
+/// connection's task hands it over, a connection costs no task.
+#[tokio::test]
+async fn plain_tcp_upgrades_cost_no_task_each() {
+    let served = serve_app(Config::default()).await;
+    let url = format!("ws://{}/ws", served.addr);
+    let (mut first, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    assert!(matches!(next(&mut first).await, WsMessage::Text(peer) if peer.starts_with("peer ")));
+    connections_cost_no_task(&url, true).await;
+    echoes(&mut first).await;
+}

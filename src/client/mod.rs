@@ -100,7 +100,7 @@ pub type Request = ConnectRequest;
 pub type Sockets = Inboxes;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -122,7 +122,7 @@ use crate::socket::WebSocket;
 #[cfg(feature = "socket")]
 use crate::socket::inbox::Inbox;
 use crate::stream::{Start, serve};
-use crate::tokio::Groups;
+use crate::tokio::RuntimeGroups;
 use crate::tokio::group::Incoming;
 
 /// Connects with a client shared by the whole process (default [`Config`],
@@ -306,10 +306,10 @@ macro_rules! client {
             env: Env<H>,
             options: Options,
             /// The connection groups plain `ws` connections join (as a tokio
-            /// server's accepted sockets do), started on the first one's runtime
-            /// (and again on a later one's if that runtime has shut down);
-            /// they end with their last connection once every clone is gone.
-            groups: Arc<Mutex<Option<Groups<H::State>>>>,
+            /// server's accepted sockets do), started on each runtime that
+            /// connects; they end with their last connection once every
+            /// clone is gone.
+            groups: Arc<RuntimeGroups<H::State>>,
         }
     };
 }
@@ -632,15 +632,10 @@ impl<H: Handler> Client<H> {
         let config = &self.env.hub.config;
         let deadline = Instant::now() + config.handshake_timeout;
         let switched = upgrade::upgrade(&mut tcp, url, request, config, deadline).await?;
-        let group = {
-            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            // Started on the first connect's runtime; if that one has shut
-            // down (a test's runtime, say), on this one.
-            if groups.as_ref().is_none_or(Groups::is_gone) {
-                *groups = Some(Groups::spawn(&self.env).map_err(ConnectError::Io)?);
-            }
-            groups.as_ref().expect("just set").least_loaded().clone()
-        };
+        let group = self
+            .groups
+            .least_loaded(&self.env)
+            .map_err(ConnectError::Io)?;
         let stream = mio::net::TcpStream::from_std(tcp.into_std().map_err(ConnectError::Io)?);
         let (opening, mut handout) = opening(state, switched.prefix, &switched.response);
         group.hand_over(Incoming {

@@ -176,8 +176,10 @@ impl Config {
     /// push"). The price is more, smaller writes: at 2 GB/s of pushes to
     /// one fast client, about 40% more server CPU (128 KiB: far more). A
     /// server that does not answer requests behind bulk pushes gains
-    /// nothing from it. Connections served by the stream driver (hyper,
-    /// axum) are the caller's sockets: set the option on them yourself.
+    /// nothing from it. Hyper's and axum's upgrades over plain TCP get it
+    /// (they join the tokio groups); those the stream driver serves (TLS
+    /// through hyper or axum, your own streams) are the caller's sockets:
+    /// set the option on them yourself.
     pub fn max_unsent_bytes(mut self, bytes: impl Into<Option<u32>>) -> Self {
         self.max_unsent_bytes = bytes.into().filter(|&bytes| bytes > 0);
         self

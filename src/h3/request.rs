@@ -5,6 +5,7 @@
 use quinn::{Connection, RecvStream, SendStream};
 use rapidws_core::h3::{H3Error, QpackError, RequestHead, code, put_headers, qpack};
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use super::data::DataStream;
@@ -13,6 +14,7 @@ use super::wire::{HeadError, LINGER, Opening, answer_error, close, code_of, read
 use crate::connection::handler::{Accept, ServerHandler};
 use crate::connection::upgrade::Decision;
 use crate::handshake::{HandshakeError, write_response_value};
+use crate::stream::Handed;
 
 /// A request being decided: held streams for its id are let go when this
 /// goes.
@@ -168,7 +170,8 @@ pub(crate) async fn serve<H: ServerHandler, W: WebTransport>(
                         return Err(std::io::ErrorKind::TimedOut.into());
                     }
                 }
-                Ok(DataStream::new(conn, send, recv, Some(returned)))
+                let stream = DataStream::new(conn, send, recv, Some(returned));
+                Ok(Handed::<_, Infallible>::Stream(stream))
             };
             server
                 .serve_upgraded_later(stream, peer, state, deflate, settings)

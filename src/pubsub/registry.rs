@@ -54,8 +54,8 @@ pub(super) enum Route {
     /// reactor): one job per publish for all its subscribers there.
     Loop(Arc<dyn WokenList>),
     /// On the publisher's thread: a connection with a task of its own (the
-    /// stream driver: TLS, hyper and axum upgrades) has no loop to hand a
-    /// job to, and its queue is the hand-off.
+    /// stream driver: TLS, hyper's and axum's upgrades over TLS or HTTP/2)
+    /// has no loop to hand a job to, and its queue is the hand-off.
     Direct,
 }
 

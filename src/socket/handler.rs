@@ -85,7 +85,8 @@ impl<T: Send + 'static> SocketHandler<T> {
     }
 
     /// A handler whose functions run on the runtime of the task that opens
-    /// each connection (the stream driver's, for hyper and axum upgrades).
+    /// each connection (hyper's and axum's: its group's, or the stream
+    /// driver's task).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn from_parts(upgrade: Box<Upgrade<T>>, serve: Box<Serve<T>>) -> Self {
         SocketHandler {

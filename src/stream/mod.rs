@@ -49,6 +49,7 @@ mod connection;
 #[cfg(feature = "rustls")]
 pub(crate) mod tls;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,6 +71,11 @@ pub(crate) use connection::{Start, serve};
 /// Serves WebSocket connections over streams the caller accepts.
 pub struct Server<H: ServerHandler> {
     env: Env<H>,
+    /// What an integration above keeps for this server, made at its first
+    /// use (hyper's: the connection groups its plain TCP upgrades join);
+    /// dropped with the last clone.
+    #[cfg(feature = "hyper")]
+    kept: Arc<std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl<H: ServerHandler> std::fmt::Debug for Server<H> {
@@ -92,6 +98,8 @@ impl<H: ServerHandler> Clone for Server<H> {
     fn clone(&self) -> Self {
         Server {
             env: self.env.clone(),
+            #[cfg(feature = "hyper")]
+            kept: self.kept.clone(),
         }
     }
 }
@@ -101,6 +109,8 @@ impl<H: ServerHandler> Server<H> {
     pub fn new(handler: H, config: Config) -> Self {
         Server {
             env: Env::server(Hub::new(config, "stream"), Arc::new(handler)),
+            #[cfg(feature = "hyper")]
+            kept: Arc::default(),
         }
     }
 
@@ -154,26 +164,29 @@ impl<H: ServerHandler> Server<H> {
     }
 
     /// [`Server::serve_upgraded`] for a stream that comes later (hyper hands
-    /// the upgraded IO over after the `101` is written): the connection
-    /// counts from this call, so the limit and shutdown see it at once. If
-    /// `stream` fails, the connection never opens (no `on_open`, no
-    /// `on_close`). `settings`: the connection's own, if the upgrade set any.
+    /// the upgraded IO over after the `101` is written), and may turn out
+    /// to be a plain TCP socket for a connection group (see [`Handed`]):
+    /// the connection counts from this call, so the limit and shutdown see
+    /// it at once. If `handed` fails, the connection never opens (no
+    /// `on_open`, no `on_close`). `settings`: the connection's own, if the
+    /// upgrade set any.
     #[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
-    pub(crate) fn serve_upgraded_later<S, F>(
+    pub(crate) fn serve_upgraded_later<S, G, F>(
         &self,
-        stream: F,
+        handed: F,
         peer: SocketAddr,
         state: H::State,
         deflate: Option<DeflateParams>,
         settings: Option<Box<Settings>>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
-        F: Future<Output = std::io::Result<S>> + Send + 'static,
+        F: Future<Output = std::io::Result<Handed<S, G>>> + Send + 'static,
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        G: Join<H::State> + Send + 'static,
     {
         // One pointer captured (see `connection::serve` on the task's size).
         let later = Box::new(Later {
-            stream,
+            handed,
             peer,
             state,
             deflate,
@@ -187,6 +200,24 @@ impl<H: ServerHandler> Server<H> {
             };
             serving.await;
         }
+    }
+
+    /// What the integration above keeps for this server (see `kept`),
+    /// made by `make` at the first call. Each server has one integration's
+    /// kind of it.
+    #[cfg(feature = "hyper")]
+    pub(crate) fn kept<T: std::any::Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> &T {
+        self.kept
+            .get_or_init(|| Box::new(make()))
+            .downcast_ref()
+            .expect("one kind of state kept per server")
+    }
+
+    /// The server's handler and shared state, for a driver that serves its
+    /// connections elsewhere (hyper's upgrades taken back to the groups).
+    #[cfg(all(feature = "hyper", feature = "tokio"))]
+    pub(crate) fn env(&self) -> &Env<H> {
+        &self.env
     }
 
     /// What the server decides on a checked upgrade request (limit, hook,
@@ -262,10 +293,47 @@ impl<H: ServerHandler> Server<H> {
     }
 }
 
+/// What an upgrade made elsewhere (hyper, HTTP/3) hands over once its
+/// `101` is written.
+pub(crate) enum Handed<S, G> {
+    /// A stream this driver serves.
+    Stream(S),
+    /// A plain TCP socket taken back from the HTTP server, with the bytes it
+    /// had read past the request: it is served in `group` instead, where an
+    /// idle connection costs what an accepted one of the tokio server does
+    /// (no task, no tokio registration, no boxed IO of the HTTP server's).
+    #[cfg_attr(not(all(feature = "hyper", feature = "tokio")), allow(dead_code))]
+    Tcp {
+        socket: std::net::TcpStream,
+        read: BytesMut,
+        group: G,
+    },
+}
+
+/// Where a connection handed over as a TCP socket is served (a tokio
+/// connection group); `Infallible` where there is none.
+pub(crate) trait Join<S> {
+    /// Serves the opened connection on `socket`, counted by `live`.
+    fn join(
+        self,
+        socket: std::net::TcpStream,
+        peer: SocketAddr,
+        live: LiveGuard,
+        upgraded: Upgraded<S>,
+        config: &Config,
+    );
+}
+
+impl<S> Join<S> for Infallible {
+    fn join(self, _: std::net::TcpStream, _: SocketAddr, _: LiveGuard, _: Upgraded<S>, _: &Config) {
+        match self {}
+    }
+}
+
 /// A connection upgraded elsewhere whose stream comes later (see
 /// [`Server::serve_upgraded_later`]).
 struct Later<F, H: Handler> {
-    stream: F,
+    handed: F,
     peer: SocketAddr,
     state: H::State,
     deflate: Option<DeflateParams>,
@@ -274,17 +342,18 @@ struct Later<F, H: Handler> {
     env: Env<H>,
 }
 
-impl<F, S, H> Later<F, H>
+impl<F, S, G, H> Later<F, H>
 where
-    F: Future<Output = std::io::Result<S>>,
+    F: Future<Output = std::io::Result<Handed<S, G>>>,
     S: AsyncRead + AsyncWrite + Unpin,
+    G: Join<H::State>,
     H: Handler,
 {
     /// Waits for the stream: the connection's serving future, or `None` if
-    /// the stream failed (the connection never opens).
+    /// the stream failed (the connection never opens) or went to a group.
     async fn open(self: Box<Self>) -> Option<impl Future<Output = ()>> {
         let Later {
-            stream,
+            handed,
             peer,
             state,
             deflate,
@@ -292,14 +361,23 @@ where
             live,
             env,
         } = *self;
-        match stream.await {
-            Ok(stream) => {
-                let upgraded = Upgraded {
-                    settings,
-                    ..Upgraded::server(state, deflate)
-                };
-                let start = Start::Upgraded(Box::new(upgraded));
+        let upgraded = |prefix| Upgraded {
+            settings,
+            prefix,
+            ..Upgraded::server(state, deflate)
+        };
+        match handed.await {
+            Ok(Handed::Stream(stream)) => {
+                let start = Start::Upgraded(Box::new(upgraded(BytesMut::new())));
                 Some(serve(stream, peer, start, live, env, Instant::now()))
+            }
+            Ok(Handed::Tcp {
+                socket,
+                read,
+                group,
+            }) => {
+                group.join(socket, peer, live, upgraded(read), &env.hub.config);
+                None
             }
             Err(error) => {
                 tracing::debug!(%peer, %error, "the upgraded stream never came");

@@ -98,8 +98,9 @@ pub(crate) enum Start<S> {
     /// Accepted elsewhere (through an [`Entrance`](super::Entrance)), with
     /// the start of its request already read.
     Routed(BytesMut),
-    /// Opened elsewhere: a client's, whose `101` was read.
-    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    /// Opened elsewhere: a client's, whose `101` was read, or one upgraded
+    /// through hyper.
+    #[cfg_attr(not(any(feature = "client", feature = "hyper")), allow(dead_code))]
     Opened(Box<Upgraded<S>>),
     /// Handed over by the previous process (the handoff).
     #[cfg(all(target_os = "linux", feature = "handoff"))]
@@ -177,6 +178,29 @@ impl<S> GroupShared<S> {
     pub(crate) fn stop_accepting(&self) {
         self.accepting.store(false, Ordering::SeqCst);
         self.waker.wake();
+    }
+}
+
+/// An upgrade taken back from hyper as a TCP socket joins the group as a
+/// client's does: opened, the bytes hyper read past the request its first
+/// input; and set up as an accepted socket is (`driver::tcp::prepare`).
+#[cfg(feature = "hyper")]
+impl<S: Send + 'static> crate::stream::Join<S> for Arc<GroupShared<S>> {
+    fn join(
+        self,
+        socket: std::net::TcpStream,
+        peer: SocketAddr,
+        live: LiveGuard,
+        upgraded: Upgraded<S>,
+        config: &crate::connection::config::Config,
+    ) {
+        crate::driver::tcp::prepare(&socket, config, peer);
+        self.hand_over(Incoming {
+            stream: mio::net::TcpStream::from_std(socket),
+            peer,
+            live,
+            start: Start::Opened(Box::new(upgraded)),
+        });
     }
 }
 

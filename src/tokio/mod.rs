@@ -369,9 +369,8 @@ impl<S> Groups<S> {
         Ok(groups)
     }
 
-    /// Whether a group's task is gone (its runtime shut down): a client
-    /// then starts new groups on the runtime it is called from.
-    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    /// Whether a group's task is gone (its runtime shut down).
+    #[cfg_attr(not(any(feature = "client", feature = "hyper")), allow(dead_code))]
     pub(crate) fn is_gone(&self) -> bool {
         self.0.iter().any(|group| group.is_gone())
     }
@@ -399,6 +398,44 @@ impl<S> Groups<S> {
                 start: Start::Routed(read),
             });
         })
+    }
+}
+
+/// Connection groups started where they are first needed (a client's
+/// plain `ws` connect, an upgrade taken back from hyper as a TCP socket):
+/// one set per tokio runtime that asked, so a connection is served on the
+/// runtime it came from and ends with that runtime, not with another's.
+/// The sets end with their last connection once this is dropped.
+#[cfg(any(feature = "client", feature = "hyper"))]
+pub(crate) struct RuntimeGroups<S>(std::sync::Mutex<Vec<(tokio::runtime::Id, Groups<S>)>>);
+
+#[cfg(any(feature = "client", feature = "hyper"))]
+impl<S> Default for RuntimeGroups<S> {
+    fn default() -> Self {
+        RuntimeGroups(std::sync::Mutex::new(Vec::new()))
+    }
+}
+
+#[cfg(any(feature = "client", feature = "hyper"))]
+impl<S> RuntimeGroups<S> {
+    /// The least loaded group of the current runtime, whose groups start
+    /// now if it has none yet. Panics outside a runtime, as `tokio::spawn`
+    /// does.
+    pub(crate) fn least_loaded<H: Handler<State = S>>(
+        &self,
+        env: &Env<H>,
+    ) -> io::Result<Arc<GroupShared<S>>> {
+        let runtime = tokio::runtime::Handle::current().id();
+        let mut sets = crate::driver::mailbox::lock(&self.0);
+        // A runtime that shut down took its groups' tasks with it.
+        sets.retain(|(_, groups)| !groups.is_gone());
+        if let Some((_, groups)) = sets.iter().find(|(id, _)| *id == runtime) {
+            return Ok(groups.least_loaded().clone());
+        }
+        let groups = Groups::spawn(env)?;
+        let group = groups.least_loaded().clone();
+        sets.push((runtime, groups));
+        Ok(group)
     }
 }
 

@@ -832,6 +832,52 @@ pub fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> Str
     )
 }
 
+/// Opens 20 more connections to `url` (servers that greet first when
+/// `greeted`), echoes a text on each, and checks that the current runtime
+/// holds no more tasks than before once the ending ones (an HTTP server's,
+/// for one) went: connections served in groups cost no task each. Then
+/// every connection echoes again.
+pub async fn connections_cost_no_task(url: &str, greeted: bool) {
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = alive();
+    let mut clients = Vec::new();
+    for i in 0..20 {
+        let (mut client, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        if greeted {
+            next(&mut client).await;
+        }
+        client
+            .send(tungstenite::Message::text(format!("{i}")))
+            .await
+            .unwrap();
+        assert_eq!(
+            next(&mut client).await,
+            tungstenite::Message::text(format!("{i}"))
+        );
+        clients.push(client);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive() > before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        alive() <= before,
+        "{} tasks alive with 20 more connections, {before} before",
+        alive()
+    );
+    for client in &mut clients {
+        client
+            .send(tungstenite::Message::text("still"))
+            .await
+            .unwrap();
+        assert_eq!(next(client).await, tungstenite::Message::text("still"));
+    }
+}
+
 /// `GET /healthz` answers 200 `ok`.
 pub async fn assert_healthy(addr: SocketAddr) {
     let health = http_exchange(
