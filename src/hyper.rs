@@ -17,6 +17,43 @@
 //! ```no_run
 //! use std::convert::Infallible;
 //! use std::net::SocketAddr;
+//!
+//! use http_body_util::Full;
+//! use hyper::body::{Bytes, Incoming};
+//! use hyper::{Request, Response};
+//! use rapidws::{Accept, Conn, Handler, Message, Reject, ServerHandler};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!
+//!     fn on_message(&self, conn: &Conn, _: &mut (), message: Message<'_>) {
+//!         let _ = conn.send(message);
+//!     }
+//! }
+//!
+//! impl ServerHandler for Echo {
+//!     fn on_upgrade(&self, _: &rapidws::Request<'_>, _: &mut Accept) -> Result<(), Reject> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! /// Each hyper connection's service.
+//! async fn route(
+//!     ws: &rapidws::stream::Server<Echo>,
+//!     request: Request<Incoming>,
+//!     peer: SocketAddr,
+//! ) -> Result<Response<Full<Bytes>>, Infallible> {
+//!     if request.uri().path() == "/ws" {
+//!         return Ok(rapidws::hyper::upgrade(ws, request, peer));
+//!     }
+//!     Ok(Response::new(Full::new(Bytes::from_static(b"ok\n"))))
+//! }
+//! ```
+//!
+//! Serve the hyper connection `with_upgrades()`, or the upgraded IO never
+//! comes (the connection is then dropped without `on_open`).
 
 use std::net::SocketAddr;
 
@@ -34,6 +71,7 @@ use crate::handshake::{
     write_response_value,
 };
 use crate::proto::deflate::DeflateParams;
+use crate::stream::Handed;
 
 /// Answers `request` for `server` (see the module docs): a `101` whose
 /// connection is served once hyper hands it over, or an error response.
@@ -216,10 +254,10 @@ pub(crate) fn decide<H: ServerHandler>(
 /// Serves the connection on a task of the current runtime once hyper hands
 /// over the upgraded IO. IO that is plain TCP (hyper's own HTTP/1.1
 /// connection, or hyper-util's `auto` builder's, which `axum::serve` uses)
-/// is taken back from hyper and joins a connection group of this runtime:
-/// the task then ends, and an idle connection costs what one accepted by
-/// the tokio server does. Anything else (TLS, an HTTP/2 stream) is served
-/// by the stream driver on the task.
+/// is taken back from hyper and joins a connection group of this runtime
+/// (`ToGroups`): the task then ends, and an idle connection costs what
+/// one accepted by the tokio server does. Anything else (TLS, an HTTP/2
+/// stream) is served by the stream driver on the task.
 pub(crate) fn spawn<H: ServerHandler>(
     server: &crate::stream::Server<H>,
     upgraded: OnUpgrade,
@@ -229,47 +267,74 @@ pub(crate) fn spawn<H: ServerHandler>(
     settings: Option<Box<Settings>>,
 ) {
     #[cfg(feature = "tokio")]
-    if let Some(group) = group(server) {
-        let handed = async move {
-            let upgraded = upgraded.await.map_err(std::io::Error::other)?;
-            Ok(match taken_back(upgraded) {
-                Ok(tcp) => {
-                    // Out of tokio's reactor (for a group's epoll) or gone:
-                    // a failed deregistration is the only failure.
-                    let (socket, read) = tcp?;
-                    crate::stream::Handed::Tcp {
-                        socket,
-                        read,
-                        group,
-                    }
-                }
-                Err(upgraded) => crate::stream::Handed::Stream(TokioIo::new(upgraded)),
-            })
-        };
-        tokio::spawn(server.serve_upgraded_later(handed, peer, state, deflate, settings));
-        return;
-    }
-    let stream = async move {
+    let to = ToGroups(server.clone());
+    let handed = async move {
         let upgraded = upgraded.await.map_err(std::io::Error::other)?;
-        Ok(crate::stream::Handed::<_, std::convert::Infallible>::Stream(TokioIo::new(upgraded)))
+        #[cfg(feature = "tokio")]
+        let upgraded = match taken_back(upgraded) {
+            // Out of tokio's reactor, or gone: a failed deregistration is
+            // the only failure.
+            Ok(tcp) => {
+                let (socket, read) = tcp?;
+                return Ok(Handed::Tcp { socket, read, to });
+            }
+            Err(upgraded) => upgraded,
+        };
+        #[cfg(feature = "tokio")]
+        return Ok(Handed::<_, ToGroups<H>>::Stream(TokioIo::new(upgraded)));
+        #[cfg(not(feature = "tokio"))]
+        Ok(Handed::<_, std::convert::Infallible>::Stream(TokioIo::new(
+            upgraded,
+        )))
     };
-    tokio::spawn(server.serve_upgraded_later(stream, peer, state, deflate, settings));
+    tokio::spawn(server.serve_upgraded_later(handed, peer, state, deflate, settings));
 }
 
-/// The least loaded connection group of `server` on the current runtime
-/// (its groups start at the first upgrade taken back as TCP), or `None`,
-/// logged, if they could not start.
+/// Where hyper's upgrades taken back as TCP go: the least loaded
+/// connection group of the current runtime, chosen as the connection
+/// arrives; the groups start at the first one. It holds the server, so
+/// they stay up while an upgrade is on its way. If they cannot start (no
+/// descriptor left for an epoll), the socket is served by the stream
+/// driver on a task of its own.
 #[cfg(feature = "tokio")]
-fn group<H: ServerHandler>(
-    server: &crate::stream::Server<H>,
-) -> Option<std::sync::Arc<crate::tokio::group::GroupShared<H::State>>> {
-    server
-        .kept(crate::tokio::RuntimeGroups::<H::State>::default)
-        .least_loaded(server.env())
-        .inspect_err(|error| {
-            tracing::warn!(%error, "could not start connection groups; upgrades served one task each");
-        })
-        .ok()
+struct ToGroups<H: ServerHandler>(crate::stream::Server<H>);
+
+#[cfg(feature = "tokio")]
+impl<H: ServerHandler> crate::stream::Join<H::State> for ToGroups<H> {
+    fn join(
+        self,
+        socket: std::net::TcpStream,
+        peer: SocketAddr,
+        live: crate::connection::hub::LiveGuard,
+        upgraded: crate::connection::upgrade::Upgraded<H::State>,
+    ) {
+        let server = &self.0;
+        let env = server.env();
+        let groups = server.kept(crate::tokio::RuntimeGroups::<H::State>::default);
+        match groups.least_loaded(env) {
+            Ok(group) => group.hand_over_upgraded(socket, peer, live, upgraded, &env.hub.config),
+            Err(error) => {
+                tracing::warn!(%error, "could not start connection groups; this upgrade is served on a task");
+                match tokio::net::TcpStream::from_std(socket) {
+                    Ok(tcp) => {
+                        let start = crate::stream::Start::Upgraded(Box::new(upgraded));
+                        let now = std::time::Instant::now();
+                        tokio::spawn(crate::stream::serve(
+                            tcp,
+                            peer,
+                            start,
+                            live,
+                            env.clone(),
+                            now,
+                        ));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%peer, %error, "could not serve an upgraded socket; dropped")
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The TCP socket under `upgraded`, with the bytes hyper read past the

@@ -114,6 +114,12 @@ async fn small(upgrade: WebSocketUpgrade) -> Response {
         })
 }
 
+/// A server made for each upgrade and dropped when the handler returns:
+/// the connection outlives it.
+async fn once(upgrade: WebSocketUpgrade) -> Response {
+    upgrade.serve(&rapidws::stream::Server::new(Echo, Config::default()))
+}
+
 /// One route for both: a page, or an upgrade.
 async fn either(upgrade: Option<WebSocketUpgrade>) -> Response {
     match upgrade {
@@ -144,6 +150,7 @@ async fn serve_app(config: Config) -> Served {
         .route("/small", get(small).connect(small))
         .route("/late", get(late).connect(late))
         .route("/either", get(either))
+        .route("/once", get(once))
         .layer(Extension(sockets.clone()))
         .with_state(App {
             echo,
@@ -768,4 +775,22 @@ async fn plain_tcp_upgrades_cost_no_task_each() {
     assert!(matches!(next(&mut first).await, WsMessage::Text(peer) if peer.starts_with("peer ")));
     connections_cost_no_task(&url, true).await;
     echoes(&mut first).await;
+    // Frames sent with the request: hyper read them, the group gets them.
+    a_frame_sent_with_the_request_is_answered(served.addr, "/ws").await;
+}
+
+/// A server made for one upgrade and dropped at once: its connection is
+/// served to its end all the same (the groups it started stay while an
+/// upgrade is on its way to them, and end with their last connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_made_per_upgrade_serves_its_connection() {
+    let served = serve_app(Config::default()).await;
+    for _ in 0..20 {
+        let url = format!("ws://{}/once", served.addr);
+        let (mut client, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        assert!(
+            matches!(next(&mut client).await, WsMessage::Text(peer) if peer.starts_with("peer "))
+        );
+        echoes(&mut client).await;
+    }
 }

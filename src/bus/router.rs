@@ -17,7 +17,8 @@ impl Bus {
     /// The bus's routes as an axum router to merge into an app's (or nest
     /// under a prefix): the WebSocket at the bus's path (`/ws`),
     /// `/publish`, `/publish/<topic>`, `/topics/<topic>` and `/stats`.
-    /// `config` is the WebSockets' (the stream driver serves them);
+    /// `config` is the WebSockets' (served as axum's upgrades are: in the
+    /// tokio groups over plain TCP, else by the stream driver);
     /// its `max_http_body_size` bounds a publish's body (413 past it).
     ///
     /// ```no_run

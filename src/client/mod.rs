@@ -128,9 +128,8 @@ use crate::tokio::group::Incoming;
 /// Connects with a client shared by the whole process (default [`Config`],
 /// no permessage-deflate, TLS from the `webpki-roots` or `native-roots`
 /// feature): [`Client::connect`] on it. Its plain `ws` connections live on
-/// the runtime that made its first one; if that runtime shuts down (each
-/// `#[tokio::test]` has its own), they end with it, and the next connect
-/// starts over on its own runtime.
+/// the runtime that made each (each `#[tokio::test]` has its own) and end
+/// with it.
 #[cfg(feature = "socket")]
 pub async fn connect(
     request: impl Into<ConnectRequest>,

@@ -264,6 +264,16 @@ impl Hub {
         }
     }
 
+    /// Forgets a waker [`Hub::watch`] was given (a server loop that ended):
+    /// those made from the same `Arc` (the same data pointer) go.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn unwatch(&self, waker: &Waker) {
+        self.loop_wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|watching| watching.data() != waker.data());
+    }
+
     /// The shutdown timeout has passed with connections left: says so and
     /// aborts them.
     pub(crate) fn abort_remaining(&self) {

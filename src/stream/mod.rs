@@ -295,23 +295,23 @@ impl<H: ServerHandler> Server<H> {
 
 /// What an upgrade made elsewhere (hyper, HTTP/3) hands over once its
 /// `101` is written.
+#[cfg_attr(not(any(feature = "hyper", feature = "http3")), allow(dead_code))]
 pub(crate) enum Handed<S, G> {
     /// A stream this driver serves.
     Stream(S),
     /// A plain TCP socket taken back from the HTTP server, with the bytes it
-    /// had read past the request: it is served in `group` instead, where an
-    /// idle connection costs what an accepted one of the tokio server does
-    /// (no task, no tokio registration, no boxed IO of the HTTP server's).
-    #[cfg_attr(not(all(feature = "hyper", feature = "tokio")), allow(dead_code))]
+    /// had read past the request: `to` serves it (hyper's upgrades: in a
+    /// tokio connection group, where an idle connection costs what an
+    /// accepted one of the tokio server does).
     Tcp {
         socket: std::net::TcpStream,
         read: BytesMut,
-        group: G,
+        to: G,
     },
 }
 
-/// Where a connection handed over as a TCP socket is served (a tokio
-/// connection group); `Infallible` where there is none.
+/// Who serves a connection handed over as a TCP socket; `Infallible`
+/// where there is nobody.
 pub(crate) trait Join<S> {
     /// Serves the opened connection on `socket`, counted by `live`.
     fn join(
@@ -320,12 +320,11 @@ pub(crate) trait Join<S> {
         peer: SocketAddr,
         live: LiveGuard,
         upgraded: Upgraded<S>,
-        config: &Config,
     );
 }
 
 impl<S> Join<S> for Infallible {
-    fn join(self, _: std::net::TcpStream, _: SocketAddr, _: LiveGuard, _: Upgraded<S>, _: &Config) {
+    fn join(self, _: std::net::TcpStream, _: SocketAddr, _: LiveGuard, _: Upgraded<S>) {
         match self {}
     }
 }
@@ -371,12 +370,8 @@ where
                 let start = Start::Upgraded(Box::new(upgraded(BytesMut::new())));
                 Some(serve(stream, peer, start, live, env, Instant::now()))
             }
-            Ok(Handed::Tcp {
-                socket,
-                read,
-                group,
-            }) => {
-                group.join(socket, peer, live, upgraded(read), &env.hub.config);
+            Ok(Handed::Tcp { socket, read, to }) => {
+                to.join(socket, peer, live, upgraded(read));
                 None
             }
             Err(error) => {

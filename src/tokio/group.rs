@@ -141,6 +141,28 @@ impl<S> Incoming<S> {
 }
 
 impl<S> GroupShared<S> {
+    /// Gives the group a connection upgraded through hyper and taken back
+    /// as a TCP socket: opened, as a client's is, the bytes hyper read past
+    /// the request its first input; set up as an accepted socket is
+    /// (`driver::tcp::prepare`).
+    #[cfg(feature = "hyper")]
+    pub(crate) fn hand_over_upgraded(
+        &self,
+        socket: std::net::TcpStream,
+        peer: SocketAddr,
+        live: LiveGuard,
+        upgraded: Upgraded<S>,
+        config: &crate::connection::config::Config,
+    ) {
+        crate::driver::tcp::prepare(&socket, config, peer);
+        self.hand_over(Incoming {
+            stream: mio::net::TcpStream::from_std(socket),
+            peer,
+            live,
+            start: Start::Opened(Box::new(upgraded)),
+        });
+    }
+
     /// Gives the group a new connection.
     pub(crate) fn hand_over(&self, incoming: Incoming<S>) {
         self.connections.fetch_add(1, Ordering::Relaxed);
@@ -178,29 +200,6 @@ impl<S> GroupShared<S> {
     pub(crate) fn stop_accepting(&self) {
         self.accepting.store(false, Ordering::SeqCst);
         self.waker.wake();
-    }
-}
-
-/// An upgrade taken back from hyper as a TCP socket joins the group as a
-/// client's does: opened, the bytes hyper read past the request its first
-/// input; and set up as an accepted socket is (`driver::tcp::prepare`).
-#[cfg(feature = "hyper")]
-impl<S: Send + 'static> crate::stream::Join<S> for Arc<GroupShared<S>> {
-    fn join(
-        self,
-        socket: std::net::TcpStream,
-        peer: SocketAddr,
-        live: LiveGuard,
-        upgraded: Upgraded<S>,
-        config: &crate::connection::config::Config,
-    ) {
-        crate::driver::tcp::prepare(&socket, config, peer);
-        self.hand_over(Incoming {
-            stream: mio::net::TcpStream::from_std(socket),
-            peer,
-            live,
-            start: Start::Opened(Box::new(upgraded)),
-        });
     }
 }
 
@@ -295,12 +294,30 @@ struct Group<H: Handler> {
     seen: ShutdownSeen,
 }
 
+/// Runs `first` on a connection just started (its first bytes, which may
+/// reach the handler): the connection, or `None` if that panicked (it is
+/// dropped, a panic of its drop caught too).
+fn first_bytes<H: Handler>(
+    mut connection: Connection<H>,
+    first: impl FnOnce(&mut Connection<H>),
+) -> Option<Connection<H>> {
+    if catch_unwind(AssertUnwindSafe(|| first(&mut connection))).is_err() {
+        drop(catch_unwind(AssertUnwindSafe(move || drop(connection))));
+        return None;
+    }
+    Some(connection)
+}
+
 /// A group's task ends, or is dropped with its runtime: connections handed
-/// over too late are dropped rather than left waiting.
+/// over too late are dropped rather than left waiting, and nothing keeps
+/// the task or the group's shared part for wakes that can serve nobody
+/// (the server's hub outlives its groups when they start per runtime).
 impl<H: Handler> Drop for Group<H> {
     fn drop(&mut self) {
         self.shared.gone.store(true, Ordering::SeqCst);
         drop(std::mem::take(&mut *lock(&self.shared.incoming)));
+        drop(self.shared.waker.take());
+        self.env.hub.unwatch(&Waker::from(self.shared.clone()));
     }
 }
 
@@ -390,28 +407,40 @@ impl<H: Handler> Group<H> {
                 Start::Accepted { proxy_header } => {
                     Connection::accept(stream, peer, live, wake, &self.env, proxy_header)
                 }
+                // Its first bytes (and an opened one's `on_open`) may reach
+                // the handler: a panic there ends this connection only.
                 Start::Routed(read) => {
-                    let mut connection =
-                        Connection::accept(stream, peer, live, wake, &self.env, false);
-                    // Its request may reach the handler's hooks: a panic
-                    // there ends this connection only.
                     let env = &self.env;
-                    if catch_unwind(AssertUnwindSafe(|| connection.receive_read(read, env)))
-                        .is_err()
-                    {
-                        tracing::error!(%peer, "handling a routed connection's first bytes panicked; closed");
-                        drop(catch_unwind(AssertUnwindSafe(move || drop(connection))));
-                        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
-                        continue;
+                    let started = catch_unwind(AssertUnwindSafe(|| {
+                        Connection::accept(stream, peer, live, wake, env, false)
+                    }));
+                    let first = |c: &mut Connection<H>| c.receive_read(read, env);
+                    match started.ok().and_then(|c| first_bytes(c, first)) {
+                        Some(connection) => connection,
+                        None => {
+                            tracing::error!(%peer, "handling a routed connection's first bytes panicked; closed");
+                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                            continue;
+                        }
                     }
-                    connection
                 }
                 Start::Opened(upgraded) => {
-                    let mut connection =
-                        Connection::opened(stream, peer, live, wake, *upgraded, &self.env);
-                    // Frames that came with the `101`.
-                    connection.receive_pending(&self.env);
-                    connection
+                    let env = &self.env;
+                    // Frames that came with the `101` (or, through hyper,
+                    // with the request), read before it came here.
+                    env.hub.meters().received(0, upgraded.prefix.len() as u64);
+                    let opened = catch_unwind(AssertUnwindSafe(|| {
+                        Connection::opened(stream, peer, live, wake, *upgraded, env)
+                    }));
+                    let first = |c: &mut Connection<H>| c.receive_pending(env);
+                    match opened.ok().and_then(|c| first_bytes(c, first)) {
+                        Some(connection) => connection,
+                        None => {
+                            tracing::error!(%peer, "opening a connection panicked; closed");
+                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
                 }
                 #[cfg(all(target_os = "linux", feature = "handoff"))]
                 Start::Moved(arriving) => {

@@ -832,6 +832,39 @@ pub fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> Str
     )
 }
 
+/// Sends an upgrade request for `path` and, in the same write, a masked
+/// text frame (which an HTTP server reads with the request), and expects
+/// the `101`, then the frame echoed.
+pub async fn a_frame_sent_with_the_request_is_answered(addr: SocketAddr, path: &str) {
+    let text = b"sent with the request";
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    let mut request = upgrade_head("GET", path, "HTTP/1.1", "Sec-WebSocket-Version: 13\r\n")
+        .replace("Upgrade, close", "Upgrade")
+        .into_bytes();
+    request.extend([0x81, 0x80 | text.len() as u8]);
+    request.extend(mask);
+    request.extend(text.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut raw = TcpStream::connect(addr).await.unwrap();
+    raw.write_all(&request).await.unwrap();
+    let echo = [&[0x81, text.len() as u8][..], text].concat();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 1024];
+        while !got.windows(echo.len()).any(|w| w == echo) {
+            let n = raw.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .expect("the echo within 10 s");
+    assert!(
+        got.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
 /// Opens 20 more connections to `url` (servers that greet first when
 /// `greeted`), echoes a text on each, and checks that the current runtime
 /// holds no more tasks than before once the ending ones (an HTTP server's,
