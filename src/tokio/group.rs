@@ -294,18 +294,28 @@ struct Group<H: Handler> {
     seen: ShutdownSeen,
 }
 
-/// Runs `first` on a connection just started (its first bytes, which may
-/// reach the handler): the connection, or `None` if that panicked (it is
-/// dropped, a panic of its drop caught too).
-fn first_bytes<H: Handler>(
-    mut connection: Connection<H>,
+/// Starts a connection (`start`) and runs `first` on it (its first bytes),
+/// either of which may reach the handler: the connection, or `None` if
+/// either panicked (logged as `what`; a connection built is dropped, a
+/// panic of its drop caught too).
+fn caught<H: Handler>(
+    peer: SocketAddr,
+    what: &str,
+    start: impl FnOnce() -> Connection<H>,
     first: impl FnOnce(&mut Connection<H>),
 ) -> Option<Connection<H>> {
-    if catch_unwind(AssertUnwindSafe(|| first(&mut connection))).is_err() {
+    let started = catch_unwind(AssertUnwindSafe(start)).ok();
+    let connection = started.and_then(|mut connection| {
+        if catch_unwind(AssertUnwindSafe(|| first(&mut connection))).is_ok() {
+            return Some(connection);
+        }
         drop(catch_unwind(AssertUnwindSafe(move || drop(connection))));
-        return None;
+        None
+    });
+    if connection.is_none() {
+        tracing::error!(%peer, "{what} panicked; closed");
     }
-    Some(connection)
+    connection
 }
 
 /// A group's task ends, or is dropped with its runtime: connections handed
@@ -403,60 +413,53 @@ impl<H: Handler> Group<H> {
                 continue;
             }
             let wake = ConnWake::Shared(SlotWake::waker(self.shared.clone(), slot));
+            let env = &self.env;
             let connection = match start {
-                Start::Accepted { proxy_header } => {
-                    Connection::accept(stream, peer, live, wake, &self.env, proxy_header)
-                }
+                Start::Accepted { proxy_header } => Some(Connection::accept(
+                    stream,
+                    peer,
+                    live,
+                    wake,
+                    env,
+                    proxy_header,
+                )),
                 // Its first bytes (and an opened one's `on_open`) may reach
                 // the handler: a panic there ends this connection only.
-                Start::Routed(read) => {
-                    let env = &self.env;
-                    let started = catch_unwind(AssertUnwindSafe(|| {
-                        Connection::accept(stream, peer, live, wake, env, false)
-                    }));
-                    let first = |c: &mut Connection<H>| c.receive_read(read, env);
-                    match started.ok().and_then(|c| first_bytes(c, first)) {
-                        Some(connection) => connection,
-                        None => {
-                            tracing::error!(%peer, "handling a routed connection's first bytes panicked; closed");
-                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
-                }
+                Start::Routed(read) => caught(
+                    peer,
+                    "handling a routed connection's first bytes",
+                    || Connection::accept(stream, peer, live, wake, env, false),
+                    |c| c.receive_read(read, env),
+                ),
                 Start::Opened(upgraded) => {
-                    let env = &self.env;
                     // Frames that came with the `101` (or, through hyper,
                     // with the request), read before it came here.
                     env.hub.meters().received(0, upgraded.prefix.len() as u64);
-                    let opened = catch_unwind(AssertUnwindSafe(|| {
-                        Connection::opened(stream, peer, live, wake, *upgraded, env)
-                    }));
-                    let first = |c: &mut Connection<H>| c.receive_pending(env);
-                    match opened.ok().and_then(|c| first_bytes(c, first)) {
-                        Some(connection) => connection,
-                        None => {
-                            tracing::error!(%peer, "opening a connection panicked; closed");
-                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
+                    caught(
+                        peer,
+                        "opening a connection",
+                        || Connection::opened(stream, peer, live, wake, *upgraded, env),
+                        |c| c.receive_pending(env),
+                    )
                 }
                 #[cfg(all(target_os = "linux", feature = "handoff"))]
                 Start::Moved(arriving) => {
-                    match Connection::take_over(stream, live, wake, *arriving, &self.env) {
+                    match Connection::take_over(stream, live, wake, *arriving, env) {
                         Ok(mut connection) => {
                             // What the previous process had read and not handled.
-                            connection.receive_pending(&self.env);
-                            connection
+                            connection.receive_pending(env);
+                            Some(connection)
                         }
                         Err((stream, goodbye)) => {
                             refuse(stream, &goodbye, registry);
-                            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
-                            continue;
+                            None
                         }
                     }
                 }
+            };
+            let Some(connection) = connection else {
+                self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                continue;
             };
             self.slots.insert(Slot { connection });
             self.live += 1;
