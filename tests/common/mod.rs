@@ -837,13 +837,10 @@ pub fn upgrade_head(method: &str, path: &str, version: &str, extra: &str) -> Str
 /// the `101`, then the frame echoed.
 pub async fn a_frame_sent_with_the_request_is_answered(addr: SocketAddr, path: &str) {
     let text = b"sent with the request";
-    let mask = [0x37, 0xfa, 0x21, 0x3d];
     let mut request = upgrade_head("GET", path, "HTTP/1.1", "Sec-WebSocket-Version: 13\r\n")
         .replace("Upgrade, close", "Upgrade")
         .into_bytes();
-    request.extend([0x81, 0x80 | text.len() as u8]);
-    request.extend(mask);
-    request.extend(text.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    request.extend(client_frame(true, 0x1, text));
     let mut raw = TcpStream::connect(addr).await.unwrap();
     raw.write_all(&request).await.unwrap();
     let echo = [&[0x81, text.len() as u8][..], text].concat();
