@@ -3,8 +3,6 @@
 
 use std::time::Instant;
 
-use bytes::BytesMut;
-
 use super::multiplexer::{Control, Mux, give_turn, room};
 use super::{MuxError, Version};
 
@@ -129,8 +127,7 @@ impl Mux {
             } else if !stream.stale {
                 stream.stale = true;
             } else {
-                self.account.release(stream.send.len());
-                stream.send = BytesMut::new();
+                self.account.release(stream.send.clear());
                 give_turn(&mut self.schedule, id, stream);
             }
         }

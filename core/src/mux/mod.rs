@@ -11,6 +11,7 @@
 //! | `multiplexer.rs` | [`Mux`]: its state, its contract, what the files below share |
 //! | `receive.rs` | the peer's frames in: SYN, FIN, PSH, UPD, NOP |
 //! | `transmit.rs` | frames out: control frames, window updates, data in turn |
+//! | `buffer.rs` | a stream's bytes one way, in blocks that never move |
 //! | `output.rs` | [`Output`]: frames waiting for the transport, payloads not copied |
 //! | `keepalive.rs` | the clock: NOPs, the silent and the non-reading peer |
 //! | `streams.rs` | the application's side: open, accept, read, write, close |
@@ -18,6 +19,7 @@
 //!
 //! [`Session`]: crate::proto::Session
 
+mod buffer;
 pub mod frame;
 mod keepalive;
 mod multiplexer;

@@ -3,8 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use bytes::BytesMut;
-
+use super::buffer::Buffer;
 use super::schedule::Schedule;
 use super::{Config, Event, INITIAL_WINDOW, MuxError, MuxStats, Side, Version};
 use crate::budget::{Account, Charge};
@@ -13,10 +12,6 @@ use crate::budget::{Account, Charge};
 /// session stops reading its input: a peer that opens streams and never
 /// reads our answers is not read either, so nothing grows.
 pub(crate) const CONTROL_LIMIT: usize = 1024;
-
-/// A buffer emptied with more capacity than this is given back, so an idle
-/// stream holds no buffer at all.
-pub(super) const KEEP_CAPACITY: usize = 4096;
 
 /// A control frame owed to the peer.
 #[derive(Clone, Copy, Debug)]
@@ -31,14 +26,9 @@ pub(super) enum Control {
 #[derive(Debug, Default)]
 pub(super) struct Stream {
     /// Received, not yet read by the application.
-    pub(super) recv: BytesMut,
+    pub(super) recv: Buffer,
     /// Written by the application, not yet framed.
-    pub(super) send: BytesMut,
-    /// Part of `send` went out copied: the buffer's allocation holds
-    /// that spent part in front of the rest, so the buffer is never handed
-    /// over whole (it would keep more alive than it holds; see
-    /// `poll_transmit`).
-    pub(super) send_spent: bool,
+    pub(super) send: Buffer,
     /// Version 2, receiving: bytes received in all, bytes the application
     /// read in all, and the latter as last announced in an UPD.
     pub(super) received: u32,
@@ -299,10 +289,9 @@ impl Mux {
             // why); otherwise it is still read.
             let shed = matches!(error, MuxError::Budget { .. });
             for stream in self.streams.values_mut() {
-                stream.send = BytesMut::new();
+                stream.send.clear();
                 if shed {
-                    self.buffered -= stream.recv.len();
-                    stream.recv = BytesMut::new();
+                    self.buffered -= stream.recv.clear();
                 }
             }
             self.account.release(self.account.held() - self.buffered);

@@ -1,5 +1,6 @@
-//! [`Output`]: frames waiting for the transport, a stream's send buffer
-//! handed over whole kept as it is (no copy), written out vectored.
+//! [`Output`]: frames waiting for the transport, payloads given as slices
+//! of a stream's send buffer kept as they are (no copy), written out
+//! vectored.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -23,7 +24,8 @@ pub trait Transmit {
     /// stream's send buffer), copied.
     fn put_slice(&mut self, bytes: &[u8]);
 
-    /// Appends a frame's payload that is a whole buffer, handed over.
+    /// Appends a frame's payload given as it is (a slice of a stream's
+    /// send buffer).
     fn put_buffer(&mut self, buffer: Bytes);
 }
 

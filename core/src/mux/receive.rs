@@ -71,7 +71,8 @@ impl Mux {
                     self.on_fin(header.stream);
                     Ok(())
                 }
-                Command::Psh => self.on_data(header.stream, &input[..length]),
+                // Takes its payload from the input itself.
+                Command::Psh => self.on_data(header.stream, input, length),
                 Command::Nop => Ok(()),
                 Command::Upd => {
                     let consumed = u32::from_le_bytes(input[..4].try_into().expect("8 bytes"));
@@ -79,7 +80,9 @@ impl Mux {
                     self.on_update(header.stream, consumed, window)
                 }
             };
-            input.advance(length);
+            if command != Command::Psh {
+                input.advance(length);
+            }
             if let Err(error) = result {
                 return Err(self.fail(error));
             }
@@ -137,7 +140,9 @@ impl Mux {
         }
     }
 
-    fn on_data(&mut self, id: u32, payload: &[u8]) -> Result<(), MuxError> {
+    /// A PSH frame's `length` bytes of payload, at the front of `input`:
+    /// taken from it in every case.
+    fn on_data(&mut self, id: u32, input: &mut BytesMut, length: usize) -> Result<(), MuxError> {
         let v2 = self.version == Some(Version::V2);
         let window = self.config.stream_window.max(INITIAL_WINDOW);
         let Some(stream) = self
@@ -146,14 +151,14 @@ impl Mux {
             .filter(|stream| !stream.released && !stream.fin_received)
         else {
             self.stats.discarded_frames += 1;
-            self.stats.discarded_bytes += payload.len() as u64;
+            self.stats.discarded_bytes += length as u64;
+            input.advance(length);
             return Ok(());
         };
-        let length = payload.len() as u32;
         if v2 {
             let unacknowledged = stream
                 .received
-                .wrapping_add(length)
+                .wrapping_add(length as u32)
                 .wrapping_sub(stream.announced);
             if unacknowledged > window {
                 return Err(MuxError::Window {
@@ -161,15 +166,16 @@ impl Mux {
                     unacknowledged,
                 });
             }
-            stream.received = stream.received.wrapping_add(length);
+            stream.received = stream.received.wrapping_add(length as u32);
         }
-        if payload.is_empty() {
+        if length == 0 {
             return Ok(());
         }
-        stream.recv.extend_from_slice(payload);
-        self.buffered += payload.len();
+        stream.recv.copy(&input[..length]);
+        input.advance(length);
+        self.buffered += length;
         tell_readable(&mut self.events, id, stream);
-        self.hold(payload.len())
+        self.hold(length)
     }
 
     fn on_update(&mut self, id: u32, consumed: u32, window: u32) -> Result<(), MuxError> {

@@ -1,9 +1,7 @@
 //! [`Mux`]'s application side: opening, accepting, reading, writing,
 //! finishing and closing streams, and ending the session.
 
-use bytes::{Buf, BytesMut};
-
-use super::multiplexer::{Control, KEEP_CAPACITY, Mux, give_turn, sendable};
+use super::multiplexer::{Control, Mux, give_turn, sendable};
 use super::{OpenError, Read, StreamError, Version};
 
 impl Mux {
@@ -72,12 +70,7 @@ impl Mux {
         if buf.is_empty() {
             return Ok(Read::Data(0));
         }
-        let n = buf.len().min(stream.recv.len());
-        buf[..n].copy_from_slice(&stream.recv[..n]);
-        stream.recv.advance(n);
-        if stream.recv.is_empty() && stream.recv.capacity() > KEEP_CAPACITY {
-            stream.recv = BytesMut::new();
-        }
+        let n = stream.recv.read(buf);
         self.buffered -= n;
         self.account.release(n);
         if v2 && self.failed.is_none() {
@@ -117,7 +110,7 @@ impl Mux {
         if n == 0 {
             return Ok(0);
         }
-        stream.send.extend_from_slice(&data[..n]);
+        stream.send.copy(&data[..n]);
         let v2 = self.version != Some(Version::V1);
         if sendable(stream, v2, self.config.max_frame_size) {
             give_turn(&mut self.schedule, id, stream);
@@ -154,9 +147,9 @@ impl Mux {
             return;
         }
         stream.released = true;
-        self.buffered -= stream.recv.len();
-        self.account.release(stream.recv.len());
-        stream.recv = BytesMut::new();
+        let unread = stream.recv.clear();
+        self.buffered -= unread;
+        self.account.release(unread);
         if stream.fin_sent || self.failed.is_some() {
             self.streams.remove(&id);
             self.note_resumed(wanted);

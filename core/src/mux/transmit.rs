@@ -1,10 +1,8 @@
 //! [`Mux`]'s transmit path: control frames, window updates, then each
 //! stream's data in turn, into the driver's output ([`Transmit`]).
 
-use bytes::{Buf, BytesMut};
-
 use super::frame::{Command, Header, UPD_LEN};
-use super::multiplexer::{Control, KEEP_CAPACITY, Mux, give_turn, room, sendable};
+use super::multiplexer::{Control, Mux, give_turn, room, sendable};
 use super::output::Transmit;
 use super::{Event, Version};
 
@@ -20,10 +18,9 @@ impl Mux {
     /// left to send: control frames first (SYN, refusing FIN, UPD, NOP),
     /// then one data frame per stream in turn, a stream's FIN after its
     /// data. Nothing is sent before the version is known, or after the
-    /// session failed. A data frame that takes all of its stream's send
-    /// buffer, never partly sent, hands the buffer over: an
-    /// [`Output`](super::Output) keeps it so (no copy), a `BytesMut`
-    /// copies it.
+    /// session failed. A data frame's payload of at least 4 KiB goes
+    /// as slices of its stream's send buffer: an [`Output`](super::Output)
+    /// keeps them so (no copy), a `BytesMut` copies them.
     pub fn poll_transmit<T: Transmit>(&mut self, out: &mut T, limit: usize) {
         let Some(version) = self.version else {
             return;
@@ -75,27 +72,9 @@ impl Mux {
             let n = stream.send.len().min(room(stream, v2, max_frame));
             if n > 0 {
                 put_header(out, version, Command::Psh, n as u16, id);
-                if n == stream.send.len() && !stream.send_spent && stream.send.capacity() <= 2 * n {
-                    // All of a buffer not much larger than what it holds:
-                    // handed over, so what the output keeps alive is at
-                    // most twice what it holds.
-                    out.put_buffer(std::mem::take(&mut stream.send).freeze());
-                } else {
-                    // Part of one is copied: a slice would keep the whole
-                    // buffer (up to the send buffer's size, which the
-                    // budget no longer counts once framed) alive until
-                    // written. What was taken stays allocated in front of
-                    // the rest, so this buffer is never handed over.
-                    out.put_slice(&stream.send[..n]);
-                    stream.send.advance(n);
-                    stream.send_spent = true;
-                }
+                stream.send.transmit(n, out);
                 self.account.release(n);
                 stream.written = stream.written.wrapping_add(n as u32);
-                if stream.send.is_empty() && stream.send.capacity() > KEEP_CAPACITY {
-                    stream.send = BytesMut::new();
-                    stream.send_spent = false;
-                }
                 if stream.write_blocked && stream.send.len() <= self.config.send_buffer / 2 {
                     stream.write_blocked = false;
                     self.events.push_back(Event::Writable(id));
