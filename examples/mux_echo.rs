@@ -237,13 +237,16 @@ async fn push(mut stream: Stream, payload: rapidws::Bytes, every: Duration) {
 }
 
 /// Writes back what the stream reads until the peer's FIN, then sends ours.
-async fn echo(stream: Stream) {
+/// The bytes read are the bytes written: nothing is copied.
+async fn echo(mut stream: Stream) {
     let id = stream.id();
-    let (mut reader, mut writer) = tokio::io::split(stream);
-    match tokio::io::copy(&mut reader, &mut writer).await {
-        Ok(_) => {
-            let _ = writer.shutdown().await;
+    let echoed = async {
+        while let Some(bytes) = stream.read_bytes(64 * 1024).await? {
+            stream.write_bytes(bytes).await?;
         }
-        Err(error) => tracing::debug!(id, %error, "stream ended early"),
+        stream.shutdown().await
+    };
+    if let Err(error) = echoed.await {
+        tracing::debug!(id, %error, "stream ended early");
     }
 }

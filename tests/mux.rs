@@ -170,6 +170,59 @@ async fn either_side_opens_and_a_half_closed_stream_still_reads() {
     }
 }
 
+/// `read_bytes` and `write_bytes`: a megabyte given as one buffer arrives
+/// whole and in order, taken in pieces of at most what was asked and one
+/// block; the peer's FIN ends the reads, and after the mux ends a write
+/// fails as `write_all` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_written_and_read_without_copies_arrive_whole() {
+    for version in [Version::V1, Version::V2] {
+        let (dialer, acceptor) = pair(version).await;
+        let mut rng = StdRng::seed_from_u64(version as u64);
+        let mut sent = vec![0u8; 1 << 20];
+        rng.fill(&mut sent[..]);
+        let sent = rapidws::Bytes::from(sent);
+        let mut stream = dialer.open_stream().await.unwrap();
+        let writer = {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                stream.write_bytes(sent).await.unwrap();
+                stream.shutdown().await.unwrap();
+                stream
+            })
+        };
+        let mut taken = acceptor.accept_stream().await.unwrap();
+        let mut got = Vec::new();
+        let mut pieces = 0;
+        loop {
+            let max = rng.random_range(1..100_000);
+            let Some(piece) = taken.read_bytes(max).await.unwrap() else {
+                break;
+            };
+            assert!(!piece.is_empty() && piece.len() <= max.min(32 * 1024));
+            got.extend_from_slice(&piece);
+            pieces += 1;
+        }
+        assert!(
+            got == sent,
+            "{version:?}: {} of {} bytes",
+            got.len(),
+            sent.len()
+        );
+        assert!(pieces >= sent.len() / (32 * 1024), "{pieces} pieces");
+        let mut stream = writer.await.unwrap();
+        drop(taken);
+        acceptor.close().await.unwrap();
+        drop(acceptor);
+        assert!(dialer.closed().await.is_ok());
+        let error = stream
+            .write_bytes(rapidws::Bytes::from_static(b"more"))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_session_dies_streams_read_what_came_then_fail() {
     let (dialer, acceptor) = pair(Version::V2).await;

@@ -914,6 +914,7 @@ pub fn mux_frame(data: &[u8]) {
 /// version left to the peer, bits 3-7 the budget (1 to 32 × 2 KiB); the
 /// whole byte seeds the chunker.
 pub fn mux_session(data: &[u8]) {
+    use bytes::Bytes;
     use rapidws_core::mux::frame::{Command, Header};
     use rapidws_core::mux::{Budget, Config, INITIAL_WINDOW, Mux, MuxError, Read, Side, Version};
     use std::time::{Duration, Instant};
@@ -979,9 +980,20 @@ pub fn mux_session(data: &[u8]) {
         }
         open.retain(|&id| {
             let want = chunker.next(buf.len());
-            match mux.read(id, &mut buf[..want]) {
-                Ok(Read::Data(n)) => {
-                    let _ = mux.write(id, &buf[..n]);
+            // Copied out, or taken as it is; echoed either way.
+            let read = if chunker.next(2) == 1 {
+                mux.read_bytes(id, want)
+            } else {
+                mux.read(id, &mut buf[..want])
+                    .map(|read| read.map(|n| Bytes::copy_from_slice(&buf[..n])))
+            };
+            match read {
+                Ok(Read::Data(mut bytes)) => {
+                    let _ = if chunker.next(2) == 1 {
+                        mux.write_bytes(id, &mut bytes)
+                    } else {
+                        mux.write(id, &bytes)
+                    };
                     true
                 }
                 Ok(Read::End) => {

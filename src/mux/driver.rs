@@ -20,9 +20,11 @@ use super::shared::Shared;
 /// Bytes read from the transport at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Frames gathered before they are written: enough for few, large writes,
-/// small enough that a stream's write waits behind little.
-const WRITE_BATCH: usize = 64 * 1024;
+/// Frames gathered before they are written: enough for few, large writes
+/// (a 100-stream echo over TCP moved about 40% more with 256 KiB than with
+/// 64 KiB, and no more with 512 KiB), small enough that a stream's write
+/// waits behind little (256 KiB leave loopback in about 0.2 ms).
+const WRITE_BATCH: usize = 256 * 1024;
 
 /// How long a mux that is ending waits for streams whose last bytes
 /// wait for the peer's window (version 2).

@@ -1,12 +1,13 @@
 //! [`Stream`]: one stream of a mux, as tokio's `AsyncRead` and
-//! `AsyncWrite`.
+//! `AsyncWrite`, and as `Bytes` read and written without a copy.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rapidws_core::mux::{Read, StreamError};
+use bytes::Bytes;
+use rapidws_core::mux::{Mux as Protocol, Read, StreamError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Error;
@@ -26,6 +27,13 @@ use super::shared::{Shared, State};
 ///   goes on).
 /// - Dropping the stream sends the FIN if `shutdown` did not, and drops
 ///   whatever the peer sends on it afterwards.
+///
+/// Reading and writing through `AsyncRead` and `AsyncWrite` copy the bytes
+/// out of the stream's receive buffer and into its send buffer;
+/// [`read_bytes`](Stream::read_bytes) and
+/// [`write_bytes`](Stream::write_bytes) take and give them as `Bytes`
+/// instead, so a stream that forwards what it reads (an echo, a proxy)
+/// copies nothing itself.
 pub struct Stream {
     shared: Arc<Shared>,
     id: u32,
@@ -65,29 +73,57 @@ fn ended(state: &State) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, why)
 }
 
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
+impl Stream {
+    /// Reads up to `max` bytes as they are, not copied (a slice of the
+    /// stream's receive buffer, at most 32 KiB, which stays allocated
+    /// while the bytes are held); `None` at the peer's FIN. Errors as
+    /// reading does.
+    pub async fn read_bytes(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        std::future::poll_fn(|cx| self.poll_read_bytes(cx, max)).await
+    }
+
+    /// [`read_bytes`](Stream::read_bytes) as a poll.
+    pub fn poll_read_bytes(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+        max: usize,
+    ) -> Poll<io::Result<Option<Bytes>>> {
+        self.poll_received(cx, |protocol, id| protocol.read_bytes(id, max))
+    }
+
+    /// Writes all of `data` as it is, not copied (a piece shorter than
+    /// 8 KiB is copied), waiting while the send buffer is full. `data`
+    /// stays allocated (with whatever else shares its allocation) until
+    /// its last byte is sent. Errors as writing does.
+    pub async fn write_bytes(&mut self, mut data: Bytes) -> io::Result<()> {
+        while !data.is_empty() {
+            std::future::poll_fn(|cx| {
+                self.poll_queue(cx, data.len(), |protocol, id| {
+                    protocol.write_bytes(id, &mut data)
+                })
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// A read of either kind: `take` reads from the mux; `None` at the end.
+    fn poll_received<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&mut Protocol, u32) -> Result<Read<T>, StreamError>,
+    ) -> Poll<io::Result<Option<T>>> {
         let mut state = self.shared.lock();
         let was_blocked = !state.protocol.wants_input();
-        // Only as much of the buffer as there is to read is initialized.
-        let available = state.protocol.readable(self.id).min(buf.remaining());
-        match state
-            .protocol
-            .read(self.id, buf.initialize_unfilled_to(available))
-        {
-            Ok(Read::Data(n)) => {
-                buf.advance(n);
+        match take(&mut state.protocol, self.id) {
+            Ok(Read::Data(taken)) => {
                 // Reading may have made room in the budget or owe an UPD.
                 if (was_blocked && state.protocol.wants_input()) || state.protocol.has_output() {
                     state.wake_driver();
                 }
-                Poll::Ready(Ok(()))
+                Poll::Ready(Ok(Some(taken)))
             }
-            Ok(Read::End) => Poll::Ready(Ok(())),
+            Ok(Read::End) => Poll::Ready(Ok(None)),
             Ok(Read::Empty) if state.ended.is_none() => {
                 state.park_reader(self.id, cx.waker());
                 Poll::Pending
@@ -98,20 +134,21 @@ impl AsyncRead for Stream {
             Err(StreamError::Finished) => unreachable!("reads are never refused as finished"),
         }
     }
-}
 
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
+    /// A write of either kind, of `len` bytes: `put` queues what the mux
+    /// takes of them and says how many.
+    fn poll_queue(
+        &self,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        len: usize,
+        put: impl FnOnce(&mut Protocol, u32) -> Result<usize, StreamError>,
     ) -> Poll<io::Result<usize>> {
         let mut state = self.shared.lock();
         if state.ended.is_some() {
             return Poll::Ready(Err(ended(&state)));
         }
-        match state.protocol.write(self.id, buf) {
-            Ok(0) if !buf.is_empty() => {
+        match put(&mut state.protocol, self.id) {
+            Ok(0) if len > 0 => {
                 state.park_writer(self.id, cx.waker());
                 Poll::Pending
             }
@@ -125,6 +162,31 @@ impl AsyncWrite for Stream {
             ))),
             Err(StreamError::Ended | StreamError::Unknown) => Poll::Ready(Err(ended(&state))),
         }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let read = self.poll_received(cx, |protocol, id| {
+            // Only as much of the buffer as there is to read is initialized.
+            let available = protocol.readable(id).min(buf.remaining());
+            protocol.read(id, buf.initialize_unfilled_to(available))
+        });
+        read.map_ok(|read| buf.advance(read.unwrap_or(0)))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_queue(cx, buf.len(), |protocol, id| protocol.write(id, buf))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -303,6 +303,7 @@ pub(crate) enum Handed<S, G> {
     /// had read past the request: `to` serves it (hyper's upgrades: in a
     /// tokio connection group, where an idle connection costs what an
     /// accepted one of the tokio server does).
+    #[cfg_attr(not(all(feature = "hyper", feature = "tokio")), allow(dead_code))]
     Tcp {
         socket: std::net::TcpStream,
         read: BytesMut,

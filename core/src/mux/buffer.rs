@@ -11,15 +11,19 @@ use super::output::Transmit;
 /// The largest block a buffer allocates. A long write fills several.
 pub(super) const BLOCK: usize = 32 * 1024;
 
-/// A frame's payload at least this long goes to the output as a slice of
-/// its block; a shorter one is copied. A slice keeps its whole block alive
-/// until written, so what the output keeps alive is at most eight times
-/// what it holds.
-pub(super) const SLICE_FROM: usize = BLOCK / 8;
+/// A piece of a frame's payload (the part of it in one block) at least
+/// this long goes to the output as a slice of its block; a shorter one is
+/// copied. A slice keeps its whole block alive until written, so what the
+/// output keeps alive is at most four times what it holds. The same goes
+/// for a buffer given to [`push`](Buffer::push).
+pub(super) const SLICE_FROM: usize = BLOCK / 4;
 
 /// A buffer emptied with a block larger than this lets it go, so an idle
 /// stream holds no more than a small one.
 const KEEP_CAPACITY: usize = 4096;
+
+/// A buffer emptied with room for more blocks than this lets the room go.
+const KEEP_BLOCKS: usize = 8;
 
 /// The smallest block: a stream that moves a few bytes at a time holds
 /// little.
@@ -48,14 +52,16 @@ impl Buffer {
     }
 
     /// Appends `bytes`, copied into the tail block and, when it is full,
-    /// into new ones: each twice what the buffer holds, up to [`BLOCK`].
+    /// into new ones: each the power of two at or above twice what the
+    /// buffer holds, from 64 bytes up to [`BLOCK`].
     pub(super) fn copy(&mut self, mut bytes: &[u8]) {
         self.len += bytes.len();
         while !bytes.is_empty() {
             let room = self.tail.capacity() - self.tail.len();
             if room == 0 {
                 if !self.tail.is_empty() {
-                    self.full.push_back(self.tail.split().freeze());
+                    // Full: nothing of its block is left to fill.
+                    self.full.push_back(std::mem::take(&mut self.tail).freeze());
                 }
                 self.block = (2 * self.len).next_power_of_two().clamp(FIRST_BLOCK, BLOCK);
                 self.tail = BytesMut::with_capacity(self.block);
@@ -65,6 +71,37 @@ impl Buffer {
             self.tail.extend_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
         }
+    }
+
+    /// Appends `bytes` as they are, after what is in the tail block; a
+    /// piece shorter than [`SLICE_FROM`] is copied instead.
+    pub(super) fn push(&mut self, bytes: Bytes) {
+        if bytes.len() < SLICE_FROM {
+            self.copy(&bytes);
+            return;
+        }
+        if !self.tail.is_empty() {
+            self.full.push_back(self.tail.split().freeze());
+        }
+        self.len += bytes.len();
+        self.full.push_back(bytes);
+    }
+
+    /// Takes up to `max` of the first bytes as they are: the front of one
+    /// block.
+    pub(super) fn read_bytes(&mut self, max: usize) -> Bytes {
+        let bytes = match self.full.front_mut() {
+            Some(front) => {
+                let bytes = front.split_to(max.min(front.len()));
+                if front.is_empty() {
+                    self.full.pop_front();
+                }
+                bytes
+            }
+            None => self.tail.split_to(max.min(self.tail.len())).freeze(),
+        };
+        self.taken(bytes.len());
+        bytes
     }
 
     /// Moves the first bytes into `buf`, as many as fit; returns how many.
@@ -121,6 +158,12 @@ impl Buffer {
         self.taken(n);
     }
 
+    /// The first bytes: the front block's, or the tail's.
+    #[cfg(test)]
+    pub(super) fn front(&self) -> &[u8] {
+        self.full.front().map_or(&self.tail[..], |block| &block[..])
+    }
+
     /// Lets go of everything; returns how many bytes that was.
     pub(super) fn clear(&mut self) -> usize {
         let len = self.len;
@@ -131,9 +174,8 @@ impl Buffer {
     /// `n` bytes went: an empty buffer keeps no more than a small block.
     fn taken(&mut self, n: usize) {
         self.len -= n;
-        if self.len == 0 && self.block > KEEP_CAPACITY {
-            self.tail = BytesMut::new();
-            self.block = 0;
+        if self.len == 0 && (self.block > KEEP_CAPACITY || self.full.capacity() > KEEP_BLOCKS) {
+            *self = Buffer::default();
         }
     }
 }
@@ -172,6 +214,73 @@ mod tests {
         assert_eq!(buffer.read(&mut [0u8; 8]), 0);
     }
 
+    /// Random copies, pushes, reads and frames against a plain byte queue:
+    /// the same bytes in the same order, every block within [`BLOCK`], and
+    /// what went to the output unchanged by what was written after it.
+    #[test]
+    fn random_use_keeps_every_byte_in_order() {
+        use rand::{RngExt, SeedableRng, rngs::StdRng};
+        // Fewer and shorter under Miri, which interprets every byte.
+        let (ops, largest) = if cfg!(miri) {
+            (20, BLOCK + 100)
+        } else {
+            (200, 3 * BLOCK)
+        };
+        for round in 0..crate::rounds(40) {
+            let mut rng = StdRng::seed_from_u64(round as u64);
+            let mut buffer = Buffer::default();
+            let mut model = VecDeque::new();
+            let mut out = Output::new();
+            let mut framed = Vec::new();
+            let mut next = 0u8;
+            for _ in 0..ops {
+                let size = match rng.random_range(0..4) {
+                    0 => rng.random_range(0..100),
+                    1 => rng.random_range(0..SLICE_FROM * 2),
+                    _ => rng.random_range(0..largest),
+                };
+                match rng.random_range(0..5) {
+                    0 | 1 => {
+                        let bytes: Vec<u8> = (0..size)
+                            .map(|_| {
+                                next = next.wrapping_add(1);
+                                next
+                            })
+                            .collect();
+                        model.extend(bytes.iter().copied());
+                        if rng.random_range(0..2) == 0 {
+                            buffer.copy(&bytes);
+                        } else {
+                            buffer.push(Bytes::from(bytes));
+                        }
+                    }
+                    2 => {
+                        let mut buf = vec![0u8; size];
+                        let n = buffer.read(&mut buf);
+                        let want: Vec<u8> = model.drain(..n).collect();
+                        assert_eq!(&buf[..n], &want[..], "round {round}");
+                    }
+                    3 => {
+                        let bytes = buffer.read_bytes(size);
+                        let want: Vec<u8> = model.drain(..bytes.len()).collect();
+                        assert_eq!(&bytes[..], &want[..], "round {round}");
+                    }
+                    _ => {
+                        let n = size.min(buffer.len());
+                        buffer.transmit(n, &mut out);
+                        framed.extend(model.drain(..n));
+                    }
+                }
+                assert_eq!(buffer.len(), model.len(), "round {round}");
+                assert!(buffer.tail.capacity() <= BLOCK, "round {round}");
+            }
+            let mut rest = vec![0u8; buffer.len()];
+            buffer.read(&mut rest);
+            assert_eq!(rest, model.drain(..).collect::<Vec<u8>>(), "round {round}");
+            assert_eq!(out.copy_to_bytes(out.remaining()), framed, "round {round}");
+        }
+    }
+
     #[test]
     fn grows_by_blocks_it_never_moves() {
         let mut buffer = Buffer::default();
@@ -184,10 +293,21 @@ mod tests {
         assert!(buffer.full.iter().all(|block| block.len() <= BLOCK));
         assert!(buffer.tail.capacity() <= BLOCK);
         assert_eq!(buffer.len(), 10 + 3 * BLOCK);
-        // Emptied, it lets a large block go.
+        // Emptied, it lets a large block go, and keeps a small one.
         let mut sink = vec![0u8; buffer.len()];
         buffer.read(&mut sink);
         assert_eq!(buffer.tail.capacity(), 0);
+        buffer.copy(&[3; 100]);
+        let small = buffer.tail.as_ptr();
+        buffer.read(&mut [0u8; 60]);
+        buffer.read_bytes(40);
+        assert!(buffer.is_empty());
+        buffer.copy(&[4; 10]);
+        assert_eq!(
+            buffer.tail.as_ptr(),
+            small.wrapping_add(100),
+            "the same block"
+        );
     }
 
     #[test]

@@ -226,15 +226,27 @@ pub enum Event {
     Writable(u32),
 }
 
-/// What a [`Mux::read`] found.
+/// What a [`Mux::read`] (or a [`Mux::read_bytes`]) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Read {
-    /// This many bytes were copied.
-    Data(usize),
+pub enum Read<T = usize> {
+    /// What was read: how many bytes were copied (or the bytes
+    /// themselves).
+    Data(T),
     /// Nothing yet: wait for [`Event::Readable`].
     Empty,
     /// The peer's FIN: everything it sent has been read.
     End,
+}
+
+impl<T> Read<T> {
+    /// The same, with what was read changed by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Read<U> {
+        match self {
+            Read::Data(data) => Read::Data(f(data)),
+            Read::Empty => Read::Empty,
+            Read::End => Read::End,
+        }
+    }
 }
 
 /// Why a session ended.

@@ -10,7 +10,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 /// Where [`Mux::poll_transmit`](super::Mux::poll_transmit) puts frames.
 ///
 /// A `BytesMut` takes them copied, one after the other; an [`Output`]
-/// keeps a buffer handed over as it is, for a vectored write.
+/// keeps a payload given as a buffer as it is, for a vectored write.
 pub trait Transmit {
     /// Bytes put and not taken out yet.
     fn len(&self) -> usize;

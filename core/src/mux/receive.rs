@@ -71,8 +71,7 @@ impl Mux {
                     self.on_fin(header.stream);
                     Ok(())
                 }
-                // Takes its payload from the input itself.
-                Command::Psh => self.on_data(header.stream, input, length),
+                Command::Psh => self.on_data(header.stream, &input[..length]),
                 Command::Nop => Ok(()),
                 Command::Upd => {
                     let consumed = u32::from_le_bytes(input[..4].try_into().expect("8 bytes"));
@@ -80,9 +79,7 @@ impl Mux {
                     self.on_update(header.stream, consumed, window)
                 }
             };
-            if command != Command::Psh {
-                input.advance(length);
-            }
+            input.advance(length);
             if let Err(error) = result {
                 return Err(self.fail(error));
             }
@@ -140,9 +137,7 @@ impl Mux {
         }
     }
 
-    /// A PSH frame's `length` bytes of payload, at the front of `input`:
-    /// taken from it in every case.
-    fn on_data(&mut self, id: u32, input: &mut BytesMut, length: usize) -> Result<(), MuxError> {
+    fn on_data(&mut self, id: u32, payload: &[u8]) -> Result<(), MuxError> {
         let v2 = self.version == Some(Version::V2);
         let window = self.config.stream_window.max(INITIAL_WINDOW);
         let Some(stream) = self
@@ -151,14 +146,14 @@ impl Mux {
             .filter(|stream| !stream.released && !stream.fin_received)
         else {
             self.stats.discarded_frames += 1;
-            self.stats.discarded_bytes += length as u64;
-            input.advance(length);
+            self.stats.discarded_bytes += payload.len() as u64;
             return Ok(());
         };
+        let length = payload.len() as u32;
         if v2 {
             let unacknowledged = stream
                 .received
-                .wrapping_add(length as u32)
+                .wrapping_add(length)
                 .wrapping_sub(stream.announced);
             if unacknowledged > window {
                 return Err(MuxError::Window {
@@ -166,16 +161,15 @@ impl Mux {
                     unacknowledged,
                 });
             }
-            stream.received = stream.received.wrapping_add(length as u32);
+            stream.received = stream.received.wrapping_add(length);
         }
-        if length == 0 {
+        if payload.is_empty() {
             return Ok(());
         }
-        stream.recv.copy(&input[..length]);
-        input.advance(length);
-        self.buffered += length;
+        stream.recv.copy(payload);
+        self.buffered += payload.len();
         tell_readable(&mut self.events, id, stream);
-        self.hold(length)
+        self.hold(payload.len())
     }
 
     fn on_update(&mut self, id: u32, consumed: u32, window: u32) -> Result<(), MuxError> {

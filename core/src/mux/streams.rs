@@ -1,6 +1,9 @@
 //! [`Mux`]'s application side: opening, accepting, reading, writing,
 //! finishing and closing streams, and ending the session.
 
+use bytes::Bytes;
+
+use super::buffer::Buffer;
 use super::multiplexer::{Control, Mux, give_turn, sendable};
 use super::{OpenError, Read, StreamError, Version};
 
@@ -54,6 +57,31 @@ impl Mux {
     /// [`StreamError::Ended`] (unless the peer's FIN came first: then
     /// [`Read::End`]).
     pub fn read(&mut self, id: u32, buf: &mut [u8]) -> Result<Read, StreamError> {
+        self.take_received(id, |recv| {
+            let n = recv.read(buf);
+            (n, n)
+        })
+    }
+
+    /// Takes up to `max` received bytes of `id` as they are, not copied:
+    /// the front of one of the stream's blocks (so at most 32 KiB), which
+    /// stays allocated while the bytes are held. Otherwise as
+    /// [`read`](Mux::read).
+    pub fn read_bytes(&mut self, id: u32, max: usize) -> Result<Read<Bytes>, StreamError> {
+        self.take_received(id, |recv| {
+            let bytes = recv.read_bytes(max);
+            let n = bytes.len();
+            (bytes, n)
+        })
+    }
+
+    /// A read of either kind: `take` takes from the stream's receive
+    /// buffer (not empty) and says how many bytes it took.
+    fn take_received<T>(
+        &mut self,
+        id: u32,
+        take: impl FnOnce(&mut Buffer) -> (T, usize),
+    ) -> Result<Read<T>, StreamError> {
         let v2 = self.version == Some(Version::V2);
         let wanted = self.wants_input();
         let stream = self.streams.get_mut(&id).ok_or(StreamError::Unknown)?;
@@ -67,13 +95,10 @@ impl Mux {
             }
             return Ok(Read::Empty);
         }
-        if buf.is_empty() {
-            return Ok(Read::Data(0));
-        }
-        let n = stream.recv.read(buf);
+        let (taken, n) = take(&mut stream.recv);
         self.buffered -= n;
         self.account.release(n);
-        if v2 && self.failed.is_none() {
+        if v2 && self.failed.is_none() && n > 0 {
             let first = stream.consumed == 0;
             stream.consumed = stream.consumed.wrapping_add(n as u32);
             // As smux: on the first read, then every half window.
@@ -84,13 +109,33 @@ impl Mux {
             }
         }
         self.note_resumed(wanted);
-        Ok(Read::Data(n))
+        Ok(Read::Data(taken))
     }
 
     /// Queues as much of `data` as the stream's send buffer takes and
     /// returns how much; 0 (for a non-empty `data`) means full: wait for
     /// [`Event::Writable`](super::Event::Writable).
     pub fn write(&mut self, id: u32, data: &[u8]) -> Result<usize, StreamError> {
+        self.queue(id, data.len(), |send, n| send.copy(&data[..n]))
+    }
+
+    /// Queues as much of `data` as the stream's send buffer takes, not
+    /// copied (but for a piece shorter than 8 KiB), and takes it off the
+    /// front of `data`; returns how much. What it queues stays allocated
+    /// (with whatever else shares its allocation) until it is written.
+    /// Otherwise as [`write`](Mux::write).
+    pub fn write_bytes(&mut self, id: u32, data: &mut Bytes) -> Result<usize, StreamError> {
+        self.queue(id, data.len(), |send, n| send.push(data.split_to(n)))
+    }
+
+    /// A write of either kind, of `len` bytes: `put` puts the first `n`
+    /// of them, as many as there is room for, into the send buffer.
+    fn queue(
+        &mut self,
+        id: u32,
+        len: usize,
+        put: impl FnOnce(&mut Buffer, usize),
+    ) -> Result<usize, StreamError> {
         if self.failed.is_some() {
             return Err(StreamError::Ended);
         }
@@ -103,14 +148,14 @@ impl Mux {
             return Err(StreamError::Finished);
         }
         let room = self.config.send_buffer.saturating_sub(stream.send.len());
-        let n = room.min(data.len());
-        if n < data.len() {
+        let n = room.min(len);
+        if n < len {
             stream.write_blocked = true;
         }
         if n == 0 {
             return Ok(0);
         }
-        stream.send.copy(&data[..n]);
+        put(&mut stream.send, n);
         let v2 = self.version != Some(Version::V1);
         if sendable(stream, v2, self.config.max_frame_size) {
             give_turn(&mut self.schedule, id, stream);

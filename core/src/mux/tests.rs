@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 use super::frame::{Command, HEADER_LEN, Header};
@@ -553,7 +553,7 @@ fn random_traffic_in_random_pieces_arrives_whole() {
             Mux::new(Side::Acceptor, small, Instant::now()),
         ];
         // Per side: the streams it opened, (id, what to send, sent so far).
-        let mut plans: [Vec<(u32, Vec<u8>, usize)>; 2] = [Vec::new(), Vec::new()];
+        let mut plans: [Vec<(u32, Bytes, usize)>; 2] = [Vec::new(), Vec::new()];
         let mut wires = [BytesMut::new(), BytesMut::new()];
         // The acceptor's frames go through an `Output` (payloads not
         // copied) and onto its wire in random pieces; the dialer's are
@@ -564,7 +564,7 @@ fn random_traffic_in_random_pieces_arrives_whole() {
                 let id = sides[side].open().unwrap();
                 // Smaller under Miri, which interprets every byte.
                 let len = rng.random_range(0..if cfg!(miri) { 2_000 } else { 20_000 });
-                let data = (0..len).map(|_| rng.random()).collect();
+                let data = (0..len).map(|_| rng.random()).collect::<Vec<u8>>().into();
                 plans[side].push((id, data, 0));
             }
         }
@@ -576,7 +576,12 @@ fn random_traffic_in_random_pieces_arrives_whole() {
             for (id, data, sent) in &mut plans[side] {
                 if *sent < data.len() {
                     let end = (*sent + rng.random_range(1..3000)).min(data.len());
-                    *sent += mux.write(*id, &data[*sent..end]).unwrap();
+                    // Copied, or given as a slice of what is sent.
+                    *sent += if rng.random_range(0..2) == 0 {
+                        mux.write(*id, &data[*sent..end]).unwrap()
+                    } else {
+                        mux.write_bytes(*id, &mut data.slice(*sent..end)).unwrap()
+                    };
                     if *sent == data.len() {
                         mux.finish(*id).unwrap();
                     }
@@ -590,8 +595,16 @@ fn random_traffic_in_random_pieces_arrives_whole() {
             let mut buf = vec![0; rng.random_range(1..4000)];
             for (id, got, ended) in &mut accepted[side] {
                 while !*ended {
-                    match mux.read(*id, &mut buf).unwrap() {
-                        Read::Data(n) => got.extend_from_slice(&buf[..n]),
+                    // Copied out, or taken as it is.
+                    let read = if rng.random_range(0..2) == 0 {
+                        mux.read(*id, &mut buf).unwrap().map(|n| buf[..n].to_vec())
+                    } else {
+                        mux.read_bytes(*id, buf.len())
+                            .unwrap()
+                            .map(|bytes| bytes.to_vec())
+                    };
+                    match read {
+                        Read::Data(bytes) => got.extend_from_slice(&bytes),
                         Read::End => *ended = true,
                         Read::Empty => break,
                     }
@@ -631,7 +644,7 @@ fn random_traffic_in_random_pieces_arrives_whole() {
         for side in 0..2 {
             let mut want: Vec<_> = plans[side]
                 .iter()
-                .map(|(id, data, ..)| (*id, data.clone()))
+                .map(|(id, data, ..)| (*id, data.to_vec()))
                 .collect();
             let mut got: Vec<_> = accepted[1 - side]
                 .iter()
@@ -754,12 +767,14 @@ fn a_long_payload_goes_out_as_the_slice_it_was_written_into() {
     // front, then the payload where the write put it.
     let mut mux = Mux::new(Side::Dialer, config(Version::V1), Instant::now());
     let id = mux.open().unwrap();
-    assert_eq!(mux.write(id, &[1; 5000]).unwrap(), 5000);
+    assert_eq!(mux.write(id, &[1; 10_000]).unwrap(), 10_000);
+    let at = mux.streams[&id].send.front().as_ptr();
     let mut out = Output::new();
     mux.poll_transmit(&mut out, usize::MAX);
     let mut slices = [IoSlice::new(&[]); 4];
     assert_eq!(out.chunks_vectored(&mut slices), 2);
-    assert_eq!(slices[1].len(), 5000);
+    assert_eq!(slices[1].len(), 10_000);
+    assert_eq!(slices[1].as_ptr(), at, "the block the write went into");
     assert!(mux.streams[&id].send.is_empty());
 
     // Frames shorter than a slice's minimum are copied beside their
@@ -776,4 +791,59 @@ fn a_long_payload_goes_out_as_the_slice_it_was_written_into() {
     assert_eq!(out.chunks_vectored(&mut slices), 1);
     assert_eq!(out.remaining(), 3 * 8 + 3000);
     assert!(mux.streams[&id].send.is_empty());
+}
+
+#[test]
+fn bytes_given_and_taken_are_not_copied_and_count_as_reads_and_writes() {
+    use std::io::IoSlice;
+    let mut pair = Pair::new(config(Version::V2), config(Version::V2));
+    let id = pair.dialer.open().unwrap();
+    // Given: the frame's payload is the caller's own buffer.
+    let sent = Bytes::from((0..10_000).map(|i| i as u8).collect::<Vec<u8>>());
+    let mut rest = sent.clone();
+    assert_eq!(pair.dialer.write_bytes(id, &mut rest).unwrap(), 10_000);
+    assert!(rest.is_empty());
+    assert_eq!(pair.dialer.held(), 10_000, "counted as written and unsent");
+    let mut out = Output::new();
+    pair.dialer.poll_transmit(&mut out, usize::MAX);
+    let mut slices = [IoSlice::new(&[]); 4];
+    let n = out.chunks_vectored(&mut slices);
+    assert_eq!(slices[n - 1].as_ptr(), sent.as_ptr());
+    assert_eq!(pair.dialer.held(), 0);
+    let wire = out.copy_to_bytes(out.remaining());
+    feed(&mut pair.acceptor, &wire).unwrap();
+
+    // Taken: a slice of the receive buffer, in pieces as asked, counted
+    // as read (the budget, and the window update a read owes).
+    let accepted = pair.acceptor.accept().unwrap();
+    assert_eq!(pair.acceptor.held(), 10_000);
+    let first = match pair.acceptor.read_bytes(accepted, 4_000).unwrap() {
+        Read::Data(bytes) => bytes,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(first, sent.slice(..4_000));
+    assert_eq!(pair.acceptor.held(), 6_000);
+    assert_eq!(pair.acceptor.buffered(), 6_000);
+    let updates: Vec<_> = frames(&drain_all(&mut pair.acceptor))
+        .into_iter()
+        .filter(|(command, ..)| *command == Command::Upd)
+        .collect();
+    assert_eq!(updates.len(), 1, "the first read announces the window");
+    assert_eq!(&updates[0].2[..4], &4_000u32.to_le_bytes());
+    let second = match pair.acceptor.read_bytes(accepted, usize::MAX).unwrap() {
+        Read::Data(bytes) => bytes,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(second, sent.slice(4_000..));
+    assert_eq!(
+        second.as_ptr(),
+        first.as_ptr().wrapping_add(4_000),
+        "both from one block"
+    );
+    assert_eq!(pair.acceptor.read_bytes(accepted, 10).unwrap(), Read::Empty);
+
+    // The peer's FIN ends the reads of either kind.
+    pair.dialer.finish(id).unwrap();
+    pair.pump();
+    assert_eq!(pair.acceptor.read_bytes(accepted, 10).unwrap(), Read::End);
 }

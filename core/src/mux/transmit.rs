@@ -18,9 +18,10 @@ impl Mux {
     /// left to send: control frames first (SYN, refusing FIN, UPD, NOP),
     /// then one data frame per stream in turn, a stream's FIN after its
     /// data. Nothing is sent before the version is known, or after the
-    /// session failed. A data frame's payload of at least 4 KiB goes
-    /// as slices of its stream's send buffer: an [`Output`](super::Output)
-    /// keeps them so (no copy), a `BytesMut` copies them.
+    /// session failed. A data frame's payload goes as slices of the blocks
+    /// of its stream's send buffer where the part in a block is at least
+    /// 8 KiB long (copied otherwise): an [`Output`](super::Output) keeps
+    /// them so (no copy), a `BytesMut` copies them.
     pub fn poll_transmit<T: Transmit>(&mut self, out: &mut T, limit: usize) {
         let Some(version) = self.version else {
             return;

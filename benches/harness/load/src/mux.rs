@@ -313,8 +313,13 @@ async fn serve(args: ServeArgs) -> io::Result<()> {
                 // The version is the one the peer speaks.
                 let mux =
                     rapidws::mux::Mux::new(tcp, rapidws::mux::Side::Acceptor, rapidws_config(None));
+                let hold = args.hold;
                 tokio::spawn(async move {
                     while let Some(stream) = mux.accept_stream().await {
+                        if !hold {
+                            tokio::spawn(echo_bytes(stream));
+                            continue;
+                        }
                         if streams.send(Box::new(stream)).is_err() {
                             break;
                         }
@@ -397,6 +402,15 @@ async fn echo(stream: &mut BoxIo) -> io::Result<()> {
         }
         stream.write_all(&buffer[..n]).await?;
     }
+}
+
+/// rapidws's echo: what is read is written back as it is, not copied
+/// (`read_bytes`, `write_bytes`), as a proxy or an echo on rapidws would.
+async fn echo_bytes(mut stream: rapidws::mux::Stream) -> io::Result<()> {
+    while let Some(bytes) = stream.read_bytes(32 * 1024).await? {
+        stream.write_bytes(bytes).await?;
+    }
+    stream.shutdown().await
 }
 
 /// Sleeps through the warm-up and the window and returns (bytes or count
