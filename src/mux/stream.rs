@@ -33,7 +33,9 @@ use super::shared::{Shared, State};
 /// [`read_bytes`](Stream::read_bytes) and
 /// [`write_bytes`](Stream::write_bytes) take and give them as `Bytes`
 /// instead, so a stream that forwards what it reads (an echo, a proxy)
-/// copies nothing itself.
+/// copies nothing itself. They take `&mut self`: a stream read by one task
+/// and written by another is split (`tokio::io::split`) and uses
+/// `AsyncRead` and `AsyncWrite`.
 pub struct Stream {
     shared: Arc<Shared>,
     id: u32,
@@ -92,19 +94,35 @@ impl Stream {
     }
 
     /// Writes all of `data` as it is, not copied (a piece shorter than
-    /// 8 KiB is copied), waiting while the send buffer is full. `data`
-    /// stays allocated (with whatever else shares its allocation) until
-    /// its last byte is sent. Errors as writing does.
+    /// 8 KiB is copied), waiting while the send buffer is full. Errors as
+    /// writing does.
+    ///
+    /// `data`'s whole allocation (with whatever else shares it) stays
+    /// alive until its last byte is sent, while the mux's budget counts
+    /// only the bytes queued: give buffers that own their memory (not a
+    /// small slice of a large one). Not cancel-safe, as `write_all` is
+    /// not: dropped half-way, what was queued still goes and the rest does
+    /// not; [`poll_write_bytes`](Stream::poll_write_bytes) says how much
+    /// was taken.
     pub async fn write_bytes(&mut self, mut data: Bytes) -> io::Result<()> {
         while !data.is_empty() {
-            std::future::poll_fn(|cx| {
-                self.poll_queue(cx, data.len(), |protocol, id| {
-                    protocol.write_bytes(id, &mut data)
-                })
-            })
-            .await?;
+            std::future::poll_fn(|cx| self.poll_write_bytes(cx, &mut data)).await?;
         }
         Ok(())
+    }
+
+    /// Queues as much of `data` as the send buffer takes, taking it off the
+    /// front of `data`, and returns how much; `Pending` (the task woken
+    /// when there is room) if it takes nothing. As
+    /// [`write_bytes`](Stream::write_bytes) otherwise.
+    pub fn poll_write_bytes(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &mut Bytes,
+    ) -> Poll<io::Result<usize>> {
+        self.poll_queue(cx, data.len(), |protocol, id| {
+            protocol.write_bytes(id, data)
+        })
     }
 
     /// A read of either kind: `take` reads from the mux; `None` at the end.

@@ -1,6 +1,7 @@
 //! [`Buffer`]: a stream's bytes one way (received and unread, or written
-//! and unsent), copied in once and never moved again: it grows by blocks,
-//! not by reallocating, and frames take their payloads from it as slices.
+//! and unsent), copied in once and never moved again (or given as they
+//! are): it grows by blocks, not by reallocating, and frames take their
+//! payloads from it as slices.
 
 use std::collections::VecDeque;
 
@@ -14,16 +15,10 @@ pub(super) const BLOCK: usize = 32 * 1024;
 /// A piece of a frame's payload (the part of it in one block) at least
 /// this long goes to the output as a slice of its block; a shorter one is
 /// copied. A slice keeps its whole block alive until written, so what the
-/// output keeps alive is at most four times what it holds. The same goes
-/// for a buffer given to [`push`](Buffer::push).
+/// output keeps alive of the blocks is at most four times what it holds. A
+/// buffer given to [`push`](Buffer::push) keeps its own allocation, of any
+/// size (the caller's).
 pub(super) const SLICE_FROM: usize = BLOCK / 4;
-
-/// A buffer emptied with a block larger than this lets it go, so an idle
-/// stream holds no more than a small one.
-const KEEP_CAPACITY: usize = 4096;
-
-/// A buffer emptied with room for more blocks than this lets the room go.
-const KEEP_BLOCKS: usize = 8;
 
 /// The smallest block: a stream that moves a few bytes at a time holds
 /// little.
@@ -35,9 +30,6 @@ const FIRST_BLOCK: usize = 64;
 pub(super) struct Buffer {
     full: VecDeque<Bytes>,
     tail: BytesMut,
-    /// The size of the tail's block (its capacity counts only what is
-    /// past what was taken).
-    block: usize,
     /// The bytes in `full` and `tail` together.
     len: usize,
 }
@@ -63,8 +55,8 @@ impl Buffer {
                     // Full: nothing of its block is left to fill.
                     self.full.push_back(std::mem::take(&mut self.tail).freeze());
                 }
-                self.block = (2 * self.len).next_power_of_two().clamp(FIRST_BLOCK, BLOCK);
-                self.tail = BytesMut::with_capacity(self.block);
+                let block = (2 * self.len).next_power_of_two().clamp(FIRST_BLOCK, BLOCK);
+                self.tail = BytesMut::with_capacity(block);
                 continue;
             }
             let n = room.min(bytes.len());
@@ -171,10 +163,11 @@ impl Buffer {
         len
     }
 
-    /// `n` bytes went: an empty buffer keeps no more than a small block.
+    /// `n` bytes went: an empty buffer holds no allocation, so an idle
+    /// stream costs its two buffers' 72 bytes each and nothing more.
     fn taken(&mut self, n: usize) {
         self.len -= n;
-        if self.len == 0 && (self.block > KEEP_CAPACITY || self.full.capacity() > KEEP_BLOCKS) {
+        if self.len == 0 {
             *self = Buffer::default();
         }
     }
@@ -218,14 +211,11 @@ mod tests {
     /// the same bytes in the same order, every block within [`BLOCK`], and
     /// what went to the output unchanged by what was written after it.
     #[test]
+    // Bytes moved in order, no `unsafe` of ours: nothing for Miri to find
+    // that its other tests of `Bytes` do not, at minutes of its time.
+    #[cfg_attr(miri, ignore)]
     fn random_use_keeps_every_byte_in_order() {
         use rand::{RngExt, SeedableRng, rngs::StdRng};
-        // Fewer and shorter under Miri, which interprets every byte.
-        let (ops, largest) = if cfg!(miri) {
-            (20, BLOCK + 100)
-        } else {
-            (200, 3 * BLOCK)
-        };
         for round in 0..crate::rounds(40) {
             let mut rng = StdRng::seed_from_u64(round as u64);
             let mut buffer = Buffer::default();
@@ -233,11 +223,11 @@ mod tests {
             let mut out = Output::new();
             let mut framed = Vec::new();
             let mut next = 0u8;
-            for _ in 0..ops {
+            for _ in 0..200 {
                 let size = match rng.random_range(0..4) {
                     0 => rng.random_range(0..100),
                     1 => rng.random_range(0..SLICE_FROM * 2),
-                    _ => rng.random_range(0..largest),
+                    _ => rng.random_range(0..3 * BLOCK),
                 };
                 match rng.random_range(0..5) {
                     0 | 1 => {
@@ -293,21 +283,15 @@ mod tests {
         assert!(buffer.full.iter().all(|block| block.len() <= BLOCK));
         assert!(buffer.tail.capacity() <= BLOCK);
         assert_eq!(buffer.len(), 10 + 3 * BLOCK);
-        // Emptied, it lets a large block go, and keeps a small one.
+        // Emptied, it holds nothing, however it was emptied.
         let mut sink = vec![0u8; buffer.len()];
         buffer.read(&mut sink);
-        assert_eq!(buffer.tail.capacity(), 0);
+        assert_eq!((buffer.tail.capacity(), buffer.full.capacity()), (0, 0));
         buffer.copy(&[3; 100]);
-        let small = buffer.tail.as_ptr();
         buffer.read(&mut [0u8; 60]);
         buffer.read_bytes(40);
         assert!(buffer.is_empty());
-        buffer.copy(&[4; 10]);
-        assert_eq!(
-            buffer.tail.as_ptr(),
-            small.wrapping_add(100),
-            "the same block"
-        );
+        assert_eq!((buffer.tail.capacity(), buffer.full.capacity()), (0, 0));
     }
 
     #[test]

@@ -121,9 +121,11 @@ impl Mux {
 
     /// Queues as much of `data` as the stream's send buffer takes, not
     /// copied (but for a piece shorter than 8 KiB), and takes it off the
-    /// front of `data`; returns how much. What it queues stays allocated
-    /// (with whatever else shares its allocation) until it is written.
-    /// Otherwise as [`write`](Mux::write).
+    /// front of `data`; returns how much. What it queues keeps its whole
+    /// allocation (with whatever else shares it) alive until it is
+    /// written, while the budget counts only the bytes queued. Otherwise
+    /// as [`write`](Mux::write); on `Err`, what was taken off `data` is
+    /// dropped with the session.
     pub fn write_bytes(&mut self, id: u32, data: &mut Bytes) -> Result<usize, StreamError> {
         self.queue(id, data.len(), |send, n| send.push(data.split_to(n)))
     }
