@@ -82,18 +82,7 @@ impl Buffer {
     /// Takes up to `max` of the first bytes as they are: the front of one
     /// block.
     pub(super) fn read_bytes(&mut self, max: usize) -> Bytes {
-        let bytes = match self.full.front_mut() {
-            Some(front) => {
-                let bytes = front.split_to(max.min(front.len()));
-                if front.is_empty() {
-                    self.full.pop_front();
-                }
-                bytes
-            }
-            None => self.tail.split_to(max.min(self.tail.len())).freeze(),
-        };
-        self.taken(bytes.len());
-        bytes
+        self.split_front(max.min(self.front().len()))
     }
 
     /// Moves the first bytes into `buf`, as many as fit; returns how many.
@@ -101,21 +90,12 @@ impl Buffer {
         let n = buf.len().min(self.len);
         let mut filled = 0;
         while filled < n {
-            let want = n - filled;
-            let Some(front) = self.full.front_mut() else {
-                buf[filled..n].copy_from_slice(&self.tail[..want]);
-                self.tail.advance(want);
-                break;
-            };
-            let take = want.min(front.len());
+            let front = self.front();
+            let take = (n - filled).min(front.len());
             buf[filled..filled + take].copy_from_slice(&front[..take]);
-            front.advance(take);
+            self.advance_front(take);
             filled += take;
-            if front.is_empty() {
-                self.full.pop_front();
-            }
         }
-        self.taken(n);
         n
     }
 
@@ -126,34 +106,51 @@ impl Buffer {
         assert!(n <= self.len, "framed past the buffer's end");
         let mut left = n;
         while left > 0 {
-            let Some(front) = self.full.front_mut() else {
-                if left >= SLICE_FROM {
-                    out.put_buffer(self.tail.split_to(left).freeze());
-                } else {
-                    out.put_slice(&self.tail[..left]);
-                    self.tail.advance(left);
-                }
-                break;
-            };
-            let take = left.min(front.len());
+            let take = left.min(self.front().len());
             if take >= SLICE_FROM {
-                out.put_buffer(front.split_to(take));
+                out.put_buffer(self.split_front(take));
             } else {
-                out.put_slice(&front[..take]);
-                front.advance(take);
+                out.put_slice(&self.front()[..take]);
+                self.advance_front(take);
             }
             left -= take;
-            if front.is_empty() {
-                self.full.pop_front();
-            }
         }
-        self.taken(n);
     }
 
-    /// The first bytes: the front block's, or the tail's.
-    #[cfg(test)]
+    /// The first bytes, in one block: the front full block's, or the
+    /// tail's. Not empty unless the buffer is.
     pub(super) fn front(&self) -> &[u8] {
         self.full.front().map_or(&self.tail[..], |block| &block[..])
+    }
+
+    /// Takes the first `k` bytes of [`front`](Buffer::front) as they are.
+    fn split_front(&mut self, k: usize) -> Bytes {
+        let bytes = match self.full.front_mut() {
+            Some(block) => {
+                let bytes = block.split_to(k);
+                if block.is_empty() {
+                    self.full.pop_front();
+                }
+                bytes
+            }
+            None => self.tail.split_to(k).freeze(),
+        };
+        self.taken(k);
+        bytes
+    }
+
+    /// Drops the first `k` bytes of [`front`](Buffer::front).
+    fn advance_front(&mut self, k: usize) {
+        match self.full.front_mut() {
+            Some(block) => {
+                block.advance(k);
+                if block.is_empty() {
+                    self.full.pop_front();
+                }
+            }
+            None => self.tail.advance(k),
+        }
+        self.taken(k);
     }
 
     /// Lets go of everything; returns how many bytes that was.
